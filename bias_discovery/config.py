@@ -63,6 +63,9 @@ class IdentifySettings(_Strict):
     """Budget for the teacher's JSON answer (name, definition, manifestations)."""
     retries: int = Field(default=1, ge=0, le=5)
     """Re-asks (with another seed) when the reply is not valid JSON for the schema."""
+    retry_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    """Sampling temperature of the re-asks: the first ask is greedy, and a greedy re-ask of
+    the same prompt would only repeat the invalid reply."""
 
 
 class EmbedderConfig(_Strict):

@@ -1,7 +1,8 @@
 """IdentifyBias: the teacher names the bias behind each misjudged case, or says none.
 
 The reply is forced into a JSON schema and checked again with pydantic; a reply that still
-fails is asked again (with another seed) up to `retries` times, then recorded as invalid.
+fails is asked again (sampled, with another seed) up to `retries` times, then recorded as
+invalid.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ IDENTIFY_SCHEMA: dict = {
 }
 
 
-def build_identify_request(case: MisjudgedCase, settings: IdentifySettings, seed: int) -> GenerationRequest:
+def build_identify_request(
+    case: MisjudgedCase, settings: IdentifySettings, seed: int, *, temperature: float = 0.0
+) -> GenerationRequest:
     explanation = case.deeper_explanation or case.explanation or "(no explanation given)"
     if case.deeper_explanation and case.explanation:
         explanation = f"{case.explanation}\n\nWhen asked to explain further:\n{case.deeper_explanation}"
@@ -57,7 +60,7 @@ def build_identify_request(case: MisjudgedCase, settings: IdentifySettings, seed
     return GenerationRequest(
         messages=messages,
         max_tokens=settings.max_tokens,
-        temperature=0.0,
+        temperature=temperature,
         seed=seed,
         constraint=Constraint(json_schema=IDENTIFY_SCHEMA),
     )
@@ -92,7 +95,10 @@ def identify_biases(
     for round_ in range(settings.retries + 1):
         if not pending:
             break
-        requests = [build_identify_request(cases[i], settings, seed + round_) for i in pending]
+        temperature = 0.0 if round_ == 0 else settings.retry_temperature
+        requests = [
+            build_identify_request(cases[i], settings, seed + round_, temperature=temperature) for i in pending
+        ]
         responses = teacher.generate(requests, progress=progress if round_ == 0 else None)
         still = []
         for i, response in zip(pending, responses):
