@@ -25,7 +25,7 @@ from .data.pairs import PreferencePair
 from .embeddings import SentenceTransformerEmbedder
 from .io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from .judging import JudgeResult, judge_pairs, summarize
-from .library import Bias, BiasLibrary, LibraryStore, load_seed_library
+from .library import Bias, LibraryStore, load_seed_library
 from .llm.cache import CachedEngine
 from .llm.meter import MeteredEngine
 from .llm.registry import make_engine

@@ -1,7 +1,6 @@
 """Shared test settings and fixtures. Tests never reach a model or data hub."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
