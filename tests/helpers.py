@@ -21,7 +21,9 @@ def free_port() -> int:
 
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# JudgeBench and RewardBench files for the loader tests: ../shared/data next to the clone, or
+# wherever $BIAS_DISCOVERY_TEST_DATA_DIR points (a clone elsewhere); tests skip when absent.
+SHARED_DATA = Path(os.environ.get("BIAS_DISCOVERY_TEST_DATA_DIR") or REPO.parent / "shared" / "data")
 
 # A real discovery run, small enough for CI: SmolLM2 as target and teacher, one iteration.
 # The merge threshold is high so SmolLM2's candidates reach validation (it calls most pairs "same").
