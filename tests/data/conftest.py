@@ -8,7 +8,7 @@ import pytest
 
 from bias_discovery.data.loaders import DATA_DIR_ENV
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from helpers import SHARED_DATA
 
 
 @pytest.fixture(autouse=True)
