@@ -7,9 +7,8 @@ on stderr and exit code 2; nothing half-written is left behind.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from pydantic import ValidationError
@@ -17,6 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import BiasDiscoveryError
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from .judging import JudgeSummary
 
 app = typer.Typer(
     add_completion=False,
@@ -55,7 +57,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def print_judge_summary(summary: "JudgeSummary") -> None:  # noqa: F821 - imported lazily
+def print_judge_summary(summary: JudgeSummary) -> None:
     table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions})")
     for column in ("domain", "pairs", "valid", "error", "95% CI"):
         table.add_column(column, justify="right" if column != "domain" else "left")
@@ -665,4 +667,4 @@ def export_dpo_cmd(
 # Keep this guard last: `python -m bias_discovery.cli` runs main() here, so every command
 # must be defined above it.
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

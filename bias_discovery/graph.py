@@ -145,7 +145,12 @@ class Discovery:
 
         if self.show_progress and total != 0:
             with progress_bar(f"iter {iteration} {name}", total) as advance:
-                yield lambda n: (advance(n), on_progress(n))
+
+                def advance_and_log(n: int) -> None:
+                    advance(n)
+                    on_progress(n)
+
+                yield advance_and_log
         else:
             yield on_progress
         usage = {}

@@ -39,9 +39,9 @@ from pydantic import (
     model_validator,
 )
 
+from .data.pairs import Order
 from .errors import LibraryError
 from .io import atomic_write_json
-from .data.pairs import Order
 from .resources import bias_library_dir
 
 __all__ = [

@@ -108,6 +108,6 @@ def summarize_events(events: list[dict[str, Any]]) -> dict[str, Any]:
                 row = usage.setdefault((str(e.get("stage")), role), {"requests": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
                 for key in row:
                     row[key] += int(u.get(key, 0))
-    rows = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
+    rows: list[dict[str, Any]] = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
     totals = {k: sum(r[k] for r in rows) for k in ("requests", "cached", "prompt_tokens", "completion_tokens")}
     return {"usage": rows, "totals": totals, "current": current}

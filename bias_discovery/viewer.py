@@ -88,7 +88,8 @@ class ReportServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.httpd.server_address[0]}:{self.port}/"
+        host = self.httpd.server_address[0]
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{self.port}/"
 
     def _files_key(self) -> tuple[Any, ...]:
         """Size and mtime of every file the report reads that a run changes as it goes."""

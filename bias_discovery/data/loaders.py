@@ -134,6 +134,10 @@ _KNOWN_HINT = (
 # Field mapping for generic files
 
 
+def _judgebench_label_values() -> dict[str, Literal["A", "B"]]:
+    return {"A>B": "A", "B>A": "B"}
+
+
 class FieldMap(BaseModel):
     """Which field of a generic data file holds which part of a preference pair.
 
@@ -166,7 +170,7 @@ class FieldMap(BaseModel):
     response_b: str = Field(default="response_B", description="Second response (label style).")
     label: str = Field(default="label", description="Which response is better (label style).")
     label_values: dict[str, Literal["A", "B"]] = Field(
-        default_factory=lambda: {"A>B": "A", "B>A": "B"},
+        default_factory=_judgebench_label_values,
         description="Allowed label values and the response each one names as better.",
     )
     domain: str = Field(
@@ -211,7 +215,7 @@ class FieldMap(BaseModel):
                 raise DataError(f"field map key {key!r} is unknown; known keys: {', '.join(allowed)}")
             values[key] = value
         try:
-            return cls(**values)
+            return cls.model_validate(values)
         except ValueError as exc:
             raise DataError(f"invalid field map {text!r}: {exc}") from None
 

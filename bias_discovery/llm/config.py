@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError
 
-KNOWN_PROVIDERS = ("llamacpp", "openai", "vllm", "hf")
+Provider = Literal["llamacpp", "openai", "vllm", "hf"]
+KNOWN_PROVIDERS: tuple[str, ...] = get_args(Provider)
 
 
 class ModelConfig(BaseModel):
@@ -16,7 +17,7 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["llamacpp", "openai", "vllm", "hf"]
+    provider: Provider
     """Engine family: embedded llama.cpp, OpenAI-compatible server, vLLM offline, transformers."""
 
     model: str
@@ -90,4 +91,4 @@ class ModelConfig(BaseModel):
                 f"unknown provider {provider!r} in model spec {spec!r}; "
                 f"known providers: {', '.join(KNOWN_PROVIDERS)}"
             )
-        return cls(provider=provider, model=model, **settings)
+        return cls(provider=cast(Provider, provider), model=model, **settings)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,14 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError, LibraryError
-from ..library import Bias, BiasLibrary, LibraryDiff, LibraryStore, diff_libraries, load_library
+from ..library import (
+    Bias,
+    BiasLibrary,
+    LibraryDiff,
+    LibraryStore,
+    diff_libraries,
+    load_library,
+)
 from ..rundir import RunDir, RunState, summarize_events
 
 __all__ = [
@@ -228,7 +236,7 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     }
 
 
-def library_rows(library: BiasLibrary, rejected: list[Bias] = ()) -> list[dict[str, Any]]:
+def library_rows(library: BiasLibrary, rejected: Sequence[Bias] = ()) -> list[dict[str, Any]]:
     """The library's biases, then the rejected candidates (not in the library)."""
     rows = [bias_row(b) for b in library.biases]
     rows += [bias_row(b, in_library=False) for b in rejected if b.id not in library]
@@ -253,7 +261,7 @@ def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
     }
 
 
-def diff_to_json(diff: LibraryDiff, a: LibraryRef, b: LibraryRef, rejected: list[Bias] = ()) -> dict[str, Any]:
+def diff_to_json(diff: LibraryDiff, a: LibraryRef, b: LibraryRef, rejected: Sequence[Bias] = ()) -> dict[str, Any]:
     """A compact, JSON-ready form of a LibraryDiff (rows instead of whole biases)."""
     return {
         "a": {"source": a.spec, "path": str(a.path), "name": diff.a_name, "iteration": diff.a_iteration},
@@ -425,13 +433,13 @@ def collect_run(root: Path | str) -> RunData:
                 info.raw_candidates = stats.get("raw_candidates")
                 merged = stats.get("merged_into_library") or {}
                 info.merged_into_library = {str(k): str(v) for k, v in merged.items()} if isinstance(merged, dict) else {}
-        data = by_iteration.get(i)
-        if data is not None:
-            validated = data.get("validated") or []
+        validation = by_iteration.get(i)
+        if validation is not None:
+            validated = validation.get("validated") or []
             info.validated = len(validated)
-            info.accepted = [str(x) for x in data.get("accepted") or []]
+            info.accepted = [str(x) for x in validation.get("accepted") or []]
             info.rejected = [str(b.get("id")) for b in validated if isinstance(b, dict) and not (b.get("validation") or {}).get("accepted")]
-            info.skipped = [str(x) for x in data.get("skipped_over_max_candidates") or []]
+            info.skipped = [str(x) for x in validation.get("skipped_over_max_candidates") or []]
         for case in _read_jsonl_lenient(directory / "explanations.jsonl") or _read_jsonl_lenient(directory / "misjudged.jsonl"):
             key = (str(case.get("pair_id")), str(case.get("bias_id")))
             cases.setdefault(key, case)

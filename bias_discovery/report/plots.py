@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 __all__ = ["ForestRow", "biases_per_iteration_plot", "delta_forest_plot"]
 
@@ -20,7 +21,7 @@ REJECTED = "#b35900"
 SEED = "#8c959f"
 CANDIDATES = "#6e7781"
 
-_RC = {
+_RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc name
     "svg.fonttype": "none",
     "svg.hashsalt": "bias-discovery",
     "text.parse_math": False,
@@ -104,12 +105,13 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
         values: list[float] = []
         for column, ax in zip(columns, axes):
             for y, row in zip(ys, rows):
+                point: tuple[float, float | None, float | None] | None
                 if column == "all test items":
                     point = (row.delta, row.ci_low, row.ci_high)
                 else:
                     point = row.per_domain.get(column)
-                    if point is None:
-                        continue
+                if point is None:
+                    continue
                 delta, low, high = point
                 color = ACCEPTED if row.accepted else REJECTED
                 if low is not None and high is not None:

@@ -13,8 +13,8 @@ of the evidence is passed as (kind, text) segments that the template wraps in
 from __future__ import annotations
 
 import difflib
-import secrets
 import re
+import secrets
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path

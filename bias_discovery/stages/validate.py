@@ -18,7 +18,12 @@ from ..data.pairs import PreferencePair
 from ..judging import JudgeResult, JudgeSettings, Judgment, judge_pairs
 from ..library import Bias, BiasValidation, DomainValidation
 from ..llm.base import Engine, ProgressCallback
-from ..stats import PairedComparison, compare_paired, decide_acceptance, per_domain_breakdown
+from ..stats import (
+    PairedComparison,
+    compare_paired,
+    decide_acceptance,
+    per_domain_breakdown,
+)
 from .perturb import perturb
 from .records import PerturbedPair
 
