@@ -23,6 +23,11 @@ Output constraints are sent the way the server understands them (`structured_out
 - `auto`: `GET {base_url}/models` once: `owned_by == "vllm"` -> vllm, `"me"`
   (llama_cpp.server) or `"llamacpp"` (llama-server) -> llamacpp, anything else -> openai.
 
+The output budget goes out as `max_tokens`, which every server above reads. OpenAI's
+reasoning models refuse it ("Unsupported parameter: 'max_tokens' ... Use
+'max_completion_tokens' instead"); on that refusal the request is resent with
+`max_completion_tokens` and the engine keeps using that field.
+
 The API key is read from the environment variable `api_key_env` (absent is fine for local
 servers) and is only ever put in the Authorization header: never logged, never stored.
 """
@@ -58,6 +63,9 @@ Dialect = str  # "vllm" | "llamacpp" | "openai"
 # --------------------------------------------------------------------------------------
 # Pure request mapping (unit-testable without a server)
 # --------------------------------------------------------------------------------------
+
+
+_WANTS_MAX_COMPLETION_TOKENS = re.compile(r"max_tokens.{0,80}max_completion_tokens", re.IGNORECASE | re.DOTALL)
 
 
 def constraint_fields(constraint: Constraint, dialect: Dialect) -> dict[str, Any]:
@@ -198,6 +206,7 @@ class OpenAIServerEngine:
             None if config.structured_outputs == "auto" else config.structured_outputs
         )
         self._dialect_lock = threading.Lock()
+        self._use_max_completion_tokens = False
 
     @property
     def dialect(self) -> Dialect:
@@ -271,7 +280,14 @@ class OpenAIServerEngine:
         if stop.is_set():
             raise EngineError("batch aborted after another request failed")
         url = f"{self.base_url}/chat/completions"
+        payload = self._with_token_field(payload)
         response = self._call("POST", url, payload, stop)
+        if response.status_code == 400 and "max_tokens" in payload:
+            message, _ = _server_message(response)
+            if _WANTS_MAX_COMPLETION_TOKENS.search(message):
+                self._use_max_completion_tokens = True  # for every later request too
+                payload = self._with_token_field(payload)
+                response = self._call("POST", url, payload, stop)
         if response.status_code >= 400:
             message, code = _server_message(response)
             if response.status_code in (400, 413) and (
@@ -306,6 +322,14 @@ class OpenAIServerEngine:
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
         )
+
+    def _with_token_field(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """`payload` with the output budget under the field this server accepts."""
+        if not self._use_max_completion_tokens or "max_tokens" not in payload:
+            return payload
+        renamed = {k: v for k, v in payload.items() if k != "max_tokens"}
+        renamed["max_completion_tokens"] = payload["max_tokens"]
+        return renamed
 
     def _call(
         self,

@@ -258,6 +258,25 @@ def test_context_overflow_is_a_per_request_error(scripted) -> None:  # type: ign
     assert out[1].finish_reason == "length" and out[1].text == "ok"
 
 
+def test_max_completion_tokens_when_the_server_refuses_max_tokens(scripted) -> None:  # type: ignore[no-untyped-def]
+    # What OpenAI's reasoning models answer to `max_tokens` (their error text, verbatim).
+    refusal = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                    "Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
+                         "param": "max_tokens", "code": "unsupported_parameter"}}
+
+    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        return (400, refusal) if "max_tokens" in body else (200, completion(f"budget {body['max_completion_tokens']}"))
+
+    server = scripted(handler)
+    engine = engine_for(server, structured_outputs="openai", max_concurrency=1)
+    out = engine.generate([GenerationRequest.chat("a", max_tokens=7), GenerationRequest.chat("b", max_tokens=9)])
+    assert [r.text for r in out] == ["budget 7", "budget 9"]
+    # One refused request, then the field is renamed for this and every later request.
+    assert [sorted(k for k in b if k.startswith("max_")) for b in server.posts()] == [
+        ["max_tokens"], ["max_completion_tokens"], ["max_completion_tokens"]
+    ]
+
+
 def test_api_key_from_env_goes_only_into_the_header(scripted, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("MY_TEST_KEY", "sk-secret-123")
     server = scripted(lambda *a: (200, completion("ok")))
