@@ -23,7 +23,6 @@ applied again (it is always applied to the set as the filter left it).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from ..io import (
 )
 from ..stats import cohens_kappa
 from .common import ExportError, length_stats, string_schema, write_data_files
-from .pro import DATA_COLUMNS, KIND, render_pro_card
+from .pro import DATA_COLUMNS, read_pro_stats, render_pro_card
 
 VERDICTS = ("keep", "reject")
 
@@ -140,12 +139,7 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     stats_path = directory / "stats.json"
     if not stats_path.is_file():
         raise ExportError(f"{directory}: not an exported Pro set (no stats.json)")
-    try:
-        stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ExportError(f"{stats_path}: not valid JSON ({exc})") from None
-    if stats.get("kind") != KIND:
-        raise ExportError(f"{directory}: stats.json says kind {stats.get('kind')!r}, expected {KIND!r}")
+    stats = read_pro_stats(directory, label=str(directory))
     pre_path = directory / "pre_annotation.jsonl"
     base_path = pre_path if pre_path.is_file() else directory / "data.jsonl"
     try:

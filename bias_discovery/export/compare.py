@@ -9,7 +9,6 @@ per domain (the shape of the BiasScope paper's Table 9). The Pro set is read fro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,7 +20,7 @@ from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from .common import ExportError, ProgressFactory, progress_or_quiet
-from .pro import KIND
+from .pro import read_pro_stats
 
 
 class CompareRow(BaseModel):
@@ -56,12 +55,7 @@ def check_pro_dir(directory: Path) -> Path:
             f"--compare {directory}: not an exported Pro set (needs data.jsonl and stats.json; build one "
             "with `bias-discovery export judgebench-pro`)"
         )
-    try:
-        stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ExportError(f"{stats_path}: not valid JSON ({exc})") from None
-    if stats.get("kind") != KIND:
-        raise ExportError(f"--compare {directory}: stats.json says kind {stats.get('kind')!r}, expected {KIND!r}")
+    read_pro_stats(directory, label=f"--compare {directory}")
     if not data_path.read_text(encoding="utf-8").strip():
         raise ExportError(f"--compare {directory}: the Pro set has no samples; nothing to compare")
     return directory

@@ -29,6 +29,7 @@ annotators, and `bias-discovery export apply-annotations` applies them (annotate
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -70,6 +71,20 @@ from .common import (
 )
 
 KIND = "judgebench-pro"
+
+
+def read_pro_stats(directory: Path, *, label: str) -> dict[str, Any]:
+    """stats.json of the exported Pro set in `directory` (the caller checked it exists),
+    refused when it is not JSON or not a Pro set's; `label` starts the kind error."""
+    stats_path = directory / "stats.json"
+    try:
+        stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"{stats_path}: not valid JSON ({exc})") from None
+    kind = stats.get("kind") if isinstance(stats, dict) else None
+    if kind != KIND:
+        raise ExportError(f"{label}: stats.json says kind {kind!r}, expected {KIND!r}")
+    return stats
 
 DATA_COLUMNS = (
     "sample_id",
