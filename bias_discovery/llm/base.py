@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from .types import GenerationRequest, GenerationResponse
 
@@ -38,3 +38,24 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release the model or connections; the engine is unusable afterwards."""
         ...
+
+
+Item = TypeVar("Item")
+
+
+def generate_in_order(
+    items: Sequence[Item],
+    generate_one: Callable[[Item], GenerationResponse],
+    progress: ProgressCallback | None = None,
+    on_response: ResponseCallback | None = None,
+) -> list[GenerationResponse]:
+    """The batch loop of engines that generate one request at a time: each response is
+    reported (`on_response`, `progress`) as soon as it is done, not at the end of the batch."""
+    responses: list[GenerationResponse] = []
+    for index, item in enumerate(items):
+        responses.append(generate_one(item))
+        if on_response is not None:
+            on_response(index, responses[-1])
+        if progress is not None:
+            progress(1)
+    return responses

@@ -10,7 +10,7 @@ import threading
 from typing import Any, Sequence
 
 from ..errors import EngineError
-from .base import ProgressCallback, ResponseCallback
+from .base import ProgressCallback, ResponseCallback, generate_in_order
 from .config import ModelConfig
 from .types import FinishReason, GenerationRequest, GenerationResponse
 
@@ -60,14 +60,7 @@ class TransformersEngine:
         with self._lock:
             if self.model is None:
                 raise EngineError("the transformers engine is closed")
-            out = []
-            for index, request in enumerate(requests):
-                out.append(self._one(request))
-                if on_response is not None:
-                    on_response(index, out[-1])
-                if progress is not None:
-                    progress(1)
-            return out
+            return generate_in_order(requests, self._one, progress, on_response)
 
     def close(self) -> None:
         """Drop the model and free GPU memory."""

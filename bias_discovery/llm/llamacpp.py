@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, EngineError
-from .base import ProgressCallback, ResponseCallback
+from .base import ProgressCallback, ResponseCallback, generate_in_order
 from .config import ModelConfig
 from .grammar import constraint_to_gbnf
 from .types import Constraint, FinishReason, GenerationRequest, GenerationResponse
@@ -125,14 +125,9 @@ class LlamaCppEngine:
                 raise EngineError("the llama.cpp engine is closed")
             # Compile every grammar first: a bad constraint fails the batch before any work.
             grammars = [self._grammar(r.constraint) if r.constraint else None for r in requests]
-            responses: list[GenerationResponse] = []
-            for index, (request, grammar) in enumerate(zip(requests, grammars)):
-                responses.append(self._one(request, grammar))
-                if on_response is not None:
-                    on_response(index, responses[-1])
-                if progress is not None:
-                    progress(1)
-            return responses
+            return generate_in_order(
+                list(zip(requests, grammars)), lambda item: self._one(*item), progress, on_response
+            )
 
     def close(self) -> None:
         """Free the model (idempotent)."""
