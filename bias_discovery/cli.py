@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
@@ -48,7 +48,7 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     return "invalid settings:\n" + "\n".join(lines)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
@@ -126,10 +126,8 @@ def judge(
         summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings)
     except ValidationError as exc:
         _fail(format_validation_error(exc))
-        return
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
     atomic_write_json(out / "summary.json", summary)
@@ -242,7 +240,6 @@ def status(
         report = summarize_events(rd.read_events())
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     data = {"state": state.model_dump() if state else None, **report}
     if as_json:
         console.print_json(_json.dumps(data))
@@ -334,7 +331,6 @@ def library_show(
         data = library_json(resolved, rejected)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     if as_json:
         typer.echo(_json.dumps(data, indent=2, ensure_ascii=False))
         return
@@ -426,7 +422,6 @@ def library_diff(
         diff, rejected = diff_refs(ref_a, ref_b)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     data = diff_to_json(diff, ref_a, ref_b, rejected)
     if as_json:
         typer.echo(_json.dumps(data, indent=2, ensure_ascii=False))
@@ -478,7 +473,6 @@ def report(
         path = write_report(run_dir, out)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     console.print(f"wrote {path} ({path.stat().st_size:,} bytes)", highlight=False, soft_wrap=True)
 
 
@@ -495,12 +489,10 @@ def view(
         require_run_like(run_dir)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     try:
         server = ReportServer(run_dir, port=port)
     except OSError as exc:
         _fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; pick another --port")
-        return
     server.page()  # render once now: the first visit is instant
     console.print(f"serving {run_dir} at {server.url} (Ctrl-C to stop)", highlight=False, soft_wrap=True)
     try:
@@ -546,7 +538,6 @@ def _judge_compare(config, settings, summary, pro_dir: Path, *, out: Path, limit
         report = compare_with_pro(config, settings, summary, pro_dir, out=out, cache_path=cache_path, limit=limit, progress=progress_bar)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     print_compare(report, console)
     console.print(f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}", highlight=False)
 
@@ -590,10 +581,8 @@ def export_judgebench_pro_cmd(
         )
     except ValidationError as exc:
         _fail(format_validation_error(exc))
-        return
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     _print_counts(f"JudgeBench-Pro export of {stats['run_name']}", stats["counts"])
     length = stats["length"]
     if length["n"]:
@@ -621,7 +610,6 @@ def export_apply_annotations_cmd(
         stats = apply_annotations(directory, sheet)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     ann = stats["annotation"]
     kappa = "undefined (one label everywhere)" if ann["kappa"] is None else f"{ann['kappa']:.3f}"
     console.print(
@@ -656,10 +644,8 @@ def export_dpo_cmd(
         )
     except ValidationError as exc:
         _fail(format_validation_error(exc))
-        return
     except BiasDiscoveryError as exc:
         _fail(str(exc))
-        return
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
     console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
 
