@@ -22,7 +22,7 @@ Everything is pure Python + numpy (no scipy): exact binomial tails use integer a
 (`math.comb`) for the sizes we meet (test sets of hundreds of items) and a log-space sum
 beyond that; the normal quantile comes from `statistics.NormalDist`.
 
-Also here: small, well-defined position metrics (CALM-style) used by the audit commands.
+Also here: Cohen's kappa, for the annotation of exported benchmarks.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ __all__ = [
     "AcceptanceRule",
     "Correction",
     "PairedComparison",
-    "Verdict",
     "benjamini_hochberg_adjust",
     "compare_paired",
     "decide_acceptance",
@@ -47,9 +46,8 @@ __all__ = [
     "mcnemar_exact_one_sided",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
-    "position_a_rate",
-    "position_consistency",
     "wilson_interval",
+    "cohens_kappa",
 ]
 
 AcceptanceRule = Literal["paired", "paper"]
@@ -59,9 +57,6 @@ AcceptanceRule = Literal["paired", "paper"]
 Correction = Literal["holm", "bh", "none"]
 """Multiplicity correction across one iteration's candidates: Holm (family-wise error rate),
 Benjamini-Hochberg (false-discovery rate) or none."""
-
-Verdict = Literal["A", "B"]
-"""A pairwise verdict by position: the judge preferred the response shown first (A) or second."""
 
 # Above this many discordant pairs the exact integer tail becomes slow (O(n^2) bit work);
 # the log-space sum is then used. Test sets are hundreds of items, so it is rarely reached.
@@ -452,60 +447,6 @@ def per_domain_breakdown(
 
 
 # --------------------------------------------------------------------------------------------
-# Position metrics (CALM-style)
-# --------------------------------------------------------------------------------------------
-
-
-def _check_verdict(v: object) -> None:
-    if v is not None and v not in ("A", "B"):
-        raise ValueError(f"a verdict must be 'A', 'B' or None (invalid); got {v!r}")
-
-
-def position_consistency(
-    verdicts_ab: Sequence[Verdict | None], verdicts_ba: Sequence[Verdict | None]
-) -> float:
-    """Share of pairs where the judge picks the same *response* when the order is swapped.
-
-    `verdicts_ab[i]` is the verdict with the pair shown in one order, `verdicts_ba[i]` with
-    the two responses swapped. The same response is picked iff the position labels differ
-    ("A" then "B", or "B" then "A"); "A" both times means the judge followed the position,
-    not the content. This is CALM's consistency (robustness) rate for position bias; 1.0 is a
-    judge that ignores order. Pairs with an invalid verdict (None) in either order are
-    excluded; with no valid pair the result is NaN (undefined, not 0 or 1).
-    """
-    if len(verdicts_ab) != len(verdicts_ba):
-        raise ValueError(
-            f"both orders must cover the same pairs; got {len(verdicts_ab)} and {len(verdicts_ba)}"
-        )
-    valid = consistent = 0
-    for x, y in zip(verdicts_ab, verdicts_ba):
-        _check_verdict(x)
-        _check_verdict(y)
-        if x is None or y is None:
-            continue
-        valid += 1
-        consistent += x != y
-    return consistent / valid if valid else float("nan")
-
-
-def position_a_rate(verdicts: Sequence[Verdict | None]) -> float:
-    """Share of valid verdicts that pick position A.
-
-    With both orders judged (or a balanced random swap) the correct answer is in A half the
-    time, so a content-driven judge scores ~0.5; the distance from 0.5 is the position
-    preference. Invalid verdicts (None) are excluded; with none valid the result is NaN.
-    """
-    valid = a = 0
-    for v in verdicts:
-        _check_verdict(v)
-        if v is None:
-            continue
-        valid += 1
-        a += v == "A"
-    return a / valid if valid else float("nan")
-
-
-# --------------------------------------------------------------------------------------------
 # Inter-annotator agreement
 # --------------------------------------------------------------------------------------------
 
@@ -547,5 +488,3 @@ def cohens_kappa(a: Sequence[object], b: Sequence[object]) -> float:
         return float("nan")
     return (n * agree - s) / denominator
 
-
-__all__ += ["cohens_kappa"]

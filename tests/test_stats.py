@@ -18,8 +18,6 @@ from bias_discovery.stats import (
     mcnemar_exact_one_sided,
     paired_bootstrap_delta_ci,
     per_domain_breakdown,
-    position_a_rate,
-    position_consistency,
     wilson_interval,
 )
 
@@ -421,32 +419,6 @@ def test_min_delta_and_bad_arguments():
 
 # ------------------------------------------------------------------------------------------
 # Position metrics
-# ------------------------------------------------------------------------------------------
-
-
-def test_position_consistency():
-    # pairs: (A,B) same response, (B,A) same, (A,A) followed position, (A,B) same, (None,B) excluded
-    # -> 3 consistent of 4 valid = 0.75
-    ab = ["A", "B", "A", "A", None]
-    ba = ["B", "A", "A", "B", "B"]
-    assert position_consistency(ab, ba) == 0.75
-    assert math.isnan(position_consistency([None], ["A"]))
-    with pytest.raises(ValueError):
-        position_consistency(["A"], ["A", "B"])
-    with pytest.raises(ValueError):
-        position_consistency(["a"], ["B"])
-
-
-def test_position_a_rate():
-    # 2 of 3 valid verdicts pick A
-    assert position_a_rate(["A", "A", "B", None]) == pytest.approx(2 / 3)
-    assert math.isnan(position_a_rate([]))
-    with pytest.raises(ValueError):
-        position_a_rate(["C"])
-
-
-# ------------------------------------------------------------------------------------------
-# Cohen's kappa
 # ------------------------------------------------------------------------------------------
 
 
