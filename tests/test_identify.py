@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from bias_discovery.config import IdentifySettings
+from bias_discovery.llm.types import GenerationResponse
 from bias_discovery.stages.identify import identify_biases
 from bias_discovery.stages.records import MisjudgedCase
 
@@ -33,3 +34,25 @@ def test_invalid_reply_is_retried_sampled_then_recorded():
     teacher = ScriptedEngine(lambda request: "not json")
     records = identify_biases(teacher, [_case("p2")], IdentifySettings(retries=1), seed=0)
     assert len(teacher.sent) == 2 and records[0].status == "invalid" and records[0].raw_output == "not json"
+
+
+def test_the_output_constraint_and_the_reply_check_share_their_limits():
+    """The JSON schema sent to the teacher is derived from the pydantic model that checks the
+    reply (they used to disagree: 80/400/4 in the schema, 120/800/6 in the model)."""
+    from bias_discovery.stages.identify import IDENTIFY_SCHEMA, IdentifiedBias, parse_identify_reply
+
+    props = IDENTIFY_SCHEMA["properties"]
+    assert (props["name"]["maxLength"], props["definition"]["maxLength"]) == (80, 400)
+    assert (props["manifestations"]["maxItems"], props["manifestations"]["items"]["maxLength"]) == (4, 160)
+    assert IDENTIFY_SCHEMA["required"] == list(IdentifiedBias.model_fields)
+    assert IDENTIFY_SCHEMA["additionalProperties"] is False and "title" not in IDENTIFY_SCHEMA
+
+    def reply(**overrides) -> GenerationResponse:
+        body = {"bias_found": True, "name": "n", "definition": "d", "manifestations": ["m"], **overrides}
+        return GenerationResponse(text=json.dumps(body), finish_reason="stop")
+
+    assert parse_identify_reply(reply(name="x" * 80)) is not None
+    assert parse_identify_reply(reply(name="x" * 81)) is None
+    assert parse_identify_reply(reply(definition="x" * 401)) is None
+    assert parse_identify_reply(reply(manifestations=["m"] * 5)) is None
+    assert parse_identify_reply(reply(manifestations=["x" * 161])) is None

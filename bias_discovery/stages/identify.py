@@ -8,9 +8,9 @@ invalid.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ..config import IdentifySettings
 from ..library import Bias, BiasOrigin, Evidence, make_bias_id, slugify
@@ -20,32 +20,46 @@ from ..prompts import load_prompt
 from .records import IdentifyRecord, MisjudgedCase
 
 
+Manifestation = Annotated[str, StringConstraints(max_length=160)]
+
+
 class IdentifiedBias(BaseModel):
-    """The teacher's JSON reply."""
+    """The teacher's JSON reply. Its JSON schema (`IDENTIFY_SCHEMA`, the output constraint) is
+    derived from this model, so the limits the teacher is held to and the limits the reply is
+    checked against are the same numbers."""
 
     model_config = ConfigDict(extra="forbid")
 
     bias_found: bool
-    name: str = Field(default="", max_length=120)
-    definition: str = Field(default="", max_length=800)
-    manifestations: list[str] = Field(default_factory=list, max_length=6)
+    name: str = Field(max_length=80)
+    definition: str = Field(max_length=400)
+    manifestations: list[Manifestation] = Field(max_length=4)
 
 
-IDENTIFY_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        "bias_found": {"type": "boolean"},
-        "name": {"type": "string", "maxLength": 80},
-        "definition": {"type": "string", "maxLength": 400},
-        "manifestations": {
-            "type": "array",
-            "items": {"type": "string", "maxLength": 160},
-            "maxItems": 4,
-        },
-    },
-    "required": ["bias_found", "name", "definition", "manifestations"],
-    "additionalProperties": False,
-}
+def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema as an output constraint: every field required, no extra keys, no
+    titles or descriptions (a constrained decoder needs neither; they only lengthen grammars)."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            if key == "properties":  # field names, not schema keywords: keep every one
+                out[key] = {name: strip(sub) for name, sub in value.items()}
+            elif key not in ("title", "description"):
+                out[key] = strip(value)
+        return out
+
+    schema = strip(model.model_json_schema())
+    schema["required"] = list(schema["properties"])
+    schema["additionalProperties"] = False
+    return dict(schema)
+
+
+IDENTIFY_SCHEMA: dict[str, Any] = strict_json_schema(IdentifiedBias)
 
 
 def build_identify_request(
