@@ -34,7 +34,7 @@ def main() -> None:
     pairs = load_pairs("demo", limit=args.pairs)
     config = ModelConfig.from_spec(args.model, **({"base_url": args.base_url} if args.base_url else {}))
     engine = make_engine(config)  # no cache: both sides must really generate
-    requests = [t.request for t in build_tasks(pairs, settings)]
+    requests = [t.request for t in build_tasks(pairs, settings, seed=42)]
     engine.generate(requests[:1])  # warm-up: model load and first grammar compile
 
     totals = {"direct": [0.0, 0], "pipeline": [0.0, 0]}
@@ -45,7 +45,7 @@ def main() -> None:
         totals["direct"][1] += sum(r.completion_tokens for r in responses)
 
         start = time.perf_counter()
-        result = judge_pairs(engine, pairs, settings)
+        result = judge_pairs(engine, pairs, settings, seed=42)
         totals["pipeline"][0] += time.perf_counter() - start
         totals["pipeline"][1] += sum(j.completion_tokens for j in result.judgments)
     engine.close()

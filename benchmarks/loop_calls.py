@@ -18,13 +18,12 @@ Cache hits are shown separately: they cost nothing.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from bias_discovery.config import load_run_config
 from bias_discovery.data.loaders import load_pairs
-from bias_discovery.rundir import RunDir
+from bias_discovery.run import RunDir
 
 
 def main() -> None:
@@ -47,16 +46,16 @@ def main() -> None:
     run_test = len(load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.test_limit, seed=config.seed))
     full_test = args.full_test_size or run_test
     per_item_judge = 2 if config.judge.positions == "both" else 1
-    iterations = sorted(int(p.name[5:]) for p in rd.root.glob("iter_[0-9][0-9][0-9]") if p.is_dir())
+    iterations = rd.iterations()
     ref_merge = ref_validate = ref_baseline = 0
     for t in iterations:
-        stats_path = rd.iteration_dir(t) / "merge_stats.json"
-        if stats_path.is_file():
-            ref_merge += json.loads(stats_path.read_text())["all_pairs_calls"]
-        validation_path = rd.iteration_dir(t) / "validation.json"
-        if validation_path.is_file():
-            v = json.loads(validation_path.read_text())
-            n_candidates = len(v["candidates"]) + len(v["skipped_over_max_candidates"])
+        record = rd.iteration(t)
+        stats = record.merge_stats.read_if_exists()
+        if stats is not None:
+            ref_merge += stats.all_pairs_calls
+        v = record.validation.read_if_exists()
+        if v is not None:
+            n_candidates = len(v.candidates) + len(v.skipped_over_max_candidates)
             ref_validate += n_candidates * full_test * (1 + per_item_judge)
             ref_baseline += full_test * per_item_judge
 

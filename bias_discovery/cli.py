@@ -108,8 +108,8 @@ def judge(
 
     try:
         settings = JudgeSettings(
-            positions=positions, seed=seed, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
-        )  # type: ignore[arg-type]
+            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
+        )
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
         if out.exists() and not out.is_dir():
             _fail(f"--out {out} exists and is not a directory")
@@ -120,10 +120,10 @@ def judge(
         try:
             n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
             with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
-                result = judge_pairs(engine, pairs, settings, progress=advance)
+                result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
         finally:
             engine.close()
-        summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings)
+        summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
     except ValidationError as exc:
         _fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
@@ -134,7 +134,7 @@ def judge(
     print_judge_summary(summary)
     console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
     if compare is not None:
-        _judge_compare(config, settings, summary, compare, out=out, limit=limit,
+        _judge_compare(config, settings, summary, compare, out=out, limit=limit, seed=seed,
                        cache_path=None if no_cache else (cache or default_cache_path()))
 
 
@@ -144,15 +144,15 @@ def main() -> None:
 
 
 def _print_run_end(run_dir: Path) -> None:
-    from .library import LibraryStore
-    from .rundir import RunDir
+    from .run import RunDir
 
-    state = RunDir(run_dir).read_state()
-    latest = LibraryStore(run_dir).load_latest()
+    rd = RunDir(run_dir)
+    state = rd.read_state()
+    latest = rd.library.load_latest()
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
         f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
-        f"library: {len(latest.biases)} biases ({len(discovered)} discovered) in {run_dir / 'library' / 'latest.json'}",
+        f"library: {len(latest.biases)} biases ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
     )
     for bias in discovered:
@@ -181,7 +181,8 @@ def run(
     from .config import load_run_config
     from .graph import execute
     from .io import atomic_write_text
-    from .rundir import RunDir
+    from .progress import progress_bar
+    from .run import RunDir
 
     try:
         config = load_run_config(config_path, set_)
@@ -193,7 +194,7 @@ def run(
             _fail(f"{root} exists and is not empty; pick another --run-dir")
         root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(rd.config_path, config.to_yaml())
-        execute(rd, config, resume=False, show_progress=not quiet)
+        execute(rd, config, resume=False, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -209,13 +210,24 @@ def resume(
     """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
     from .config import load_run_config
     from .graph import execute
-    from .rundir import RunDir
+    from .progress import progress_bar
+    from .run import RunDir
 
     try:
         rd = RunDir(run_dir)
-        rd.require_run()
+        rd.require_resumable()
         config = load_run_config(rd.config_path)
-        execute(rd, config, resume=True, show_progress=not quiet)
+        repaired = rd.library.repair_latest()
+        if repaired:
+            rd.event("repaired", what=repaired)
+            err_console.print(f"[bold yellow]warning:[/] {repaired}; rewrote it from the iteration files", highlight=False, soft_wrap=True)
+        if not rd.checkpoint_path.is_file():
+            err_console.print(
+                f"[bold yellow]note:[/] {rd.checkpoint_path} is missing: the loop restarts from iteration 1; "
+                "every call it already paid for comes from the call cache",
+                highlight=False, soft_wrap=True,
+            )
+        execute(rd, config, resume=True, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -231,7 +243,7 @@ def status(
     """Where a run stands: iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
-    from .rundir import RunDir, summarize_events
+    from .run import RunDir, summarize_events
 
     try:
         rd = RunDir(run_dir)
@@ -325,6 +337,8 @@ def library_show(
 
     try:
         resolved = resolve_library(ref, iteration)
+        for warning in resolved.warnings:
+            err_console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         rejected = (
             rejected_candidates(resolved.run_dir, upto=resolved.library.iteration) if resolved.run_dir is not None else []
         )
@@ -530,12 +544,12 @@ def _check_compare_dir(value: Optional[Path]) -> Optional[Path]:
     return None
 
 
-def _judge_compare(config, settings, summary, pro_dir: Path, *, out: Path, limit: Optional[int], cache_path: Optional[Path]) -> None:  # type: ignore[no-untyped-def]
+def _judge_compare(config, settings, summary, pro_dir: Path, *, out: Path, limit: Optional[int], seed: int, cache_path: Optional[Path]) -> None:  # type: ignore[no-untyped-def]
     from .export.compare import compare_with_pro, print_compare
     from .progress import progress_bar
 
     try:
-        report = compare_with_pro(config, settings, summary, pro_dir, out=out, cache_path=cache_path, limit=limit, progress=progress_bar)
+        report = compare_with_pro(config, settings, summary, pro_dir, out=out, cache_path=cache_path, seed=seed, limit=limit, progress=progress_bar)
     except BiasDiscoveryError as exc:
         _fail(str(exc))
     print_compare(report, console)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .judging import JudgeSettings
@@ -105,7 +105,7 @@ class RunConfig(_Strict):
     name: str = "run"
     """Human-readable run name (the run directory is chosen separately)."""
     seed: int = 42
-    """Seeds bias sampling, position swaps, subsampling and model sampling."""
+    """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
     target: ModelConfig
     """The judge under study."""
     teacher: ModelConfig
@@ -129,6 +129,22 @@ class RunConfig(_Strict):
     @classmethod
     def _parse_model(cls, value: Any) -> Any:
         return _model_from_yaml(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_seed(cls, raw: Any) -> Any:
+        """`judge.seed` (configs written before the run had one seed) must agree with `seed`:
+        a second seed that silently lost to the first would be worse than an error."""
+        if isinstance(raw, dict) and isinstance(raw.get("judge"), dict) and "seed" in raw["judge"]:
+            judge = dict(raw["judge"])
+            judge_seed = judge.pop("seed")
+            if judge_seed != raw.get("seed", 42):
+                raise ValueError(
+                    f"judge.seed ({judge_seed}) differs from seed ({raw.get('seed', 42)}): a run has one seed "
+                    "(it draws the position swaps, the bias sampling and the models' sampling); set `seed` only"
+                )
+            raw = {**raw, "judge": judge}
+        return raw
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)

@@ -6,8 +6,9 @@
     decide -> advance -> perturb ...  or  -> finish
 
 The graph state holds counters and the stop reason only; every stage reads its inputs from
-the previous stage's files and writes its own atomically, so a killed run resumes at the
-stage it was in, and the call cache makes the redone calls free.
+the previous stage's files and writes its own atomically (through the run record,
+`bias_discovery.run`), so a killed run resumes at the stage it was in, and the call cache
+makes the redone calls free.
 """
 
 from __future__ import annotations
@@ -16,21 +17,19 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Iterator, TypedDict
+from typing import Any, Iterator, Mapping, TypedDict
 
 from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
 from .data.pairs import PreferencePair
-from .embeddings import SentenceTransformerEmbedder
-from .io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from .embeddings import Embedder
+from .errors import ConfigError
 from .judging import JudgeResult, judge_pairs, summarize
-from .library import Bias, LibraryStore, load_seed_library
-from .llm.cache import CachedEngine
-from .llm.meter import MeteredEngine
-from .llm.registry import make_engine
-from .progress import progress_bar
-from .rundir import RunDir, RunState
+from .library import Bias, load_seed_library
+from .llm.base import Engine, ProgressCallback
+from .llm.roles import ModelRoles
+from .progress import ProgressFactory, progress_or_quiet
+from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
 from .stages import (
     assign_biases,
     candidates_from_records,
@@ -41,7 +40,6 @@ from .stages import (
     perturb,
     validate_biases,
 )
-from .stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 
 
 class LoopState(TypedDict, total=False):
@@ -55,52 +53,80 @@ class LoopState(TypedDict, total=False):
 THREAD = {"configurable": {"thread_id": "discovery"}}
 
 
+def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
+    """The loop's two roles, through the run's call cache (one engine when both are the same
+    model)."""
+    return ModelRoles({"target": config.target, "teacher": config.teacher}, cache_path=run.cache_path, engines=engines)
+
+
+class StageProgress:
+    """One stage of one iteration as it runs: its steps log progress events (what `status` and
+    the viewer read) and show a bar through the progress factory, each with the total it will
+    really do (known only once the previous step is done, e.g. invalid rewrites are not judged)."""
+
+    def __init__(self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int) -> None:
+        self.run = run
+        self.progress = progress
+        self.stage = stage
+        self.iteration = iteration
+
+    @contextmanager
+    def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
+        label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "")
+        done = 0
+        last = 0.0
+        with self.progress(label, total) as advance:
+
+            def on_progress(n: int) -> None:
+                nonlocal done, last
+                advance(n)
+                done += n
+                if time.time() - last > 2.0 or (total is not None and done >= total):
+                    last = time.time()
+                    fields: dict[str, Any] = {"step": name} if name else {}
+                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=done, total=total, **fields)
+
+            yield on_progress
+
+    def factory(self) -> ProgressFactory:
+        """This stage as a progress factory, for code that opens its own steps (validation)."""
+        return lambda name, total: self.step(total, name)
+
+
 class Discovery:
-    """Everything the nodes need: config, run directory, engines (built on first use)."""
+    """Everything the nodes need: config, run record, model roles, embedder, progress."""
 
     def __init__(
         self,
-        run_dir: RunDir,
+        run: RunDir,
         config: RunConfig,
-        show_progress: bool = True,
-        engines: dict[str, Any] | None = None,
-        embedder: Any | None = None,
+        roles: ModelRoles,
+        *,
+        progress: ProgressFactory | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        """`engines` ({"target": ..., "teacher": ...}) and `embedder` replace the configured
-        models; tests use them to drive the loop with scripted fakes."""
-        self.run = run_dir
+        """`embedder` replaces the configured sentence-transformers model (tests pass a fake)."""
+        self.run = run
         self.config = config
-        self.store = LibraryStore(run_dir.root)
-        self.show_progress = show_progress
-        self._engines: list[Any] = []
-        if engines:
-            self.__dict__["target"] = MeteredEngine(engines["target"], "target")
-            self.__dict__["teacher"] = MeteredEngine(engines.get("teacher", engines["target"]), "teacher")
+        self.roles = roles
+        self.progress = progress_or_quiet(progress)
         if embedder is not None:
             self.__dict__["embedder"] = embedder
 
     # -- resources --------------------------------------------------------------------------
 
-    @cached_property
-    def _target_base(self) -> CachedEngine:
-        engine = make_engine(self.config.target, cache_path=self.run.cache_path)
-        self._engines.append(engine)
-        return engine  # type: ignore[return-value]
+    @property
+    def target(self) -> Engine:
+        return self.roles["target"]
+
+    @property
+    def teacher(self) -> Engine:
+        return self.roles["teacher"]
 
     @cached_property
-    def target(self) -> MeteredEngine:
-        return MeteredEngine(self._target_base, "target")
+    def embedder(self) -> Embedder:
+        from .embeddings import SentenceTransformerEmbedder
 
-    @cached_property
-    def teacher(self) -> MeteredEngine:
-        if self.config.teacher == self.config.target:
-            return MeteredEngine(self._target_base, "teacher")  # one model in memory, not two
-        engine = make_engine(self.config.teacher, cache_path=self.run.cache_path)
-        self._engines.append(engine)
-        return MeteredEngine(engine, "teacher")
-
-    @cached_property
-    def embedder(self) -> SentenceTransformerEmbedder:
         return SentenceTransformerEmbedder(self.config.embedder)
 
     @cached_property
@@ -113,14 +139,13 @@ class Discovery:
         d = self.config.data
         return load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=self.config.seed)
 
-    def close(self) -> None:
-        for engine in self._engines:
-            engine.close()
-        self._engines.clear()
+    @property
+    def seed(self) -> int:
+        return self.config.seed
 
     # -- bookkeeping --------------------------------------------------------------------------
 
-    def _update_state(self, **fields: Any) -> None:
+    def update_state(self, **fields: Any) -> None:
         state = self.run.read_state()
         if state is None:
             now = time.time()
@@ -128,157 +153,139 @@ class Discovery:
         self.run.write_state(state.model_copy(update=fields))
 
     @contextmanager
-    def stage(self, name: str, iteration: int, total: int | None) -> Iterator[Any]:
-        """Book calls to `name`, log start/end events, show a progress bar with ETA."""
-        for meter in (self.target, self.teacher):
-            meter.stage = name
-        self._update_state(stage=name, iteration=iteration, status="running")
+    def stage(self, name: str, iteration: int, total: int | None) -> Iterator[StageProgress]:
+        """Book calls to `name` and log its start and end (with calls and tokens per role)."""
+        self.roles.set_stage(name)
+        self.update_state(stage=name, iteration=iteration, status="running")
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
         started = time.time()
-        last = [0.0, 0]
-
-        def on_progress(n: int) -> None:
-            last[1] += n
-            if time.time() - last[0] > 2.0 or (total is not None and last[1] >= total):
-                last[0] = time.time()
-                self.run.event("progress", iteration=iteration, stage=name, done=last[1], total=total)
-
-        if self.show_progress and total != 0:
-            with progress_bar(f"iter {iteration} {name}", total) as advance:
-
-                def advance_and_log(n: int) -> None:
-                    advance(n)
-                    on_progress(n)
-
-                yield advance_and_log
-        else:
-            yield on_progress
-        usage = {}
-        for meter in (self.target, self.teacher):
-            booked = meter.take_usage().get(name)
-            if booked is not None and booked.requests:
-                usage[meter.role] = booked.model_dump()
+        yield StageProgress(self.run, self.progress, name, iteration)
+        usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
         self.run.event(
             "stage_end", iteration=iteration, stage=name, total=total, seconds=round(time.time() - started, 2), usage=usage
         )
-
-    def _dir(self, iteration: int) -> Path:
-        path = self.run.iteration_dir(iteration)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
     def _pending(self, upto: int) -> list[Bias]:
         """validate: late — merged candidates of iterations 1..upto awaiting validation."""
         pending: list[Bias] = []
         for t in range(1, upto + 1):
-            path = self.run.iteration_dir(t) / "candidates.json"
-            if path.is_file():
-                pending += [Bias.model_validate(b) for b in read_jsonl_json(path)]
+            candidates = self.run.iteration(t).candidates
+            if candidates.exists():
+                pending += candidates.read()
         return pending
 
     def _late(self) -> bool:
         return self.config.validate_.when == "late"
 
+    def _iteration(self, t: int) -> IterationRecord:
+        return self.run.iteration(t)
+
     # -- nodes --------------------------------------------------------------------------------
 
     def node_start(self, state: LoopState) -> LoopState:
-        if not self.store.iterations():
+        library = self.run.library
+        if not library.iterations():
             seed = load_seed_library(self.config.seed_library)
-            library = seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec})
-            self.store.save_iteration(library)
-        self._update_state(status="running", iteration=1, stage="start", library_size=len(self.store.load_latest().biases))
+            library.save_iteration(seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec}))
+        self.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
         return {"iteration": 1, "stage": "start", "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
 
     def node_perturb(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        library = self.store.load_iteration(t - 1)
+        library = self.run.library.load_iteration(t - 1)
         pool = library.biases + (self._pending(t - 1) if self._late() else [])
-        items = assign_biases(self.target_pairs, pool, seed=self.config.seed, iteration=t)
-        with self.stage("perturb", t, len(items)) as progress:
-            perturbed = perturb(self.teacher, items, self.config.perturb, seed=self.config.seed, progress=progress)
-        atomic_write_jsonl(self._dir(t) / "perturbed.jsonl", perturbed)
+        items = assign_biases(self.target_pairs, pool, seed=self.seed, iteration=t)
+        with self.stage("perturb", t, len(items)) as stage, stage.step(len(items)) as progress:
+            perturbed = perturb(self.teacher, items, self.config.perturb, seed=self.seed, progress=progress)
+        self._iteration(t).perturbed.write(perturbed)
         return {"stage": "perturb"}
 
     def node_evaluate(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        perturbed = [PerturbedPair.model_validate(r) for r in read_jsonl(self._dir(t) / "perturbed.jsonl")]
+        record = self._iteration(t)
+        perturbed = record.perturbed.read()
         n_judge = sum(1 for p in perturbed if p.valid) * (2 if self.config.judge.positions == "both" else 1)
-        with self.stage("evaluate", t, n_judge) as progress:
-            result, cases = evaluate(self.target, perturbed, self.config.judge, progress=progress)
-        atomic_write_jsonl(self._dir(t) / "judgments.jsonl", result.judgments)
-        atomic_write_jsonl(self._dir(t) / "misjudged.jsonl", cases)
+        with self.stage("evaluate", t, n_judge) as stage, stage.step(n_judge) as progress:
+            result, cases = evaluate(self.target, perturbed, self.config.judge, seed=self.seed, progress=progress)
+        record.judgments.write(result.judgments)
+        record.misjudged.write(cases)
         return {"stage": "evaluate"}
 
     def node_deeper_explain(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        cases = [MisjudgedCase.model_validate(r) for r in read_jsonl(self._dir(t) / "misjudged.jsonl")]
+        record = self._iteration(t)
+        cases = record.misjudged.read()
         if self.config.deeper_explain.enabled:
-            with self.stage("deeper_explain", t, len(cases)) as progress:
-                cases = deeper_explain(self.target, cases, self.config.judge, self.config.deeper_explain, progress=progress)
-        atomic_write_jsonl(self._dir(t) / "explanations.jsonl", cases)
+            with self.stage("deeper_explain", t, len(cases)) as stage, stage.step(len(cases)) as progress:
+                cases = deeper_explain(
+                    self.target, cases, self.config.judge, self.config.deeper_explain, seed=self.seed, progress=progress
+                )
+        record.explanations.write(cases)
         return {"stage": "deeper_explain"}
 
     def node_identify(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        cases = [MisjudgedCase.model_validate(r) for r in read_jsonl(self._dir(t) / "explanations.jsonl")]
-        with self.stage("identify", t, len(cases)) as progress:
-            records = identify_biases(self.teacher, cases, self.config.identify, seed=self.config.seed, progress=progress)
-        atomic_write_jsonl(self._dir(t) / "identified.jsonl", records)
+        record = self._iteration(t)
+        cases = record.explanations.read()
+        with self.stage("identify", t, len(cases)) as stage, stage.step(len(cases)) as progress:
+            records = identify_biases(self.teacher, cases, self.config.identify, seed=self.seed, progress=progress)
+        record.identified.write(records)
         return {"stage": "identify"}
 
     def node_merge(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        cases = [MisjudgedCase.model_validate(r) for r in read_jsonl(self._dir(t) / "explanations.jsonl")]
-        records = [IdentifyRecord.model_validate(r) for r in read_jsonl(self._dir(t) / "identified.jsonl")]
-        library = self.store.load_iteration(t - 1)
+        record = self._iteration(t)
+        cases = record.explanations.read()
+        identified = record.identified.read()
+        library = self.run.library.load_iteration(t - 1)
         existing = library.biases + (self._pending(t - 1) if self._late() else [])
         raw = candidates_from_records(
-            records, cases, iteration=t, target_model=self.config.target.spec, taken_ids=[b.id for b in existing]
+            identified, cases, iteration=t, target_model=self.config.target.spec, taken_ids=[b.id for b in existing]
         )
-        with self.stage("merge", t, None) as progress:
+        with self.stage("merge", t, None) as stage, stage.step(None) as progress:
             result = merge_biases(
-                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.config.seed, progress=progress
+                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=progress
             )
-        atomic_write_jsonl(self._dir(t) / "merges.jsonl", result.decisions)
-        atomic_write_json(
-            self._dir(t) / "merge_stats.json",
-            {
-                "raw_candidates": len(raw),
-                "merged_into_library": result.merged_into_library,
-                "candidates": len(result.candidates),
-                "teacher_calls": result.teacher_calls,
-                "all_pairs_calls": result.all_pairs_calls,
-            },
+        record.merges.write(result.decisions)
+        record.merge_stats.write(
+            MergeStats(
+                raw_candidates=len(raw),
+                merged_into_library=result.merged_into_library,
+                candidates=len(result.candidates),
+                teacher_calls=result.teacher_calls,
+                all_pairs_calls=result.all_pairs_calls,
+            )
         )
-        atomic_write_json(self._dir(t) / "candidates.json", [b.model_dump(mode="json") for b in result.candidates])
+        record.candidates.write(result.candidates)
         if self._late():
-            self.store.save_iteration(library.with_biases(library.biases, iteration=t), overwrite=True)
+            self.run.library.save_iteration(library.with_biases(library.biases, iteration=t), overwrite=True)
         return {"stage": "merge", "n_candidates": len(result.candidates)}
 
     def baseline(self) -> JudgeResult:
         """The target's judgments on the unperturbed test set (computed once per run)."""
-        path = self.run.baseline_dir / "result.json"
-        if path.is_file():
-            return JudgeResult.model_validate_json(path.read_text(encoding="utf-8"))
+        baseline = self.run.baseline
+        if baseline.result.exists():
+            return baseline.result.read()
         pairs = self.test_pairs
         n = len(pairs) * (2 if self.config.judge.positions == "both" else 1)
-        with self.stage("baseline", 0, n) as progress:
-            result = judge_pairs(self.target, pairs, self.config.judge, progress=progress)
+        with self.stage("baseline", 0, n) as stage, stage.step(n) as progress:
+            result = judge_pairs(self.target, pairs, self.config.judge, seed=self.seed, progress=progress)
         summary = summarize(
-            result, model=self.config.target.spec, data=describe_source(self.config.data.test, self.config.data.data_dir), settings=self.config.judge
+            result,
+            model=self.config.target.spec,
+            data=describe_source(self.config.data.test, self.config.data.data_dir),
+            settings=self.config.judge,
+            seed=self.seed,
         )
-        atomic_write_json(self.run.baseline_dir / "summary.json", summary)
-        atomic_write_json(path, result)
+        baseline.summary.write(summary)
+        baseline.result.write(result)
         return result
 
     def node_validate(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        if self._late():
-            candidates = self._pending(t)
-            library = self.store.load_iteration(t - 1)
-        else:
-            candidates = [Bias.model_validate(b) for b in read_jsonl_json(self._dir(t) / "candidates.json")]
-            library = self.store.load_iteration(t - 1)
+        record = self._iteration(t)
+        candidates = self._pending(t) if self._late() else record.candidates.read()
+        library = self.run.library.load_iteration(t - 1)
         cfg = self.config.validate_
         skipped: list[str] = []
         if cfg.max_candidates is not None and len(candidates) > cfg.max_candidates:
@@ -287,9 +294,7 @@ class Discovery:
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
-        n = len(candidates) * len(self.test_pairs)
-        n_judge = n * (2 if self.config.judge.positions == "both" else 1)
-        with self.stage("validate", t, n + n_judge) as progress:
+        with self.stage("validate", t, None) as stage:
             out = validate_biases(
                 self.teacher,
                 self.target,
@@ -299,40 +304,38 @@ class Discovery:
                 perturb_settings=self.config.perturb,
                 judge_settings=self.config.judge,
                 settings=cfg,
-                seed=self.config.seed,
+                seed=self.seed,
                 test_data=describe_source(self.config.data.test, self.config.data.data_dir),
-                perturb_progress=progress,
-                judge_progress=progress,
+                progress=stage.factory(),
             )
         accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
-        d = self._dir(t)
-        atomic_write_jsonl(d / "validation_perturbed.jsonl", out.perturbed)
-        atomic_write_jsonl(d / "validation_judgments.jsonl", out.judgments)
-        baseline_errors = [o for o in baseline.outcomes if o.correct is not None]
-        atomic_write_json(
-            d / "validation.json",
-            {
-                "iteration": t,
-                "when": cfg.when,
-                "acceptance": cfg.acceptance,
-                "alpha": cfg.alpha,
-                "correction": cfg.correction,
-                "n_test": len(self.test_pairs),
-                "baseline_error": (
-                    sum(1 for o in baseline_errors if not o.correct) / len(baseline_errors) if baseline_errors else None
+        record.validation_perturbed.write(out.perturbed)
+        record.validation_judgments.write(out.judgments)
+        baseline_valid = [o for o in baseline.outcomes if o.correct is not None]
+        record.validation.write(
+            ValidationReport(
+                iteration=t,
+                when=cfg.when,
+                acceptance=cfg.acceptance,
+                alpha=cfg.alpha,
+                correction=cfg.correction,
+                n_test=len(self.test_pairs),
+                baseline_error=(
+                    sum(1 for o in baseline_valid if not o.correct) / len(baseline_valid) if baseline_valid else None
                 ),
-                "skipped_over_max_candidates": skipped,
-                "accepted": [b.id for b in accepted],
-                "candidates": [r.model_dump(mode="json") for r in out.records],
-                "validated": [b.model_dump(mode="json") for b in out.candidates],
-            },
+                skipped_over_max_candidates=skipped,
+                accepted=[b.id for b in accepted],
+                candidates=out.records,
+                validated=out.candidates,
+            )
         )
         new_library = library.with_biases(library.biases + accepted, iteration=t)
-        self.store.save_iteration(new_library, overwrite=True)
+        self.run.library.save_iteration(new_library, overwrite=True)
         state_update: LoopState = {"stage": "validate", "n_accepted": len(accepted)}
         if not self._late():
             state_update["n_candidates"] = len(candidates) + len(skipped)
-        self._update_state(library_size=len(new_library.biases), accepted_total=len(new_library.biases) - len(self.store.load_iteration(0).biases))
+        n_seeds = len(self.run.library.load_iteration(0).biases)
+        self.update_state(library_size=len(new_library.biases), accepted_total=len(new_library.biases) - n_seeds)
         return state_update
 
     def node_decide(self, state: LoopState) -> LoopState:
@@ -351,11 +354,12 @@ class Discovery:
 
     def node_finish(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        if not self.store.iterations() or self.store.iterations()[-1] < t:
-            latest = self.store.load_latest()
-            self.store.save_iteration(latest.with_biases(latest.biases, iteration=t), overwrite=True)
-        latest = self.store.load_latest()
-        self._update_state(status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
+        store = self.run.library
+        if not store.iterations() or store.iterations()[-1] < t:
+            latest = store.load_latest()
+            store.save_iteration(latest.with_biases(latest.biases, iteration=t), overwrite=True)
+        latest = store.load_latest()
+        self.update_state(status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
         self.run.event("finished", iteration=t, stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
         return {"stage": "finished"}
 
@@ -390,51 +394,61 @@ class Discovery:
         return g.compile(checkpointer=checkpointer)
 
 
-def read_jsonl_json(path: Path) -> list[dict[str, Any]]:
-    """candidates.json is a JSON list (easier to read for people than JSONL)."""
-    import json
-
-    from .errors import DataError
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, list):
-        raise DataError(f"{path}: expected a JSON list")
-    return data
+def _damaged_checkpoints(run: RunDir, exc: sqlite3.DatabaseError) -> ConfigError:
+    path = run.checkpoint_path
+    return ConfigError(
+        f"{path}: the run's checkpoint database is damaged ({exc}). The run's files and its call "
+        f"cache are intact: move the damaged file aside (mv {path} {path}.damaged) and run "
+        f"`bias-discovery resume {run.root}` again; the loop then restarts from iteration 1 and "
+        "answers every call it already paid for from calls.sqlite."
+    )
 
 
 def execute(
-    run_dir: RunDir,
+    run: RunDir,
     config: RunConfig,
     *,
     resume: bool,
-    show_progress: bool = True,
-    engines: dict[str, Any] | None = None,
-    embedder: Any | None = None,
+    progress: ProgressFactory | None = None,
+    engines: Mapping[str, Engine] | None = None,
+    embedder: Embedder | None = None,
 ) -> LoopState:
-    """Run (or resume) the loop to its end; returns the final graph state."""
+    """Run (or resume) the loop to its end; returns the final graph state.
+
+    `progress` draws the bars (the CLI passes `progress.progress_bar`; None: no bars).
+    `engines` ({"target": ..., "teacher": ...}) and `embedder` replace the configured models
+    (tests drive the loop with scripted fakes). A resume without a checkpoint database (moved
+    aside after damage) restarts the loop in the same directory.
+    """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    discovery = Discovery(run_dir, config, show_progress=show_progress, engines=engines, embedder=embedder)
-    conn = sqlite3.connect(str(run_dir.checkpoint_path), check_same_thread=False)
+    roles = loop_roles(config, run, engines)
+    discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
+    fresh_checkpoints = not run.checkpoint_path.exists()
+    conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     try:
-        graph = discovery.build(SqliteSaver(conn))
+        try:
+            graph = discovery.build(SqliteSaver(conn))
+            snapshot = graph.get_state(THREAD) if resume else None
+        except sqlite3.DatabaseError as exc:
+            raise _damaged_checkpoints(run, exc) from None
         limit = 12 * config.max_iterations + 20
         run_config = {**THREAD, "recursion_limit": limit}
-        if resume and graph.get_state(THREAD).next:
-            run_dir.event("resume")
+        if resume and fresh_checkpoints:
+            run.event("restart", reason="no checkpoint database")
+            final = graph.invoke({"iteration": 0}, run_config)
+        elif resume and snapshot is not None and snapshot.next:
+            run.event("resume")
             final = graph.invoke(None, run_config)
-        elif resume:
-            final = graph.get_state(THREAD).values
+        elif resume and snapshot is not None:
+            final = snapshot.values
         else:
             final = graph.invoke({"iteration": 0}, run_config)
         return final
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt):
-            discovery._update_state(status="failed", error=str(exc)[:2000])
+            discovery.update_state(status="failed", error=str(exc)[:2000])
         raise
     finally:
-        discovery.close()
+        roles.close()
         conn.close()

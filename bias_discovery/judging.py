@@ -39,9 +39,8 @@ class JudgeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     positions: PositionMode = "both"
-    """Position control; see the module docstring."""
-    seed: int = 42
-    """Seeds the swap draw and the model's sampling."""
+    """Position control; see the module docstring. The swap draw and the model's sampling are
+    seeded by the caller's seed (a run's one `seed`), not by a setting of their own."""
     reasoning: bool = True
     """Ask for a short reasoning paragraph before the verdict (the explanation the discovery
     loop needs). Without it the judge answers with one letter."""
@@ -173,17 +172,18 @@ def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) 
     )
 
 
-def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings) -> list[JudgeTask]:
-    """All requests needed to judge `pairs`, in pair order (both orders adjacent)."""
+def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
+    """All requests needed to judge `pairs`, in pair order (both orders adjacent); `seed`
+    draws the swaps and seeds the model's sampling."""
     constraint = verdict_constraint(settings)
     tasks = []
     for index, pair in enumerate(pairs):
-        for order in order_for(pair, settings.positions, settings.seed):
+        for order in order_for(pair, settings.positions, seed):
             request = GenerationRequest(
                 messages=judge_messages(pair, order, settings),
                 max_tokens=settings.max_tokens,
                 temperature=settings.temperature,
-                seed=settings.seed,
+                seed=seed,
                 constraint=constraint,
             )
             tasks.append(JudgeTask(pair_index=index, pair_id=pair.id, order=order, request=request))
@@ -258,10 +258,12 @@ def judge_pairs(
     engine: Engine,
     pairs: Sequence[PreferencePair],
     settings: JudgeSettings,
+    *,
+    seed: int,
     progress: ProgressCallback | None = None,
 ) -> JudgeResult:
     """Judge every pair in one batch call to the engine."""
-    tasks = build_tasks(pairs, settings)
+    tasks = build_tasks(pairs, settings, seed=seed)
     responses = engine.generate([t.request for t in tasks], progress=progress)
     judgments = [to_judgment(pairs[t.pair_index], t.order, r) for t, r in zip(tasks, responses)]
     grouped: dict[int, list[Judgment]] = defaultdict(list)
@@ -275,7 +277,7 @@ def _rate(k: int, n: int) -> float | None:
     return k / n if n else None
 
 
-def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings) -> JudgeSummary:
+def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:
     outcomes, judgments = result.outcomes, result.judgments
     valid = [o for o in outcomes if o.correct is not None]
     errors = sum(1 for o in valid if not o.correct)
@@ -310,7 +312,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         model=model,
         data=data,
         positions=settings.positions,
-        seed=settings.seed,
+        seed=seed,
         n_pairs=len(outcomes),
         n_valid_pairs=len(valid),
         n_judgments=len(judgments),

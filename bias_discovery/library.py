@@ -1,9 +1,7 @@
 """The bias library: what a bias is, how a library is stored, compared and combined.
 
-A library is one JSON file holding a `BiasLibrary`. A run keeps one file per iteration under
-`RUN_DIR/library/` (`iter_000.json` is the seed library, `iter_001.json` ... one per
-iteration of the loop) plus `latest.json`, a copy of the newest one for people and viewers
-(`LibraryStore`). Seed libraries ship in the repository's top-level `bias_library/` folder
+A library is one JSON file holding a `BiasLibrary`. A run keeps one per iteration (the run
+record's `LibraryStore`, in `bias_discovery.run`). Seed libraries ship in the repository's top-level `bias_library/` folder
 and are loaded by name (`load_seed_library("biasscope7+chen4")`).
 
 Bad input never passes silently and is never destroyed:
@@ -56,11 +54,9 @@ __all__ = [
     "BiasChange",
     "MergedBias",
     "LibraryDiff",
-    "LibraryStore",
     "available_seed_libraries",
     "diff_libraries",
     "format_validation_error",
-    "iteration_filename",
     "load_library",
     "load_seed_library",
     "make_bias_id",
@@ -133,13 +129,6 @@ def make_bias_id(name: str, iteration: int = 0, taken: Iterable[str] = ()) -> st
         candidate = f"{base}-{suffix}"
         suffix += 1
     return candidate
-
-
-def iteration_filename(iteration: int) -> str:
-    """File name of an iteration's library inside a run's `library/` folder: ``iter_003.json``."""
-    if iteration < 0:
-        raise ValueError(f"iteration must be >= 0, got {iteration}")
-    return f"iter_{iteration:03d}.json"
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,7 +279,7 @@ class BiasLibrary(_Model):
     target_model: str | None = None
     """The judge model under study, when the library belongs to a run."""
     parent: str | None = None
-    """File name of the previous iteration's library (``iter_002.json``), if any."""
+    """File name of the previous iteration's library in its run, if any (set by the store)."""
     biases: list[Bias] = Field(default_factory=list)
     """The biases, in the order they joined."""
 
@@ -363,9 +352,9 @@ class BiasLibrary(_Model):
     ) -> "BiasLibrary":
         """A new library for the next iteration holding `biases` (this one is not changed).
 
-        `iteration` defaults to this one + 1, `parent` is set to this library's iteration
-        file name, `created_at` to now; `target_model` and `name` default to this library's.
-        Biases are deep-copied; duplicate ids raise ValueError.
+        `iteration` defaults to this one + 1, `created_at` to now; `target_model` and `name`
+        default to this library's; `parent` is left for the run's library store to fill in
+        when it saves the library. Biases are deep-copied; duplicate ids raise ValueError.
         """
         new_iteration = self.iteration + 1 if iteration is None else iteration
         try:
@@ -373,7 +362,6 @@ class BiasLibrary(_Model):
                 name=self.name if name is None else name,
                 iteration=new_iteration,
                 target_model=self.target_model if target_model is None else target_model,
-                parent=iteration_filename(self.iteration),
                 biases=[b.model_copy(deep=True) for b in biases],
             )
         except ValidationError as exc:
@@ -565,84 +553,6 @@ def load_seed_library(name_or_path: str | Path) -> BiasLibrary:
         created_at=max(lib.created_at for lib in libraries),
         biases=biases,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# A run's library folder
-# --------------------------------------------------------------------------------------------
-
-_ITER_RE = re.compile(r"^iter_(\d{3,})\.json$")
-
-
-class LibraryStore:
-    """The `library/` folder of a run: ``iter_NNN.json`` per iteration and ``latest.json``.
-
-    The iteration files are the record; ``latest.json`` is a convenience copy of the highest
-    one for people and viewers. `load_latest` trusts the iteration files, so a run killed
-    between the two writes still resumes from the right library.
-    """
-
-    def __init__(self, run_dir: Path | str) -> None:
-        self.run_dir = Path(run_dir)
-        self.directory = self.run_dir / "library"
-
-    def __repr__(self) -> str:
-        return f"LibraryStore({str(self.run_dir)!r})"
-
-    @property
-    def latest_path(self) -> Path:
-        """``RUN_DIR/library/latest.json``."""
-        return self.directory / "latest.json"
-
-    def path_for(self, iteration: int) -> Path:
-        """``RUN_DIR/library/iter_{iteration:03d}.json``."""
-        return self.directory / iteration_filename(iteration)
-
-    def iterations(self) -> list[int]:
-        """The iterations saved so far, ascending."""
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.iterdir():
-            match = _ITER_RE.match(path.name)
-            if match and path.is_file():
-                found.append(int(match.group(1)))
-        return sorted(found)
-
-    def save_iteration(self, library: BiasLibrary, *, overwrite: bool = False) -> Path:
-        """Write ``iter_NNN.json`` for `library.iteration`, then refresh ``latest.json``.
-
-        Both writes are atomic. Re-saving the same content is a no-op (resume-safe); saving
-        different content for an iteration already on disk needs `overwrite=True`.
-        ``latest.json`` is only moved forward: re-saving an older iteration leaves it alone.
-        A file that does not parse as a library is never replaced (see `save_library`).
-        """
-        path = save_library(library, self.path_for(library.iteration), overwrite=overwrite)
-        if library.iteration >= max(self.iterations(), default=library.iteration):
-            save_library(library, self.latest_path, overwrite=True)
-        return path
-
-    def load_iteration(self, iteration: int) -> BiasLibrary:
-        """The library of one iteration; LibraryError if missing, invalid or mislabeled."""
-        path = self.path_for(iteration)
-        if not path.exists():
-            saved = ", ".join(str(i) for i in self.iterations()) or "none"
-            raise LibraryError(f"{path}: no library for iteration {iteration} (saved: {saved})")
-        library = load_library(path)
-        if library.iteration != iteration:
-            raise LibraryError(
-                f"{path}: iteration: file says {library.iteration}, its name says {iteration}"
-            )
-        return library
-
-    def load_latest(self) -> BiasLibrary:
-        """The library of the highest saved iteration (``latest.json`` if there are none)."""
-        iterations = self.iterations()
-        if iterations:
-            return self.load_iteration(iterations[-1])
-        if self.latest_path.exists():
-            return load_library(self.latest_path)
-        raise LibraryError(f"{self.directory}: no bias library saved in this run yet")
 
 
 # --------------------------------------------------------------------------------------------

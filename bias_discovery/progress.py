@@ -1,28 +1,46 @@
-"""Progress bars with ETA for batch calls, on stderr so stdout stays machine-readable."""
+"""Progress reporting: a factory of progress bars that the CLI passes to the loop and the exports.
+
+A `ProgressFactory` is called with a description and a total (None when the total is not known
+up front) and gives a context manager yielding an increment callback. Library code takes a
+factory instead of drawing bars itself, so it stays free of the terminal (and of rich);
+`quiet_progress` is the factory that shows nothing, `progress_bar` the CLI's rich bar with ETA
+on stderr (stdout stays machine-readable).
+"""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from contextlib import contextmanager, nullcontext
+from typing import Callable, ContextManager, Iterator
 
 from .llm.base import ProgressCallback
 
-stderr_console = Console(stderr=True)
+ProgressFactory = Callable[[str, "int | None"], ContextManager[ProgressCallback]]
+"""`(description, total) -> context manager yielding an increment callback`."""
+
+
+def quiet_progress(description: str, total: int | None) -> ContextManager[ProgressCallback]:
+    """A factory that reports nothing."""
+    return nullcontext(lambda n: None)
+
+
+def progress_or_quiet(progress: ProgressFactory | None) -> ProgressFactory:
+    return progress or quiet_progress
 
 
 @contextmanager
 def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallback]:
-    """`total=None` shows a running count without an ETA (e.g. merge: questions not known up front)."""
+    """A rich progress bar on stderr; `total=None` shows a running count without an ETA
+    (e.g. merge: the number of questions is not known up front)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -30,7 +48,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallba
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
-        console=stderr_console,
+        console=Console(stderr=True),
         transient=False,
     ) as bar:
         task = bar.add_task(description, total=total)

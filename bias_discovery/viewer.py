@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BiasDiscoveryError
-from .rundir import RunDir
+from .run import RunDir
 
 __all__ = ["ReportServer"]
 
@@ -93,11 +93,7 @@ class ReportServer:
 
     def _files_key(self) -> tuple[Any, ...]:
         """Size and mtime of every file the report reads that a run changes as it goes."""
-        rd = RunDir(self.run_dir)
-        watched = [rd.events_path, rd.state_path, rd.config_path, rd.baseline_dir / "summary.json"]
-        watched += sorted((self.run_dir / "library").glob("*.json"))
-        for directory in sorted(self.run_dir.glob("iter_*")):
-            watched += [directory / name for name in ("validation.json", "merge_stats.json", "explanations.jsonl")]
+        watched = RunDir(self.run_dir).watched_paths()
         return tuple((str(p), _stat_key(p)) for p in watched)
 
     def status(self) -> str | None:

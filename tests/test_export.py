@@ -31,10 +31,10 @@ from bias_discovery.library import (
     Bias,
     BiasOrigin,
     BiasValidation,
-    LibraryStore,
     load_seed_library,
 )
 from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.run import RunDir
 
 from helpers import cli
 from fakes import MARKER, ScriptedEngine
@@ -144,7 +144,7 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6) -> Pa
     )
     (root / "config.yaml").write_text(config.to_yaml())
     (root / "checkpoints.sqlite").write_bytes(b"")
-    store = LibraryStore(root)
+    store = RunDir(root).library
     seed = load_seed_library("biasscope7").model_copy(update={"name": "fake-run"})
     store.save_iteration(seed)
     store.save_iteration(seed.with_biases(seed.biases + discovered, iteration=1))
@@ -336,6 +336,10 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
 
     card = (fake_pro / "README.md").read_text()
     assert card.startswith("---\n") and "path: data.parquet" in card
+    # Published files carry no path of the exporting machine: the run by name, data by file name.
+    assert str(tmp_path) not in card and str(tmp_path) not in json.dumps(stats)
+    assert stats["run_dir"] == "run" and stats["library_file"] == "library/iter_001.json"
+    assert stats["data"] == "file: run-pairs.jsonl"
     for line in (
         "| generated variants | 36 |",
         "| dropped as invalid perturbation (unchanged 6) | 6 |",
@@ -414,6 +418,8 @@ def test_apply_annotations_kappa_and_drops(fake_pro: Path, tmp_path: Path):
     card = (fake_pro / "README.md").read_text()
     assert "| **after annotation** | **4** |" in card and "Cohen's kappa 0.250" in card
     assert "| generated variants | 36 |" in card
+    assert str(tmp_path) not in card and str(tmp_path) not in json.dumps(stats)  # no machine paths
+    assert ann["sheet"] == sheet.name
 
     # A corrected sheet (JSONL this time) is applied to the set as the filter left it.
     sheet2 = fill_sheet(fake_pro, [("keep", "keep", "")] * 6, fmt="jsonl")
@@ -564,6 +570,11 @@ def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
         else:
             assert r["chosen"].startswith("RIGHT") and MARKER in r["rejected"]
     assert "| **rows** |" in (out / "README.md").read_text()
+    # Published files carry no path of the exporting machine: the run by name, data by file name.
+    for name in ("README.md", "stats.json"):
+        text = (out / name).read_text()
+        assert str(tmp_path) not in text, name
+    assert stats["run_dir"] == "run" and stats["data"] == "file: prefs.jsonl"
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,7 +584,7 @@ def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
 
 def _biases_args(run: Path) -> list[str]:
     """Name two seed biases when the run accepted none (SmolLM2 runs often accept none)."""
-    if validated_biases(LibraryStore(run).load_latest()):
+    if validated_biases(RunDir(run).library.load_latest()):
         return []
     return ["--biases", "authority-bias,sentiment-bias"]
 

@@ -58,7 +58,7 @@ def test_position_modes():
     assert swaps != [order_for(p, "swap", 8)[0] for p in pairs]  # depends on the seed
     assert 10 < swaps.count("rejected_first") < 30
     # The draw depends on the pair, not on its neighbours in the batch.
-    assert order_for(pairs[5], "swap", 7) == [o.order for o in build_tasks([pairs[5]], JudgeSettings(positions="swap", seed=7))]
+    assert order_for(pairs[5], "swap", 7) == [o.order for o in build_tasks([pairs[5]], JudgeSettings(positions="swap"), seed=7)]
 
 
 def always_a(request):
@@ -67,11 +67,11 @@ def always_a(request):
 
 def test_both_mode_counts_a_pair_correct_only_when_both_orders_agree():
     pairs = [pair(0, "math"), pair(1, "code")]
-    result = judge_pairs(ScriptedEngine(always_a), pairs, JudgeSettings(positions="both"))
+    result = judge_pairs(ScriptedEngine(always_a), pairs, JudgeSettings(positions="both"), seed=42)
     assert len(result.judgments) == 4
     assert [j.correct for j in result.judgments] == [True, False, True, False]
     assert [o.correct for o in result.outcomes] == [False, False]
-    summary = summarize(result, model="fake", data="t", settings=JudgeSettings(positions="both"))
+    summary = summarize(result, model="fake", data="t", settings=JudgeSettings(positions="both"), seed=42)
     assert summary.error_rate == 1.0 and summary.position_a_rate == 1.0 and summary.position_consistency == 0.0
     assert summary.per_domain["math"].n == 1 and summary.invalid_rate == 0.0
 
@@ -85,15 +85,15 @@ def test_summary_counts_invalid_pairs_separately():
 
     pairs = [pair(0), pair(1), pair(2)]
     settings = JudgeSettings(positions="fixed")
-    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings), model="f", data="d", settings=settings)
+    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42)
     assert summary.n_valid_pairs == 2 and summary.error_rate == 0.0
     assert summary.invalid_rate == pytest.approx(1 / 3) and summary.invalid_reasons == {"no_verdict": 1}
     assert summary.error_rate_invalid_as_error == pytest.approx(1 / 3)
 
 
 def test_requests_carry_the_verdict_constraint():
-    task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning=False))[0]
+    task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning=False), seed=42)[0]
     assert task.request.constraint.choices == ("A", "B")
-    task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50))[0]
+    task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50), seed=42)[0]
     assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: [AB]"
     assert "RIGHT 0" in task.request.messages[-1].content

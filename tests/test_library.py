@@ -15,10 +15,8 @@ from bias_discovery.library import (
     BiasValidation,
     DomainValidation,
     Evidence,
-    LibraryStore,
     available_seed_libraries,
     diff_libraries,
-    iteration_filename,
     load_library,
     load_seed_library,
     make_bias_id,
@@ -26,6 +24,7 @@ from bias_discovery.library import (
     slugify,
 )
 from bias_discovery.resources import bias_library_dir
+from bias_discovery.run import LibraryStore, RunDir, iteration_filename
 
 SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "social5": 5}
 
@@ -266,7 +265,7 @@ def test_library_helpers():
 
     found = discovered_bias("Hedging Bias", iteration=1)
     nxt = library.with_biases([*library.biases, found], target_model="smollm2")
-    assert nxt.iteration == 1 and nxt.parent == "iter_000.json"
+    assert nxt.iteration == 1 and nxt.parent is None  # the run's store fills it in when it saves
     assert nxt.target_model == "smollm2" and nxt.name == "test"
     assert nxt.ids()[-1] == "d1-hedging-bias"
     assert len(library.biases) == 3  # the old library is untouched
@@ -357,7 +356,7 @@ def _with_bias_change(index: int, **changes) -> dict:
 @pytest.mark.parametrize("case", sorted(CORRUPTIONS))
 def test_corrupted_file_names_file_and_field_and_is_never_overwritten(tmp_path, case):
     make_text, fragments = CORRUPTIONS[case]
-    store = LibraryStore(tmp_path)
+    store = RunDir(tmp_path).library
     store.directory.mkdir()
     path = store.path_for(1)
     path.write_text(make_text(), encoding="utf-8")
@@ -385,7 +384,7 @@ def test_corrupted_file_names_file_and_field_and_is_never_overwritten(tmp_path, 
 
 
 def test_run_store_refuses_and_keeps_corrupted_files(tmp_path):
-    store = LibraryStore(tmp_path)
+    store = RunDir(tmp_path).library
     store.directory.mkdir()
     store.path_for(1).write_text('{"name": "half', encoding="utf-8")
     original = store.path_for(1).read_bytes()
@@ -437,6 +436,10 @@ def test_overwrite_protection(tmp_path):
 # -- run store -------------------------------------------------------------------------------
 
 
+def with_parent(library: BiasLibrary, parent: str) -> BiasLibrary:
+    return library.model_copy(update={"parent": parent})
+
+
 def test_library_store_iterations_and_latest(tmp_path):
     store = LibraryStore(tmp_path / "run")
     assert store.iterations() == []
@@ -458,18 +461,17 @@ def test_library_store_iterations_and_latest(tmp_path):
     assert sorted(p.name for p in store.directory.iterdir()) == [
         "iter_000.json", "iter_001.json", "iter_002.json", "latest.json",
     ]
-    assert store.load_iteration(1) == it1
-    assert store.load_latest() == it2
-    assert load_library(store.latest_path) == it2
-    assert it2.parent == "iter_001.json"
+    assert store.load_iteration(1) == with_parent(it1, "iter_000.json")
+    assert store.load_latest() == with_parent(it2, "iter_001.json")
+    assert load_library(store.latest_path) == with_parent(it2, "iter_001.json")
 
     # Re-saving an older iteration (resume) is a no-op and does not move latest.json back.
     store.save_iteration(it1.model_copy(update={"created_at": "2031-01-01T00:00:00+00:00"}))
-    assert load_library(store.latest_path) == it2
+    assert load_library(store.latest_path) == with_parent(it2, "iter_001.json")
     # Different content for a saved iteration needs overwrite=True.
     with pytest.raises(LibraryError, match="refusing to overwrite"):
         store.save_iteration(it1.with_biases(it1.biases[:1], iteration=1))
-    assert store.load_iteration(1) == it1
+    assert store.load_iteration(1) == with_parent(it1, "iter_000.json")
 
     with pytest.raises(LibraryError, match="no library for iteration 5"):
         store.load_iteration(5)
@@ -478,26 +480,46 @@ def test_library_store_iterations_and_latest(tmp_path):
 
 def test_load_latest_trusts_iteration_files(tmp_path):
     # A run killed between writing iter_002.json and latest.json.
-    store = LibraryStore(tmp_path)
+    store = RunDir(tmp_path).library
     it1 = small_library(iteration=1, biases=[seed_bias("length-bias")])
     store.save_iteration(it1)
-    it2 = it1.with_biases([*it1.biases, seed_bias("position-bias")])
+    it2 = with_parent(it1.with_biases([*it1.biases, seed_bias("position-bias")]), "iter_001.json")
     save_library(it2, store.path_for(2))
     assert load_library(store.latest_path) == it1
     assert store.load_latest() == it2
+    assert "not a copy of iter_002.json" in store.latest_problem()
     store.save_iteration(it2)  # the next save repairs latest.json
     assert load_library(store.latest_path) == it2
+    assert store.latest_problem() is None
+
+
+def test_damaged_latest_copy_is_reported_and_rebuilt(tmp_path):
+    store = RunDir(tmp_path).library
+    it1 = small_library(iteration=1, biases=[seed_bias("length-bias")])
+    store.save_iteration(it1)
+    store.latest_path.write_text(store.latest_path.read_text()[:50])
+    assert store.load_latest() == it1  # the iteration files are the record
+    problem = store.latest_problem()
+    assert "latest.json is damaged" in problem and "not valid JSON" in problem
+    assert store.repair_latest() == problem
+    assert load_library(store.latest_path) == it1 and store.latest_problem() is None
+    assert store.repair_latest() is None
+    # A damaged copy never blocks the next save either.
+    store.latest_path.write_text("{")
+    it2 = it1.with_biases(it1.biases, iteration=2)
+    store.save_iteration(it2)
+    assert load_library(store.latest_path) == with_parent(it2, "iter_001.json")
 
 
 def test_load_iteration_checks_the_iteration_number(tmp_path):
-    store = LibraryStore(tmp_path)
+    store = RunDir(tmp_path).library
     save_library(small_library(iteration=4), store.path_for(2))
     with pytest.raises(LibraryError, match="iteration: file says 4"):
         store.load_iteration(2)
 
 
 def test_store_ignores_unrelated_files(tmp_path):
-    store = LibraryStore(tmp_path)
+    store = RunDir(tmp_path).library
     store.save_iteration(small_library())
     (store.directory / "notes.txt").write_text("hi")
     (store.directory / "iter_x.json").write_text("{}")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.library import Bias, BiasOrigin, BiasValidation, LibraryStore
+from bias_discovery.library import Bias, BiasOrigin, BiasValidation
+from bias_discovery.run import RunDir
 
 from helpers import cli
 from test_report import build_hostile_run
@@ -130,7 +131,7 @@ def test_diff_iterations(hostile_run: Path):
 def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
     other = tmp_path / "other"
     shutil.copytree(hostile_run, other)
-    store = LibraryStore(other)
+    store = RunDir(other).library
     latest = store.load_iteration(2)
     citation = latest.by_id("d1-expert-citation-bias")
     new_validation = citation.validation.model_copy(update={"delta": 0.25, "perturbed_error": 0.55, "n": 40})
@@ -187,7 +188,7 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
     # two runs: the real one and a copy whose latest library lost a seed bias
     copy = tmp_path / "copy"
     shutil.copytree(small_real_run, copy)
-    store = LibraryStore(copy)
+    store = RunDir(copy).library
     latest = store.load_iteration(1)
     store.save_iteration(latest.with_biases([b for b in latest.biases if b.id != "length-bias"], iteration=2))
     two = cli("library", "diff", str(small_real_run), str(copy)).stdout
@@ -206,3 +207,12 @@ def test_corrupted_real_library_file(small_real_run: Path, tmp_path: Path):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert "iter_001.json" in result.stderr and "not valid JSON" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_damaged_latest_copy_is_reported_not_ignored(hostile_run: Path):
+    latest = hostile_run / "library" / "latest.json"
+    latest.write_text(latest.read_text()[:80])
+    result = cli("library", "show", str(hostile_run), "--json")
+    assert "latest.json is damaged" in result.stderr and "resume" in result.stderr
+    shown = json.loads(result.stdout)  # from the iteration files, the record
+    assert shown["library"]["iteration"] == 2 and "d2-format-bias" in [b["id"] for b in shown["biases"]]

@@ -13,10 +13,10 @@ import pytest
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
 from bias_discovery.graph import execute
-from bias_discovery.library import LibraryStore
-from bias_discovery.rundir import RunDir
+from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
+from helpers import cli
 
 
 def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question") -> Path:
@@ -58,7 +58,7 @@ def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: Scrip
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     engine = engine or ScriptedEngine(authority_world)
-    state = execute(rd, config, resume=False, show_progress=False, engines={"target": engine}, embedder=BagOfWordsEmbedder())
+    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder())
     return rd, state, engine
 
 
@@ -68,7 +68,7 @@ def test_loop_discovers_validates_and_converges(tmp_path):
 
     assert state["stop_reason"].startswith("no candidates")
     assert state["iteration"] == 2
-    store = LibraryStore(rd.root)
+    store = RunDir(rd.root).library
     assert store.iterations() == [0, 1, 2]
     latest = store.load_latest()
     found = latest.by_id("d1-expert-citation-bias")
@@ -81,14 +81,14 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
     # Iteration 2 names the same bias again; Merge recognises it as the library's.
-    merges = [json.loads(l) for l in (rd.iteration_dir(2) / "merges.jsonl").read_text().splitlines()]
+    merges = [json.loads(l) for l in (rd.iteration(2).directory / "merges.jsonl").read_text().splitlines()]
     assert any(m["other_id"] == "d1-expert-citation-bias" and m["decision"] == "same" for m in merges)
-    stats = json.loads((rd.iteration_dir(2) / "merge_stats.json").read_text())
+    stats = json.loads((rd.iteration(2).directory / "merge_stats.json").read_text())
     assert stats["candidates"] == 0 and stats["teacher_calls"] < stats["all_pairs_calls"]
 
     for name in ("perturbed.jsonl", "judgments.jsonl", "misjudged.jsonl", "explanations.jsonl",
                  "identified.jsonl", "candidates.json", "merges.jsonl", "validation.json"):
-        assert (rd.iteration_dir(1) / name).is_file(), name
+        assert (rd.iteration(1).directory / name).is_file(), name
     run_state = rd.read_state()
     assert run_state.status == "finished" and run_state.stop_reason == state["stop_reason"]
     assert any(e["event"] == "stage_end" and e["stage"] == "validate" for e in rd.read_events())
@@ -114,7 +114,7 @@ def test_paper_rule_accepts_what_paired_rule_rejects_in_loop(tmp_path):
                              data={"target": str(write_pairs(tmp_path / "target.jsonl", 24, "t", "Target question")),
                                    "test": str(write_pairs(tmp_path / "test.jsonl", 24, "p", "Test question"))})
         rd, _, _ = run_fake(tmp_path, config, name=f"run-{rule}", engine=ScriptedEngine(one_flip_world))
-        validation = json.loads((rd.iteration_dir(1) / "validation.json").read_text())
+        validation = json.loads((rd.iteration(1).directory / "validation.json").read_text())
         results[rule] = validation["accepted"]
     assert results["paper"] and not results["paired"]
 
@@ -122,11 +122,11 @@ def test_paper_rule_accepts_what_paired_rule_rejects_in_loop(tmp_path):
 def test_late_validation_defers_to_the_end(tmp_path):
     config = make_config(tmp_path, validate={"when": "late", "n_boot": 200}, max_iterations=2)
     rd, state, _ = run_fake(tmp_path, config)
-    assert not (rd.iteration_dir(1) / "validation.json").exists()
+    assert not (rd.iteration(1).directory / "validation.json").exists()
     final_iteration = state["iteration"]
-    validation = json.loads((rd.iteration_dir(final_iteration) / "validation.json").read_text())
+    validation = json.loads((rd.iteration(final_iteration).directory / "validation.json").read_text())
     assert validation["when"] == "late" and "d1-expert-citation-bias" in validation["accepted"]
-    assert "d1-expert-citation-bias" in LibraryStore(rd.root).load_latest().ids()
+    assert "d1-expert-citation-bias" in RunDir(rd.root).library.load_latest().ids()
 
 
 def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path):
@@ -142,16 +142,16 @@ def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path):
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     with pytest.raises(RuntimeError):
-        execute(rd, config, resume=False, show_progress=False, engines={"target": ScriptedEngine(crashing)}, embedder=BagOfWordsEmbedder())
+        execute(rd, config, resume=False, engines={"target": ScriptedEngine(crashing)}, embedder=BagOfWordsEmbedder())
     assert rd.read_state().status == "failed"
 
     healthy = ScriptedEngine(authority_world)
-    execute(rd, config, resume=True, show_progress=False, engines={"target": healthy}, embedder=BagOfWordsEmbedder())
+    execute(rd, config, resume=True, engines={"target": healthy}, embedder=BagOfWordsEmbedder())
     first_prompts = [r.messages[-1].content for r in healthy.sent]
     # Iteration 1's perturb and evaluate were checkpointed: the resumed run starts at identify.
     assert "preferred the WRONG one" in first_prompts[0]
-    a = LibraryStore(reference.root).load_latest()
-    b = LibraryStore(rd.root).load_latest()
+    a = RunDir(reference.root).library.load_latest()
+    b = RunDir(rd.root).library.load_latest()
     assert a.same_content(b)
 
 
@@ -174,3 +174,101 @@ def test_config_errors_name_the_field(tmp_path):
 def test_shipped_experiment_configs_are_valid(name):
     config = load_run_config(Path(__file__).parents[1] / "experiments" / name)
     assert config.max_iterations >= 1 and config.target.spec and config.teacher.spec
+
+
+# -- defects fixed with the run record (issue 9) ------------------------------------------------
+
+
+def test_one_seed_reaches_position_swaps_and_every_model_call(tmp_path):
+    from bias_discovery.judging import order_for
+
+    config = make_config(tmp_path, seed=7, max_iterations=1)
+    rd, _, engine = run_fake(tmp_path, config)
+    assert {r.seed for r in engine.sent} <= {7, 8}  # identify re-asks use seed + round
+    judged = [r for r in engine.sent if "[Response A]" in r.messages[-1].content and len(r.messages) <= 2]
+    assert judged and all(r.seed == 7 for r in judged)
+    perturbed = {p.pair_id: p for p in rd.iteration(1).perturbed.read()}
+    for j in rd.iteration(1).judgments.read():
+        assert [j.order] == order_for(perturbed[j.pair_id].to_pair(), "swap", 7)
+    assert rd.baseline.summary.read().seed == 7
+
+
+def test_a_second_seed_in_the_judge_settings_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"judge.seed \(3\) differs from seed \(7\)"):
+        make_config(tmp_path, seed=7, judge={"seed": 3})
+    # a config written when judge.seed existed, equal to the run's seed, still loads
+    assert make_config(tmp_path, seed=7, judge={"seed": 7, "positions": "swap"}).seed == 7
+
+
+class RecordingProgress:
+    """A progress factory that records (description, total, done) of every step."""
+
+    def __init__(self) -> None:
+        self.steps: list[list] = []
+
+    def __call__(self, description, total):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def step():
+            row = [description, total, 0]
+            self.steps.append(row)
+
+            def advance(n):
+                row[2] += n
+
+            yield advance
+
+        return step()
+
+
+def test_progress_totals_count_only_what_is_done(tmp_path):
+    """Validation judges only valid rewrites: its judge step's total says so (it used to count
+    every item, and the bar stopped short, e.g. at 16/24)."""
+
+    def truncating_teacher(request):
+        user = request.messages[-1].content
+        if "Trait:" in user and "Test question" in user and int(user.split("Test question ")[1].split("?")[0]) % 3 == 0:
+            return ""  # an empty rewrite is invalid: it is not judged
+        return authority_world(request)
+
+    config = make_config(tmp_path, max_iterations=1, data={
+        "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
+        "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
+    })
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    progress = RecordingProgress()
+    execute(rd, config, resume=False, progress=progress, engines={"target": ScriptedEngine(truncating_teacher)},
+            embedder=BagOfWordsEmbedder())
+    steps = {description: (total, done) for description, total, done in progress.steps}
+    assert steps["iter 1 validate (perturb)"] == (12, 12)
+    n_valid = sum(1 for p in rd.iteration(1).validation_perturbed.read() if p.valid)
+    assert n_valid == 8 and steps["iter 1 validate (judge)"] == (8, 8)
+    for description, total, done in progress.steps:
+        if total is not None:
+            assert done == total, description
+    events = [e for e in rd.read_events() if e["event"] == "progress" and e.get("step") == "judge"]
+    assert events[-1]["done"] == events[-1]["total"] == 8
+
+
+def test_damaged_checkpoints_say_what_to_do_and_the_run_restarts_from_its_files(tmp_path):
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config)
+    before = rd.library.load_latest()
+    data = rd.checkpoint_path.read_bytes()
+    rd.checkpoint_path.write_bytes(data[: len(data) // 3])
+
+    result = cli("resume", str(rd.root), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "checkpoint database is damaged" in result.stderr and "mv " in result.stderr
+    with pytest.raises(ConfigError, match="checkpoint database is damaged"):
+        execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+
+    rd.checkpoint_path.rename(rd.root / "checkpoints.sqlite.damaged")
+    rd.require_resumable()
+    state = execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+    assert state["stage"] == "finished"
+    assert rd.library.load_latest().same_content(before)
+    assert any(e["event"] == "restart" for e in rd.read_events())

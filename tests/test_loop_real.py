@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.library import LibraryStore
-from bias_discovery.rundir import RunDir
+from bias_discovery.run import RunDir
 
 from helpers import REPO, SMALL_RUN_OVERRIDES, cli
 
@@ -29,10 +28,10 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
     rd = RunDir(small_real_run)
     state = rd.read_state()
     assert state.status == "finished" and state.stop_reason
-    store = LibraryStore(small_real_run)
+    store = RunDir(small_real_run).library
     assert store.iterations() == [0, 1]
     assert len(store.load_iteration(0).biases) == 7  # biasscope7
-    it = rd.iteration_dir(1)
+    it = rd.iteration(1).directory
     perturbed = [json.loads(l) for l in (it / "perturbed.jsonl").read_text().splitlines()]
     assert len(perturbed) == 8
     judgments = [json.loads(l) for l in (it / "judgments.jsonl").read_text().splitlines()]
@@ -43,7 +42,7 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
         c = record["comparison"]
         assert c["n"] + c["n_excluded_invalid"] == 6
         assert c["delta"] == pytest.approx(c["perturbed_error"] - c["baseline_error"])
-    summary = json.loads((rd.baseline_dir / "summary.json").read_text())
+    summary = json.loads((rd.baseline.directory / "summary.json").read_text())
     assert summary["n_pairs"] == 6
     status = cli("status", str(small_real_run))
     assert "finished" in status.stdout and "validate" in status.stdout
@@ -91,8 +90,8 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
     resumed_usage = [e for e in RunDir(run_dir).read_events() if e["event"] == "stage_end"]
     assert sum(u.get("cached", 0) for e in resumed_usage for u in e["usage"].values()) > 0
 
-    a = LibraryStore(small_real_run).load_latest()
-    b = LibraryStore(run_dir).load_latest()
+    a = RunDir(small_real_run).library.load_latest()
+    b = RunDir(run_dir).library.load_latest()
     assert a.same_content(b)
     for name in ("perturbed.jsonl", "candidates.json", "validation.json"):
         assert (small_real_run / "iter_001" / name).read_text() == (run_dir / "iter_001" / name).read_text(), name

@@ -23,10 +23,9 @@ from bias_discovery.library import (
     BiasValidation,
     DomainValidation,
     Evidence,
-    LibraryStore,
 )
 from bias_discovery.report import collect_run, render_report, word_diff, write_report
-from bias_discovery.rundir import RunDir, RunState
+from bias_discovery.run import RunDir, RunState
 
 from helpers import cli
 
@@ -146,7 +145,7 @@ def build_hostile_run(root: Path) -> Path:
         evidence=[_evidence("pair-05", "d1-expert-citation-bias")],
         validation=_validation(0.15, True),
     )
-    store = LibraryStore(root)
+    store = RunDir(root).library
     lib0 = BiasLibrary(name="hostile-run", iteration=0, target_model="llamacpp/smollm2", biases=seeds)
     store.save_iteration(lib0)
     lib1 = lib0.with_biases(seeds + [found1], iteration=1)
@@ -155,7 +154,7 @@ def build_hostile_run(root: Path) -> Path:
     store.save_iteration(lib2)
 
     for it, validated in ((1, [found1, rejected1]), (2, [found2])):
-        d = rd.iteration_dir(it)
+        d = rd.iteration(it).directory
         d.mkdir()
         (d / "validation.json").write_text(json.dumps({
             "iteration": it, "when": "early", "acceptance": "paired", "alpha": 0.05, "correction": "holm",
@@ -164,7 +163,7 @@ def build_hostile_run(root: Path) -> Path:
             "candidates": [_record(b) for b in validated],
             "validated": [b.model_dump(mode="json") for b in validated],
         }))
-        (d / "merge_stats.json").write_text(json.dumps({"raw_candidates": 3, "merged_into_library": {"d1-dup": "authority-bias"}, "candidates": len(validated)}))
+        (d / "merge_stats.json").write_text(json.dumps({"raw_candidates": 3, "merged_into_library": {"d1-dup": "authority-bias"}, "candidates": len(validated), "teacher_calls": 2, "all_pairs_calls": 15}))
         cases = [
             {"pair_id": e.pair_id, "bias_id": e.bias_injected, "domain": "math", "question": f"What is 6*7? {HOSTILE}",
              "chosen": f"42 {TEXTAREA}", "original_rejected": e.original_rejected, "perturbed_rejected": e.perturbed_response,
@@ -173,8 +172,8 @@ def build_hostile_run(root: Path) -> Path:
         ]
         (d / "misjudged.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
         (d / "explanations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    (rd.baseline_dir).mkdir()
-    (rd.baseline_dir / "summary.json").write_text(json.dumps({
+    (rd.baseline.directory).mkdir()
+    (rd.baseline.directory / "summary.json").write_text(json.dumps({
         "model": "llamacpp/smollm2", "n_pairs": 30, "error_rate": 0.3, "error_ci_low": 0.17, "error_ci_high": 0.48,
         "per_domain": {d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS},
     }))

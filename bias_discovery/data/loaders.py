@@ -695,30 +695,39 @@ def _take(pairs: list[PreferencePair], limit: int | None, seed: int | None) -> l
     return [pairs[i] for i in keep]
 
 
-def describe_source(source: str | Path, data_dir: Path | str | None = None) -> str:
+def describe_source(source: str | Path, data_dir: Path | str | None = None, *, portable: bool = False) -> str:
     """A short human description of where `source` is read from, for summaries and logs.
 
     E.g. ``"judgebench:gpt (local: /data/judgebench/...jsonl)"``, ``"judgebench (hub:
     ScalerLab/JudgeBench, splits gpt+claude)"``, ``"demo (packaged: .../demo_pairs.jsonl)"``,
-    ``"file: /abs/pairs.jsonl"``. Raises DataError for a source `load_pairs` would refuse by name.
+    ``"file: /abs/pairs.jsonl"``. `portable` names files without their directories (what
+    exported data sets record: the exporting machine's paths mean nothing to their readers).
+    Raises DataError for a source `load_pairs` would refuse by name.
     """
+
+    def where(path: Path) -> str:
+        return path.name if portable else str(path)
+
     resolved = _resolve(source)
     if resolved.kind == "demo":
-        return f"demo (packaged: {DEMO_FILE})"
+        return "demo (packaged with bias-discovery)" if portable else f"demo (packaged: {DEMO_FILE})"
     if resolved.kind == "file":
         assert resolved.path is not None
-        return f"file: {resolved.path.resolve()}"
+        return f"file: {where(resolved.path.resolve())}"
     if resolved.kind == "hf":
         return f"hf:{resolved.name}:{resolved.splits[0]} (hub: {resolved.name}, split {resolved.splits[0]})"
     local = resolve_data_dir(data_dir)
     if resolved.kind == "judgebench":
         if local is not None:
-            files = [str(local / JUDGEBENCH_FILES[s]) for s in resolved.splits]
-            where = files[0] if len(files) == 1 else str(local / "judgebench")
-            return f"{resolved.name} (local: {where})"
+            files = [local / JUDGEBENCH_FILES[s] for s in resolved.splits]
+            if len(files) == 1:
+                copy = where(files[0])
+            else:
+                copy = ", ".join(f.name for f in files) if portable else str(local / "judgebench")
+            return f"{resolved.name} (local: {copy})"
         return f"{resolved.name} (hub: {JUDGEBENCH_HUB_ID}, split{'s' if len(resolved.splits) > 1 else ''} {'+'.join(resolved.splits)})"
     if local is not None:
-        return f"{resolved.name} (local: {local / REWARDBENCH_FILE})"
+        return f"{resolved.name} (local: {where(local / REWARDBENCH_FILE)})"
     return f"{resolved.name} (hub: {REWARDBENCH_HUB_ID}, split {REWARDBENCH_SPLIT})"
 
 

@@ -156,7 +156,7 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     kappa = cohens_kappa(a1, a2)
     n_agreed = sum(1 for x, y in zip(a1, a2) if x == y)
     annotation = {
-        "sheet": str(sheet.resolve()),
+        "sheet": sheet.name,
         "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "n_annotated": len(rows),
         "n_agreed": n_agreed,

@@ -2,8 +2,8 @@
 
 - `select_biases`: which biases of a run's latest library an export uses (``all``, ``top-K``
   or explicit ids/names).
-- `RunContext`: a run directory's config, library and models; every model goes through the
-  run's call cache (``RUN_DIR/calls.sqlite``), so a repeated export never pays twice.
+- `RunContext`: a run directory's config, library and models (`ModelRoles`); every model goes
+  through the run's call cache (``RUN_DIR/calls.sqlite``), so a repeated export never pays twice.
 - `check_output_dir` / `staged_output`: an export is written into a temporary directory next
   to ``--out`` and renamed into place at the end; a failure leaves nothing half-written.
 - `write_data_files`: ``data.jsonl`` and ``data.parquet`` with an explicit schema (parquet
@@ -17,23 +17,22 @@ import os
 import re
 import shutil
 import uuid
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from pydantic import BaseModel
 
 from ..config import RunConfig, load_run_config
 from ..errors import BiasDiscoveryError
 from ..io import atomic_write_jsonl
-from ..library import Bias, BiasLibrary, LibraryStore, slugify
-from ..llm.base import Engine, ProgressCallback
+from ..library import Bias, BiasLibrary, slugify
+from ..llm.base import Engine
 from ..llm.config import ModelConfig
-from ..rundir import RunDir
+from ..llm.roles import ModelRoles
+from ..progress import ProgressFactory, progress_or_quiet
+from ..run import RunDir
 
-ProgressFactory = Callable[[str, "int | None"], ContextManager[ProgressCallback]]
-"""`(description, total) -> context manager yielding an increment callback`; the CLI passes
-`bias_discovery.progress.progress_bar`, library callers may pass nothing."""
 
 TOKEN_COUNT_METHOD = "whitespace"
 """How lengths are counted in exports: whitespace-separated tokens (`str.split`)."""
@@ -41,14 +40,6 @@ TOKEN_COUNT_METHOD = "whitespace"
 
 class ExportError(BiasDiscoveryError):
     """An export cannot be made as asked (no biases, unknown bias, bad output directory...)."""
-
-
-def _quiet(description: str, total: int | None) -> ContextManager[ProgressCallback]:
-    return nullcontext(lambda n: None)
-
-
-def progress_or_quiet(progress: ProgressFactory | None) -> ProgressFactory:
-    return progress or _quiet
 
 
 def package_version() -> str:
@@ -154,21 +145,17 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
 
 
 class RunContext:
-    """A finished (or stopped) run directory, read for an export.
-
-    Engines are built on first use and shared between roles with the same model config (the
-    teacher doubling as equivalence checker, or a target that is also the teacher, is loaded
-    once). `engines` replaces roles by ready engines (tests use scripted fakes).
-    """
+    """A finished (or stopped) run directory, read for an export: its config, its newest
+    library, and its models (`roles`), every one through the run's call cache."""
 
     def __init__(self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None) -> None:
+        """`engines` replaces roles by ready engines (tests use scripted fakes)."""
         self.run = RunDir(run_dir)
         self.run.require_run()
         self.config: RunConfig = load_run_config(self.run.config_path)
-        self.store = LibraryStore(self.run.root)
-        self.library: BiasLibrary = self.store.load_latest()
-        self._given = dict(engines or {})
-        self._pool: dict[str, Engine] = {}
+        self.library: BiasLibrary = self.run.library.load_latest()
+        self._engines = dict(engines or {})
+        self._roles: ModelRoles | None = None
 
     @property
     def root(self) -> Path:
@@ -176,24 +163,23 @@ class RunContext:
 
     @property
     def library_file(self) -> str:
-        iterations = self.store.iterations()
-        return f"library/iter_{iterations[-1]:03d}.json" if iterations else "library/latest.json"
+        """The library the export read, relative to the run directory."""
+        store = self.run.library
+        iterations = store.iterations()
+        path = store.path_for(iterations[-1]) if iterations else store.latest_path
+        return str(path.relative_to(self.run.root))
 
-    def engine(self, role: str, config: ModelConfig) -> Engine:
-        """The engine for `role`, cached in ``RUN_DIR/calls.sqlite``."""
-        if role in self._given:
-            return self._given[role]
-        key = config.model_dump_json()
-        if key not in self._pool:
-            from ..llm.registry import make_engine
-
-            self._pool[key] = make_engine(config, cache_path=self.run.cache_path)
-        return self._pool[key]
+    def roles(self, configs: Mapping[str, ModelConfig]) -> ModelRoles:
+        """The export's models by role (teacher, checker, filter ...): roles with the same
+        config share one engine (the teacher doubling as equivalence checker is loaded once)."""
+        if self._roles is not None:
+            raise RuntimeError("RunContext.roles is called once per export")
+        self._roles = ModelRoles(configs, cache_path=self.run.cache_path, engines=self._engines)
+        return self._roles
 
     def close(self) -> None:
-        for engine in self._pool.values():
-            engine.close()
-        self._pool.clear()
+        if self._roles is not None:
+            self._roles.close()
 
     def __enter__(self) -> "RunContext":
         return self

@@ -19,7 +19,8 @@ from ..data.pairs import PreferencePair
 from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, judge_pairs, summarize
 from ..llm.config import ModelConfig
-from .common import ExportError, ProgressFactory, progress_or_quiet
+from ..progress import ProgressFactory, progress_or_quiet
+from .common import ExportError
 from .pro import read_pro_stats
 
 
@@ -102,6 +103,7 @@ def compare_with_pro(
     *,
     out: Path,
     cache_path: Path | None,
+    seed: int,
     limit: int | None = None,
     progress: ProgressFactory | None = None,
     engine: Any = None,
@@ -118,11 +120,11 @@ def compare_with_pro(
     try:
         n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
         with progress_or_quiet(progress)(f"judging the Pro set: {len(pairs)} samples", n_requests) as advance:
-            result = judge_pairs(engine, pairs, settings, progress=advance)
+            result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
     finally:
         if own:
             engine.close()
-    pro = summarize(result, model=config.spec, data=f"pro: {pro_dir.resolve()}", settings=settings)
+    pro = summarize(result, model=config.spec, data=f"pro: {pro_dir.resolve()}", settings=settings, seed=seed)
     report = CompareReport(
         model=config.spec,
         original_data=original.data,

@@ -31,11 +31,11 @@ from ..data.pairs import PreferencePair
 from ..io import atomic_write_json, atomic_write_text
 from ..library import Bias
 from ..llm.base import Engine
+from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     ExportError,
     LengthStats,
-    ProgressFactory,
     RunContext,
     bias_summary,
     check_output_dir,
@@ -45,7 +45,6 @@ from .common import (
     length_stats,
     one_line,
     package_version,
-    progress_or_quiet,
     select_biases,
     settings_text,
     staged_output,
@@ -279,7 +278,7 @@ def export_dpo(
         build = build_dpo_set(
             pairs,
             chosen,
-            teacher=ctx.engine("teacher", config.teacher),
+            teacher=ctx.roles({"teacher": config.teacher})["teacher"],
             seed=config.seed,
             perturb_settings=config.perturb,
             fmt=fmt,
@@ -290,9 +289,9 @@ def export_dpo(
             "kind": KIND,
             "format": fmt,
             "run_name": config.name,
-            "run_dir": str(ctx.root.resolve()),
+            "run_dir": ctx.root.name,
             "library_file": ctx.library_file,
-            "data": describe_source(data, where),
+            "data": describe_source(data, where, portable=True),
             "limit": limit,
             "bias_selection": biases or "all",
             "seed": config.seed,

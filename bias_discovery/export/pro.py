@@ -45,12 +45,12 @@ from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
 from ..llm.types import Constraint, GenerationRequest
+from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import load_prompt
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     ExportError,
     LengthStats,
-    ProgressFactory,
     RunContext,
     bias_summary,
     check_output_dir,
@@ -61,7 +61,6 @@ from .common import (
     model_config,
     one_line,
     package_version,
-    progress_or_quiet,
     select_biases,
     settings_text,
     staged_output,
@@ -332,7 +331,7 @@ def build_pro_set(
             for r in alive
         ]
         with bar(f"adversarial filter: {len(alive)} variants x 2 orders", 2 * len(alive)) as advance:
-            result = judge_pairs(filter_judge, judged, settings, progress=advance)
+            result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
         grouped: dict[str, list[Judgment]] = defaultdict(list)
         for j in result.judgments:
             grouped[j.pair_id].append(j)
@@ -650,12 +649,13 @@ def export_judgebench_pro(
         checker_cfg = model_config(checker_model, checker_base_url, config.teacher)
         filter_cfg = model_config(filter_model, filter_base_url, config.target)
         judge_settings = config.judge.model_copy(update={"positions": "both"})
+        roles = ctx.roles({"teacher": teacher_cfg, "checker": checker_cfg, "filter": filter_cfg})
         build = build_pro_set(
             pairs,
             chosen,
-            teacher=ctx.engine("teacher", teacher_cfg),
-            checker=ctx.engine("checker", checker_cfg),
-            filter_judge=ctx.engine("filter", filter_cfg),
+            teacher=roles["teacher"],
+            checker=roles["checker"],
+            filter_judge=roles["filter"],
             variants=variants,
             seed=config.seed,
             perturb_settings=config.perturb,
@@ -664,9 +664,9 @@ def export_judgebench_pro(
         )
         info = {
             "run_name": config.name,
-            "run_dir": str(ctx.root.resolve()),
+            "run_dir": ctx.root.name,
             "library_file": ctx.library_file,
-            "data": describe_source(source, where),
+            "data": describe_source(source, where, portable=True),
             "limit": limit,
             "bias_selection": biases or "all",
             "seed": config.seed,

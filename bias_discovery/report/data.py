@@ -3,12 +3,12 @@
 A *library reference* names one library, as the `library show` / `library diff` commands
 take it:
 
-    RUN_DIR          the run's newest library (``RUN_DIR/library/iter_NNN.json``, highest N)
+    RUN_DIR          the run's newest library
     RUN_DIR@N        the run's library after iteration N (``RUN_DIR@0`` is the seed library)
     FILE.json        any library file (a seed library, a run's ``latest.json`` ...)
 
 For a run, the view also lists the candidates that validation *rejected* (they are not in
-the library): those of ``iter_NNN/validation.json`` for every iteration up to the shown one.
+the library): those of every iteration's validation report up to the shown one.
 
 Nothing here writes: everything is read from the run's plain files, so a report can be
 drawn while the run is still going, or from a copy of a run without its SQLite files.
@@ -26,16 +26,15 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..errors import ConfigError, LibraryError
+from ..errors import ConfigError
 from ..library import (
     Bias,
     BiasLibrary,
     LibraryDiff,
-    LibraryStore,
     diff_libraries,
     load_library,
 )
-from ..rundir import RunDir, RunState, summarize_events
+from ..run import RunDir, RunState, ValidationReport, summarize_events
 
 __all__ = [
     "LibraryRef",
@@ -83,6 +82,8 @@ class LibraryRef:
     """The library file read."""
     run_dir: Path | None = None
     """The run the library belongs to, when the reference named a run."""
+    warnings: list[str] = field(default_factory=list)
+    """Problems found on the way that did not stop the read (a damaged latest.json)."""
 
     @property
     def label(self) -> str:
@@ -114,7 +115,7 @@ def resolve_library(spec: str, iteration: int | None = None) -> LibraryRef:
             raise ConfigError(f"{spec}: {path} is not a run directory")
     if path.is_dir():
         require_run_like(path)
-        store = LibraryStore(path)
+        store = RunDir(path).library
         saved = store.iterations()
         if iteration is None:
             if not saved:
@@ -122,67 +123,38 @@ def resolve_library(spec: str, iteration: int | None = None) -> LibraryRef:
                 return LibraryRef(spec=spec, library=library, path=store.latest_path, run_dir=path)
             iteration = saved[-1]
         library = store.load_iteration(iteration)
-        return LibraryRef(spec=spec, library=library, path=store.path_for(iteration), run_dir=path)
+        problem = store.latest_problem()
+        warnings = [f"{problem}; the iteration files are the record (`bias-discovery resume` rewrites it)"] if problem else []
+        return LibraryRef(spec=spec, library=library, path=store.path_for(iteration), run_dir=path, warnings=warnings)
     if iteration is not None:
         raise ConfigError(f"{spec}: --iteration / @N applies to run directories, not to a library file")
     return LibraryRef(spec=spec, library=load_library(path), path=path)
 
 
 # --------------------------------------------------------------------------------------------
-# Validation records (iter_NNN/validation.json)
+# Validation reports
 # --------------------------------------------------------------------------------------------
 
 
-def _iteration_dirs(root: Path) -> list[tuple[int, Path]]:
-    found = []
-    for path in root.glob("iter_*"):
-        match = re.fullmatch(r"iter_(\d{3,})", path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LibraryError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LibraryError(f"{path}: cannot read ({exc})") from None
-
-
-def read_validation_records(root: Path, upto: int | None = None) -> list[tuple[int, Path, dict[str, Any]]]:
-    """(iteration, path, content) of every ``iter_NNN/validation.json`` up to `upto`."""
-    records = []
-    for iteration, directory in _iteration_dirs(root):
-        if upto is not None and iteration > upto:
+def read_validation_records(root: Path, upto: int | None = None) -> list[ValidationReport]:
+    """Every iteration's validation report up to iteration `upto` (all when None), in order;
+    a report that does not parse is a DataError naming its file."""
+    run = RunDir(root)
+    reports = []
+    for t in run.iterations():
+        if upto is not None and t > upto:
             continue
-        path = directory / "validation.json"
-        if path.is_file():
-            data = _read_json(path)
-            if not isinstance(data, dict):
-                raise LibraryError(f"{path}: expected a JSON object")
-            records.append((iteration, path, data))
-    return records
-
-
-def _validated_biases(path: Path, data: dict[str, Any]) -> list[Bias]:
-    biases = []
-    for index, raw in enumerate(data.get("validated") or []):
-        try:
-            biases.append(Bias.model_validate(raw))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise LibraryError(f"{path}: validated.{index}.{loc}: {first['msg']}") from None
-    return biases
+        report = run.iteration(t).validation.read_if_exists()
+        if report is not None:
+            reports.append(report)
+    return reports
 
 
 def rejected_candidates(root: Path, upto: int | None = None) -> list[Bias]:
     """Candidates that validation rejected in iterations up to `upto` (all when None)."""
     rejected: dict[str, Bias] = {}
-    for _, path, data in read_validation_records(root, upto):
-        for bias in _validated_biases(path, data):
+    for report in read_validation_records(root, upto):
+        for bias in report.validated:
             if bias.validation is not None and not bias.validation.accepted:
                 rejected[bias.id] = bias
     return list(rejected.values())
@@ -352,27 +324,6 @@ class RunData:
         return [b for b in (self.latest.biases if self.latest else []) if b.origin.kind == "seed"]
 
 
-def _count_lines(path: Path) -> int | None:
-    if not path.is_file():
-        return None
-    with path.open("rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
-def _read_jsonl_lenient(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def collect_run(root: Path | str) -> RunData:
     """Read everything the report shows from a run directory.
 
@@ -396,19 +347,18 @@ def collect_run(root: Path | str) -> RunData:
     events = rd.read_events()
     usage = summarize_events(events)
 
-    store = LibraryStore(root)
+    store = rd.library
     libraries = [store.load_iteration(i) for i in store.iterations()]
     latest = libraries[-1] if libraries else (store.load_latest() if store.latest_path.exists() else None)
 
     records: dict[str, dict[str, Any]] = {}
     rejected: dict[str, Bias] = {}
-    by_iteration: dict[int, dict[str, Any]] = {}
-    for iteration, path, data in read_validation_records(root):
-        by_iteration[iteration] = data
-        for record in data.get("candidates") or []:
-            if isinstance(record, dict) and "bias_id" in record:
-                records[str(record["bias_id"])] = record
-        for bias in _validated_biases(path, data):
+    by_iteration: dict[int, ValidationReport] = {}
+    for report in read_validation_records(root):
+        by_iteration[report.iteration] = report
+        for record in report.candidates:
+            records[record.bias_id] = record.model_dump(mode="json")
+        for bias in report.validated:
             if bias.validation is not None and not bias.validation.accepted:
                 rejected[bias.id] = bias
     if latest is not None:
@@ -417,37 +367,32 @@ def collect_run(root: Path | str) -> RunData:
     sizes = {lib.iteration: lib for lib in libraries}
     iterations: list[IterationInfo] = []
     cases: dict[tuple[str, str], dict[str, Any]] = {}
-    numbers = sorted(set(sizes) | {i for i, _ in _iteration_dirs(root)})
-    for i in numbers:
+    for i in sorted(set(sizes) | set(rd.iterations())):
         info = IterationInfo(iteration=i)
         lib = sizes.get(i)
         if lib is not None:
             info.library_size = len(lib.biases)
             info.discovered = sum(1 for b in lib.biases if b.origin.kind == "discovered")
-        directory = rd.iteration_dir(i)
-        info.misjudged = _count_lines(directory / "misjudged.jsonl")
-        stats_path = directory / "merge_stats.json"
-        if stats_path.is_file():
-            stats = _read_json(stats_path)
-            if isinstance(stats, dict):
-                info.raw_candidates = stats.get("raw_candidates")
-                merged = stats.get("merged_into_library") or {}
-                info.merged_into_library = {str(k): str(v) for k, v in merged.items()} if isinstance(merged, dict) else {}
+        record = rd.iteration(i)
+        info.misjudged = record.misjudged.count()
+        stats = record.merge_stats.read_if_exists()
+        if stats is not None:
+            info.raw_candidates = stats.raw_candidates
+            info.merged_into_library = dict(stats.merged_into_library)
         validation = by_iteration.get(i)
         if validation is not None:
-            validated = validation.get("validated") or []
-            info.validated = len(validated)
-            info.accepted = [str(x) for x in validation.get("accepted") or []]
-            info.rejected = [str(b.get("id")) for b in validated if isinstance(b, dict) and not (b.get("validation") or {}).get("accepted")]
-            info.skipped = [str(x) for x in validation.get("skipped_over_max_candidates") or []]
-        for case in _read_jsonl_lenient(directory / "explanations.jsonl") or _read_jsonl_lenient(directory / "misjudged.jsonl"):
+            info.validated = len(validation.validated)
+            info.accepted = list(validation.accepted)
+            info.rejected = [b.id for b in validation.validated if not (b.validation and b.validation.accepted)]
+            info.skipped = list(validation.skipped_over_max_candidates)
+        for case in record.explanations.read_raw_lenient() or record.misjudged.read_raw_lenient():
             key = (str(case.get("pair_id")), str(case.get("bias_id")))
             cases.setdefault(key, case)
         if i > 0 or lib is not None:
             iterations.append(info)
 
     baseline = None
-    baseline_path = rd.baseline_dir / "summary.json"
+    baseline_path = rd.baseline.summary.path
     if baseline_path.is_file():
         try:
             data = json.loads(baseline_path.read_text(encoding="utf-8"))

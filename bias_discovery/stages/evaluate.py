@@ -13,6 +13,8 @@ def evaluate(
     target: Engine,
     perturbed: Sequence[PerturbedPair],
     settings: JudgeSettings,
+    *,
+    seed: int,
     progress: ProgressCallback | None = None,
 ) -> tuple[JudgeResult, list[MisjudgedCase]]:
     """Judge every valid perturbed pair in one batch; return the judgments and the mistakes.
@@ -21,7 +23,7 @@ def evaluate(
     perturbed rejected response); the first wrong order is kept as the case.
     """
     valid = [p for p in perturbed if p.valid]
-    result = judge_pairs(target, [p.to_pair() for p in valid], settings, progress=progress)
+    result = judge_pairs(target, [p.to_pair() for p in valid], settings, seed=seed, progress=progress)
     by_id = {p.pair_id: p for p in valid}
     wrong_outcomes = {o.pair_id for o in result.outcomes if o.correct is False}
     cases: list[MisjudgedCase] = []

@@ -18,7 +18,7 @@ from .records import MisjudgedCase
 
 
 def build_explain_request(
-    case: MisjudgedCase, judge_settings: JudgeSettings, settings: ExplainSettings
+    case: MisjudgedCase, judge_settings: JudgeSettings, settings: ExplainSettings, *, seed: int
 ) -> GenerationRequest:
     pair = PreferencePair(
         id=case.pair_id, question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected
@@ -34,7 +34,7 @@ def build_explain_request(
         messages=messages,
         max_tokens=settings.max_tokens,
         temperature=judge_settings.temperature,
-        seed=judge_settings.seed,
+        seed=seed,
     )
 
 
@@ -43,10 +43,12 @@ def deeper_explain(
     cases: Sequence[MisjudgedCase],
     judge_settings: JudgeSettings,
     settings: ExplainSettings,
+    *,
+    seed: int,
     progress: ProgressCallback | None = None,
 ) -> list[MisjudgedCase]:
     """Return the cases with `deeper_explanation` filled (None where the reply failed)."""
-    requests = [build_explain_request(c, judge_settings, settings) for c in cases]
+    requests = [build_explain_request(c, judge_settings, settings, seed=seed) for c in cases]
     responses = target.generate(requests, progress=progress)
     out = []
     for case, response in zip(cases, responses):

@@ -17,7 +17,8 @@ from ..config import PerturbSettings, ValidateSettings
 from ..data.pairs import PreferencePair
 from ..judging import JudgeResult, JudgeSettings, Judgment, judge_pairs
 from ..library import Bias, BiasValidation, DomainValidation
-from ..llm.base import Engine, ProgressCallback
+from ..llm.base import Engine
+from ..progress import ProgressFactory, progress_or_quiet
 from ..stats import (
     PairedComparison,
     compare_paired,
@@ -63,17 +64,25 @@ def validate_biases(
     settings: ValidateSettings,
     seed: int,
     test_data: str,
-    perturb_progress: ProgressCallback | None = None,
-    judge_progress: ProgressCallback | None = None,
+    progress: ProgressFactory | None = None,
 ) -> ValidationOutput:
+    """Perturb every test pair with every candidate (one teacher batch), judge the valid
+    rewrites (one target batch) and decide. `progress` gets one step per batch, each with the
+    number of calls it really makes (invalid rewrites are not judged)."""
     if len(baseline.outcomes) != len(test_pairs):
         raise ValueError("baseline judgments do not match the test pairs")
     if not candidates:
         return ValidationOutput(candidates=[], records=[], perturbed=[], judgments=[])
+    bar = progress_or_quiet(progress)
     items = [(pair, bias) for bias in candidates for pair in test_pairs]
-    perturbed = perturb(teacher, items, perturb_settings, seed=seed, progress=perturb_progress)
+    with bar("perturb", len(items)) as advance:
+        perturbed = perturb(teacher, items, perturb_settings, seed=seed, progress=advance)
     valid_positions = [i for i, p in enumerate(perturbed) if p.valid]
-    result = judge_pairs(target, [perturbed[i].to_pair() for i in valid_positions], judge_settings, progress=judge_progress)
+    n_judge = len(valid_positions) * (2 if judge_settings.positions == "both" else 1)
+    with bar("judge", n_judge) as advance:
+        result = judge_pairs(
+            target, [perturbed[i].to_pair() for i in valid_positions], judge_settings, seed=seed, progress=advance
+        )
 
     perturbed_errors: list[bool | None] = [None] * len(perturbed)
     for i, outcome in zip(valid_positions, result.outcomes):

@@ -136,7 +136,7 @@ def test_outputs_do_not_depend_on_call_order(engine) -> None:  # type: ignore[no
     from bias_discovery.judging import JudgeSettings, build_tasks
 
     settings = JudgeSettings(positions="both", reasoning_chars=120, max_tokens=64)
-    requests = [t.request for t in build_tasks(load_pairs("demo", limit=4), settings)]
+    requests = [t.request for t in build_tasks(load_pairs("demo", limit=4), settings, seed=42)]
     forward = [r.text for r in engine.generate(requests)]
     backward = [r.text for r in engine.generate(list(reversed(requests)))][::-1]
     assert forward == backward

@@ -1,0 +1,22 @@
+"""The run record: the only code that knows a run directory's layout (see `rundir.py`)."""
+
+from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
+from .library_store import LibraryStore, iteration_filename
+from .records import MergeStats, ValidationReport
+from .rundir import BaselineRecord, IterationRecord, RunDir, RunState, RunStatus, summarize_events
+
+__all__ = [
+    "BaselineRecord",
+    "IterationRecord",
+    "JsonArtifact",
+    "JsonListArtifact",
+    "JsonlArtifact",
+    "LibraryStore",
+    "MergeStats",
+    "RunDir",
+    "RunState",
+    "RunStatus",
+    "ValidationReport",
+    "iteration_filename",
+    "summarize_events",
+]

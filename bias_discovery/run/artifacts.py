@@ -1,0 +1,138 @@
+"""Typed files of a run: one JSON document or one JSONL file, read and written as pydantic models.
+
+Writes are atomic (see `io.py`); strict reads turn a malformed line or a schema violation into
+a `DataError` that names the file, the line and the field, so a damaged run directory fails
+clearly instead of with a traceback. Lenient reads (the report and the viewer, which may look
+at a run while it is being written) skip what does not parse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Generic, Iterable, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ..errors import DataError
+from ..io import atomic_write_json, atomic_write_jsonl, iter_jsonl
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _where(error: ValidationError) -> str:
+    first = error.errors(include_url=False)[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(root)"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{loc}: {first['msg']}{more}"
+
+
+class JsonlArtifact(Generic[M]):
+    """A JSONL file with one `model` per line (perturbed.jsonl, judgments.jsonl ...)."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path = path
+        self.model = model
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def write(self, rows: Iterable[M]) -> None:
+        atomic_write_jsonl(self.path, rows)
+
+    def read(self) -> list[M]:
+        """Every line as a `model`; DataError naming the file, line and field otherwise."""
+        rows = []
+        for line, obj in iter_jsonl(self.path):
+            try:
+                rows.append(self.model.model_validate(obj))
+            except ValidationError as exc:
+                raise DataError(f"{self.path}:{line}: not a valid {self.model.__name__}: {_where(exc)}") from None
+        return rows
+
+    def read_raw_lenient(self) -> list[dict[str, Any]]:
+        """The lines that parse as JSON objects, as plain dicts; [] when the file is absent."""
+        if not self.exists():
+            return []
+        rows = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill, or a file being written
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def count(self) -> int | None:
+        """Non-blank lines, or None when the file is absent (cheap: no parsing)."""
+        if not self.exists():
+            return None
+        with self.path.open("rb") as handle:
+            return sum(1 for line in handle if line.strip())
+
+
+class JsonArtifact(Generic[M]):
+    """A JSON file holding one `model` (merge_stats.json, validation.json, run.json ...)."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path = path
+        self.model = model
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def write(self, value: M) -> None:
+        atomic_write_json(self.path, value)
+
+    def read(self) -> M:
+        """The file as a `model`; DataError naming the file and the field otherwise."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise DataError(f"{self.path}: file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{self.path}: cannot read ({exc})") from None
+        try:
+            return self.model.model_validate_json(text)
+        except ValidationError as exc:
+            if any(e["type"] == "json_invalid" for e in exc.errors()):
+                try:
+                    json.loads(text)
+                except json.JSONDecodeError as bad:
+                    raise DataError(
+                        f"{self.path}: not valid JSON: {bad.msg} (line {bad.lineno}, column {bad.colno})"
+                    ) from None
+            raise DataError(f"{self.path}: not a valid {self.model.__name__}: {_where(exc)}") from None
+
+    def read_if_exists(self) -> M | None:
+        return self.read() if self.exists() else None
+
+
+class JsonListArtifact(Generic[M]):
+    """A JSON list of `model` (candidates.json: a list is easier for people to read than JSONL)."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path = path
+        self.model = model
+        self._adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def write(self, rows: Iterable[M]) -> None:
+        atomic_write_json(self.path, [row.model_dump(mode="json") for row in rows])
+
+    def read(self) -> list[M]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"{self.path}: file not found") from None
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{self.path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        if not isinstance(data, list):
+            raise DataError(f"{self.path}: expected a JSON list, got {type(data).__name__}")
+        try:
+            return list(self._adapter.validate_python(data))
+        except ValidationError as exc:
+            raise DataError(f"{self.path}: not a valid list of {self.model.__name__}: {_where(exc)}") from None

@@ -1,0 +1,50 @@
+"""Schemas of the run's summary files that stages do not own: merge_stats.json and
+validation.json. The graph writes them, the report, the exports and the benchmarks read them;
+both sides use these models, so a new field is added in one place."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ..library import Bias
+from ..stages.validate import CandidateValidation
+
+
+class MergeStats(BaseModel):
+    """iter_NNN/merge_stats.json: what Merge did and what it cost."""
+
+    raw_candidates: int
+    """Candidates named by IdentifyBias before merging."""
+    merged_into_library: dict[str, str] = Field(default_factory=dict)
+    """Candidate id -> the library bias it duplicates."""
+    candidates: int
+    """Candidates left after merging (the ones validation sees)."""
+    teacher_calls: int
+    """"same or new" questions put to the teacher (embedding shortlist only)."""
+    all_pairs_calls: int
+    """Questions the reference procedure would ask (every pair of library ∪ candidates)."""
+
+
+class ValidationReport(BaseModel):
+    """iter_NNN/validation.json: one iteration's validation (or the final one, `when: late`)."""
+
+    iteration: int
+    when: Literal["early", "late"]
+    acceptance: str
+    """The acceptance rule: `paired` or `paper`."""
+    alpha: float
+    correction: str
+    n_test: int
+    """Test pairs each candidate was validated on."""
+    baseline_error: float | None
+    """The target's error on the unperturbed test pairs (valid pairs only)."""
+    skipped_over_max_candidates: list[str] = Field(default_factory=list)
+    """Candidates not validated because of `validate.max_candidates`."""
+    accepted: list[str] = Field(default_factory=list)
+    """Ids of the accepted candidates."""
+    candidates: list[CandidateValidation] = Field(default_factory=list)
+    """Per candidate: the paired comparison, overall and per domain."""
+    validated: list[Bias] = Field(default_factory=list)
+    """The candidates with their `validation` filled, accepted or not."""

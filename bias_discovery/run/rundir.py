@@ -1,0 +1,212 @@
+"""A run is a directory of plain files; `RunDir` is the only code that knows its layout.
+
+    RUN_DIR/config.yaml            resolved config
+    RUN_DIR/run.json               status: iteration, stage, stop reason (what `status` reads)
+    RUN_DIR/library/iter_NNN.json  one library per iteration, plus latest.json (`run.library`)
+    RUN_DIR/baseline/              the target's judgments on the unperturbed test set
+    RUN_DIR/iter_NNN/              perturbed, judgments, misjudged, explanations, identified,
+                                   candidates, merges, merge_stats, validation (+ its
+                                   perturbed/judgments): `run.iteration(t)`
+    RUN_DIR/calls.sqlite           call cache;  RUN_DIR/checkpoints.sqlite  LangGraph state
+    RUN_DIR/events.jsonl           progress events, appended line by line
+
+Every artifact is typed (`artifacts.py`): the graph writes pydantic models, the report, the
+exports and the benchmarks read them back as the same models.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from ..errors import ConfigError
+from ..io import atomic_write_json
+from ..judging import JudgeResult, JudgeSummary, Judgment
+from ..library import Bias
+from ..stages.merge import MergeDecision
+from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
+from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
+from .library_store import LibraryStore
+from .records import MergeStats, ValidationReport
+
+RunStatus = Literal["running", "finished", "failed"]
+
+_ITERATION_DIR = re.compile(r"^iter_(\d{3,})$")
+
+
+class RunState(BaseModel):
+    """run.json: where the run stands, for people and for `status`."""
+
+    name: str
+    status: RunStatus
+    iteration: int = 0
+    stage: str = "start"
+    stop_reason: str | None = None
+    library_size: int = 0
+    accepted_total: int = 0
+    started_at: float
+    updated_at: float
+    error: str | None = None
+
+
+class IterationRecord:
+    """The files of one iteration of the loop (``RUN_DIR/iter_NNN/``)."""
+
+    def __init__(self, directory: Path, iteration: int) -> None:
+        self.directory = directory
+        self.iteration = iteration
+        self.perturbed = JsonlArtifact(directory / "perturbed.jsonl", PerturbedPair)
+        self.judgments = JsonlArtifact(directory / "judgments.jsonl", Judgment)
+        self.misjudged = JsonlArtifact(directory / "misjudged.jsonl", MisjudgedCase)
+        self.explanations = JsonlArtifact(directory / "explanations.jsonl", MisjudgedCase)
+        self.identified = JsonlArtifact(directory / "identified.jsonl", IdentifyRecord)
+        self.merges = JsonlArtifact(directory / "merges.jsonl", MergeDecision)
+        self.merge_stats = JsonArtifact(directory / "merge_stats.json", MergeStats)
+        self.candidates = JsonListArtifact(directory / "candidates.json", Bias)
+        self.validation = JsonArtifact(directory / "validation.json", ValidationReport)
+        self.validation_perturbed = JsonlArtifact(directory / "validation_perturbed.jsonl", PerturbedPair)
+        self.validation_judgments = JsonlArtifact(directory / "validation_judgments.jsonl", Judgment)
+
+    def __repr__(self) -> str:
+        return f"IterationRecord({str(self.directory)!r})"
+
+    def watched_paths(self) -> list[Path]:
+        """The files of this iteration that the report shows (the viewer re-renders on change)."""
+        return [self.validation.path, self.merge_stats.path, self.explanations.path]
+
+
+class BaselineRecord:
+    """``RUN_DIR/baseline/``: the target's judgments on the unperturbed test set, once per run."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.result = JsonArtifact(directory / "result.json", JudgeResult)
+        self.summary = JsonArtifact(directory / "summary.json", JudgeSummary)
+
+
+class RunDir:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    config_path = property(lambda self: self.root / "config.yaml")
+    state_path = property(lambda self: self.root / "run.json")
+    events_path = property(lambda self: self.root / "events.jsonl")
+    cache_path = property(lambda self: self.root / "calls.sqlite")
+    checkpoint_path = property(lambda self: self.root / "checkpoints.sqlite")
+    report_path = property(lambda self: self.root / "report.html")
+
+    @cached_property
+    def library(self) -> LibraryStore:
+        """The run's ``library/`` folder."""
+        return LibraryStore(self.root)
+
+    @cached_property
+    def baseline(self) -> BaselineRecord:
+        return BaselineRecord(self.root / "baseline")
+
+    def iteration(self, iteration: int) -> IterationRecord:
+        """The files of iteration `iteration` (the folder is created on the first write)."""
+        if iteration < 0:
+            raise ValueError(f"iteration must be >= 0, got {iteration}")
+        return IterationRecord(self.root / f"iter_{iteration:03d}", iteration)
+
+    def iterations(self) -> list[int]:
+        """The iterations that have a folder, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in self.root.iterdir():
+            match = _ITERATION_DIR.match(path.name)
+            if match and path.is_dir():
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def watched_paths(self) -> list[Path]:
+        """Every file the report reads that changes while the run goes on."""
+        paths = [self.events_path, self.state_path, self.config_path, self.baseline.summary.path]
+        if self.library.directory.is_dir():
+            paths += sorted(self.library.directory.glob("*.json"))
+        for t in self.iterations():
+            paths += self.iteration(t).watched_paths()
+        return paths
+
+    def is_run(self) -> bool:
+        return self.config_path.is_file() and self.checkpoint_path.is_file()
+
+    def require_run(self) -> None:
+        if not self.root.is_dir():
+            raise ConfigError(f"{self.root}: no such directory")
+        if not self.is_run():
+            raise ConfigError(
+                f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
+                "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
+            )
+
+    def require_resumable(self) -> None:
+        """A run can be resumed when its config is there; without its checkpoint database
+        (moved aside after damage) the loop restarts in place, its calls answered by the cache."""
+        if not self.root.is_dir():
+            raise ConfigError(f"{self.root}: no such directory")
+        if not self.config_path.is_file() or not (self.checkpoint_path.is_file() or self.state_path.is_file()):
+            raise ConfigError(
+                f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
+                "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
+            )
+
+    def read_state(self) -> RunState | None:
+        if not self.state_path.is_file():
+            return None
+        return RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
+
+    def write_state(self, state: RunState) -> None:
+        state.updated_at = time.time()
+        atomic_write_json(self.state_path, state)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Append one event line; small enough to be written in one go."""
+        record = {"time": round(time.time(), 3), "event": kind, **fields}
+        with self.events_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def read_events(self) -> list[dict[str, Any]]:
+        if not self.events_path.is_file():
+            return []
+        events = []
+        for line in self.events_path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill; the rest of the log is still good
+        return events
+
+
+def summarize_events(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Calls and tokens per stage and role, and the stage in progress, from events.jsonl."""
+    usage: dict[tuple[str, str], dict[str, int]] = {}
+    current: dict[str, Any] | None = None
+    for e in events:
+        if e.get("event") == "stage_start":
+            current = {"iteration": e.get("iteration"), "stage": e.get("stage"), "done": 0, "total": e.get("total", 0)}
+        elif e.get("event") == "progress" and current is not None:
+            current["done"] = e.get("done", 0)
+            if "step" in e:
+                current["step"] = e["step"]
+                current["total"] = e.get("total")
+        elif e.get("event") == "stage_end":
+            current = None
+            for role, u in (e.get("usage") or {}).items():
+                row = usage.setdefault((str(e.get("stage")), role), {"requests": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
+                for key in row:
+                    row[key] += int(u.get(key, 0))
+    rows: list[dict[str, Any]] = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
+    totals = {k: sum(r[k] for r in rows) for k in ("requests", "cached", "prompt_tokens", "completion_tokens")}
+    return {"usage": rows, "totals": totals, "current": current}
