@@ -20,7 +20,9 @@ from bias_discovery.llm.base import (
     finish_reason,
     message_dicts,
 )
+from bias_discovery.llm.meter import MeteredEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+from fakes import ScriptedEngine
 
 
 def req(text: str) -> GenerationRequest:
@@ -84,6 +86,7 @@ def recorder() -> tuple[list[tuple[str, int]], ProgressCallback, ResponseCallbac
 
 def test_engines_satisfy_the_protocol() -> None:
     assert isinstance(OneByOne(), Engine)
+    assert isinstance(MeteredEngine(ScriptedEngine(lambda r: "x"), "target"), Engine)
 
 
 def test_sequential_engine_reports_each_response_as_it_is_done() -> None:
@@ -146,6 +149,18 @@ def test_batches_of_an_engine_that_is_not_thread_safe_never_overlap() -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert len(engine.sent) == 80 and not engine.overlapped
+
+
+def test_metered_engine_passes_reports_through_once_and_books_usage() -> None:
+    inner = ScriptedEngine(lambda r: "two words")
+    meter = MeteredEngine(inner, "target")
+    meter.stage = "evaluate"
+    events, progress, on_response = recorder()
+    meter.generate([req("a"), req("b")], progress, on_response)
+    assert events == [("response", 0), ("progress", 1), ("response", 1), ("progress", 1)]
+    usage = meter.take_usage()["evaluate"]
+    assert (usage.requests, usage.cached, usage.prompt_tokens, usage.completion_tokens) == (2, 0, 20, 4)
+    assert meter.take_usage() == {}
 
 
 def test_finish_reasons_and_messages_are_mapped_in_one_place() -> None:
