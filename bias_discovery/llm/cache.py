@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import EngineError
-from .base import Engine, ProgressCallback, ResponseCallback
+from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size
 from .types import GenerationRequest, GenerationResponse
 
 __all__ = ["CachedEngine"]
@@ -38,22 +38,24 @@ CREATE TABLE IF NOT EXISTS calls (
 _LOOKUP_CHUNK = 500  # stays below SQLite's limit on bound variables
 
 
-class CachedEngine:
+class CachedEngine(BaseEngine):
     """Wraps `engine`. Counters: `hits` (requests answered from the cache, including ones
     another thread was computing), `misses` (requests actually sent to the inner engine),
     `deduplicated` (in-batch copies that rode along with a miss). Their sum is the number
     of requests asked for."""
 
+    name = "cached"
+    thread_safe = True  # threads share the file; a key in flight in one is awaited by the others
+
     def __init__(self, engine: Engine, path: Path | str) -> None:
+        super().__init__(engine.engine_id)
         self.engine = engine
-        self.engine_id: str = engine.engine_id
         self.path = Path(path)
         self.hits = 0
         self.misses = 0
         self.deduplicated = 0
-        self._lock = threading.Lock()
+        self._db_lock = threading.Lock()  # the connection, the counters and `_inflight`
         self._inflight: dict[str, threading.Event] = {}
-        self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -70,55 +72,9 @@ class CachedEngine:
 
     # ------------------------------------------------------------------ public
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
-    ) -> list[GenerationResponse]:
-        """Answer from the cache where possible; send the rest to the engine in one batch.
-
-        Each fresh response is stored the moment the engine hands it over, so a run killed
-        mid-batch keeps every call it finished. `on_response` is called once per request
-        when the whole batch is done."""
-        if self._closed:
-            raise EngineError("the cached engine is closed")
-        keys = [r.content_hash(self.engine_id) for r in requests]
-        found = self._lookup(set(keys))
-        results: list[GenerationResponse | None] = [None] * len(requests)
-        pending: dict[str, GenerationRequest] = {}
-        for i, (key, request) in enumerate(zip(keys, requests)):
-            if key in found:
-                results[i] = found[key].model_copy(update={"cached": True})
-            else:
-                pending.setdefault(key, request)
-        n_hits = sum(r is not None for r in results)
-        with self._lock:
-            self.hits += n_hits
-        if progress is not None and n_hits:
-            progress(n_hits)
-
-        fresh = self._compute(pending, progress) if pending else {}
-        n_copies = 0
-        for i, key in enumerate(keys):
-            if results[i] is None:
-                results[i] = fresh[key].model_copy()
-                n_copies += 1
-        n_copies -= len(pending)
-        if n_copies:
-            with self._lock:
-                self.deduplicated += n_copies
-            if progress is not None:
-                progress(n_copies)
-        final = [r for r in results if r is not None]
-        if on_response is not None:
-            for i, response in enumerate(final):
-                on_response(i, response)
-        return final
-
     def stats(self) -> dict[str, Any]:
         """Counters of this wrapper plus the number of stored calls in the file."""
-        with self._lock:
+        with self._db_lock:
             entries = self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
             return {
                 "engine_id": self.engine_id,
@@ -129,32 +85,60 @@ class CachedEngine:
                 "path": str(self.path),
             }
 
-    def close(self) -> None:
-        """Close the inner engine and the database connection (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
+    # ------------------------------------------------------------------ internals
+
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], report: BatchReport
+    ) -> list[GenerationResponse]:
+        """Answer from the cache where possible; send the rest to the engine in one batch.
+
+        Each fresh response is stored the moment the engine hands it over, so a run killed
+        mid-batch keeps every call it finished. The responses are reported (`on_response`)
+        when the whole batch is done."""
+        progress = report.advance
+        keys = [r.content_hash(self.engine_id) for r in requests]
+        found = self._lookup(set(keys))
+        results: list[GenerationResponse | None] = [None] * len(requests)
+        pending: dict[str, GenerationRequest] = {}
+        for i, (key, request) in enumerate(zip(keys, requests)):
+            if key in found:
+                results[i] = found[key].model_copy(update={"cached": True})
+            else:
+                pending.setdefault(key, request)
+        n_hits = sum(r is not None for r in results)
+        with self._db_lock:
+            self.hits += n_hits
+        if n_hits:
+            progress(n_hits)
+
+        fresh = self._compute(pending, progress) if pending else {}
+        n_copies = 0
+        for i, key in enumerate(keys):
+            if results[i] is None:
+                results[i] = fresh[key].model_copy()
+                n_copies += 1
+        n_copies -= len(pending)
+        if n_copies:
+            with self._db_lock:
+                self.deduplicated += n_copies
+            progress(n_copies)
+        return [r for r in results if r is not None]
+
+    def _release(self) -> None:
+        """Close the inner engine and the database connection."""
         try:
             self.engine.close()
         finally:
-            with self._lock:
+            with self._db_lock:
                 self._conn.close()
 
-    def __enter__(self) -> "CachedEngine":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------ internals
-
     def _compute(
-        self, pending: dict[str, GenerationRequest], progress: ProgressCallback | None
+        self, pending: dict[str, GenerationRequest], progress: ProgressCallback
     ) -> dict[str, GenerationResponse]:
         """Send the keys nobody else is computing; wait for the others, then re-check."""
         mine: dict[str, GenerationRequest] = {}
         theirs: dict[str, threading.Event] = {}
-        with self._lock:
+        with self._db_lock:
             for key in pending:
                 event = self._inflight.get(key)
                 if event is None:
@@ -169,34 +153,33 @@ class CachedEngine:
             late = self._lookup(set(mine)) if mine else {}
             if late:
                 out.update({k: r.model_copy(update={"cached": True}) for k, r in late.items()})
-                with self._lock:
+                with self._db_lock:
                     self.hits += len(late)
-                if progress is not None:
-                    progress(len(late))
+                progress(len(late))
                 mine = {k: r for k, r in mine.items() if k not in late}
             if mine:
                 out.update(self._send(mine, progress))
         finally:  # stored (or failed): wake the threads waiting for our keys
-            self._release(claimed)
+            self._release_claims(claimed)
         if theirs:
             for event in theirs.values():
                 event.wait()
             found = self._lookup(set(theirs))
             out.update({k: r.model_copy(update={"cached": True}) for k, r in found.items()})
             leftover = {k: pending[k] for k in theirs if k not in found}
-            with self._lock:
+            with self._db_lock:
                 self.hits += len(found)
-            if progress is not None and found:
+            if found:
                 progress(len(found))
             if leftover:  # the other thread failed or got an error response: send ourselves
                 out.update(self._send(leftover, progress))
         return out
 
     def _send(
-        self, batch: dict[str, GenerationRequest], progress: ProgressCallback | None
+        self, batch: dict[str, GenerationRequest], progress: ProgressCallback
     ) -> dict[str, GenerationResponse]:
         keys = list(batch)
-        with self._lock:
+        with self._db_lock:
             self.misses += len(keys)
         stored: set[int] = set()
 
@@ -205,18 +188,14 @@ class CachedEngine:
             stored.add(index)
 
         responses = self.engine.generate([batch[k] for k in keys], progress, on_response=store_now)
-        if len(responses) != len(keys):
-            raise EngineError(
-                f"engine {self.engine_id} returned {len(responses)} responses "
-                f"for {len(keys)} requests"
-            )
+        check_batch_size(self.engine_id, len(responses), len(keys))
         # Engines that do not report responses one by one are stored here, in one go.
         self._store([(k, batch[k], r) for i, (k, r) in enumerate(zip(keys, responses)) if i not in stored])
         return dict(zip(keys, responses))
 
-    def _release(self, keys: Any) -> None:
+    def _release_claims(self, keys: Any) -> None:
         """Drop our claim on `keys` and wake any thread waiting for them."""
-        with self._lock:
+        with self._db_lock:
             for key in keys:
                 event = self._inflight.pop(key, None)
                 if event is not None:
@@ -225,7 +204,7 @@ class CachedEngine:
     def _lookup(self, keys: set[str]) -> dict[str, GenerationResponse]:
         found: dict[str, GenerationResponse] = {}
         ordered = sorted(keys)
-        with self._lock:
+        with self._db_lock:
             rows: list[tuple[str, str]] = []
             for start in range(0, len(ordered), _LOOKUP_CHUNK):
                 chunk = ordered[start : start + _LOOKUP_CHUNK]
@@ -259,7 +238,7 @@ class CachedEngine:
         ]
         if not rows:
             return
-        with self._lock:
+        with self._db_lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.executemany(

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError
+from .registry import PROVIDERS
 
-Provider = Literal["llamacpp", "openai", "vllm", "hf"]
-KNOWN_PROVIDERS: tuple[str, ...] = get_args(Provider)
+KNOWN_PROVIDERS: tuple[str, ...] = tuple(PROVIDERS)
+
+if TYPE_CHECKING:
+    Provider = str
+else:  # the names of the registry's table, so pydantic's error lists the known providers
+    Provider = Literal[KNOWN_PROVIDERS]
 
 
 class ModelConfig(BaseModel):
@@ -91,4 +96,4 @@ class ModelConfig(BaseModel):
                 f"unknown provider {provider!r} in model spec {spec!r}; "
                 f"known providers: {', '.join(KNOWN_PROVIDERS)}"
             )
-        return cls(provider=cast(Provider, provider), model=model, **settings)
+        return cls(provider=provider, model=model, **settings)

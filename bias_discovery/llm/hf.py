@@ -6,23 +6,24 @@ or vllm for constrained judging). torch and transformers are imported in `__init
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Sequence
 
 from ..errors import EngineError
-from .base import ProgressCallback, ResponseCallback, generate_in_order
+from .base import SequentialEngine, message_dicts
 from .config import ModelConfig
 from .types import FinishReason, GenerationRequest, GenerationResponse
 
 __all__ = ["TransformersEngine"]
 
 
-class TransformersEngine:
+class TransformersEngine(SequentialEngine):
     """Runs a causal LM with transformers on the GPU when there is one, else on the CPU."""
 
+    name = "transformers"
+
     def __init__(self, config: ModelConfig) -> None:
+        super().__init__(f"hf/{config.model}")
         self.config = config
-        self.engine_id = f"hf/{config.model}"
         try:
             import torch
             import transformers
@@ -44,36 +45,25 @@ class TransformersEngine:
             raise EngineError(f"transformers could not load {config.model}: {exc}") from exc
         self.model.eval()
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self._lock = threading.Lock()
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
-    ) -> list[GenerationResponse]:
-        """One request after another; an oversize prompt gets finish_reason "error"."""
+    def _check_batch(self, requests: Sequence[GenerationRequest]) -> None:
         if any(r.constraint is not None for r in requests):
             raise EngineError(
                 "constraints are not supported by the hf provider; use llamacpp, openai or vllm"
             )
-        with self._lock:
-            if self.model is None:
-                raise EngineError("the transformers engine is closed")
-            return generate_in_order(requests, self._one, progress, on_response)
 
-    def close(self) -> None:
+    def _release(self) -> None:
         """Drop the model and free GPU memory."""
-        with self._lock:
-            self.model = None
+        self.model = None
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
 
-    def _one(self, request: GenerationRequest) -> GenerationResponse:
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        """An oversize prompt gets finish_reason "error"."""
         torch = self._torch
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
         encoded = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            message_dicts(request.messages), add_generation_prompt=True, return_tensors="pt",
+            return_dict=True,
         )
         input_ids = encoded["input_ids"].to(self.device)
         n_prompt = int(input_ids.shape[1])

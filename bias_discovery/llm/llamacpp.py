@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, EngineError
-from .base import ProgressCallback, ResponseCallback, generate_in_order
+from .base import SequentialEngine, finish_reason, message_dicts
 from .config import ModelConfig
 from .grammar import constraint_to_gbnf
-from .types import Constraint, FinishReason, GenerationRequest, GenerationResponse
+from .types import Constraint, GenerationRequest, GenerationResponse
 
 __all__ = ["LlamaCppEngine", "resolve_gguf_path", "smollm2_gguf_path"]
 
@@ -72,11 +71,10 @@ def default_threads() -> int:
     return max(1, cores - 1)
 
 
-_FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
-
-
-class LlamaCppEngine:
+class LlamaCppEngine(SequentialEngine):
     """Runs a GGUF model with llama-cpp-python. Greedy (top_k=1) when temperature is 0."""
+
+    name = "llama.cpp"
 
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
@@ -84,7 +82,7 @@ class LlamaCppEngine:
         size = self.model_path.stat().st_size
         # Name plus size: stable across reinstalls and machines, different between models,
         # and cheap (hashing a multi-GB file on every start would not be).
-        self.engine_id = f"llamacpp/{self.model_path.name}:{size}"
+        super().__init__(f"llamacpp/{self.model_path.name}:{size}")
         try:
             import llama_cpp
         except ImportError as exc:
@@ -106,40 +104,27 @@ class LlamaCppEngine:
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineError(f"cannot load GGUF model {self.model_path}: {exc}") from exc
         self._grammars: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     @property
     def n_ctx(self) -> int:
         """The context window actually allocated (prompt plus completion tokens)."""
         return int(self._llm.n_ctx())
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
-    ) -> list[GenerationResponse]:
-        """Generate sequentially; a request that fails on its own gets finish_reason "error"."""
-        with self._lock:
-            if self._llm is None:
-                raise EngineError("the llama.cpp engine is closed")
-            # Compile every grammar first: a bad constraint fails the batch before any work.
-            grammars = [self._grammar(r.constraint) if r.constraint else None for r in requests]
-            return generate_in_order(
-                list(zip(requests, grammars)), lambda item: self._one(*item), progress, on_response
-            )
+    def _check_batch(self, requests: Sequence[GenerationRequest]) -> None:
+        """Compile every grammar first: a bad constraint fails the batch before any work."""
+        for request in requests:
+            if request.constraint is not None:
+                self._grammar(request.constraint)
 
-    def close(self) -> None:
-        """Free the model (idempotent)."""
-        with self._lock:
-            if self._llm is not None:
-                self._llm.close()
-                self._llm = None
-            self._grammars.clear()
+    def _release(self) -> None:
+        self._llm.close()
+        self._llm = None
+        self._grammars.clear()
 
     # ------------------------------------------------------------------ internals
 
-    def _one(self, request: GenerationRequest, grammar: Any) -> GenerationResponse:
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        grammar = self._grammar(request.constraint) if request.constraint is not None else None
         greedy = request.temperature == 0
         # Evaluate every prompt from scratch. llama-cpp-python otherwise reuses the KV cache
         # of the prefix shared with the previous call, and that changes greedy outputs with
@@ -148,7 +133,7 @@ class LlamaCppEngine:
         self._llm.reset()
         try:
             out = self._llm.create_chat_completion(
-                messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                messages=message_dicts(request.messages),
                 temperature=request.temperature,
                 top_p=request.top_p,
                 # Greedy is top_k=1. When sampling, only top_p filters, as in the OpenAI API
@@ -167,21 +152,23 @@ class LlamaCppEngine:
         usage = out.get("usage") or {}
         return GenerationResponse(
             text=choice["message"].get("content") or "",
-            finish_reason=_FINISH.get(choice.get("finish_reason"), "stop"),
+            finish_reason=finish_reason(choice.get("finish_reason"), unknown="stop"),
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             completion_tokens=int(usage.get("completion_tokens", 0)),
         )
 
     def _grammar(self, constraint: Constraint) -> Any:
-        """A compiled LlamaGrammar for the constraint, cached by grammar text.
+        """A compiled LlamaGrammar for the constraint, cached by constraint (a batch asks
+        for each one twice: to check it before any work, then to generate).
 
         llama-cpp-python hands the grammar text to the C sampler unchecked, and a grammar
         the C parser rejects gives a NULL sampler (a crash). So each new grammar is parsed
         once against the model's vocabulary here, and a failure is a clear ConfigError.
         """
-        text = constraint_to_gbnf(constraint)
-        grammar = self._grammars.get(text)
+        key = constraint.model_dump_json()
+        grammar = self._grammars.get(key)
         if grammar is None:
+            text = constraint_to_gbnf(constraint)
             lib = self._llama_cpp
             sampler = lib.llama_sampler_init_grammar(
                 self._llm._model.vocab, text.encode("utf-8"), b"root"
@@ -193,5 +180,5 @@ class LlamaCppEngine:
                 )
             lib.llama_sampler_free(sampler)
             grammar = lib.LlamaGrammar.from_string(text, verbose=False)
-            self._grammars[text] = grammar
+            self._grammars[key] = grammar
         return grammar

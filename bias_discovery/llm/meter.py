@@ -7,7 +7,7 @@ from typing import Sequence
 
 from pydantic import BaseModel
 
-from .base import Engine, ProgressCallback, ResponseCallback
+from .base import BaseEngine, BatchReport, Engine
 from .types import GenerationRequest, GenerationResponse
 
 
@@ -19,27 +19,29 @@ class StageUsage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    def add(self, other: "StageUsage") -> "StageUsage":
-        return StageUsage(**{k: getattr(self, k) + getattr(other, k) for k in StageUsage.model_fields})
 
-
-class MeteredEngine:
+class MeteredEngine(BaseEngine):
     """Wraps an engine (usually a CachedEngine) and books every response to `self.stage`."""
 
+    name = "metered"
+    thread_safe = True  # as thread-safe as the engine it wraps
+
     def __init__(self, engine: Engine, role: str) -> None:
+        super().__init__(engine.engine_id)
         self.engine = engine
-        self.engine_id = engine.engine_id
         self.role = role
         self.stage = "unknown"
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
+    def take_usage(self) -> dict[str, StageUsage]:
+        """Return and reset the per-stage counters."""
+        usage, self.usage = dict(self.usage), defaultdict(StageUsage)
+        return usage
+
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        responses = self.engine.generate(requests, progress=progress, on_response=on_response) if requests else []
+        responses = self.engine.generate(requests, progress=report.advance, on_response=report.done)
         usage = self.usage[self.stage]
         usage.requests += len(responses)
         usage.cached += sum(1 for r in responses if r.cached)
@@ -47,10 +49,5 @@ class MeteredEngine:
         usage.completion_tokens += sum(r.completion_tokens for r in responses)
         return responses
 
-    def take_usage(self) -> dict[str, StageUsage]:
-        """Return and reset the per-stage counters."""
-        usage, self.usage = dict(self.usage), defaultdict(StageUsage)
-        return usage
-
-    def close(self) -> None:
+    def _release(self) -> None:
         self.engine.close()

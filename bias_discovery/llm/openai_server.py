@@ -44,9 +44,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from ..errors import ConfigError, EngineError
-from .base import ProgressCallback, ResponseCallback
+from .base import BaseEngine, BatchReport, finish_reason, message_dicts
 from .config import ModelConfig
-from .types import Constraint, FinishReason, GenerationRequest, GenerationResponse
+from .types import Constraint, GenerationRequest, GenerationResponse
 
 __all__ = ["OpenAIServerEngine", "build_payload", "constraint_fields", "detect_dialect"]
 
@@ -115,7 +115,7 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
     """The JSON body of one /chat/completions call."""
     body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "messages": message_dicts(request.messages),
         "max_tokens": request.max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
@@ -164,20 +164,16 @@ def _server_message(response: Any) -> tuple[str, str]:
     return json.dumps(data)[:1000], ""
 
 
-_FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
-
-
 # --------------------------------------------------------------------------------------
 # The engine
 # --------------------------------------------------------------------------------------
 
 
-class _RequestFailed(Exception):
-    """Raised inside a worker to stop the batch; carries the EngineError to re-raise."""
-
-
-class OpenAIServerEngine:
+class OpenAIServerEngine(BaseEngine):
     """Talks to an OpenAI-compatible server at `config.base_url` serving `config.model`."""
+
+    name = "OpenAI server"
+    thread_safe = True  # several threads' batches share the connection pool
 
     def __init__(self, config: ModelConfig) -> None:
         if not config.base_url:
@@ -191,7 +187,7 @@ class OpenAIServerEngine:
         self._httpx = httpx
         self.config = config
         self.base_url = config.base_url.rstrip("/")
-        self.engine_id = f"openai/{config.model}@{self.base_url}"
+        super().__init__(f"openai/{config.model}@{self.base_url}")
         headers = {"Content-Type": "application/json"}
         api_key = os.environ.get(config.api_key_env)
         if api_key:
@@ -224,15 +220,10 @@ class OpenAIServerEngine:
                         self._dialect = "openai"
             return self._dialect
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        """Send the batch with bounded concurrency; responses come back in request order."""
-        if not requests:
-            return []
+        """Send the batch with bounded concurrency; each response is reported as it arrives."""
         dialect = self.dialect
         payloads = [build_payload(self.config.model, r, dialect) for r in requests]
         unwrap = [
@@ -254,11 +245,8 @@ class OpenAIServerEngine:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     index = futures[future]
-                    results[index] = future.result()
-                    if on_response is not None:
-                        on_response(index, results[index])  # type: ignore[arg-type]
-                    if progress is not None:
-                        progress(1)
+                    response = results[index] = future.result()
+                    report.done(index, response)
         except BaseException:
             failed = True
             stop.set()  # queued requests are dropped, sleeping retries give up
@@ -268,7 +256,7 @@ class OpenAIServerEngine:
             pool.shutdown(wait=not failed, cancel_futures=True)
         return [r for r in results if r is not None]
 
-    def close(self) -> None:
+    def _release(self) -> None:
         """Close the HTTP connections."""
         self._client.close()
 
@@ -310,10 +298,9 @@ class OpenAIServerEngine:
                 f"model server at {url} sent a reply that is not a chat completion: "
                 f"{response.text[:500]!r}"
             ) from exc
-        reason = choice.get("finish_reason")
-        finish: FinishReason = _FINISH.get(reason, "stop")
-        if reason == "content_filter":
-            finish, text = "error", f"the server's content filter stopped the output: {text}"
+        finish = finish_reason(choice.get("finish_reason"), unknown="stop")
+        if finish == "error":  # "content_filter"
+            text = f"the server's content filter stopped the output: {text}"
         if unwrap_choice and finish == "stop":
             text = _unwrap_choice(text)
         return GenerationResponse(

@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import ConfigError
 from .base import Engine
-from .config import KNOWN_PROVIDERS, ModelConfig
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+PROVIDERS: dict[str, str] = {
+    "llamacpp": "llamacpp:LlamaCppEngine",
+    "openai": "openai_server:OpenAIServerEngine",
+    "vllm": "vllm_engine:VLLMEngine",
+    "hf": "hf:TransformersEngine",
+}
+"""Provider (the part of a model spec before the first slash) -> "module:class" of its engine
+in this package, imported on first use. A new provider is one line here; `ModelConfig` takes
+its provider names from this table."""
+
+
+def engine_class(provider: str) -> Callable[[ModelConfig], Engine]:
+    """The engine class of `provider`, imported now (backends stay unimported until used)."""
+    if provider not in PROVIDERS:
+        raise ConfigError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
+    module, _, name = PROVIDERS[provider].partition(":")
+    engine_cls: Callable[[ModelConfig], Engine] = getattr(
+        importlib.import_module(f".{module}", __package__), name
+    )
+    return engine_cls
 
 
 def make_engine(config: ModelConfig | str, cache_path: Path | str | None = None) -> Engine:
@@ -14,27 +39,11 @@ def make_engine(config: ModelConfig | str, cache_path: Path | str | None = None)
 
     With `cache_path`, the engine is wrapped in the SQLite call cache at that path.
     """
+    from .config import ModelConfig  # not at the top: config.py reads PROVIDERS from here
+
     if isinstance(config, str):
         config = ModelConfig.from_spec(config)
-    engine: Engine
-    if config.provider == "llamacpp":
-        from .llamacpp import LlamaCppEngine
-
-        engine = LlamaCppEngine(config)
-    elif config.provider == "openai":
-        from .openai_server import OpenAIServerEngine
-
-        engine = OpenAIServerEngine(config)
-    elif config.provider == "vllm":
-        from .vllm_engine import VLLMEngine
-
-        engine = VLLMEngine(config)
-    elif config.provider == "hf":
-        from .hf import TransformersEngine
-
-        engine = TransformersEngine(config)
-    else:  # pragma: no cover - ModelConfig's Literal already refuses this
-        raise ConfigError(f"unknown provider {config.provider!r}; known: {', '.join(KNOWN_PROVIDERS)}")
+    engine = engine_class(config.provider)(config)
     if cache_path is not None:
         from .cache import CachedEngine
 

@@ -14,13 +14,12 @@ regex, json).
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import EngineError
-from .base import ProgressCallback, ResponseCallback
+from .base import BaseEngine, BatchReport, finish_reason, message_dicts
 from .config import ModelConfig
-from .types import Constraint, FinishReason, GenerationRequest, GenerationResponse
+from .types import Constraint, GenerationRequest, GenerationResponse
 
 __all__ = ["VLLMEngine", "llm_kwargs", "sampling_kwargs", "structured_outputs_kwargs"]
 
@@ -69,22 +68,14 @@ def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
     return kwargs
 
 
-def chat_messages(request: GenerationRequest) -> list[dict[str, str]]:
-    """The conversation in the shape `LLM.chat` takes."""
-    return [{"role": m.role, "content": m.content} for m in request.messages]
-
-
-_FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
-
-
 def response_from_output(output: Any) -> GenerationResponse:
     """Map a vLLM `RequestOutput` (duck-typed) to a GenerationResponse."""
     completion = output.outputs[0]
     reason = getattr(completion, "finish_reason", None)
-    finish = _FINISH.get(reason)
+    finish = finish_reason(reason, unknown="error")
     text = completion.text or ""
-    if finish is None:  # "abort" or a missing reason
-        finish, text = "error", f"vLLM finished the request with reason {reason!r}: {text}"
+    if finish == "error":  # "abort" or a missing reason
+        text = f"vLLM finished the request with reason {reason!r}: {text}"
     return GenerationResponse(
         text=text,
         finish_reason=finish,
@@ -151,18 +142,19 @@ def _import_vllm() -> tuple[Any, Any, Any, str]:
         return vllm.LLM, SamplingParams, GuidedDecodingParams, "guided_decoding"
 
 
-class VLLMEngine:
+class VLLMEngine(BaseEngine):
     """Runs a Hugging Face model (hub id or local path) with vLLM's offline engine."""
 
+    name = "vLLM"
+
     def __init__(self, config: ModelConfig) -> None:
+        super().__init__(f"vllm/{config.model}")
         self.config = config
-        self.engine_id = f"vllm/{config.model}"
         llm_cls, self._sampling_cls, self._constraint_cls, self._constraint_field = _import_vllm()
         try:
             self._llm: Any = llm_cls(**llm_kwargs(config))
         except Exception as exc:  # vLLM raises many kinds (ValueError, RuntimeError, OOM)
             raise EngineError(f"vLLM could not load {config.model}: {exc}") from exc
-        self._lock = threading.Lock()
 
     def sampling_params(self, request: GenerationRequest) -> Any:
         """The vLLM SamplingParams object for one request."""
@@ -172,62 +164,37 @@ class VLLMEngine:
             kwargs[self._constraint_field] = self._constraint_cls(**constraint)
         return self._sampling_cls(**kwargs)
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: ProgressCallback | None = None,
-        on_response: ResponseCallback | None = None,
+    def _generate_batch(
+        self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        """One `LLM.chat` call for the whole batch (`on_response` fires when it returns). A prompt longer than the model's context
+        """One `LLM.chat` call for the whole batch: progress follows vLLM's progress bar, the
+        responses are reported when it returns. A prompt longer than the model's context
         gets a finish_reason "error" response instead of failing the batch."""
-        if not requests:
-            return []
-        with self._lock:
-            if self._llm is None:
-                raise EngineError("the vLLM engine is closed")
-            too_long = self._too_long(requests)
-            runnable = [i for i in range(len(requests)) if i not in too_long]
-            results: dict[int, GenerationResponse] = {
-                i: GenerationResponse(text=message, finish_reason="error")
-                for i, message in too_long.items()
-            }
-            reported = 0
-
-            def forward(n: int) -> None:
-                nonlocal reported
-                reported += n
-                if progress is not None:
-                    progress(n)
-
-            if too_long:
-                forward(len(too_long))
-            if runnable:
-                outputs = self._llm.chat(
-                    [chat_messages(requests[i]) for i in runnable],
-                    sampling_params=[self.sampling_params(requests[i]) for i in runnable],
-                    use_tqdm=lambda *a, **kw: _ProgressBar(forward, *a, **kw),
+        too_long = self._too_long(requests)
+        runnable = [i for i in range(len(requests)) if i not in too_long]
+        results: dict[int, GenerationResponse] = {
+            i: GenerationResponse(text=message, finish_reason="error")
+            for i, message in too_long.items()
+        }
+        if too_long:
+            report.advance(len(too_long))
+        if runnable:
+            outputs = self._llm.chat(
+                [message_dicts(requests[i].messages) for i in runnable],
+                sampling_params=[self.sampling_params(requests[i]) for i in runnable],
+                use_tqdm=lambda *a, **kw: _ProgressBar(report.advance, *a, **kw),
+            )
+            if len(outputs) != len(runnable):
+                raise EngineError(
+                    f"vLLM returned {len(outputs)} outputs for {len(runnable)} requests"
                 )
-                if len(outputs) != len(runnable):
-                    raise EngineError(
-                        f"vLLM returned {len(outputs)} outputs for {len(runnable)} requests"
-                    )
-                for i, output in zip(runnable, outputs):
-                    results[i] = response_from_output(output)
-            if progress is not None and reported < len(requests):
-                progress(len(requests) - reported)
-            ordered = [results[i] for i in range(len(requests))]
-            if on_response is not None:
-                for i, response in enumerate(ordered):
-                    on_response(i, response)
-            return ordered
+            for i, output in zip(runnable, outputs):
+                results[i] = response_from_output(output)
+        return [results[i] for i in range(len(requests))]
 
-    def close(self) -> None:
+    def _release(self) -> None:
         """Drop the engine and free GPU memory as far as vLLM allows."""
-        with self._lock:
-            llm, self._llm = self._llm, None
-        if llm is None:
-            return
-        del llm
+        self._llm = None
         try:
             import gc
 
@@ -258,7 +225,7 @@ class VLLMEngine:
         out: dict[int, str] = {}
         for i, request in enumerate(requests):
             ids = tokenizer.apply_chat_template(
-                chat_messages(request), add_generation_prompt=True, tokenize=True
+                message_dicts(request.messages), add_generation_prompt=True, tokenize=True
             )
             n = len(ids["input_ids"] if isinstance(ids, dict) else ids)
             if n >= limit:

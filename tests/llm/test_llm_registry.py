@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from bias_discovery.errors import ConfigError
+from bias_discovery.llm.base import BaseEngine
 from bias_discovery.llm.config import KNOWN_PROVIDERS, ModelConfig
-from bias_discovery.llm.registry import make_engine
+from bias_discovery.llm.registry import PROVIDERS, engine_class, make_engine
 
 
 def test_unknown_provider_lists_known_ones() -> None:
@@ -19,6 +20,18 @@ def test_unknown_provider_lists_known_ones() -> None:
     assert "'ollama'" in message
     for provider in KNOWN_PROVIDERS:
         assert provider in message
+
+
+def test_unknown_provider_in_a_config_lists_known_ones() -> None:
+    with pytest.raises(ValueError, match="'llamacpp', 'openai', 'vllm' or 'hf'"):
+        ModelConfig(provider="ollama", model="llama3")
+
+
+def test_every_provider_in_the_table_is_an_engine_class() -> None:
+    assert KNOWN_PROVIDERS == tuple(PROVIDERS) == ("llamacpp", "openai", "vllm", "hf")
+    for provider in PROVIDERS:
+        cls = engine_class(provider)
+        assert isinstance(cls, type) and issubclass(cls, BaseEngine), provider
 
 
 @pytest.mark.parametrize("spec", ["smollm2", "llamacpp/", "llamacpp", ""])
