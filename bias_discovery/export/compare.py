@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from ..data.loaders import FieldMap, load_pairs
 from ..data.pairs import PreferencePair
+from ..formatting import percent, pp
 from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, judge_pairs, summarize
 from ..llm.config import ModelConfig
@@ -141,11 +142,6 @@ def compare_with_pro(
 def print_compare(report: CompareReport, console: Any) -> None:
     from rich.table import Table
 
-    def pct(x: float | None, signed: bool = False) -> str:
-        if x is None:
-            return "-"
-        return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
-
     table = Table(title=f"{report.model}: error (%) on the original set and on the Pro set")
     for column in ("domain", "original n", "original err", "Pro n", "Pro err", "Δ (pp)"):
         table.add_column(column, justify="left" if column == "domain" else "right")
@@ -153,10 +149,10 @@ def print_compare(report: CompareReport, console: Any) -> None:
         table.add_row(
             row.domain,
             str(row.original_n),
-            pct(row.original_error),
+            percent(row.original_error, unit=""),
             str(row.pro_n),
-            pct(row.pro_error),
-            pct(row.delta, signed=True),
+            percent(row.pro_error, unit=""),
+            pp(row.delta, unit=""),
             style="bold" if row.domain == "all" else None,
         )
     console.print(table)
