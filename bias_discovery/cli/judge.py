@@ -1,5 +1,5 @@
 """`bias-discovery judge`: measure a judge model on a pairwise data set (and, with
-``--compare``, on an exported Pro set)."""
+``--compare``, on an exported Pro set, with the same engine)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .common import app, console, default_cache_path, fail, format_validation_er
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSettings, JudgeSummary
+    from ..llm.base import Engine
     from ..llm.config import ModelConfig
 
 
@@ -81,6 +82,7 @@ def judge(
     from ..llm.registry import make_engine
     from ..progress import progress_bar
 
+    cache_path = None if no_cache else (cache or default_cache_path())
     try:
         settings = JudgeSettings(
             positions=positions, seed=seed, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
@@ -91,29 +93,36 @@ def judge(
         pairs = load_pairs(data, data_dir=data_dir, limit=limit)
         if not pairs:
             fail(f"data {data!r} has no pairs")
-        engine = make_engine(config, cache_path=None if no_cache else (cache or default_cache_path()))
-        try:
-            n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
-            with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
-                result = judge_pairs(engine, pairs, settings, progress=advance)
-        finally:
-            engine.close()
-        summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings)
+        engine = make_engine(config, cache_path=cache_path)
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
-    atomic_write_json(out / "summary.json", summary)
-    print_judge_summary(summary)
-    console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
-    if compare is not None:
-        _judge_compare(config, settings, summary, compare, out=out, limit=limit,
-                       cache_path=None if no_cache else (cache or default_cache_path()))
+    # One engine for the data set and the Pro set (--compare): a model is loaded once (with
+    # vLLM, a second `LLM()` in one process would not fit), and closed once, on any exit.
+    try:
+        try:
+            n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
+            with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
+                result = judge_pairs(engine, pairs, settings, progress=advance)
+            summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings)
+        except ValidationError as exc:
+            fail(format_validation_error(exc))
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
+        atomic_write_json(out / "summary.json", summary)
+        print_judge_summary(summary)
+        console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
+        if compare is not None:
+            _judge_compare(engine, config, settings, summary, compare, out=out, limit=limit, cache_path=cache_path)
+    finally:
+        engine.close()
 
 
 def _judge_compare(
+    engine: Engine,
     config: ModelConfig,
     settings: JudgeSettings,
     summary: JudgeSummary,
@@ -123,11 +132,15 @@ def _judge_compare(
     limit: Optional[int],
     cache_path: Optional[Path],
 ) -> None:
+    """Judge the Pro set at `pro_dir` with the judge's own `engine`; print both sets side by side."""
     from ..export.compare import compare_with_pro, print_compare
     from ..progress import progress_bar
 
     try:
-        report = compare_with_pro(config, settings, summary, pro_dir, out=out, cache_path=cache_path, limit=limit, progress=progress_bar)
+        report = compare_with_pro(
+            config, settings, summary, pro_dir, out=out, cache_path=cache_path, limit=limit, progress=progress_bar,
+            engine=engine,
+        )
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_compare(report, console)
