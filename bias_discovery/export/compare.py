@@ -10,7 +10,7 @@ per domain (the shape of the BiasScope paper's Table 9). The Pro set is read fro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -156,12 +156,3 @@ def print_compare(report: CompareReport, console: Any) -> None:
             style="bold" if row.domain == "all" else None,
         )
     console.print(table)
-
-
-def rows_as_text(rows: Sequence[CompareRow]) -> str:
-    """Plain-text table (for logs and tests)."""
-    lines = [f"{'domain':<12} {'orig n':>6} {'orig err':>8} {'pro n':>6} {'pro err':>8} {'delta':>7}"]
-    for r in rows:
-        f = lambda x: "-" if x is None else f"{100 * x:.1f}"
-        lines.append(f"{r.domain:<12} {r.original_n:>6} {f(r.original_error):>8} {r.pro_n:>6} {f(r.pro_error):>8} {f(r.delta):>7}")
-    return "\n".join(lines)
