@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
+from ..formatting import ci_pp, p_value, pp
 from .common import app, console, fail, interrupted
 
 
@@ -28,8 +29,7 @@ def _print_run_end(run_dir: Path) -> None:
         v = bias.validation
         if v is not None:
             console.print(
-                f"  {bias.id}: Δerror {v.delta:+.3f} (CI {v.ci_low if v.ci_low is None else round(v.ci_low, 3)}"
-                f"..{v.ci_high if v.ci_high is None else round(v.ci_high, 3)}), p={v.p_value}",
+                f"  {bias.id}: Δerror {pp(v.delta)} (CI {ci_pp(v.ci_low, v.ci_high, missing='-')}), p={p_value(v.p_value)}",
                 highlight=False,
             )
 
