@@ -1,9 +1,8 @@
 """The `bias-discovery` command line. Thin: parse options, call the library, print results.
 
 One module per command group, each registering its commands on the one Typer `app` of
-`common` (which also holds the consoles, `fail` and error formatting). The imports below
-register them in the order `--help` lists them; heavy modules are imported inside the
-commands, so the CLI starts fast.
+`common` (which also holds the consoles, `fail` and error formatting). Heavy modules are
+imported inside the commands, so the CLI starts fast.
 """
 
 from __future__ import annotations
@@ -11,7 +10,15 @@ from __future__ import annotations
 import os
 
 from .common import app
-from . import judge, loop, browse, export  # noqa: E402,F401  (registers the commands, in this order)
+
+# Importing a command module registers its commands; `--help` lists them in this order, so
+# keep it (not alphabetical).
+# isort: off
+from . import judge  # noqa: F401,E402  judge
+from . import loop  # noqa: F401,E402  run, resume, status
+from . import browse  # noqa: F401,E402  library show/diff, report, view
+from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo
+# isort: on
 
 __all__ = ["app", "main"]
 
