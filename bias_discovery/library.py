@@ -1,8 +1,8 @@
 """The bias library: what a bias is, how a library is stored, compared and combined.
 
 A library is one JSON file holding a `BiasLibrary`. A run keeps one per iteration (the run
-record's `LibraryStore`, in `bias_discovery.run`). Seed libraries ship in the repository's top-level `bias_library/` folder
-and are loaded by name (`load_seed_library("biasscope7+chen4")`).
+record's `LibraryStore`, in `bias_discovery.run`). Seed libraries ship in the repository's
+top-level `bias_library/` folder and are loaded by name (`load_seed_library("biasscope7+chen4")`).
 
 Bad input never passes silently and is never destroyed:
 

@@ -17,6 +17,7 @@ import pytest
 
 from bias_discovery.config import PerturbSettings, RunConfig
 from bias_discovery.data.pairs import PreferencePair
+from bias_discovery.errors import EngineError
 from bias_discovery.export import (
     ExportError,
     apply_annotations,
@@ -679,6 +680,69 @@ def test_judge_compare_prints_both_sets(fake_pro: Path, tmp_path: Path, smollm2_
         if r["original_error"] is not None and r["pro_error"] is not None:
             assert r["delta"] == pytest.approx(r["pro_error"] - r["original_error"])
     assert "Pro err" in result.stdout and (out / "pro_judgments.jsonl").is_file() and (out / "summary.json").is_file()
+
+
+class CountingEngine(ScriptedEngine):
+    """A scripted judge that counts how often it is closed."""
+
+    def __init__(self, fail_on_call: int | None = None) -> None:
+        super().__init__(world)
+        self.closes = 0
+        self.fail_on_call = fail_on_call
+
+    def generate(self, requests, progress=None, on_response=None):
+        if self.fail_on_call is not None and len(self.sent) + len(requests) > self.fail_on_call:
+            raise EngineError("model server went away")
+        return super().generate(requests, progress, on_response)
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def _judge_in_process(monkeypatch: pytest.MonkeyPatch, args: list[str], **engine_options) -> tuple[object, list[CountingEngine]]:
+    """Run `bias-discovery judge ARGS` in this process, with every engine the judge builds a
+    CountingEngine (recorded in the returned list)."""
+    from typer.testing import CliRunner
+
+    import bias_discovery.llm.registry as registry
+    from bias_discovery.cli import app
+
+    built: list[CountingEngine] = []
+
+    def make_engine(config, cache_path=None):
+        built.append(CountingEngine(**engine_options))
+        return built[-1]
+
+    monkeypatch.setattr(registry, "make_engine", make_engine)
+    return CliRunner().invoke(app, ["judge", *args]), built
+
+
+def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_pro: Path, tmp_path: Path, monkeypatch):
+    # With vLLM a second engine would be a second `LLM()` in one process.
+    out = tmp_path / "judge"
+    result, built = _judge_in_process(
+        monkeypatch, ["--model", "llamacpp/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
+                      "--out", str(out), "--compare", str(fake_pro)],
+    )
+    assert result.exit_code == 0, result.output
+    assert len(built) == 1 and built[0].closes == 1
+    # Both sets went through that engine: 3 pairs and 3 Pro samples, each judged in both orders.
+    assert len(built[0].sent) == 3 * 2 + 3 * 2
+    report = json.loads((out / "compare.json").read_text())
+    assert report["original"]["n_judgments"] == 6 and report["pro"]["n_judgments"] == 6
+    assert "Pro err" in result.output
+
+
+def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, tmp_path: Path, monkeypatch):
+    out = tmp_path / "judge"
+    result, built = _judge_in_process(
+        monkeypatch, ["--model", "llamacpp/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
+                      "--out", str(out), "--compare", str(fake_pro)],
+        fail_on_call=6,  # the original set's 6 judgments pass, the Pro set's fail
+    )
+    assert result.exit_code == 2 and "model server went away" in result.output
+    assert len(built) == 1 and built[0].closes == 1
+    assert (out / "summary.json").is_file() and not (out / "compare.json").exists()
 
 
 def test_judge_compare_refuses_a_non_pro_dir_before_judging(tmp_path: Path):

@@ -111,6 +111,16 @@ def test_corrupted_library_and_validation_files(hostile_run: Path):
     assert result.returncode == 2 and "iter_002/validation.json" in result.stderr
 
 
+def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, capsys: pytest.CaptureFixture[str]):
+    from bias_discovery.cli.loop import _print_run_end
+
+    _print_run_end(hostile_run)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "library: 4 biases (2 discovered)" in out
+    assert "d1-expert-citation-bias: Δerror +20.0 pp (CI [+10.0, +30.0]), p=0.004" in out
+    assert "d2-format-bias: Δerror +15.0 pp (CI [+5.0, +25.0]), p=0.004" in out
+
+
 def test_diff_iterations(hostile_run: Path):
     out = cli("library", "diff", f"{hostile_run}@0", str(hostile_run)).stdout
     assert f"A: {hostile_run}@0" in out and f"B: {hostile_run}@2" in out

@@ -332,14 +332,8 @@ def length_stats(triples: Sequence[tuple[str, str, str]]) -> LengthStats:
     )
 
 
-def fmt_pct(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
-
-
-def fmt_num(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
+CARD_MISSING = "n/a"
+"""What a dataset card prints for a missing number (`bias_discovery.formatting` formats them)."""
 
 
 def dataset_card_meta(

@@ -10,12 +10,13 @@ per domain (the shape of the BiasScope paper's Table 9). The Pro set is read fro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
 from ..data.loaders import FieldMap, load_pairs
 from ..data.pairs import PreferencePair
+from ..formatting import percent, pp
 from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, judge_pairs, summarize
 from ..llm.config import ModelConfig
@@ -143,11 +144,6 @@ def compare_with_pro(
 def print_compare(report: CompareReport, console: Any) -> None:
     from rich.table import Table
 
-    def pct(x: float | None, signed: bool = False) -> str:
-        if x is None:
-            return "-"
-        return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
-
     table = Table(title=f"{report.model}: error (%) on the original set and on the Pro set")
     for column in ("domain", "original n", "original err", "Pro n", "Pro err", "Δ (pp)"):
         table.add_column(column, justify="left" if column == "domain" else "right")
@@ -155,19 +151,10 @@ def print_compare(report: CompareReport, console: Any) -> None:
         table.add_row(
             row.domain,
             str(row.original_n),
-            pct(row.original_error),
+            percent(row.original_error, unit=""),
             str(row.pro_n),
-            pct(row.pro_error),
-            pct(row.delta, signed=True),
+            percent(row.pro_error, unit=""),
+            pp(row.delta, unit=""),
             style="bold" if row.domain == "all" else None,
         )
     console.print(table)
-
-
-def rows_as_text(rows: Sequence[CompareRow]) -> str:
-    """Plain-text table (for logs and tests)."""
-    lines = [f"{'domain':<12} {'orig n':>6} {'orig err':>8} {'pro n':>6} {'pro err':>8} {'delta':>7}"]
-    for r in rows:
-        f = lambda x: "-" if x is None else f"{100 * x:.1f}"
-        lines.append(f"{r.domain:<12} {r.original_n:>6} {f(r.original_error):>8} {r.pro_n:>6} {f(r.pro_error):>8} {f(r.delta):>7}")
-    return "\n".join(lines)

@@ -28,20 +28,20 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..formatting import number, percent
 from ..io import atomic_write_json, atomic_write_text
 from ..library import Bias
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
+    CARD_MISSING,
     ExportError,
     LengthStats,
     RunContext,
     bias_summary,
     check_output_dir,
     dataset_card_meta,
-    fmt_num,
-    fmt_pct,
     length_stats,
     one_line,
     package_version,
@@ -233,8 +233,8 @@ def render_dpo_card(stats: Mapping[str, Any], directory: Path) -> str:
         "## Lengths",
         "",
         f"Average {length['method']} tokens over the {length['n']} perturbed rows: chosen "
-        f"{fmt_num(length['chosen'])}, original rejected {fmt_num(length['original_rejected'])}, new "
-        f"rejected {fmt_num(length['new_rejected'])} ({fmt_pct(length['relative_increase'], signed=True)}).",
+        f"{number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, new "
+        f"rejected {number(length['new_rejected'], missing=CARD_MISSING)} ({percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)}).",
         "",
         "## Licences",
         "",

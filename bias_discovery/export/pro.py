@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..formatting import number, percent, pp
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -49,14 +50,13 @@ from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import load_prompt
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
+    CARD_MISSING,
     ExportError,
     LengthStats,
     RunContext,
     bias_summary,
     check_output_dir,
     dataset_card_meta,
-    fmt_num,
-    fmt_pct,
     length_stats,
     model_config,
     one_line,
@@ -562,7 +562,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
     for b in stats["biases"]:
         row = per_bias.get(b["id"], {"generated": 0, "kept_by_filter": 0})
         origin = b["origin"] if b["origin"] == "seed" else f"discovered (iteration {b['iteration']})"
-        delta = "-" if b["delta_error"] is None else f"{100 * b['delta_error']:+.1f} pp"
+        delta = pp(b["delta_error"])
         lines.append(
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | {delta} | "
             f"{row['generated']} | {row['kept_by_filter']} |"
@@ -575,9 +575,9 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "## Lengths",
         "",
         f"Average length in {length['method']} tokens (`str.split`) over the {length['n']} samples: "
-        f"chosen {fmt_num(length['chosen'])}, original rejected {fmt_num(length['original_rejected'])}, "
-        f"new rejected {fmt_num(length['new_rejected'])}; relative increase of the rejected response "
-        f"{fmt_pct(length['relative_increase'], signed=True)} (the paper reports +8.4 %).",
+        f"chosen {number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, "
+        f"new rejected {number(length['new_rejected'], missing=CARD_MISSING)}; relative increase of the rejected response "
+        f"{percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)} (the paper reports +8.4 %).",
         "",
         "## Human verification",
         "",
@@ -592,10 +592,10 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
             "disagree. Then run `bias-discovery export apply-annotations DIR SHEET`.",
         ]
     else:
-        kappa = "undefined (one label everywhere)" if ann["kappa"] is None else f"{ann['kappa']:.3f}"
+        kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
         lines += [
             f"Two annotators verified {ann['n_annotated']} samples (sheet `{ann['sheet']}`, applied "
-            f"{ann['applied_at']}): they agreed on {ann['n_agreed']} ({fmt_pct(ann['observed_agreement'])}), "
+            f"{ann['applied_at']}): they agreed on {ann['n_agreed']} ({percent(ann['observed_agreement'], unit=' %', missing=CARD_MISSING)}), "
             f"Cohen's kappa {kappa}; {ann['n_adjudicated']} disagreements were adjudicated. "
             f"{ann['n_rejected']} samples were rejected and removed, {ann['n_kept']} kept.",
         ]

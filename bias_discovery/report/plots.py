@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..formatting import pp
+
 __all__ = ["ForestRow", "biases_per_iteration_plot", "delta_forest_plot"]
 
 ACCEPTED = "#1a7f37"
@@ -127,7 +129,7 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
             ax.set_title(_label(column, 24), loc="center")
             ax.set_xlabel("Δ error (pp)")
             ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{100 * x:+.0f}" if abs(x) > 1e-9 else "0"))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: pp(x, unit="", digits=0) if abs(x) > 1e-9 else "0"))
             ax.grid(axis="x", alpha=0.3)
         low = min(values + [-0.1])
         high = max(values + [0.1])

@@ -16,10 +16,11 @@ import difflib
 import re
 import secrets
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..formatting import ci_pp, count, p_value, percent, pp
 from ..io import atomic_write_text
 from ..library import Bias
 from .data import RunData, bias_row, collect_run
@@ -31,48 +32,26 @@ TEMPLATE = Path(__file__).with_name("template.html")
 
 
 # --------------------------------------------------------------------------------------------
-# Formatting (filters)
+# Formatting (filters): numbers go through `bias_discovery.formatting`, as in the terminal,
+# with the page's en dash for a missing value
 # --------------------------------------------------------------------------------------------
 
-
-def pct(x: Any) -> str:
-    return "–" if x is None else f"{100 * float(x):.1f}%"
-
-
-def pp(x: Any) -> str:
-    return "–" if x is None else f"{100 * float(x):+.1f} pp"
-
-
-def ci(low: Any, high: Any) -> str:
-    if low is None or high is None:
-        return ""
-    return f"[{100 * float(low):+.1f}, {100 * float(high):+.1f}]"
-
-
-def pval(x: Any) -> str:
-    if x is None:
-        return "–"
-    x = float(x)
-    return "<0.001" if x < 0.001 else f"{x:.3f}"
+MISSING = "–"
 
 
 def when(ts: Any) -> str:
     if ts is None:
-        return "–"
+        return MISSING
     return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def duration(seconds: Any) -> str:
     if seconds is None:
-        return "–"
+        return MISSING
     s = int(max(0.0, float(seconds)))
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{s}s")
-
-
-def thousands(x: Any) -> str:
-    return "–" if x is None else f"{int(x):,}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,8 +307,13 @@ def _environment():  # noqa: ANN202 - jinja2 Environment
     from jinja2 import Environment, StrictUndefined
 
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(pct=pct, pp=pp, pval=pval, thousands=thousands)
-    env.globals.update(ci=ci)
+    env.filters.update(
+        pct=partial(percent, missing=MISSING),
+        pp=partial(pp, missing=MISSING),
+        pval=partial(p_value, missing=MISSING),
+        thousands=partial(count, missing=MISSING),
+    )
+    env.globals.update(ci=ci_pp)
     return env
 
 

@@ -1,0 +1,60 @@
+"""What every command module shares: the Typer app, the consoles, `fail`, error formatting.
+
+User errors (`BiasDiscoveryError`, invalid config values) end with a one-paragraph message
+on stderr and exit code 2; nothing half-written is left behind. Only light modules are
+imported here: the CLI must start fast, so each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Discover the unknown biases of an LLM judge, and turn them into harder benchmarks.",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
+
+
+def default_cache_path() -> Path:
+    """The shared call cache for one-off commands (`judge`); runs keep their own."""
+    root = os.environ.get("BIAS_DISCOVERY_CACHE_DIR") or Path.home() / ".cache" / "bias-discovery"
+    return Path(root) / "calls.sqlite"
+
+
+def format_validation_error(exc: ValidationError, where: str = "") -> str:
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"]) or "(root)"
+        lines.append(f"  {where}{loc}: {error['msg']}")
+    return "invalid settings:\n" + "\n".join(lines)
+
+
+def warn(message: str) -> None:
+    """Print `message` as a warning on stderr: something was wrong and is said, not fatal."""
+    err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Print `message` as an error on stderr and exit with code 2 (a user error)."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def interrupted(run_dir: Path) -> NoReturn:
+    """Ctrl-C during a run: say how to continue it, exit with code 130."""
+    err_console.print(f"interrupted; continue with: bias-discovery resume {run_dir}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=130)

@@ -1,0 +1,133 @@
+"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from ..errors import BiasDiscoveryError
+from ..formatting import number, percent
+from .common import app, console, fail, format_validation_error
+
+export_app = typer.Typer(
+    no_args_is_help=True,
+    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
+)
+app.add_typer(export_app, name="export")
+
+_BIASES_HELP = (
+    "all (every validated discovered bias, the default) | top-K (the K with the largest Δerror) | "
+    "ID,NAME,... (any biases of the run's library, seeds included)."
+)
+
+
+def _print_counts(title: str, counts: dict) -> None:
+    table = Table(title=title)
+    table.add_column("step")
+    table.add_column("count", justify="right")
+    for key, value in counts.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+        table.add_row(key.replace("_", " "), "-" if value is None else str(value))
+    console.print(table)
+
+
+@export_app.command("judgebench-pro")
+def export_judgebench_pro_cmd(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: Optional[str] = typer.Option(None, "--biases", help=_BIASES_HELP),
+    variants: int = typer.Option(10, "--variants", min=1, help="Biased variants per test pair (K; the paper uses 10)."),
+    filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model (default: the run's target)."),
+    filter_base_url: Optional[str] = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
+    checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the run's teacher)."),
+    checker_base_url: Optional[str] = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
+    data: Optional[str] = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
+    from ..export.pro import export_judgebench_pro
+    from ..progress import progress_bar
+
+    try:
+        stats = export_judgebench_pro(
+            run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
+            checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
+            overwrite=overwrite, progress=None if quiet else progress_bar,
+        )
+    except ValidationError as exc:
+        fail(format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    _print_counts(f"JudgeBench-Pro export of {stats['run_name']}", stats["counts"])
+    length = stats["length"]
+    if length["n"]:
+        console.print(
+            f"lengths (whitespace tokens): chosen {number(length['chosen'])}, original rejected {number(length['original_rejected'])}, "
+            f"new rejected {number(length['new_rejected'])} ({percent(length['relative_increase'])} increase)",
+            highlight=False,
+        )
+    console.print(
+        f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['kept_by_filter']} samples), README.md, stats.json, "
+        f"variants.jsonl, annotation.csv/.jsonl (annotate, then `bias-discovery export apply-annotations {out} SHEET`)",
+        highlight=False,
+    )
+
+
+@export_app.command("apply-annotations")
+def export_apply_annotations_cmd(
+    directory: Path = typer.Argument(..., metavar="DIR", help="An exported Pro set."),
+    sheet: Path = typer.Argument(..., metavar="SHEET", help="The filled annotation sheet (.csv or .jsonl)."),
+) -> None:
+    """Apply two annotators' verdicts (keep/reject, adjudication on disagreement): drop rejected samples, report Cohen's kappa."""
+    from ..export.annotate import apply_annotations
+
+    try:
+        stats = apply_annotations(directory, sheet)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    ann = stats["annotation"]
+    kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
+    console.print(
+        f"{ann['n_annotated']} samples annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
+        f"{ann['n_adjudicated']} adjudicated; kept {ann['n_kept']}, rejected {ann['n_rejected']}. "
+        f"Updated {directory / 'data.jsonl'}, data.parquet, stats.json, README.md.",
+        highlight=False,
+    )
+
+
+@export_app.command("dpo")
+def export_dpo_cmd(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
+    data: str = typer.Option(..., "--data", help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: Optional[str] = typer.Option(None, "--biases", help=_BIASES_HELP),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N pairs (the run's seed)."),
+    fmt: str = typer.Option("standard", "--format", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
+    include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
+    from ..export.dpo import export_dpo
+    from ..progress import progress_bar
+
+    try:
+        stats = export_dpo(
+            run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
+            include_original=include_original, overwrite=overwrite, progress=None if quiet else progress_bar,
+        )
+    except ValidationError as exc:
+        fail(format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
+    console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)

@@ -1,0 +1,148 @@
+"""`bias-discovery judge`: measure a judge model on a pairwise data set (and, with
+``--compare``, on an exported Pro set, with the same engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from ..errors import BiasDiscoveryError
+from ..formatting import percent, percent_range
+from .common import app, console, default_cache_path, fail, format_validation_error
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from ..judging import JudgeSettings, JudgeSummary
+    from ..llm.base import Engine
+    from ..llm.config import ModelConfig
+
+
+def print_judge_summary(summary: JudgeSummary) -> None:
+    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions})")
+    for column in ("domain", "pairs", "valid", "error", "95% CI"):
+        table.add_column(column, justify="right" if column != "domain" else "left")
+    for domain, d in summary.per_domain.items():
+        table.add_row(domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high))
+    table.add_row(
+        "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
+        percent_range(summary.error_ci_low, summary.error_ci_high), style="bold",
+    )
+    console.print(table)
+    console.print(
+        f"invalid pairs: {percent(summary.invalid_rate)} ({summary.n_invalid_judgments} invalid judgments"
+        f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
+        f" | position-A rate: {percent(summary.position_a_rate)}"
+        + (f" | consistency: {percent(summary.position_consistency)}" if summary.position_consistency is not None else "")
+        + f" | tokens: {summary.prompt_tokens} prompt, {summary.completion_tokens} completion"
+        f" | cached calls: {summary.cached_calls}/{summary.n_judgments}",
+        highlight=False,
+    )
+
+
+def _check_compare_dir(value: Optional[Path]) -> Optional[Path]:
+    """`judge --compare` callback: refuse a directory that is not a Pro set before judging."""
+    if value is None:
+        return None
+    from ..export.compare import check_pro_dir
+
+    try:
+        return check_pro_dir(value)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def judge(
+    model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    out: Path = typer.Option(..., "--out", help="Output directory for judgments.jsonl and summary.json."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
+    positions: str = typer.Option("both", "--positions", help="both | swap | fixed."),
+    seed: int = typer.Option(42, "--seed", help="Seed for the position swap and sampling."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
+    reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
+    reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
+    compare: Optional[Path] = typer.Option(
+        None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
+        help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
+    ),
+) -> None:
+    """Measure a judge model on a pairwise data set: error rate per domain, invalid rate, position-A rate."""
+    from ..data.loaders import describe_source, load_pairs
+    from ..io import atomic_write_json, atomic_write_jsonl
+    from ..judging import JudgeSettings, judge_pairs, summarize
+    from ..llm.config import ModelConfig
+    from ..llm.registry import make_engine
+    from ..progress import progress_bar
+
+    cache_path = None if no_cache else (cache or default_cache_path())
+    try:
+        settings = JudgeSettings(
+            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
+        )
+        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
+        if out.exists() and not out.is_dir():
+            fail(f"--out {out} exists and is not a directory")
+        pairs = load_pairs(data, data_dir=data_dir, limit=limit)
+        if not pairs:
+            fail(f"data {data!r} has no pairs")
+        engine = make_engine(config, cache_path=cache_path)
+    except ValidationError as exc:
+        fail(format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    # One engine for the data set and the Pro set (--compare): a model is loaded once (with
+    # vLLM, a second `LLM()` in one process would not fit), and closed once, on any exit.
+    try:
+        try:
+            n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
+            with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
+                result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
+            summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
+        except ValidationError as exc:
+            fail(format_validation_error(exc))
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
+        atomic_write_json(out / "summary.json", summary)
+        print_judge_summary(summary)
+        console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
+        if compare is not None:
+            _judge_compare(engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path)
+    finally:
+        engine.close()
+
+
+def _judge_compare(
+    engine: Engine,
+    config: ModelConfig,
+    settings: JudgeSettings,
+    summary: JudgeSummary,
+    pro_dir: Path,
+    *,
+    out: Path,
+    limit: Optional[int],
+    seed: int,
+    cache_path: Optional[Path],
+) -> None:
+    """Judge the Pro set at `pro_dir` with the judge's own `engine`; print both sets side by side."""
+    from ..export.compare import compare_with_pro, print_compare
+    from ..progress import progress_bar
+
+    try:
+        report = compare_with_pro(
+            config, settings, summary, pro_dir, out=out, cache_path=cache_path, seed=seed, limit=limit,
+            progress=progress_bar, engine=engine,
+        )
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    print_compare(report, console)
+    console.print(f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}", highlight=False)

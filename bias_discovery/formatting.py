@@ -1,0 +1,63 @@
+"""One set of number formatters for everything we print: the CLI, the HTML report, dataset cards.
+
+Rates and differences of rates are fractions (0.253 is 25.3 %). What a missing value (None)
+prints as and how the unit is spaced differ by medium, so they are parameters, never a second
+formatter: the terminal prints ``-``, the HTML report an en dash ``–``, dataset cards ``n/a``
+and ``25.3 %``. Pure string functions: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MISSING", "ci_pp", "count", "number", "p_value", "percent", "percent_range", "pp"]
+
+MISSING = "-"
+"""What a missing value prints as in the terminal."""
+
+
+def percent(
+    x: float | None, *, signed: bool = False, unit: str = "%", digits: int = 1, missing: str = MISSING
+) -> str:
+    """A rate as a percentage: 0.253 -> ``25.3%`` (``+25.3%`` with `signed`)."""
+    if x is None:
+        return missing
+    return f"{100 * float(x):{'+' if signed else ''}.{digits}f}{unit}"
+
+
+def pp(x: float | None, *, unit: str = " pp", digits: int = 1, missing: str = MISSING) -> str:
+    """A difference of two rates in signed percentage points: 0.15 -> ``+15.0 pp``."""
+    return percent(x, signed=True, unit=unit, digits=digits, missing=missing)
+
+
+def ci_pp(low: float | None, high: float | None, *, missing: str = "") -> str:
+    """The confidence interval of a difference of rates, in signed percentage points:
+    ``[+5.0, +25.0]``; `missing` when either bound is None."""
+    if low is None or high is None:
+        return missing
+    return f"[{pp(low, unit='')}, {pp(high, unit='')}]"
+
+
+def percent_range(low: float | None, high: float | None, *, sep: str = "-", missing: str = MISSING) -> str:
+    """The confidence interval of a rate: ``20.0%-45.1%``; `missing` when either bound is None."""
+    if low is None or high is None:
+        return missing
+    return f"{percent(low)}{sep}{percent(high)}"
+
+
+def p_value(x: float | None, *, missing: str = MISSING) -> str:
+    """A p-value: three decimals, ``<0.001`` below that."""
+    if x is None:
+        return missing
+    x = float(x)
+    return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:
+    """A plain number with `digits` decimals (and a sign with `signed`): 12.345 -> ``12.3``."""
+    if x is None:
+        return missing
+    return f"{float(x):{'+' if signed else ''}.{digits}f}"
+
+
+def count(x: int | float | None, *, missing: str = MISSING) -> str:
+    """A whole number with thousands separators: 12345 -> ``12,345``."""
+    return missing if x is None else f"{int(x):,}"

@@ -1,0 +1,39 @@
+"""The shared number formatters: what the terminal, the HTML report and dataset cards print."""
+
+from __future__ import annotations
+
+from bias_discovery.formatting import ci_pp, count, number, p_value, percent, percent_range, pp
+
+
+def test_percent_in_each_medium():
+    assert percent(0.253) == "25.3%"  # terminal and report
+    assert percent(1) == "100.0%" and percent(0) == "0.0%"
+    assert percent(0.084, signed=True, unit=" %", missing="n/a") == "+8.4 %"  # dataset cards
+    assert percent(0.5, unit="") == "50.0"  # a column whose header says "(%)"
+    assert percent(None) == "-" and percent(None, missing="–") == "–" and percent(None, missing="n/a") == "n/a"
+
+
+def test_percentage_points_and_their_ci():
+    assert pp(0.15) == "+15.0 pp" and pp(-0.05) == "-5.0 pp" and pp(0.0) == "+0.0 pp"
+    assert pp(0.2, unit="") == "+20.0" and pp(None, unit="") == "-"
+    assert pp(0.123, unit="", digits=0) == "+12"  # plot axis ticks
+    assert ci_pp(0.05, 0.25) == "[+5.0, +25.0]" and ci_pp(-0.1, 0.0) == "[-10.0, +0.0]"
+    assert ci_pp(None, 0.2) == "" and ci_pp(0.1, None, missing="-") == "-"
+
+
+def test_rate_interval():
+    assert percent_range(0.207, 1.0) == "20.7%-100.0%"
+    assert percent_range(None, None) == "-" and percent_range(0.1, None) == "-"
+
+
+def test_p_value():
+    assert p_value(0.004) == "0.004" and p_value(0.0456) == "0.046" and p_value(1) == "1.000"
+    assert p_value(0.001) == "0.001" and p_value(0.000999) == "<0.001" and p_value(0.0) == "<0.001"
+    assert p_value(None) == "-" and p_value(None, missing="–") == "–"
+
+
+def test_plain_numbers_and_counts():
+    assert number(12.345) == "12.3" and number(0.25, digits=3) == "0.250"
+    assert number(3, digits=0, signed=True) == "+3" and number(-0.05, digits=3, signed=True) == "-0.050"
+    assert number(None) == "-" and number(None, missing="undefined (one label everywhere)").startswith("undefined")
+    assert count(95299) == "95,299" and count(7) == "7" and count(None, missing="–") == "–"
