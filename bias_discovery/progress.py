@@ -12,7 +12,8 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 from typing import Callable, ContextManager, Iterator
 
-from .llm.base import ProgressCallback
+ProgressCallback = Callable[[int], None]
+"""Called with the number of requests finished since the last call (an increment)."""
 
 ProgressFactory = Callable[[str, "int | None"], ContextManager[ProgressCallback]]
 """`(description, total) -> context manager yielding an increment callback`."""

@@ -14,10 +14,8 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import EngineError
+from ..progress import ProgressCallback
 from .types import ChatMessage, FinishReason, GenerationRequest, GenerationResponse
-
-ProgressCallback = Callable[[int], None]
-"""Called with the number of requests finished since the last call (an increment)."""
 
 ResponseCallback = Callable[[int, GenerationResponse], None]
 """Called with (index in the batch, response) as soon as each response is complete, so a
