@@ -373,9 +373,9 @@ def collect_run(root: Path | str) -> RunData:
         if lib is not None:
             info.library_size = len(lib.biases)
             info.discovered = sum(1 for b in lib.biases if b.origin.kind == "discovered")
-        record = rd.iteration(i)
-        info.misjudged = record.misjudged.count()
-        stats = record.merge_stats.read_if_exists()
+        files = rd.iteration(i)
+        info.misjudged = files.misjudged.count()
+        stats = files.merge_stats.read_if_exists()
         if stats is not None:
             info.raw_candidates = stats.raw_candidates
             info.merged_into_library = dict(stats.merged_into_library)
@@ -385,7 +385,7 @@ def collect_run(root: Path | str) -> RunData:
             info.accepted = list(validation.accepted)
             info.rejected = [b.id for b in validation.validated if not (b.validation and b.validation.accepted)]
             info.skipped = list(validation.skipped_over_max_candidates)
-        for case in record.explanations.read_raw_lenient() or record.misjudged.read_raw_lenient():
+        for case in files.explanations.read_raw_lenient() or files.misjudged.read_raw_lenient():
             key = (str(case.get("pair_id")), str(case.get("bias_id")))
             cases.setdefault(key, case)
         if i > 0 or lib is not None:
