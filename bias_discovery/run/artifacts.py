@@ -27,8 +27,22 @@ def _where(error: ValidationError) -> str:
     return f"{loc}: {first['msg']}{more}"
 
 
-class JsonlArtifact(Generic[M]):
-    """A JSONL file with one `model` per line (perturbed.jsonl, judgments.jsonl ...)."""
+def _load_json(path: Path) -> Any:
+    """The JSON document in `path`; DataError naming the file (and line, column) otherwise."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
+class _Artifact(Generic[M]):
+    """A file of a run holding `model` records."""
 
     def __init__(self, path: Path, model: type[M]) -> None:
         self.path = path
@@ -36,6 +50,10 @@ class JsonlArtifact(Generic[M]):
 
     def exists(self) -> bool:
         return self.path.is_file()
+
+
+class JsonlArtifact(_Artifact[M]):
+    """A JSONL file with one `model` per line (perturbed.jsonl, judgments.jsonl ...)."""
 
     def write(self, rows: Iterable[M]) -> None:
         atomic_write_jsonl(self.path, rows)
@@ -72,67 +90,35 @@ class JsonlArtifact(Generic[M]):
             return sum(1 for line in handle if line.strip())
 
 
-class JsonArtifact(Generic[M]):
+class JsonArtifact(_Artifact[M]):
     """A JSON file holding one `model` (merge_stats.json, validation.json, run.json ...)."""
-
-    def __init__(self, path: Path, model: type[M]) -> None:
-        self.path = path
-        self.model = model
-
-    def exists(self) -> bool:
-        return self.path.is_file()
 
     def write(self, value: M) -> None:
         atomic_write_json(self.path, value)
 
     def read(self) -> M:
         """The file as a `model`; DataError naming the file and the field otherwise."""
+        data = _load_json(self.path)
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise DataError(f"{self.path}: file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"{self.path}: cannot read ({exc})") from None
-        try:
-            return self.model.model_validate_json(text)
+            return self.model.model_validate(data)
         except ValidationError as exc:
-            if any(e["type"] == "json_invalid" for e in exc.errors()):
-                try:
-                    json.loads(text)
-                except json.JSONDecodeError as bad:
-                    raise DataError(
-                        f"{self.path}: not valid JSON: {bad.msg} (line {bad.lineno}, column {bad.colno})"
-                    ) from None
             raise DataError(f"{self.path}: not a valid {self.model.__name__}: {_where(exc)}") from None
 
     def read_if_exists(self) -> M | None:
         return self.read() if self.exists() else None
 
 
-class JsonListArtifact(Generic[M]):
+class JsonListArtifact(_Artifact[M]):
     """A JSON list of `model` (candidates.json: a list is easier for people to read than JSONL)."""
-
-    def __init__(self, path: Path, model: type[M]) -> None:
-        self.path = path
-        self.model = model
-        self._adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
-
-    def exists(self) -> bool:
-        return self.path.is_file()
 
     def write(self, rows: Iterable[M]) -> None:
         atomic_write_json(self.path, [row.model_dump(mode="json") for row in rows])
 
     def read(self) -> list[M]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DataError(f"{self.path}: file not found") from None
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{self.path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        data = _load_json(self.path)
         if not isinstance(data, list):
             raise DataError(f"{self.path}: expected a JSON list, got {type(data).__name__}")
         try:
-            return list(self._adapter.validate_python(data))
+            return list(TypeAdapter(list[self.model]).validate_python(data))  # type: ignore[name-defined]
         except ValidationError as exc:
             raise DataError(f"{self.path}: not a valid list of {self.model.__name__}: {_where(exc)}") from None
