@@ -46,7 +46,7 @@ fi
 pip install -q -e ".[${extras}]"
 echo "bias-discovery installed in .venv (extras: ${extras})" >&2
 
-# vLLM's CPU build, pinned to the version whose behaviour we checked (see the README). It
+# vLLM's CPU build, pinned to the version whose behaviour we checked on a CPU machine. It
 # pins torch to the CPU build installed above, but its metadata also pulls CUDA builds of
 # torchvision, torchaudio and torchcodec (with them, loading a Llama model fails with
 # "operator torchvision::nms does not exist") and triton (~1 GB, unused on a CPU): remove
