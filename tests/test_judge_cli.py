@@ -80,6 +80,7 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert "nosuch" in message and "llamacpp" in message and "openai" in message and "vllm" in message
     assert "demo" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "no-such-set")
     assert "both" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--positions", "sideways")
+    assert "shuffle3" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--mitigation", "sideways")
 
 
 def test_a_server_that_is_down_fails_clearly(tmp_path: Path):
