@@ -63,6 +63,7 @@ __all__ = [
     "rank_average",
     "robustness_rate",
     "spearman",
+    "spearman_rho",
     "student_t_two_sided_p",
 ]
 
@@ -275,29 +276,37 @@ def position_z(first_wins: int, n: int, confidence: float = CONFIDENCE) -> Estim
 
 def rank_average(values: Sequence[float]) -> list[float]:
     """Ranks 1..n, ties given the mean of the ranks they span (as Spearman's ρ needs)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        mean_rank = (start + end) / 2.0 + 1.0
-        for j in range(start, end + 1):
-            ranks[order[j]] = mean_rank
-        start = end + 1
-    return ranks
+    return _ranks(np.asarray(values, dtype=float)).tolist()
 
 
-def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    n = len(x)
-    mx, my = sum(x) / n, sum(y) / n
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    sxx = sum((a - mx) ** 2 for a in x)
-    syy = sum((b - my) ** 2 for b in y)
+def _ranks(a: np.ndarray) -> np.ndarray:
+    sorter = np.argsort(a, kind="mergesort")
+    inverse = np.empty_like(sorter)
+    inverse[sorter] = np.arange(a.size)
+    ordered = a[sorter]
+    starts = np.r_[True, ordered[1:] != ordered[:-1]]
+    dense = starts.cumsum()[inverse]  # 1-based group of each value
+    bounds = np.r_[np.nonzero(starts)[0], a.size]  # first position of each group, then n
+    return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx, syy = float(dx @ dx), float(dy @ dy)
     if sxx == 0 or syy == 0:
         return None
-    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+    return max(-1.0, min(1.0, float(dx @ dy) / math.sqrt(sxx * syy)))
+
+
+def spearman_rho(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
+    """Spearman's ρ alone (the Pearson correlation of average ranks); None when n < 3 or
+    either variable is constant. Vectorised: the bootstrap calls it thousands of times."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.shape != ya.shape or xa.ndim != 1:
+        raise ValueError(f"x and y must be 1-D and of equal length; got {xa.shape} and {ya.shape}")
+    if xa.size < 3:
+        return None
+    return _pearson(_ranks(xa), _ranks(ya))
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -349,16 +358,14 @@ def student_t_two_sided_p(t: float, df: float) -> float:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float | None, float | None]:
-    """Spearman's ρ (Pearson correlation of average ranks) and its two-sided p-value from
-    t = ρ √((n - 2) / (1 - ρ²)) on n - 2 degrees of freedom. (None, None) when n < 3 or either
-    variable is constant; p = 0 when |ρ| = 1."""
+    """Spearman's ρ and its two-sided p-value from t = ρ √((n - 2) / (1 - ρ²)) on n - 2
+    degrees of freedom (as scipy.stats.spearmanr). (None, None) when n < 3 or either variable
+    is constant; p = 0 when |ρ| = 1."""
     _check_same_length(x, y)
-    n = len(x)
-    if n < 3:
-        return None, None
-    rho = _pearson(rank_average(list(x)), rank_average(list(y)))
+    rho = spearman_rho(x, y)
     if rho is None:
         return None, None
+    n = len(x)
     if abs(rho) >= 1.0:
         return rho, 0.0
     t = rho * math.sqrt((n - 2) / (1.0 - rho * rho))
