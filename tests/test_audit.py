@@ -73,6 +73,8 @@ def test_a_judge_that_always_picks_a_has_the_largest_position_bias():
     # right whenever the chosen response is first, never when it is second
     assert (e.p_cr.value, e.p_rc.value, e.acc_both.value) == (1.0, 0.0, 0.0)
     assert e.pb.value == 1.0 and e.pb_raw.value == 1.0 and e.q_hat.value == 0.0 and e.q_solved.value == 0.0
+    # the noise rests on the items with 2 valid repeats: per order 6, pooled 6 x 2 item-orders
+    assert (e.q_hat_cr.n, e.q_hat_rc.n, e.q_hat.n, e.pb.n) == (6, 6, 12, 6)
     # CALM: the other order always flips the preferred response; a new seed never does
     assert (e.rr.value, e.cr.value) == (0.0, 1.0)
     assert e.calls_per_verdict == 1 and e.calls == 6 * 2 * 2 and out.report.calls.judge == 24
@@ -137,6 +139,7 @@ def test_a_judge_that_picks_the_longer_response_has_a_length_bias():
     # chosen longer: right in both orders; chosen shorter: wrong in both -> LB = 1 - 0
     assert (e.p_plus.value, e.p_plus.n, e.p_minus.value, e.p_minus.n) == (1.0, 4, 0.0, 4)
     assert e.lb.value == 1.0 and e.lb_raw.value == 1.0
+    assert (e.q_hat_plus.n, e.q_hat_minus.n, e.q_hat.n, e.q_hat_plus.value) == (4, 4, 8, 0.0)
     # 8 pairs x 2 orders x 2 responses = 32 points, the picked one always the long one
     assert e.spearman_rho.n == 32 and e.spearman_rho.value > 0.8 and e.spearman_p < 1e-6
     assert e.length_flag is True

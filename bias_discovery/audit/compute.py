@@ -115,8 +115,17 @@ def _calm(y: list[Preference | None], y_hat: list[Preference | None], y_rand: li
     }
 
 
-def _boot(n: int, statistic: Callable[[np.ndarray], float | None], ctx: Context) -> Estimate:
-    return bootstrap_estimate(n, statistic, n_boot=ctx.n_boot, seed=ctx.seed)
+def _boot(n: int, statistic: Callable[[np.ndarray], float | None], ctx: Context, *, rests_on: int | None = None) -> Estimate:
+    """`statistic` with a bootstrap CI over the n items; `rests_on`: the units the estimate
+    really uses when fewer or other than the items (a noise estimate: the items with 2 valid
+    repeats; a pooled one: item-order units)."""
+    estimate = bootstrap_estimate(n, statistic, n_boot=ctx.n_boot, seed=ctx.seed)
+    return estimate if rests_on is None else estimate.model_copy(update={"n": rests_on})
+
+
+def _finite(values: np.ndarray, mask: np.ndarray | None = None) -> int:
+    kept = ~np.isnan(values) if mask is None else ~np.isnan(values) & mask
+    return int(kept.sum())
 
 
 def position_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdicts, ctx: Context) -> AuditMetrics:
@@ -162,12 +171,12 @@ def position_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Ver
         acc_random=acc_random(y_cr, y_rc, seed=ctx.seed),
         p_cr=accuracy(y_cr),
         p_rc=accuracy(y_rc),
-        q_hat=_boot(n, pooled, ctx),
-        q_hat_cr=_boot(n, q(agree_cr), ctx),
-        q_hat_rc=_boot(n, q(agree_rc), ctx),
-        q_solved=_boot(n, solved(pooled), ctx),
-        q_solved_cr=_boot(n, solved(q(agree_cr)), ctx),
-        q_solved_rc=_boot(n, solved(q(agree_rc)), ctx),
+        q_hat=_boot(n, pooled, ctx, rests_on=_finite(agree_cr) + _finite(agree_rc)),
+        q_hat_cr=_boot(n, q(agree_cr), ctx, rests_on=_finite(agree_cr)),
+        q_hat_rc=_boot(n, q(agree_rc), ctx, rests_on=_finite(agree_rc)),
+        q_solved=_boot(n, solved(pooled), ctx, rests_on=_finite(agree_cr) + _finite(agree_rc)),
+        q_solved_cr=_boot(n, solved(q(agree_cr)), ctx, rests_on=_finite(agree_cr)),
+        q_solved_rc=_boot(n, solved(q(agree_rc)), ctx, rests_on=_finite(agree_rc)),
         pb=_boot(n, pb(lambda x: x), ctx),
         pb_raw=_boot(n, pb_raw, ctx),
         pb_q_solved=_boot(n, pb(flip_probability_from_q_hat), ctx),
@@ -238,12 +247,12 @@ def length_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdi
         acc_both=acc_both(y_cr, y_rc),
         p_plus=acc_both([y_cr[j] for j in plus], [y_rc[j] for j in plus]),
         p_minus=acc_both([y_cr[j] for j in minus], [y_rc[j] for j in minus]),
-        q_hat=_boot(n, group_q(None), ctx),
-        q_hat_plus=_boot(n, group_q(longer), ctx),
-        q_hat_minus=_boot(n, group_q(~longer), ctx),
-        q_solved=_boot(n, solved(group_q(None)), ctx),
-        q_solved_plus=_boot(n, solved(group_q(longer)), ctx),
-        q_solved_minus=_boot(n, solved(group_q(~longer)), ctx),
+        q_hat=_boot(n, group_q(None), ctx, rests_on=_finite(agree)),
+        q_hat_plus=_boot(n, group_q(longer), ctx, rests_on=_finite(agree, longer)),
+        q_hat_minus=_boot(n, group_q(~longer), ctx, rests_on=_finite(agree, ~longer)),
+        q_solved=_boot(n, solved(group_q(None)), ctx, rests_on=_finite(agree)),
+        q_solved_plus=_boot(n, solved(group_q(longer)), ctx, rests_on=_finite(agree, longer)),
+        q_solved_minus=_boot(n, solved(group_q(~longer)), ctx, rests_on=_finite(agree, ~longer)),
         lb=_boot(n, lb(lambda x: x), ctx),
         lb_raw=_boot(n, lb_raw, ctx),
         lb_q_solved=_boot(n, lb(flip_probability_from_q_hat), ctx),
