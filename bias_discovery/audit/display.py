@@ -29,7 +29,7 @@ class MetricRow:
 
 _CALM = [
     MetricRow("acc_ori", "Acc_ori", "accuracy of y, the verdict on the original pair (CALM)", "rate"),
-    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (CALM)", "rate"),
+    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (position: in the other order) (CALM)", "rate"),
     MetricRow("delta_error", "Δerror", "err(ŷ) − err(y), same items; exact one-sided McNemar p", "pp"),
     MetricRow("rr", "RR", "robustness rate: share with y = ŷ (CALM; 100% = unaffected)", "rate"),
     MetricRow("cr", "CR", "consistency rate: share with y = y_rand, a new seed (CALM)", "rate"),
