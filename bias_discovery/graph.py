@@ -24,7 +24,7 @@ from .data.loaders import describe_source, load_pairs
 from .data.pairs import PreferencePair
 from .embeddings import Embedder
 from .errors import ConfigError
-from .judging import JudgeResult, judge_pairs, summarize
+from .judging import JudgeResult, calls_per_pair, judge_pairs, summarize
 from .library import Bias, load_seed_library
 from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
@@ -204,7 +204,7 @@ class Discovery:
         t = state["iteration"]
         record = self._iteration(t)
         perturbed = record.perturbed.read()
-        n_judge = sum(1 for p in perturbed if p.valid) * (2 if self.config.judge.positions == "both" else 1)
+        n_judge = sum(1 for p in perturbed if p.valid) * calls_per_pair(self.config.judge)
         with self.stage("evaluate", t, n_judge) as stage, stage.step(n_judge) as progress:
             result, cases = evaluate(self.target, perturbed, self.config.judge, seed=self.seed, progress=progress)
         record.judgments.write(result.judgments)
@@ -267,7 +267,7 @@ class Discovery:
         if baseline.result.exists():
             return baseline.result.read()
         pairs = self.test_pairs
-        n = len(pairs) * (2 if self.config.judge.positions == "both" else 1)
+        n = len(pairs) * calls_per_pair(self.config.judge)
         with self.stage("baseline", 0, n) as stage, stage.step(n) as progress:
             result = judge_pairs(self.target, pairs, self.config.judge, seed=self.seed, progress=progress)
         summary = summarize(

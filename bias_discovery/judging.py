@@ -11,6 +11,11 @@ Position modes (which response is shown as A):
   BiasScope). The draw does not depend on which other pairs are in the batch.
 - `fixed`: the data set's own order when it has one (JudgeBench's response_A/B), else chosen
   first.
+
+Ties: with `allow_tie` the judge may also answer "tie" (Chen et al.'s third option); a tie
+is never correct. Mitigations (`mitigation`, see `bias_discovery.mitigation`) make several
+calls per verdict and combine them; the first order is then the position mode's (`both`
+draws it with the seeded coin of `swap`, since the mitigation shows both orders itself).
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from .data.pairs import Order, PreferencePair
 from .llm.base import Engine, ProgressCallback
 from .llm.types import ChatMessage, Constraint, GenerationRequest, GenerationResponse
+from .metrics import Preference
+from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .prompts import load_prompt
 from .stats import wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
-Verdict = Literal["A", "B"]
+Verdict = Literal["A", "B", "tie"]
 InvalidReason = Literal["truncated", "engine_error", "no_verdict"]
 
 
@@ -52,6 +59,13 @@ class JudgeSettings(BaseModel):
     """0 = greedy decoding, as in the paper."""
     prompt: str = "judge_pairwise"
     """Prompt template name in prompts/ or a path to a template file."""
+    allow_tie: bool = False
+    """Offer a third verdict, "tie" (in the output constraint and the instruction). A tie is
+    never a correct verdict."""
+    mitigation: Mitigation = "none"
+    """Position-bias mitigation: none (one call per judged order), swap (both orders; a
+    disagreement is a tie), shuffle3 (three alternating orders, majority), votes6 (Chen et
+    al.'s six position-shuffled votes). See `bias_discovery.mitigation`."""
 
 
 class JudgeTask(BaseModel):
@@ -73,7 +87,7 @@ class Judgment(BaseModel):
     domain: str
     order: Order
     verdict: Verdict | None
-    picked: Literal["chosen", "rejected"] | None
+    picked: Preference | None
     correct: bool | None
     invalid_reason: InvalidReason | None = None
     explanation: str = ""
@@ -89,8 +103,15 @@ class PairOutcome(BaseModel):
     pair_id: str
     domain: str
     correct: bool | None
-    """None when any of the pair's judgments was invalid."""
+    """None when any of the pair's judgments was invalid (with a mitigation: when its
+    combined verdict is invalid)."""
     orders: list[Order]
+    preference: Preference | None = None
+    """With a mitigation: the combined verdict (chosen / rejected / tie)."""
+    confidence: float | None = None
+    """With a mitigation: the share of the valid votes that agree with `preference`."""
+    position_consistent: bool | None = None
+    """With a mitigation: every valid vote picked the same response."""
 
 
 class DomainSummary(BaseModel):
@@ -108,6 +129,7 @@ class JudgeSummary(BaseModel):
     data: str
     positions: PositionMode
     seed: int
+    mitigation: Mitigation = "none"
     n_pairs: int
     n_valid_pairs: int
     n_judgments: int
@@ -125,7 +147,8 @@ class JudgeSummary(BaseModel):
     """Share of valid verdicts that picked position A (0.5 = no position preference when
     correct answers are balanced over positions)."""
     position_consistency: float | None
-    """`both` mode only: share of pairs whose two verdicts picked the same response."""
+    """`both` mode: share of pairs whose two verdicts picked the same response; with a
+    mitigation: share of valid verdicts whose votes all agreed."""
     per_domain: dict[str, DomainSummary]
     prompt_tokens: int
     completion_tokens: int
@@ -135,6 +158,10 @@ class JudgeSummary(BaseModel):
 _VERDICT_PATTERNS = (
     re.compile(r"verdict\s*[:\-]?\s*\**\s*\[*\s*(?:response|output|assistant)?\s*\(?\s*([AB])\b", re.I),
     re.compile(r"\[\[\s*([AB])\s*\]\]"),
+)
+_VERDICT_PATTERNS_WITH_TIE = (
+    re.compile(r"verdict\s*[:\-]?\s*\**\s*\[*\s*(?:response|output|assistant)?\s*\(?\s*([AB]|tie)\b", re.I),
+    re.compile(r"\[\[\s*([AB]|tie)\s*\]\]", re.I),
 )
 
 
@@ -151,11 +178,19 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
 
 def verdict_constraint(settings: JudgeSettings) -> Constraint:
     if not settings.reasoning:
-        return Constraint(choices=("A", "B"))
-    return Constraint(regex=rf"Reasoning: [^\n]{{1,{settings.reasoning_chars}}}\nVerdict: [AB]")
+        return Constraint(choices=("A", "B", "tie") if settings.allow_tie else ("A", "B"))
+    verdicts = "(?:A|B|tie)" if settings.allow_tie else "[AB]"
+    return Constraint(regex=rf"Reasoning: [^\n]{{1,{settings.reasoning_chars}}}\nVerdict: {verdicts}")
 
 
 def format_instruction(settings: JudgeSettings) -> str:
+    if settings.allow_tie:
+        if not settings.reasoning:
+            return "Answer with a single word: A, B, or tie if both are equally good or bad."
+        return (
+            'First write "Reasoning:" followed by one short paragraph, then on a new line write '
+            '"Verdict: A", "Verdict: B", or "Verdict: tie" if both are equally good or bad.'
+        )
     if not settings.reasoning:
         return "Answer with a single letter: A or B."
     return (
@@ -172,33 +207,57 @@ def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) 
     )
 
 
+def calls_per_pair(settings: JudgeSettings) -> int:
+    """Model calls one pair costs under `settings` (progress totals, cost reports)."""
+    if settings.mitigation != "none":
+        return CALLS_PER_VERDICT[settings.mitigation]
+    return 2 if settings.positions == "both" else 1
+
+
+def pair_calls(pair: PreferencePair, settings: JudgeSettings, seed: int) -> list[tuple[Order, int]]:
+    """The (order, seed) of every call judging `pair` makes: one per judged order, or the
+    mitigation's plan from the position mode's first order."""
+    if settings.mitigation == "none":
+        return [(order, seed) for order in order_for(pair, settings.positions, seed)]
+    first = order_for(pair, "swap" if settings.positions == "both" else settings.positions, seed)[0]
+    return plan(settings.mitigation, first, seed)
+
+
+def judge_request(pair: PreferencePair, order: Order, settings: JudgeSettings, seed: int) -> GenerationRequest:
+    """The request judging `pair` shown in `order`, sampled with `seed`."""
+    return GenerationRequest(
+        messages=judge_messages(pair, order, settings),
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        seed=seed,
+        constraint=verdict_constraint(settings),
+    )
+
+
 def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
-    """All requests needed to judge `pairs`, in pair order (both orders adjacent); `seed`
+    """All requests needed to judge `pairs`, in pair order (a pair's calls adjacent); `seed`
     draws the swaps and seeds the model's sampling."""
-    constraint = verdict_constraint(settings)
     tasks = []
     for index, pair in enumerate(pairs):
-        for order in order_for(pair, settings.positions, seed):
-            request = GenerationRequest(
-                messages=judge_messages(pair, order, settings),
-                max_tokens=settings.max_tokens,
-                temperature=settings.temperature,
-                seed=seed,
-                constraint=constraint,
-            )
+        for order, call_seed in pair_calls(pair, settings, seed):
+            request = judge_request(pair, order, settings, call_seed)
             tasks.append(JudgeTask(pair_index=index, pair_id=pair.id, order=order, request=request))
     return tasks
 
 
-def parse_verdict(text: str) -> Verdict | None:
-    """Find the verdict in a judge's output; the last explicit verdict wins."""
+def parse_verdict(text: str, *, allow_tie: bool = False) -> Verdict | None:
+    """Find the verdict in a judge's output; the last explicit verdict wins. "tie" is a
+    verdict only when the judge was offered it (`allow_tie`)."""
     stripped = text.strip().strip("*[]().: ")
     if stripped in ("A", "B"):
         return stripped  # type: ignore[return-value]
-    for pattern in _VERDICT_PATTERNS:
+    if allow_tie and stripped.lower() == "tie":
+        return "tie"
+    for pattern in _VERDICT_PATTERNS_WITH_TIE if allow_tie else _VERDICT_PATTERNS:
         matches = pattern.findall(text)
         if matches:
-            return matches[-1].upper()  # type: ignore[no-any-return]
+            last = matches[-1]
+            return "tie" if last.lower() == "tie" else last.upper()  # type: ignore[return-value]
     return None
 
 
@@ -208,7 +267,9 @@ def extract_explanation(text: str) -> str:
     return re.sub(r"^\s*reasoning\s*:\s*", "", body, flags=re.I).strip()
 
 
-def to_judgment(pair: PreferencePair, order: Order, response: GenerationResponse) -> Judgment:
+def to_judgment(
+    pair: PreferencePair, order: Order, response: GenerationResponse, *, allow_tie: bool = False
+) -> Judgment:
     """Score one response. Anything not finished cleanly is invalid, whatever it contains."""
     verdict: Verdict | None = None
     reason: InvalidReason | None = None
@@ -217,11 +278,13 @@ def to_judgment(pair: PreferencePair, order: Order, response: GenerationResponse
     elif response.finish_reason == "length":
         reason = "truncated"
     else:
-        verdict = parse_verdict(response.text)
+        verdict = parse_verdict(response.text, allow_tie=allow_tie)
         if verdict is None:
             reason = "no_verdict"
-    picked: Literal["chosen", "rejected"] | None = None
-    if verdict is not None:
+    picked: Preference | None = None
+    if verdict == "tie":
+        picked = "tie"
+    elif verdict is not None:
         chosen_letter = "A" if order == "chosen_first" else "B"
         picked = "chosen" if verdict == chosen_letter else "rejected"
     return Judgment(
@@ -240,13 +303,26 @@ def to_judgment(pair: PreferencePair, order: Order, response: GenerationResponse
     )
 
 
-def combine(pair: PreferencePair, judgments: Sequence[Judgment]) -> PairOutcome:
-    """A pair is correct only when every judged order picked the chosen response."""
+def combine(pair: PreferencePair, judgments: Sequence[Judgment], mitigation: Mitigation = "none") -> PairOutcome:
+    """Without a mitigation a pair is correct only when every judged order picked the chosen
+    response; with one, when the mitigation's combined verdict is the chosen response."""
+    orders = [j.order for j in judgments]
+    if mitigation != "none":
+        verdict = combine_votes(mitigation, [j.picked for j in judgments])
+        return PairOutcome(
+            pair_id=pair.id,
+            domain=pair.domain,
+            correct=None if verdict.preference is None else verdict.preference == "chosen",
+            orders=orders,
+            preference=verdict.preference,
+            confidence=verdict.confidence,
+            position_consistent=verdict.position_consistent,
+        )
     if any(j.correct is None for j in judgments):
         correct = None
     else:
         correct = all(j.correct for j in judgments)
-    return PairOutcome(pair_id=pair.id, domain=pair.domain, correct=correct, orders=[j.order for j in judgments])
+    return PairOutcome(pair_id=pair.id, domain=pair.domain, correct=correct, orders=orders)
 
 
 class JudgeResult(BaseModel):
@@ -265,11 +341,13 @@ def judge_pairs(
     """Judge every pair in one batch call to the engine."""
     tasks = build_tasks(pairs, settings, seed=seed)
     responses = engine.generate([t.request for t in tasks], progress=progress)
-    judgments = [to_judgment(pairs[t.pair_index], t.order, r) for t, r in zip(tasks, responses)]
+    judgments = [
+        to_judgment(pairs[t.pair_index], t.order, r, allow_tie=settings.allow_tie) for t, r in zip(tasks, responses)
+    ]
     grouped: dict[int, list[Judgment]] = defaultdict(list)
     for t, j in zip(tasks, judgments):
         grouped[t.pair_index].append(j)
-    outcomes = [combine(p, grouped[i]) for i, p in enumerate(pairs)]
+    outcomes = [combine(p, grouped[i], settings.mitigation) for i, p in enumerate(pairs)]
     return JudgeResult(judgments=judgments, outcomes=outcomes)
 
 
@@ -301,7 +379,10 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
             reasons[j.invalid_reason] += 1
 
     consistency = None
-    if settings.positions == "both":
+    if settings.mitigation != "none":
+        checked = [o.position_consistent for o in outcomes if o.position_consistent is not None]
+        consistency = _rate(sum(checked), len(checked))
+    elif settings.positions == "both":
         grouped: dict[str, list[Judgment]] = defaultdict(list)
         for j in judgments:
             grouped[j.pair_id].append(j)
@@ -313,6 +394,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         data=data,
         positions=settings.positions,
         seed=seed,
+        mitigation=settings.mitigation,
         n_pairs=len(outcomes),
         n_valid_pairs=len(valid),
         n_judgments=len(judgments),

@@ -37,6 +37,27 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
 
 
 @pytest.mark.model
+def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm2_gguf_path):
+    cli("judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "2", "--no-reasoning", "--max-tokens", "4",
+        "--allow-tie", "--mitigation", "swap", "--out", str(tmp_path / "m"))
+    judgments, summary = read_outputs(tmp_path / "m")
+    assert summary["mitigation"] == "swap" and summary["n_judgments"] == 4 and len(judgments) == 4
+    assert all(j["verdict"] in ("A", "B", "tie") for j in judgments if not j["invalid_reason"])
+    for pair_id in {j["pair_id"] for j in judgments}:
+        mine = [j for j in judgments if j["pair_id"] == pair_id]
+        assert sorted(j["order"] for j in mine) == ["chosen_first", "rejected_first"]
+    # the swap protocol's consistency: the share of pairs whose two orders picked the same response
+    pairs = {}
+    for j in judgments:
+        pairs.setdefault(j["pair_id"], []).append(j["picked"])
+    valid = [p for p in pairs.values() if None not in p]
+    assert summary["position_consistency"] == (sum(p[0] == p[1] for p in valid) / len(valid) if valid else None)
+    # a pair is right only when both orders picked the chosen response
+    assert summary["n_valid_pairs"] == len(valid)
+    assert summary["error_rate"] == pytest.approx(sum(p != ["chosen", "chosen"] for p in valid) / len(valid))
+
+
+@pytest.mark.model
 def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
@@ -80,6 +101,7 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert "nosuch" in message and "llamacpp" in message and "openai" in message and "vllm" in message
     assert "demo" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "no-such-set")
     assert "both" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--positions", "sideways")
+    assert "shuffle3" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--mitigation", "sideways")
 
 
 def test_a_server_that_is_down_fails_clearly(tmp_path: Path):

@@ -97,3 +97,73 @@ def test_requests_carry_the_verdict_constraint():
     task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50), seed=42)[0]
     assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: [AB]"
     assert "RIGHT 0" in task.request.messages[-1].content
+
+
+# ------------------------------------------------------------------------------------------
+# Ties and mitigations
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ("Reasoning: equal.\nVerdict: tie", "tie"),
+        ("tie", "tie"),
+        ("Reasoning: same.\nVerdict: Tie", "tie"),
+        ("[[tie]]", "tie"),
+        ("Verdict: tie ... on reflection, Verdict: B", "B"),
+        ("Reasoning: fine.\nVerdict: A", "A"),
+    ],
+)
+def test_parse_verdict_with_ties(text, verdict):
+    assert parse_verdict(text, allow_tie=True) == verdict
+
+
+def test_a_tie_is_no_verdict_unless_offered():
+    assert parse_verdict("Verdict: tie") is None
+    judgment = to_judgment(pair(1), "chosen_first", GenerationResponse(text="Verdict: tie", finish_reason="stop"))
+    assert judgment.invalid_reason == "no_verdict"
+
+
+def test_a_tie_is_a_valid_verdict_that_is_never_correct():
+    judgment = to_judgment(pair(1), "rejected_first", GenerationResponse(text="Reasoning: x.\nVerdict: tie", finish_reason="stop"), allow_tie=True)
+    assert (judgment.verdict, judgment.picked, judgment.correct, judgment.invalid_reason) == ("tie", "tie", False, None)
+
+
+def test_tie_constraint_and_instruction():
+    settings = JudgeSettings(positions="fixed", allow_tie=True, reasoning_chars=50)
+    task = build_tasks([pair(0)], settings, seed=1)[0]
+    assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: (?:A|B|tie)"
+    assert '"Verdict: tie"' in task.request.messages[-1].content
+    task = build_tasks([pair(0)], JudgeSettings(positions="fixed", allow_tie=True, reasoning=False), seed=1)[0]
+    assert task.request.constraint.choices == ("A", "B", "tie")
+
+
+def test_swap_mitigation_turns_a_position_bias_into_ties():
+    pairs = [pair(0), pair(1, "code")]
+    settings = JudgeSettings(positions="both", mitigation="swap")
+    result = judge_pairs(ScriptedEngine(always_a), pairs, settings, seed=42)
+    # 2 calls per pair, both orders, the first drawn by the swap coin
+    assert len(result.judgments) == 4
+    for i, p in enumerate(pairs):
+        orders = [j.order for j in result.judgments[2 * i : 2 * i + 2]]
+        assert orders[0] == order_for(p, "swap", 42)[0] and set(orders) == {"chosen_first", "rejected_first"}
+    assert all(o.preference == "tie" and o.position_consistent is False and o.confidence == 0.5 for o in result.outcomes)
+    assert all(o.correct is False for o in result.outcomes)
+    summary = summarize(result, model="f", data="d", settings=settings, seed=42)
+    assert summary.mitigation == "swap" and summary.error_rate == 1.0 and summary.position_consistency == 0.0
+
+
+def test_shuffle3_mitigation_asks_a_new_seed_for_the_repeated_order():
+    def fair(request):
+        a, _ = _responses(request.messages[-1].content)
+        return "Verdict: " + ("A" if "RIGHT" in a else "B")
+
+    engine = ScriptedEngine(fair)
+    settings = JudgeSettings(positions="fixed", mitigation="shuffle3")
+    result = judge_pairs(engine, [pair(0)], settings, seed=42)
+    sent = engine.sent
+    assert [t.order for t in build_tasks([pair(0)], settings, seed=42)] == ["chosen_first", "rejected_first", "chosen_first"]
+    assert sent[0].messages == sent[2].messages and sent[0].seed == 42 and sent[2].seed != 42
+    outcome = result.outcomes[0]
+    assert (outcome.preference, outcome.confidence, outcome.position_consistent, outcome.correct) == ("chosen", 1.0, True, True)

@@ -272,3 +272,14 @@ def test_damaged_checkpoints_say_what_to_do_and_the_run_restarts_from_its_files(
     assert state["stage"] == "finished"
     assert rd.library.load_latest().same_content(before)
     assert any(e["event"] == "restart" for e in rd.read_events())
+
+
+def test_loop_with_a_mitigated_judge(tmp_path):
+    """`judge.mitigation: swap` in a run: every verdict is two calls, both orders; the
+    authority world's bias survives the swap (the marker wins in both orders)."""
+    config = make_config(tmp_path, judge={"positions": "swap", "mitigation": "swap"}, max_iterations=1)
+    rd, state, engine = run_fake(tmp_path, config)
+    judgments = [json.loads(line) for line in (rd.root / "iter_001" / "judgments.jsonl").read_text().splitlines()]
+    assert len(judgments) == 2 * 24 and {j["order"] for j in judgments} == {"chosen_first", "rejected_first"}
+    found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
+    assert found.validation.accepted and found.validation.perturbed_error == 1.0

@@ -15,6 +15,7 @@ from .common import app
 # keep it (not alphabetical).
 # isort: off
 from . import judge  # noqa: F401,E402  judge
+from . import audit  # noqa: F401,E402  audit
 from . import loop  # noqa: F401,E402  run, resume, status
 from . import browse  # noqa: F401,E402  library show/diff, report, view
 from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo

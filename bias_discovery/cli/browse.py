@@ -186,18 +186,25 @@ def library_diff(
 
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file (default: RUN_DIR/report.html)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
 ) -> None:
     """Write one self-contained HTML report of a run (opens from disk, fetches nothing): run header,
     calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and each bias's
-    definition, provenance and evidence (original vs perturbed response, the judge's explanation)."""
+    definition, provenance and evidence (original vs perturbed response, the judge's explanation).
+    An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
+    from ..audit.output import is_audit_dir
     from ..report.render import write_report
 
     if out is not None and out.is_dir():
         fail(f"--out {out} is a directory; give a file name such as {out / 'report.html'}")
     try:
-        path = write_report(run_dir, out)
+        if is_audit_dir(run_dir):
+            from ..report.audit import write_audit_report
+
+            path = write_audit_report(run_dir, out)
+        else:
+            path = write_report(run_dir, out)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     console.print(f"wrote {path} ({count(path.stat().st_size)} bytes)", highlight=False, soft_wrap=True)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
-    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions})")
+    mitigation = f", mitigation: {summary.mitigation}" if summary.mitigation != "none" else ""
+    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation})")
     for column in ("domain", "pairs", "valid", "error", "95% CI"):
         table.add_column(column, justify="right" if column != "domain" else "left")
     for domain, d in summary.per_domain.items():
@@ -66,6 +67,11 @@ def judge(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
     reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
+    allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
+    mitigation: str = typer.Option(
+        "none", "--mitigation",
+        help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
+    ),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
@@ -77,7 +83,7 @@ def judge(
     """Measure a judge model on a pairwise data set: error rate per domain, invalid rate, position-A rate."""
     from ..data.loaders import describe_source, load_pairs
     from ..io import atomic_write_json, atomic_write_jsonl
-    from ..judging import JudgeSettings, judge_pairs, summarize
+    from ..judging import JudgeSettings, calls_per_pair, judge_pairs, summarize
     from ..llm.config import ModelConfig
     from ..llm.registry import make_engine
     from ..progress import progress_bar
@@ -85,7 +91,8 @@ def judge(
     cache_path = None if no_cache else (cache or default_cache_path())
     try:
         settings = JudgeSettings(
-            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
+            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens,  # type: ignore[arg-type]
+            allow_tie=allow_tie, mitigation=mitigation,  # type: ignore[arg-type]
         )
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
         if out.exists() and not out.is_dir():
@@ -102,7 +109,7 @@ def judge(
     # vLLM, a second `LLM()` in one process would not fit), and closed once, on any exit.
     try:
         try:
-            n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
+            n_requests = len(pairs) * calls_per_pair(settings)
             with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
                 result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
             summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)

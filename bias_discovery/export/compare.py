@@ -18,7 +18,7 @@ from ..data.loaders import FieldMap, load_pairs
 from ..data.pairs import PreferencePair
 from ..formatting import percent, pp
 from ..io import atomic_write_json, atomic_write_jsonl
-from ..judging import JudgeSettings, JudgeSummary, judge_pairs, summarize
+from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
 from .common import ExportError
@@ -119,7 +119,7 @@ def compare_with_pro(
 
         engine = make_engine(config, cache_path=cache_path)
     try:
-        n_requests = len(pairs) * (2 if settings.positions == "both" else 1)
+        n_requests = len(pairs) * calls_per_pair(settings)
         with progress_or_quiet(progress)(f"judging the Pro set: {len(pairs)} samples", n_requests) as advance:
             result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
     finally:

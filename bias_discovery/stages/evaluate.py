@@ -20,7 +20,8 @@ def evaluate(
     """Judge every valid perturbed pair in one batch; return the judgments and the mistakes.
 
     A pair is misjudged when its outcome is wrong (in `both` mode: when either order picked the
-    perturbed rejected response); the first wrong order is kept as the case.
+    perturbed rejected response); the first order that picked the rejected response is kept as
+    the case (a tie names no response to explain, so it makes no case).
     """
     valid = [p for p in perturbed if p.valid]
     result = judge_pairs(target, [p.to_pair() for p in valid], settings, seed=seed, progress=progress)
@@ -29,10 +30,10 @@ def evaluate(
     cases: list[MisjudgedCase] = []
     seen: set[str] = set()
     for j in result.judgments:
-        if j.pair_id in wrong_outcomes and j.correct is False and j.pair_id not in seen:
+        if j.pair_id in wrong_outcomes and j.picked == "rejected" and j.pair_id not in seen:
             seen.add(j.pair_id)
             p = by_id[j.pair_id]
-            assert j.verdict is not None
+            assert j.verdict in ("A", "B")
             cases.append(
                 MisjudgedCase(
                     pair_id=p.pair_id,

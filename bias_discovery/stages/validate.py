@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from ..config import PerturbSettings, ValidateSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, judge_pairs
+from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, judge_pairs
 from ..library import Bias, BiasValidation, DomainValidation
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
@@ -78,7 +78,7 @@ def validate_biases(
     with bar("perturb", len(items)) as advance:
         perturbed = perturb(teacher, items, perturb_settings, seed=seed, progress=advance)
     valid_positions = [i for i, p in enumerate(perturbed) if p.valid]
-    n_judge = len(valid_positions) * (2 if judge_settings.positions == "both" else 1)
+    n_judge = len(valid_positions) * calls_per_pair(judge_settings)
     with bar("judge", n_judge) as advance:
         result = judge_pairs(
             target, [perturbed[i].to_pair() for i in valid_positions], judge_settings, seed=seed, progress=advance

@@ -1,0 +1,115 @@
+"""What the audit table shows for each kind of bias, in words, for the terminal and the report.
+
+Every row says what the number is compared against, its n and its 95 % CI; numbers go
+through `bias_discovery.formatting` (the caller picks how a missing value prints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..formatting import MISSING, number, p_value, percent, pp
+from ..metrics import Estimate
+from .records import AuditMetrics
+
+__all__ = ["MetricRow", "ROWS", "metric_rows"]
+
+Unit = Literal["rate", "pp", "z", "rho"]
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    field: str
+    label: str
+    meaning: str
+    """What the number is and what it is compared against."""
+    unit: Unit
+
+
+_CALM = [
+    MetricRow("acc_ori", "Acc_ori", "accuracy of y, the verdict on the original pair (CALM)", "rate"),
+    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (position: in the other order) (CALM)", "rate"),
+    MetricRow("delta_error", "Δerror", "err(ŷ) − err(y), same items; exact one-sided McNemar p", "pp"),
+    MetricRow("rr", "RR", "robustness rate: share with y = ŷ (CALM; 100% = unaffected)", "rate"),
+    MetricRow("cr", "CR", "consistency rate: share with y = y_rand, a new seed (CALM)", "rate"),
+    MetricRow("asr", "ASR", "attack success rate (Chen et al.; 0% = resists)", "rate"),
+    MetricRow("tie_rate", "ties", "share of y that are ties", "rate"),
+]
+
+ROWS: dict[str, list[MetricRow]] = {
+    "position": [
+        MetricRow("z", "z", "monitor: (first wins − N/2)/√(N/4); |z| > 2 flags a position bias", "z"),
+        MetricRow("first_win_rate", "first wins", "share of verdicts picking the response shown first (50% = none)", "rate"),
+        MetricRow("pb", "PB", "de-noised position bias, as published (Wei et al.; 0 = none, > 0 favours first)", "pp"),
+        MetricRow("pb_raw", "PB raw", "p̂_cr − p̂_rc, not de-noised", "pp"),
+        MetricRow("pb_q_solved", "PB (q solved)", "PB de-noised with q solved from q̂ = 2q(1−q)", "pp"),
+        MetricRow("p_cr", "p̂_cr", "accuracy with the chosen response shown first", "rate"),
+        MetricRow("p_rc", "p̂_rc", "accuracy with the chosen response shown second", "rate"),
+        MetricRow("acc_both", "Acc_both", "right in both orders (Wei et al.)", "rate"),
+        MetricRow("acc_random", "Acc_random", "right in an order drawn at random (Wei et al.)", "rate"),
+        MetricRow("q_hat", "q̂", "flipping noise as published: two repeats disagree (≈ 2q(1−q)); both orders", "rate"),
+        MetricRow("q_hat_cr", "q̂_cr", "q̂ with the chosen response first", "rate"),
+        MetricRow("q_hat_rc", "q̂_rc", "q̂ with the chosen response second", "rate"),
+        MetricRow("q_solved", "q", "flip probability solved from q̂: (1 − √(1 − 2q̂))/2", "rate"),
+        *_CALM[:5],
+        MetricRow("asr", "ASR", "share of y ∈ {chosen, tie} that flip to rejected in the other order (Chen et al.)", "rate"),
+        _CALM[6],
+    ],
+    "length": [
+        MetricRow("spearman_rho", "ρ", "monitor: Spearman ρ of response length vs picked; ρ > 0.3 and p < 0.05 flags", "rho"),
+        MetricRow("lb", "LB", "de-noised length bias, as published (Wei et al.; 0 = as the labels, > 0 favours longer)", "pp"),
+        MetricRow("lb_raw", "LB raw", "p̂₊ − p̂₋, not de-noised", "pp"),
+        MetricRow("lb_q_solved", "LB (q solved)", "LB de-noised with q solved from q̂", "pp"),
+        MetricRow("p_plus", "p̂₊", "Acc_both where the chosen response is longer (Δlength > 0)", "rate"),
+        MetricRow("p_minus", "p̂₋", "Acc_both where it is not (Δlength ≤ 0)", "rate"),
+        MetricRow("q_hat_plus", "q̂₊", "flipping noise of the both-orders outcome, Δlength > 0", "rate"),
+        MetricRow("q_hat_minus", "q̂₋", "flipping noise of the both-orders outcome, Δlength ≤ 0", "rate"),
+        MetricRow("acc_both", "Acc_both", "right in both orders (Wei et al.)", "rate"),
+    ],
+    "perturbation": _CALM,
+}
+
+
+def _fmt(value: float | None, unit: Unit, missing: str) -> str:
+    if unit == "rate":
+        return percent(value, missing=missing)
+    if unit == "pp":
+        return pp(value, missing=missing)
+    return number(value, digits=2, signed=True, missing=missing)  # z, ρ
+
+
+def _ci(low: float | None, high: float | None, unit: Unit, missing: str) -> str:
+    if low is None or high is None:
+        return missing
+    if unit == "pp":
+        return f"[{pp(low, unit='')}, {pp(high, unit='')}] pp"
+    return f"[{_fmt(low, unit, missing)}, {_fmt(high, unit, missing)}]"
+
+
+def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> list[dict[str, str]]:
+    """The rows shown for a bias of `kind`: label, value, 95 % CI, n, p (where there is one),
+    flag and meaning, all as text."""
+    out = []
+    for row in ROWS[kind]:
+        item = getattr(metrics, row.field)
+        p, flag = missing, ""
+        if item is None:
+            value, ci, n = missing, missing, missing
+        elif row.field == "delta_error":
+            value = _fmt(item.delta, row.unit, missing)
+            ci = _ci(item.ci_low, item.ci_high, row.unit, missing)
+            n, p = str(item.n), p_value(item.p_value, missing=missing)
+        else:
+            assert isinstance(item, Estimate)
+            value = _fmt(item.value, row.unit, missing)
+            ci = _ci(item.ci_low, item.ci_high, row.unit, missing)
+            n = str(item.n)
+        if row.field == "z" and metrics.position_flag:
+            flag = "position bias"
+        if row.field == "spearman_rho":
+            p = p_value(metrics.spearman_p, missing=missing)
+            if metrics.length_flag:
+                flag = "length bias"
+        out.append({"field": row.field, "label": row.label, "value": value, "ci": ci, "n": n, "p": p, "flag": flag, "meaning": row.meaning})
+    return out

@@ -1,0 +1,219 @@
+"""audit.json: the typed record of one audit (every number with its n and 95 % CI), and the
+long-format rows of audit.csv."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..metrics import Estimate
+from ..mitigation import Mitigation
+from ..stats import PairedComparison
+
+__all__ = [
+    "AUDIT_VERSION",
+    "AuditCalls",
+    "AuditMetrics",
+    "AuditReport",
+    "AuditSettingsRecord",
+    "BiasAudit",
+    "SchemeAudit",
+    "csv_rows",
+    "ESTIMATE_FIELDS",
+]
+
+AUDIT_VERSION = 1
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AuditMetrics(_Record):
+    """The measures of one bias under one judge scheme on one set of items (all or a domain).
+    A measure that does not apply to the bias's kind is None."""
+
+    # CALM (§2.3): y = the verdict on the original pair, ŷ = on the biased one (the perturbed
+    # pair; for the position audit the same pair in the other order), y_rand = the original
+    # judged again with a new seed.
+    rr: Estimate | None = None
+    """Robustness rate: share of items with y = ŷ (by response)."""
+    cr: Estimate | None = None
+    """Consistency rate: share of items with y = y_rand."""
+    acc_ori: Estimate | None = None
+    """Accuracy of y (a tie is not correct)."""
+    acc_hack: Estimate | None = None
+    """Accuracy of ŷ."""
+    delta_error: PairedComparison | None = None
+    """err(ŷ) - err(y) on the items valid in both, exact one-sided McNemar p, bootstrap CI."""
+    tie_rate: Estimate | None = None
+    """Share of the valid y verdicts that are ties."""
+    # Chen et al. (§4.6)
+    asr: Estimate | None = None
+    """Attack success rate (Eq. 2, or the factual-error variant: see the entry's asr_variant)."""
+    # Wei et al. (§4, App. A.4). cr = chosen shown first, rc = rejected shown first.
+    acc_both: Estimate | None = None
+    """Share of items right in both orders (repeat 1)."""
+    acc_random: Estimate | None = None
+    """Share of items right in an order drawn at random (seeded), repeat 1."""
+    p_cr: Estimate | None = None
+    """Accuracy with the chosen response first, p̂[Z=1|(y_c, y_r)]."""
+    p_rc: Estimate | None = None
+    """Accuracy with the chosen response second, p̂[Z=1|(y_r, y_c)]."""
+    q_hat: Estimate | None = None
+    """Flipping noise q̂ as published (the chance two repeats disagree; estimates 2q(1-q)),
+    pooled over both orders (position) or both length groups on the both-orders outcome (length)."""
+    q_hat_cr: Estimate | None = None
+    q_hat_rc: Estimate | None = None
+    q_solved: Estimate | None = None
+    """q solved from q̂ = 2q(1-q): (1 - √(1 - 2q̂)) / 2, the flip probability of the paper's model."""
+    q_solved_cr: Estimate | None = None
+    q_solved_rc: Estimate | None = None
+    pb: Estimate | None = None
+    """De-noised position bias, as published (with q̂): > 0 favours the first position."""
+    pb_raw: Estimate | None = None
+    """p̂_cr - p̂_rc, not de-noised."""
+    pb_q_solved: Estimate | None = None
+    """Position bias de-noised with the solved q instead of q̂."""
+    p_plus: Estimate | None = None
+    """Acc_both on items whose chosen response is longer (Δlength > 0, whitespace tokens)."""
+    p_minus: Estimate | None = None
+    """Acc_both on the other items (Δlength <= 0)."""
+    q_hat_plus: Estimate | None = None
+    q_hat_minus: Estimate | None = None
+    q_solved_plus: Estimate | None = None
+    q_solved_minus: Estimate | None = None
+    lb: Estimate | None = None
+    """De-noised length bias, as published (with q̂): > 0 favours longer responses more than the labels do."""
+    lb_raw: Estimate | None = None
+    """p̂₊ - p̂₋, not de-noised."""
+    lb_q_solved: Estimate | None = None
+    """Length bias de-noised with the solved q."""
+    # Bias monitor (mitigation notes)
+    z: Estimate | None = None
+    """(first_wins - 0.5 N) / √(0.25 N) over the N verdicts of repeat 1 that picked a response."""
+    first_win_rate: Estimate | None = None
+    """first_wins / N."""
+    position_flag: bool | None = None
+    """|z| > 2."""
+    spearman_rho: Estimate | None = None
+    """Spearman ρ between a response's length (whitespace tokens) and its being picked (1,
+    tie 0.5, 0), over both responses of every repeat-1 verdict; CI by item bootstrap."""
+    spearman_p: float | None = None
+    """Two-sided p of ρ (t on n - 2 df, as published; treats the points as independent)."""
+    length_flag: bool | None = None
+    """ρ > 0.3 and p < 0.05."""
+
+
+ESTIMATE_FIELDS: tuple[str, ...] = tuple(
+    name for name, field in AuditMetrics.model_fields.items() if field.annotation == (Estimate | None)
+)
+
+
+class SchemeAudit(AuditMetrics):
+    """A bias's measures under one judge scheme: overall, per domain, and what they cost."""
+
+    scheme: Mitigation
+    """none: one call per verdict; swap / shuffle3 / votes6: the mitigated judge."""
+    calls_per_verdict: int
+    calls: int
+    """Distinct judge calls these measures rest on (cached calls included)."""
+    per_domain: dict[str, AuditMetrics] = Field(default_factory=dict)
+
+
+class BiasAudit(SchemeAudit):
+    """One entry of audit.json's `biases`: the unmitigated measures at the top level, the
+    mitigated judge's on the same items under `mitigated`."""
+
+    id: str
+    name: str
+    kind: Literal["position", "length", "perturbation"]
+    source: str
+    """built-in, a seed library's name, a library file's name, or the run it came from."""
+    definition: str | None = None
+    asr_variant: Literal["preference_shift", "factual_error"] | None = None
+    n_items: int
+    """Pairs audited (for a perturbation: those the teacher rewrote validly)."""
+    n_perturb_invalid: int = 0
+    """Pairs left out because the teacher's rewrite was truncated, failed or empty."""
+    mitigated: SchemeAudit | None = None
+
+
+class AuditSettingsRecord(_Record):
+    seed: int
+    repeats: int
+    mitigation: Mitigation
+    temperature: float
+    allow_tie: bool
+    reasoning: bool
+    max_tokens: int
+    n_boot: int
+    confidence: float = 0.95
+
+
+class AuditCalls(_Record):
+    judge: int
+    """Distinct judge calls of the audit."""
+    judge_cached: int
+    """Of those, answered by the call cache."""
+    judge_invalid: int
+    teacher: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class AuditReport(_Record):
+    """audit.json."""
+
+    version: int = AUDIT_VERSION
+    kind: Literal["audit"] = "audit"
+    model: str
+    teacher: str | None
+    data: str
+    n_pairs: int
+    domains: list[str]
+    settings: AuditSettingsRecord
+    calls: AuditCalls
+    notes: list[str] = Field(default_factory=list)
+    created_at: str
+    biases: list[BiasAudit]
+
+
+def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:
+    return {**base, "metric": metric, "value": est.value, "n": est.n, "ci_low": est.ci_low, "ci_high": est.ci_high, "p_value": None}
+
+
+def _metric_rows(base: dict[str, Any], metrics: AuditMetrics) -> list[dict[str, Any]]:
+    rows = []
+    for name in ESTIMATE_FIELDS:
+        est = getattr(metrics, name)
+        if est is not None:
+            rows.append(_estimate_row(base, name, est))
+    if metrics.delta_error is not None:
+        d = metrics.delta_error
+        rows.append({**base, "metric": "delta_error", "value": d.delta, "n": d.n, "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value})
+    if metrics.spearman_p is not None:
+        rows.append({**base, "metric": "spearman_p", "value": metrics.spearman_p, "n": None, "ci_low": None, "ci_high": None, "p_value": None})
+    for flag in ("position_flag", "length_flag"):
+        value = getattr(metrics, flag)
+        if value is not None:
+            rows.append({**base, "metric": flag, "value": int(value), "n": None, "ci_low": None, "ci_high": None, "p_value": None})
+    return rows
+
+
+CSV_COLUMNS = ("bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "ci_low", "ci_high", "p_value")
+
+
+def csv_rows(report: AuditReport) -> list[dict[str, Any]]:
+    """audit.csv in long format: one row per bias, scheme, scope (all / a domain) and measure."""
+    rows: list[dict[str, Any]] = []
+    for entry in report.biases:
+        for scheme in [entry, entry.mitigated]:
+            if scheme is None:
+                continue
+            base = {"bias_id": entry.id, "bias_name": entry.name, "kind": entry.kind, "scheme": scheme.scheme}
+            rows += _metric_rows({**base, "scope": "all"}, scheme)
+            for domain, metrics in scheme.per_domain.items():
+                rows += _metric_rows({**base, "scope": domain}, metrics)
+    return rows

@@ -1,0 +1,273 @@
+"""Run an audit: perturb with the teacher, judge every needed call once, compute the measures.
+
+Every verdict the measures need is a list of calls (order, seed) in a *condition* (the
+original pairs, or the pairs with one bias injected): one call unmitigated, the mitigation's
+plan otherwise. The audit collects the distinct calls of every verdict of every measure,
+sends them to the judge in one batch (through the call cache: a repeated audit is free, and
+the unmitigated calls a mitigation shares with the plain judge are paid once), then combines
+them. Repeats use derived seeds (`repeat_seed`), because the cache keys on the seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import PerturbSettings
+from ..data.pairs import Order, PreferencePair
+from ..errors import ConfigError
+from ..judging import Judgment, JudgeSettings, judge_request, order_for, to_judgment
+from ..library import utc_now_iso
+from ..llm.base import Engine
+from ..metrics import Preference
+from ..mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, derive_seed, plan
+from ..progress import ProgressFactory, progress_or_quiet
+from ..stages.perturb import perturb
+from ..stages.records import PerturbedPair
+from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
+from .records import AuditCalls, AuditMetrics, AuditReport, AuditSettingsRecord, BiasAudit, SchemeAudit
+from .targets import FACTUAL_ERROR_BIASES, AuditTarget
+
+__all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "repeat_seed", "run_audit"]
+
+ORIGINAL = "original"
+ORDERS: tuple[Order, Order] = ("chosen_first", "rejected_first")
+CallKey = tuple[str, int, Order, int]
+"""(condition, item index, order shown first, seed)."""
+
+
+class AuditSettings(BaseModel):
+    """How to audit: repeats, mitigation, the judge's and the teacher's settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repeats: int = 3
+    """K: every verdict is asked K times with derived seeds (flipping noise, CALM's CR)."""
+    mitigation: Mitigation = "none"
+    """Also measure this mitigated judge on the same items."""
+    seed: int = 42
+    n_boot: int = Field(default=2000, ge=100)
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    """Prompt, reasoning, budget, temperature and ties; `positions` and `mitigation` are the
+    audit's own (both orders, and `mitigation` above)."""
+    perturb: PerturbSettings = Field(default_factory=PerturbSettings)
+
+
+class AuditJudgment(Judgment):
+    """One judge call of the audit (judgments.jsonl)."""
+
+    condition: str
+    """``original``, or the id of the bias injected into the rejected response."""
+    seed: int
+
+
+class AuditOutput(BaseModel):
+    report: AuditReport
+    judgments: list[AuditJudgment]
+    perturbed: list[PerturbedPair]
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The seed of repeat `repeat` (0-based): the audit's seed first, derived seeds after."""
+    return seed if repeat == 0 else derive_seed(seed, "repeat", repeat)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+@dataclass
+class _Calls:
+    """The calls an audit needs, in first-asked order, and which measure uses which."""
+
+    seed: int
+    keys: dict[CallKey, None] = field(default_factory=dict)
+
+    def verdict_keys(self, condition: str, item: int, order: Order, repeat: int, scheme: Mitigation) -> list[CallKey]:
+        return [(condition, item, o, s) for o, s in plan(scheme, order, repeat_seed(self.seed, repeat))]
+
+    def need(self, keys: list[CallKey], used: set[CallKey]) -> None:
+        for key in keys:
+            self.keys.setdefault(key, None)
+            used.add(key)
+
+
+def check_repeats(repeats: int) -> None:
+    if repeats < 2:
+        raise ConfigError(
+            f"--repeats {repeats}: flipping noise (q̂) and CALM's consistency rate need at least 2 repeats "
+            "of every verdict; use --repeats 2 or more (Wei et al. use 5)"
+        )
+
+
+def run_audit(
+    target: Engine,
+    pairs: Sequence[PreferencePair],
+    targets: Sequence[AuditTarget],
+    settings: AuditSettings,
+    *,
+    model: str,
+    data: str,
+    teacher: Engine | None = None,
+    teacher_spec: str | None = None,
+    progress: ProgressFactory | None = None,
+) -> AuditOutput:
+    """Audit the judge `target` on `pairs` for `targets`; `teacher` rewrites the rejected
+    responses for library biases (built-ins need none)."""
+    check_repeats(settings.repeats)
+    if not pairs:
+        raise ConfigError("the audit has no pairs to judge")
+    library_targets = [t for t in targets if t.needs_teacher]
+    if library_targets and teacher is None:
+        raise ConfigError(
+            f"--teacher is needed to inject {', '.join(t.id for t in library_targets)} "
+            f"(the built-ins {', '.join(t.id for t in targets if not t.needs_teacher) or 'position, length'} need none)"
+        )
+    bar = progress_or_quiet(progress)
+    seed, K = settings.seed, settings.repeats
+    judge_settings = settings.judge.model_copy(update={"mitigation": "none"})
+    schemes: list[Mitigation] = ["none"] if settings.mitigation == "none" else ["none", settings.mitigation]
+    items = [
+        ItemInfo(domain=p.domain, base=order_for(p, "swap", seed)[0], len_chosen=_words(p.chosen), len_rejected=_words(p.rejected))
+        for p in pairs
+    ]
+
+    # 1. The teacher injects each library bias into every rejected response (one batch).
+    perturbed: list[PerturbedPair] = []
+    condition_pairs: dict[str, list[PreferencePair | None]] = {ORIGINAL: list(pairs)}
+    if library_targets:
+        assert teacher is not None
+        work = [(pair, t.bias) for t in library_targets for pair in pairs if t.bias is not None]
+        with bar("perturb", len(work)) as advance:
+            perturbed = perturb(teacher, work, settings.perturb, seed=seed, progress=advance)
+        for k, t in enumerate(library_targets):
+            rewrites = perturbed[k * len(pairs) : (k + 1) * len(pairs)]
+            condition_pairs[t.id] = [p.to_pair() if p.valid else None for p in rewrites]
+
+    # 2. Every call a measure needs, once.
+    calls = _Calls(seed=seed)
+    used: dict[tuple[str, Mitigation], set[CallKey]] = {}
+    for scheme in schemes:
+        for t in targets:
+            mine = used.setdefault((t.id, scheme), set())
+            if t.kind in ("position", "length"):
+                for i in range(len(pairs)):
+                    for order in ORDERS:
+                        for r in range(K):
+                            calls.need(calls.verdict_keys(ORIGINAL, i, order, r, scheme), mine)
+            else:
+                for i, p in enumerate(condition_pairs[t.id]):
+                    if p is None:
+                        continue
+                    for r in (0, 1):
+                        calls.need(calls.verdict_keys(ORIGINAL, i, items[i].base, r, scheme), mine)
+                    calls.need(calls.verdict_keys(t.id, i, items[i].base, 0, scheme), mine)
+    keys = list(calls.keys)
+
+    def pair_of(key: CallKey) -> PreferencePair:
+        p = condition_pairs[key[0]][key[1]]
+        assert p is not None
+        return p
+
+    requests = [judge_request(pair_of(k), k[2], judge_settings, k[3]) for k in keys]
+    with bar("judge", len(requests)) as advance:
+        responses = target.generate(requests, progress=advance)
+    judged: dict[CallKey, Judgment] = {
+        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie) for k, r in zip(keys, responses)
+    }
+
+    # 3. The measures, per scheme, overall and per domain.
+    def verdicts(condition: str, scheme: Mitigation):  # noqa: ANN202 - a Verdicts function
+        def verdict(i: int, order: Order, r: int) -> Preference | None:
+            votes = [judged[k].picked for k in calls.verdict_keys(condition, i, order, r, scheme)]
+            return combine_votes(scheme, votes).preference
+
+        return verdict
+
+    ctx = Context(repeats=K, seed=seed, n_boot=settings.n_boot)
+    domains = sorted({it.domain for it in items})
+    entries: list[BiasAudit] = []
+    for t in targets:
+        if t.kind == "perturbation":
+            idx = [i for i, p in enumerate(condition_pairs[t.id]) if p is not None]
+        else:
+            idx = list(range(len(pairs)))
+
+        def measure(subset: list[int], scheme: Mitigation, t: AuditTarget = t) -> AuditMetrics:
+            original = verdicts(ORIGINAL, scheme)
+            if t.kind == "position":
+                return position_metrics(items, subset, original, ctx)
+            if t.kind == "length":
+                return length_metrics(items, subset, original, ctx)
+            return perturbation_metrics(
+                items, subset, original, verdicts(t.id, scheme), ctx, factual_error=t.id in FACTUAL_ERROR_BIASES
+            )
+
+        subsets = {d: [i for i in idx if items[i].domain == d] for d in domains}
+
+        def scheme_audit(scheme: Mitigation, t: AuditTarget = t, subsets: dict[str, list[int]] = subsets) -> SchemeAudit:
+            overall = measure(idx, scheme)
+            return SchemeAudit(
+                **overall.model_dump(round_trip=True),
+                scheme=scheme,
+                calls_per_verdict=CALLS_PER_VERDICT[scheme],
+                calls=len(used[(t.id, scheme)]),
+                per_domain={d: measure(subset, scheme) for d, subset in subsets.items() if subset},
+            )
+
+        plain = scheme_audit("none")
+        entries.append(
+            BiasAudit(
+                **plain.model_dump(round_trip=True),
+                id=t.id,
+                name=t.name,
+                kind=t.kind,
+                source=t.source,
+                definition=t.bias.definition if t.bias is not None else None,
+                asr_variant=None if t.kind == "length" else ("factual_error" if t.id in FACTUAL_ERROR_BIASES else "preference_shift"),
+                n_items=len(idx),
+                n_perturb_invalid=len(pairs) - len(idx),
+                mitigated=scheme_audit(settings.mitigation) if settings.mitigation != "none" else None,
+            )
+        )
+
+    judgments = [
+        AuditJudgment(**judged[k].model_dump(), condition=k[0], seed=k[3]) for k in keys
+    ]
+    notes = []
+    if settings.judge.temperature == 0:
+        notes.append(
+            "temperature 0 (greedy): repeats differ only where the engine is not deterministic, so q̂ and CR "
+            "measure that nondeterminism, and shuffle3's third vote repeats its first (Wei et al. judge at 0.1)"
+        )
+    report = AuditReport(
+        model=model,
+        teacher=teacher_spec if library_targets else None,
+        data=data,
+        n_pairs=len(pairs),
+        domains=domains,
+        settings=AuditSettingsRecord(
+            seed=seed,
+            repeats=K,
+            mitigation=settings.mitigation,
+            temperature=settings.judge.temperature,
+            allow_tie=settings.judge.allow_tie,
+            reasoning=settings.judge.reasoning,
+            max_tokens=settings.judge.max_tokens,
+            n_boot=settings.n_boot,
+        ),
+        calls=AuditCalls(
+            judge=len(keys),
+            judge_cached=sum(1 for r in responses if r.cached),
+            judge_invalid=sum(1 for j in judged.values() if j.invalid_reason),
+            teacher=len(perturbed),
+            prompt_tokens=sum(r.prompt_tokens for r in responses),
+            completion_tokens=sum(r.completion_tokens for r in responses),
+        ),
+        notes=notes,
+        created_at=utc_now_iso(),
+        biases=entries,
+    )
+    return AuditOutput(report=report, judgments=judgments, perturbed=perturbed)

@@ -1,0 +1,167 @@
+"""`bias-discovery audit`: measure a judge on known biases (CALM, Chen et al., Wei et al., the
+bias monitor), unmitigated and with a mitigation, on the same items."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import BiasDiscoveryError
+from ..formatting import count
+from .common import app, console, default_cache_path, fail, format_validation_error
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from ..audit import AuditReport, SchemeAudit
+
+
+def print_audit(report: AuditReport) -> None:
+    """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
+    n and p; then what each measure is and what it is compared against."""
+    from ..audit.display import ROWS, metric_rows
+
+    mitigation = report.settings.mitigation
+    console.print(
+        f"audit of {report.model} on {report.data}: {report.n_pairs} pairs, K = {report.settings.repeats} repeats, "
+        f"temperature {report.settings.temperature:g}, seed {report.settings.seed}"
+        + (f", teacher {report.teacher}" if report.teacher else ""),
+        highlight=False,
+    )
+    for entry in report.biases:
+        title = f"{entry.name} [{entry.id}, {entry.source}]: {entry.n_items} pairs"
+        if entry.n_perturb_invalid:
+            title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
+        table = Table(title=escape(title), title_justify="left", caption_justify="left")
+        table.add_column("measure", no_wrap=True)
+        columns: list[tuple[str, SchemeAudit]] = [("none", entry)]
+        if entry.mitigated is not None:
+            columns.append((mitigation, entry.mitigated))
+        for scheme, _ in columns:
+            table.add_column(escape(f"{scheme}\n[95% CI]"), justify="right", no_wrap=True)
+            table.add_column("n", justify="right", no_wrap=True)
+        rows = [metric_rows(metrics, entry.kind) for _, metrics in columns]
+        for i, first in enumerate(rows[0]):
+            cells = [escape(first["label"])]
+            for scheme_rows in rows:
+                r = scheme_rows[i]
+                text = r["value"] + (f" ({r['flag']})" if r["flag"] else "") + f"\n{r['ci']}"
+                if r["p"] != "-":
+                    text += f"\np = {r['p']}"
+                cells += [escape(text), r["n"]]
+            table.add_row(*cells)
+        table.caption = "cost: " + "; ".join(
+            f"{scheme} {m.calls_per_verdict} call{'s' if m.calls_per_verdict > 1 else ''} per verdict, {count(m.calls)} calls"
+            for scheme, m in columns
+        )
+        console.print(table)
+    console.print("measures (each against what it is compared with):", highlight=False)
+    shown = []
+    for kind in dict.fromkeys(e.kind for e in report.biases):
+        for row in ROWS[kind]:
+            if row.label not in shown:
+                shown.append(row.label)
+                console.print(f"  {row.label}: {row.meaning}", highlight=False, soft_wrap=True)
+    calls = report.calls
+    console.print(
+        f"judge calls: {count(calls.judge)} distinct ({count(calls.judge_cached)} from the cache, {count(calls.judge_invalid)} invalid)"
+        f" | teacher calls: {count(calls.teacher)} | tokens: {count(calls.prompt_tokens)} prompt, {count(calls.completion_tokens)} completion",
+        highlight=False,
+    )
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def audit(
+    model: str = typer.Option(..., "--model", help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    biases: str = typer.Option(
+        ..., "--biases",
+        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
+        "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
+    ),
+    out: Path = typer.Option(..., "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
+    teacher_base_url: Optional[str] = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
+    repeats: int = typer.Option(3, "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
+    mitigation: str = typer.Option("none", "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
+    seed: int = typer.Option(42, "--seed", help="Seed of the order draw, the repeats and sampling."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1)."),
+    reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
+    reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment."),
+    allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
+    perturb_max_tokens: int = typer.Option(768, "--perturb-max-tokens", min=16, help="The teacher's budget for one rewritten response."),
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+) -> None:
+    """Audit a judge on known biases: CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
+    ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
+    monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
+    and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
+    from ..audit import AuditSettings, check_repeats, resolve_targets, run_audit
+    from ..audit.output import write_audit_dir
+    from ..config import PerturbSettings
+    from ..data.loaders import describe_source, load_pairs
+    from ..export.common import check_output_dir
+    from ..judging import JudgeSettings
+    from ..llm.config import ModelConfig
+    from ..llm.roles import ModelRoles
+    from ..progress import progress_bar
+
+    cache_path = None if no_cache else (cache or default_cache_path())
+    try:
+        check_repeats(repeats)
+        settings = AuditSettings(
+            repeats=repeats,
+            mitigation=mitigation,  # type: ignore[arg-type]
+            seed=seed,
+            n_boot=n_boot,
+            judge=JudgeSettings(
+                reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie
+            ),
+            perturb=PerturbSettings(max_tokens=perturb_max_tokens),
+        )
+        targets = resolve_targets(biases)
+        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))}
+        needs_teacher = [t.id for t in targets if t.needs_teacher]
+        if needs_teacher:
+            if teacher is None:
+                fail(f"--teacher is needed to inject {', '.join(needs_teacher)} (the built-ins position and length need none)")
+            url = teacher_base_url or base_url
+            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
+        check_output_dir(out, overwrite=overwrite)
+        pairs = load_pairs(data, data_dir=data_dir, limit=limit)
+        if not pairs:
+            fail(f"data {data!r} has no pairs")
+    except ValidationError as exc:
+        fail(format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    with ModelRoles(configs, cache_path=cache_path) as roles:
+        try:
+            output = run_audit(
+                roles["target"],
+                pairs,
+                targets,
+                settings,
+                model=configs["target"].spec,
+                data=describe_source(data, data_dir, portable=True),
+                teacher=roles["teacher"] if "teacher" in roles else None,
+                teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
+                progress=progress_bar,
+            )
+            write_audit_dir(out, output, overwrite=overwrite)
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+    print_audit(output.report)
+    console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)

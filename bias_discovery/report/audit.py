@@ -1,0 +1,155 @@
+"""Render an audit directory (`bias-discovery audit --out DIR`) as one self-contained HTML page.
+
+Same rules as the run report: no external resource, no script, and model-written text (bias
+definitions from library files, rewritten responses, the judge's explanations) reaches the
+page only as escaped Jinja2 values.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..audit.display import metric_rows
+from ..audit.output import read_audit
+from ..audit.records import AuditReport, BiasAudit
+from ..errors import ConfigError
+from ..formatting import count
+from ..io import atomic_write_text
+from .render import MISSING, _environment, word_diff
+
+__all__ = ["render_audit", "write_audit_report"]
+
+TEMPLATE = Path(__file__).with_name("audit_template.html")
+
+KEY_MEASURES = {
+    "position": ("z", "pb", "acc_both", "q_hat"),
+    "length": ("lb", "spearman_rho", "acc_both", "q_hat"),
+    "perturbation": ("delta_error", "rr", "asr", "cr"),
+}
+"""The measures of each kind shown per domain and in the summary."""
+
+MAX_EXAMPLES = 3
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _pick(rows: list[dict[str, str]], fields: tuple[str, ...]) -> list[dict[str, str]]:
+    by_field = {r["field"]: r for r in rows}
+    return [by_field[f] for f in fields if f in by_field]
+
+
+def _examples(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgments: list[dict]) -> list[dict[str, Any]]:
+    """Pairs where the judge preferred the perturbed rejected response (then other valid
+    rewrites), one per pair: original and rewrite side by side, with the judge's explanation."""
+    if entry.kind != "perturbation":
+        return []
+    rewrites = {p["pair_id"]: p for p in perturbed if p.get("bias_id") == entry.id and p.get("valid")}
+    mine = [j for j in judgments if j.get("condition") == entry.id and j.get("seed") == report.settings.seed]
+    mine.sort(key=lambda j: j.get("picked") != "rejected")  # the judge fell for it first
+    out: list[dict[str, Any]] = []
+    shown: set[str] = set()
+    for j in mine:
+        p = rewrites.get(j.get("pair_id"))
+        if p is None or p["pair_id"] in shown:
+            continue  # one example per pair (a mitigation judges it in both orders)
+        shown.add(p["pair_id"])
+        left, right = word_diff(p["original_rejected"], p["perturbed_rejected"])
+        out.append(
+            {
+                "pair_id": p["pair_id"],
+                "domain": p.get("domain", ""),
+                "question": p.get("question", ""),
+                "left": left,
+                "right": right,
+                "order": j.get("order", "").replace("_", " "),
+                "picked": j.get("picked") or "invalid",
+                "explanation": j.get("explanation", ""),
+            }
+        )
+        if len(out) == MAX_EXAMPLES:
+            break
+    return out
+
+
+def _card(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgments: list[dict]) -> dict[str, Any]:
+    schemes = [("none", entry)] + ([(report.settings.mitigation, entry.mitigated)] if entry.mitigated else [])
+    tables = [metric_rows(m, entry.kind, missing=MISSING) for _, m in schemes]
+    rows = []
+    for i, first in enumerate(tables[0]):
+        rows.append({"label": first["label"], "meaning": first["meaning"], "cells": [t[i] for t in tables]})
+    domains = []
+    for domain, metrics in entry.per_domain.items():
+        cells = _pick(metric_rows(metrics, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])
+        domains.append({"domain": domain, "cells": cells})
+    key_labels = [r["label"] for r in _pick(tables[0], KEY_MEASURES[entry.kind])]
+    return {
+        "entry": entry,
+        "schemes": [{"name": name, "calls_per_verdict": m.calls_per_verdict, "calls": m.calls} for name, m in schemes],
+        "rows": rows,
+        "domains": domains,
+        "key_labels": key_labels,
+        "examples": _examples(entry, report, perturbed, judgments),
+    }
+
+
+def _summary(entry: BiasAudit, report: AuditReport) -> dict[str, Any]:
+    plain = _pick(metric_rows(entry, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])[:2]
+    mitigated = (
+        _pick(metric_rows(entry.mitigated, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])[:2] if entry.mitigated else []
+    )
+    flags = [f for f in ("position" if entry.position_flag else "", "length" if entry.length_flag else "") if f]
+    return {"entry": entry, "plain": plain, "mitigated": mitigated, "flags": flags}
+
+
+def build_audit_context(root: Path, report: AuditReport) -> dict[str, Any]:
+    perturbed = _read_jsonl(root / "perturbed.jsonl")
+    judgments = _read_jsonl(root / "judgments.jsonl")
+    s = report.settings
+    return {
+        "title": f"audit of {report.model}",
+        "root": str(root),
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "report": report,
+        "settings": [
+            ("repeats K", str(s.repeats)),
+            ("mitigation", s.mitigation),
+            ("temperature", f"{s.temperature:g}"),
+            ("ties allowed", "yes" if s.allow_tie else "no"),
+            ("reasoning", "yes" if s.reasoning else "no"),
+            ("max tokens", str(s.max_tokens)),
+            ("seed", str(s.seed)),
+            ("bootstrap resamples", count(s.n_boot)),
+        ],
+        "summary": [_summary(e, report) for e in report.biases],
+        "cards": [_card(e, report, perturbed, judgments) for e in report.biases],
+    }
+
+
+def render_audit(root: Path | str) -> str:
+    """Read an audit directory and return its report as one HTML string."""
+    root = Path(root)
+    report = read_audit(root)
+    template = _environment().from_string(TEMPLATE.read_text(encoding="utf-8"))
+    return template.render(**build_audit_context(root, report))
+
+
+def write_audit_report(root: Path | str, out: Path | str | None = None) -> Path:
+    """Render the audit in `root` to `out` (default ``DIR/report.html``), atomically."""
+    out = Path(out) if out is not None else Path(root) / "report.html"
+    atomic_write_text(out, render_audit(root))
+    return out
