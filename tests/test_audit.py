@@ -16,7 +16,7 @@ import pytest
 from bias_discovery.audit import AuditSettings, resolve_targets, run_audit
 from bias_discovery.audit.output import read_audit, write_audit_dir
 from bias_discovery.data.pairs import PreferencePair
-from bias_discovery.errors import ConfigError
+from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.judging import JudgeSettings
 from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library
 from bias_discovery.metrics import flipping_noise
@@ -301,7 +301,7 @@ def test_audit_directory_files(hostile_audit: Path):
 
 def test_damaged_audit_json_is_named(hostile_audit: Path):
     (hostile_audit / "audit.json").write_text('{"version": 1, "kind": "audit"}')
-    with pytest.raises(ConfigError, match="audit.json"):
+    with pytest.raises(DataError, match=r"audit.json: not a valid AuditReport: model: Field required"):
         read_audit(hostile_audit)
 
 

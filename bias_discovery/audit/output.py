@@ -8,14 +8,10 @@ and is not empty needs `--overwrite`.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ..errors import ConfigError
 from ..io import atomic_write_json, atomic_write_jsonl
-from ..library import format_validation_error
+from ..run.artifacts import JsonArtifact
 from .records import CSV_COLUMNS, AuditReport, csv_rows
 from .runner import AuditOutput
 
@@ -46,16 +42,4 @@ def is_audit_dir(path: Path) -> bool:
 
 def read_audit(path: Path) -> AuditReport:
     """The audit.json of an audit directory; errors name the file and the field."""
-    file = Path(path) / AUDIT_FILE
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read ({exc.strerror or exc})") from None
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{file}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
-    try:
-        return AuditReport.model_validate_json(text)
-    except ValidationError as exc:
-        raise ConfigError(f"{file}: not an audit record:\n{format_validation_error(exc)}") from None
+    return JsonArtifact(Path(path) / AUDIT_FILE, AuditReport).read()
