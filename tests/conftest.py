@@ -1,16 +1,12 @@
 """Shared test settings and fixtures. Tests never reach a model or data hub."""
 
 import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port  # noqa: F401 (re-exported for tests)
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port, llama_cpp_server  # noqa: F401 (re-exported for tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -41,46 +37,9 @@ def llama_server(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFacto
 
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
         pytest.skip("llama-cpp-python[server] is not installed")
-    from bias_discovery.llm.llamacpp import default_threads
-
-    port = free_port()
-    threads = default_threads()
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
-    command = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(smollm2_gguf_path), "--model_alias", "smollm2",
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-        # the server's default prompt threads (all cores) crawl when another process is busy
-        "--n_threads", str(threads), "--n_threads_batch", str(threads),
-    ]
-    log = log_path.open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                log.flush()
-                tail = log_path.read_text(errors="replace")[-2000:]
-                pytest.fail(f"llama_cpp.server exited with {process.returncode}:\n{tail}")
-            try:
-                with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not answer /v1/models within 120 s")
-            time.sleep(0.25)
+    with llama_cpp_server(smollm2_gguf_path, log_path) as (base_url, _):
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,15 @@ plain `import conftest` can resolve to either file depending on what was collect
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 
 def free_port() -> int:
@@ -48,3 +52,49 @@ def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool =
     if check and result.returncode != 0:
         raise AssertionError(f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@contextlib.contextmanager
+def llama_cpp_server(gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ctx: int = 2048) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A real `python -m llama_cpp.server` on 127.0.0.1: yields (base URL ".../v1", process)
+    once it answers /v1/models; stopped (terminate, then kill) on exit."""
+    from bias_discovery.llm.llamacpp import default_threads
+
+    port = free_port()
+    threads = default_threads()
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(gguf), "--model_alias", alias,
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+        # the server's default prompt threads (all cores) crawl when another process is busy
+        "--n_threads", str(threads), "--n_threads_batch", str(threads),
+    ]
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                log.flush()
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise AssertionError(f"llama_cpp.server exited with {process.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{base_url}/models", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("llama_cpp.server did not answer /v1/models within 120 s")
+            time.sleep(0.25)
+        yield base_url, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        log.close()

@@ -29,8 +29,11 @@ class ModelConfig(BaseModel):
     """Model name: `smollm2` or a .gguf path (llamacpp), the served model name (openai),
     a hub id or local path (vllm, hf)."""
 
-    base_url: str | None = None
-    """OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai provider only)."""
+    base_url: str | list[str] | None = None
+    """OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai provider only). A
+    list names replicas of the same model (servers on several nodes, each possibly a vLLM
+    data-parallel deployment): every request goes to the least-loaded live replica, and a
+    replica that fails is retried on the others."""
 
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key; the key itself is never stored."""
@@ -39,8 +42,15 @@ class ModelConfig(BaseModel):
     """How an OpenAI-compatible server takes output constraints: vLLM's structured outputs,
     llama.cpp's grammar, or OpenAI's response_format. `auto` asks the server (/v1/models)."""
 
-    max_concurrency: int = Field(default=16, ge=1)
-    """Requests in flight at once against a server."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests in flight at once against each server (each replica). Default: by the
+    server's dialect (see `openai_server.DEFAULT_CONCURRENCY`): enough to fill a vLLM
+    server's batch, the slots of a llama.cpp server, a hosted API's usual rate limit."""
+
+    constraint_probe: bool = True
+    """Before a server's first constrained request of each kind (choices, regex, JSON schema),
+    send a probe that only a server enforcing the constraint can answer; a server that
+    answers it with free text is an error, never a source of verdicts."""
 
     timeout_s: float = Field(default=300.0, gt=0)
     """Per-request timeout against a server."""
@@ -70,6 +80,27 @@ class ModelConfig(BaseModel):
 
     engine_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments passed straight to the engine constructor (vllm.LLM, Llama)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _urls_not_empty(cls, v: str | list[str] | None) -> str | list[str] | None:
+        urls = v if isinstance(v, list) else [v] if v is not None else []
+        if isinstance(v, list) and not v:
+            raise ValueError("base_url: an empty list names no server")
+        for url in urls:
+            if not url.strip():
+                raise ValueError("base_url must not be empty")
+        if isinstance(v, list) and len(set(u.rstrip("/") for u in v)) != len(v):
+            raise ValueError("base_url lists the same server twice")
+        return v
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The server URLs (one, or the replicas), without trailing slashes."""
+        if self.base_url is None:
+            return []
+        urls = self.base_url if isinstance(self.base_url, list) else [self.base_url]
+        return [u.rstrip("/") for u in urls]
 
     @field_validator("model")
     @classmethod

@@ -98,7 +98,10 @@ def word_diff(original: str, perturbed: str) -> tuple[list[tuple[str, str]], lis
 def _spec(model: Any) -> str:
     if isinstance(model, dict):
         spec = f"{model.get('provider', '?')}/{model.get('model', '?')}"
-        return spec + (f" @ {model['base_url']}" if model.get("base_url") else "")
+        urls = model.get("base_url")
+        if isinstance(urls, list):  # replicas
+            urls = ", ".join(str(u) for u in urls)
+        return spec + (f" @ {urls}" if urls else "")
     return "–" if model is None else str(model)
 
 

@@ -15,7 +15,9 @@ import pytest
 from bias_discovery.errors import ConfigError, EngineError
 from bias_discovery.llm import openai_server
 from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.conformance import PROBE_CONSTRAINTS
 from bias_discovery.llm.openai_server import (
+    DEFAULT_CONCURRENCY,
     OpenAIServerEngine,
     build_payload,
     constraint_fields,
@@ -85,11 +87,19 @@ def test_payload_carries_sampling_settings() -> None:
         "top_p": 0.9,
         "seed": 3,
         "stop": ["\n"],
+        # every sampling field, so the model's generation_config.json never fills one in
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_k": 0,
+        "min_p": 0.0,
     }
     unseeded = build_payload("m", GenerationRequest.chat("hi", seed=None), "openai")
     assert "seed" not in unseeded and "stop" not in unseeded and "top_k" not in unseeded
+    assert "repetition_penalty" not in unseeded  # hosted APIs get only OpenAI's fields
     greedy = build_payload("m", GenerationRequest.chat("hi"), "llamacpp")
-    assert greedy["top_k"] == 1 and greedy["min_p"] == 0.0
+    # llama_cpp.server would default to repeat_penalty 1.1, top_k 40, min_p 0.05
+    assert greedy["top_k"] == 1 and greedy["min_p"] == 0.0 and greedy["repeat_penalty"] == 1.0
 
 
 def test_detect_dialect() -> None:
@@ -293,11 +303,27 @@ def test_api_key_from_env_goes_only_into_the_header(scripted, monkeypatch: pytes
     assert "authorization" not in server2.calls[0][3]
 
 
+def obey(body: dict[str, Any], free_text: str = "Hello! How can I help?") -> str:
+    """What a server that enforces constraints answers (first choice, the probe's forms);
+    `free_text` for an unconstrained request."""
+    so = body.get("structured_outputs")
+    if so is None:
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        if schema and "choice" in schema.get("properties", {}):
+            return json.dumps({"choice": schema["properties"]["choice"]["enum"][0]})
+        return '{"probe": 7}' if schema else free_text
+    if "choice" in so:
+        return str(so["choice"][0])
+    if "regex" in so:
+        return "probe-417" if so["regex"] == PROBE_CONSTRAINTS["regex"].regex else "Verdict: A"
+    return '{"probe": 7}'
+
+
 def test_auto_dialect_asks_models_once(scripted) -> None:  # type: ignore[no-untyped-def]
     def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         if method == "GET":
             return 200, {"object": "list", "data": [{"id": "served", "owned_by": "vllm"}]}
-        return 200, completion("A")
+        return 200, completion(obey(body))
 
     server = scripted(handler)
     engine = engine_for(server)
@@ -305,15 +331,143 @@ def test_auto_dialect_asks_models_once(scripted) -> None:  # type: ignore[no-unt
     engine.generate([GenerationRequest.chat("x", constraint=constraint)] * 3)
     engine.generate([GenerationRequest.chat("y", constraint=constraint)])
     assert engine.dialect == "vllm"
+    assert engine.max_concurrency == DEFAULT_CONCURRENCY["vllm"] == 1024
     assert [c[1] for c in server.calls if c[0] == "GET"] == ["/v1/models"]
-    assert all(b["structured_outputs"] == {"choice": ["A", "B"]} for b in server.posts())
+    sent = [b["structured_outputs"] for b in server.posts()]
+    # one probe of the choices kind first, then the four requests
+    assert sent == [{"choice": ["probe-zq", "probe-xv"]}] + [{"choice": ["A", "B"]}] * 4
+
+
+def test_default_concurrency_follows_the_dialect(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(lambda m, p, b, h: (200, {"data": [{"id": "served", "owned_by": "me"}]}))
+    engine = engine_for(server)
+    assert engine.dialect == "llamacpp" and engine.max_concurrency == 4
+    assert engine_for(server, max_concurrency=7, structured_outputs="vllm").max_concurrency == 7
 
 
 def test_openai_dialect_unwraps_choice_object(scripted) -> None:  # type: ignore[no-untyped-def]
-    server = scripted(lambda *a: (200, completion('{"choice": "B"}')))
+    server = scripted(lambda m, p, body, h: (200, completion(obey(body).replace("A", "B"))))
     engine = engine_for(server, structured_outputs="openai")
     out = engine.generate([GenerationRequest.chat("x", constraint=Constraint(choices=("A", "B")))])
     assert out[0].text == "B"
+
+
+# ---------------------------------------------------------------- constraints are checked
+
+
+JUDGE_REGEX = Constraint(regex=r"Reasoning: [^\n]{1,200}\nVerdict: [AB]")
+
+
+def ignores_constraints(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+    """A server that answers every request with free text (like vLLM >= 0.12 given
+    `guided_choice`, or llama_cpp.server given `structured_outputs`)."""
+    if method == "GET":
+        return 200, {"data": [{"id": "served", "owned_by": "vllm"}]}
+    return 200, completion("A is better. Verdict: A")
+
+
+def test_a_server_that_ignores_constraints_fails_the_probe(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(ignores_constraints)
+    engine = engine_for(server)
+    with pytest.raises(EngineError) as info:
+        engine.generate([GenerationRequest.chat("judge", constraint=JUDGE_REGEX)])
+    message = str(info.value)
+    assert server.base_url in message and "'vllm'" in message and "does not enforce regex" in message
+    assert len(server.posts()) == 1  # only the probe: the real request was never trusted
+
+
+def test_a_reply_that_breaks_its_constraint_is_an_error_never_a_verdict(scripted) -> None:  # type: ignore[no-untyped-def]
+    from bias_discovery.data.pairs import PreferencePair
+    from bias_discovery.judging import JudgeSettings, judge_pairs
+
+    # The probe passes, but the judge replies come back unconstrained.
+    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        if body.get("structured_outputs", {}).get("regex", "").startswith("probe"):
+            return 200, completion("probe-417")
+        return ignores_constraints(method, path, body, headers)
+
+    server = scripted(handler)
+    engine = engine_for(server)
+    pairs = [PreferencePair(id=f"p{i}", question="2+2?", chosen="4", rejected="5") for i in range(3)]
+    result = judge_pairs(engine, pairs, JudgeSettings(positions="swap", reasoning=True, reasoning_chars=200), seed=1)
+    assert [j.verdict for j in result.judgments] == [None, None, None]
+    assert {j.invalid_reason for j in result.judgments} == {"engine_error"}
+    assert "did not enforce the regex constraint" in result.judgments[0].raw_output
+    assert server.base_url in result.judgments[0].raw_output
+
+
+def test_systematic_violations_fail_the_batch(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(ignores_constraints)
+    engine = engine_for(server, constraint_probe=False, max_concurrency=1)
+    constraint = Constraint(choices=("A", "B"))
+    out = engine.generate([GenerationRequest.chat(f"q{i}", constraint=constraint) for i in range(7)])
+    assert all(r.finish_reason == "error" for r in out)
+    with pytest.raises(EngineError, match=r"8 constrained replies in a row broke their constraint"):
+        engine.generate([GenerationRequest.chat("q7", constraint=constraint)])
+
+
+def test_vllm_context_refusal_costs_that_request_only(scripted) -> None:  # type: ignore[no-untyped-def]
+    # vLLM 0.32's reply to a prompt over max_model_len, verbatim (issue 10 findings).
+    refusal = {"error": {"message": "This model's maximum context length is 2048 tokens. However, your prompt "
+                                    "contains at least 2049 input tokens, which exceeds this limit even without any "
+                                    "output tokens. Please reduce the length of the input prompt. "
+                                    "(parameter=input_tokens, value=2049)",
+                         "type": "BadRequestError", "param": "input_tokens", "code": 400}}
+
+    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        return (400, refusal) if body["messages"][-1]["content"] == "huge" else (200, completion("ok"))
+
+    server = scripted(handler)
+    engine = engine_for(server, structured_outputs="vllm")
+    out = engine.generate([GenerationRequest.chat("huge"), GenerationRequest.chat("small")])
+    assert out[0].finish_reason == "error" and "maximum context length is 2048" in out[0].text
+    assert out[1].text == "ok"
+    assert openai_server.is_context_error(400, "no hint in the text", "", "input_tokens")
+    assert not openai_server.is_context_error(400, "Grammar error: unclosed group", "", "")
+
+
+# ---------------------------------------------------------------- replicas
+
+
+def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # type: ignore[no-untyped-def]
+    def slow(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        time.sleep(0.02)
+        return 200, completion("re:" + body["messages"][-1]["content"])
+
+    a, b = scripted(slow), scripted(slow)
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[a.base_url, b.base_url],
+                                            structured_outputs="vllm", max_concurrency=2))
+    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(20)])
+    assert [r.text for r in out] == [f"re:q{i}" for i in range(20)]
+    assert len(a.posts()) + len(b.posts()) == 20
+    assert min(len(a.posts()), len(b.posts())) >= 5  # both carried a share
+    assert engine.engine_id == f"openai/served@{a.base_url},{b.base_url}"
+
+
+def test_a_dead_replica_is_skipped_and_its_requests_retried_on_the_other(scripted) -> None:  # type: ignore[no-untyped-def]
+    live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
+    dead_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
+                                            structured_outputs="vllm", max_concurrency=2, max_retries=2))
+    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(12)])
+    assert [r.text for r in out] == [f"re:q{i}" for i in range(12)]
+    assert len(live.posts()) == 12  # each request answered once
+
+
+def test_all_replicas_down_names_them_all() -> None:
+    urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=urls, structured_outputs="vllm",
+                                            max_retries=2))
+    with pytest.raises(EngineError, match="any of the model servers") as info:
+        engine.generate([GenerationRequest.chat("x")])
+    assert all(url in str(info.value) for url in urls)
+
+
+def test_replica_urls_are_validated() -> None:
+    with pytest.raises(ValueError, match="same server twice"):
+        ModelConfig(provider="openai", model="m", base_url=["http://a/v1", "http://a/v1/"])
+    with pytest.raises(ValueError, match="empty list"):
+        ModelConfig(provider="openai", model="m", base_url=[])
 
 
 def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,52 @@
+"""`check`: the preflight of a run config (servers, names, constraints, context, calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ..errors import BiasDiscoveryError
+from .common import app, console, err_console, fail
+
+_MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
+
+
+@app.command()
+def check(
+    config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
+) -> None:
+    """Preflight a run on the node that will run it: each role's server or engine answers, serves the
+    configured model, enforces output constraints (probed), and fits the run's longest prompts in its
+    context; plus the planned calls per stage. Exit 1 when something would fail the run."""
+    from ..config import load_run_config
+    from ..preflight import run_preflight
+
+    try:
+        config = load_run_config(config_path, set_)
+        report = run_preflight(config)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    for endpoint in report.endpoints:
+        console.print(f"[bold]{endpoint.role}[/]: {endpoint.spec} — {endpoint.endpoint}", highlight=False, soft_wrap=True)
+        for finding in endpoint.findings:
+            console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
+    table = Table(title=(
+        f"planned calls ({report.n_target} target pairs, {report.n_test} test pairs, "
+        f"max_iterations={report.max_iterations}; ≤ = upper bound)"
+    ))
+    for column in ("stage", "role", "per iteration", "whole run", "why"):
+        table.add_column(column, justify="right" if column in ("per iteration", "whole run") else "left")
+    for row in report.calls:
+        mark = "" if row.exact else "≤ "
+        table.add_row(row.stage, row.role, f"{mark}{row.per_iteration:,}", f"{mark}{row.total:,}", row.note)
+    console.print(table)
+    if report.problems:
+        err_console.print(
+            f"[bold red]check failed:[/] {report.problems} problem(s) above (FAIL); fix them before a long run",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    console.print("check passed", highlight=False)

@@ -1,0 +1,438 @@
+"""`bias-discovery check CONFIG`: what a long run would meet, found out in a minute.
+
+Run on the GPU node before a run. For each role (target, teacher) and each of its servers:
+
+- the endpoint or engine, and whether it answers (`GET /models`; an embedded or in-process
+  model is loaded);
+- whether the served model name is the config's `model` (a 404 hours later otherwise);
+- a constraint probe per constraint kind the role needs (judge: regex or choices; teacher:
+  JSON schema and choices), through the engine exactly as the run would send it: a server
+  that answers with free text does not enforce structured outputs;
+- the longest prompts of the run's stages on its data, measured in tokens by the model itself
+  (one request with max_tokens=1 each), against the model's context: `max_model_len` from
+  `/v1/models` (vLLM), `n_ctx` (llama.cpp), `max_model_len` or config.json's
+  `max_position_embeddings` (offline vLLM; an estimate when the engine does not say);
+- the planned calls per stage, from the config and the data sizes.
+
+Prompts whose inputs the run generates (the teacher's rewrite, the judge's reasoning) are
+measured with those parts empty and their token budgets added: a worst case, reported as a
+warning when only the worst case does not fit.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+from pydantic import BaseModel
+
+from .config import RunConfig
+from .data.pairs import PreferencePair
+from .errors import BiasDiscoveryError
+from .judging import build_tasks, verdict_constraint
+from .llm.base import Engine
+from .llm.config import ModelConfig
+from .llm.conformance import ConstraintKind, probe_failure, probe_request
+from .llm.types import GenerationRequest
+
+Status = Literal["ok", "warn", "fail", "info"]
+LONGEST_PER_STAGE = 1
+"""Prompts measured per stage: the longest by characters (tokens follow characters closely
+enough to find the longest), measured exactly by the model: one prefill each, which on a
+busy CPU costs seconds."""
+
+
+class Finding(BaseModel):
+    status: Status
+    what: str
+    detail: str
+
+
+class EndpointReport(BaseModel):
+    role: str
+    spec: str
+    endpoint: str
+    findings: list[Finding] = []
+
+    @property
+    def failed(self) -> bool:
+        return any(f.status == "fail" for f in self.findings)
+
+
+class StageCalls(BaseModel):
+    stage: str
+    role: str
+    per_iteration: int
+    total: int
+    exact: bool
+    note: str = ""
+
+
+class PreflightReport(BaseModel):
+    endpoints: list[EndpointReport]
+    calls: list[StageCalls]
+    max_iterations: int
+    n_target: int
+    n_test: int
+
+    @property
+    def problems(self) -> int:
+        return sum(1 for e in self.endpoints for f in e.findings if f.status == "fail")
+
+
+class _Prompt(BaseModel):
+    """One prompt to measure: the request (with max_tokens=1 sent), what the run adds to it
+    (generated parts, in tokens) and its own output budget."""
+
+    stage: str
+    request: GenerationRequest
+    added_tokens: int = 0
+    added_note: str = ""
+    output_tokens: int
+
+
+# --------------------------------------------------------------------------------------
+# Planned calls
+# --------------------------------------------------------------------------------------
+
+
+def planned_calls(config: RunConfig, n_target: int, n_test: int) -> list[StageCalls]:
+    """Calls per stage and role: exact where the config fixes them, else upper bounds (the
+    number of misjudgments and candidates is only known during the run)."""
+    orders = 2 if config.judge.positions == "both" else 1
+    t = config.max_iterations
+    judged = n_target * orders
+    candidates = config.validate_.max_candidates or judged
+    cand_note = (
+        f"max_candidates={config.validate_.max_candidates}" if config.validate_.max_candidates else "one per misjudgment at most"
+    )
+    rows = [
+        StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
+                   note=f"{n_target} target pairs"),
+        StageCalls(stage="evaluate", role="target", per_iteration=judged, total=judged * t, exact=False,
+                   note=f"{orders} order(s) per pair ({config.judge.positions}); invalid rewrites are not judged"),
+    ]
+    if config.deeper_explain.enabled:
+        rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=judged, total=judged * t,
+                               exact=False, note="one per misjudgment"))
+    tries = 1 + config.identify.retries
+    rows += [
+        StageCalls(stage="identify", role="teacher", per_iteration=judged * tries, total=judged * tries * t,
+                   exact=False, note=f"one per misjudgment, up to {tries} tries"),
+        StageCalls(stage="merge", role="teacher", per_iteration=judged * config.merge.top_k,
+                   total=judged * config.merge.top_k * t, exact=False,
+                   note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
+        StageCalls(stage="baseline", role="target", per_iteration=n_test * orders, total=n_test * orders, exact=True,
+                   note=f"{n_test} test pairs, once per run"),
+        StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
+                   total=candidates * n_test * t, exact=False, note=cand_note),
+        StageCalls(stage="validate (judge)", role="target", per_iteration=candidates * n_test * orders,
+                   total=candidates * n_test * orders * t, exact=False, note=cand_note),
+    ]
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# The prompts of a run
+# --------------------------------------------------------------------------------------
+
+
+def _longest(prompts: Sequence[_Prompt]) -> list[_Prompt]:
+    def size(p: _Prompt) -> int:
+        return sum(len(m.content) for m in p.request.messages)
+
+    return sorted(prompts, key=size, reverse=True)[:LONGEST_PER_STAGE]
+
+
+def run_prompts(config: RunConfig, target_pairs: Sequence[PreferencePair], test_pairs: Sequence[PreferencePair]) -> dict[str, list[_Prompt]]:
+    """The longest prompts of each stage, per role, built with the stages' own builders."""
+    from .library import load_seed_library
+    from .stages.explain import build_explain_request
+    from .stages.identify import build_identify_request
+    from .stages.perturb import build_perturb_request
+    from .stages.records import MisjudgedCase
+
+    seed = config.seed
+    judge = config.judge
+    perturb_budget = config.perturb.max_tokens
+    explain_budget = config.deeper_explain.max_tokens if config.deeper_explain.enabled else 0
+    library = load_seed_library(config.seed_library)
+    bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
+    all_pairs = list(target_pairs) + list(test_pairs)
+
+    def one(request: GenerationRequest) -> GenerationRequest:
+        return request.model_copy(update={"max_tokens": 1, "constraint": None})
+
+    target: list[_Prompt] = []
+    target += _longest([
+        _Prompt(stage="baseline judge (test data)", request=one(t.request), output_tokens=judge.max_tokens)
+        for t in build_tasks(test_pairs, judge, seed=seed)
+    ])
+    emptied = [p.model_copy(update={"rejected": ""}) for p in target_pairs]
+    target += _longest([
+        _Prompt(stage="evaluate (perturbed target pairs)", request=one(t.request), added_tokens=perturb_budget,
+                added_note=f"the rewrite, at most perturb.max_tokens={perturb_budget}", output_tokens=judge.max_tokens)
+        for t in build_tasks(emptied, judge, seed=seed)
+    ])
+    cases = [
+        MisjudgedCase(pair_id=p.id, bias_id=bias.id, domain=p.domain, question=p.question, chosen=p.chosen,
+                      original_rejected=p.rejected, perturbed_rejected="", order="chosen_first", verdict="B",
+                      judge_output="", explanation="")
+        for p in all_pairs
+    ]
+    if config.deeper_explain.enabled:
+        target += _longest([
+            _Prompt(stage="deeper_explain", request=one(build_explain_request(c, judge, config.deeper_explain, seed=seed)),
+                    added_tokens=perturb_budget + judge.max_tokens,
+                    added_note=f"the rewrite ({perturb_budget}) and the judge's answer ({judge.max_tokens})",
+                    output_tokens=explain_budget)
+            for c in cases
+        ])
+    teacher: list[_Prompt] = []
+    teacher += _longest([
+        _Prompt(stage="perturb (target and test pairs)", request=one(build_perturb_request(p, bias, config.perturb, seed)),
+                output_tokens=perturb_budget)
+        for p in all_pairs
+    ])
+    teacher += _longest([
+        _Prompt(stage="identify", request=one(build_identify_request(c, config.identify, seed)),
+                added_tokens=perturb_budget + judge.max_tokens + explain_budget,
+                added_note=f"the rewrite ({perturb_budget}), the judge's answer ({judge.max_tokens})"
+                + (f" and its deeper explanation ({explain_budget})" if explain_budget else ""),
+                output_tokens=config.identify.max_tokens)
+        for c in cases
+    ])
+    return {"target": target, "teacher": teacher}
+
+
+def role_kinds(config: RunConfig, role: str) -> list[ConstraintKind]:
+    """The constraint kinds a role's requests use."""
+    if role == "target":
+        return [verdict_constraint(config.judge).kind]
+    return ["json_schema", "choices"]  # identify, merge
+
+
+# --------------------------------------------------------------------------------------
+# Checking one endpoint
+# --------------------------------------------------------------------------------------
+
+
+def _context_of(config: ModelConfig, engine: Engine, models_entry: dict[str, Any] | None) -> tuple[int | None, str]:
+    """The model's context in tokens and where that number comes from."""
+    if models_entry and isinstance(models_entry.get("max_model_len"), int):
+        return int(models_entry["max_model_len"]), "max_model_len from /v1/models"
+    inner = engine
+    n_ctx = getattr(inner, "n_ctx", None)
+    if isinstance(n_ctx, int):
+        return n_ctx, "n_ctx of the llama.cpp engine"
+    max_len = getattr(inner, "max_model_len", None)
+    if isinstance(max_len, int):
+        return max_len, "max_model_len of the engine"
+    if config.provider in ("vllm", "hf"):
+        if config.max_model_len:
+            return config.max_model_len, "max_model_len from the config"
+        path = Path(config.model).expanduser() / "config.json"
+        try:
+            import json
+
+            value = json.loads(path.read_text()).get("max_position_embeddings")
+            if isinstance(value, int):
+                return value, f"max_position_embeddings of {path} (an estimate: vLLM may cap it lower)"
+        except (OSError, ValueError):
+            pass
+    return None, "the server does not report its context"
+
+
+class _Engines:
+    """Engines by config, built once (a target that is also the teacher is loaded once),
+    closed together."""
+
+    def __init__(self, build: Callable[[ModelConfig], Engine]) -> None:
+        self.build = build
+        self.built: dict[str, tuple[Engine | None, str, float]] = {}
+
+    def get(self, config: ModelConfig) -> tuple[Engine | None, str, float, bool]:
+        """(engine or None, error, seconds to build, built before)."""
+        key = config.model_dump_json()
+        again = key in self.built
+        if not again:
+            started = time.monotonic()
+            try:
+                self.built[key] = (self.build(config), "", time.monotonic() - started)
+            except BiasDiscoveryError as exc:
+                self.built[key] = (None, str(exc), time.monotonic() - started)
+        engine, error, seconds = self.built[key]
+        return engine, error, seconds, again
+
+    def close(self) -> None:
+        for engine, _, _ in self.built.values():
+            if engine is not None:
+                engine.close()
+        self.built.clear()
+
+
+def _endpoint_name(config: ModelConfig) -> str:
+    if config.provider == "openai":
+        return f"OpenAI-compatible server {config.base_urls[0] if config.base_urls else '(no base_url)'}"
+    if config.provider == "llamacpp":
+        return f"embedded llama.cpp ({config.model}, n_ctx {config.n_ctx})"
+    if config.provider == "vllm":
+        return f"vLLM in this process ({config.model}, TP {config.tensor_parallel_size})"
+    return f"{config.provider} in this process ({config.model})"
+
+
+def check_endpoint(
+    role: str,
+    config: ModelConfig,
+    engines: _Engines,
+    kinds: Sequence[ConstraintKind],
+    prompts: Sequence[_Prompt],
+) -> EndpointReport:
+    """Every check of one server (or one embedded / in-process engine) for one role."""
+    report = EndpointReport(role=role, spec=config.spec, endpoint=_endpoint_name(config))
+    add = report.findings.append
+    engine, error, seconds, again = engines.get(config)
+    if engine is None:
+        add(Finding(status="fail", what="engine", detail=error))
+        return report
+    entry: dict[str, Any] | None = None
+    if config.provider == "openai":
+        url = config.base_urls[0]
+        started = time.monotonic()
+        try:
+            models = engine.list_models()  # type: ignore[attr-defined]
+        except BiasDiscoveryError as exc:
+            add(Finding(status="fail", what="reachable", detail=str(exc)))
+            return report
+        took = time.monotonic() - started
+        data = [e for e in ((models or {}).get("data") or []) if isinstance(e, dict)]
+        ids = [str(e.get("id")) for e in data]
+        owners = sorted({str(e.get("owned_by")) for e in data})
+        add(Finding(status="ok", what="reachable", detail=f"GET {url}/models answered in {took:.2f} s"
+                    + (f" (owned_by {', '.join(owners)})" if owners else "")))
+        if config.model in ids:
+            add(Finding(status="ok", what="model name", detail=f"{config.model!r} is served"))
+            entry = next(e for e in data if e.get("id") == config.model)
+        elif ids:
+            add(Finding(status="fail", what="model name", detail=(
+                f"the server serves {', '.join(repr(i) for i in ids)}, not {config.model!r}: set the role's model to "
+                f"the served name, or start the server with --served-model-name {config.model}")))
+        else:
+            add(Finding(status="warn", what="model name", detail="GET /models listed no model; cannot check the name"))
+        try:
+            dialect = engine.dialect  # type: ignore[attr-defined]
+        except BiasDiscoveryError as exc:
+            add(Finding(status="fail", what="dialect", detail=str(exc)))
+            return report
+        how = "configured" if config.structured_outputs != "auto" else "detected from /models"
+        add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
+                    f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
+    elif again:
+        add(Finding(status="ok", what="loaded", detail=f"the same engine as above ({engine.engine_id})"))
+    else:
+        add(Finding(status="ok", what="loaded", detail=f"{engine.engine_id} in {seconds:.1f} s"))
+    _probe(engine, kinds, add)
+    context, source = _context_of(config, engine, entry)
+    add(Finding(status="info" if context else "warn", what="context",
+                detail=f"{context} tokens ({source})" if context else source))
+    _measure(engine, prompts, context, add)
+    return report
+
+
+def _probe(engine: Engine, kinds: Sequence[ConstraintKind], add: Callable[[Finding], None]) -> None:
+    for kind in kinds:
+        try:
+            response = engine.generate([probe_request(kind)])[0]
+        except BiasDiscoveryError as exc:
+            add(Finding(status="fail", what=f"{kind} constraint", detail=str(exc)))
+            continue
+        failure = probe_failure(kind, response)
+        if failure:
+            add(Finding(status="fail", what=f"{kind} constraint", detail=f"not enforced: {failure}"))
+        else:
+            add(Finding(status="ok", what=f"{kind} constraint", detail=f"enforced (probe reply {response.text[:40]!r})"))
+
+
+def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, add: Callable[[Finding], None]) -> None:
+    """Measure the prompts (max_tokens=1) and compare each stage's longest with the context."""
+    if not prompts:
+        return
+    try:
+        responses = engine.generate([p.request for p in prompts])
+    except BiasDiscoveryError as exc:
+        add(Finding(status="fail", what="prompt lengths", detail=f"measuring the longest prompts failed: {exc}"))
+        return
+    by_stage: dict[str, list[tuple[_Prompt, Any]]] = {}
+    for prompt, response in zip(prompts, responses):
+        by_stage.setdefault(prompt.stage, []).append((prompt, response))
+    for stage, measured in by_stage.items():
+        refused = [r for _, r in measured if r.finish_reason == "error"]
+        if refused:
+            add(Finding(status="fail", what=f"prompt: {stage}", detail=(
+                f"the longest prompt was refused: {refused[0].text[:300]} (such requests become invalid; "
+                "raise the context (--max-model-len / n_ctx) or shorten the data)")))
+            continue
+        prompt, response = max(measured, key=lambda pr: pr[1].prompt_tokens)
+        tokens = response.prompt_tokens
+        need = tokens + prompt.output_tokens
+        worst = need + prompt.added_tokens
+        text = f"longest {tokens} tokens + {prompt.output_tokens} output"
+        if prompt.added_tokens:
+            text += f" + {prompt.added_tokens} generated ({prompt.added_note})"
+        total = worst if prompt.added_tokens else need
+        if context is None:
+            add(Finding(status="info", what=f"prompt: {stage}", detail=f"{text} = {total} (context unknown)"))
+        elif need > context:
+            add(Finding(status="fail", what=f"prompt: {stage}", detail=(
+                f"{text}: {need} > context {context} even without generated parts; these requests would be "
+                "refused or cut (invalid); raise the context or lower the stage's max_tokens")))
+        elif worst > context:
+            add(Finding(status="warn", what=f"prompt: {stage}", detail=(
+                f"{text} = {worst} > context {context} in the worst case; fits without the generated parts ({need})")))
+        else:
+            add(Finding(status="ok", what=f"prompt: {stage}", detail=f"{text} = {total} <= context {context}"))
+
+
+# --------------------------------------------------------------------------------------
+# The whole check
+# --------------------------------------------------------------------------------------
+
+
+def _single_url_configs(config: ModelConfig) -> list[ModelConfig]:
+    """One config per replica (each server is checked on its own)."""
+    urls = config.base_urls
+    if len(urls) <= 1:
+        return [config]
+    return [config.model_copy(update={"base_url": url}) for url in urls]
+
+
+def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Engine] | None = None) -> PreflightReport:
+    """Check every server of the run's roles and plan its calls (see the module docstring).
+    `make_engine` builds engines without a call cache (tests may pass their own)."""
+    from .data.loaders import load_pairs
+    from .llm.registry import make_engine as registry_make_engine
+
+    def default_build(c: ModelConfig) -> Engine:
+        # few retries: a check should say "unreachable" in seconds, not after minutes
+        return registry_make_engine(c.model_copy(update={"max_retries": min(c.max_retries, 2)}))
+
+    d = config.data
+    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
+    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed)
+    prompts = run_prompts(config, target_pairs, test_pairs)
+    engines = _Engines(make_engine or default_build)
+    endpoints: list[EndpointReport] = []
+    try:
+        for role, model in (("target", config.target), ("teacher", config.teacher)):
+            for single in _single_url_configs(model):
+                endpoints.append(check_endpoint(role, single, engines, role_kinds(config, role), prompts[role]))
+    finally:
+        engines.close()
+    return PreflightReport(
+        endpoints=endpoints,
+        calls=planned_calls(config, len(target_pairs), len(test_pairs)),
+        max_iterations=config.max_iterations,
+        n_target=len(target_pairs),
+        n_test=len(test_pairs),
+    )

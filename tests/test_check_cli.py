@@ -1,0 +1,92 @@
+"""`bias-discovery check`: passes on the embedded model, fails clearly on a server that does not
+enforce constraints, on a wrong served name and on an unreachable server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bias_discovery.config import RunConfig
+from bias_discovery.preflight import planned_calls
+
+from helpers import cli, free_port
+
+# Small data: the check measures each stage's longest prompts on the model itself.
+SMALL = ["--set", "data.target_limit=4", "--set", "data.test_limit=4"]
+
+
+def server_config(tmp_path: Path, base_url: str | list[str], **model: object) -> Path:
+    """The quick-start config with both roles on an OpenAI-compatible server."""
+    raw = yaml.safe_load(Path("experiments/quickstart-cpu.yaml").read_text())
+    role = {"provider": "openai", "model": "smollm2", "base_url": base_url, **model}
+    raw["target"] = dict(role)
+    raw["teacher"] = dict(role)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.model
+def test_check_passes_with_the_embedded_model() -> None:
+    result = cli("check", "experiments/quickstart-cpu.yaml", *SMALL)
+    out = result.stdout
+    assert result.returncode == 0 and "check passed" in out
+    assert "regex constraint: enforced" in out  # the judge's verdict format
+    assert "json_schema constraint: enforced" in out and "choices constraint: enforced" in out  # teacher
+    assert "n_ctx of the llama.cpp engine" in out
+    assert "prompt: identify" in out and "<= context 8192" in out
+    assert "planned calls" in out and "perturb" in out
+
+
+@pytest.mark.server
+def test_check_passes_on_a_llama_cpp_server(llama_server: str, tmp_path: Path) -> None:
+    result = cli("check", str(server_config(tmp_path, llama_server)), *SMALL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "'smollm2' is served" in result.stdout and "llamacpp (detected from /models)" in result.stdout
+    assert "the server does not report its context" in result.stdout  # llama_cpp.server's /models has no n_ctx
+
+
+@pytest.mark.server
+def test_check_fails_on_a_server_that_ignores_constraints_and_on_a_wrong_name(llama_server: str, tmp_path: Path) -> None:
+    # llama_cpp.server ignores `structured_outputs` (vLLM's field) and answers with free text.
+    config = server_config(tmp_path, llama_server, structured_outputs="vllm")
+    result = cli("check", str(config), "--set", "target.model=Qwen/Qwen2.5-7B-Instruct", *SMALL, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())  # undo rich's line wrapping
+    assert "FAIL regex constraint" in out and "FAIL json_schema constraint" in out
+    assert f"the model server at {llama_server} does not enforce regex constraints in the 'vllm'" in out
+    assert "serves 'smollm2', not 'Qwen/Qwen2.5-7B-Instruct'" in out
+    assert "--served-model-name Qwen/Qwen2.5-7B-Instruct" in out
+    assert "check failed" in result.stderr
+
+
+def test_check_fails_on_an_unreachable_server(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    result = cli("check", str(server_config(tmp_path, url)), *SMALL, check=False)
+    assert result.returncode == 1
+    assert f"cannot reach model server at {url}/models after 3 attempts" in result.stdout
+    assert "ConnectError" in result.stdout
+
+
+def test_check_refuses_a_bad_config(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("target: openai/x\nteacher: openai/x\nmax_iterations: 0\n")
+    result = cli("check", str(path), check=False)
+    assert result.returncode == 2 and "max_iterations" in result.stderr
+
+
+def test_planned_calls_follow_the_config() -> None:
+    config = RunConfig.model_validate({
+        "target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "max_iterations": 3,
+        "judge": {"positions": "both"}, "identify": {"retries": 1}, "merge": {"top_k": 2},
+        "validate": {"max_candidates": 5},
+    })
+    rows = {r.stage: r for r in planned_calls(config, n_target=10, n_test=7)}
+    assert (rows["perturb"].per_iteration, rows["perturb"].total, rows["perturb"].exact) == (10, 30, True)
+    assert rows["evaluate"].per_iteration == 20 and not rows["evaluate"].exact  # both orders
+    assert rows["identify"].per_iteration == 40  # 20 misjudgments at most, 2 tries each
+    assert rows["merge"].per_iteration == 40
+    assert (rows["baseline"].per_iteration, rows["baseline"].total) == (14, 14)  # once per run
+    assert rows["validate (perturb)"].per_iteration == 35 and rows["validate (judge)"].per_iteration == 70
