@@ -301,6 +301,13 @@ class VLLMEngine(BaseEngine):
         max_num_seqs = self._engine_setting(lambda e: e.vllm_config.scheduler_config.max_num_seqs)
         self.chunk_size: int = config.chunk_size or default_chunk_size(max_num_seqs or 256)
 
+    @property
+    def llm(self) -> Any:
+        """The `vllm.LLM` itself (benchmarks compare our pipeline with a plain `LLM.chat`)."""
+        if self._llm is None:
+            raise EngineError("the vLLM engine is closed")
+        return self._llm
+
     def sampling_params(self, request: GenerationRequest) -> Any:
         """The vLLM SamplingParams object for one request."""
         kwargs = sampling_kwargs(request)
