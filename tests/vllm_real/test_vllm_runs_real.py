@@ -1,0 +1,141 @@
+"""Whole processes on the real vLLM: a kill between chunks loses at most the chunk in flight
+and a rerun pays no call twice; a discovery run with `vllm/<HF SmolLM2>` as target and teacher
+finishes the quick-start config. Both start vLLM in a process of their own, so they run
+before the session engine exists (`vllm_subprocess`, tests/vllm_real/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.run import RunDir
+
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli
+
+pytestmark = pytest.mark.vllm_subprocess
+
+CHUNK = 4
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    from bias_discovery.llm.cache import CachedEngine
+    from bias_discovery.llm.config import ModelConfig
+    from bias_discovery.llm.types import GenerationRequest
+    from bias_discovery.llm.vllm_engine import VLLMEngine
+
+    if __name__ == "__main__":  # vLLM starts its workers with spawn
+        model, cache, requests_file, chunk = sys.argv[1:5]
+        requests = [GenerationRequest.model_validate_json(line)
+                    for line in Path(requests_file).read_text().splitlines()]
+        config = ModelConfig.from_spec(f"vllm/{model}", max_model_len=2048, chunk_size=int(chunk))
+        engine = CachedEngine(VLLMEngine(config), cache)
+        engine.generate(requests)
+        print("finished", flush=True)
+    """
+)
+
+
+def _paid(cache: Path) -> list[int]:
+    if not cache.exists():
+        return []
+    with sqlite3.connect(cache, timeout=30) as conn:
+        try:
+            return [row[0] for row in conn.execute("SELECT paid FROM calls")]
+        except sqlite3.OperationalError:  # the table is not created yet
+            return []
+
+
+def _kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process and the vLLM workers it spawned (one process group, as a job
+    scheduler's kill would take them)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=60)
+
+
+def test_a_kill_between_chunks_loses_at_most_the_chunk_in_flight(
+    hf_smollm2_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    requests = [
+        GenerationRequest.chat(f"Write two sentences about the number {i}.", max_tokens=48)
+        for i in range(4 * CHUNK)
+    ]
+    requests_file = tmp_path / "requests.jsonl"
+    requests_file.write_text("".join(r.model_dump_json() + "\n" for r in requests))
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    cache = tmp_path / "calls.sqlite"
+    log = (tmp_path / "worker.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(hf_smollm2_dir), str(cache), str(requests_file), str(CHUNK)],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 420
+        while len(_paid(cache)) < CHUNK:  # the first chunk is in the cache
+            if process.poll() is not None:
+                pytest.fail(f"the worker ended first:\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
+            assert time.monotonic() < deadline, "no chunk was cached within 420 s"
+            time.sleep(0.05)
+        _kill_group(process)
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+        log.close()
+    kept = len(_paid(cache))
+    assert CHUNK <= kept < len(requests), kept  # killed mid-batch, the finished chunk kept
+
+    # The rerun (in this process, on the session engine: same model, same engine id).
+    engine = request.getfixturevalue("vllm_engine")
+    rerun = CachedEngine(engine, cache)
+    out = rerun.generate(requests)
+    assert (rerun.hits, rerun.misses) == (kept, len(requests) - kept)
+    assert all(r.finish_reason != "error" and r.text for r in out)
+    paid = _paid(cache)
+    assert len(paid) == len(requests) and max(paid) == 1, "a call was paid twice"
+
+
+def test_a_discovery_run_on_vllm_finishes_the_quickstart_config(hf_smollm2_dir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    model = f"vllm/{hf_smollm2_dir}"
+    args = ["run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet",
+            "--set", f"target={model}", "--set", f"teacher={model}",
+            "--set", "target.max_model_len=2048", "--set", "teacher.max_model_len=2048"]
+    for item in SMALL_RUN_OVERRIDES:
+        args += ["--set", item]
+    result = cli(*args, timeout=900)
+    assert "finished" in result.stdout
+    rd = RunDir(run_dir)
+    state = rd.read_state()
+    assert state.status == "finished" and state.stop_reason
+    config = (run_dir / "config.yaml").read_text()
+    assert f"model: {hf_smollm2_dir}" in config and "provider: vllm" in config
+    assert rd.library.iterations() == [0, 1]
+    it = run_dir / "iter_001"
+    perturbed = [json.loads(line) for line in (it / "perturbed.jsonl").read_text().splitlines()]
+    assert len(perturbed) == 8 and any(p["valid"] for p in perturbed)
+    judgments = [json.loads(line) for line in (it / "judgments.jsonl").read_text().splitlines()]
+    # the verdict regex held: a verdict, or a reasoning cut off by max_tokens
+    assert judgments and all(j["verdict"] in ("A", "B") or j["invalid_reason"] == "truncated" for j in judgments)
+    assert any(j["verdict"] for j in judgments)
+    with sqlite3.connect(run_dir / "calls.sqlite") as conn:
+        rows = conn.execute("SELECT engine_id, paid FROM calls").fetchall()
+    assert rows and {engine_id for engine_id, _ in rows} == {model}  # one engine for both roles
+    assert max(paid for _, paid in rows) == 1
