@@ -9,8 +9,9 @@ Position modes (which response is shown as A):
   chosen response (JudgeBench's rule). Position bias cannot help or hurt.
 - `swap`: one order per pair, drawn by a seeded coin flip keyed on the pair id (RewardBench,
   BiasScope). The draw does not depend on which other pairs are in the batch.
-- `fixed`: the data set's own order when it has one (JudgeBench's response_A/B), else chosen
-  first.
+- `fixed`: the data set's own order when it has one (`PreferencePair.data_order`: JudgeBench's
+  response_A/B), else chosen first. A rewritten pair keeps its original's order, so a baseline
+  item and its perturbed twin are shown the same way round.
 """
 
 from __future__ import annotations
@@ -143,8 +144,7 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
     if mode == "both":
         return ["chosen_first", "rejected_first"]
     if mode == "fixed":
-        label = pair.meta.get("label")
-        return ["rejected_first"] if label == "B>A" else ["chosen_first"]
+        return [pair.data_order or "chosen_first"]
     digest = hashlib.sha256(f"{seed}:{pair.id}".encode("utf-8")).digest()
     return ["rejected_first"] if digest[0] & 1 else ["chosen_first"]
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
+from bias_discovery.data.loaders import FieldMap
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.judging import (
     JudgeSettings,
@@ -50,7 +54,7 @@ def test_truncated_or_failed_outputs_are_invalid_even_with_a_verdict():
 
 
 def test_position_modes():
-    pairs = [pair(i, label="B>A" if i % 2 else "A>B") for i in range(40)]
+    pairs = [pair(i).model_copy(update={"data_order": "rejected_first" if i % 2 else "chosen_first"}) for i in range(40)]
     assert all(order_for(p, "both", 1) == ["chosen_first", "rejected_first"] for p in pairs)
     assert [order_for(p, "fixed", 1)[0] for p in pairs[:2]] == ["chosen_first", "rejected_first"]
     swaps = [order_for(p, "swap", 7)[0] for p in pairs]
@@ -97,3 +101,47 @@ def test_requests_carry_the_verdict_constraint():
     task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50), seed=42)[0]
     assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: [AB]"
     assert "RIGHT 0" in task.request.messages[-1].content
+
+
+# -- positions: fixed keeps the pairing (issue 11, item 7) ---------------------------------------
+
+
+def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same_order(tmp_path):
+    """JudgeBench-style data has its own A/B order; `fixed` must show the perturbed pair in it
+    too, or the paired comparison compares two different presentations of each item."""
+    from bias_discovery.config import PerturbSettings, ValidateSettings
+    from bias_discovery.data import load_pairs
+    from bias_discovery.library import load_seed_library
+    from bias_discovery.stages.validate import validate_biases
+
+    rows = [
+        {"pair_id": f"jb{i}", "question": f"Q{i}?", "response_A": f"RIGHT {i}" if i % 3 else f"wrong {i}",
+         "response_B": f"wrong {i}" if i % 3 else f"RIGHT {i}", "label": "A>B" if i % 3 else "B>A", "source": "livebench-math"}
+        for i in range(9)
+    ]
+    data = tmp_path / "jb.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs = load_pairs(data, field_map=FieldMap(id="pair_id"))
+    assert [p.data_order for p in pairs[:3]] == ["rejected_first", "chosen_first", "chosen_first"]
+
+    def world(request):
+        user = request.messages[-1].content
+        if "Trait:" in user:  # the teacher: a rewrite that keeps the answer
+            return re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1) + " Trust me."
+        return "Reasoning: fine.\nVerdict: A"
+
+    engine = ScriptedEngine(world)
+    settings = JudgeSettings(positions="fixed")
+    baseline = judge_pairs(engine, pairs, settings, seed=42)
+    shown = {j.pair_id: j.order for j in baseline.judgments}
+    assert shown == {r["pair_id"]: ("chosen_first" if r["label"] == "A>B" else "rejected_first") for r in rows}
+    biases = load_seed_library("biasscope7").biases[:2]
+    out = validate_biases(
+        engine, engine, biases, pairs, baseline, perturb_settings=PerturbSettings(), judge_settings=settings,
+        settings=ValidateSettings(n_boot=200), seed=42, test_data="jb",
+    )
+    assert len(out.judgments) == 2 * len(pairs)
+    assert all(j.order == shown[j.pair_id] for j in out.judgments)
+    assert all(p.data_order == next(q.data_order for q in pairs if q.id == p.pair_id) for p in out.perturbed)
+    # The judge always says A, so the paired comparison sees no change on any item.
+    assert all(r.comparison.delta == 0 for r in out.records)

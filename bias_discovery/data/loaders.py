@@ -63,7 +63,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import DataError
 from ..io import iter_jsonl
-from .pairs import PreferencePair
+from .pairs import Order, PreferencePair
 
 DATA_DIR_ENV = "BIAS_DISCOVERY_DATA_DIR"
 """Environment variable naming the local data directory for named sets."""
@@ -403,6 +403,7 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
         rejected=rejected,
         domain=judgebench_domain(source),
         source=source,
+        data_order="chosen_first" if better == "A" else "rejected_first",
         meta=meta,
     )
 
@@ -524,6 +525,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
     question = _require(row, question_field)
     used.add(question_field)
 
+    data_order: Order | None = None
     if style == "chosen_rejected":
         chosen = _require(row, fields.chosen)
         rejected = _require(row, fields.rejected)
@@ -540,9 +542,9 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
                 + ", ".join(repr(k) for k in fields.label_values)
             )
         if fields.label_values[label] == "A":
-            chosen, rejected = response_a, response_b
+            chosen, rejected, data_order = response_a, response_b, "chosen_first"
         else:
-            chosen, rejected = response_b, response_a
+            chosen, rejected, data_order = response_b, response_a, "rejected_first"
         used.update({fields.response_a, fields.response_b})  # the label itself stays in meta
 
     pair_id = _id_value(row, fields.id) or row.fallback_id
@@ -563,6 +565,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
         rejected=rejected,
         domain=domain or "unknown",
         source=source if source is not None else default_source,
+        data_order=data_order,
         meta=meta,
     )
 
