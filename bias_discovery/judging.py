@@ -1,8 +1,16 @@
 """Pairwise judging: turn preference pairs into judge requests, parse verdicts, score them.
 
-The judge sees (question, response A, response B) and must answer with brief reasoning and
-then a verdict. The verdict format is forced by an output constraint, and parsed again on the
-way back; anything truncated, failed or unparseable is *invalid* and counted as such.
+The judge sees (question, response A, response B) and must answer with reasoning and then a
+verdict. The verdict format is forced by an output constraint, and parsed again on the way
+back; anything truncated, failed or unparseable is *invalid* and counted as such.
+
+Prompts. The judge under study is the user's judge, so its prompt is a setting (`prompt`): a
+shipped template or the path of the user's own file. The default, `judge_pairwise`, asks the
+neutral question of the BiasScope paper's judge ("which response is more helpful and
+accurate?", reasoning, then a verdict) and says nothing about which cues to ignore: a prompt
+that tells the judge to disregard length, style or confidence would hide the very biases the
+loop measures. `judge_pairwise_mitigated` is that debiasing prompt, kept as a named
+alternative (to measure what a mitigation instruction buys).
 
 Position modes (which response is shown as A):
 - `both`: every pair is judged in both orders; it is correct only if both verdicts pick the
@@ -19,17 +27,24 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .data.pairs import Order, PreferencePair
 from .llm.base import Engine, ProgressCallback
 from .llm.types import ChatMessage, Constraint, GenerationRequest, GenerationResponse
-from .prompts import load_prompt
+from .errors import ConfigError
+from .prompts import PromptTemplate, is_prompt_path, load_prompt
 from .stats import wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
+JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
+"""Placeholders every judge template must have."""
+JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction"})
+"""Placeholders a judge template may have: the verdict format, worded to match the settings."""
+MAX_REASONING_CHARS = 4000
 Verdict = Literal["A", "B"]
 InvalidReason = Literal["truncated", "engine_error", "no_verdict"]
 
@@ -45,14 +60,30 @@ class JudgeSettings(BaseModel):
     reasoning: bool = True
     """Ask for a short reasoning paragraph before the verdict (the explanation the discovery
     loop needs). Without it the judge answers with one letter."""
-    reasoning_chars: int = Field(default=600, ge=20, le=4000)
-    """Upper bound on the reasoning paragraph, enforced by the output constraint."""
+    reasoning_chars: int | None = Field(default=600, ge=20, le=MAX_REASONING_CHARS)
+    """Upper bound on the reasoning paragraph, enforced by the output constraint; null = no
+    cap (the paper's free reasoning: the paragraph ends where the judge ends it, and only
+    `max_tokens` bounds it; an output cut by `max_tokens` is invalid, `truncated`)."""
     max_tokens: int = Field(default=256, ge=1)
-    """Completion budget; must cover the reasoning bound (about 4 characters per token)."""
+    """Completion budget; must cover the reasoning (about 4 characters per token)."""
     temperature: float = Field(default=0.0, ge=0.0)
     """0 = greedy decoding, as in the paper."""
     prompt: str = "judge_pairwise"
-    """Prompt template name in prompts/ or a path to a template file."""
+    """The judge's prompt: a template name in prompts/ (`judge_pairwise`, the paper's neutral
+    question; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
+    position) or the path of the user's own template file. A template needs the placeholders
+    ${question}, ${response_a} and ${response_b}; ${format_instruction} (the verdict format,
+    which the output constraint enforces anyway) is optional; any other placeholder is an
+    error. A relative path is stored as an absolute one, so a resumed run finds it."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str) -> str:
+        try:
+            check_judge_prompt(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return str(Path(value).expanduser().resolve()) if is_prompt_path(value) else value
 
 
 class JudgeTask(BaseModel):
@@ -109,6 +140,8 @@ class JudgeSummary(BaseModel):
     data: str
     positions: PositionMode
     seed: int
+    prompt: str | None = None
+    """The judge prompt (`JudgeSettings.prompt`: a shipped name or a template path)."""
     n_pairs: int
     n_valid_pairs: int
     n_judgments: int
@@ -149,15 +182,46 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
     return ["rejected_first"] if digest[0] & 1 else ["chosen_first"]
 
 
+def check_judge_prompt(name_or_path: str) -> PromptTemplate:
+    """Load a judge template and check its placeholders; a `ConfigError` names the file and
+    the missing and unknown placeholders."""
+    template = load_prompt(name_or_path)
+    found = template.placeholders
+    missing = sorted(JUDGE_PLACEHOLDERS - found)
+    unknown = sorted(found - JUDGE_PLACEHOLDERS - JUDGE_OPTIONAL_PLACEHOLDERS)
+    if missing or unknown:
+        where = str(Path(name_or_path).expanduser()) if is_prompt_path(name_or_path) else f"prompts/{name_or_path}.txt"
+        problems = []
+        if missing:
+            problems.append("missing " + ", ".join(f"${{{n}}}" for n in missing))
+        if unknown:
+            problems.append("unknown " + ", ".join(f"${{{n}}}" for n in unknown))
+        raise ConfigError(
+            f"judge prompt {where}: {'; '.join(problems)} (a judge template has "
+            + ", ".join(f"${{{n}}}" for n in sorted(JUDGE_PLACEHOLDERS))
+            + ", and optionally ${format_instruction})"
+        )
+    return template
+
+
 def verdict_constraint(settings: JudgeSettings) -> Constraint:
+    """The verdict format as an output constraint. With a reasoning cap the paragraph is
+    bounded; without one it is unbounded, but still one paragraph: its newline is where the
+    constraint forces the verdict, so a judge cannot write on without ever deciding."""
     if not settings.reasoning:
         return Constraint(choices=("A", "B"))
-    return Constraint(regex=rf"Reasoning: [^\n]{{1,{settings.reasoning_chars}}}\nVerdict: [AB]")
+    bound = "+" if settings.reasoning_chars is None else f"{{1,{settings.reasoning_chars}}}"
+    return Constraint(regex=rf"Reasoning: [^\n]{bound}\nVerdict: [AB]")
 
 
 def format_instruction(settings: JudgeSettings) -> str:
     if not settings.reasoning:
         return "Answer with a single letter: A or B."
+    if settings.reasoning_chars is None:
+        return (
+            'First write "Reasoning:" followed by your reasoning in one paragraph, then on a new line '
+            'write "Verdict: A" or "Verdict: B".'
+        )
     return (
         'First write "Reasoning:" followed by one short paragraph, then on a new line write '
         '"Verdict: A" or "Verdict: B".'
@@ -167,9 +231,11 @@ def format_instruction(settings: JudgeSettings) -> str:
 def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
     """The judge's prompt for `pair` shown in `order` (also the start of a DeeperExplain chat)."""
     a, b = (pair.chosen, pair.rejected) if order == "chosen_first" else (pair.rejected, pair.chosen)
-    return load_prompt(settings.prompt).render(
-        question=pair.question, response_a=a, response_b=b, format_instruction=format_instruction(settings)
-    )
+    template = load_prompt(settings.prompt)
+    values = {"question": pair.question, "response_a": a, "response_b": b}
+    if "format_instruction" in template.placeholders:
+        values["format_instruction"] = format_instruction(settings)
+    return template.render(**values)
 
 
 def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
@@ -313,6 +379,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         data=data,
         positions=settings.positions,
         seed=seed,
+        prompt=settings.prompt,
         n_pairs=len(outcomes),
         n_valid_pairs=len(valid),
         n_judgments=len(judgments),

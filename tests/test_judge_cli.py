@@ -57,6 +57,22 @@ def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: s
     assert summary["n_invalid_judgments"] < 4
 
 
+@pytest.mark.model
+def test_prompt_and_reasoning_cap_options_with_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
+    cache = ["--cache", str(tmp_path / "calls.sqlite")]
+    common = ["judge", "--model", "llamacpp/smollm2", "--data", "demo:test", "--limit", "2", *cache]
+    cli(*common, "--no-reasoning-cap", "--max-tokens", "128", "--out", str(tmp_path / "free"))
+    judgments, summary = read_outputs(tmp_path / "free")
+    assert summary["n_judgments"] == 4
+    for j in judgments:  # finished outputs follow the format; only a cut one is invalid
+        assert (j["verdict"] in ("A", "B")) if j["invalid_reason"] is None else j["invalid_reason"] == "truncated"
+    assert all(j["raw_output"].startswith("Reasoning: ") for j in judgments)
+    cli(*common, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
+    _, mitigated = read_outputs(tmp_path / "mitigated")
+    assert mitigated["prompt"] == "judge_pairwise_mitigated" and mitigated["n_judgments"] == 4
+    assert mitigated["cached_calls"] == 0  # another prompt is another request, never a cached answer
+
+
 def _bad(tmp_path: Path, *args: str) -> str:
     out = tmp_path / "out"
     result = cli("judge", *args, "--out", str(out), check=False)
@@ -80,6 +96,15 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert "nosuch" in message and "llamacpp" in message and "openai" in message and "vllm" in message
     assert "demo" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "no-such-set")
     assert "both" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--positions", "sideways")
+    assert "demo:target, demo:test" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo:train")
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap")
+    assert "--reasoning-chars and --no-reasoning-cap contradict" in message
+    template = tmp_path / "judge.txt"
+    template.write_text("=== user ===\n${question} ${response_a} ${answer_b}\n")
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(template))
+    assert str(template) in message and "missing ${response_b}" in message and "unknown ${answer_b}" in message
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(tmp_path / "none.txt"))
+    assert "none.txt not found" in message
 
 
 def test_a_server_that_is_down_fails_clearly(tmp_path: Path):

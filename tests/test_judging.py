@@ -6,9 +6,12 @@ import json
 import re
 
 import pytest
+from pydantic import ValidationError
 
+from bias_discovery.config import load_run_config
 from bias_discovery.data.loaders import FieldMap
 from bias_discovery.data.pairs import PreferencePair
+from bias_discovery.errors import ConfigError
 from bias_discovery.judging import (
     JudgeSettings,
     build_tasks,
@@ -19,6 +22,7 @@ from bias_discovery.judging import (
     to_judgment,
 )
 from bias_discovery.llm.types import GenerationResponse
+from bias_discovery.prompts import load_prompt
 
 from fakes import ScriptedEngine, _responses
 
@@ -101,6 +105,84 @@ def test_requests_carry_the_verdict_constraint():
     task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50), seed=42)[0]
     assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: [AB]"
     assert "RIGHT 0" in task.request.messages[-1].content
+    # Without a cap the reasoning is unbounded but still one paragraph, then the verdict.
+    uncapped = JudgeSettings(positions="fixed", reasoning_chars=None)
+    task = build_tasks([pair(0)], uncapped, seed=42)[0]
+    assert task.request.constraint.regex == "Reasoning: [^\\n]+\\nVerdict: [AB]"
+    assert "your reasoning in one paragraph" in task.request.messages[-1].content
+    pattern = re.compile(task.request.constraint.regex)
+    assert pattern.fullmatch("Reasoning: " + "x" * 5000 + "\nVerdict: B")
+    assert not pattern.fullmatch("Reasoning: two\nlines\nVerdict: B") and not pattern.fullmatch("Reasoning: no verdict")
+
+
+# -- prompts (issue 11, item 6) -----------------------------------------------------------------
+
+DEBIASING_WORDS = ("impartial", "style", "length", "confidence", "politeness", "position", "ignore", "do not make")
+
+
+def test_default_prompt_asks_the_papers_neutral_question_and_names_no_bias():
+    default = load_prompt("judge_pairwise")
+    text = " ".join(body for _, body in default.messages).lower()
+    assert "which response is more helpful and accurate?" in text
+    assert not [w for w in DEBIASING_WORDS if w in text], "the default prompt must not tell the judge what to ignore"
+    # Today's debiasing prompt is kept under its own name, word for word.
+    mitigated = " ".join(body for _, body in load_prompt("judge_pairwise_mitigated").messages)
+    assert "style, length, confidence and politeness do not make a wrong answer better" in mitigated
+    assert "Judge the content, not the position" in mitigated
+    assert JudgeSettings().prompt == "judge_pairwise"
+    messages = build_tasks([pair(0)], JudgeSettings(prompt="judge_pairwise_mitigated"), seed=1)[0].request.messages
+    assert "impartial judge" in messages[0].content and "RIGHT 0" in messages[-1].content
+
+
+def _template(path, user: str) -> str:
+    path.write_text(f"=== system ===\nYou grade answers.\n=== user ===\n{user}\n", encoding="utf-8")
+    return str(path)
+
+
+def test_a_users_own_template_is_the_judge_prompt(tmp_path, monkeypatch):
+    own = _template(tmp_path / "mine.txt", "Q: ${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+                    "[Response B]\n${response_b}\n[End of Response B]\nPick one. ${format_instruction}")
+    settings = JudgeSettings(prompt=own)
+    task = build_tasks([pair(3)], settings, seed=1)[0]
+    assert task.request.messages[0].content == "You grade answers."
+    assert task.request.messages[-1].content.startswith("Q: Q3?") and 'write "Verdict: A"' in task.request.messages[-1].content
+    # ${format_instruction} is optional: the constraint enforces the format either way.
+    bare = _template(tmp_path / "bare.txt", "${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+                     "[Response B]\n${response_b}\n[End of Response B]\nWhich is better?")
+    task = build_tasks([pair(3)], JudgeSettings(prompt=bare), seed=1)[0]
+    assert task.request.messages[-1].content.endswith("Which is better?") and task.request.constraint.regex
+    # A relative path is stored absolute, so a run resumed from another directory finds it.
+    monkeypatch.chdir(tmp_path)
+    assert JudgeSettings(prompt="mine.txt").prompt == str(tmp_path / "mine.txt")
+
+
+def test_a_template_with_wrong_placeholders_is_refused_naming_the_file_and_the_placeholders(tmp_path):
+    missing = _template(tmp_path / "missing.txt", "${question} ${response_a} ${format_instruction}")
+    with pytest.raises(ValidationError) as info:
+        JudgeSettings(prompt=missing)
+    message = str(info.value)
+    assert missing in message and "missing ${response_b}" in message and "unknown" not in message
+    unknown = _template(tmp_path / "unknown.txt", "${question} ${response_a} ${response_b} ${rubric}")
+    with pytest.raises(ValidationError, match=r"unknown\.txt: unknown \$\{rubric\}"):
+        JudgeSettings(prompt=unknown)
+    with pytest.raises(ValidationError, match=r"prompt file .*nowhere\.txt not found"):
+        JudgeSettings(prompt=str(tmp_path / "nowhere.txt"))
+    with pytest.raises(ValidationError, match="judge prompt prompts/perturb.txt: missing"):
+        JudgeSettings(prompt="perturb")  # a shipped prompt, but not a judge's
+    with pytest.raises(ValidationError, match="unknown prompt 'judge_pairwize'; shipped prompts: .*judge_pairwise_mitigated"):
+        JudgeSettings(prompt="judge_pairwize")
+    (tmp_path / "latin1.txt").write_bytes(b"=== user ===\n\xe9${question}")
+    with pytest.raises(ValidationError, match="latin1.txt: not a UTF-8 text file"):
+        JudgeSettings(prompt=str(tmp_path / "latin1.txt"))
+
+
+def test_run_config_names_the_field_of_a_bad_judge_prompt(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  prompt: nowhere.txt\n")
+    with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge\.prompt: .*nowhere\.txt not found"):
+        load_run_config(config)
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  reasoning_chars: null\n")
+    assert load_run_config(config).judge.reasoning_chars is None
 
 
 # -- positions: fixed keeps the pairing (issue 11, item 7) ---------------------------------------

@@ -65,7 +65,9 @@ def judge(
     seed: int = typer.Option(42, "--seed", help="Seed for the position swap and sampling."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
-    reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
+    reasoning_chars: Optional[int] = typer.Option(None, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters; default 600)."),
+    no_reasoning_cap: bool = typer.Option(False, "--no-reasoning-cap", help="No bound on the reasoning paragraph (the paper's free reasoning); --max-tokens still bounds it and a cut output is invalid."),
+    prompt: str = typer.Option("judge_pairwise", "--prompt", help="Judge prompt: judge_pairwise (the paper's neutral question), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
@@ -83,9 +85,12 @@ def judge(
     from ..progress import progress_bar
 
     cache_path = None if no_cache else (cache or default_cache_path())
+    if no_reasoning_cap and reasoning_chars is not None:
+        fail("--reasoning-chars and --no-reasoning-cap contradict each other; pass one of them")
     try:
+        cap = {"reasoning_chars": None} if no_reasoning_cap else ({"reasoning_chars": reasoning_chars} if reasoning_chars else {})
         settings = JudgeSettings(
-            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens  # type: ignore[arg-type]
+            positions=positions, reasoning=reasoning, max_tokens=max_tokens, prompt=prompt, **cap  # type: ignore[arg-type]
         )
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
         if out.exists() and not out.is_dir():
