@@ -131,6 +131,8 @@ class DomainSummary(BaseModel):
     error_rate: float | None
     ci_low: float | None
     ci_high: float | None
+    judgebench_score: float | None = None
+    """JudgeBench's own score on this domain's n pairs (see `JudgeSummary.judgebench_score`)."""
 
 
 class JudgeSummary(BaseModel):
@@ -160,6 +162,20 @@ class JudgeSummary(BaseModel):
     correct answers are balanced over positions)."""
     position_consistency: float | None
     """`both` mode only: share of pairs whose two verdicts picked the same response."""
+    judgebench_score: float | None = None
+    """JudgeBench's own score (accuracy, higher is better): the share of *all* n_pairs whose net
+    vote is positive, a verdict for the chosen response counting +1, one for the rejected
+    response -1 and an invalid verdict 0. With both orders judged, one right verdict and one
+    invalid count as correct, one right and one wrong (or two invalid) as not. With one order
+    per pair it is the share of pairs judged right, invalid ones counted as not right. Source:
+    JudgeBench (Tan et al., ICLR 2025, Section 4) and its `utils/metrics.py`
+    (`compute_final_metrics`), which divides by all pairs, nulls included. Our `error_rate`
+    is stricter: a pair counts as right only when every order is right, over valid pairs."""
+    judgebench_ci_low: float | None = None
+    judgebench_ci_high: float | None = None
+    """Wilson interval of judgebench_score over n_pairs."""
+    judgebench_ties: int = 0
+    """Pairs with a net vote of 0 (not counted as correct by JudgeBench)."""
     per_domain: dict[str, DomainSummary]
     prompt_tokens: int
     completion_tokens: int
@@ -343,12 +359,30 @@ def _rate(k: int, n: int) -> float | None:
     return k / n if n else None
 
 
+def net_votes(result: JudgeResult) -> list[int]:
+    """JudgeBench's net vote of each outcome: +1 per verdict for the chosen response, -1 per
+    verdict for the rejected one, 0 per invalid verdict. The judgments are in outcome order,
+    each outcome's orders adjacent (as `judge_pairs` returns them)."""
+    if sum(len(o.orders) for o in result.outcomes) != len(result.judgments):
+        raise ValueError("judgments do not match the outcomes' orders")
+    votes, k = [], 0
+    for outcome in result.outcomes:
+        mine = result.judgments[k : k + len(outcome.orders)]
+        k += len(outcome.orders)
+        votes.append(sum(0 if j.correct is None else (1 if j.correct else -1) for j in mine))
+    return votes
+
+
 def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:
     outcomes, judgments = result.outcomes, result.judgments
     valid = [o for o in outcomes if o.correct is not None]
     errors = sum(1 for o in valid if not o.correct)
     invalid_pairs = len(outcomes) - len(valid)
     low, high = wilson_interval(errors, len(valid)) if valid else (None, None)
+
+    votes = net_votes(result)
+    jb_correct = sum(1 for v in votes if v > 0)
+    jb_low, jb_high = wilson_interval(jb_correct, len(outcomes)) if outcomes else (None, None)
 
     per_domain: dict[str, DomainSummary] = {}
     for domain in sorted({o.domain for o in outcomes}):
@@ -357,7 +391,8 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         d_err = sum(1 for o in d_valid if not o.correct)
         d_low, d_high = wilson_interval(d_err, len(d_valid)) if d_valid else (None, None)
         per_domain[domain] = DomainSummary(
-            n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high
+            n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high,
+            judgebench_score=_rate(sum(1 for o, v in zip(outcomes, votes) if o.domain == domain and v > 0), len(d_all)),
         )
 
     verdicts = [j.verdict for j in judgments if j.verdict is not None]
@@ -392,6 +427,10 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         error_rate_invalid_as_error=_rate(errors + invalid_pairs, len(outcomes)),
         position_a_rate=_rate(sum(1 for v in verdicts if v == "A"), len(verdicts)),
         position_consistency=consistency,
+        judgebench_score=_rate(jb_correct, len(outcomes)),
+        judgebench_ci_low=jb_low,
+        judgebench_ci_high=jb_high,
+        judgebench_ties=sum(1 for v in votes if v == 0),
         per_domain=per_domain,
         prompt_tokens=sum(j.prompt_tokens for j in judgments),
         completion_tokens=sum(j.completion_tokens for j in judgments),

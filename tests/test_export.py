@@ -731,6 +731,15 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
     report = json.loads((out / "compare.json").read_text())
     assert report["original"]["n_judgments"] == 6 and report["pro"]["n_judgments"] == 6
     assert "Pro err" in result.output
+    # JudgeBench's score next to ours. The scripted judge says B on demo pairs (no RIGHT marker):
+    # right in one order, wrong in the other, net vote 0 on every pair; the Pro samples are the
+    # ones it gets wrong in both orders (net -2). Neither counts as correct for JudgeBench.
+    everything = report["rows"][-1]
+    assert everything["domain"] == "all" and everything["original_pairs"] == 3 and everything["pro_pairs"] == 3
+    assert everything["original_judgebench"] == 0.0 and report["original"]["judgebench_ties"] == 3
+    assert everything["pro_judgebench"] == 0.0 and report["pro"]["judgebench_ties"] == 0
+    assert everything["original_error"] == 1.0 and everything["pro_error"] == 1.0
+    assert "JB score" in result.output and "net vote" in result.output
 
 
 def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, tmp_path: Path, monkeypatch):

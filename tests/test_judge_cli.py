@@ -29,6 +29,14 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
     # SmolLM2 prefers position A strongly: a real bias the judge's summary must show.
     assert summary["position_a_rate"] >= 0.75
     assert "error" in first.stdout and "position-A rate" in first.stdout
+    # The default prompt is the paper's neutral question; JudgeBench's own score sits next to ours.
+    assert summary["prompt"] == "judge_pairwise" and "prompt: judge_pairwise" in " ".join(first.stdout.split())
+    votes = {}
+    for j in judgments:
+        votes[j["pair_id"]] = votes.get(j["pair_id"], 0) + (0 if j["correct"] is None else (1 if j["correct"] else -1))
+    assert summary["judgebench_score"] == sum(v > 0 for v in votes.values()) / 4
+    assert summary["judgebench_ties"] == sum(v == 0 for v in votes.values())
+    assert "JudgeBench score" in first.stdout and "net vote over both orders" in " ".join(first.stdout.split())
 
     cli(*args, "--out", str(tmp_path / "b"))
     judgments_b, summary_b = read_outputs(tmp_path / "b")

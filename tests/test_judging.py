@@ -23,6 +23,7 @@ from bias_discovery.judging import (
 )
 from bias_discovery.llm.types import GenerationResponse
 from bias_discovery.prompts import load_prompt
+from bias_discovery.stats import wilson_interval
 
 from fakes import ScriptedEngine, _responses
 
@@ -227,3 +228,40 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     assert all(p.data_order == next(q.data_order for q in pairs if q.id == p.pair_id) for p in out.perturbed)
     # The judge always says A, so the paired comparison sees no change on any item.
     assert all(r.comparison.delta == 0 for r in out.records)
+
+
+# -- JudgeBench's own score (issue 11, item 8) ---------------------------------------------------
+
+
+def test_judgebench_score_is_the_net_vote_over_both_orders_with_invalid_as_zero():
+    # Per pair, the verdicts in the two orders (chosen_first, rejected_first): R right, W wrong,
+    # X invalid. Net votes: RR +2, RW 0, RX +1, WX -1, XX 0, WW -2.
+    plan = {"p0": "RR", "p1": "RW", "p2": "RX", "p3": "WX", "p4": "XX", "p5": "WW"}
+
+    def judge(request):
+        a, _ = _responses(request.messages[-1].content)
+        i = re.search(r"\d", a).group(0)
+        mark = plan[f"p{i}"][0 if "RIGHT" in a else 1]
+        if mark == "X":
+            return "I cannot decide."
+        right = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: ok.\nVerdict: {right if mark == 'R' else ('B' if right == 'A' else 'A')}"
+
+    pairs = [pair(i, "math" if i < 3 else "code") for i in range(6)]
+    settings = JudgeSettings(positions="both")
+    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42)
+    # JudgeBench: correct when the net vote is > 0 (RR, RX), over all 6 pairs.
+    assert summary.judgebench_score == pytest.approx(2 / 6) and summary.judgebench_ties == 2
+    low, high = wilson_interval(2, 6)
+    assert (summary.judgebench_ci_low, summary.judgebench_ci_high) == (pytest.approx(low), pytest.approx(high))
+    assert summary.per_domain["math"].judgebench_score == pytest.approx(2 / 3)
+    assert summary.per_domain["code"].judgebench_score == 0.0
+    # Ours: valid pairs only (RR, RW, WW), correct only when both orders are right.
+    assert summary.n_valid_pairs == 3 and summary.error_rate == pytest.approx(2 / 3)
+    assert summary.prompt == "judge_pairwise"
+
+    # One order per pair: the share of all pairs judged right, an invalid verdict not right.
+    fixed = JudgeSettings(positions="fixed")
+    one = summarize(judge_pairs(ScriptedEngine(judge), pairs, fixed, seed=42), model="f", data="d", settings=fixed, seed=42)
+    assert one.judgebench_score == pytest.approx(3 / 6)  # p0, p1, p2 right in chosen_first; p4 invalid
+    assert one.error_rate == pytest.approx(2 / 5)

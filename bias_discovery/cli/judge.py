@@ -21,16 +21,28 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
-    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions})")
-    for column in ("domain", "pairs", "valid", "error", "95% CI"):
+    prompt = f", prompt: {summary.prompt}" if summary.prompt else ""
+    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{prompt})")
+    for column in ("domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"):
         table.add_column(column, justify="right" if column != "domain" else "left")
     for domain, d in summary.per_domain.items():
-        table.add_row(domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high))
+        table.add_row(
+            domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high),
+            percent(d.judgebench_score),
+        )
     table.add_row(
         "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high), style="bold",
+        percent_range(summary.error_ci_low, summary.error_ci_high), percent(summary.judgebench_score), style="bold",
     )
     console.print(table)
+    orders = "both orders" if summary.positions == "both" else "one order per pair"
+    console.print(
+        f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
+        f"JudgeBench score: share of all {summary.n_pairs} pairs whose net vote over {orders} is positive "
+        f"(+1 right, -1 wrong, 0 invalid): {percent(summary.judgebench_score)} (95% CI "
+        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {summary.judgebench_ties} pairs at net 0)",
+        highlight=False,
+    )
     console.print(
         f"invalid pairs: {percent(summary.invalid_rate)} ({summary.n_invalid_judgments} invalid judgments"
         f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
