@@ -5,11 +5,12 @@ verdict. The verdict format is forced by an output constraint, and parsed again 
 back; anything truncated, failed or unparseable is *invalid* and counted as such.
 
 Prompts. The judge under study is the user's judge, so its prompt is a setting (`prompt`): a
-shipped template or the path of the user's own file. The default, `judge_pairwise`, asks the
-neutral question of the BiasScope paper's judge ("which response is more helpful and
-accurate?", reasoning, then a verdict) and says nothing about which cues to ignore: a prompt
-that tells the judge to disregard length, style or confidence would hide the very biases the
-loop measures. `judge_pairwise_mitigated` is that debiasing prompt, kept as a named
+shipped template or the path of the user's own file. The default, `judge_pairwise`, asks a
+neutral question, as the BiasScope paper's judge does ("which response is more helpful and
+accurate?", reasoning, then a verdict; the paper prints its templates as images, so this
+wording is ours, not a copy), and says nothing about which cues to ignore: a prompt that
+tells the judge to disregard length, style or confidence would hide the very biases the loop
+measures. `judge_pairwise_mitigated` is that debiasing prompt, kept as a named
 alternative (to measure what a mitigation instruction buys).
 
 Position modes (which response is shown as A):
@@ -69,8 +70,8 @@ class JudgeSettings(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0)
     """0 = greedy decoding, as in the paper."""
     prompt: str = "judge_pairwise"
-    """The judge's prompt: a template name in prompts/ (`judge_pairwise`, the paper's neutral
-    question; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
+    """The judge's prompt: a template name in prompts/ (`judge_pairwise`, a neutral question as
+    in the paper; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
     position) or the path of the user's own template file. A template needs the placeholders
     ${question}, ${response_a} and ${response_b}; ${format_instruction} (the verdict format,
     which the output constraint enforces anyway) is optional; any other placeholder is an

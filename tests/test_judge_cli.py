@@ -29,7 +29,7 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
     # SmolLM2 prefers position A strongly: a real bias the judge's summary must show.
     assert summary["position_a_rate"] >= 0.75
     assert "error" in first.stdout and "position-A rate" in first.stdout
-    # The default prompt is the paper's neutral question; JudgeBench's own score sits next to ours.
+    # The default prompt is the neutral one; JudgeBench's own score sits next to ours.
     assert summary["prompt"] == "judge_pairwise" and "prompt: judge_pairwise" in " ".join(first.stdout.split())
     votes = {}
     for j in judgments:

@@ -79,7 +79,7 @@ def judge(
     reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
     reasoning_chars: Optional[int] = typer.Option(None, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters; default 600)."),
     no_reasoning_cap: bool = typer.Option(False, "--no-reasoning-cap", help="No bound on the reasoning paragraph (the paper's free reasoning); --max-tokens still bounds it and a cut output is invalid."),
-    prompt: str = typer.Option("judge_pairwise", "--prompt", help="Judge prompt: judge_pairwise (the paper's neutral question), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
+    prompt: str = typer.Option("judge_pairwise", "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
