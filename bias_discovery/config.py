@@ -33,10 +33,12 @@ class _Strict(BaseModel):
 
 
 class DataConfig(_Strict):
-    target: str = "demo"
-    """Where biases are discovered: a named set (demo, rewardbench, judgebench...) or a file."""
-    test: str = "demo"
-    """Where candidate biases are validated (JudgeBench in the paper)."""
+    target: str = "demo:target"
+    """Where biases are discovered: a named set (demo:target, rewardbench, judgebench...) or a file."""
+    test: str = "demo:test"
+    """Where candidate biases are validated (JudgeBench in the paper). Keep it disjoint from
+    `target`: validating on the pairs a bias was found on is circular (`demo:target` and
+    `demo:test` are the two disjoint halves of the demo set)."""
     data_dir: Path | None = None
     """Local copy of the named sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."""
     target_limit: int | None = Field(default=None, ge=1)

@@ -1,16 +1,26 @@
 """Pairwise judging: turn preference pairs into judge requests, parse verdicts, score them.
 
-The judge sees (question, response A, response B) and must answer with brief reasoning and
-then a verdict. The verdict format is forced by an output constraint, and parsed again on the
-way back; anything truncated, failed or unparseable is *invalid* and counted as such.
+The judge sees (question, response A, response B) and must answer with reasoning and then a
+verdict. The verdict format is forced by an output constraint, and parsed again on the way
+back; anything truncated, failed or unparseable is *invalid* and counted as such.
+
+Prompts. The judge under study is the user's judge, so its prompt is a setting (`prompt`): a
+shipped template or the path of the user's own file. The default, `judge_pairwise`, asks a
+neutral question, as the BiasScope paper's judge does ("which response is more helpful and
+accurate?", reasoning, then a verdict; the paper prints its templates as images, so this
+wording is ours, not a copy), and says nothing about which cues to ignore: a prompt that
+tells the judge to disregard length, style or confidence would hide the very biases the loop
+measures. `judge_pairwise_mitigated` is that debiasing prompt, kept as a named
+alternative (to measure what a mitigation instruction buys).
 
 Position modes (which response is shown as A):
 - `both`: every pair is judged in both orders; it is correct only if both verdicts pick the
   chosen response (JudgeBench's rule). Position bias cannot help or hurt.
 - `swap`: one order per pair, drawn by a seeded coin flip keyed on the pair id (RewardBench,
   BiasScope). The draw does not depend on which other pairs are in the batch.
-- `fixed`: the data set's own order when it has one (JudgeBench's response_A/B), else chosen
-  first.
+- `fixed`: the data set's own order when it has one (`PreferencePair.data_order`: JudgeBench's
+  response_A/B), else chosen first. A rewritten pair keeps its original's order, so a baseline
+  item and its perturbed twin are shown the same way round.
 
 Ties: with `allow_tie` the judge may also answer "tie" (Chen et al.'s third option); a tie
 is never correct. Mitigations (`mitigation`, see `bias_discovery.mitigation`) make several
@@ -23,19 +33,26 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .data.pairs import Order, PreferencePair
 from .llm.base import Engine, ProgressCallback
 from .llm.types import ChatMessage, Constraint, GenerationRequest, GenerationResponse
+from .errors import ConfigError
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
-from .prompts import load_prompt
+from .prompts import PromptTemplate, is_prompt_path, load_prompt
 from .stats import wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
+JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
+"""Placeholders every judge template must have."""
+JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction"})
+"""Placeholders a judge template may have: the verdict format, worded to match the settings."""
+MAX_REASONING_CHARS = 4000
 Verdict = Literal["A", "B", "tie"]
 InvalidReason = Literal["truncated", "engine_error", "no_verdict"]
 
@@ -51,14 +68,21 @@ class JudgeSettings(BaseModel):
     reasoning: bool = True
     """Ask for a short reasoning paragraph before the verdict (the explanation the discovery
     loop needs). Without it the judge answers with one letter."""
-    reasoning_chars: int = Field(default=600, ge=20, le=4000)
-    """Upper bound on the reasoning paragraph, enforced by the output constraint."""
+    reasoning_chars: int | None = Field(default=600, ge=20, le=MAX_REASONING_CHARS)
+    """Upper bound on the reasoning paragraph, enforced by the output constraint; null = no
+    cap (the paper's free reasoning: the paragraph ends where the judge ends it, and only
+    `max_tokens` bounds it; an output cut by `max_tokens` is invalid, `truncated`)."""
     max_tokens: int = Field(default=256, ge=1)
-    """Completion budget; must cover the reasoning bound (about 4 characters per token)."""
+    """Completion budget; must cover the reasoning (about 4 characters per token)."""
     temperature: float = Field(default=0.0, ge=0.0)
     """0 = greedy decoding, as in the paper."""
     prompt: str = "judge_pairwise"
-    """Prompt template name in prompts/ or a path to a template file."""
+    """The judge's prompt: a template name in prompts/ (`judge_pairwise`, a neutral question as
+    in the paper; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
+    position) or the path of the user's own template file. A template needs the placeholders
+    ${question}, ${response_a} and ${response_b}; ${format_instruction} (the verdict format,
+    which the output constraint enforces anyway) is optional; any other placeholder is an
+    error. A relative path is stored as an absolute one, so a resumed run finds it."""
     allow_tie: bool = False
     """Offer a third verdict, "tie" (in the output constraint and the instruction). A tie is
     never a correct verdict."""
@@ -66,6 +90,15 @@ class JudgeSettings(BaseModel):
     """Position-bias mitigation: none (one call per judged order), swap (both orders; a
     disagreement is a tie), shuffle3 (three alternating orders, majority), votes6 (Chen et
     al.'s six position-shuffled votes). See `bias_discovery.mitigation`."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str) -> str:
+        try:
+            check_judge_prompt(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return str(Path(value).expanduser().resolve()) if is_prompt_path(value) else value
 
 
 class JudgeTask(BaseModel):
@@ -120,6 +153,8 @@ class DomainSummary(BaseModel):
     error_rate: float | None
     ci_low: float | None
     ci_high: float | None
+    judgebench_score: float | None = None
+    """JudgeBench's own score on this domain's n pairs (see `JudgeSummary.judgebench_score`)."""
 
 
 class JudgeSummary(BaseModel):
@@ -130,6 +165,8 @@ class JudgeSummary(BaseModel):
     positions: PositionMode
     seed: int
     mitigation: Mitigation = "none"
+    prompt: str | None = None
+    """The judge prompt (`JudgeSettings.prompt`: a shipped name or a template path)."""
     n_pairs: int
     n_valid_pairs: int
     n_judgments: int
@@ -149,6 +186,20 @@ class JudgeSummary(BaseModel):
     position_consistency: float | None
     """`both` mode: share of pairs whose two verdicts picked the same response; with a
     mitigation: share of valid verdicts whose votes all agreed."""
+    judgebench_score: float | None = None
+    """JudgeBench's own score (accuracy, higher is better): the share of *all* n_pairs whose net
+    vote is positive, a verdict for the chosen response counting +1, one for the rejected
+    response -1 and an invalid verdict 0. With both orders judged, one right verdict and one
+    invalid count as correct, one right and one wrong (or two invalid) as not. With one order
+    per pair it is the share of pairs judged right, invalid ones counted as not right. Source:
+    JudgeBench (Tan et al., ICLR 2025, Section 4) and its `utils/metrics.py`
+    (`compute_final_metrics`), which divides by all pairs, nulls included. Our `error_rate`
+    is stricter: a pair counts as right only when every order is right, over valid pairs."""
+    judgebench_ci_low: float | None = None
+    judgebench_ci_high: float | None = None
+    """Wilson interval of judgebench_score over n_pairs."""
+    judgebench_ties: int = 0
+    """Pairs with a net vote of 0 (not counted as correct by JudgeBench)."""
     per_domain: dict[str, DomainSummary]
     prompt_tokens: int
     completion_tokens: int
@@ -170,17 +221,42 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
     if mode == "both":
         return ["chosen_first", "rejected_first"]
     if mode == "fixed":
-        label = pair.meta.get("label")
-        return ["rejected_first"] if label == "B>A" else ["chosen_first"]
+        return [pair.data_order or "chosen_first"]
     digest = hashlib.sha256(f"{seed}:{pair.id}".encode("utf-8")).digest()
     return ["rejected_first"] if digest[0] & 1 else ["chosen_first"]
 
 
+def check_judge_prompt(name_or_path: str) -> PromptTemplate:
+    """Load a judge template and check its placeholders; a `ConfigError` names the file and
+    the missing and unknown placeholders."""
+    template = load_prompt(name_or_path)
+    found = template.placeholders
+    missing = sorted(JUDGE_PLACEHOLDERS - found)
+    unknown = sorted(found - JUDGE_PLACEHOLDERS - JUDGE_OPTIONAL_PLACEHOLDERS)
+    if missing or unknown:
+        where = str(Path(name_or_path).expanduser()) if is_prompt_path(name_or_path) else f"prompts/{name_or_path}.txt"
+        problems = []
+        if missing:
+            problems.append("missing " + ", ".join(f"${{{n}}}" for n in missing))
+        if unknown:
+            problems.append("unknown " + ", ".join(f"${{{n}}}" for n in unknown))
+        raise ConfigError(
+            f"judge prompt {where}: {'; '.join(problems)} (a judge template has "
+            + ", ".join(f"${{{n}}}" for n in sorted(JUDGE_PLACEHOLDERS))
+            + ", and optionally ${format_instruction})"
+        )
+    return template
+
+
 def verdict_constraint(settings: JudgeSettings) -> Constraint:
+    """The verdict format as an output constraint. With a reasoning cap the paragraph is
+    bounded; without one it is unbounded, but still one paragraph: its newline is where the
+    constraint forces the verdict, so a judge cannot write on without ever deciding."""
     if not settings.reasoning:
         return Constraint(choices=("A", "B", "tie") if settings.allow_tie else ("A", "B"))
     verdicts = "(?:A|B|tie)" if settings.allow_tie else "[AB]"
-    return Constraint(regex=rf"Reasoning: [^\n]{{1,{settings.reasoning_chars}}}\nVerdict: {verdicts}")
+    bound = "+" if settings.reasoning_chars is None else f"{{1,{settings.reasoning_chars}}}"
+    return Constraint(regex=rf"Reasoning: [^\n]{bound}\nVerdict: {verdicts}")
 
 
 def format_instruction(settings: JudgeSettings) -> str:
@@ -193,6 +269,11 @@ def format_instruction(settings: JudgeSettings) -> str:
         )
     if not settings.reasoning:
         return "Answer with a single letter: A or B."
+    if settings.reasoning_chars is None:
+        return (
+            'First write "Reasoning:" followed by your reasoning in one paragraph, then on a new line '
+            'write "Verdict: A" or "Verdict: B".'
+        )
     return (
         'First write "Reasoning:" followed by one short paragraph, then on a new line write '
         '"Verdict: A" or "Verdict: B".'
@@ -202,9 +283,11 @@ def format_instruction(settings: JudgeSettings) -> str:
 def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
     """The judge's prompt for `pair` shown in `order` (also the start of a DeeperExplain chat)."""
     a, b = (pair.chosen, pair.rejected) if order == "chosen_first" else (pair.rejected, pair.chosen)
-    return load_prompt(settings.prompt).render(
-        question=pair.question, response_a=a, response_b=b, format_instruction=format_instruction(settings)
-    )
+    template = load_prompt(settings.prompt)
+    values = {"question": pair.question, "response_a": a, "response_b": b}
+    if "format_instruction" in template.placeholders:
+        values["format_instruction"] = format_instruction(settings)
+    return template.render(**values)
 
 
 def calls_per_pair(settings: JudgeSettings) -> int:
@@ -355,12 +438,30 @@ def _rate(k: int, n: int) -> float | None:
     return k / n if n else None
 
 
+def net_votes(result: JudgeResult) -> list[int]:
+    """JudgeBench's net vote of each outcome: +1 per verdict for the chosen response, -1 per
+    verdict for the rejected one, 0 per invalid verdict or tie. The judgments are in outcome
+    order, each outcome's orders adjacent (as `judge_pairs` returns them)."""
+    if sum(len(o.orders) for o in result.outcomes) != len(result.judgments):
+        raise ValueError("judgments do not match the outcomes' orders")
+    votes, k = [], 0
+    for outcome in result.outcomes:
+        mine = result.judgments[k : k + len(outcome.orders)]
+        k += len(outcome.orders)
+        votes.append(sum({"chosen": 1, "rejected": -1}.get(j.picked or "", 0) for j in mine))
+    return votes
+
+
 def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:
     outcomes, judgments = result.outcomes, result.judgments
     valid = [o for o in outcomes if o.correct is not None]
     errors = sum(1 for o in valid if not o.correct)
     invalid_pairs = len(outcomes) - len(valid)
     low, high = wilson_interval(errors, len(valid)) if valid else (None, None)
+
+    votes = net_votes(result)
+    jb_correct = sum(1 for v in votes if v > 0)
+    jb_low, jb_high = wilson_interval(jb_correct, len(outcomes)) if outcomes else (None, None)
 
     per_domain: dict[str, DomainSummary] = {}
     for domain in sorted({o.domain for o in outcomes}):
@@ -369,7 +470,8 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         d_err = sum(1 for o in d_valid if not o.correct)
         d_low, d_high = wilson_interval(d_err, len(d_valid)) if d_valid else (None, None)
         per_domain[domain] = DomainSummary(
-            n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high
+            n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high,
+            judgebench_score=_rate(sum(1 for o, v in zip(outcomes, votes) if o.domain == domain and v > 0), len(d_all)),
         )
 
     verdicts = [j.verdict for j in judgments if j.verdict is not None]
@@ -395,6 +497,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         positions=settings.positions,
         seed=seed,
         mitigation=settings.mitigation,
+        prompt=settings.prompt,
         n_pairs=len(outcomes),
         n_valid_pairs=len(valid),
         n_judgments=len(judgments),
@@ -407,6 +510,10 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         error_rate_invalid_as_error=_rate(errors + invalid_pairs, len(outcomes)),
         position_a_rate=_rate(sum(1 for v in verdicts if v == "A"), len(verdicts)),
         position_consistency=consistency,
+        judgebench_score=_rate(jb_correct, len(outcomes)),
+        judgebench_ci_low=jb_low,
+        judgebench_ci_high=jb_high,
+        judgebench_ties=sum(1 for v in votes if v == 0),
         per_domain=per_domain,
         prompt_tokens=sum(j.prompt_tokens for j in judgments),
         completion_tokens=sum(j.completion_tokens for j in judgments),

@@ -7,6 +7,7 @@ template is never re-parsed, so braces or dollar signs inside responses are harm
 
 from __future__ import annotations
 
+import os
 import re
 import string
 from functools import lru_cache
@@ -53,7 +54,10 @@ class PromptTemplate(BaseModel):
 
 
 def parse_prompt_file(path: Path) -> PromptTemplate:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     headers = list(_HEADER.finditer(text))
     if not headers:
         raise ConfigError(f"{path}: no '=== system ===' or '=== user ===' header found")
@@ -67,14 +71,29 @@ def parse_prompt_file(path: Path) -> PromptTemplate:
     return PromptTemplate(name=path.stem, messages=tuple(messages))
 
 
+def shipped_prompts() -> list[str]:
+    """Names of the prompt templates in `prompts/`."""
+    return sorted(p.stem for p in prompts_dir().glob("*.txt"))
+
+
+def is_prompt_path(name_or_path: str) -> bool:
+    """A template given as a file path (it has a suffix or a directory part), not a shipped name."""
+    candidate = Path(name_or_path).expanduser()
+    return bool(candidate.suffix) or "/" in name_or_path or os.sep in name_or_path
+
+
 @lru_cache(maxsize=64)
 def load_prompt(name_or_path: str) -> PromptTemplate:
     """Load a shipped prompt by name (`judge_pairwise`) or any template file by path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix and candidate.is_file():
+    if is_prompt_path(name_or_path):
+        candidate = Path(name_or_path).expanduser()
+        if not candidate.is_file():
+            raise ConfigError(
+                f"prompt file {candidate} not found (a name without a suffix is a shipped prompt: "
+                f"{', '.join(shipped_prompts())})"
+            )
         return parse_prompt_file(candidate)
     path = prompts_dir() / f"{name_or_path}.txt"
     if not path.is_file():
-        known = sorted(p.stem for p in prompts_dir().glob("*.txt"))
-        raise ConfigError(f"unknown prompt {name_or_path!r}; shipped prompts: {', '.join(known)}")
+        raise ConfigError(f"unknown prompt {name_or_path!r}; shipped prompts: {', '.join(shipped_prompts())}")
     return parse_prompt_file(path)

@@ -152,12 +152,16 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6) -> Pa
     return root
 
 
+FILTER = "llamacpp/a-strong-filter-judge.gguf"
+"""A filter model other than the fake run's target (the scripted engines stand in for it)."""
+
+
 def fake_engines() -> dict[str, ScriptedEngine]:
     engine = ScriptedEngine(world)
     return {"teacher": engine, "checker": engine, "filter": engine}
 
 
-def build(pairs, biases, k, seed=42):
+def build(pairs, biases, k, seed=42, judge_settings=None):
     engine = ScriptedEngine(world)
     return build_pro_set(
         pairs,
@@ -168,8 +172,18 @@ def build(pairs, biases, k, seed=42):
         variants=k,
         seed=seed,
         perturb_settings=PerturbSettings(),
-        judge_settings=JudgeSettings(positions="swap"),
+        judge_settings=judge_settings or JudgeSettings(positions="swap"),
     ), engine
+
+
+def test_the_filter_judges_each_order_once_whatever_the_runs_mitigation():
+    """The paper's filter keeps what the filter gets wrong in both orders: one verdict per
+    order. A run judged with shuffle3 must not turn that into three votes per variant."""
+    pairs, biases = make_pairs(4), [make_bias("Expert Citation Bias")]
+    plain, plain_engine = build(pairs, biases, 1)
+    mitigated, mitigated_engine = build(pairs, biases, 1, judge_settings=JudgeSettings(positions="swap", mitigation="shuffle3"))
+    assert len(mitigated_engine.sent) == len(plain_engine.sent)
+    assert mitigated.samples == plain.samples and mitigated.counts == plain.counts
 
 
 def assert_counts_add_up(c: dict) -> None:
@@ -316,7 +330,7 @@ def fake_pro(tmp_path: Path) -> Path:
     """A Pro set written by the export with scripted models: 6 pairs x 6 biases -> 6 samples."""
     run = make_fake_run(tmp_path / "run", discovered=[make_bias(name, discovered=True) for name in WORLD_BIASES])
     out = tmp_path / "pro"
-    export_judgebench_pro(run, out, variants=6, engines=fake_engines())
+    export_judgebench_pro(run, out, variants=6, filter_model=FILTER, engines=fake_engines())
     return out
 
 
@@ -472,6 +486,51 @@ def test_apply_annotations_sheet_rows_must_match_samples(fake_pro: Path, tmp_pat
 
 
 # --------------------------------------------------------------------------------------------
+# Who filters and who checks (issue 11, item 8)
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_target_as_filter_is_refused_unless_allowed(tmp_path: Path):
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
+    out = tmp_path / "pro"
+    # The default filter is the run's target; the same model through another provider is the target too.
+    for filter_model in (None, "openai/unused-in-these-tests.gguf"):
+        with pytest.raises(ExportError) as info:
+            export_judgebench_pro(run, out, variants=1, filter_model=filter_model, engines=fake_engines())
+        message = str(info.value)
+        assert "is the run's target" in message and "100 % by construction" in message
+        assert "--filter-model" in message and "--allow-self-filter" in message
+        assert not out.exists() and no_temp_dirs(tmp_path)
+    stats = export_judgebench_pro(run, out, variants=1, allow_self_filter=True, engines=fake_engines())
+    assert stats["self_filter"] is True
+    assert stats["models"]["filter"] == stats["models"]["target"] == stats["models"]["checker"]
+    assert "The filter is the run's target" in (out / "README.md").read_text()
+
+
+def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path):
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
+    stats = export_judgebench_pro(run, tmp_path / "a", variants=1, filter_model=FILTER, engines=fake_engines())
+    assert stats["models"]["checker"] == stats["models"]["filter"] == FILTER
+    assert stats["models"]["teacher"] == "llamacpp/unused-in-these-tests.gguf" and stats["self_filter"] is False
+    assert "The filter is the run's target" not in (tmp_path / "a" / "README.md").read_text()
+    stats = export_judgebench_pro(
+        run, tmp_path / "b", variants=1, filter_model=FILTER, checker_model="llamacpp/checker.gguf", engines=fake_engines()
+    )
+    assert stats["models"]["checker"] == "llamacpp/checker.gguf"
+
+
+def test_cli_refuses_a_self_filter_and_writes_nothing(tmp_path: Path):
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
+    out = tmp_path / "pro"
+    result = cli("export", "judgebench-pro", str(run), "--out", str(out), check=False)
+    assert result.returncode == 2
+    text = " ".join(result.stderr.split())
+    assert "the filter model llamacpp/unused-in-these-tests.gguf is the run's target" in text
+    assert "100 % by construction" in text and "--allow-self-filter" in text
+    assert not out.exists() and no_temp_dirs(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
 # Bad input through the CLI: exit 2, a clear message, nothing written
 # --------------------------------------------------------------------------------------------
 
@@ -527,18 +586,18 @@ def test_failure_midway_leaves_nothing(tmp_path: Path):
 
     engine = ScriptedEngine(broken)
     with pytest.raises(RuntimeError):
-        export_judgebench_pro(run, out, variants=2, engines={"teacher": engine, "checker": engine, "filter": engine})
+        export_judgebench_pro(run, out, variants=2, filter_model=FILTER, engines={"teacher": engine, "checker": engine, "filter": engine})
     assert not out.exists() and no_temp_dirs(tmp_path)
 
 
 def test_overwrite_replaces_previous_export(tmp_path: Path):
     run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
     out = tmp_path / "pro"
-    export_judgebench_pro(run, out, variants=1, engines=fake_engines())
+    export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
     (out / "stale.txt").write_text("old")
     with pytest.raises(ExportError, match="not empty"):
-        export_judgebench_pro(run, out, variants=1, engines=fake_engines())
-    stats = export_judgebench_pro(run, out, variants=1, limit=3, overwrite=True, engines=fake_engines())
+        export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
+    stats = export_judgebench_pro(run, out, variants=1, limit=3, overwrite=True, filter_model=FILTER, engines=fake_engines())
     assert not (out / "stale.txt").exists() and stats["counts"]["test_pairs"] == 3
     assert no_temp_dirs(tmp_path)
 
@@ -604,14 +663,17 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
     run = tmp_path / "run"
     shutil.copytree(small_real_run, run)
     out = tmp_path / "pro"
-    args = ["export", "judgebench-pro", str(run), "--out", str(out), "--variants", "2", "--limit", "3", "--quiet", *_biases_args(run)]
+    # SmolLM2 is the only model here: it is the run's target, so the filter is a self-filter.
+    args = ["export", "judgebench-pro", str(run), "--out", str(out), "--variants", "2", "--limit", "3", "--quiet",
+            "--allow-self-filter", *_biases_args(run)]
     cli(*args)
     stats = json.loads((out / "stats.json").read_text())
     c = stats["counts"]
     print("real Pro set counts:", json.dumps(c), "length:", json.dumps(stats["length"]))
     assert c["test_pairs"] == 3 and c["variants_per_pair"] == 2 and c["generated"] == 6
     assert_counts_add_up(c)
-    assert stats["models"]["teacher"] == stats["models"]["filter"] == "llamacpp/smollm2"
+    assert stats["models"]["teacher"] == stats["models"]["filter"] == stats["models"]["checker"] == "llamacpp/smollm2"
+    assert stats["self_filter"] is True
     card = (out / "README.md").read_text()
     for line in (
         f"| generated variants | {c['generated']} |",
@@ -731,6 +793,15 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
     report = json.loads((out / "compare.json").read_text())
     assert report["original"]["n_judgments"] == 6 and report["pro"]["n_judgments"] == 6
     assert "Pro err" in result.output
+    # JudgeBench's score next to ours. The scripted judge says B on demo pairs (no RIGHT marker):
+    # right in one order, wrong in the other, net vote 0 on every pair; the Pro samples are the
+    # ones it gets wrong in both orders (net -2). Neither counts as correct for JudgeBench.
+    everything = report["rows"][-1]
+    assert everything["domain"] == "all" and everything["original_pairs"] == 3 and everything["pro_pairs"] == 3
+    assert everything["original_judgebench"] == 0.0 and report["original"]["judgebench_ties"] == 3
+    assert everything["pro_judgebench"] == 0.0 and report["pro"]["judgebench_ties"] == 0
+    assert everything["original_error"] == 1.0 and everything["pro_error"] == 1.0
+    assert "JB score" in result.output and "net vote" in result.output
 
 
 def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, tmp_path: Path, monkeypatch):

@@ -29,6 +29,14 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
     # SmolLM2 prefers position A strongly: a real bias the judge's summary must show.
     assert summary["position_a_rate"] >= 0.75
     assert "error" in first.stdout and "position-A rate" in first.stdout
+    # The default prompt is the neutral one; JudgeBench's own score sits next to ours.
+    assert summary["prompt"] == "judge_pairwise" and "prompt: judge_pairwise" in " ".join(first.stdout.split())
+    votes = {}
+    for j in judgments:
+        votes[j["pair_id"]] = votes.get(j["pair_id"], 0) + (0 if j["correct"] is None else (1 if j["correct"] else -1))
+    assert summary["judgebench_score"] == sum(v > 0 for v in votes.values()) / 4
+    assert summary["judgebench_ties"] == sum(v == 0 for v in votes.values())
+    assert "JudgeBench score" in first.stdout and "net vote over both orders" in " ".join(first.stdout.split())
 
     cli(*args, "--out", str(tmp_path / "b"))
     judgments_b, summary_b = read_outputs(tmp_path / "b")
@@ -78,6 +86,22 @@ def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: s
     assert summary["n_invalid_judgments"] < 4
 
 
+@pytest.mark.model
+def test_prompt_and_reasoning_cap_options_with_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
+    cache = ["--cache", str(tmp_path / "calls.sqlite")]
+    common = ["judge", "--model", "llamacpp/smollm2", "--data", "demo:test", "--limit", "2", *cache]
+    cli(*common, "--no-reasoning-cap", "--max-tokens", "128", "--out", str(tmp_path / "free"))
+    judgments, summary = read_outputs(tmp_path / "free")
+    assert summary["n_judgments"] == 4
+    for j in judgments:  # finished outputs follow the format; only a cut one is invalid
+        assert (j["verdict"] in ("A", "B")) if j["invalid_reason"] is None else j["invalid_reason"] == "truncated"
+    assert all(j["raw_output"].startswith("Reasoning: ") for j in judgments)
+    cli(*common, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
+    _, mitigated = read_outputs(tmp_path / "mitigated")
+    assert mitigated["prompt"] == "judge_pairwise_mitigated" and mitigated["n_judgments"] == 4
+    assert mitigated["cached_calls"] == 0  # another prompt is another request, never a cached answer
+
+
 def _bad(tmp_path: Path, *args: str) -> str:
     out = tmp_path / "out"
     result = cli("judge", *args, "--out", str(out), check=False)
@@ -102,6 +126,15 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert "demo" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "no-such-set")
     assert "both" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--positions", "sideways")
     assert "shuffle3" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--mitigation", "sideways")
+    assert "demo:target, demo:test" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo:train")
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap")
+    assert "--reasoning-chars and --no-reasoning-cap contradict" in message
+    template = tmp_path / "judge.txt"
+    template.write_text("=== user ===\n${question} ${response_a} ${answer_b}\n")
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(template))
+    assert str(template) in message and "missing ${response_b}" in message and "unknown ${answer_b}" in message
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(tmp_path / "none.txt"))
+    assert "none.txt not found" in message
 
 
 def test_a_server_that_is_down_fails_clearly(tmp_path: Path):

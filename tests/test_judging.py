@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+import re
 
+import pytest
+from pydantic import ValidationError
+
+from bias_discovery.config import load_run_config
+from bias_discovery.data.loaders import FieldMap
 from bias_discovery.data.pairs import PreferencePair
+from bias_discovery.errors import ConfigError
 from bias_discovery.judging import (
     JudgeSettings,
     build_tasks,
@@ -15,6 +22,8 @@ from bias_discovery.judging import (
     to_judgment,
 )
 from bias_discovery.llm.types import GenerationResponse
+from bias_discovery.prompts import load_prompt
+from bias_discovery.stats import wilson_interval
 
 from fakes import ScriptedEngine, _responses
 
@@ -50,7 +59,7 @@ def test_truncated_or_failed_outputs_are_invalid_even_with_a_verdict():
 
 
 def test_position_modes():
-    pairs = [pair(i, label="B>A" if i % 2 else "A>B") for i in range(40)]
+    pairs = [pair(i).model_copy(update={"data_order": "rejected_first" if i % 2 else "chosen_first"}) for i in range(40)]
     assert all(order_for(p, "both", 1) == ["chosen_first", "rejected_first"] for p in pairs)
     assert [order_for(p, "fixed", 1)[0] for p in pairs[:2]] == ["chosen_first", "rejected_first"]
     swaps = [order_for(p, "swap", 7)[0] for p in pairs]
@@ -97,6 +106,165 @@ def test_requests_carry_the_verdict_constraint():
     task = build_tasks([pair(0)], JudgeSettings(positions="fixed", reasoning_chars=50), seed=42)[0]
     assert task.request.constraint.regex == "Reasoning: [^\\n]{1,50}\\nVerdict: [AB]"
     assert "RIGHT 0" in task.request.messages[-1].content
+    # Without a cap the reasoning is unbounded but still one paragraph, then the verdict.
+    uncapped = JudgeSettings(positions="fixed", reasoning_chars=None)
+    task = build_tasks([pair(0)], uncapped, seed=42)[0]
+    assert task.request.constraint.regex == "Reasoning: [^\\n]+\\nVerdict: [AB]"
+    assert "your reasoning in one paragraph" in task.request.messages[-1].content
+    pattern = re.compile(task.request.constraint.regex)
+    assert pattern.fullmatch("Reasoning: " + "x" * 5000 + "\nVerdict: B")
+    assert not pattern.fullmatch("Reasoning: two\nlines\nVerdict: B") and not pattern.fullmatch("Reasoning: no verdict")
+
+
+# -- prompts (issue 11, item 6) -----------------------------------------------------------------
+
+DEBIASING_WORDS = ("impartial", "style", "length", "confidence", "politeness", "position", "ignore", "do not make")
+
+
+def test_default_prompt_asks_the_papers_neutral_question_and_names_no_bias():
+    default = load_prompt("judge_pairwise")
+    text = " ".join(body for _, body in default.messages).lower()
+    assert "which response is more helpful and accurate?" in text
+    assert not [w for w in DEBIASING_WORDS if w in text], "the default prompt must not tell the judge what to ignore"
+    # Today's debiasing prompt is kept under its own name, word for word.
+    mitigated = " ".join(body for _, body in load_prompt("judge_pairwise_mitigated").messages)
+    assert "style, length, confidence and politeness do not make a wrong answer better" in mitigated
+    assert "Judge the content, not the position" in mitigated
+    assert JudgeSettings().prompt == "judge_pairwise"
+    messages = build_tasks([pair(0)], JudgeSettings(prompt="judge_pairwise_mitigated"), seed=1)[0].request.messages
+    assert "impartial judge" in messages[0].content and "RIGHT 0" in messages[-1].content
+
+
+def _template(path, user: str) -> str:
+    path.write_text(f"=== system ===\nYou grade answers.\n=== user ===\n{user}\n", encoding="utf-8")
+    return str(path)
+
+
+def test_a_users_own_template_is_the_judge_prompt(tmp_path, monkeypatch):
+    own = _template(tmp_path / "mine.txt", "Q: ${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+                    "[Response B]\n${response_b}\n[End of Response B]\nPick one. ${format_instruction}")
+    settings = JudgeSettings(prompt=own)
+    task = build_tasks([pair(3)], settings, seed=1)[0]
+    assert task.request.messages[0].content == "You grade answers."
+    assert task.request.messages[-1].content.startswith("Q: Q3?") and 'write "Verdict: A"' in task.request.messages[-1].content
+    # ${format_instruction} is optional: the constraint enforces the format either way.
+    bare = _template(tmp_path / "bare.txt", "${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+                     "[Response B]\n${response_b}\n[End of Response B]\nWhich is better?")
+    task = build_tasks([pair(3)], JudgeSettings(prompt=bare), seed=1)[0]
+    assert task.request.messages[-1].content.endswith("Which is better?") and task.request.constraint.regex
+    # A relative path is stored absolute, so a run resumed from another directory finds it.
+    monkeypatch.chdir(tmp_path)
+    assert JudgeSettings(prompt="mine.txt").prompt == str(tmp_path / "mine.txt")
+
+
+def test_a_template_with_wrong_placeholders_is_refused_naming_the_file_and_the_placeholders(tmp_path):
+    missing = _template(tmp_path / "missing.txt", "${question} ${response_a} ${format_instruction}")
+    with pytest.raises(ValidationError) as info:
+        JudgeSettings(prompt=missing)
+    message = str(info.value)
+    assert missing in message and "missing ${response_b}" in message and "unknown" not in message
+    unknown = _template(tmp_path / "unknown.txt", "${question} ${response_a} ${response_b} ${rubric}")
+    with pytest.raises(ValidationError, match=r"unknown\.txt: unknown \$\{rubric\}"):
+        JudgeSettings(prompt=unknown)
+    with pytest.raises(ValidationError, match=r"prompt file .*nowhere\.txt not found"):
+        JudgeSettings(prompt=str(tmp_path / "nowhere.txt"))
+    with pytest.raises(ValidationError, match="judge prompt prompts/perturb.txt: missing"):
+        JudgeSettings(prompt="perturb")  # a shipped prompt, but not a judge's
+    with pytest.raises(ValidationError, match="unknown prompt 'judge_pairwize'; shipped prompts: .*judge_pairwise_mitigated"):
+        JudgeSettings(prompt="judge_pairwize")
+    (tmp_path / "latin1.txt").write_bytes(b"=== user ===\n\xe9${question}")
+    with pytest.raises(ValidationError, match="latin1.txt: not a UTF-8 text file"):
+        JudgeSettings(prompt=str(tmp_path / "latin1.txt"))
+
+
+def test_run_config_names_the_field_of_a_bad_judge_prompt(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  prompt: nowhere.txt\n")
+    with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge\.prompt: .*nowhere\.txt not found"):
+        load_run_config(config)
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  reasoning_chars: null\n")
+    assert load_run_config(config).judge.reasoning_chars is None
+
+
+# -- positions: fixed keeps the pairing (issue 11, item 7) ---------------------------------------
+
+
+def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same_order(tmp_path):
+    """JudgeBench-style data has its own A/B order; `fixed` must show the perturbed pair in it
+    too, or the paired comparison compares two different presentations of each item."""
+    from bias_discovery.config import PerturbSettings, ValidateSettings
+    from bias_discovery.data import load_pairs
+    from bias_discovery.library import load_seed_library
+    from bias_discovery.stages.validate import validate_biases
+
+    rows = [
+        {"pair_id": f"jb{i}", "question": f"Q{i}?", "response_A": f"RIGHT {i}" if i % 3 else f"wrong {i}",
+         "response_B": f"wrong {i}" if i % 3 else f"RIGHT {i}", "label": "A>B" if i % 3 else "B>A", "source": "livebench-math"}
+        for i in range(9)
+    ]
+    data = tmp_path / "jb.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs = load_pairs(data, field_map=FieldMap(id="pair_id"))
+    assert [p.data_order for p in pairs[:3]] == ["rejected_first", "chosen_first", "chosen_first"]
+
+    def world(request):
+        user = request.messages[-1].content
+        if "Trait:" in user:  # the teacher: a rewrite that keeps the answer
+            return re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1) + " Trust me."
+        return "Reasoning: fine.\nVerdict: A"
+
+    engine = ScriptedEngine(world)
+    settings = JudgeSettings(positions="fixed")
+    baseline = judge_pairs(engine, pairs, settings, seed=42)
+    shown = {j.pair_id: j.order for j in baseline.judgments}
+    assert shown == {r["pair_id"]: ("chosen_first" if r["label"] == "A>B" else "rejected_first") for r in rows}
+    biases = load_seed_library("biasscope7").biases[:2]
+    out = validate_biases(
+        engine, engine, biases, pairs, baseline, perturb_settings=PerturbSettings(), judge_settings=settings,
+        settings=ValidateSettings(n_boot=200), seed=42, test_data="jb",
+    )
+    assert len(out.judgments) == 2 * len(pairs)
+    assert all(j.order == shown[j.pair_id] for j in out.judgments)
+    assert all(p.data_order == next(q.data_order for q in pairs if q.id == p.pair_id) for p in out.perturbed)
+    # The judge always says A, so the paired comparison sees no change on any item.
+    assert all(r.comparison.delta == 0 for r in out.records)
+
+
+# -- JudgeBench's own score (issue 11, item 8) ---------------------------------------------------
+
+
+def test_judgebench_score_is_the_net_vote_over_both_orders_with_invalid_as_zero():
+    # Per pair, the verdicts in the two orders (chosen_first, rejected_first): R right, W wrong,
+    # X invalid. Net votes: RR +2, RW 0, RX +1, WX -1, XX 0, WW -2.
+    plan = {"p0": "RR", "p1": "RW", "p2": "RX", "p3": "WX", "p4": "XX", "p5": "WW"}
+
+    def judge(request):
+        a, _ = _responses(request.messages[-1].content)
+        i = re.search(r"\d", a).group(0)
+        mark = plan[f"p{i}"][0 if "RIGHT" in a else 1]
+        if mark == "X":
+            return "I cannot decide."
+        right = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: ok.\nVerdict: {right if mark == 'R' else ('B' if right == 'A' else 'A')}"
+
+    pairs = [pair(i, "math" if i < 3 else "code") for i in range(6)]
+    settings = JudgeSettings(positions="both")
+    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42)
+    # JudgeBench: correct when the net vote is > 0 (RR, RX), over all 6 pairs.
+    assert summary.judgebench_score == pytest.approx(2 / 6) and summary.judgebench_ties == 2
+    low, high = wilson_interval(2, 6)
+    assert (summary.judgebench_ci_low, summary.judgebench_ci_high) == (pytest.approx(low), pytest.approx(high))
+    assert summary.per_domain["math"].judgebench_score == pytest.approx(2 / 3)
+    assert summary.per_domain["code"].judgebench_score == 0.0
+    # Ours: valid pairs only (RR, RW, WW), correct only when both orders are right.
+    assert summary.n_valid_pairs == 3 and summary.error_rate == pytest.approx(2 / 3)
+    assert summary.prompt == "judge_pairwise"
+
+    # One order per pair: the share of all pairs judged right, an invalid verdict not right.
+    fixed = JudgeSettings(positions="fixed")
+    one = summarize(judge_pairs(ScriptedEngine(judge), pairs, fixed, seed=42), model="f", data="d", settings=fixed, seed=42)
+    assert one.judgebench_score == pytest.approx(3 / 6)  # p0, p1, p2 right in chosen_first; p4 invalid
+    assert one.error_rate == pytest.approx(2 / 5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -167,3 +335,21 @@ def test_shuffle3_mitigation_asks_a_new_seed_for_the_repeated_order():
     assert sent[0].messages == sent[2].messages and sent[0].seed == 42 and sent[2].seed != 42
     outcome = result.outcomes[0]
     assert (outcome.preference, outcome.confidence, outcome.position_consistent, outcome.correct) == ("chosen", 1.0, True, True)
+
+
+def test_judgebench_net_vote_counts_a_tie_as_zero():
+    """JudgeBench scores a verdict +1 for the chosen response, -1 for the rejected one and 0
+    otherwise: a tie is neither (it is never *correct* in our error rate either)."""
+    from bias_discovery.judging import net_votes
+
+    def tie_then_right(request):
+        a, _ = _responses(request.messages[-1].content)
+        return "Reasoning: x.\nVerdict: " + ("tie" if "RIGHT" in a else "A")
+
+    settings = JudgeSettings(positions="both", allow_tie=True, reasoning_chars=50)
+    result = judge_pairs(ScriptedEngine(tie_then_right), [pair(0)], settings, seed=42)
+    # chosen first: tie (0); rejected first: A = the rejected response (-1)
+    assert [j.picked for j in result.judgments] == ["tie", "rejected"]
+    assert net_votes(result) == [-1]
+    summary = summarize(result, model="f", data="d", settings=settings, seed=42)
+    assert summary.judgebench_score == 0.0 and summary.error_rate == 1.0

@@ -44,6 +44,11 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
         assert c["delta"] == pytest.approx(c["perturbed_error"] - c["baseline_error"])
     summary = json.loads((rd.baseline.directory / "summary.json").read_text())
     assert summary["n_pairs"] == 6
+    # The quick start discovers on demo:target and validates on demo:test: no pair in both.
+    test_ids = {o.pair_id for o in rd.baseline.result.read().outcomes}
+    target_ids = {p["pair_id"] for p in perturbed}
+    assert len(test_ids) == 6 and len(target_ids) == 8 and not test_ids & target_ids
+    assert summary["data"].startswith("demo:test") and summary["prompt"] == "judge_pairwise"
     status = cli("status", str(small_real_run))
     assert "finished" in status.stdout and "validate" in status.stdout
 

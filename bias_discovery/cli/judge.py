@@ -22,16 +22,28 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 def print_judge_summary(summary: JudgeSummary) -> None:
     mitigation = f", mitigation: {summary.mitigation}" if summary.mitigation != "none" else ""
-    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation})")
-    for column in ("domain", "pairs", "valid", "error", "95% CI"):
+    prompt = f", prompt: {summary.prompt}" if summary.prompt else ""
+    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation}{prompt})")
+    for column in ("domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"):
         table.add_column(column, justify="right" if column != "domain" else "left")
     for domain, d in summary.per_domain.items():
-        table.add_row(domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high))
+        table.add_row(
+            domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high),
+            percent(d.judgebench_score),
+        )
     table.add_row(
         "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high), style="bold",
+        percent_range(summary.error_ci_low, summary.error_ci_high), percent(summary.judgebench_score), style="bold",
     )
     console.print(table)
+    orders = "both orders" if summary.positions == "both" else "one order per pair"
+    console.print(
+        f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
+        f"JudgeBench score: share of all {summary.n_pairs} pairs whose net vote over {orders} is positive "
+        f"(+1 right, -1 wrong, 0 invalid): {percent(summary.judgebench_score)} (95% CI "
+        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {summary.judgebench_ties} pairs at net 0)",
+        highlight=False,
+    )
     console.print(
         f"invalid pairs: {percent(summary.invalid_rate)} ({summary.n_invalid_judgments} invalid judgments"
         f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
@@ -66,7 +78,9 @@ def judge(
     seed: int = typer.Option(42, "--seed", help="Seed for the position swap and sampling."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
-    reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
+    reasoning_chars: Optional[int] = typer.Option(None, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters; default 600)."),
+    no_reasoning_cap: bool = typer.Option(False, "--no-reasoning-cap", help="No bound on the reasoning paragraph (the paper's free reasoning); --max-tokens still bounds it and a cut output is invalid."),
+    prompt: str = typer.Option("judge_pairwise", "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
     allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
     mitigation: str = typer.Option(
         "none", "--mitigation",
@@ -89,9 +103,12 @@ def judge(
     from ..progress import progress_bar
 
     cache_path = None if no_cache else (cache or default_cache_path())
+    if no_reasoning_cap and reasoning_chars is not None:
+        fail("--reasoning-chars and --no-reasoning-cap contradict each other; pass one of them")
     try:
+        cap = {"reasoning_chars": None} if no_reasoning_cap else ({"reasoning_chars": reasoning_chars} if reasoning_chars else {})
         settings = JudgeSettings(
-            positions=positions, reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens,  # type: ignore[arg-type]
+            positions=positions, reasoning=reasoning, max_tokens=max_tokens, prompt=prompt, **cap,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation,  # type: ignore[arg-type]
         )
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))

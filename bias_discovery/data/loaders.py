@@ -3,7 +3,10 @@
 `load_pairs(source)` accepts
 
 - a named set (case-insensitive):
-  - ``demo``: the objective pairs shipped in this package (``demo_pairs.jsonl``);
+  - ``demo``: the 48 objective pairs shipped in this package (``demo_pairs.jsonl``);
+    ``demo:target`` / ``demo:test`` for its two disjoint halves (24 pairs each, 6 per domain:
+    the odd-numbered pairs of each domain are the target half, the even-numbered the test
+    half), so a quick run discovers on one half and validates on the other;
   - ``judgebench``: JudgeBench, both response-model splits (gpt first, then claude);
     ``judgebench:gpt`` / ``judgebench:claude`` for one of them;
   - ``rewardbench``: RewardBench's ``filtered`` split; ``rewardbench:<section>`` for one of its
@@ -60,7 +63,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import DataError
 from ..io import iter_jsonl
-from .pairs import PreferencePair
+from .pairs import Order, PreferencePair
 
 DATA_DIR_ENV = "BIAS_DISCOVERY_DATA_DIR"
 """Environment variable naming the local data directory for named sets."""
@@ -109,8 +112,14 @@ REWARDBENCH_SUBSET_SECTIONS: dict[str, str] = {
 """RewardBench's own grouping of subsets into sections. The local copy carries a `section`
 field; the hub's `filtered` split does not, so hub rows get their section from here."""
 
+DEMO_SPLITS: dict[str, int] = {"target": 1, "test": 0}
+"""Demo split -> the parity of the pair numbers it holds (`demo-math-01` is number 1: target).
+The halves are disjoint, cover the set, and hold 6 pairs of each of the four domains."""
+
 KNOWN_DATASETS: dict[str, str] = {
-    "demo": "objective pairs shipped with the package (math, knowledge, reasoning, code)",
+    "demo": "the 48 objective pairs shipped with the package (math, knowledge, reasoning, code)",
+    "demo:target": "24 demo pairs (6 per domain) for discovery; disjoint from demo:test",
+    "demo:test": "the other 24 demo pairs (6 per domain) for validation",
     "judgebench": "JudgeBench, both response-model splits (gpt then claude)",
     "judgebench:gpt": "JudgeBench, pairs answered by gpt-4o",
     "judgebench:claude": "JudgeBench, pairs answered by claude-3.5-sonnet",
@@ -394,6 +403,7 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
         rejected=rejected,
         domain=judgebench_domain(source),
         source=source,
+        data_order="chosen_first" if better == "A" else "rejected_first",
         meta=meta,
     )
 
@@ -515,6 +525,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
     question = _require(row, question_field)
     used.add(question_field)
 
+    data_order: Order | None = None
     if style == "chosen_rejected":
         chosen = _require(row, fields.chosen)
         rejected = _require(row, fields.rejected)
@@ -531,9 +542,9 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
                 + ", ".join(repr(k) for k in fields.label_values)
             )
         if fields.label_values[label] == "A":
-            chosen, rejected = response_a, response_b
+            chosen, rejected, data_order = response_a, response_b, "chosen_first"
         else:
-            chosen, rejected = response_b, response_a
+            chosen, rejected, data_order = response_b, response_a, "rejected_first"
         used.update({fields.response_a, fields.response_b})  # the label itself stays in meta
 
     pair_id = _id_value(row, fields.id) or row.fallback_id
@@ -554,6 +565,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
         rejected=rejected,
         domain=domain or "unknown",
         source=source if source is not None else default_source,
+        data_order=data_order,
         meta=meta,
     )
 
@@ -597,6 +609,14 @@ def _resolve(source: str | Path) -> _Resolved:
     lowered = text.lower()
     if lowered == "demo":
         return _Resolved("demo", "demo")
+    if lowered.startswith("demo:"):
+        split = lowered.split(":", 1)[1].strip()
+        if split not in DEMO_SPLITS:
+            raise DataError(
+                f"unknown demo split {split!r} in {text!r}; known: demo (all 48 pairs), "
+                + ", ".join(f"demo:{s}" for s in DEMO_SPLITS)
+            )
+        return _Resolved("demo", f"demo:{split}", splits=(split,))
     if lowered == "judgebench":
         return _Resolved("judgebench", "judgebench", splits=tuple(JUDGEBENCH_FILES))
     if lowered.startswith("judgebench:"):
@@ -624,6 +644,15 @@ def _resolve(source: str | Path) -> _Resolved:
     if path.suffix or path.exists() or "/" in text or os.sep in text:
         return _Resolved("file", str(path), path=path)
     raise DataError(f"unknown data set {text!r}; {_KNOWN_HINT}")
+
+
+def demo_split(pair_id: str) -> str:
+    """The demo split (`target` / `test`) of a demo pair id such as ``demo-math-07``."""
+    match = re.fullmatch(r"demo-[a-z]+-(\d+)", pair_id)
+    if match is None:
+        raise DataError(f"{DEMO_FILE}: pair id {pair_id!r} is not of the form demo-<domain>-<number>")
+    parity = int(match.group(1)) % 2
+    return next(name for name, p in DEMO_SPLITS.items() if p == parity)
 
 
 def resolve_data_dir(data_dir: Path | str | None = None) -> Path | None:
@@ -673,6 +702,8 @@ def load_pairs(
     fields = field_map or FieldMap()
     if resolved.kind == "demo":
         pairs = _generic_pairs(_jsonl_rows(DEMO_FILE), fields=FieldMap(), default_source="demo")
+        if resolved.splits:
+            pairs = [p for p in pairs if demo_split(p.id) == resolved.splits[0]]
     elif resolved.kind == "judgebench":
         pairs = _load_judgebench(list(resolved.splits), resolve_data_dir(data_dir))
     elif resolved.kind == "rewardbench":
@@ -710,7 +741,7 @@ def describe_source(source: str | Path, data_dir: Path | str | None = None, *, p
 
     resolved = _resolve(source)
     if resolved.kind == "demo":
-        return "demo (packaged with bias-discovery)" if portable else f"demo (packaged: {DEMO_FILE})"
+        return f"{resolved.name} (packaged with bias-discovery)" if portable else f"{resolved.name} (packaged: {DEMO_FILE})"
     if resolved.kind == "file":
         assert resolved.path is not None
         return f"file: {where(resolved.path.resolve())}"
@@ -733,6 +764,7 @@ def describe_source(source: str | Path, data_dir: Path | str | None = None, *, p
 
 __all__ = [
     "DATA_DIR_ENV",
+    "DEMO_SPLITS",
     "FieldMap",
     "KNOWN_DATASETS",
     "describe_source",

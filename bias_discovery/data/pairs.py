@@ -11,12 +11,16 @@ Domain = str
 uses its sections (Chat, Chat Hard, Safety, Reasoning)."""
 
 
+Order = Literal["chosen_first", "rejected_first"]
+"""Which response the judge sees as A: chosen_first means A = chosen, B = rejected."""
+
+
 class PreferencePair(BaseModel):
     """A question with a better (`chosen`) and a worse (`rejected`) response.
 
     Loaders always normalise to chosen/rejected: for JudgeBench, label "A>B" means response_A
     is chosen. Which response the judge sees in position A is decided later, by the judge's
-    position mode, never by the data file.
+    position mode; only `positions: fixed` uses the data file's own order (`data_order`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -27,8 +31,8 @@ class PreferencePair(BaseModel):
     rejected: str
     domain: Domain = "unknown"
     source: str = ""
+    data_order: Order | None = None
+    """The data set's own order, when it has one: `chosen_first` when its response A is the
+    chosen one (JudgeBench's label "A>B"), `rejected_first` when it is B; None for data with
+    no order (chosen/rejected fields). Rewrites of the pair keep it (`positions: fixed`)."""
     meta: dict[str, Any] = Field(default_factory=dict)
-
-
-Order = Literal["chosen_first", "rejected_first"]
-"""Which response the judge sees as A: chosen_first means A = chosen, B = rejected."""

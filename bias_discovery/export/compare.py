@@ -2,7 +2,8 @@
 
 The judge command has already judged the original set (`--data`); this judges the exported
 Pro set at DIR with the same model and settings, and puts the two error rates side by side
-per domain (the shape of the BiasScope paper's Table 9). The Pro set is read from
+per domain (the shape of the BiasScope paper's Table 9), each set's JudgeBench score (net vote
+over the judged orders, `JudgeSummary.judgebench_score`) next to it. The Pro set is read from
 ``DIR/data.jsonl`` (label-style: ``response_A``/``response_B``/``label``; ids from
 ``sample_id``), so `--positions fixed` keeps its seeded A/B order.
 """
@@ -33,6 +34,13 @@ class CompareRow(BaseModel):
     pro_error: float | None
     delta: float | None
     """pro_error - original_error."""
+    original_judgebench: float | None = None
+    """JudgeBench's own score (accuracy by net vote, over all original_pairs) on the original set."""
+    pro_judgebench: float | None = None
+    """The same on the Pro set."""
+    original_pairs: int = 0
+    pro_pairs: int = 0
+    """All pairs of the domain (the JudgeBench score's n; the error's n counts valid pairs only)."""
 
 
 class CompareReport(BaseModel):
@@ -80,6 +88,10 @@ def compare_rows(original: JudgeSummary, pro: JudgeSummary) -> list[CompareRow]:
                 pro_n=p.n_valid if p else 0,
                 pro_error=pe,
                 delta=None if oe is None or pe is None else pe - oe,
+                original_judgebench=o.judgebench_score if o else None,
+                pro_judgebench=p.judgebench_score if p else None,
+                original_pairs=o.n if o else 0,
+                pro_pairs=p.n if p else 0,
             )
         )
     oe, pe = original.error_rate, pro.error_rate
@@ -91,6 +103,10 @@ def compare_rows(original: JudgeSummary, pro: JudgeSummary) -> list[CompareRow]:
             pro_n=pro.n_valid_pairs,
             pro_error=pe,
             delta=None if oe is None or pe is None else pe - oe,
+            original_judgebench=original.judgebench_score,
+            pro_judgebench=pro.judgebench_score,
+            original_pairs=original.n_pairs,
+            pro_pairs=pro.n_pairs,
         )
     )
     return rows
@@ -145,7 +161,8 @@ def print_compare(report: CompareReport, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"{report.model}: error (%) on the original set and on the Pro set")
-    for column in ("domain", "original n", "original err", "Pro n", "Pro err", "Δ (pp)"):
+    columns = ("domain", "original n", "original err", "Pro n", "Pro err", "Δ (pp)", "original JB score", "Pro JB score")
+    for column in columns:
         table.add_column(column, justify="left" if column == "domain" else "right")
     for row in report.rows:
         table.add_row(
@@ -155,6 +172,14 @@ def print_compare(report: CompareReport, console: Any) -> None:
             str(row.pro_n),
             percent(row.pro_error, unit=""),
             pp(row.delta, unit=""),
+            percent(row.original_judgebench, unit=""),
+            percent(row.pro_judgebench, unit=""),
             style="bold" if row.domain == "all" else None,
         )
     console.print(table)
+    console.print(
+        "err: share of the valid pairs (n) judged wrong in at least one order. JB score: JudgeBench's own "
+        "score (%), the share of all pairs whose net vote over the judged orders is positive (+1 right, "
+        f"-1 wrong, 0 invalid); n = {report.original.n_pairs} original and {report.pro.n_pairs} Pro pairs.",
+        highlight=False,
+    )

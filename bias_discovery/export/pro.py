@@ -12,14 +12,18 @@ The paper's recipe (BiasScope, Section 5), step by step, every step counted:
    rejected response) are dropped.
 3. **Duplicates**: identical (question, new rejected) texts are kept once (before the checks,
    so no call is made twice for the same text).
-4. **Equivalence check.** A checker model (the teacher by default) is asked whether the
-   rewritten rejected response now reaches the same final answer as the chosen one (prompt
-   ``equivalence_check``, output constrained to "same" / "different"). "same" variants are no
-   longer wrong answers and are dropped; an unusable answer drops the variant too (counted).
-5. **Adversarial filter.** The filter model (the run's target by default) judges every
-   surviving variant in both orders (`JudgeSettings(positions="both")`, the run's judge
-   prompt and budget); only variants it gets wrong in both orders are kept (the paper's rule).
-   A variant with any invalid verdict is dropped and counted.
+4. **Equivalence check.** A checker model (the filter model by default: not the teacher,
+   which would be grading its own rewrites) is asked whether the rewritten rejected response
+   now reaches the same final answer as the chosen one (prompt ``equivalence_check``, output
+   constrained to "same" / "different"). "same" variants are no longer wrong answers and are
+   dropped; an unusable answer drops the variant too (counted).
+5. **Adversarial filter.** The filter model judges every surviving variant in both orders
+   (`JudgeSettings(positions="both")`, the run's judge prompt and budget); only variants it
+   gets wrong in both orders are kept (the paper's rule; the paper filters with a strong judge,
+   Qwen3-32B). A variant with any invalid verdict is dropped and counted. The filter must not
+   be the run's target (the judge under study): every sample it keeps is one it got wrong in
+   both orders, so its own error on the set is 100 % by construction and the set says nothing
+   about it. A self-filter is refused unless asked for (`allow_self_filter`).
 6. **Samples.** Each kept variant becomes a sample with the chosen response in position A or B
    by a seeded coin per sample (`label` "A>B" / "B>A").
 
@@ -45,6 +49,7 @@ from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
+from ..llm.config import ModelConfig
 from ..llm.types import Constraint, GenerationRequest
 from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import load_prompt
@@ -235,6 +240,30 @@ def parse_check(text: str, finish_reason: str) -> str | None:
     return None
 
 
+def same_model(a: ModelConfig, b: ModelConfig) -> bool:
+    """Whether two configs name the same model, whichever provider serves it (an
+    `openai/Qwen/X` server and a `vllm/Qwen/X` engine are one model). Compared by model name;
+    one model under two different names (a served alias, a copied file) is not recognised."""
+
+    def key(config: ModelConfig) -> str:
+        return config.model.strip().rstrip("/").lower()
+
+    return key(a) == key(b)
+
+
+def check_filter_model(filter_cfg: ModelConfig, target: ModelConfig, *, allow_self_filter: bool) -> None:
+    """Refuse a filter model that is the judge under study, unless `allow_self_filter`."""
+    if allow_self_filter or not same_model(filter_cfg, target):
+        return
+    raise ExportError(
+        f"the filter model {filter_cfg.spec} is the run's target (the judge under study; it is the "
+        "filter by default): the filter keeps only the variants it gets wrong in both orders, so the "
+        "target's error on the resulting set is 100 % by construction and the set measures nothing about "
+        "it. Pass --filter-model with another strong judge (the paper filters with Qwen3-32B), or "
+        "--allow-self-filter to build a set of the target's own failures anyway"
+    )
+
+
 def build_pro_set(
     pairs: Sequence[PreferencePair],
     biases: Sequence[Bias],
@@ -323,7 +352,9 @@ def build_pro_set(
     alive = [r for r in records if r.status == "kept"]
     counts.filter_judged = len(alive)
     if alive:
-        settings = judge_settings.model_copy(update={"positions": "both"})
+        # The paper's rule: one verdict per order, wrong in both. A run's mitigation (several
+        # votes per verdict) would change what "wrong in both orders" means, so it is off here.
+        settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
         judged = [
             PreferencePair(
                 id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
@@ -553,6 +584,15 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         f"Filter judge settings: {settings_text(stats['filter_judge_settings'])}. "
         f"Teacher settings: {settings_text(stats['perturb_settings'])}.",
         "",
+    ]
+    if stats.get("self_filter"):
+        lines += [
+            "> **The filter is the run's target** (built with `--allow-self-filter`): every sample is one "
+            "the target judged wrong in both orders, so the target's error on this set is 100 % by "
+            "construction. The set shows the target's failures; it does not measure the target.",
+            "",
+        ]
+    lines += [
         "## Biases",
         "",
         "| id | name | definition | origin | Δerror (validation) | generated | kept |",
@@ -622,11 +662,16 @@ def export_judgebench_pro(
     data_dir: Path | str | None = None,
     limit: int | None = None,
     overwrite: bool = False,
+    allow_self_filter: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
     """Build a Pro set from a run and write it to `out` (see the module docstring); returns
     stats.json's content. `engines` ({"teacher", "checker", "filter"}) replaces models (tests).
+
+    Models: the filter is `filter_model`, else the run's target, which is refused (see
+    `check_filter_model`) unless `allow_self_filter`; the equivalence checker is
+    `checker_model`, else the filter model.
 
     Data: the run's test data (`data.test`, `data.data_dir`) unless `data` is given; `limit`
     takes a seeded sample of N pairs with the run's seed (with N = the run's `test_limit`,
@@ -646,9 +691,10 @@ def export_judgebench_pro(
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
         teacher_cfg = config.teacher
-        checker_cfg = model_config(checker_model, checker_base_url, config.teacher)
         filter_cfg = model_config(filter_model, filter_base_url, config.target)
-        judge_settings = config.judge.model_copy(update={"positions": "both"})
+        check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
+        checker_cfg = model_config(checker_model, checker_base_url, filter_cfg)
+        judge_settings = config.judge.model_copy(update={"positions": "both", "mitigation": "none"})
         roles = ctx.roles({"teacher": teacher_cfg, "checker": checker_cfg, "filter": filter_cfg})
         build = build_pro_set(
             pairs,
@@ -678,6 +724,7 @@ def export_judgebench_pro(
                 "filter": filter_cfg.spec,
                 "target": config.target.spec,
             },
+            "self_filter": same_model(filter_cfg, config.target),
             "filter_judge_settings": judge_settings.model_dump(mode="json"),
             "perturb_settings": config.perturb.model_dump(mode="json"),
         }

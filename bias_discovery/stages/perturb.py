@@ -92,6 +92,7 @@ def perturb(
                 valid=reason is None,
                 invalid_reason=reason,
                 completion_tokens=response.completion_tokens,
+                data_order=pair.data_order,
             )
         )
     return out

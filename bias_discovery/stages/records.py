@@ -27,9 +27,13 @@ class PerturbedPair(BaseModel):
     of judging (and counted), never judged on a half-written response."""
     invalid_reason: str | None = None
     completion_tokens: int = 0
+    data_order: Order | None = None
+    """The original pair's own order (`PreferencePair.data_order`), for `positions: fixed`."""
 
     def to_pair(self) -> PreferencePair:
-        """The pair as the judge sees it; the id is kept so position swaps match the original."""
+        """The pair as the judge sees it; the id (which keys the `swap` draw) and the data's
+        own order (`fixed`) are the original's, so the perturbed item is shown the same way
+        round as its baseline item and the two can be compared pair by pair."""
         return PreferencePair(
             id=self.pair_id,
             question=self.question,
@@ -37,6 +41,7 @@ class PerturbedPair(BaseModel):
             rejected=self.perturbed_rejected,
             domain=self.domain,
             source="perturbed",
+            data_order=self.data_order,
             meta={"bias_id": self.bias_id},
         )
 

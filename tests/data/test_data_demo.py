@@ -53,6 +53,37 @@ def test_counts_ids_and_fields(demo: dict[str, Any]) -> None:
         assert pair.chosen != pair.rejected
 
 
+def test_target_and_test_splits_are_disjoint_balanced_and_cover_the_set(demo: dict[str, Any]) -> None:
+    """`demo:target` (discovery) and `demo:test` (validation) never share a pair, so the quick
+    start does not validate a bias on the pairs it was found on."""
+    target, test = load_pairs("demo:target"), load_pairs("demo:test")
+    target_ids, test_ids = {p.id for p in target}, {p.id for p in test}
+    assert len(target_ids) == len(target) == 24 and len(test_ids) == len(test) == 24
+    assert not target_ids & test_ids
+    assert target_ids | test_ids == set(demo)
+    assert Counter(p.domain for p in target) == Counter(p.domain for p in test) == {d: 6 for d in DOMAINS}
+    assert all(p == demo[p.id] for p in target + test)  # the same pairs, unchanged
+    assert "demo-math-01" in target_ids and "demo-math-02" in test_ids
+    # Case and the file order as in `demo`; limits and seeded samples stay inside a split.
+    assert [p.id for p in load_pairs("Demo:Test")] == [i for i in demo if i in test_ids]
+    assert {p.id for p in load_pairs("demo:test", limit=12, seed=42)} <= test_ids
+
+
+def test_unknown_demo_split_lists_the_known_ones() -> None:
+    from bias_discovery.errors import DataError
+
+    with pytest.raises(DataError, match=r"unknown demo split 'train' in 'demo:train'; known: demo \(all 48 pairs\), demo:target, demo:test"):
+        load_pairs("demo:train")
+
+
+def test_the_quick_start_and_the_default_config_validate_on_other_pairs_than_they_discover_on() -> None:
+    from bias_discovery.config import DataConfig, load_run_config
+    from helpers import REPO
+
+    for data in (load_run_config(REPO / "experiments" / "quickstart-cpu.yaml").data, DataConfig()):
+        assert (data.target, data.test) == ("demo:target", "demo:test")
+
+
 def test_lengths_are_bounded_and_similar(demo: dict[str, Any]) -> None:
     for pair in demo.values():
         chosen, rejected = len(pair.chosen.split()), len(pair.rejected.split())

@@ -105,6 +105,8 @@ def test_label_style_file_judgebench_shaped(tmp_path: Path) -> None:
     assert (first.id, first.chosen, first.rejected, first.domain) == ("jb-1", "A1", "B1", "math")
     assert (second.chosen, second.rejected, second.domain, second.source) == ("B2", "A2", "knowledge", "mmlu-pro-law")
     assert second.meta["label"] == "B>A"
+    # The file's own A/B order is kept, for `positions: fixed`.
+    assert (first.data_order, second.data_order) == ("chosen_first", "rejected_first")
 
 
 def test_label_style_custom_values(tmp_path: Path) -> None:
@@ -112,6 +114,12 @@ def test_label_style_custom_values(tmp_path: Path) -> None:
     fields = FieldMap(style="label", response_a="a", response_b="b", label="winner", label_values={"model_a": "A", "model_b": "B"})
     pair = load_pairs(write_jsonl(tmp_path / "d.jsonl", [record]), field_map=fields)[0]
     assert (pair.chosen, pair.rejected) == ("second", "first")
+    assert pair.data_order == "rejected_first"  # whatever the label values are called
+
+
+def test_chosen_rejected_files_have_no_order_of_their_own(tmp_path: Path) -> None:
+    pair = load_pairs(write_jsonl(tmp_path / "d.jsonl", [row(1)]))[0]
+    assert pair.data_order is None
 
 
 def test_json_list_file(tmp_path: Path) -> None:

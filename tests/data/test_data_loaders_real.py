@@ -70,6 +70,7 @@ def test_judgebench_label_mapping_on_every_row(shared_data: Path, split: str) ->
         assert pair.source == row["source"]
         assert pair.meta["original_id"] == row["original_id"]
         assert pair.meta["response_model"] == row["response_model"]
+        assert pair.data_order == ("chosen_first" if row["label"] == "A>B" else "rejected_first")
 
 
 def test_judgebench_domains(shared_data: Path) -> None:

@@ -237,3 +237,40 @@ def test_llama_cpp_parses_choice_and_json_grammars(llama_vocab) -> None:  # type
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
     assert _parses(llama_vocab, json_schema_to_gbnf(schema))
     assert not _parses(llama_vocab, "root ::= (")  # the check itself can fail
+
+
+# ---------------------------------------------------------------- the judge's verdict format
+
+JUDGE_OUTPUTS = [
+    "Reasoning: A is right.\nVerdict: A",
+    "Reasoning: " + "long " * 300 + "\nVerdict: B",
+    "Reasoning: x\nVerdict: C",
+    "Reasoning: two\nlines\nVerdict: A",
+    "Reasoning: \nVerdict: A",
+    "Verdict: A",
+    "Reasoning: no verdict",
+]
+
+
+@pytest.mark.parametrize("reasoning_chars", [200, None])
+def test_judge_verdict_constraint_with_and_without_a_reasoning_cap(reasoning_chars) -> None:  # type: ignore[no-untyped-def]
+    from bias_discovery.judging import JudgeSettings, verdict_constraint
+
+    regex = verdict_constraint(JudgeSettings(reasoning_chars=reasoning_chars)).regex
+    assert regex is not None
+    grammar = regex_to_gbnf(regex)
+    bound = "{1,200}" if reasoning_chars else "+"
+    assert grammar.strip() == f'root ::= "Reasoning: " [^\\x0A]{bound} "\\nVerdict: " [A-B]'
+    back = re.compile(gbnf_to_python(grammar))
+    accepted = [text for text in JUDGE_OUTPUTS if back.fullmatch(text)]
+    assert accepted == [text for text in JUDGE_OUTPUTS if re.fullmatch(regex, text)]
+    # The 1500-character paragraph passes only without the cap.
+    assert len(accepted) == (1 if reasoning_chars else 2)
+
+
+def test_llama_cpp_parses_the_judge_verdict_grammars(llama_vocab) -> None:  # type: ignore[no-untyped-def]
+    from bias_discovery.judging import JudgeSettings, verdict_constraint
+
+    for chars in (600, None):
+        regex = verdict_constraint(JudgeSettings(reasoning_chars=chars)).regex
+        assert regex is not None and _parses(llama_vocab, regex_to_gbnf(regex))

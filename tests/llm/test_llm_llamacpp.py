@@ -140,3 +140,31 @@ def test_outputs_do_not_depend_on_call_order(engine) -> None:  # type: ignore[no
     forward = [r.text for r in engine.generate(requests)]
     backward = [r.text for r in engine.generate(list(reversed(requests)))][::-1]
     assert forward == backward
+
+
+@pytest.mark.model
+def test_smollm2_follows_the_default_prompt_and_the_uncapped_verdict_format(engine) -> None:  # type: ignore[no-untyped-def]
+    """The paper's setting (default neutral prompt, no reasoning cap) on the real model: every
+    finished output is the verdict format, whatever its length; only an output cut by
+    max_tokens is not, and it is scored invalid (`truncated`), never as a verdict."""
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, build_tasks, to_judgment, verdict_constraint
+
+    settings = JudgeSettings(positions="both", reasoning_chars=None, max_tokens=160)
+    pairs = load_pairs("demo:test", limit=3)
+    tasks = build_tasks(pairs, settings, seed=42)
+    assert "Which response is more helpful and accurate?" in tasks[0].request.messages[-1].content
+    regex = verdict_constraint(settings).regex
+    outputs = engine.generate([t.request for t in tasks])
+    finished = 0
+    for task, out in zip(tasks, outputs):
+        judgment = to_judgment(pairs[task.pair_index], task.order, out)
+        if out.finish_reason == "stop":
+            finished += 1
+            assert re.fullmatch(regex, out.text), out.text
+            assert judgment.verdict in ("A", "B") and judgment.invalid_reason is None
+        else:
+            assert out.finish_reason == "length" and out.completion_tokens == 160
+            assert judgment.verdict is None and judgment.invalid_reason == "truncated"
+    print("uncapped, max_tokens 160:", finished, "of", len(outputs), "finished;", [o.completion_tokens for o in outputs])
+    assert finished >= 1
