@@ -131,7 +131,7 @@ def write_pairs(path: Path, n: int) -> Path:
     return path
 
 
-def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6) -> Path:
+def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6, judge: dict | None = None) -> Path:
     """A run directory as the loop leaves it (config, checkpoints file, library), no models."""
     root.mkdir(parents=True)
     data = write_pairs(root.parent / f"{root.name}-pairs.jsonl", n_pairs)
@@ -141,6 +141,7 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6) -> Pa
             "target": "llamacpp/unused-in-these-tests.gguf",
             "teacher": "llamacpp/unused-in-these-tests.gguf",
             "data": {"target": str(data), "test": str(data)},
+            **({"judge": judge} if judge else {}),
         }
     )
     (root / "config.yaml").write_text(config.to_yaml())
@@ -825,3 +826,18 @@ def test_judge_compare_refuses_a_non_pro_dir_before_judging(tmp_path: Path):
     assert result.returncode == 2
     assert "not an exported Pro set" in " ".join(result.stderr.split())
     assert not (tmp_path / "j").exists()
+
+
+def test_a_users_judge_template_is_named_by_file_name_in_the_published_set(tmp_path: Path):
+    template = tmp_path / "templates" / "my_judge.txt"
+    template.parent.mkdir()
+    template.write_text(
+        "=== user ===\n${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+        "[Response B]\n${response_b}\n[End of Response B]\n${format_instruction}\n"
+    )
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias(name, discovered=True) for name in WORLD_BIASES],
+                        judge={"prompt": str(template)})
+    out = tmp_path / "pro"
+    stats = export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
+    assert stats["filter_judge_settings"]["prompt"] == "my_judge.txt"
+    assert str(tmp_path) not in (out / "README.md").read_text() and str(tmp_path) not in (out / "stats.json").read_text()

@@ -52,7 +52,7 @@ from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.types import Constraint, GenerationRequest
 from ..progress import ProgressFactory, progress_or_quiet
-from ..prompts import load_prompt
+from ..prompts import is_prompt_path, load_prompt
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
@@ -725,7 +725,11 @@ def export_judgebench_pro(
                 "target": config.target.spec,
             },
             "self_filter": same_model(filter_cfg, config.target),
-            "filter_judge_settings": judge_settings.model_dump(mode="json"),
+            # A user's template by file name: the exporting machine's paths mean nothing to readers.
+            "filter_judge_settings": {
+                **judge_settings.model_dump(mode="json"),
+                "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
+            },
             "perturb_settings": config.perturb.model_dump(mode="json"),
         }
         stats = pro_stats(build, ctx_info=info, biases=chosen)
