@@ -10,7 +10,8 @@ from ..data.pairs import Order, PreferencePair
 
 
 class PerturbedPair(BaseModel):
-    """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl)."""
+    """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl),
+    or rewrote neutrally (the placebo: `bias_id` ``placebo``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,7 +27,12 @@ class PerturbedPair(BaseModel):
     """False when the teacher's rewrite was truncated, failed or empty: the item is left out
     of judging (and counted), never judged on a half-written response."""
     invalid_reason: str | None = None
+    """truncated, empty, engine_error, unchanged (identical to the original); after the answer
+    check (validation): answer_changed (it now reaches the chosen answer) or check_invalid."""
     completion_tokens: int = 0
+    answer_check: Literal["same", "different", "unusable"] | None = None
+    """The checker's answer to "does the rewrite reach the chosen response's final answer?";
+    None when not checked."""
 
     def to_pair(self) -> PreferencePair:
         """The pair as the judge sees it; the id is kept so position swaps match the original."""
