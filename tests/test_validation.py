@@ -214,3 +214,39 @@ def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
     null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
     assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]
     assert report["accepted"] and test_rewrites["count"] > 50
+
+
+# -- the seed library, run-wide error control, the stop reason ------------------------------------
+
+
+def test_seed_library_is_validated_at_iteration_zero(tmp_path):
+    """validate.seeds: which known biases does this judge have? biasscope7's Authority Bias is
+    the one authority_world's judge has; the others stay in the library, not confirmed."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40),
+                         validate={"n_boot": 200, "seeds": True, "error_control": "run"})
+    rd, _, _ = run_fake(tmp_path, config)
+    report = _validation(rd, 0)
+    assert report["iteration"] == 0 and report["alpha_family"] == 0.05 / 2  # 1 iteration + the seeds
+    assert report["accepted"] == ["authority-bias"]
+    assert len(report["candidates"]) == 7 and "p <= 0.025" in report["candidates"][0]["vs_placebo"]["rule"]
+    seeds = rd.library.load_iteration(0)
+    assert [b.validation is not None for b in seeds.biases] == [True] * 7
+    assert seeds.by_id("authority-bias").validation.accepted
+    assert not seeds.by_id("length-bias").validation.accepted
+    latest = rd.library.load_latest()
+    assert set(seeds.ids()) <= set(latest.ids())  # confirmed or not, seeds stay: they drive perturbation
+    assert latest.by_id("authority-bias").validation.accepted
+    assert _validation(rd, 1)["alpha_family"] == 0.025
+
+
+def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
+    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40))
+    rd, state, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
+    report = _validation(rd)
+    assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
+    reason = state["stop_reason"]
+    assert reason.startswith("converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power")
+    # 40 items: looks at 20 and 40; the last look's share of alpha is what a candidate faces at the end
+    assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]
+    assert f"at n = 40 (one-sided α = {report['mde_alpha']:.3g} per candidate)" in reason
+    assert rd.read_state().stop_reason == reason
