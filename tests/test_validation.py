@@ -250,3 +250,34 @@ def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
     assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]
     assert f"at n = 40 (one-sided α = {report['mde_alpha']:.3g} per candidate)" in reason
     assert rd.read_state().stop_reason == reason
+
+
+# -- what the report and `library show` say ------------------------------------------------------
+
+
+def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power(tmp_path):
+    from bias_discovery.report import render_report
+
+    from helpers import cli
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
+                         validate={"n_boot": 200, "seeds": True, "max_candidates": 3})
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
+    html = render_report(rd.root)
+    for text in ('id="validation"', 'id="rewrite-effect"', "Rewrite effect (placebo vs baseline)", "placebo error",
+                 "Δ vs placebo [CI]", "smallest detectable Δ", "Power per validation", "(seeds)", "b-confirmed",
+                 "b-unconfirmed", "the known biases on this judge", "stop: biased", "growing slices of 25, 50, 100 test items"):
+        assert text in html, text
+    assert 'id="vs-placebo-d1-expert-citation-bias"' in html and 'id="vs-baseline-d1-expert-citation-bias"' in html
+    assert "(decides)" in html
+
+    shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
+    rows = {r["id"]: r for r in shown["biases"]}
+    found = rows["d1-expert-citation-bias"]
+    assert found["status"] == "accepted" and found["control"] == "placebo"
+    assert found["delta_vs_placebo"] == 1.0 and found["stopped_at"] == 25 and found["stop"] == "efficacy"
+    assert found["mde"] is not None and found["mde_n"] == 100 and found["length_ratio"] > 1
+    assert rows["authority-bias"]["status"] == "confirmed" and rows["length-bias"]["status"] == "unconfirmed"
+    table = cli("library", "show", str(rd.root), env={"COLUMNS": "220"}).stdout
+    assert "placebo" in table and "confirmed" in table and "MDE" in table
+    assert "rewrite effect (placebo vs baseline): Δerror +0.0 pp (CI [+0.0, +0.0], n = 100), p = 1.000" in table

@@ -114,8 +114,10 @@ class ValidationOutput(BaseModel):
     judgments: list[Judgment]
     plan: SequentialPlan | None = None
     mde: float | None = None
-    """Median of the candidates' smallest detectable Δ (None when none is computable)."""
+    """Median of the candidates' smallest detectable Δ, over those with valid pairs (None when
+    no Δ is detectable at their n)."""
     mde_n: int | None = None
+    """Median of those candidates' n (None when no candidate had a valid pair)."""
     mde_alpha: float | None = None
     """The level the smallest detectable Δ is computed at: the last look's, over the family."""
 
@@ -358,9 +360,10 @@ def validate_biases(
         decision = deciding[k]
         control_cmp = decided_placebo[k] if settings.control == "placebo" and decided_placebo else decided_base[k]
         mde, mde_n = _mde(control_cmp, stopped_at[k], n, level, settings.power)
-        if mde is not None:
-            mdes.append(mde)
-        mde_ns.append(mde_n)
+        if mde_n > 0:  # a candidate without a valid pair says nothing about power
+            mde_ns.append(mde_n)
+            if mde is not None:
+                mdes.append(mde)
         checked, changed = answer_changes(rewrites[k])
         reasons: dict[str, int] = {}
         for p in rewrites[k]:
