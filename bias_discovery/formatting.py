@@ -54,7 +54,7 @@ def p_value(x: float | None, *, missing: str = MISSING) -> str:
 def p_clause(x: float | None, *, missing: str = MISSING) -> str:
     """A p-value in a sentence: ``p = 0.004``, ``p < 0.001``."""
     text = p_value(x, missing=missing)
-    return f"p {text}" if text.startswith("<") else f"p = {text}"
+    return f"p < {text[1:]}" if text.startswith("<") else f"p = {text}"
 
 
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:
