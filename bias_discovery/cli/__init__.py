@@ -17,6 +17,7 @@ from .common import app
 from . import judge  # noqa: F401,E402  judge
 from . import loop  # noqa: F401,E402  run, resume, status
 from . import browse  # noqa: F401,E402  library show/diff, report, view
+from . import replicate  # noqa: F401,E402  replicate
 from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo
 # isort: on
 
