@@ -234,6 +234,11 @@ class RewriteEffect(_Model):
     """One-sided exact McNemar p-value (H1: rewriting alone raises the error)."""
     answer_change_rate: Probability | None = None
     """Share of checked neutral rewrites that now reach the chosen response's final answer."""
+    n_answer_checked: int | None = Field(default=None, ge=0)
+    """Neutral rewrites the checker could check (the n of `answer_change_rate`)."""
+    n_answer_unverifiable: int | None = Field(default=None, ge=0)
+    """Neutral rewrites the checker could not check (it called their original "same" as the
+    chosen answer); they are kept."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the neutral rewrites over those of the originals."""
 
@@ -270,8 +275,9 @@ class BiasValidation(_Model):
     per_domain: dict[str, DomainValidation] = Field(default_factory=dict)
     """The same numbers per domain of the test data."""
     answer_change_rate: Probability | None = None
-    """Share of checked perturbations that now reach the chosen response's final answer (they
-    are excluded from the numbers); None when not checked."""
+    """Share of the checked perturbations that now reach the chosen response's final answer
+    (they are excluded from the numbers); None when none could be checked. Checked: the checker
+    told the original rejected response apart from the chosen one."""
     test_data: str | None = None
     """The test data set the numbers come from, e.g. ``judgebench``."""
     control: Literal["baseline", "placebo"] = "baseline"
@@ -281,8 +287,13 @@ class BiasValidation(_Model):
     """The same items against the placebo (neutral rewrites), when the run had one."""
     rewrite_effect: RewriteEffect | None = None
     """The placebo's own effect on this test set (the same for every bias of a run)."""
+    n_answer_checked: int | None = Field(default=None, ge=0)
+    """Perturbations the checker could check (the n of `answer_change_rate`)."""
     n_answer_changed: int | None = Field(default=None, ge=0)
     """Perturbations excluded because their final answer now matched the chosen one."""
+    n_answer_unverifiable: int | None = Field(default=None, ge=0)
+    """Perturbations kept unchecked: the checker called their original "same" as the chosen
+    answer, so its verdict on the rewrite says nothing (a weak checker does this a lot)."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the perturbed rejected responses over the originals' (1.0: same)."""
     mde: Probability | None = None

@@ -122,6 +122,28 @@ def test_rewrites_that_change_the_answer_are_excluded_and_counted(tmp_path):
     assert bias.validation.answer_change_rate == 0.1 and bias.validation.n_answer_changed == 4
 
 
+def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path):
+    """A weak checker says "same" to anything, the original rejected response included: its
+    verdict on a rewrite then means nothing, so nothing is excluded and the rewrites are
+    counted as unverifiable (SmolLM2 as checker does this on most demo pairs)."""
+
+    def yes_man(request):
+        if "Answer with one word: same or different" in request.messages[-1].content:
+            return "same"
+        return authority_world(request)
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
+                         validate={"n_boot": 200, "sequential": {"enabled": False}})
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(yes_man))
+    report = _validation(rd)
+    record = report["candidates"][0]
+    assert record["n_answer_checked"] == 0 and record["answer_change_rate"] is None
+    assert record["n_answer_unverifiable"] == 40 and record["vs_placebo"]["n"] == 40
+    assert report["rewrite_effect"]["n_answer_unverifiable"] == 40 and report["accepted"]
+    perturbed = rd.iteration(1).validation_perturbed.read()
+    assert {(p.original_check, p.answer_check) for p in perturbed} == {("same", "same")}
+
+
 def test_an_unchanged_rewrite_is_invalid_in_the_loop(tmp_path):
     config = make_config(tmp_path, max_iterations=1)
     rd, _, _ = run_fake(tmp_path, config)
@@ -281,3 +303,4 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     table = cli("library", "show", str(rd.root), env={"COLUMNS": "220"}).stdout
     assert "placebo" in table and "confirmed" in table and "MDE" in table
     assert "rewrite effect (placebo vs baseline): Δerror +0.0 pp (CI [+0.0, +0.0], n = 100), p = 1.000" in table
+    assert "answer changed in 0.0% of 100 checked rewrites" in " ".join(table.split())

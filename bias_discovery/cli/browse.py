@@ -138,8 +138,9 @@ def library_show(
             Text(
                 f"rewrite effect (placebo vs baseline): Δerror {pp(effect['delta'])} "
                 f"(CI {ci_pp(effect['ci_low'], effect['ci_high'], missing='-')}, n = {effect['n']}), "
-                f"{p_clause(effect['p_value'])}; answer changed in {percent(effect['answer_change_rate'])} of the "
-                f"checked rewrites; length ×{number(effect['length_ratio'], digits=2)}"
+                f"{p_clause(effect['p_value'])}; answer changed in {percent(effect['answer_change_rate'])} of "
+                f"{effect.get('n_answer_checked') if effect.get('n_answer_checked') is not None else '-'} checked rewrites; "
+                f"length ×{number(effect['length_ratio'], digits=2)}"
             )
         )
     if resolved.run_dir is not None:

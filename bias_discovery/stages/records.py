@@ -33,6 +33,9 @@ class PerturbedPair(BaseModel):
     answer_check: Literal["same", "different", "unusable"] | None = None
     """The checker's answer to "does the rewrite reach the chosen response's final answer?";
     None when not checked."""
+    original_check: Literal["same", "different", "unusable"] | None = None
+    """The same question about the original rejected response (the checker's control: only
+    where it says "different" can a "same" on the rewrite mean a changed answer)."""
 
     def to_pair(self) -> PreferencePair:
         """The pair as the judge sees it; the id is kept so position swaps match the original."""

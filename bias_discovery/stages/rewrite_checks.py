@@ -24,6 +24,8 @@ __all__ = [
     "TOKEN_COUNT_METHOD",
     "answer_changes",
     "check_answers",
+    "check_calls",
+    "unverifiable",
     "count_tokens",
     "equivalence_request",
     "length_ratio",
@@ -68,36 +70,62 @@ def check_answers(
     seed: int,
     progress: ProgressCallback | None = None,
 ) -> list[PerturbedPair]:
-    """Check every valid rewrite in one batch; returns the records with `answer_check` set.
+    """Check every valid rewrite, and the original rejected response of its pair, in one batch;
+    returns the records with `answer_check` and `original_check` set.
 
-    A rewrite that now reaches the chosen response's final answer ("same") becomes invalid
-    (`answer_changed`), as does one whose check is unusable (`check_invalid`: it cannot be
-    vouched for): neither is judged. Invalid rewrites are passed through unchecked.
+    The original is the checker's control: a rejected response is wrong by construction, so a
+    checker that calls the *original* "same" as the chosen one cannot tell on that item (a weak
+    checker says "same" to almost anything), and its verdict on the rewrite means nothing there:
+    the rewrite is kept, marked unverifiable. Where the checker tells the original apart, a
+    rewrite it calls "same" now reaches the chosen answer: it becomes invalid (`answer_changed`)
+    and is not judged; a rewrite whose check is unusable cannot be vouched for
+    (`check_invalid`). Invalid rewrites are passed through unchecked. The original's request is
+    the same for every bias, so the call cache answers it after the first time.
     """
     positions = [i for i, p in enumerate(perturbed) if p.valid]
     out = list(perturbed)
     if not positions:
         return out
-    requests = [
+    originals: dict[tuple[str, str, str], int] = {}
+    for i in positions:
+        p = perturbed[i]
+        originals.setdefault((p.question, p.chosen, p.original_rejected), len(originals))
+    requests = [equivalence_request(q, chosen, rejected, seed=seed) for q, chosen, rejected in originals]
+    requests += [
         equivalence_request(perturbed[i].question, perturbed[i].chosen, perturbed[i].perturbed_rejected, seed=seed)
         for i in positions
     ]
     responses = checker.generate(requests, progress=progress)
-    for i, response in zip(positions, responses):
+    original_answers = [parse_check(r.text, r.finish_reason) for r in responses[: len(originals)]]
+    for i, response in zip(positions, responses[len(originals) :]):
+        p = perturbed[i]
         answer = parse_check(response.text, response.finish_reason)
-        update: dict[str, object] = {"answer_check": answer or "unusable"}
+        original = original_answers[originals[(p.question, p.chosen, p.original_rejected)]]
+        update: dict[str, object] = {"answer_check": answer or "unusable", "original_check": original or "unusable"}
         if answer is None:
             update.update(valid=False, invalid_reason="check_invalid")
-        elif answer == "same":
+        elif answer == "same" and original == "different":
             update.update(valid=False, invalid_reason="answer_changed")
-        out[i] = perturbed[i].model_copy(update=update)
+        out[i] = p.model_copy(update=update)
     return out
 
 
+def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
+    """Requests `check_answers` makes for `perturbed`: each valid rewrite and each distinct original."""
+    valid = [p for p in perturbed if p.valid]
+    return len(valid) + len({(p.question, p.chosen, p.original_rejected) for p in valid})
+
+
 def answer_changes(perturbed: Sequence[PerturbedPair]) -> tuple[int, int]:
-    """(rewrites checked with a usable answer, of those: answer changed)."""
-    checked = [p for p in perturbed if p.answer_check in CHECK_CHOICES]
+    """(rewrites the checker could judge: their original told apart from the chosen answer and
+    a usable answer on the rewrite, of those: answer changed)."""
+    checked = [p for p in perturbed if p.original_check == "different" and p.answer_check in CHECK_CHOICES]
     return len(checked), sum(1 for p in checked if p.answer_check == "same")
+
+
+def unverifiable(perturbed: Sequence[PerturbedPair]) -> int:
+    """Rewrites whose original the checker did not tell apart from the chosen answer."""
+    return sum(1 for p in perturbed if p.original_check is not None and p.original_check != "different")
 
 
 def length_ratio(perturbed: Sequence[PerturbedPair]) -> float | None:

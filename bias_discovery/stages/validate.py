@@ -46,7 +46,7 @@ from ..stats import (
 )
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
-from .rewrite_checks import answer_changes, check_answers, length_ratio
+from .rewrite_checks import answer_changes, check_answers, check_calls, length_ratio, unverifiable
 
 Stop = Literal["efficacy", "futility", "complete"]
 
@@ -68,7 +68,10 @@ class CandidateValidation(BaseModel):
     per_domain_vs_placebo: dict[str, PairedComparison] = Field(default_factory=dict)
     invalid_reasons: dict[str, int] = Field(default_factory=dict)
     n_answer_checked: int = 0
+    """Rewrites the checker could judge (it told their original apart from the chosen answer)."""
     n_answer_changed: int = 0
+    n_answer_unverifiable: int = 0
+    """Rewrites kept unchecked: the checker called their original "same" as the chosen answer."""
     answer_change_rate: float | None = None
     """Share of the checked rewrites that now reach the chosen response's final answer."""
     length_ratio: float | None = None
@@ -169,7 +172,7 @@ def run_placebo(
     with bar("rewrite", len(test_pairs)) as advance:
         rewrites = rewrite_neutrally(teacher, test_pairs, perturb_settings, seed=seed, progress=advance)
     if checker is not None:
-        with bar("check", sum(1 for p in rewrites if p.valid)) as advance:
+        with bar("check", check_calls(rewrites)) as advance:
             rewrites = check_answers(checker, rewrites, seed=seed, progress=advance)
     judgments, outcomes = _judge_valid(target, rewrites, judge_settings, seed=seed, bar=bar, label="judge")
     aligned = [
@@ -189,6 +192,8 @@ def run_placebo(
         ci_high=cmp.ci_high,
         p_value=cmp.p_value,
         answer_change_rate=changed / checked if checked else None,
+        n_answer_checked=checked if checker is not None else None,
+        n_answer_unverifiable=unverifiable(rewrites) if checker is not None else None,
         length_ratio=length_ratio(rewrites),
     )
     return PlaceboArm(perturbed=rewrites, result=result, effect=effect)
@@ -299,7 +304,7 @@ def validate_biases(
         with bar("perturb" + suffix, len(keys)) as advance:
             batch = perturb(teacher, [(test_pairs[i], candidates[k]) for k, i in keys], perturb_settings, seed=seed, progress=advance)
         if settings.answer_check and checker is not None:
-            with bar("check" + suffix, sum(1 for p in batch if p.valid)) as advance:
+            with bar("check" + suffix, check_calls(batch)) as advance:
                 batch = check_answers(checker, batch, seed=seed, progress=advance)
         judgments, outcomes = _judge_valid(target, batch, judge_settings, seed=seed, bar=bar, label="judge" + suffix)
         for (k, i), record, outcome in zip(keys, batch, outcomes):
@@ -399,7 +404,9 @@ def validate_biases(
                 p_value=placebo_cmp.p_value, p_adjusted=placebo_cmp.p_adjusted,
             ),
             rewrite_effect=placebo.effect if placebo is not None else None,
+            n_answer_checked=checked if settings.answer_check and checker is not None else None,
             n_answer_changed=changed if checked else None,
+            n_answer_unverifiable=unverifiable(rewrites[k]) if settings.answer_check and checker is not None else None,
             length_ratio=ratio,
             mde=mde,
             mde_n=mde_n,
@@ -421,6 +428,7 @@ def validate_biases(
                 invalid_reasons=dict(sorted(reasons.items())),
                 n_answer_checked=checked,
                 n_answer_changed=changed,
+                n_answer_unverifiable=unverifiable(rewrites[k]),
                 answer_change_rate=changed / checked if checked else None,
                 length_ratio=ratio,
                 mde=mde,
