@@ -166,7 +166,7 @@ def replicate_run(
         where = data_dir if data_dir is not None else config.data.data_dir
         n_limit = limit if limit is not None else (config.data.test_limit if data is None else None)
         settings = config.validate_
-        info = dict(
+        header = Replication(
             run_name=config.name,
             run_dir=ctx.root.name,
             created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -184,14 +184,16 @@ def replicate_run(
                 "teacher": config.teacher.spec,
                 "checker": (settings.checker or config.teacher).spec,
             },
+            n_test=0,
+            baseline_error=None,
+            n_replicated=0,
+            n_reproduced=0,
+            reproduction_rate=None,
         )
         if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
-            replication = Replication(
-                **info, n_test=0, baseline_error=None, n_replicated=0, n_reproduced=0, reproduction_rate=None
-            )
             with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
-                atomic_write_json(tmp / "replication.json", replication)
-            return replication, Path(target)
+                atomic_write_json(tmp / "replication.json", header)
+            return header, Path(target)
 
         pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
         if not pairs:
@@ -212,7 +214,7 @@ def replicate_run(
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
         output = validate_biases(
             roles["teacher"], roles["target"], fresh, pairs, baseline, perturb_settings=perturb_settings,
-            judge_settings=config.judge, settings=settings, seed=seed, test_data=info["data"], placebo=placebo,
+            judge_settings=config.judge, settings=settings, seed=seed, test_data=header.data, placebo=placebo,
             checker=checker, alpha=settings.alpha, progress=lambda name, total: bar(f"validate: {name}", total),
         )
 
@@ -242,17 +244,19 @@ def replicate_run(
     n_reproduced = sum(b.reproduced for b in replicated)
     low, high = wilson_interval(n_reproduced, len(replicated))
     valid = [o for o in baseline.outcomes if o.correct is not None]
-    replication = Replication(
-        **info,
-        n_test=len(pairs),
-        baseline_error=sum(1 for o in valid if not o.correct) / len(valid) if valid else None,
-        rewrite_effect=placebo.effect if placebo is not None else None,
-        biases=replicated,
-        n_replicated=len(replicated),
-        n_reproduced=n_reproduced,
-        reproduction_rate=n_reproduced / len(replicated),
-        reproduction_ci_low=low,
-        reproduction_ci_high=high,
+    replication = Replication.model_validate(
+        {
+            **header.model_dump(),
+            "n_test": len(pairs),
+            "baseline_error": sum(1 for o in valid if not o.correct) / len(valid) if valid else None,
+            "rewrite_effect": placebo.effect if placebo is not None else None,
+            "biases": replicated,
+            "n_replicated": len(replicated),
+            "n_reproduced": n_reproduced,
+            "reproduction_rate": n_reproduced / len(replicated),
+            "reproduction_ci_low": low,
+            "reproduction_ci_high": high,
+        }
     )
     with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
         atomic_write_json(tmp / "replication.json", replication)

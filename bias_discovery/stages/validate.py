@@ -317,12 +317,12 @@ def validate_biases(
         still = []
         for k in active:
             n_k, b, c = _counts([control_errors[i] for i in used], [errors[k][i] for i in used])
-            record = sequential_look(plan, j, looks[k], b=b, c=c, n=n_k, family_size=m, min_delta=settings.min_delta)
-            looks[k].append(record)
+            look = sequential_look(plan, j, looks[k], b=b, c=c, n=n_k, family_size=m, min_delta=settings.min_delta)
+            looks[k].append(look)
             stopped_at[k] = upto
-            if record.outcome in ("efficacy", "futility"):
-                stop[k] = record.outcome  # type: ignore[assignment]
-            elif record.outcome == "continue":
+            if look.outcome == "efficacy" or look.outcome == "futility":
+                stop[k] = look.outcome
+            elif look.outcome == "continue":
                 still.append(k)
         active = still
         start = upto
