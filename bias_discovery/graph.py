@@ -83,7 +83,7 @@ def mde_phrase(report: ValidationReport) -> str | None:
     if report.mde_n is None or report.mde_alpha is None:
         return None
     power = percent(report.power, digits=0, unit=" %") if report.power is not None else "80 %"
-    size = "none" if report.mde is None else f"≈ {pp(report.mde, unit=' pp').lstrip('+')}"
+    size = "none (too few items)" if report.mde is None else f"≈ {pp(report.mde, unit=' pp').lstrip('+')}"
     return (
         f"smallest Δerror vs {report.control} detectable with {power} power: {size} at n = {report.mde_n} "
         f"(one-sided α = {report.mde_alpha:.3g} per candidate)"
