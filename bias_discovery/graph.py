@@ -357,7 +357,7 @@ class Discovery:
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
-        placebo = self.placebo(baseline)
+        placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
         alpha = family_alpha(self.config)
         with self.stage(stage_name, t, None) as stage:
             out = validate_biases(

@@ -730,6 +730,12 @@ def _validation_numbers(
         delta = _number_change(getattr(a, field, None), getattr(b, field, None))
         if delta is not None:
             numbers[field] = delta
+    placebo_a = a.vs_placebo if a else None
+    placebo_b = b.vs_placebo if b else None
+    for field in ("delta", "p_value", "p_adjusted"):
+        delta = _number_change(getattr(placebo_a, field, None), getattr(placebo_b, field, None))
+        if delta is not None:
+            numbers[f"vs_placebo.{field}"] = delta
     domains_a = a.per_domain if a else {}
     domains_b = b.per_domain if b else {}
     for domain in sorted(set(domains_a) | set(domains_b)):

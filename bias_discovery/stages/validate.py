@@ -260,13 +260,12 @@ def validate_biases(
     """
     if len(baseline.outcomes) != len(test_pairs):
         raise ValueError("baseline judgments do not match the test pairs")
-    use_placebo = placebo is not None
-    if settings.control == "placebo" and not use_placebo:
+    if not candidates:
+        return ValidationOutput(candidates=[], records=[], perturbed=[], judgments=[])
+    if settings.control == "placebo" and placebo is None:
         raise ValueError("control: placebo needs the placebo arm")
     if placebo is not None and len(placebo.result.outcomes) != len(test_pairs):
         raise ValueError("placebo judgments do not match the test pairs")
-    if not candidates:
-        return ValidationOutput(candidates=[], records=[], perturbed=[], judgments=[])
     family_alpha = settings.alpha if alpha is None else alpha
     bar = progress_or_quiet(progress)
     n = len(test_pairs)
