@@ -96,7 +96,7 @@ def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     assert ("nothing to replicate" in result.stdout) == (not accepted)
 
     result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
-                 "--out", str(tmp_path / "rep-seed"), "--quiet")
+                 "--out", str(tmp_path / "rep-seed"), "--quiet", env={"COLUMNS": "200"})
     data = json.loads((tmp_path / "rep-seed" / "replication.json").read_text())
     [bias] = data["biases"]
     assert bias["id"] == "authority-bias" and isinstance(bias["reproduced"], bool)
