@@ -68,6 +68,8 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
         assert report["rewrite_effect"]["delta"] == 1.0
     assert results["paired"]["accepted"] == []
     assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
+    paper_bias = RunDir(tmp_path / "run-paper").library.load_latest().by_id(results["paper"]["accepted"][0])
+    assert paper_bias.validation.control == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
     assert "converged: no candidate was accepted" in RunDir(tmp_path / "run-paired").read_state().stop_reason
 
 

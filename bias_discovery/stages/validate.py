@@ -396,7 +396,7 @@ def validate_biases(
             },
             answer_change_rate=changed / checked if checked else None,
             test_data=test_data,
-            control=settings.control,
+            control="baseline" if settings.acceptance == "paper" else settings.control,  # what the decision used
             vs_placebo=None if placebo_cmp is None else ControlComparison(
                 n=placebo_cmp.n, control_error=placebo_cmp.baseline_error, perturbed_error=placebo_cmp.perturbed_error,
                 delta=placebo_cmp.delta, ci_low=placebo_cmp.ci_low, ci_high=placebo_cmp.ci_high,
