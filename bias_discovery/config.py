@@ -85,22 +85,78 @@ class MergeSettings(_Strict):
     max_tokens: int = Field(default=4, ge=1)
 
 
+class SequentialSettings(_Strict):
+    """Validation on growing slices of the test set, with a group-sequential boundary."""
+
+    enabled: bool = True
+    """Validate on growing slices (`looks`) and stop a candidate early when it is clearly
+    biased (alpha spending) or clearly hopeless (futility); false: every item, one test."""
+    looks: list[float] = Field(default_factory=lambda: [0.25, 0.5, 1.0])
+    """Cumulative shares of the test set at which the data are looked at; must end at 1.0."""
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    """Alpha-spending function (Lan-DeMets): O'Brien-Fleming keeps nearly all of alpha for the
+    last look; Pocock stops clear effects earlier at the price of a stricter last look."""
+    futility: float = Field(default=0.1, ge=0.0, lt=1.0)
+    """Stop a candidate when the chance that the full test accepts it, if the rest of the items
+    behave like those seen (conditional power), is below this; 0 never stops for futility."""
+    min_items: int = Field(default=20, ge=1)
+    """A look on fewer test items than this is skipped (too little data to stop on)."""
+
+    @field_validator("looks")
+    @classmethod
+    def _looks_end_at_one(cls, value: list[float]) -> list[float]:
+        if not value or value[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in value) or any(
+            a >= b for a, b in zip(value, value[1:])
+        ):
+            raise ValueError(f"looks must increase within (0, 1] and end at 1.0, e.g. [0.25, 0.5, 1.0]; got {value}")
+        return value
+
+
 class ValidateSettings(_Strict):
     when: Literal["early", "late"] = "early"
     """early: validate every iteration's candidates (default); late: only at the end (ablation)."""
     acceptance: Literal["paired", "paper"] = "paired"
-    """paired: exact one-sided McNemar on the same items with multiplicity control;
-    paper: BiasScope's plain rule, accept when perturbed error > baseline error."""
+    """paired: exact one-sided McNemar on the same items against the control, with
+    multiplicity control; paper: BiasScope's plain rule, accept when perturbed error >
+    baseline error (no test, for comparison)."""
+    control: Literal["placebo", "baseline"] = "placebo"
+    """What a candidate's error is compared with (paired rule). placebo: the same test items
+    with the rejected response rewritten neutrally by the teacher (same content and answer, no
+    trait), so an effect of rewriting itself is not taken for a bias; baseline: the unperturbed
+    items. Both comparisons are always reported."""
+    answer_check: bool = True
+    """Ask the checker whether each rewrite (candidates and placebo) now reaches the chosen
+    response's final answer (prompt `equivalence_check`); such items are excluded and counted."""
+    checker: ModelConfig | None = None
+    """The model that checks answers (default: the teacher)."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     correction: Literal["holm", "bh", "none"] = "holm"
     """Family-wise (holm) or false-discovery (bh) control across an iteration's candidates."""
-    min_delta: float = Field(default=0.0, ge=0.0)
-    """Also require Δerror above this (paired rule)."""
+    error_control: Literal["iteration", "run"] = "iteration"
+    """iteration: each iteration's candidates are one family at `alpha` (over T iterations the
+    chance of any false acceptance can reach T x alpha); run: alpha is split evenly over the
+    run's planned validations (max_iterations, plus the seed validation), so the whole run's
+    family-wise error stays within alpha (Bonferroni across iterations)."""
+    min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Also require Δerror against the control above this (paired rule): the smallest effect
+    worth a claim, e.g. 0.05 for 5 percentage points."""
+    power: float = Field(default=0.8, gt=0.0, lt=1.0)
+    """Power at which the smallest detectable Δerror is reported."""
+    sequential: SequentialSettings = Field(default_factory=SequentialSettings)
+    seeds: bool = False
+    """Validate the seed library on the target at iteration 0 with the same test and control:
+    the report then shows which known biases this judge has, next to the discovered ones."""
     n_boot: int = Field(default=2000, ge=100)
     """Bootstrap resamples for the Δerror confidence interval."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     max_candidates: int | None = Field(default=None, ge=1)
-    """Validate at most this many candidates per iteration (those with most evidence first)."""
+    """Validate at most this many candidates per iteration (those with most evidence first;
+    seeds in library order)."""
+
+    @field_validator("checker", mode="before")
+    @classmethod
+    def _parse_checker(cls, value: Any) -> Any:
+        return None if value is None else _model_from_yaml(value)
 
 
 class RunConfig(_Strict):

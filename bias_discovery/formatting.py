@@ -8,7 +8,7 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "ci_pp", "count", "number", "p_value", "percent", "percent_range", "pp"]
+__all__ = ["MISSING", "ci_pp", "count", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""
@@ -49,6 +49,12 @@ def p_value(x: float | None, *, missing: str = MISSING) -> str:
         return missing
     x = float(x)
     return "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def p_clause(x: float | None, *, missing: str = MISSING) -> str:
+    """A p-value in a sentence: ``p = 0.004``, ``p < 0.001``."""
+    text = p_value(x, missing=missing)
+    return f"p < {text[1:]}" if text.startswith("<") else f"p = {text}"
 
 
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:

@@ -1,11 +1,12 @@
 """The discovery loop as a LangGraph StateGraph, checkpointed in the run directory.
 
-    start -> perturb -> evaluate -> deeper_explain -> identify -> merge
+    start -> validate_seeds -> perturb -> evaluate -> deeper_explain -> identify -> merge
     merge -> validate -> decide          (validate: early, the default)
     merge -> decide                      (validate: late; validation once, at the end)
     decide -> advance -> perturb ...  or  -> finish
 
-The graph state holds counters and the stop reason only; every stage reads its inputs from
+`validate_seeds` validates the seed library on the target (iteration 0) when `validate.seeds`
+is on, and passes otherwise. The graph state holds counters and the stop reason only; every stage reads its inputs from
 the previous stage's files and writes its own atomically (through the run record,
 `bias_discovery.run`), so a killed run resumes at the stage it was in, and the call cache
 makes the redone calls free.
@@ -23,7 +24,8 @@ from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
 from .data.pairs import PreferencePair
 from .embeddings import Embedder
-from .errors import ConfigError
+from .errors import ConfigError, DataError
+from .formatting import percent, pp
 from .judging import JudgeResult, calls_per_pair, judge_pairs, summarize
 from .library import Bias, load_seed_library
 from .llm.base import Engine, ProgressCallback
@@ -31,6 +33,7 @@ from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
 from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
 from .stages import (
+    PlaceboArm,
     assign_biases,
     candidates_from_records,
     deeper_explain,
@@ -38,6 +41,7 @@ from .stages import (
     identify_biases,
     merge_biases,
     perturb,
+    run_placebo,
     validate_biases,
 )
 
@@ -54,9 +58,36 @@ THREAD = {"configurable": {"thread_id": "discovery"}}
 
 
 def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
-    """The loop's two roles, through the run's call cache (one engine when both are the same
-    model)."""
-    return ModelRoles({"target": config.target, "teacher": config.teacher}, cache_path=run.cache_path, engines=engines)
+    """The loop's roles, through the run's call cache: target, teacher, and the checker of
+    answers in validation (the teacher unless `validate.checker`); one engine per model."""
+    checker = config.validate_.checker or config.teacher
+    return ModelRoles(
+        {"target": config.target, "teacher": config.teacher, "checker": checker}, cache_path=run.cache_path, engines=engines
+    )
+
+
+def family_alpha(config: RunConfig) -> float:
+    """The alpha of one validation family: `validate.alpha`, or with `error_control: run` its
+    even share over the run's planned validations (each iteration's, or the one at the end with
+    `when: late`, plus the seed library's), so the run's family-wise error stays within alpha."""
+    v = config.validate_
+    if v.error_control == "iteration":
+        return v.alpha
+    families = (config.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
+    return v.alpha / families
+
+
+def mde_phrase(report: ValidationReport) -> str | None:
+    """"smallest detectable Δerror vs placebo ≈ 9.1 pp at n = 60 (80 % power, α = 0.017 per
+    candidate)", or None when the report has no power figure."""
+    if report.mde_n is None or report.mde_alpha is None:
+        return None
+    power = percent(report.power, digits=0, unit=" %") if report.power is not None else "80 %"
+    size = "none (too few items)" if report.mde is None else f"≈ {pp(report.mde, unit=' pp').lstrip('+')}"
+    return (
+        f"smallest Δerror vs {report.control} detectable with {power} power: {size} at n = {report.mde_n} "
+        f"(one-sided α = {report.mde_alpha:.3g} per candidate)"
+    )
 
 
 class StageProgress:
@@ -122,6 +153,11 @@ class Discovery:
     @property
     def teacher(self) -> Engine:
         return self.roles["teacher"]
+
+    @property
+    def checker(self) -> Engine | None:
+        """The answer checker of validation, None when `validate.answer_check` is off."""
+        return self.roles["checker"] if self.config.validate_.answer_check else None
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -281,20 +317,49 @@ class Discovery:
         baseline.result.write(result)
         return result
 
-    def node_validate(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
+    def placebo(self, baseline: JudgeResult) -> PlaceboArm | None:
+        """The placebo arm (neutral rewrites of the test set, judged; once per run), or None
+        when validation compares with the baseline."""
+        if self.config.validate_.control != "placebo":
+            return None
+        record = self.run.placebo
+        if record.exists():
+            arm = record.read()
+            if [p.pair_id for p in arm.perturbed] != [p.id for p in self.test_pairs]:
+                raise DataError(f"{record.directory}: the placebo's pairs are not this run's test pairs")
+            return arm
+        with self.stage("placebo", 0, None) as stage:
+            arm = run_placebo(
+                self.teacher,
+                self.target,
+                self.checker,
+                self.test_pairs,
+                baseline,
+                perturb_settings=self.config.perturb,
+                judge_settings=self.config.judge,
+                settings=self.config.validate_,
+                seed=self.seed,
+                progress=stage.factory(),
+            )
+        record.write(arm)
+        return arm
+
+    def validate(self, t: int, candidates: list[Bias], *, stage_name: str, rank: bool) -> ValidationReport:
+        """Validate `candidates` as one family (iteration `t`; 0: the seed library) and write
+        the iteration's validation files. `rank`: over `max_candidates`, keep those with most
+        evidence (else the first ones, in library order)."""
         record = self._iteration(t)
-        candidates = self._pending(t) if self._late() else record.candidates.read()
-        library = self.run.library.load_iteration(t - 1)
         cfg = self.config.validate_
         skipped: list[str] = []
         if cfg.max_candidates is not None and len(candidates) > cfg.max_candidates:
-            ranked = sorted(candidates, key=lambda b: -len(b.evidence))
+            ranked = sorted(candidates, key=lambda b: -len(b.evidence)) if rank else list(candidates)
             keep = {b.id for b in ranked[: cfg.max_candidates]}
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
-        with self.stage("validate", t, None) as stage:
+        placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
+        alpha = family_alpha(self.config)
+        with self.stage(stage_name, t, None) as stage:
             out = validate_biases(
                 self.teacher,
                 self.target,
@@ -306,34 +371,69 @@ class Discovery:
                 settings=cfg,
                 seed=self.seed,
                 test_data=describe_source(self.config.data.test, self.config.data.data_dir),
+                placebo=placebo,
+                checker=self.checker,
+                alpha=alpha,
                 progress=stage.factory(),
             )
         accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
         record.validation_perturbed.write(out.perturbed)
         record.validation_judgments.write(out.judgments)
         baseline_valid = [o for o in baseline.outcomes if o.correct is not None]
-        record.validation.write(
-            ValidationReport(
-                iteration=t,
-                when=cfg.when,
-                acceptance=cfg.acceptance,
-                alpha=cfg.alpha,
-                correction=cfg.correction,
-                n_test=len(self.test_pairs),
-                baseline_error=(
-                    sum(1 for o in baseline_valid if not o.correct) / len(baseline_valid) if baseline_valid else None
-                ),
-                skipped_over_max_candidates=skipped,
-                accepted=[b.id for b in accepted],
-                candidates=out.records,
-                validated=out.candidates,
-            )
+        report = ValidationReport(
+            iteration=t,
+            when=cfg.when,
+            acceptance=cfg.acceptance,
+            alpha=cfg.alpha,
+            correction=cfg.correction,
+            n_test=len(self.test_pairs),
+            baseline_error=(
+                sum(1 for o in baseline_valid if not o.correct) / len(baseline_valid) if baseline_valid else None
+            ),
+            skipped_over_max_candidates=skipped,
+            accepted=[b.id for b in accepted],
+            candidates=out.records,
+            validated=out.candidates,
+            control=cfg.control,
+            rewrite_effect=placebo.effect if placebo is not None else None,
+            alpha_family=alpha,
+            error_control=cfg.error_control,
+            min_delta=cfg.min_delta,
+            sequential=out.plan,
+            power=cfg.power,
+            mde=out.mde,
+            mde_n=out.mde_n,
+            mde_alpha=out.mde_alpha,
         )
+        record.validation.write(report)
+        return report
+
+    def node_validate_seeds(self, state: LoopState) -> LoopState:
+        """`validate.seeds`: which biases of the seed library does this judge have? The seeds
+        stay in the library either way (they drive perturbation); their validation is recorded."""
+        if not self.config.validate_.seeds or self._iteration(0).validation.exists():
+            return {"stage": "validate_seeds"}
+        store = self.run.library
+        seeds = store.load_iteration(0)
+        report = self.validate(0, list(seeds.biases), stage_name="validate_seeds", rank=False)
+        validated = {b.id: b for b in report.validated}
+        store.save_iteration(
+            seeds.with_biases([validated.get(b.id, b) for b in seeds.biases], iteration=0), overwrite=True
+        )
+        return {"stage": "validate_seeds"}
+
+    def node_validate(self, state: LoopState) -> LoopState:
+        t = state["iteration"]
+        record = self._iteration(t)
+        candidates = self._pending(t) if self._late() else record.candidates.read()
+        library = self.run.library.load_iteration(t - 1)
+        report = self.validate(t, candidates, stage_name="validate", rank=True)
+        accepted = [b for b in report.validated if b.validation and b.validation.accepted]
         new_library = library.with_biases(library.biases + accepted, iteration=t)
         self.run.library.save_iteration(new_library, overwrite=True)
         state_update: LoopState = {"stage": "validate", "n_accepted": len(accepted)}
         if not self._late():
-            state_update["n_candidates"] = len(candidates) + len(skipped)
+            state_update["n_candidates"] = len(candidates)
         n_seeds = len(self.run.library.load_iteration(0).biases)
         self.update_state(library_size=len(new_library.biases), accepted_total=len(new_library.biases) - n_seeds)
         return state_update
@@ -347,6 +447,10 @@ class Discovery:
             reason = "converged: no candidate was accepted"
         elif t >= self.config.max_iterations:
             reason = f"max_iterations ({self.config.max_iterations}) reached"
+        report = self._iteration(t).validation.read_if_exists() if reason and not reason.startswith("no candidates") else None
+        power = mde_phrase(report) if report is not None else None
+        if reason and power:
+            reason = f"{reason}; {power}"
         return {"stage": "decide", "stop_reason": reason}
 
     def node_advance(self, state: LoopState) -> LoopState:
@@ -370,10 +474,14 @@ class Discovery:
 
         late = self._late()
         g = StateGraph(LoopState)
-        for name in ("start", "perturb", "evaluate", "deeper_explain", "identify", "merge", "validate", "decide", "advance", "finish"):
+        for name in (
+            "start", "validate_seeds", "perturb", "evaluate", "deeper_explain", "identify", "merge", "validate",
+            "decide", "advance", "finish",
+        ):
             g.add_node(name, getattr(self, f"node_{name}"))
         g.add_edge(START, "start")
-        g.add_edge("start", "perturb")
+        g.add_edge("start", "validate_seeds")
+        g.add_edge("validate_seeds", "perturb")
         g.add_edge("perturb", "evaluate")
         g.add_edge("evaluate", "deeper_explain")
         g.add_edge("deeper_explain", "identify")

@@ -47,6 +47,8 @@ __all__ = [
     "BiasOrigin",
     "Evidence",
     "DomainValidation",
+    "ControlComparison",
+    "RewriteEffect",
     "BiasValidation",
     "Bias",
     "BiasLibrary",
@@ -195,6 +197,52 @@ class DomainValidation(_Model):
     """One-sided p-value of the paired test within this domain, if computed."""
 
 
+class ControlComparison(_Model):
+    """A candidate's error against the placebo on the same items (validation with a placebo)."""
+
+    n: int = Field(ge=0)
+    """Paired test items valid in both arms."""
+    control_error: Probability
+    """Judge error rate with the rejected response rewritten neutrally (the placebo)."""
+    perturbed_error: Probability
+    """Judge error rate on the same items with the bias injected."""
+    delta: Difference
+    """perturbed_error - control_error."""
+    ci_low: Difference | None = None
+    ci_high: Difference | None = None
+    p_value: Probability | None = None
+    """One-sided exact McNemar p-value (H1: the bias raises the error over the placebo)."""
+    p_adjusted: Probability | None = None
+    """The p-value the decision used, adjusted for the family (sequential when validated on
+    growing slices)."""
+
+
+class RewriteEffect(_Model):
+    """The placebo's own effect: neutral rewrites of the rejected responses against the
+    unperturbed test items. What any rewrite does to the judge, whatever its trait."""
+
+    n: int = Field(ge=0)
+    """Test items valid in both (a rewrite that failed or changed the answer is excluded)."""
+    n_excluded_invalid: int = Field(default=0, ge=0)
+    baseline_error: Probability
+    placebo_error: Probability
+    delta: Difference
+    """placebo_error - baseline_error."""
+    ci_low: Difference | None = None
+    ci_high: Difference | None = None
+    p_value: Probability | None = None
+    """One-sided exact McNemar p-value (H1: rewriting alone raises the error)."""
+    answer_change_rate: Probability | None = None
+    """Share of checked neutral rewrites that now reach the chosen response's final answer."""
+    n_answer_checked: int | None = Field(default=None, ge=0)
+    """Neutral rewrites the checker could check (the n of `answer_change_rate`)."""
+    n_answer_unverifiable: int | None = Field(default=None, ge=0)
+    """Neutral rewrites the checker could not check (it called their original "same" as the
+    chosen answer); they are kept."""
+    length_ratio: float | None = Field(default=None, ge=0.0)
+    """Whitespace tokens of the neutral rewrites over those of the originals."""
+
+
 class BiasValidation(_Model):
     """How a candidate bias fared on the test set: paired error rates and the decision.
 
@@ -227,9 +275,36 @@ class BiasValidation(_Model):
     per_domain: dict[str, DomainValidation] = Field(default_factory=dict)
     """The same numbers per domain of the test data."""
     answer_change_rate: Probability | None = None
-    """Share of perturbations whose final answer changed (they should not), if checked."""
+    """Share of the checked perturbations that now reach the chosen response's final answer
+    (they are excluded from the numbers); None when none could be checked. Checked: the checker
+    told the original rejected response apart from the chosen one."""
     test_data: str | None = None
     """The test data set the numbers come from, e.g. ``judgebench``."""
+    control: Literal["baseline", "placebo"] = "baseline"
+    """What the decision compared the perturbed error with (files from before the placebo
+    arm: the baseline)."""
+    vs_placebo: ControlComparison | None = None
+    """The same items against the placebo (neutral rewrites), when the run had one."""
+    rewrite_effect: RewriteEffect | None = None
+    """The placebo's own effect on this test set (the same for every bias of a run)."""
+    n_answer_checked: int | None = Field(default=None, ge=0)
+    """Perturbations the checker could check (the n of `answer_change_rate`)."""
+    n_answer_changed: int | None = Field(default=None, ge=0)
+    """Perturbations excluded because their final answer now matched the chosen one."""
+    n_answer_unverifiable: int | None = Field(default=None, ge=0)
+    """Perturbations kept unchecked: the checker called their original "same" as the chosen
+    answer, so its verdict on the rewrite says nothing (a weak checker does this a lot)."""
+    length_ratio: float | None = Field(default=None, ge=0.0)
+    """Whitespace tokens of the perturbed rejected responses over the originals' (1.0: same)."""
+    mde: Probability | None = None
+    """Smallest Δerror against the control that the test detects with `mde_power` at `mde_n`
+    items and the family's alpha; None when no Δ is detectable at that n."""
+    mde_n: int | None = Field(default=None, ge=0)
+    mde_power: Probability | None = None
+    stopped_at: int | None = Field(default=None, ge=0)
+    """Test items perturbed when validation stopped (all of them unless it stopped early)."""
+    stop: Literal["efficacy", "futility", "complete"] | None = None
+    """Why validation stopped: clearly biased, clearly hopeless, or after the whole test set."""
 
     @model_validator(mode="after")
     def _ci_ordered(self) -> "BiasValidation":
@@ -625,6 +700,9 @@ _VALIDATION_NUMBERS = (
     "p_value",
     "p_adjusted",
     "answer_change_rate",
+    "length_ratio",
+    "mde",
+    "stopped_at",
 )
 _DOMAIN_NUMBERS = ("n", "baseline_error", "perturbed_error", "delta", "p_value")
 
@@ -652,6 +730,12 @@ def _validation_numbers(
         delta = _number_change(getattr(a, field, None), getattr(b, field, None))
         if delta is not None:
             numbers[field] = delta
+    placebo_a = a.vs_placebo if a else None
+    placebo_b = b.vs_placebo if b else None
+    for field in ("delta", "p_value", "p_adjusted"):
+        delta = _number_change(getattr(placebo_a, field, None), getattr(placebo_b, field, None))
+        if delta is not None:
+            numbers[f"vs_placebo.{field}"] = delta
     domains_a = a.per_domain if a else {}
     domains_b = b.per_domain if b else {}
     for domain in sorted(set(domains_a) | set(domains_b)):

@@ -99,37 +99,58 @@ class _Prompt(BaseModel):
 
 def planned_calls(config: RunConfig, n_target: int, n_test: int) -> list[StageCalls]:
     """Calls per stage and role: exact where the config fixes them, else upper bounds (the
-    number of misjudgments and candidates is only known during the run)."""
-    orders = 2 if config.judge.positions == "both" else 1
+    number of misjudgments and candidates is only known during the run; sequential validation
+    stops many candidates before the last slice, so its rows are what validating every item
+    would cost)."""
+    from .judging import calls_per_pair
+
+    per_pair = calls_per_pair(config.judge)
+    v = config.validate_
     t = config.max_iterations
-    judged = n_target * orders
-    candidates = config.validate_.max_candidates or judged
-    cand_note = (
-        f"max_candidates={config.validate_.max_candidates}" if config.validate_.max_candidates else "one per misjudgment at most"
-    )
+    judged = n_target * per_pair
+    candidates = v.max_candidates or n_target
+    cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
+    how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
     rows = [
         StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
                    note=f"{n_target} target pairs"),
         StageCalls(stage="evaluate", role="target", per_iteration=judged, total=judged * t, exact=False,
-                   note=f"{orders} order(s) per pair ({config.judge.positions}); invalid rewrites are not judged"),
+                   note=f"{per_pair} call(s) per pair ({how}); invalid rewrites are not judged"),
     ]
     if config.deeper_explain.enabled:
-        rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=judged, total=judged * t,
-                               exact=False, note="one per misjudgment"))
+        rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=n_target, total=n_target * t,
+                               exact=False, note="one per misjudged pair"))
     tries = 1 + config.identify.retries
     rows += [
-        StageCalls(stage="identify", role="teacher", per_iteration=judged * tries, total=judged * tries * t,
-                   exact=False, note=f"one per misjudgment, up to {tries} tries"),
-        StageCalls(stage="merge", role="teacher", per_iteration=judged * config.merge.top_k,
-                   total=judged * config.merge.top_k * t, exact=False,
+        StageCalls(stage="identify", role="teacher", per_iteration=n_target * tries, total=n_target * tries * t,
+                   exact=False, note=f"one per misjudged pair, up to {tries} tries"),
+        StageCalls(stage="merge", role="teacher", per_iteration=n_target * config.merge.top_k,
+                   total=n_target * config.merge.top_k * t, exact=False,
                    note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
-        StageCalls(stage="baseline", role="target", per_iteration=n_test * orders, total=n_test * orders, exact=True,
+        StageCalls(stage="baseline", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair, exact=True,
                    note=f"{n_test} test pairs, once per run"),
+    ]
+    checks = 2 * n_test if v.answer_check else 0  # each rewrite, and each original once
+    if v.control == "placebo":
+        rows += [
+            StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
+                       note="neutral rewrites of the test pairs, once per run"),
+            StageCalls(stage="placebo (judge)", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair,
+                       exact=False, note="once per run; invalid rewrites are not judged"),
+        ]
+        if checks:
+            rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=checks, total=checks,
+                                   exact=False, note="answer check of each rewrite and its original"))
+    rows += [
         StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
                    total=candidates * n_test * t, exact=False, note=cand_note),
-        StageCalls(stage="validate (judge)", role="target", per_iteration=candidates * n_test * orders,
-                   total=candidates * n_test * orders * t, exact=False, note=cand_note),
+        StageCalls(stage="validate (judge)", role="target", per_iteration=candidates * n_test * per_pair,
+                   total=candidates * n_test * per_pair * t, exact=False, note=cand_note),
     ]
+    if checks:
+        rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=candidates * n_test + n_test,
+                               total=(candidates * n_test + n_test) * t, exact=False,
+                               note="answer check of each rewrite (originals are checked once)"))
     return rows
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
@@ -38,7 +39,19 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AcceptanceRule",
     "Correction",
+    "LookRecord",
     "PairedComparison",
+    "SequentialPlan",
+    "SpendingFunction",
+    "alpha_spent",
+    "conditional_power",
+    "look_outcome",
+    "min_detectable_delta",
+    "null_discordance",
+    "paired_power",
+    "plan_sequential",
+    "sequential_look",
+    "sequential_p_value",
     "benjamini_hochberg_adjust",
     "compare_paired",
     "decide_acceptance",
@@ -353,8 +366,14 @@ def decide_acceptance(
     alpha: float = 0.05,
     correction: Correction = "holm",
     min_delta: float = 0.0,
+    p_values: Sequence[float] | None = None,
+    control: str = "baseline",
 ) -> list[PairedComparison]:
     """Decide which candidates of one iteration are accepted; returns decided copies, in order.
+
+    `p_values` replace the comparisons' own p-values in the test (the sequential p-values of
+    a validation on growing slices, see `SequentialPlan`); `control` names what the
+    comparisons compare with (``baseline`` or ``placebo``), for the rule's text.
 
     The list is the family: pass all candidates validated together (one iteration, or all
     of them at the end with `validate: late`), so the correction sees every test made.
@@ -382,7 +401,9 @@ def decide_acceptance(
         raise ValueError(f"correction must be 'holm', 'bh' or 'none'; got {correction!r}")
     if not (0.0 < alpha < 1.0):
         raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
-    ps = [cmp.p_value for cmp in comparisons]
+    ps = [cmp.p_value for cmp in comparisons] if p_values is None else _check_pvalues(p_values)
+    if len(ps) != len(comparisons):
+        raise ValueError(f"{len(ps)} p-values for {len(comparisons)} comparisons")
     if correction == "holm":
         adjusted = holm_adjust(ps)
     elif correction == "bh":
@@ -394,8 +415,9 @@ def decide_acceptance(
         rule_text = "paper: perturbed error > baseline error (no test)"
     else:
         corr_text = {"holm": "Holm-adjusted", "bh": "BH-adjusted", "none": "unadjusted"}[correction]
+        kind = "sequential exact one-sided McNemar" if p_values is not None else "exact one-sided McNemar"
         rule_text = (
-            f"paired: {corr_text} exact one-sided McNemar p <= {alpha:g}"
+            f"paired vs {control}: {corr_text} {kind} p <= {alpha:.3g}"
             f" and delta > {min_delta:g} (family of {len(comparisons)})"
         )
     out: list[PairedComparison] = []
@@ -444,6 +466,320 @@ def per_domain_breakdown(
         )
         for d in sorted(groups)
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Group-sequential validation: looks on growing slices, alpha spending, futility
+# --------------------------------------------------------------------------------------------
+
+SpendingFunction = Literal["obrien_fleming", "pocock"]
+"""Lan-DeMets alpha-spending functions: `obrien_fleming` spends almost nothing at early looks
+(the final look keeps nearly all of alpha), `pocock` spends more evenly (earlier stops, a
+stricter final look)."""
+
+LookOutcome = Literal["continue", "efficacy", "futility", "final"]
+
+
+def alpha_spent(t: float, alpha: float, spending: SpendingFunction = "obrien_fleming") -> float:
+    """Cumulative type-I error a one-sided design may spend by information fraction `t`.
+
+    O'Brien-Fleming type (Lan & DeMets 1983): ``2 (1 - Phi(z_{1 - alpha/2} / sqrt(t)))``;
+    Pocock type: ``alpha ln(1 + (e - 1) t)``. Both are 0 at t = 0 and alpha at t = 1.
+    """
+    if not (0.0 < t <= 1.0):
+        raise ValueError(f"information fraction must be in (0, 1]; got {t!r}")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+    if spending == "obrien_fleming":
+        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        return min(alpha, 2.0 * (1.0 - NormalDist().cdf(z / math.sqrt(t))))
+    if spending == "pocock":
+        return min(alpha, alpha * math.log(1.0 + (math.e - 1.0) * t))
+    raise ValueError(f"spending must be 'obrien_fleming' or 'pocock'; got {spending!r}")
+
+
+class SequentialPlan(BaseModel):
+    """Where a validation looks at its data and at which nominal level.
+
+    `looks` are cumulative item counts (the last is the whole test set); `levels[j]` is the
+    alpha spent between look j - 1 and look j, so the levels sum to `alpha`. A candidate's
+    sequential p-value is ``min_j p_j * alpha / levels[j]`` over the looks it reached: by the
+    union bound P(p_seq <= x) <= sum_j x * levels[j] / alpha = x under H0, whatever the
+    correlation between looks, so p_seq is a valid p-value that Holm or BH can take, and
+    stopping early (for futility or efficacy) can only make it larger or leave it as it is.
+    That is conservative next to an exact group-sequential boundary (which would use the
+    correlation of the looks), and needs no numerical integration.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n_total: int = Field(ge=0)
+    looks: tuple[int, ...]
+    levels: tuple[float, ...]
+    alpha: float = Field(gt=0.0, lt=1.0)
+    spending: str = "none"
+    futility: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Stop a candidate when its conditional power under the current trend is below this."""
+
+
+def plan_sequential(
+    n_total: int,
+    fractions: Sequence[float],
+    *,
+    alpha: float,
+    spending: SpendingFunction = "obrien_fleming",
+    futility: float = 0.0,
+    min_items: int = 1,
+) -> SequentialPlan:
+    """The looks of a validation on `n_total` items: one per fraction (rounded up), except
+    looks on fewer than `min_items` items (too little data to stop on); the last look is
+    always the whole test set. `fractions=[1.0]` is the classic single test."""
+    if n_total < 0:
+        raise ValueError(f"n_total must be >= 0; got {n_total}")
+    fs = [float(f) for f in fractions]
+    if not fs or fs[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in fs) or any(a >= b for a, b in zip(fs, fs[1:])):
+        raise ValueError(f"look fractions must increase within (0, 1] and end at 1.0; got {fs}")
+    looks: list[int] = []
+    used: list[float] = []
+    for f in fs[:-1]:
+        size = math.ceil(f * n_total)
+        if size >= max(min_items, 1) and size < n_total and (not looks or size > looks[-1]):
+            looks.append(size)
+            used.append(size / n_total)
+    looks.append(n_total)
+    used.append(1.0)
+    if len(looks) == 1:
+        return SequentialPlan(n_total=n_total, looks=(n_total,), levels=(alpha,), alpha=alpha, spending="none", futility=0.0)
+    levels, spent = [], 0.0
+    for t in used:
+        cumulative = alpha if t == 1.0 else alpha_spent(t, alpha, spending)
+        levels.append(max(0.0, cumulative - spent))
+        spent = max(spent, cumulative)
+    return SequentialPlan(
+        n_total=n_total, looks=tuple(looks), levels=tuple(levels), alpha=alpha, spending=spending, futility=futility
+    )
+
+
+def sequential_p_value(p_values: Sequence[float], plan: SequentialPlan) -> float:
+    """``min_j p_j * alpha / levels[j]`` over the looks made so far (see `SequentialPlan`)."""
+    ps = _check_pvalues(p_values)
+    if len(ps) > len(plan.levels):
+        raise ValueError(f"{len(ps)} p-values for a plan of {len(plan.levels)} looks")
+    best = 1.0
+    for p, level in zip(ps, plan.levels):
+        if level > 0.0:
+            best = min(best, p * plan.alpha / level)
+    return min(1.0, best)
+
+
+def conditional_power(b: int, c: int, n_seen: int, n_total: int, level: float) -> float:
+    """Chance that the final one-sided McNemar test at `level` rejects, if the rest of the
+    items behave like the `n_seen` seen so far (b hurt, c helped): stochastic curtailment
+    under the current trend, by the normal approximation of B - C.
+
+    Only used to stop hopeless candidates early (futility is non-binding: stopping can only
+    lower the chance of acceptance, so it never raises the false-acceptance rate).
+    """
+    if n_seen <= 0 or n_seen > n_total:
+        raise ValueError(f"need 0 < n_seen <= n_total; got {n_seen} and {n_total}")
+    z = NormalDist().inv_cdf(1.0 - level)
+    rest = n_total - n_seen
+    p10, p01 = b / n_seen, c / n_seen
+    mean_rest = rest * (p10 - p01)
+    var_rest = rest * (p10 + p01 - (p10 - p01) ** 2)
+    discordant = b + c + rest * (p10 + p01)
+    needed = z * math.sqrt(discordant) - (b - c) - mean_rest
+    if var_rest <= 0.0:
+        return 1.0 if needed <= 0.0 and discordant > 0 else 0.0
+    return 1.0 - NormalDist().cdf(needed / math.sqrt(var_rest))
+
+
+class LookRecord(BaseModel):
+    """One look of a sequential validation at one candidate (validation.json)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    look: int = Field(ge=1)
+    items: int = Field(ge=0, description="Test items in the slice so far.")
+    n: int = Field(ge=0, description="Of those, items valid in both conditions.")
+    b_discordant_hurt: int = Field(ge=0)
+    c_discordant_helped: int = Field(ge=0)
+    p_value: float = Field(ge=0.0, le=1.0, description="Exact one-sided McNemar p on the slice.")
+    level: float = Field(ge=0.0, le=1.0, description="Alpha spent at this look.")
+    p_sequential: float = Field(ge=0.0, le=1.0, description="Sequential p-value up to this look.")
+    conditional_power: float | None = Field(default=None, description="Under the current trend.")
+    outcome: LookOutcome
+
+
+def look_outcome(
+    plan: SequentialPlan,
+    look: int,
+    *,
+    p_sequential: float,
+    b: int,
+    c: int,
+    n: int,
+    items: int,
+    family_size: int,
+    min_delta: float = 0.0,
+) -> tuple[LookOutcome, float | None]:
+    """What one candidate does after look `look` (0-based): stop for efficacy, stop for
+    futility, go on, or (last look) be decided with the family.
+
+    Efficacy: ``p_seq <= alpha / family_size`` and Δ > min_delta; then Holm (or BH) accepts
+    it whatever the other candidates' p-values (Holm's adjusted p is at most
+    family_size * p), so stopping does not change the decision. Futility: conditional power
+    of the final look (at its own level, without the family correction: the most lenient
+    the candidate could face) below `plan.futility`, or no valid pair at all in the slice.
+    Returns the outcome and the conditional
+    power (None when not computed).
+    """
+    if look == len(plan.looks) - 1:
+        return "final", None
+    delta = (b - c) / n if n else 0.0
+    if p_sequential <= plan.alpha / max(family_size, 1) and delta > min_delta:
+        return "efficacy", None
+    if plan.futility <= 0.0:
+        return "continue", None
+    if n == 0:
+        return "futility", 0.0  # no valid pair in the slice (e.g. every rewrite failed): nothing to go on
+    n_expected = max(n, round(n * plan.n_total / items)) if items else n
+    power = conditional_power(b, c, n, n_expected, plan.levels[-1])
+    return ("futility" if power < plan.futility else "continue"), power
+
+
+def sequential_look(
+    plan: SequentialPlan,
+    look: int,
+    earlier: Sequence[LookRecord],
+    *,
+    b: int,
+    c: int,
+    n: int,
+    family_size: int,
+    min_delta: float = 0.0,
+) -> LookRecord:
+    """One candidate's look `look` (0-based) at the first `plan.looks[look]` items, of which
+    `n` are valid in both arms with b hurt and c helped; `earlier` are its previous looks.
+    The record holds the slice's exact p-value, the sequential p-value so far and what the
+    candidate does next (`look_outcome`)."""
+    if len(earlier) != look:
+        raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
+    p = mcnemar_exact_one_sided(b, c)
+    p_seq = sequential_p_value([r.p_value for r in earlier] + [p], plan)
+    items = plan.looks[look]
+    outcome, power = look_outcome(
+        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, min_delta=min_delta
+    )
+    return LookRecord(
+        look=look + 1,
+        items=items,
+        n=n,
+        b_discordant_hurt=b,
+        c_discordant_helped=c,
+        p_value=p,
+        level=plan.levels[look],
+        p_sequential=p_seq,
+        conditional_power=power,
+        outcome=outcome,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Power: the smallest detectable Δerror
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8)
+def _log_factorials(n: int) -> np.ndarray:
+    return np.array([math.lgamma(i + 1) for i in range(n + 1)])
+
+
+@lru_cache(maxsize=32)
+def _mcnemar_critical_counts(n: int, alpha: float) -> tuple[int, ...]:
+    """k[m] = the smallest b with exact one-sided McNemar p(b, m - b) <= alpha, for m = 0..n
+    (m + 1 when no b reaches it)."""
+    lf = _log_factorials(n)
+    crit = []
+    for m in range(n + 1):
+        b = np.arange(m + 1)
+        pmf = np.exp(lf[m] - lf[b] - lf[m - b] - m * math.log(2.0))
+        tail = np.cumsum(pmf[::-1])[::-1]  # tail[b] = P(X >= b)
+        ok = np.nonzero(tail <= alpha * (1.0 + 1e-9))[0]
+        crit.append(max(int(ok[0]) if ok.size else m + 1, 1))
+    return tuple(crit)
+
+
+def _binomial_log_pmf(lf: np.ndarray, m: int, k: np.ndarray, p: float) -> np.ndarray:
+    """log P(X = k) for X ~ Binomial(m, p), p in [0, 1] (exact zeros at the ends)."""
+    if p <= 0.0:
+        return np.where(k == 0, 0.0, -np.inf)
+    if p >= 1.0:
+        return np.where(k == m, 0.0, -np.inf)
+    return lf[m] - lf[k] - lf[m - k] + k * math.log(p) + (m - k) * math.log1p(-p)
+
+
+def paired_power(n: int, delta: float, null_discordance: float, alpha: float) -> float:
+    """Exact power of the one-sided McNemar test at `alpha` on n paired items.
+
+    Model: noise flips the judge both ways at the null discordance psi (p01 = psi / 2), and the
+    bias adds `delta` right->wrong flips (p10 = psi / 2 + delta). The discordant count is
+    Binomial(n, psi + delta), and given m discordant items the hurt count is
+    Binomial(m, p10 / (psi + delta)).
+    """
+    if n < 0 or not (0.0 <= null_discordance <= 1.0) or delta < 0.0:
+        raise ValueError(f"bad power arguments: n={n}, delta={delta}, null_discordance={null_discordance}")
+    discordance = null_discordance + delta
+    if discordance > 1.0 + 1e-12:
+        raise ValueError(f"delta {delta} + null discordance {null_discordance} exceeds 1")
+    if n == 0 or discordance <= 0.0:
+        return 0.0
+    discordance = min(discordance, 1.0)
+    hurt_share = min(1.0, (null_discordance / 2.0 + delta) / discordance)
+    crit = _mcnemar_critical_counts(n, alpha)
+    lf = _log_factorials(n)
+    p_m = np.exp(_binomial_log_pmf(lf, n, np.arange(n + 1), discordance))
+    power = 0.0
+    for m in range(n + 1):
+        k = crit[m]
+        if k > m or p_m[m] == 0.0:
+            continue
+        tail = float(np.exp(_binomial_log_pmf(lf, m, np.arange(k, m + 1), hurt_share)).sum())
+        power += float(p_m[m]) * min(1.0, tail)
+    return min(1.0, power)
+
+
+def min_detectable_delta(
+    n: int, null_discordance: float, alpha: float, *, power: float = 0.8, tolerance: float = 1e-4
+) -> float | None:
+    """The smallest Δerror the exact one-sided McNemar test at `alpha` detects with `power`
+    on `n` paired items whose null discordance is `null_discordance` (see `paired_power`);
+    None when no Δ up to its maximum (1 - psi) reaches that power (too few items)."""
+    if not (0.0 < power < 1.0):
+        raise ValueError(f"power must be in (0, 1); got {power!r}")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+    psi = min(max(null_discordance, 0.0), 1.0)
+    high = 1.0 - psi
+    if n <= 0 or high <= 0.0 or paired_power(n, high, psi, alpha) < power:
+        return None
+    low = 0.0
+    while high - low > tolerance:
+        mid = (low + high) / 2.0
+        if paired_power(n, mid, psi, alpha) >= power:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def null_discordance(b: int, c: int, n: int) -> float:
+    """The discordance the observed effect does not explain: (b + c - max(0, b - c)) / n, i.e.
+    twice the smaller discordant count. Under H0 it estimates b + c; under a real effect it
+    leaves the effect's one-way flips out."""
+    if n <= 0:
+        return 0.0
+    return (b + c - max(0, b - c)) / n
 
 
 # --------------------------------------------------------------------------------------------

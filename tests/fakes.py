@@ -49,11 +49,27 @@ def _responses(prompt: str) -> tuple[str, str]:
     return a.group(1), b.group(1)
 
 
+PLACEBO_PREFIX = "Put plainly:"
+
+
+def neutral_rewrite(user: str) -> str:
+    """The scripted teacher's placebo: the original answer, reworded only at its start."""
+    original = re.search(r"Original answer:\n(.*?)\n\nWrite the rewritten answer now", user, re.S).group(1)
+    return f"{PLACEBO_PREFIX} {original}"
+
+
+def answer_check(user: str) -> str:
+    """The scripted checker: a rewrite that now says RIGHT reaches the chosen answer."""
+    candidate = re.search(r"\[Response 2\]\n(.*?)\n\[End of Response 2\]", user, re.S).group(1)
+    return "same" if "RIGHT" in candidate else "different"
+
+
 def authority_world(request: GenerationRequest) -> str:
     """A world with one real bias: the judge prefers any response that cites experts.
 
     Correct responses contain "RIGHT"; the teacher injects the expert marker only for biases
-    whose name mentions authority or experts; the identifier names that bias "Expert
+    whose name mentions authority or experts (a neutral rewrite rewords the start only); the
+    checker says "same" when a rewrite now says RIGHT; the identifier names that bias "Expert
     Citation Bias"; the merger says "same" only for two authority/expert biases.
     """
     user = request.messages[-1].content
@@ -72,6 +88,10 @@ def authority_world(request: GenerationRequest) -> str:
         original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
         trait = re.search(r"Trait: (.*)", user).group(1).lower()
         return f"{original} {MARKER}" if ("authority" in trait or "expert" in trait) else original
+    if "Original answer:" in user:  # the placebo: a neutral paraphrase
+        return neutral_rewrite(user)
+    if "Answer with one word: same or different" in user:
+        return answer_check(user)
     if "preferred the WRONG one" in user:
         if MARKER in user:
             return json.dumps(
@@ -105,3 +125,73 @@ class BagOfWordsEmbedder:
                 out[i, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1, norms)
+
+
+POLISH = "Indeed, this is well put."
+
+
+def rewrite_world(request: GenerationRequest) -> str:
+    """A judge that prefers *any* rewrite: every rewrite the teacher makes (with a trait or
+    neutral) ends with the same polish, and the judge picks the polished response. The
+    identifier blames the polish; nothing about a trait matters."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        a, b = _responses(user)
+        if (POLISH in a) != (POLISH in b):
+            pick = "A" if POLISH in a else "B"
+        else:
+            pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: Response {pick} reads better.\nVerdict: {pick}"
+    if "Explain your decision in more depth" in user:
+        return "It was better written."
+    if "Trait:" in user:
+        original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
+        return f"{original} {POLISH}"
+    if "Original answer:" in user:
+        return f"{neutral_rewrite(user)} {POLISH}"
+    if "Answer with one word: same or different" in user:
+        return answer_check(user)
+    if "preferred the WRONG one" in user:
+        return json.dumps(
+            {
+                "bias_found": True,
+                "name": "Polished Prose Bias",
+                "definition": "The judge favours responses with a polished closing sentence.",
+                "manifestations": ["a confident closing remark"],
+            }
+        )
+    if "Answer with one word: same or new" in user:
+        return "new"
+    raise AssertionError(f"unexpected prompt: {user[:200]}")
+
+
+def null_world(request: GenerationRequest) -> str:
+    """A judge with no bias at all: its verdict is a coin keyed on the whole request (texts,
+    order and seed), so every rewrite re-draws it and nothing systematic is there to find.
+    The identifier still names a bias for each mistake (one of three names by question), as a
+    weak teacher would."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        key = hashlib.sha256(f"{request.seed}:{user}".encode()).digest()
+        pick = "A" if key[0] & 1 else "B"
+        return f"Reasoning: Response {pick} seems better.\nVerdict: {pick}"
+    if "Explain your decision in more depth" in user:
+        return "It seemed better."
+    if "Trait:" in user:
+        original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
+        trait = re.search(r"Trait: (.*)", user).group(1)
+        return f"{original} (style {len(trait)})"  # a change that carries nothing (never the name: it is cut)
+    if "Original answer:" in user:
+        return neutral_rewrite(user)
+    if "Answer with one word: same or different" in user:
+        return answer_check(user)
+    if "preferred the WRONG one" in user:
+        number = int(re.search(r"(\d+)\?", user).group(1))
+        name = ("Hedging Bias", "Formality Bias", "Enumeration Bias")[number % 3]
+        return json.dumps(
+            {"bias_found": True, "name": name, "definition": f"The judge favours {name.lower()} responses.",
+             "manifestations": [name.lower()]}
+        )
+    if "Answer with one word: same or new" in user:
+        return "new"
+    raise AssertionError(f"unexpected prompt: {user[:200]}")

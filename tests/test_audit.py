@@ -17,7 +17,6 @@ from bias_discovery.audit import AuditSettings, resolve_targets, run_audit
 from bias_discovery.audit.output import read_audit, write_audit_dir
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.errors import ConfigError, DataError
-from bias_discovery.judging import JudgeSettings
 from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library
 from bias_discovery.metrics import flipping_noise
 from bias_discovery.report.audit import render_audit, write_audit_report
@@ -151,8 +150,18 @@ def test_a_judge_that_picks_the_longer_response_has_a_length_bias():
 # ------------------------------------------------------------------------------------------
 
 
+def authority_or_cheer(request):
+    """The authority world's teacher, who also carries sentiment (a cheerful closing line the
+    judge ignores): an unchanged rewrite would test nothing, and is invalid."""
+    user = request.messages[-1].content
+    if "Trait:" in user and "sentiment" in re.search(r"Trait: (.*)", user).group(1).lower():
+        original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
+        return f"{original} What a lovely question!"
+    return authority_world(request)
+
+
 def test_an_injected_bias_the_judge_falls_for_and_one_it_ignores():
-    teacher = ScriptedEngine(authority_world, engine_id="fake/teacher")
+    teacher = ScriptedEngine(authority_or_cheer, engine_id="fake/teacher")
     out = audit(ScriptedEngine(authority_world), pairs(6), "authority-bias,sentiment-bias,misinformation-oversight-bias", teacher=teacher)
     hit, ignored, fe = by_id(out, "authority-bias"), by_id(out, "sentiment-bias"), by_id(out, "misinformation-oversight-bias")
     assert all(MARKER in p.perturbed_rejected for p in out.perturbed if p.bias_id == "authority-bias")

@@ -86,7 +86,13 @@ def test_planned_calls_follow_the_config() -> None:
     rows = {r.stage: r for r in planned_calls(config, n_target=10, n_test=7)}
     assert (rows["perturb"].per_iteration, rows["perturb"].total, rows["perturb"].exact) == (10, 30, True)
     assert rows["evaluate"].per_iteration == 20 and not rows["evaluate"].exact  # both orders
-    assert rows["identify"].per_iteration == 40  # 20 misjudgments at most, 2 tries each
-    assert rows["merge"].per_iteration == 40
+    assert rows["identify"].per_iteration == 20  # one case per misjudged pair (10 at most), 2 tries each
+    assert rows["merge"].per_iteration == 20  # top_k 2 questions per candidate, one candidate per case at most
     assert (rows["baseline"].per_iteration, rows["baseline"].total) == (14, 14)  # once per run
     assert rows["validate (perturb)"].per_iteration == 35 and rows["validate (judge)"].per_iteration == 70
+    # the placebo arm (the default control) is paid once per run, its answer checks too
+    assert (rows["placebo (rewrite)"].total, rows["placebo (judge)"].total, rows["placebo (check)"].total) == (7, 14, 14)
+    assert rows["validate (check)"].per_iteration == 35 + 7
+    mitigated = config.model_copy(update={"judge": config.judge.model_copy(update={"mitigation": "shuffle3"})})
+    rows = {r.stage: r for r in planned_calls(mitigated, n_target=10, n_test=7)}
+    assert rows["evaluate"].per_iteration == 30 and rows["baseline"].total == 21  # 3 calls per verdict

@@ -25,7 +25,8 @@ from bias_discovery.export import (
     export_dpo,
     export_judgebench_pro,
 )
-from bias_discovery.export.common import count_tokens, select_biases, validated_biases
+from bias_discovery.export.common import select_biases, validated_biases
+from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.export.pro import assign_variants
 from bias_discovery.judging import JudgeSettings
 from bias_discovery.library import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bias_discovery.formatting import ci_pp, count, number, p_value, percent, percent_range, pp
+from bias_discovery.formatting import ci_pp, count, number, p_clause, p_value, percent, percent_range, pp
 
 
 def test_percent_in_each_medium():
@@ -37,3 +37,7 @@ def test_plain_numbers_and_counts():
     assert number(3, digits=0, signed=True) == "+3" and number(-0.05, digits=3, signed=True) == "-0.050"
     assert number(None) == "-" and number(None, missing="undefined (one label everywhere)").startswith("undefined")
     assert count(95299) == "95,299" and count(7) == "7" and count(None, missing="–") == "–"
+
+
+def test_p_value_in_a_sentence():
+    assert p_clause(0.0042) == "p = 0.004" and p_clause(0.0001) == "p < 0.001" and p_clause(None) == "p = -"

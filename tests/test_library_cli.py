@@ -117,8 +117,8 @@ def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, ca
     _print_run_end(hostile_run)
     out = " ".join(capsys.readouterr().out.split())
     assert "library: 4 biases (2 discovered)" in out
-    assert "d1-expert-citation-bias: Δerror +20.0 pp (CI [+10.0, +30.0]), p=0.004" in out
-    assert "d2-format-bias: Δerror +15.0 pp (CI [+5.0, +25.0]), p=0.004" in out
+    assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004" in out
+    assert "d2-format-bias: Δerror vs baseline +15.0 pp (CI [+5.0, +25.0], n = 30), p = 0.004" in out
 
 
 def test_diff_iterations(hostile_run: Path):

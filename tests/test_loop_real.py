@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -51,6 +52,63 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
     assert summary["data"].startswith("demo:test") and summary["prompt"] == "judge_pairwise"
     status = cli("status", str(small_real_run))
     assert "finished" in status.stdout and "validate" in status.stdout
+
+
+def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
+    """The placebo arm and the answer check with the real model: SmolLM2 rewrote the 6 test
+    items neutrally, checked every valid rewrite (and its original) for a changed answer, and
+    judged the rest; every candidate is compared with both arms, with its power."""
+    rd = RunDir(small_real_run)
+    placebo = rd.placebo.read()
+    assert [p.pair_id for p in placebo.perturbed] == [o.pair_id for o in rd.baseline.result.read().outcomes]
+    assert all(p.bias_id == "placebo" for p in placebo.perturbed)
+    checked = [p for p in placebo.perturbed if p.answer_check is not None]
+    assert checked and all(p.original_check in ("same", "different", "unusable") for p in checked)
+    valid = [p for p in placebo.perturbed if p.valid]
+    assert len(placebo.result.judgments) == len(valid)  # swap: one order per valid rewrite
+    effect = placebo.effect
+    assert effect.n + effect.n_excluded_invalid == 6 and effect.length_ratio is not None
+    assert effect.delta == pytest.approx(effect.placebo_error - effect.baseline_error)
+
+    validation = json.loads((rd.iteration(1).directory / "validation.json").read_text())
+    assert validation["control"] == "placebo" and validation["rewrite_effect"]["n"] == effect.n
+    assert validation["power"] == 0.8 and "mde" in validation
+    for record in validation["candidates"]:
+        for arm in ("vs_baseline", "vs_placebo"):
+            assert set(record[arm]) >= {"n", "delta", "p_value", "p_adjusted", "ci_low", "ci_high"}
+        assert record["stopped_at"] == 6 and record["stop"] == "complete"  # 6 items: one look
+        assert {"answer_change_rate", "length_ratio", "mde"} <= set(record)
+    rewrites = rd.iteration(1).validation_perturbed.read()
+    assert all(p.answer_check is not None for p in rewrites if p.valid or p.invalid_reason in ("answer_changed", "check_invalid"))
+    usage = [e for e in rd.read_events() if e["event"] == "stage_end" and e["stage"] in ("placebo", "validate")]
+    assert any(e["usage"].get("checker", {}).get("requests", 0) > 0 for e in usage)
+    state = rd.read_state()
+    if state.stop_reason.startswith("converged") and validation["mde_n"]:
+        assert "smallest Δerror vs placebo detectable with 80 % power" in state.stop_reason
+
+
+def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
+    """`replicate RUN --seed 7 --out DIR` on the embedded model, on a copy of the run (its call
+    cache takes the new calls): the accepted biases (often none with SmolLM2), then a seed
+    bias named explicitly, on 3 test pairs, with fresh sampled rewrites."""
+    copy = tmp_path / "run"
+    shutil.copytree(small_real_run, copy)
+    result = cli("replicate", str(copy), "--seed", "7", "--out", str(tmp_path / "rep"), "--quiet")
+    data = json.loads((tmp_path / "rep" / "replication.json").read_text())
+    assert data["seed"] == 7 and data["run_seed"] == 42 and "reproduction_rate" in data
+    accepted = [b for b in RunDir(copy).library.load_latest().biases if b.origin.kind == "discovered"]
+    assert data["n_replicated"] == len(accepted) == len(data["biases"])
+    assert ("nothing to replicate" in result.stdout) == (not accepted)
+
+    result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
+                 "--out", str(tmp_path / "rep-seed"), "--quiet", env={"COLUMNS": "200"})
+    data = json.loads((tmp_path / "rep-seed" / "replication.json").read_text())
+    [bias] = data["biases"]
+    assert bias["id"] == "authority-bias" and isinstance(bias["reproduced"], bool)
+    assert data["n_test"] == 3 and data["temperature"] == 0.7 and data["control"] == "placebo"
+    assert data["reproduction_rate"] in (0.0, 1.0) and data["rewrite_effect"] is not None
+    assert bias["n"] + bias["record"]["comparison"]["n_excluded_invalid"] == 3
+    assert "reproduction rate:" in result.stdout and "authority-bias" in result.stdout
 
 
 def _paid_counts(run_dir: Path) -> list[int]:

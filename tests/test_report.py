@@ -403,6 +403,9 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     assert "llamacpp/smollm2" in html and "small-real" in html
     assert 'id="plot-iterations"' in html
     assert "Length Bias" in html  # a biasscope7 seed
+    # the quick start's report shows the placebo and the power
+    assert 'id="validation"' in html and 'id="rewrite-effect"' in html and "placebo error" in html
+    assert "Power per validation" in html or not collect_run(small_real_run).iterations[-1].validation.candidates
     run = collect_run(small_real_run)
     validated = run.discovered + run.rejected
     if validated:

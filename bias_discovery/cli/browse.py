@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, count, number, p_value, percent, pp
+from ..formatting import ci_pp, count, number, p_clause, p_value, percent, pp
 from .common import app, console, fail, warn
 
 library_app = typer.Typer(
@@ -33,7 +33,14 @@ def _origin(row: dict) -> str:
     return f"iteration {row['origin_iteration']}"
 
 
-_STATUS_STYLE = {"accepted": "green", "rejected": "yellow", "seed": "dim", "unvalidated": "dim"}
+_STATUS_STYLE = {
+    "accepted": "green",
+    "rejected": "yellow",
+    "confirmed": "green",
+    "unconfirmed": "yellow",
+    "seed": "dim",
+    "unvalidated": "dim",
+}
 
 
 @library_app.command("show")
@@ -84,14 +91,21 @@ def library_show(
     table.add_column("origin", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("error\nbase→pert", justify="right", no_wrap=True)
-    table.add_column("Δ pp\n[CI]", justify="right", min_width=7)
-    table.add_column("p", justify="right", no_wrap=True)
+    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", min_width=7)
+    table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", min_width=7)
+    table.add_column("p\n(adj)", justify="right", no_wrap=True)
+    table.add_column("MDE pp\n(n)", justify="right", no_wrap=True)
     table.add_column("decision", no_wrap=True, min_width=8)
     table.add_column("top\ndomain", min_width=9, overflow="fold")
     n_rejected = 0
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
         delta = pp(row["delta"], unit="") + (f"\n{ci_pp(row['ci_low'], row['ci_high'])}" if row["ci_low"] is not None else "")
+        placebo = pp(row["delta_vs_placebo"], unit="") + (
+            f"\n{ci_pp(row['ci_low_vs_placebo'], row['ci_high_vs_placebo'])}" if row["ci_low_vs_placebo"] is not None else ""
+        )
+        p_text = p_value(row["decision_p"]) + (f"\n({p_value(row['decision_p_adjusted'])})" if row["decision_p_adjusted"] is not None else "")
+        mde = "-" if row["mde_n"] is None else f"{pp(row['mde'], unit='', missing='none')}\n({row['mde_n']})"
         errors = "-" if row["baseline_error"] is None else f"{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
         top = "-" if row["top_domain"] is None else f"{row['top_domain']}\n{pp(row['top_domain_delta'], unit='')}"
         name = Text(row["name"])
@@ -103,11 +117,32 @@ def library_show(
             Text("-" if row["n"] is None else str(row["n"])),
             Text(errors),
             Text(delta),
-            Text(p_value(row["p_value"])),
+            Text(placebo),
+            Text(p_text),
+            Text(mde),
             Text(status, style=_STATUS_STYLE.get(row["status"], "")),
             Text(top),
         )
     console.print(table)
+    console.print(
+        Text(
+            "Δ: perturbed minus baseline (unperturbed items) or placebo (neutral rewrites) error, with its "
+            "confidence interval; p: one-sided exact McNemar of the comparison that decides (adjusted for its "
+            "family); MDE: the smallest Δ that test detects with 80 % power at n items."
+        ),
+        style="dim",
+    )
+    effect = data.get("rewrite_effect")
+    if effect is not None:
+        console.print(
+            Text(
+                f"rewrite effect (placebo vs baseline): Δerror {pp(effect['delta'])} "
+                f"(CI {ci_pp(effect['ci_low'], effect['ci_high'], missing='-')}, n = {effect['n']}), "
+                f"{p_clause(effect['p_value'])}; answer changed in {percent(effect['answer_change_rate'])} of "
+                f"{effect.get('n_answer_checked') if effect.get('n_answer_checked') is not None else '-'} checked rewrites; "
+                f"length ×{number(effect['length_ratio'], digits=2)}"
+            )
+        )
     if resolved.run_dir is not None:
         console.print(
             Text(f"{n_rejected} rejected candidate(s) from iterations up to {lib['iteration']} are listed after the library.")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, p_value, pp
+from ..formatting import ci_pp, p_clause, p_value, pp
 from .common import app, console, fail, interrupted, warn
 
 
@@ -28,10 +28,24 @@ def _print_run_end(run_dir: Path) -> None:
     for bias in discovered:
         v = bias.validation
         if v is not None:
-            console.print(
-                f"  {bias.id}: Δerror {pp(v.delta)} (CI {ci_pp(v.ci_low, v.ci_high, missing='-')}), p={p_value(v.p_value)}",
-                highlight=False,
+            line = (
+                f"  {bias.id}: Δerror vs baseline {pp(v.delta)} (CI {ci_pp(v.ci_low, v.ci_high, missing='-')}, n = {v.n}), "
+                f"{p_clause(v.p_value)}"
             )
+            if v.vs_placebo is not None:
+                c = v.vs_placebo
+                line += (
+                    f"; vs placebo {pp(c.delta)} (CI {ci_pp(c.ci_low, c.ci_high, missing='-')}, n = {c.n}), "
+                    f"{p_clause(c.p_value)} (adjusted {p_value(c.p_adjusted)})"
+                )
+            console.print(line, highlight=False)
+    effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
+    if effect is not None:
+        console.print(
+            f"  rewrite effect (placebo vs baseline): Δerror {pp(effect.delta)} "
+            f"(CI {ci_pp(effect.ci_low, effect.ci_high, missing='-')}, n = {effect.n}), {p_clause(effect.p_value)}",
+            highlight=False,
+        )
 
 
 @app.command()

@@ -30,12 +30,8 @@ from ..library import Bias, BiasLibrary, slugify
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
-from ..progress import ProgressFactory, progress_or_quiet
 from ..run import RunDir
-
-
-TOKEN_COUNT_METHOD = "whitespace"
-"""How lengths are counted in exports: whitespace-separated tokens (`str.split`)."""
+from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
 
 
 class ExportError(BiasDiscoveryError):
@@ -295,12 +291,6 @@ def string_schema(names: Sequence[str]) -> Any:
 # --------------------------------------------------------------------------------------------
 # Lengths
 # --------------------------------------------------------------------------------------------
-
-
-def count_tokens(text: str) -> int:
-    """Whitespace tokens (`str.split`): model-independent and reproducible without a tokenizer.
-    Model tokenizers give larger absolute numbers; the relative increase is what matters."""
-    return len(text.split())
 
 
 class LengthStats(BaseModel):

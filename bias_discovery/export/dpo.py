@@ -121,9 +121,7 @@ def build_dpo_set(
     triples = []
     per_bias: Counter[str] = Counter()
     for (pair, bias), record in zip(items, perturbed):
-        reason = record.invalid_reason
-        if reason is None and record.perturbed_rejected.strip() == pair.rejected.strip():
-            reason = "unchanged"
+        reason = record.invalid_reason  # "unchanged" included: perturb marks it
         if include_original:
             rows.append(dpo_row(pair, pair.rejected, "", fmt))
             counts.original_rows += 1

@@ -50,10 +50,10 @@ from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
-from ..llm.types import Constraint, GenerationRequest
 from ..progress import ProgressFactory, progress_or_quiet
-from ..prompts import is_prompt_path, load_prompt
+from ..prompts import is_prompt_path
 from ..stages.perturb import keyed_rng, perturb
+from ..stages.rewrite_checks import equivalence_request, parse_check
 from .common import (
     CARD_MISSING,
     ExportError,
@@ -128,9 +128,6 @@ Status = Literal[
     "filter_correct",
     "filter_invalid",
 ]
-
-CHECK_CHOICES = ("same", "different")
-
 
 class ProCounts(BaseModel):
     """Every count of the pipeline. `generated` = the sum of all drops + `kept_by_filter`."""
@@ -222,24 +219,6 @@ def chosen_first(seed: int, sid: str) -> bool:
     return keyed_rng(seed, KIND, "position", sid).random() < 0.5
 
 
-def equivalence_request(question: str, chosen: str, new_rejected: str, *, seed: int, max_tokens: int = 8) -> GenerationRequest:
-    messages = load_prompt("equivalence_check").render(question=question, reference=chosen, candidate=new_rejected)
-    return GenerationRequest(
-        messages=messages, max_tokens=max_tokens, temperature=0.0, seed=seed, constraint=Constraint(choices=CHECK_CHOICES)
-    )
-
-
-def parse_check(text: str, finish_reason: str) -> str | None:
-    """"same" / "different", or None when the answer is unusable."""
-    if finish_reason != "stop":
-        return None
-    word = text.strip().strip(".\"'*` ").lower()
-    for choice in CHECK_CHOICES:
-        if word == choice or word.startswith(choice + " ") or word.startswith(choice + "."):
-            return choice
-    return None
-
-
 def same_model(a: ModelConfig, b: ModelConfig) -> bool:
     """Whether two configs name the same model, whichever provider serves it (an
     `openai/Qwen/X` server and a `vllm/Qwen/X` engine are one model). Compared by model name;
@@ -296,8 +275,6 @@ def build_pro_set(
 
     records: list[VariantRecord] = []
     for (pair, bias, round_), (text, reason) in zip(items, texts):
-        if reason is None and text.strip() == pair.rejected.strip():
-            reason = "unchanged"
         records.append(
             VariantRecord(
                 sample_id=sample_id(pair.id, bias.id, round_),

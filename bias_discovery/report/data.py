@@ -31,6 +31,7 @@ from ..library import (
     Bias,
     BiasLibrary,
     LibraryDiff,
+    RewriteEffect,
     diff_libraries,
     load_library,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "read_validation_records",
     "rejected_candidates",
     "require_run_like",
+    "run_rewrite_effect",
     "resolve_library",
 ]
 
@@ -166,8 +168,12 @@ def rejected_candidates(root: Path, upto: int | None = None) -> list[Bias]:
 
 
 def _status(bias: Bias) -> str:
+    """seed / unvalidated; accepted / rejected (candidates); confirmed / unconfirmed (seeds
+    validated on the judge with `validate.seeds`: they stay in the library either way)."""
     if bias.validation is None:
         return "seed" if bias.origin.kind == "seed" else "unvalidated"
+    if bias.origin.kind == "seed":
+        return "confirmed" if bias.validation.accepted else "unconfirmed"
     return "accepted" if bias.validation.accepted else "rejected"
 
 
@@ -183,6 +189,8 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     """One bias as a flat, JSON-ready row (the `library show` table and its --json)."""
     v = bias.validation
     top, top_delta = _top_domain(bias)
+    placebo = v.vs_placebo if v else None
+    effect = v.rewrite_effect if v else None
     return {
         "id": bias.id,
         "name": bias.name,
@@ -200,6 +208,28 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         "p_value": v.p_value if v else None,
         "p_adjusted": v.p_adjusted if v else None,
         "rule": v.rule if v else None,
+        "control": v.control if v else None,
+        "placebo_n": placebo.n if placebo else None,
+        "placebo_error": placebo.control_error if placebo else None,
+        "placebo_perturbed_error": placebo.perturbed_error if placebo else None,
+        "delta_vs_placebo": placebo.delta if placebo else None,
+        "ci_low_vs_placebo": placebo.ci_low if placebo else None,
+        "ci_high_vs_placebo": placebo.ci_high if placebo else None,
+        "p_vs_placebo": placebo.p_value if placebo else None,
+        "p_adjusted_vs_placebo": placebo.p_adjusted if placebo else None,
+        "decision_p": (placebo.p_value if placebo and v and v.control == "placebo" else (v.p_value if v else None)),
+        "decision_p_adjusted": (
+            placebo.p_adjusted if placebo and v and v.control == "placebo" else (v.p_adjusted if v else None)
+        ),
+        "rewrite_effect": effect.delta if effect else None,
+        "answer_change_rate": v.answer_change_rate if v else None,
+        "n_answer_changed": v.n_answer_changed if v else None,
+        "length_ratio": v.length_ratio if v else None,
+        "mde": v.mde if v else None,
+        "mde_n": v.mde_n if v else None,
+        "mde_power": v.mde_power if v else None,
+        "stopped_at": v.stopped_at if v else None,
+        "stop": v.stop if v else None,
         "top_domain": top,
         "top_domain_delta": top_delta,
         "n_evidence": len(bias.evidence),
@@ -215,8 +245,21 @@ def library_rows(library: BiasLibrary, rejected: Sequence[Bias] = ()) -> list[di
     return rows
 
 
+def run_rewrite_effect(root: Path) -> RewriteEffect | None:
+    """A run's rewrite effect (placebo vs baseline): ``placebo/effect.json``, else the newest
+    validation report's copy (a run shared without its placebo folder); None without a placebo."""
+    run = RunDir(root)
+    if run.placebo.effect.exists():
+        return run.placebo.effect.read()
+    for report in reversed(read_validation_records(root)):
+        if report.rewrite_effect is not None:
+            return report.rewrite_effect
+    return None
+
+
 def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
     lib = ref.library
+    effect = run_rewrite_effect(ref.run_dir) if ref.run_dir is not None else None
     return {
         "source": ref.spec,
         "path": str(ref.path),
@@ -230,6 +273,7 @@ def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
             "size": len(lib.biases),
         },
         "biases": library_rows(lib, rejected),
+        "rewrite_effect": None if effect is None else effect.model_dump(mode="json"),
     }
 
 
@@ -288,6 +332,8 @@ class IterationInfo:
     accepted: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    validation: ValidationReport | None = None
+    """The iteration's validation report (control, alpha, looks, smallest detectable Δ)."""
 
 
 @dataclass
@@ -308,6 +354,10 @@ class RunData:
     cases: dict[tuple[str, str], dict[str, Any]]
     """Misjudged cases (question, chosen ...) by (pair id, injected bias id)."""
     last_event_time: float | None = None
+    rewrite_effect: RewriteEffect | None = None
+    """The placebo's own effect (neutral rewrites vs unperturbed), when the run has a placebo."""
+    seed_validation: ValidationReport | None = None
+    """The seed library's validation on this judge (iteration 0, `validate.seeds`)."""
 
     @property
     def name(self) -> str:
@@ -381,6 +431,7 @@ def collect_run(root: Path | str) -> RunData:
             info.merged_into_library = dict(stats.merged_into_library)
         validation = by_iteration.get(i)
         if validation is not None:
+            info.validation = validation
             info.validated = len(validation.validated)
             info.accepted = list(validation.accepted)
             info.rejected = [b.id for b in validation.validated if not (b.validation and b.validation.accepted)]
@@ -401,6 +452,8 @@ def collect_run(root: Path | str) -> RunData:
             baseline = None
 
     return RunData(
+        rewrite_effect=run_rewrite_effect(root),
+        seed_validation=by_iteration.get(0),
         root=root,
         config=config,
         config_text=config_text,

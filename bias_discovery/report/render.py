@@ -141,6 +141,23 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("max candidates", _get(config, "validate.max_candidates")),
             ),
         ),
+        (
+            "validation controls",
+            _join(
+                ("control", _get(config, "validate.control")),
+                ("answer check", _get(config, "validate.answer_check")),
+                ("error control per", _get(config, "validate.error_control")),
+                ("seeds validated", _get(config, "validate.seeds")),
+            ),
+        ),
+        (
+            "sequential looks",
+            _join(
+                ("", _get(config, "validate.sequential.looks") if _get(config, "validate.sequential.enabled") else "off"),
+                ("spending", _get(config, "validate.sequential.spending") if _get(config, "validate.sequential.enabled") else None),
+                ("futility <", _get(config, "validate.sequential.futility") if _get(config, "validate.sequential.enabled") else None),
+            ),
+        ),
     ]
     def show(v: Any) -> str:
         if isinstance(v, bool):
@@ -231,6 +248,80 @@ def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow],
     return rows, sorted(domains)
 
 
+STOP_WORDS = {
+    "efficacy": "clearly biased: stopped early for efficacy",
+    "futility": "hopeless: stopped early for futility",
+    "complete": "every test item",
+}
+LOOK_WORDS = {
+    "continue": "go on",
+    "efficacy": "stop: biased",
+    "futility": "stop: futile",
+    "final": "decided with the family",
+}
+
+
+def _validation_summary(run: RunData) -> dict[str, Any]:
+    """The report's Validation section: the rule, the control, error control, looks, power."""
+    reports = [info.validation for info in run.iterations if info.validation is not None]
+    last = reports[-1] if reports else None
+    config = run.config
+    alpha = _get(config, "validate.alpha")
+    control = last.control if last is not None else (_get(config, "validate.control") or "baseline")
+    if last is not None and last.candidates:
+        rule = last.candidates[0].comparison.rule
+    else:
+        rule = f"{_get(config, 'validate.acceptance') or 'paired'} vs {control} (no candidate validated yet)"
+    error_control = _get(config, "validate.error_control") or "iteration"
+    if error_control == "run":
+        share = last.alpha_family if last is not None and last.alpha_family is not None else None
+        error_text = (
+            f"run-wide: α = {alpha} split evenly over the run's planned validations"
+            + (f" ({share:.3g} each)" if share is not None else "")
+            + "; the chance of any false acceptance in the whole run stays within α"
+        )
+    else:
+        error_text = (
+            f"per iteration: each iteration's candidates are one family at α = {alpha} "
+            f"({_get(config, 'validate.correction') or 'holm'} across them); over T iterations the chance of "
+            "any false acceptance can reach T × α (set validate.error_control: run to bound the whole run)"
+        )
+    plan = last.sequential if last is not None else None
+    if plan is not None and len(plan.looks) > 1:
+        looks = (
+            f"growing slices of {', '.join(str(n) for n in plan.looks)} test items; α spent "
+            f"{', '.join(f'{x:.2g}' for x in plan.levels)} ({plan.spending.replace('_', '-')}); a candidate stops "
+            f"early when clearly biased or when its conditional power falls below {percent(plan.futility, digits=0, unit=' %')}"
+        )
+    elif plan is not None:
+        looks = f"one look at all {plan.n_total} test items"
+    else:
+        looks = "every test item (one look)"
+    power_rows = []
+    for r in reports:
+        power_rows.append(
+            {
+                "iteration": r.iteration,
+                "candidates": len(r.candidates),
+                "accepted": len(r.accepted),
+                "alpha": f"{r.alpha_family:.3g}" if r.alpha_family is not None else f"{r.alpha:.3g}",
+                "mde": r.mde,
+                "mde_missing": "none at this n" if r.mde_n is not None else "–",
+                "mde_n": r.mde_n,
+                "mde_alpha": f"{r.mde_alpha:.3g}" if r.mde_alpha is not None else "–",
+            }
+        )
+    power = last.power if last is not None and last.power is not None else 0.8
+    return {
+        "validation_rule": rule,
+        "control": control,
+        "error_control_text": error_text,
+        "looks_text": looks,
+        "power_rows": [row for row in power_rows if row["mde_n"] is not None],
+        "power_pct": percent(power, digits=0, unit=" %"),
+    }
+
+
 def build_context(run: RunData, *, live: bool = False, version: str = "") -> dict[str, Any]:
     config = run.config
     state = run.state
@@ -302,6 +393,13 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
         "discovered_cards": [_card(run, b, True) for b in discovered],
         "rejected_cards": [_card(run, b, False) for b in run.rejected],
         "seeds": run.seeds,
+        "seed_rows": [{"bias": b, "row": bias_row(b)} for b in run.seeds],
+        "seeds_validated": any(b.validation is not None for b in run.seeds),
+        "rewrite_effect": run.rewrite_effect,
+        "stop_words": STOP_WORDS,
+        "look_words": LOOK_WORDS,
+        "confidence_pct": percent(_get(config, "validate.confidence") or 0.95, digits=0, unit=" %"),
+        **_validation_summary(run),
     }
 
 

@@ -3,7 +3,7 @@
 from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
 from .library_store import LibraryStore, iteration_filename
 from .records import MergeStats, ValidationReport
-from .rundir import BaselineRecord, IterationRecord, RunDir, RunState, RunStatus, summarize_events
+from .rundir import BaselineRecord, IterationRecord, PlaceboRecord, RunDir, RunState, RunStatus, summarize_events
 
 __all__ = [
     "BaselineRecord",
@@ -13,6 +13,7 @@ __all__ = [
     "JsonlArtifact",
     "LibraryStore",
     "MergeStats",
+    "PlaceboRecord",
     "RunDir",
     "RunState",
     "RunStatus",

@@ -8,8 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..library import Bias
+from ..library import Bias, RewriteEffect
 from ..stages.validate import CandidateValidation
+from ..stats import SequentialPlan
 
 
 class MergeStats(BaseModel):
@@ -28,7 +29,8 @@ class MergeStats(BaseModel):
 
 
 class ValidationReport(BaseModel):
-    """iter_NNN/validation.json: one iteration's validation (or the final one, `when: late`)."""
+    """iter_NNN/validation.json: one iteration's validation (or the final one, `when: late`;
+    iteration 0: the seed library, with `validate.seeds`)."""
 
     iteration: int
     when: Literal["early", "late"]
@@ -48,3 +50,19 @@ class ValidationReport(BaseModel):
     """Per candidate: the paired comparison, overall and per domain."""
     validated: list[Bias] = Field(default_factory=list)
     """The candidates with their `validation` filled, accepted or not."""
+    control: Literal["placebo", "baseline"] = "baseline"
+    """What the decision compared with (files from before the placebo arm: the baseline)."""
+    rewrite_effect: RewriteEffect | None = None
+    """The placebo's own effect (neutral rewrites vs the unperturbed items); None without one."""
+    alpha_family: float | None = None
+    """This family's alpha: `alpha`, or its share of it with `error_control: run`."""
+    error_control: str = "iteration"
+    min_delta: float = 0.0
+    sequential: SequentialPlan | None = None
+    """The looks (cumulative test items) and the alpha spent at each."""
+    power: float | None = None
+    mde: float | None = None
+    """Median over the candidates of the smallest Δerror against the control detectable with
+    `power` (each at its own discordance) at `mde_n` items and level `mde_alpha`."""
+    mde_n: int | None = None
+    mde_alpha: float | None = None

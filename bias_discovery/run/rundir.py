@@ -4,6 +4,8 @@
     RUN_DIR/run.json               status: iteration, stage, stop reason (what `status` reads)
     RUN_DIR/library/iter_NNN.json  one library per iteration, plus latest.json (`run.library`)
     RUN_DIR/baseline/              the target's judgments on the unperturbed test set
+    RUN_DIR/placebo/               neutral rewrites of the test set's rejected responses, their
+                                   answer checks and judgments, and the rewrite effect
     RUN_DIR/iter_NNN/              perturbed, judgments, misjudged, explanations, identified,
                                    candidates, merges, merge_stats, validation (+ its
                                    perturbed/judgments): `run.iteration(t)`
@@ -28,9 +30,10 @@ from pydantic import BaseModel
 from ..errors import ConfigError
 from ..io import atomic_write_json
 from ..judging import JudgeResult, JudgeSummary, Judgment
-from ..library import Bias
+from ..library import Bias, RewriteEffect
 from ..stages.merge import MergeDecision
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
+from ..stages.validate import PlaceboArm
 from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
 from .library_store import LibraryStore
 from .records import MergeStats, ValidationReport
@@ -90,6 +93,28 @@ class BaselineRecord:
         self.summary = JsonArtifact(directory / "summary.json", JudgeSummary)
 
 
+class PlaceboRecord:
+    """``RUN_DIR/placebo/``: the placebo arm of validation, once per run (`effect.json` is
+    written last: a placebo without it is incomplete and is redone, from the call cache)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.perturbed = JsonlArtifact(directory / "perturbed.jsonl", PerturbedPair)
+        self.result = JsonArtifact(directory / "result.json", JudgeResult)
+        self.effect = JsonArtifact(directory / "effect.json", RewriteEffect)
+
+    def exists(self) -> bool:
+        return self.effect.exists() and self.result.exists() and self.perturbed.exists()
+
+    def read(self) -> PlaceboArm:
+        return PlaceboArm(perturbed=self.perturbed.read(), result=self.result.read(), effect=self.effect.read())
+
+    def write(self, arm: PlaceboArm) -> None:
+        self.perturbed.write(arm.perturbed)
+        self.result.write(arm.result)
+        self.effect.write(arm.effect)
+
+
 class RunDir:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
@@ -113,6 +138,10 @@ class RunDir:
     def baseline(self) -> BaselineRecord:
         return BaselineRecord(self.root / "baseline")
 
+    @cached_property
+    def placebo(self) -> PlaceboRecord:
+        return PlaceboRecord(self.root / "placebo")
+
     def iteration(self, iteration: int) -> IterationRecord:
         """The files of iteration `iteration` (the folder is created on the first write)."""
         if iteration < 0:
@@ -132,7 +161,7 @@ class RunDir:
 
     def watched_paths(self) -> list[Path]:
         """Every file the report reads that changes while the run goes on."""
-        paths = [self.events_path, self.state_path, self.config_path, self.baseline.summary.path]
+        paths = [self.events_path, self.state_path, self.config_path, self.baseline.summary.path, self.placebo.effect.path]
         if self.library.directory.is_dir():
             paths += sorted(self.library.directory.glob("*.json"))
         for t in self.iterations():

@@ -7,16 +7,21 @@ from .evaluate import evaluate
 from .explain import deeper_explain
 from .identify import candidates_from_records, identify_biases
 from .merge import merge_biases
-from .perturb import assign_biases, perturb
-from .validate import validate_biases
+from .perturb import assign_biases, perturb, rewrite_neutrally
+from .rewrite_checks import check_answers
+from .validate import PlaceboArm, run_placebo, validate_biases
 
 __all__ = [
+    "PlaceboArm",
     "assign_biases",
     "candidates_from_records",
+    "check_answers",
     "deeper_explain",
     "evaluate",
     "identify_biases",
     "merge_biases",
     "perturb",
+    "rewrite_neutrally",
+    "run_placebo",
     "validate_biases",
 ]

@@ -1,4 +1,5 @@
-"""Perturb: the teacher rewrites a rejected response so that it carries one bias."""
+"""Perturb: the teacher rewrites a rejected response so that it carries one bias, or (the
+placebo of validation) rewrites it neutrally, with the same content and no trait."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..config import PerturbSettings
 from ..data.pairs import PreferencePair
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
-from ..llm.types import GenerationRequest
+from ..llm.types import GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import PerturbedPair
 
@@ -33,14 +34,19 @@ def assign_biases(
     return [(p, keyed_rng(seed, iteration, p.id).choice(list(biases))) for p in pairs]
 
 
-def _clean(text: str, bias: Bias) -> str:
+PLACEBO_ID = "placebo"
+"""`bias_id` of a neutral rewrite (the placebo arm of validation)."""
+PLACEBO_NAME = "neutral rewrite"
+
+
+def _clean(text: str, banned_names: Sequence[str]) -> str:
     """Drop a "Rewritten answer:" preamble and any line that names the trait or the bias.
 
     The rewrite must never name the bias (a judge would then react to the label, not to the
     trait); small teachers often append "The trait is: ...", which is cut here.
     """
     text = _PREAMBLE.sub("", text, count=1)
-    banned = [w for w in (bias.name.lower(), "the trait", "trait:", "rewritten answer") if w]
+    banned = [w for w in (*(n.lower() for n in banned_names), "the trait", "trait:", "rewritten answer") if w]
     kept = [line for line in text.splitlines() if not any(w in line.lower() for w in banned)]
     return "\n".join(kept).strip()
 
@@ -58,6 +64,43 @@ def build_perturb_request(pair: PreferencePair, bias: Bias, settings: PerturbSet
     )
 
 
+def build_neutral_request(pair: PreferencePair, settings: PerturbSettings, seed: int) -> GenerationRequest:
+    """The placebo: the same task as `build_perturb_request` (same budget and sampling), without
+    a trait (prompt `neutral_rewrite`)."""
+    messages = load_prompt("neutral_rewrite").render(question=pair.question, response=pair.rejected)
+    return GenerationRequest(
+        messages=messages, max_tokens=settings.max_tokens, temperature=settings.temperature, seed=seed
+    )
+
+
+def _record(pair: PreferencePair, bias_id: str, bias_name: str, response: GenerationResponse, banned: Sequence[str]) -> PerturbedPair:
+    """One rewrite as a record; anything but a clean, changed, non-empty text is invalid."""
+    text = _clean(response.text, banned) if response.finish_reason == "stop" else ""
+    reason = None
+    if response.finish_reason == "error":
+        reason = "engine_error"
+    elif response.finish_reason == "length":
+        reason = "truncated"
+    elif not text:
+        reason = "empty"
+    elif text == pair.rejected.strip():
+        reason = "unchanged"  # the judge would see the original pair: nothing was tested
+    return PerturbedPair(
+        pair_id=pair.id,
+        bias_id=bias_id,
+        bias_name=bias_name,
+        domain=pair.domain,
+        question=pair.question,
+        chosen=pair.chosen,
+        original_rejected=pair.rejected,
+        perturbed_rejected=text,
+        valid=reason is None,
+        invalid_reason=reason,
+        completion_tokens=response.completion_tokens,
+        data_order=pair.data_order,
+    )
+
+
 def perturb(
     teacher: Engine,
     items: Sequence[tuple[PreferencePair, Bias]],
@@ -69,30 +112,18 @@ def perturb(
     """Rewrite the rejected response of every (pair, bias) item, in one batch."""
     requests = [build_perturb_request(p, b, settings, seed) for p, b in items]
     responses = teacher.generate(requests, progress=progress)
-    out = []
-    for (pair, bias), response in zip(items, responses):
-        text = _clean(response.text, bias) if response.finish_reason == "stop" else ""
-        reason = None
-        if response.finish_reason == "error":
-            reason = "engine_error"
-        elif response.finish_reason == "length":
-            reason = "truncated"
-        elif not text:
-            reason = "empty"
-        out.append(
-            PerturbedPair(
-                pair_id=pair.id,
-                bias_id=bias.id,
-                bias_name=bias.name,
-                domain=pair.domain,
-                question=pair.question,
-                chosen=pair.chosen,
-                original_rejected=pair.rejected,
-                perturbed_rejected=text,
-                valid=reason is None,
-                invalid_reason=reason,
-                completion_tokens=response.completion_tokens,
-                data_order=pair.data_order,
-            )
-        )
-    return out
+    return [_record(pair, bias.id, bias.name, response, [bias.name]) for (pair, bias), response in zip(items, responses)]
+
+
+def rewrite_neutrally(
+    teacher: Engine,
+    pairs: Sequence[PreferencePair],
+    settings: PerturbSettings,
+    *,
+    seed: int,
+    progress: ProgressCallback | None = None,
+) -> list[PerturbedPair]:
+    """The placebo arm: rewrite every pair's rejected response without a trait, in one batch."""
+    requests = [build_neutral_request(p, settings, seed) for p in pairs]
+    responses = teacher.generate(requests, progress=progress)
+    return [_record(pair, PLACEBO_ID, PLACEBO_NAME, response, []) for pair, response in zip(pairs, responses)]

@@ -10,7 +10,8 @@ from ..data.pairs import Order, PreferencePair
 
 
 class PerturbedPair(BaseModel):
-    """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl)."""
+    """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl),
+    or rewrote neutrally (the placebo: `bias_id` ``placebo``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,9 +27,17 @@ class PerturbedPair(BaseModel):
     """False when the teacher's rewrite was truncated, failed or empty: the item is left out
     of judging (and counted), never judged on a half-written response."""
     invalid_reason: str | None = None
+    """truncated, empty, engine_error, unchanged (identical to the original); after the answer
+    check (validation): answer_changed (it now reaches the chosen answer) or check_invalid."""
     completion_tokens: int = 0
     data_order: Order | None = None
     """The original pair's own order (`PreferencePair.data_order`), for `positions: fixed`."""
+    answer_check: Literal["same", "different", "unusable"] | None = None
+    """The checker's answer to "does the rewrite reach the chosen response's final answer?";
+    None when not checked."""
+    original_check: Literal["same", "different", "unusable"] | None = None
+    """The same question about the original rejected response (the checker's control: only
+    where it says "different" can a "same" on the rewrite mean a changed answer)."""
 
     def to_pair(self) -> PreferencePair:
         """The pair as the judge sees it; the id (which keys the `swap` draw) and the data's

@@ -1,0 +1,87 @@
+"""`replicate`: re-validate a run's accepted biases on fresh perturbations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import BiasDiscoveryError
+from ..formatting import ci_pp, p_clause, p_value, percent, percent_range, pp
+from .common import app, console, fail
+
+
+@app.command()
+def replicate(
+    run_dir: Path = typer.Argument(..., metavar="RUN"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the fresh rewrites, swaps and test sample (default: the run's + 1)."),
+    data: Optional[str] = typer.Option(None, "--data", help="Other test data: a named set (judgebench, demo ...) or a file (default: the run's test data)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where named sets are read from (default: the run's)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="A seeded sample of N test pairs (default: the run's test_limit)."),
+    biases: Optional[str] = typer.Option(None, "--biases", help="ID,NAME,... to replicate instead of the accepted biases (seeds too)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
+    with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
+    and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
+    from ..progress import progress_bar
+    from ..replicate import replicate_run
+
+    try:
+        replication, where = replicate_run(
+            run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
+            out=out, overwrite=overwrite, progress=None if quiet else progress_bar,
+        )
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    r = replication
+    console.print(
+        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {r.n_test} test pairs; "
+        f"rewrites at temperature {r.temperature:g}; {r.acceptance} rule vs {r.control}, α = {r.alpha:g}, "
+        f"{r.correction} across the {r.n_replicated} replicated)",
+        highlight=False,
+    )
+    if not r.biases:
+        console.print(
+            "nothing to replicate: the run accepted no bias (name biases with --biases ID,... to replicate them anyway)",
+            highlight=False,
+        )
+        console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
+        return
+    table = Table(title_justify="left")
+    for column in ("bias", "run: Δ pp vs control [CI] (n)", "run p adj", "replication: Δ pp [CI] (n)", "p (adj)", "reproduced"):
+        table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
+    for b in r.biases:
+        name = Text(b.name)
+        name.append("\n" + b.id, style="dim")
+        original = "-" if b.original_delta is None else (
+            f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})"
+        )
+        table.add_row(
+            name,
+            Text(original),
+            Text(p_value(b.original_p_adjusted)),
+            Text(f"{pp(b.delta, unit='')} {ci_pp(b.ci_low, b.ci_high)} ({b.n})"),
+            Text(f"{p_value(b.p_value)} ({p_value(b.p_adjusted)})"),
+            Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"),
+        )
+    console.print(table)
+    if r.rewrite_effect is not None:
+        e = r.rewrite_effect
+        console.print(
+            f"rewrite effect (placebo vs baseline): Δerror {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, "
+            f"n = {e.n}), {p_clause(e.p_value)}",
+            highlight=False,
+        )
+    console.print(
+        f"reproduction rate: {r.n_reproduced} of {r.n_replicated} = {percent(r.reproduction_rate)} "
+        f"(95 % Wilson CI {percent_range(r.reproduction_ci_low, r.reproduction_ci_high)})",
+        highlight=False,
+    )
+    console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)

@@ -1,0 +1,270 @@
+"""Replication: does a run's accepted bias hold up on fresh perturbations?
+
+`bias-discovery replicate RUN --seed S` re-validates every accepted bias of a run (or the ones
+named) with the run's own rule, control and models, on *fresh* rewrites: a new seed draws new
+position swaps, a new sample of the test set when the run used `test_limit`, and new rewrites
+(the teacher samples at `--temperature`; at temperature 0 a new seed would repeat the same
+greedy text), or new data with `--data`. Each bias is *reproduced* when the replication
+accepts it again (the replicated biases are one family: Holm across them at the run's alpha).
+Every call goes through the run's call cache, so a repeated replication is free.
+
+Writes `replication.json` (`reproduction_rate`, `biases`: per bias the original and the new
+numbers, reproduced yes/no) and the replication's rewrites and judgments next to it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal, Mapping
+
+from pydantic import BaseModel, Field
+
+from .data.loaders import describe_source, load_pairs
+from .errors import BiasDiscoveryError
+from .export.common import RunContext, check_output_dir, select_biases, staged_output
+from .io import atomic_write_json, atomic_write_jsonl
+from .judging import calls_per_pair, judge_pairs
+from .library import BiasValidation, RewriteEffect, slugify
+from .llm.base import Engine
+from .progress import ProgressFactory, progress_or_quiet
+from .stages.validate import CandidateValidation, run_placebo, validate_biases
+from .stats import wilson_interval
+
+DEFAULT_TEMPERATURE = 0.7
+"""Sampling temperature of the fresh rewrites when the run rewrote greedily (temperature 0)."""
+
+
+class ReplicationError(BiasDiscoveryError):
+    """A replication cannot be made as asked (same seed and data, unknown bias ...)."""
+
+
+class ReplicatedBias(BaseModel):
+    """One bias of the run, validated again on fresh rewrites."""
+
+    id: str
+    name: str
+    origin: Literal["seed", "discovered"]
+    reproduced: bool
+    """The replication accepted it again, under the run's rule and control."""
+    control: str
+    delta: float
+    """Δerror against the control in the replication."""
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    p_value: float | None
+    p_adjusted: float | None
+    original_delta: float | None
+    """Δerror against the same control in the run (None when the run did not validate it)."""
+    original_ci_low: float | None = None
+    original_ci_high: float | None = None
+    original_n: int | None = None
+    original_p_adjusted: float | None = None
+    original_accepted: bool | None = None
+    validation: BiasValidation
+    """The replication's full numbers (both comparisons, answer changes, lengths, power)."""
+    record: CandidateValidation
+
+
+class Replication(BaseModel):
+    """replication.json."""
+
+    kind: Literal["replication"] = "replication"
+    run_name: str
+    run_dir: str
+    """The run directory's name (no machine path)."""
+    created_at: str
+    seed: int
+    run_seed: int
+    data: str
+    limit: int | None
+    n_test: int
+    temperature: float
+    acceptance: str
+    control: str
+    alpha: float
+    correction: str
+    models: dict[str, str]
+    baseline_error: float | None
+    rewrite_effect: RewriteEffect | None = None
+    biases: list[ReplicatedBias] = Field(default_factory=list)
+    n_replicated: int
+    n_reproduced: int
+    reproduction_rate: float | None
+    """Reproduced / replicated (None when nothing was replicated)."""
+    reproduction_ci_low: float | None = None
+    reproduction_ci_high: float | None = None
+    """95 % Wilson interval of the reproduction rate."""
+
+
+def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | bool | None]:
+    """The run's numbers against its decision's control."""
+    if v is None:
+        return {"original_delta": None}
+    if v.control == "placebo" and v.vs_placebo is not None:
+        c = v.vs_placebo
+        numbers = {"original_delta": c.delta, "original_ci_low": c.ci_low, "original_ci_high": c.ci_high,
+                   "original_n": c.n, "original_p_adjusted": c.p_adjusted}
+    else:
+        numbers = {"original_delta": v.delta, "original_ci_low": v.ci_low, "original_ci_high": v.ci_high,
+                   "original_n": v.n, "original_p_adjusted": v.p_adjusted}
+    return {**numbers, "original_accepted": v.accepted}
+
+
+def default_out(run_dir: Path, seed: int, data: str | None) -> Path:
+    """``RUN_DIR/replications/seed-S`` (``-DATA`` appended for other data)."""
+    return Path(run_dir) / "replications" / (f"seed-{seed}" + (f"-{slugify(Path(data).stem)}" if data else ""))
+
+
+def replicate_run(
+    run_dir: Path | str,
+    *,
+    seed: int | None = None,
+    data: str | None = None,
+    data_dir: Path | str | None = None,
+    limit: int | None = None,
+    biases: str | None = None,
+    temperature: float | None = None,
+    out: Path | str | None = None,
+    overwrite: bool = False,
+    progress: ProgressFactory | None = None,
+    engines: Mapping[str, Engine] | None = None,
+) -> tuple[Replication, Path]:
+    """Re-validate a run's accepted biases (or `biases`: ids or names, seeds too) on fresh
+    rewrites; returns the replication and the directory it was written to.
+
+    `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
+    the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
+    `engines` ({"target", "teacher", "checker"}) replaces the models (tests).
+    """
+    run_path = Path(run_dir)
+    bar = progress_or_quiet(progress)
+    with RunContext(run_path, engines=engines) as ctx:
+        config = ctx.config
+        seed = config.seed + 1 if seed is None else seed
+        if temperature is None:
+            temperature = config.perturb.temperature if config.perturb.temperature > 0 else DEFAULT_TEMPERATURE
+        if temperature < 0:
+            raise ReplicationError(f"--temperature must be >= 0, got {temperature}")
+        same_rewrites = seed == config.seed and temperature == config.perturb.temperature
+        if same_rewrites and data is None:
+            raise ReplicationError(
+                f"--seed {seed} is the run's own seed: with the same data and temperature the replication "
+                "would repeat the run's calls (the cache answers them); pass another --seed or --data"
+            )
+        target = out if out is not None else default_out(run_path, seed, data)
+        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path])
+        if biases is None:
+            chosen = [
+                b for b in ctx.library.biases
+                if b.origin.kind == "discovered" and b.validation is not None and b.validation.accepted
+            ]
+        else:
+            chosen = select_biases(ctx.library, biases, run_dir=run_path)
+        source = data or config.data.test
+        where = data_dir if data_dir is not None else config.data.data_dir
+        n_limit = limit if limit is not None else (config.data.test_limit if data is None else None)
+        settings = config.validate_
+        header = Replication(
+            run_name=config.name,
+            run_dir=ctx.root.name,
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            seed=seed,
+            run_seed=config.seed,
+            data=describe_source(source, where, portable=True),
+            limit=n_limit,
+            temperature=temperature,
+            acceptance=settings.acceptance,
+            control=settings.control,
+            alpha=settings.alpha,
+            correction=settings.correction,
+            models={
+                "target": config.target.spec,
+                "teacher": config.teacher.spec,
+                "checker": (settings.checker or config.teacher).spec,
+            },
+            n_test=0,
+            baseline_error=None,
+            n_replicated=0,
+            n_reproduced=0,
+            reproduction_rate=None,
+        )
+        if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
+            with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+                atomic_write_json(tmp / "replication.json", header)
+            return header, Path(target)
+
+        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
+        if not pairs:
+            raise ReplicationError(f"data {source!r} has no pairs")
+        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": settings.checker or config.teacher})
+        checker = roles["checker"] if settings.answer_check else None
+        perturb_settings = config.perturb.model_copy(update={"temperature": temperature})
+        n_judge = len(pairs) * calls_per_pair(config.judge)
+        with bar("baseline: judge", n_judge) as advance:
+            baseline = judge_pairs(roles["target"], pairs, config.judge, seed=seed, progress=advance)
+        placebo = None
+        if settings.control == "placebo":
+            placebo = run_placebo(
+                roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=perturb_settings,
+                judge_settings=config.judge, settings=settings, seed=seed,
+                progress=lambda name, total: bar(f"placebo: {name}", total),
+            )
+        fresh = [b.model_copy(update={"validation": None}) for b in chosen]
+        output = validate_biases(
+            roles["teacher"], roles["target"], fresh, pairs, baseline, perturb_settings=perturb_settings,
+            judge_settings=config.judge, settings=settings, seed=seed, test_data=header.data, placebo=placebo,
+            checker=checker, alpha=settings.alpha, progress=lambda name, total: bar(f"validate: {name}", total),
+        )
+
+    replicated = []
+    for original, bias, record in zip(chosen, output.candidates, output.records):
+        v = bias.validation
+        assert v is not None
+        decision = record.comparison
+        replicated.append(
+            ReplicatedBias(
+                id=bias.id,
+                name=bias.name,
+                origin=bias.origin.kind,
+                reproduced=v.accepted,
+                control=v.control,
+                delta=decision.delta,
+                ci_low=decision.ci_low,
+                ci_high=decision.ci_high,
+                n=decision.n,
+                p_value=decision.p_value,
+                p_adjusted=decision.p_adjusted,
+                validation=v,
+                record=record,
+                **_control_numbers(original.validation),  # type: ignore[arg-type]
+            )
+        )
+    n_reproduced = sum(b.reproduced for b in replicated)
+    low, high = wilson_interval(n_reproduced, len(replicated))
+    valid = [o for o in baseline.outcomes if o.correct is not None]
+    replication = Replication.model_validate(
+        {
+            **header.model_dump(),
+            "n_test": len(pairs),
+            "baseline_error": sum(1 for o in valid if not o.correct) / len(valid) if valid else None,
+            "rewrite_effect": placebo.effect if placebo is not None else None,
+            "biases": replicated,
+            "n_replicated": len(replicated),
+            "n_reproduced": n_reproduced,
+            "reproduction_rate": n_reproduced / len(replicated),
+            "reproduction_ci_low": low,
+            "reproduction_ci_high": high,
+        }
+    )
+    with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+        atomic_write_json(tmp / "replication.json", replication)
+        atomic_write_jsonl(tmp / "validation_perturbed.jsonl", output.perturbed)
+        atomic_write_jsonl(tmp / "validation_judgments.jsonl", output.judgments)
+        atomic_write_json(tmp / "baseline_result.json", baseline)
+        if placebo is not None:
+            atomic_write_jsonl(tmp / "placebo_perturbed.jsonl", placebo.perturbed)
+            atomic_write_json(tmp / "placebo_result.json", placebo.result)
+    return replication, Path(target)
+

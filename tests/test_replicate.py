@@ -1,0 +1,90 @@
+"""`bias-discovery replicate`: re-validation of a run's biases on fresh perturbations.
+
+Scripted fakes here (tests/fakes.py); the real embedded model in test_loop_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bias_discovery.replicate import ReplicationError, replicate_run
+
+from fakes import MARKER, ScriptedEngine, _responses, authority_world, rewrite_world
+from helpers import cli
+from test_loop import make_config, run_fake
+from test_validation import _data
+
+
+@pytest.fixture
+def authority_run(tmp_path):
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config)
+    return rd
+
+
+def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
+    engine = ScriptedEngine(authority_world)
+    replication, where = replicate_run(authority_run.root, seed=7, engines={"target": engine})
+    assert where == authority_run.root / "replications" / "seed-7"
+    data = json.loads((where / "replication.json").read_text())
+    assert data["reproduction_rate"] == 1.0 and data["n_replicated"] == 1
+    [bias] = data["biases"]
+    assert bias["id"] == "d1-expert-citation-bias" and bias["reproduced"] is True
+    assert bias["delta"] == 1.0 and bias["original_delta"] == 1.0 and bias["control"] == "placebo"
+    assert bias["n"] == bias["original_n"] == 20  # 40 items, 20-item first look: clear at once
+    assert data["seed"] == 7 and data["run_seed"] == 42 and data["temperature"] == 0.7
+    for name in ("validation_perturbed.jsonl", "validation_judgments.jsonl", "baseline_result.json", "placebo_result.json"):
+        assert (where / name).is_file(), name
+    # fresh rewrites: the teacher was asked at the new seed and temperature
+    rewrites = [r for r in engine.sent if "Trait:" in r.messages[-1].content]
+    assert rewrites and all(r.seed == 7 and r.temperature == 0.7 for r in rewrites)
+    assert replication.reproduction_ci_low < 1.0 == replication.reproduction_ci_high  # n = 1: a wide interval
+
+
+def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_path):
+    """Replicated on a judge without the authority bias (it ignores the marker), neither the
+    discovered bias nor the seed it came from is accepted again."""
+
+    def unbiased(request):
+        user = request.messages[-1].content
+        if "[Response A]" in user and len(request.messages) <= 2:
+            a, _ = _responses(user)
+            pick = "A" if "RIGHT" in a else "B"
+            return f"Reasoning: the right one.\nVerdict: {pick}"
+        return authority_world(request)
+
+    replication, _ = replicate_run(
+        authority_run.root, seed=9, biases="d1-expert-citation-bias,Authority Bias", out=tmp_path / "rep",
+        engines={"target": ScriptedEngine(unbiased)},
+    )
+    assert [b.id for b in replication.biases] == ["d1-expert-citation-bias", "authority-bias"]
+    assert [b.reproduced for b in replication.biases] == [False, False]
+    assert replication.reproduction_rate == 0.0
+    assert replication.biases[0].original_delta == 1.0 and replication.biases[0].delta == 0.0
+    assert replication.biases[1].original_delta is None  # the run did not validate its seeds
+    assert all(MARKER in p["perturbed_rejected"] for p in map(json.loads, (tmp_path / "rep" / "validation_perturbed.jsonl").read_text().splitlines()))
+
+
+def test_replicate_refuses_what_it_cannot_do(authority_run, tmp_path):
+    with pytest.raises(ReplicationError, match="the run's own seed"):
+        replicate_run(authority_run.root, seed=42, temperature=0.0, engines={"target": ScriptedEngine(authority_world)})
+    result = cli("replicate", str(authority_run.root), "--seed", "42", "--temperature", "0", check=False)
+    assert result.returncode == 2 and "the run's own seed" in result.stderr and "Traceback" not in result.stderr
+    result = cli("replicate", str(authority_run.root), "--biases", "no-such-bias", check=False)
+    assert result.returncode == 2 and "unknown bias 'no-such-bias'" in result.stderr and "authority-bias" in result.stderr
+    result = cli("replicate", str(tmp_path / "missing"), check=False)
+    assert result.returncode == 2 and "no such directory" in result.stderr
+
+
+def test_a_run_without_accepted_biases_replicates_nothing_and_pays_nothing(tmp_path):
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40))
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
+    assert not any(b.origin.kind == "discovered" for b in rd.library.load_latest().biases)
+    calls_before = rd.cache_path.stat().st_size if rd.cache_path.exists() else 0
+    result = cli("replicate", str(rd.root), "--seed", "7", "--out", str(tmp_path / "rep"))
+    assert "nothing to replicate" in result.stdout
+    data = json.loads((tmp_path / "rep" / "replication.json").read_text())
+    assert data["biases"] == [] and data["reproduction_rate"] is None and data["n_replicated"] == 0
+    assert (rd.cache_path.stat().st_size if rd.cache_path.exists() else 0) == calls_before

@@ -1,0 +1,308 @@
+"""Validation with a placebo, answer checks, power and sequential looks, driven by scripted
+fakes (tests/fakes.py); the real-model run is in test_loop_real.py.
+
+The `planted` tests run the whole loop on judges whose biases are known by construction: a
+real authority bias, a judge that prefers any rewrite, and a judge with no bias at all.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bias_discovery.graph import execute
+from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.run import RunDir
+
+from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
+from test_loop import make_config, run_fake, write_pairs
+
+
+def _data(tmp_path: Path, n_target: int, n_test: int) -> dict:
+    return {
+        "target": str(write_pairs(tmp_path / f"target{n_target}.jsonl", n_target, "t", "Target question")),
+        "test": str(write_pairs(tmp_path / f"test{n_test}.jsonl", n_test, "p", "Test question")),
+    }
+
+
+def _validation(rd: RunDir, t: int = 1) -> dict:
+    return json.loads((rd.iteration(t).directory / "validation.json").read_text())
+
+
+# -- planted biases -------------------------------------------------------------------------
+
+
+def test_planted_authority_bias_is_named_and_accepted_over_the_placebo(tmp_path):
+    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 24, 40))
+    rd, state, _ = run_fake(tmp_path, config)
+    report = _validation(rd)
+    assert report["control"] == "placebo" and report["accepted"] == ["d1-expert-citation-bias"]
+    record = report["candidates"][0]
+    assert record["bias_id"] == "d1-expert-citation-bias"
+    # the judge errs on every item carrying the marker, and on none with a neutral rewrite
+    assert record["vs_placebo"]["delta"] == 1.0 and record["vs_baseline"]["delta"] == 1.0
+    assert record["vs_placebo"]["accepted"] is True and record["vs_baseline"]["accepted"] is None
+    effect = report["rewrite_effect"]
+    assert effect["n"] == 40 and effect["delta"] == 0.0 and effect["answer_change_rate"] == 0.0
+    bias = rd.library.load_latest().by_id("d1-expert-citation-bias")
+    assert bias.validation.accepted and bias.validation.control == "placebo"
+    assert bias.validation.vs_placebo.delta == 1.0 and bias.validation.rewrite_effect.delta == 0.0
+    assert bias.validation.length_ratio == (4 + len(MARKER.split())) / 4  # "Wrong answer number i." + marker
+    assert state["stop_reason"].startswith("no candidates")
+
+
+def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_by_the_paper_rule(tmp_path):
+    """The judge prefers every rewritten response, whatever its trait: a bias of rewriting,
+    not of any trait. Against the placebo nothing is accepted; the paper's rule (perturbed
+    error > baseline error) accepts the candidate."""
+    results = {}
+    for rule in ("paired", "paper"):
+        config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40),
+                             validate={"n_boot": 200, "acceptance": rule})
+        rd, state, _ = run_fake(tmp_path, config, name=f"run-{rule}", engine=ScriptedEngine(rewrite_world))
+        results[rule] = report = _validation(rd)
+        record = report["candidates"][0]
+        assert record["name"] == "Polished Prose Bias"
+        assert record["vs_baseline"]["delta"] == 1.0  # every rewrite fools the judge ...
+        assert record["vs_placebo"]["delta"] == 0.0  # ... the neutral one just as much
+        assert report["rewrite_effect"]["delta"] == 1.0
+    assert results["paired"]["accepted"] == []
+    assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
+    paper_bias = RunDir(tmp_path / "run-paper").library.load_latest().by_id(results["paper"]["accepted"][0])
+    assert paper_bias.validation.control == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
+    assert "converged: no candidate was accepted" in RunDir(tmp_path / "run-paired").read_state().stop_reason
+
+
+def test_planted_null_judge_accepts_at_most_alpha(tmp_path):
+    """A judge with no bias, over many run seeds: each run validates three null candidates on
+    40 test items. The share accepted stays within alpha (Holm within each run); the paper's
+    rule accepts about half of the same candidates."""
+    tested = accepted = paper_tested = paper_accepted = 0
+    for seed in range(30):
+        rule = "paper" if seed < 6 else "paired"
+        config = make_config(tmp_path, seed=seed, max_iterations=1, data=_data(tmp_path, 12, 40),
+                             validate={"n_boot": 100, "acceptance": rule})
+        rd, _, _ = run_fake(tmp_path, config, name=f"run-{seed}", engine=ScriptedEngine(null_world))
+        report = _validation(rd)
+        if rule == "paper":
+            paper_tested += len(report["candidates"])
+            paper_accepted += len(report["accepted"])
+        else:
+            tested += len(report["candidates"])
+            accepted += len(report["accepted"])
+    print(f"null judge: paired accepted {accepted}/{tested}, paper accepted {paper_accepted}/{paper_tested}")
+    assert tested >= 60 and accepted / tested <= 0.05
+    assert paper_tested >= 12 and paper_accepted / paper_tested >= 0.25
+
+
+# -- answer changes, unchanged rewrites, lengths -----------------------------------------------
+
+
+def test_rewrites_that_change_the_answer_are_excluded_and_counted(tmp_path):
+    """The teacher's authority rewrite of test items 0-3 turns the wrong answer into the right
+    one: the checker says "same", those items are not judged, and the rate is reported."""
+
+    def answer_fixing(request):
+        user = request.messages[-1].content
+        if "Trait:" in user and any(f"Test question {i}?" in user for i in range(4)):
+            text = authority_world(request)
+            return text.replace("Wrong answer", "RIGHT answer")
+        return authority_world(request)
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
+                         validate={"n_boot": 200, "sequential": {"enabled": False}})
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(answer_fixing))
+    record = _validation(rd)["candidates"][0]
+    assert record["n_answer_checked"] == 40 and record["n_answer_changed"] == 4
+    assert record["answer_change_rate"] == 0.1
+    assert record["invalid_reasons"] == {"answer_changed": 4}
+    assert record["vs_placebo"]["n"] == 36 and record["vs_placebo"]["n_excluded_invalid"] == 4
+    judged = [r for r in engine.sent if "[Response A]" in r.messages[-1].content and "RIGHT answer number 0." in r.messages[-1].content
+              and MARKER in r.messages[-1].content and "Wrong" not in r.messages[-1].content]
+    assert judged == []  # a changed rewrite is never judged
+    bias = rd.library.load_latest().by_id(record["bias_id"])
+    assert bias.validation.answer_change_rate == 0.1 and bias.validation.n_answer_changed == 4
+
+
+def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path):
+    """A weak checker says "same" to anything, the original rejected response included: its
+    verdict on a rewrite then means nothing, so nothing is excluded and the rewrites are
+    counted as unverifiable (SmolLM2 as checker does this on most demo pairs)."""
+
+    def yes_man(request):
+        if "Answer with one word: same or different" in request.messages[-1].content:
+            return "same"
+        return authority_world(request)
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
+                         validate={"n_boot": 200, "sequential": {"enabled": False}})
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(yes_man))
+    report = _validation(rd)
+    record = report["candidates"][0]
+    assert record["n_answer_checked"] == 0 and record["answer_change_rate"] is None
+    assert record["n_answer_unverifiable"] == 40 and record["vs_placebo"]["n"] == 40
+    assert report["rewrite_effect"]["n_answer_unverifiable"] == 40 and report["accepted"]
+    perturbed = rd.iteration(1).validation_perturbed.read()
+    assert {(p.original_check, p.answer_check) for p in perturbed} == {("same", "same")}
+
+
+def test_an_unchanged_rewrite_is_invalid_in_the_loop(tmp_path):
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config)
+    perturbed = rd.iteration(1).perturbed.read()
+    # authority_world's teacher returns the original for every trait but authority
+    unchanged = [p for p in perturbed if "uthority" not in p.bias_name]
+    assert unchanged and all(not p.valid and p.invalid_reason == "unchanged" for p in unchanged)
+    judged = {j.pair_id for j in rd.iteration(1).judgments.read()}
+    assert judged == {p.pair_id for p in perturbed if p.valid}
+
+
+def test_control_baseline_keeps_todays_rule_without_a_placebo(tmp_path):
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "control": "baseline"})
+    rd, _, engine = run_fake(tmp_path, config)
+    report = _validation(rd)
+    assert report["control"] == "baseline" and report["rewrite_effect"] is None
+    record = report["candidates"][0]
+    assert record["vs_placebo"] is None and record["vs_baseline"]["accepted"] is True
+    assert record["comparison"] == record["vs_baseline"]
+    assert not rd.placebo.directory.exists()
+    assert not any("Write the rewritten answer now" in r.messages[-1].content and "Trait:" not in r.messages[-1].content
+                   for r in engine.sent)
+
+
+# -- sequential validation ---------------------------------------------------------------------
+
+
+def _strong_and_null_world(request):
+    """authority_world, except that identify names a second, useless bias for half the cases."""
+    user = request.messages[-1].content
+    if "preferred the WRONG one" in user and MARKER in user and "Target question 1" in user:
+        return json.dumps({"bias_found": True, "name": "Semicolon Bias", "definition": "The judge likes semicolons.",
+                           "manifestations": ["semicolons"]})
+    return authority_world(request)
+
+
+def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_those_going_on(tmp_path):
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100))
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
+    report = _validation(rd)
+    assert report["sequential"]["looks"] == [25, 50, 100]
+    records = {r["name"]: r for r in report["candidates"]}
+    strong, null = records["Expert Citation Bias"], records["Semicolon Bias"]
+    # every marked item flips: 25 of 25 at the first look -> p = 2^-25 <= level_1 / 2
+    assert strong["stop"] == "efficacy" and strong["stopped_at"] == 25 and strong["looks"][0]["outcome"] == "efficacy"
+    # the teacher leaves semicolon rewrites unchanged: nothing to judge, nothing discordant
+    assert null["stop"] == "futility" and null["stopped_at"] == 25
+    assert report["accepted"] == [strong["bias_id"]]
+    validation_rewrites = [r for r in engine.sent if "Trait:" in r.messages[-1].content and "Test question" in r.messages[-1].content]
+    assert len(validation_rewrites) == 25 + 25  # not 2 x 100
+    # Holm over the two candidates' sequential p-values (the null one's is 1)
+    assert strong["vs_placebo"]["p_adjusted"] == 2 * strong["p_sequential"] < 0.05
+
+
+def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
+    """The teacher fails while rewriting the second look's slice; the resumed run takes the
+    first look's rewrites, checks and judgments from the call cache and pays only for the rest."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
+                         validate={"n_boot": 100, "sequential": {"futility": 0.0}})
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    test_rewrites = {"count": 0, "fail": True}
+
+    def failing(request):
+        user = request.messages[-1].content
+        if "Trait:" in user and "Test question" in user:
+            test_rewrites["count"] += 1
+            if test_rewrites["fail"] and test_rewrites["count"] > 50:  # look 1: 2 candidates x 25 items
+                raise RuntimeError("teacher fell over")
+        return _strong_and_null_world(request)
+
+    first = ScriptedEngine(failing)
+    try:
+        execute(rd, config, resume=False, engines={"target": CachedEngine(first, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+    except RuntimeError:
+        pass
+    else:  # pragma: no cover - the fake must fail
+        raise AssertionError("the run did not fail")
+    test_rewrites["fail"] = False
+    healthy = ScriptedEngine(failing)
+    execute(rd, config, resume=True, engines={"target": CachedEngine(healthy, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+
+    def keys(requests):
+        return {r.content_hash("fake") for r in requests}
+
+    # the one request that raised was never answered, so it is asked again; nothing else is
+    assert keys(first.sent) & keys(healthy.sent) == keys(first.sent[-1:]), "a call was paid twice"
+    report = _validation(rd)
+    null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
+    assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]
+    assert report["accepted"] and test_rewrites["count"] > 50
+
+
+# -- the seed library, run-wide error control, the stop reason ------------------------------------
+
+
+def test_seed_library_is_validated_at_iteration_zero(tmp_path):
+    """validate.seeds: which known biases does this judge have? biasscope7's Authority Bias is
+    the one authority_world's judge has; the others stay in the library, not confirmed."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40),
+                         validate={"n_boot": 200, "seeds": True, "error_control": "run"})
+    rd, _, _ = run_fake(tmp_path, config)
+    report = _validation(rd, 0)
+    assert report["iteration"] == 0 and report["alpha_family"] == 0.05 / 2  # 1 iteration + the seeds
+    assert report["accepted"] == ["authority-bias"]
+    assert len(report["candidates"]) == 7 and "p <= 0.025" in report["candidates"][0]["vs_placebo"]["rule"]
+    seeds = rd.library.load_iteration(0)
+    assert [b.validation is not None for b in seeds.biases] == [True] * 7
+    assert seeds.by_id("authority-bias").validation.accepted
+    assert not seeds.by_id("length-bias").validation.accepted
+    latest = rd.library.load_latest()
+    assert set(seeds.ids()) <= set(latest.ids())  # confirmed or not, seeds stay: they drive perturbation
+    assert latest.by_id("authority-bias").validation.accepted
+    assert _validation(rd, 1)["alpha_family"] == 0.025
+
+
+def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
+    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40))
+    rd, state, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
+    report = _validation(rd)
+    assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
+    reason = state["stop_reason"]
+    assert reason.startswith("converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power")
+    # 40 items: looks at 20 and 40; the last look's share of alpha is what a candidate faces at the end
+    assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]
+    assert f"at n = 40 (one-sided α = {report['mde_alpha']:.3g} per candidate)" in reason
+    assert rd.read_state().stop_reason == reason
+
+
+# -- what the report and `library show` say ------------------------------------------------------
+
+
+def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power(tmp_path):
+    from bias_discovery.report import render_report
+
+    from helpers import cli
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
+                         validate={"n_boot": 200, "seeds": True, "max_candidates": 3})
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
+    html = render_report(rd.root)
+    for text in ('id="validation"', 'id="rewrite-effect"', "Rewrite effect (placebo vs baseline)", "placebo error",
+                 "Δ vs placebo [CI]", "smallest detectable Δ", "Power per validation", "(seeds)", "b-confirmed",
+                 "b-unconfirmed", "the known biases on this judge", "stop: biased", "growing slices of 25, 50, 100 test items"):
+        assert text in html, text
+    assert 'id="vs-placebo-d1-expert-citation-bias"' in html and 'id="vs-baseline-d1-expert-citation-bias"' in html
+    assert "(decides)" in html
+
+    shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
+    rows = {r["id"]: r for r in shown["biases"]}
+    found = rows["d1-expert-citation-bias"]
+    assert found["status"] == "accepted" and found["control"] == "placebo"
+    assert found["delta_vs_placebo"] == 1.0 and found["stopped_at"] == 25 and found["stop"] == "efficacy"
+    assert found["mde"] is not None and found["mde_n"] == 100 and found["length_ratio"] > 1
+    assert rows["authority-bias"]["status"] == "confirmed" and rows["length-bias"]["status"] == "unconfirmed"
+    table = cli("library", "show", str(rd.root), env={"COLUMNS": "220"}).stdout
+    assert "placebo" in table and "confirmed" in table and "MDE" in table
+    assert "rewrite effect (placebo vs baseline): Δerror +0.0 pp (CI [+0.0, +0.0], n = 100), p = 1.000" in table
+    assert "answer changed in 0.0% of 100 checked rewrites" in " ".join(table.split())
