@@ -34,13 +34,13 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
 
 from bias_discovery.config import PerturbSettings, ValidateSettings, load_run_config
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.judging import JudgeSettings, judge_pairs
 from bias_discovery.library import Bias, BiasOrigin
+from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 from bias_discovery.run import RunDir
 from bias_discovery.stages.validate import run_placebo, validate_biases
@@ -124,33 +124,24 @@ def trait_mark(name: str) -> str:
     return hashlib.sha256(name.strip().encode("utf-8")).hexdigest()[:10]
 
 
-class SimulatedWorld:
+class SimulatedWorld(SequentialEngine):
     """Teacher, checker and judge in one engine. The judge errs on item i with its own
     difficulty (easy items 5 %, hard ones 45 %), independently for every text it is shown (so
     any rewrite re-draws it: the null discordance of a real judge); a rewrite carrying a trait
     with a planted effect adds that much error; a neutral rewrite adds `rewrite_effect`. The
     teacher marks a rewrite with its trait; 2 % of rewrites change the answer."""
 
-    engine_id = "simulated/world"
+    name = "simulated world"
+    thread_safe = True
 
     def __init__(self, effects: dict[str, float], rewrite_effect: float = 0.02) -> None:
+        super().__init__("simulated/world")
         self.effects = {trait_mark(name): effect for name, effect in effects.items()}
         self.rewrite_effect = rewrite_effect
         self.calls: dict[str, int] = defaultdict(int)
 
-    def generate(self, requests: Sequence[GenerationRequest], progress=None, on_response=None) -> list[GenerationResponse]:
-        out = []
-        for i, request in enumerate(requests):
-            text = self._respond(request)
-            out.append(GenerationResponse(text=text, finish_reason="stop", prompt_tokens=100, completion_tokens=20))
-            if on_response:
-                on_response(i, out[-1])
-            if progress:
-                progress(1)
-        return out
-
-    def close(self) -> None:
-        pass
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        return GenerationResponse(text=self._respond(request), finish_reason="stop", prompt_tokens=100, completion_tokens=20)
 
     def _respond(self, request: GenerationRequest) -> str:
         user = request.messages[-1].content

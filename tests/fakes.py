@@ -13,33 +13,28 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 
 MARKER = "As leading experts confirm."
 
 
-class ScriptedEngine:
-    """Answers with `respond(request)`; counts every request it is sent."""
+class ScriptedEngine(SequentialEngine):
+    """Answers with `respond(request)`; records every request it is sent. On the engines' own
+    base class, so it reports responses and progress exactly as the real engines do."""
+
+    name = "scripted"
+    thread_safe = True
 
     def __init__(self, respond: Callable[[GenerationRequest], str], engine_id: str = "fake/scripted") -> None:
+        super().__init__(engine_id)
         self.respond = respond
-        self.engine_id = engine_id
         self.sent: list[GenerationRequest] = []
 
-    def generate(self, requests: Sequence[GenerationRequest], progress=None, on_response=None) -> list[GenerationResponse]:
-        out = []
-        for i, r in enumerate(requests):
-            self.sent.append(r)
-            text = self.respond(r)
-            out.append(GenerationResponse(text=text, finish_reason="stop", prompt_tokens=10, completion_tokens=len(text.split())))
-            if on_response:
-                on_response(i, out[-1])
-            if progress:
-                progress(1)
-        return out
-
-    def close(self) -> None:
-        pass
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        self.sent.append(request)
+        text = self.respond(request)
+        return GenerationResponse(text=text, finish_reason="stop", prompt_tokens=10, completion_tokens=len(text.split()))
 
 
 def _responses(prompt: str) -> tuple[str, str]:
