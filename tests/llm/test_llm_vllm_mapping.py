@@ -189,7 +189,7 @@ def test_too_long_prompt_costs_that_prompt_only(fake_vllm: None) -> None:
     assert sent_params[2].structured_outputs is None and sent_params[2].max_tokens == 1
     assert out[0].text == "ALPHA" and out[0].finish_reason == "stop" and out[0].prompt_tokens == 4
     assert out[1].finish_reason == "error" and "vLLM rejected the request" in out[1].text
-    assert "maximum context length is 50" in out[1].text and "103 input tokens" in out[1].text
+    assert "maximum context length is 50" in out[1].text and "at least 51 input tokens" in out[1].text
     assert out[2].finish_reason == "error" and "length 50" in out[2].text
     assert out[3].finish_reason == "length" and out[3].completion_tokens == 1  # clamped to the context
     assert out[4].finish_reason == "length" and out[4].text == "GAMMA"
@@ -340,4 +340,21 @@ def test_a_vllm_without_structured_outputs_params_is_refused(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", types.ModuleType("vllm.sampling_params"))
     monkeypatch.setitem(sys.modules, "vllm.exceptions", types.ModuleType("vllm.exceptions"))
     with pytest.raises(EngineError, match=r"vLLM 0\.10\.1 is too old"):
+        VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
+
+
+def test_a_vllm_without_enqueue_chat_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.10.2 to early 2026: structured outputs, but no way to enqueue a chat request."""
+    older = types.ModuleType("vllm")
+    older.__version__ = "0.11.0"  # type: ignore[attr-defined]
+    older.LLM = type("LLM", (), {"chat": lambda self, *a, **kw: []})  # type: ignore[attr-defined]
+    older.SamplingParams = dict  # type: ignore[attr-defined]
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.StructuredOutputsParams = dict  # type: ignore[attr-defined]
+    exceptions = types.ModuleType("vllm.exceptions")
+    exceptions.VLLMClientError = FakeVLLMClientError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", older)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
+    monkeypatch.setitem(sys.modules, "vllm.exceptions", exceptions)
+    with pytest.raises(EngineError, match=r"vLLM 0\.11\.0 is too old .*LLM\.enqueue_chat"):
         VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
