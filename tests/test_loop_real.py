@@ -116,6 +116,24 @@ def _paid_counts(run_dir: Path) -> list[int]:
         return [row[0] for row in conn.execute("SELECT paid FROM calls")]
 
 
+def _stage_start_time(run_dir: Path, stage: str) -> float | None:
+    """When the latest `stage` started, from events.jsonl (None: not yet)."""
+    started = [e for e in RunDir(run_dir).read_events() if e.get("event") == "stage_start" and e.get("stage") == stage]
+    return float(started[-1]["time"]) if started else None
+
+
+def _calls_stored_since(run_dir: Path, since: float) -> int:
+    """Calls the run's call cache stored at or after `since` (0 while the table does not exist)."""
+    cache = run_dir / "calls.sqlite"
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(cache, timeout=30) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM calls WHERE created_at >= ?", (since,)).fetchone()[0])
+    except sqlite3.OperationalError:  # the table is not created yet
+        return 0
+
+
 def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path, tmp_path: Path):
     run_dir = tmp_path / "killed"
     args = [sys.executable, "-m", "bias_discovery.cli", "run", "experiments/quickstart-cpu.yaml",
@@ -123,23 +141,25 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
     for item in SMALL_RUN_OVERRIDES:
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    events = run_dir / "events.jsonl"
-    deadline = time.monotonic() + 600
+    # Kill once the evaluate stage has stored its first judge call: mid-stage, mid-iteration.
+    # The trigger is progress, not time: on a loaded machine a call can take many seconds.
+    deadline = time.monotonic() + 1200
     try:
-        # Kill once the evaluate stage has made a few judge calls: mid-stage, mid-iteration.
-        while time.monotonic() < deadline:
-            lines = events.read_text().splitlines() if events.exists() else []
-            started = [json.loads(l) for l in lines if '"stage_start"' in l]
-            if started and started[-1]["stage"] == "evaluate":
+        while True:
+            started = _stage_start_time(run_dir, "evaluate")
+            if started is not None and _calls_stored_since(run_dir, started) > 0:
                 break
             assert process.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.2)
-        time.sleep(4)  # a few calls into the stage
+            assert time.monotonic() < deadline, "no evaluate call was stored within 1200 s"
+            time.sleep(0.05)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait(timeout=30)
+    started = _stage_start_time(run_dir, "evaluate")
+    assert started is not None and _calls_stored_since(run_dir, started) > 0
     assert RunDir(run_dir).read_state().status == "running"  # killed, not finished
     paid_before = len(_paid_counts(run_dir))
     assert paid_before > 0

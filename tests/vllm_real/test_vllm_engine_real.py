@@ -1,6 +1,7 @@
 """The `vllm/` engine against the real vLLM (one session engine, SmolLM2 in HF format): each
-stage's kind of request through our pipeline, the too-long prompt, progress, chunks, the
-engine defaults, sampling, and the fake of the unit tests speaking the same protocol."""
+stage's kind of request through our pipeline, the too-long prompt, streamed progress, a failure
+mid-batch, the engine defaults, sampling, and the fake of the unit tests speaking the same
+request protocol (enqueue_chat, step, abort, ids)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ from bias_discovery.config import IdentifySettings, PerturbSettings
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.judging import JudgeSettings, judge_pairs, verdict_constraint
 from bias_discovery.library import load_seed_library
-from bias_discovery.llm import vllm_engine as vllm_engine_module
-from bias_discovery.llm.types import ChatMessage, GenerationRequest
+from bias_discovery.llm.types import ChatMessage, GenerationRequest, GenerationResponse
 from bias_discovery.llm.vllm_engine import (
     CPU_KV_CACHE_BYTES,
     NEUTRAL_SAMPLING,
     VLLMEngine,
-    count_tokens,
+    external_id,
     sampling_kwargs,
 )
 from bias_discovery.stages.identify import IDENTIFY_SCHEMA, identify_biases
@@ -38,8 +38,8 @@ def prompt_of(engine: VLLMEngine, n_tokens: int) -> GenerationRequest:
 
     def length(k: int) -> int:
         messages = [{"role": "user", "content": " ".join(["a"] * k)}]
-        return count_tokens(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                          return_dict=False))
+        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False))
 
     k = n_tokens - length(0)
     while length(k) < n_tokens:
@@ -61,7 +61,6 @@ def test_engine_defaults_reach_the_real_engine(vllm_engine: VLLMEngine) -> None:
     expected_kv = int(env_gib) * 2**30 if env_gib else CPU_KV_CACHE_BYTES
     assert config.cache_config.kv_cache_memory_bytes == expected_kv
     assert vllm_engine.max_model_len == VLLM_MAX_MODEL_LEN
-    assert vllm_engine.chunk_size == 8 * config.scheduler_config.max_num_seqs
 
 
 def test_judge_with_a_choice_constraint_through_judge_pairs(vllm_engine: VLLMEngine) -> None:
@@ -116,10 +115,25 @@ def test_identify_gets_compact_schema_valid_json(vllm_engine: VLLMEngine) -> Non
     assert all(r.attempts == 1 for r in records)
 
 
-def test_too_long_prompts_cost_only_themselves(vllm_engine: VLLMEngine) -> None:
-    """vLLM rejects a prompt of max_model_len tokens or more and aborts the whole call with it;
-    our check must measure prompts the way vLLM does (BatchEncoding) and at the same limit."""
+def recording_enqueues(engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The last user message of every request that reached vLLM's engine."""
+    enqueued: list[str] = []
+    real_enqueue = engine._llm.enqueue_chat
+
+    def recording(messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        ids = real_enqueue(messages, *args, **kwargs)
+        enqueued.extend(m[-1]["content"] for m in messages)
+        return ids
+
+    monkeypatch.setattr(engine._llm, "enqueue_chat", recording)
+    return enqueued
+
+
+def test_too_long_prompts_cost_only_themselves(vllm_engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM rejects a prompt of max_model_len tokens or more when it is enqueued, for that
+    request only: it is reported at once, every other request is generated once."""
     limit = vllm_engine.max_model_len
+    enqueued = recording_enqueues(vllm_engine, monkeypatch)
     requests = [
         GenerationRequest.chat("Say hello.", max_tokens=8),
         prompt_of(vllm_engine, limit + 40),
@@ -127,113 +141,127 @@ def test_too_long_prompts_cost_only_themselves(vllm_engine: VLLMEngine) -> None:
         prompt_of(vllm_engine, limit - 1),
         GenerationRequest.chat("Say goodbye.", max_tokens=8),
     ]
-    out = vllm_engine.generate(requests)
+    done: list[int] = []
+    ticks: list[int] = []
+    out = vllm_engine.generate(requests, progress=ticks.append, on_response=lambda i, r: done.append(i))
     assert [r.finish_reason for r in out[1:4]] == ["error", "error", "length"]
     assert out[0].finish_reason != "error" and out[4].finish_reason != "error"
-    assert f"{limit + 40} tokens" in out[1].text and "context window" in out[1].text
+    assert "vLLM rejected the request" in out[1].text
+    assert f"maximum context length is {limit} tokens" in out[1].text and f"at least {limit + 1} input tokens" in out[1].text
+    assert f"maximum model length of {limit}" in out[2].text
     assert out[3].prompt_tokens == limit - 1 and out[3].completion_tokens == 1
     assert out[0].text and out[4].text
+    assert done[:2] == [1, 2] and sorted(done) == [0, 1, 2, 3, 4]  # the rejections first, at once
+    assert ticks == [1] * 5
+    assert sorted(enqueued) == sorted(requests[i].messages[-1].content for i in (0, 3, 4))  # each once
+    assert not vllm_engine._llm.llm_engine.has_unfinished_requests()
 
 
-def test_a_rejection_the_check_missed_costs_only_that_prompt(
-    vllm_engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """vLLM's VLLMValidationError aborts the whole chat call: the engine isolates the offender
-    without generating any other request twice."""
-    monkeypatch.setattr(vllm_engine, "_too_long", lambda requests: {})
-    completed: list[str] = []
-    real_chat = vllm_engine._llm.chat
-
-    def recording_chat(messages: list[Any], **kwargs: Any) -> Any:
-        outputs = real_chat(messages, **kwargs)
-        completed.extend(m[-1]["content"] for m in messages)
-        return outputs
-
-    monkeypatch.setattr(vllm_engine._llm, "chat", recording_chat)
-    texts = [f"Name a colour, number {i}." for i in range(6)]
-    long = prompt_of(vllm_engine, vllm_engine.max_model_len + 10)
-    requests = [GenerationRequest.chat(t, max_tokens=8) for t in texts[:4]] + [long] + [
-        GenerationRequest.chat(t, max_tokens=8) for t in texts[4:]]
-    out = vllm_engine.generate(requests)
-    assert out[4].finish_reason == "error"
-    assert "vLLM rejected the request" in out[4].text and "maximum context length" in out[4].text
-    assert all(r.finish_reason != "error" and r.text for i, r in enumerate(out) if i != 4)
-    assert sorted(completed) == sorted(texts)  # each other prompt generated exactly once
-
-
-def test_progress_and_chunks(vllm_engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM's progress bar ticks reach our progress during a chunk; each chunk's responses are
-    handed over (to the call cache) when its call returns."""
-    monkeypatch.setattr(vllm_engine, "chunk_size", 3)
-    calls = 0
-    real_chat = vllm_engine._llm.chat
-
-    def counting_chat(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return real_chat(*args, **kwargs)
-
-    monkeypatch.setattr(vllm_engine._llm, "chat", counting_chat)
+def test_progress_is_one_tick_per_finished_request_while_the_batch_runs(vllm_engine: VLLMEngine) -> None:
+    """Each response is handed over (to the call cache) and counted the moment vLLM finishes
+    it, while the rest of the batch is still running."""
+    engine = vllm_engine._llm.llm_engine
     events: list[tuple[str, int, int]] = []
-    requests = [GenerationRequest.chat(f"Count to {i}.", max_tokens=12) for i in range(7)]
+    long = GenerationRequest.chat("Write a long story about a dragon who learns to cook.", max_tokens=96)
+    short = [GenerationRequest.chat(f"Count to {i}.", max_tokens=2) for i in range(5)]
     out = vllm_engine.generate(
-        requests,
-        progress=lambda n: events.append(("tick", n, calls)),
-        on_response=lambda i, r: events.append(("done", i, calls)),
+        [long, *short],
+        progress=lambda n: events.append(("tick", n, engine.get_num_unfinished_requests())),
+        on_response=lambda i, r: events.append(("done", i, engine.get_num_unfinished_requests())),
     )
-    assert calls == 3 and len(out) == 7
-    assert sum(n for kind, n, _ in events if kind == "tick") == 7
-    assert [(i, c) for kind, i, c in events if kind == "done"] == [
-        (0, 1), (1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 3)]
-    for chunk in (1, 2, 3):  # the ticks of a chunk come before its responses
-        kinds = [kind for kind, _, c in events if c == chunk]
-        assert kinds[0] == "tick" and kinds[-1] == "done"
+    assert len(out) == 6 and out[0].completion_tokens > 2
+    assert [n for kind, n, _ in events if kind == "tick"] == [1] * 6
+    assert [kind for kind, _, _ in events] == ["done", "tick"] * 6  # each response, then its tick
+    done = [(i, unfinished) for kind, i, unfinished in events if kind == "done"]
+    assert sorted(i for i, _ in done[:5]) == [1, 2, 3, 4, 5] and done[5][0] == 0
+    assert all(unfinished >= 1 for _, unfinished in done[:5])  # the long one still running
 
 
-class RecordingBar(vllm_engine_module._ProgressBar):
-    """Logs how the caller uses the progress object (the protocol the fake must speak)."""
+def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(vllm_engine: VLLMEngine) -> None:
+    """An exception from a callback (e.g. the call cache's write) mid-batch: the batch's
+    requests still in vLLM are aborted, and the next batches get their own, complete outputs
+    (also after a request was left in the engine by someone else)."""
+    llm = vllm_engine._llm
+    batch = [GenerationRequest.chat(f"Give one word for the colour number {i}.", max_tokens=16) for i in range(4)]
+    reference = [r.text for r in vllm_engine.generate(batch)]
+    assert all(reference)
 
-    log: list[str] = []
+    first = [GenerationRequest.chat(f"Write a poem about the number {i}.", max_tokens=8 + 12 * i) for i in range(6)]
+    finished: list[int] = []
 
-    def __init__(self, iterable: Any = None, *args: Any, **kwargs: Any) -> None:
-        keys = sorted(k for k in kwargs if k != "on_update")
-        RecordingBar.log.append(f"init({'iterable' if iterable is not None else ''};{','.join(keys)})")
-        super().__init__(iterable, *args, **kwargs)
+    def fail_on_second(index: int, response: GenerationResponse) -> None:
+        finished.append(index)
+        if len(finished) == 2:
+            raise RuntimeError("the call cache could not be written")
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("format_dict", "update", "refresh", "close", "n", "set_postfix", "__len__"):
-            RecordingBar.log.append(name)
-        return super().__getattribute__(name)
+    with pytest.raises(RuntimeError, match="could not be written"):
+        vllm_engine.generate(first, on_response=fail_on_second)
+    assert not llm.llm_engine.has_unfinished_requests()  # the other four were aborted
+    assert [r.text for r in vllm_engine.generate(batch)] == reference
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "postfix" and "_start" in self.__dict__:
-            RecordingBar.log.append("postfix=")
-        super().__setattr__(name, value)
+    from vllm import SamplingParams
 
-    def __iter__(self) -> Any:
-        RecordingBar.log.append("iter")
-        return super().__iter__()
+    llm.enqueue_chat([[{"role": "user", "content": "Tell a long story."}]],
+                     sampling_params=[SamplingParams(temperature=0, max_tokens=64)], use_tqdm=False)
+    assert llm.llm_engine.has_unfinished_requests()  # not ours: run out before the batch
+    assert [r.text for r in vllm_engine.generate(batch)] == reference
+    assert not llm.llm_engine.has_unfinished_requests()
 
 
-def test_the_fake_speaks_the_real_progress_protocol(
-    vllm_engine: VLLMEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """tests/fake_vllm.py must use `use_tqdm` exactly as vLLM does."""
-    from bias_discovery.llm.config import ModelConfig
-    from fake_vllm import FAKE_API
+def request_protocol_trace(llm: Any, sampling_params: Any) -> dict[str, Any]:
+    """What the engine relies on from `vllm.LLM`, observed through the same calls."""
+    words = "Write a long story about the sea and the ships that sail on it."
+    conversations = [[{"role": "user", "content": f"{words} {i}"}] for i in range(3)]
+    ids = [llm.enqueue_chat([c], sampling_params=[sampling_params(temperature=0, max_tokens=n)], use_tqdm=False)[0]
+           for c, n in zip(conversations, (6, 2, 4))]
+    first = int(external_id(ids[0]))
+    trace: dict[str, Any] = {
+        "ids": [bool(re.fullmatch(r"\d+-[0-9a-f]{8}", i)) for i in ids],
+        "external": [int(external_id(i)) - first for i in ids],
+    }
+    try:
+        llm.enqueue_chat([[{"role": "user", "content": "word " * 3000}]],
+                         sampling_params=[sampling_params(temperature=0, max_tokens=4)], use_tqdm=False)
+        trace["rejected"] = None
+    except Exception as exc:
+        trace["rejected"] = (type(exc).__name__.replace("Fake", ""), isinstance(exc, ValueError),
+                             "maximum context length is 2048 tokens" in str(exc))
+    engine = llm.llm_engine
+    trace["unfinished"] = engine.get_num_unfinished_requests()
+    outputs: list[tuple[int, bool, int]] = []
+    while engine.has_unfinished_requests():
+        outputs += [(int(o.request_id) - first, o.finished, len(o.outputs[0].token_ids)) for o in engine.step()]
+    trace["outputs"] = outputs  # external ids, finished only, shortest first
+    [late] = llm.enqueue_chat(conversations[0], sampling_params=sampling_params(temperature=0, max_tokens=64),
+                              use_tqdm=False)
+    trace["late"] = int(external_id(late)) - first
+    engine.step()
+    engine.abort_request([late])
+    trace["abort without internal=True"] = engine.get_num_unfinished_requests()
+    engine.abort_request([late], internal=True)
+    trace["abort with internal=True"] = engine.get_num_unfinished_requests()
+    return trace
 
-    monkeypatch.setattr(vllm_engine_module, "_ProgressBar", RecordingBar)
-    requests = [GenerationRequest.chat(f"Say {w}.", max_tokens=4) for w in ("yes", "no", "maybe")]
-    RecordingBar.log = []
-    vllm_engine.generate(requests)
-    real = list(RecordingBar.log)
-    monkeypatch.setattr(vllm_engine_module, "_import_vllm", lambda: FAKE_API)
-    fake_engine = VLLMEngine(ModelConfig.from_spec("vllm/fake"))
-    RecordingBar.log = []
-    fake_engine.generate(requests)
-    assert real[:2] == ["init(iterable;desc)", "iter"]
-    assert "init(;desc,dynamic_ncols,postfix,total)" in real and real[-1] == "close"
-    assert RecordingBar.log == real
+
+def test_the_fake_speaks_the_real_request_protocol(vllm_engine: VLLMEngine) -> None:
+    """tests/fake_vllm.py must behave as vLLM does on every call the engine makes."""
+    from vllm import SamplingParams
+
+    from fake_vllm import FakeLLM, FakeSamplingParams
+
+    real = request_protocol_trace(vllm_engine._llm, SamplingParams)
+    fake = request_protocol_trace(FakeLLM(max_model_len=VLLM_MAX_MODEL_LEN), FakeSamplingParams)
+    assert real == {
+        "ids": [True, True, True],
+        "external": [0, 1, 2],
+        "rejected": ("VLLMValidationError", False, True),
+        "unfinished": 3,
+        "outputs": [(1, True, 2), (2, True, 4), (0, True, 6)],
+        "late": 3,  # a rejected request takes no id
+        "abort without internal=True": 1,
+        "abort with internal=True": 0,
+    }
+    assert fake == real
 
 
 def test_greedy_output_equals_a_plain_llm_chat(vllm_engine: VLLMEngine) -> None:
