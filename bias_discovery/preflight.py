@@ -31,6 +31,7 @@ from .config import RunConfig
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError
 from .judging import build_tasks, verdict_constraint
+from .library import load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
 from .llm.conformance import ConstraintKind, probe_failure, probe_request
@@ -97,11 +98,12 @@ class _Prompt(BaseModel):
 # --------------------------------------------------------------------------------------
 
 
-def planned_calls(config: RunConfig, n_target: int, n_test: int) -> list[StageCalls]:
+def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 0) -> list[StageCalls]:
     """Calls per stage and role: exact where the config fixes them, else upper bounds (the
     number of misjudgments and candidates is only known during the run; sequential validation
     stops many candidates before the last slice, so its rows are what validating every item
-    would cost)."""
+    would cost). `n_seeds`: the seed library's size (validated at iteration 0 with
+    `validate.seeds`)."""
     from .judging import calls_per_pair
 
     per_pair = calls_per_pair(config.judge)
@@ -141,6 +143,18 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int) -> list[StageCa
         if checks:
             rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=checks, total=checks,
                                    exact=False, note="answer check of each rewrite and its original"))
+    if v.seeds and n_seeds:
+        seeds = min(n_seeds, v.max_candidates or n_seeds)
+        note = f"{seeds} seed bias(es), once per run"
+        rows += [
+            StageCalls(stage="validate_seeds (perturb)", role="teacher", per_iteration=seeds * n_test,
+                       total=seeds * n_test, exact=False, note=note),
+            StageCalls(stage="validate_seeds (judge)", role="target", per_iteration=seeds * n_test * per_pair,
+                       total=seeds * n_test * per_pair, exact=False, note=note),
+        ]
+        if checks:
+            rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=seeds * n_test,
+                                   total=seeds * n_test, exact=False, note="answer check of each rewrite"))
     rows += [
         StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
                    total=candidates * n_test * t, exact=False, note=cand_note),
@@ -168,7 +182,6 @@ def _longest(prompts: Sequence[_Prompt]) -> list[_Prompt]:
 
 def run_prompts(config: RunConfig, target_pairs: Sequence[PreferencePair], test_pairs: Sequence[PreferencePair]) -> dict[str, list[_Prompt]]:
     """The longest prompts of each stage, per role, built with the stages' own builders."""
-    from .library import load_seed_library
     from .stages.explain import build_explain_request
     from .stages.identify import build_identify_request
     from .stages.perturb import build_perturb_request
@@ -452,7 +465,7 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
         engines.close()
     return PreflightReport(
         endpoints=endpoints,
-        calls=planned_calls(config, len(target_pairs), len(test_pairs)),
+        calls=planned_calls(config, len(target_pairs), len(test_pairs), len(load_seed_library(config.seed_library).biases)),
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),

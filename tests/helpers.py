@@ -39,6 +39,7 @@ SMALL_RUN_OVERRIDES = [
     "merge.similarity_threshold=0.99",
     "validate.max_candidates=2",
     "validate.n_boot=500",
+    "validate.seeds=false",  # the quick start validates seeds; the shared test run need not
 ]
 
 

@@ -96,3 +96,8 @@ def test_planned_calls_follow_the_config() -> None:
     mitigated = config.model_copy(update={"judge": config.judge.model_copy(update={"mitigation": "shuffle3"})})
     rows = {r.stage: r for r in planned_calls(mitigated, n_target=10, n_test=7)}
     assert rows["evaluate"].per_iteration == 30 and rows["baseline"].total == 21  # 3 calls per verdict
+    assert not any(stage.startswith("validate_seeds") for stage in rows)
+    seeded = config.model_copy(update={"validate_": config.validate_.model_copy(update={"seeds": True})})
+    rows = {r.stage: r for r in planned_calls(seeded, n_target=10, n_test=7, n_seeds=7)}
+    # 7 seeds, capped by max_candidates=5, on 7 test pairs, once per run
+    assert (rows["validate_seeds (perturb)"].total, rows["validate_seeds (judge)"].total) == (35, 70)
