@@ -28,8 +28,9 @@ llama_cpp.server serves one request at a time), 16 for hosted APIs (their rate l
 **Sampling.** A vLLM server fills every sampling field a request leaves out from the
 model's `generation_config.json` (Qwen2.5-Instruct's sets a repetition penalty, top_k, top_p
 and a temperature), so "greedy" would not be greedy and would differ from the offline
-engine. The `vllm` dialect therefore sends all of them, at vLLM's neutral values
-(`SAMPLING_FIELDS`); scripts/serve_vllm.sh also serves with `--generation-config vllm`.
+engine. The `vllm` dialect therefore sends all of them, at the neutral values the offline
+engine sends too (`vllm_engine.NEUTRAL_SAMPLING`); scripts/serve_vllm.sh also serves with
+`--generation-config vllm`.
 The `llamacpp` dialect sends llama.cpp's (llama_cpp.server defaults to repeat_penalty 1.1,
 top_k 40 and min_p 0.05, the embedded engine to none of them).
 
@@ -80,6 +81,7 @@ from .base import BaseEngine, BatchReport, finish_reason, message_dicts
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
 from .types import Constraint, GenerationRequest, GenerationResponse
+from .vllm_engine import NEUTRAL_SAMPLING
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -111,9 +113,8 @@ DEFAULT_CONCURRENCY: dict[Dialect, int] = {"vllm": 1024, "llamacpp": 4, "openai"
 """Requests in flight per server when `max_concurrency` is unset (why: module docstring)."""
 
 SAMPLING_FIELDS: dict[Dialect, dict[str, Any]] = {
-    # vLLM's neutral values (its ChatCompletionRequest._DEFAULT_SAMPLING_PARAMS), which the
-    # offline engine's explicit SamplingParams also use.
-    "vllm": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0},
+    # The offline vLLM engine's explicit SamplingParams: one table for both paths.
+    "vllm": NEUTRAL_SAMPLING,
     # What the embedded llama.cpp engine uses (llama_cpp.server would default to 1.1 and 0.05).
     "llamacpp": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0},
 }
@@ -187,8 +188,6 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
     if request.stop:
         body["stop"] = list(request.stop)
     body.update(SAMPLING_FIELDS.get(dialect, {}))
-    if dialect == "vllm":
-        body["top_k"] = 0  # vLLM: 0 = all tokens (greedy is temperature 0 alone)
     if dialect == "llamacpp":
         # Match the embedded engine: greedy is top_k=1; when sampling only top_p filters.
         body["top_k"] = 1 if request.temperature == 0 else 0
