@@ -81,7 +81,7 @@ from .base import BaseEngine, BatchReport, finish_reason, message_dicts
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
 from .types import Constraint, GenerationRequest, GenerationResponse
-from .vllm_engine import NEUTRAL_SAMPLING
+from .vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -133,12 +133,8 @@ _WANTS_MAX_COMPLETION_TOKENS = re.compile(r"max_tokens.{0,80}max_completion_toke
 
 def constraint_fields(constraint: Constraint, dialect: Dialect) -> dict[str, Any]:
     """The request-body fields that carry `constraint` in the given server dialect."""
-    if dialect == "vllm":
-        if constraint.choices is not None:
-            return {"structured_outputs": {"choice": list(constraint.choices)}}
-        if constraint.regex is not None:
-            return {"structured_outputs": {"regex": constraint.regex}}
-        return {"structured_outputs": {"json": constraint.json_schema}}
+    if dialect == "vllm":  # the server takes the offline engine's StructuredOutputsParams fields
+        return {"structured_outputs": structured_outputs_kwargs(constraint)}
     if dialect == "llamacpp":
         if constraint.json_schema is not None:
             return {"response_format": {"type": "json_object", "schema": constraint.json_schema}}
