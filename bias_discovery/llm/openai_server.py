@@ -350,13 +350,6 @@ class OpenAIServerEngine(BaseEngine):
         self._violations_in_a_row = 0
 
     @property
-    def where(self) -> str:
-        """The server(s), for messages."""
-        if len(self.base_urls) == 1:
-            return f"model server at {self.base_url}"
-        return f"model servers {', '.join(self.base_urls)}"
-
-    @property
     def dialect(self) -> Dialect:
         """The structured-outputs dialect, asking the server once when it is `auto`."""
         with self._dialect_lock:
