@@ -232,6 +232,12 @@ class _ReplicaDown(Exception):
     """This replica did not answer usably (transport error, timeout, 408/429/5xx)."""
 
 
+def _check_stop(stop: threading.Event | None) -> None:
+    """Refuse to send more once another request of the batch has failed it."""
+    if stop is not None and stop.is_set():
+        raise EngineError("batch aborted after another request failed")
+
+
 @dataclass(eq=False)
 class _Replica:
     url: str
@@ -268,8 +274,7 @@ class _Replicas:
         that just failed) is taken only when nothing else is left."""
         with self._cond:
             while True:
-                if stop is not None and stop.is_set():
-                    raise EngineError("batch aborted after another request failed")
+                _check_stop(stop)
                 now = time.monotonic()
                 live = self.live(now)
                 if avoid is not None and len(live) > 1:
@@ -411,9 +416,6 @@ class OpenAIServerEngine(BaseEngine):
     def _complete(
         self, payload: dict[str, Any], constraint: Constraint | None, stop: threading.Event
     ) -> GenerationResponse:
-        if stop.is_set():
-            raise EngineError("batch aborted after another request failed")
-
         def attempt(replica: _Replica) -> GenerationResponse:
             if constraint is not None and self.config.constraint_probe:
                 self._ensure_enforced(replica, constraint, stop)
@@ -432,9 +434,7 @@ class OpenAIServerEngine(BaseEngine):
             if attempt and not self._replicas.any_live():
                 delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
                 time.sleep(delay * (0.5 + random.random()))
-                if stop is not None and stop.is_set():
-                    raise EngineError("batch aborted after another request failed")
-            replica = self._replicas.acquire(stop, avoid=failed)
+            replica = self._replicas.acquire(stop, avoid=failed)  # raises if the batch stopped
             down = False
             try:
                 return work(replica)
@@ -467,8 +467,7 @@ class OpenAIServerEngine(BaseEngine):
 
     def _chat(self, replica: _Replica, payload: dict[str, Any], stop: threading.Event | None) -> Any:
         """POST one chat completion, renaming `max_tokens` once if the server asks for it."""
-        if stop is not None and stop.is_set():
-            raise EngineError("batch aborted after another request failed")
+        _check_stop(stop)
         body = self._with_token_field(payload)
         response = self._send(replica, "POST", "/chat/completions", body)
         if response.status_code == 400 and "max_tokens" in body:
