@@ -39,7 +39,7 @@ The request mapping is kept in pure functions that build plain dicts (`llm_kwarg
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..errors import EngineError
 from .base import BaseEngine, BatchReport, finish_reason, message_dicts
@@ -219,7 +219,7 @@ class VLLMEngine(BaseEngine):
                 else ""
             )
             raise EngineError(f"vLLM {self._api.version} could not load {config.model}: {exc}{hint}") from exc
-        self.max_model_len = self._engine_setting(lambda e: e.model_config.max_model_len)
+        self.max_model_len = self._max_model_len()
         self._in_flight: set[str] = set()
         """vLLM's internal ids of the requests this engine enqueued that vLLM has not finished:
         empty between batches unless aborting a failed batch failed too."""
@@ -338,8 +338,10 @@ class VLLMEngine(BaseEngine):
 
     # ------------------------------------------------------------------ internals
 
-    def _engine_setting(self, read: Callable[[Any], Any]) -> int | None:
+    def _max_model_len(self) -> int | None:
+        """The context vLLM settled on (the config's, else the model's), or None when this
+        vLLM does not say (the preflight then falls back to the config)."""
         try:
-            return int(read(self._llm.llm_engine))
-        except Exception:  # an engine without the attribute: the caller has a fallback
+            return int(self._llm.llm_engine.model_config.max_model_len)
+        except Exception:  # an engine without the attribute
             return None
