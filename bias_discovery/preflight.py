@@ -31,7 +31,7 @@ from .config import RunConfig
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError
 from .judging import build_tasks, verdict_constraint
-from .library import load_seed_library
+from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
 from .llm.conformance import ConstraintKind, probe_failure, probe_request
@@ -180,8 +180,14 @@ def _longest(prompts: Sequence[_Prompt]) -> list[_Prompt]:
     return sorted(prompts, key=size, reverse=True)[:LONGEST_PER_STAGE]
 
 
-def run_prompts(config: RunConfig, target_pairs: Sequence[PreferencePair], test_pairs: Sequence[PreferencePair]) -> dict[str, list[_Prompt]]:
-    """The longest prompts of each stage, per role, built with the stages' own builders."""
+def run_prompts(
+    config: RunConfig,
+    target_pairs: Sequence[PreferencePair],
+    test_pairs: Sequence[PreferencePair],
+    library: BiasLibrary,
+) -> dict[str, list[_Prompt]]:
+    """The longest prompts of each stage, per role, built with the stages' own builders
+    (`library`: the run's seed library, whose longest bias goes into the teacher's prompts)."""
     from .stages.explain import build_explain_request
     from .stages.identify import build_identify_request
     from .stages.perturb import build_perturb_request
@@ -191,7 +197,6 @@ def run_prompts(config: RunConfig, target_pairs: Sequence[PreferencePair], test_
     judge = config.judge
     perturb_budget = config.perturb.max_tokens
     explain_budget = config.deeper_explain.max_tokens if config.deeper_explain.enabled else 0
-    library = load_seed_library(config.seed_library)
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
     all_pairs = list(target_pairs) + list(test_pairs)
 
@@ -454,7 +459,8 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
     d = config.data
     target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
     test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed)
-    prompts = run_prompts(config, target_pairs, test_pairs)
+    library = load_seed_library(config.seed_library)
+    prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
     endpoints: list[EndpointReport] = []
     try:
@@ -465,7 +471,7 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
         engines.close()
     return PreflightReport(
         endpoints=endpoints,
-        calls=planned_calls(config, len(target_pairs), len(test_pairs), len(load_seed_library(config.seed_library).biases)),
+        calls=planned_calls(config, len(target_pairs), len(test_pairs), len(library.biases)),
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),
