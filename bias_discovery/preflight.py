@@ -261,11 +261,10 @@ def _context_of(config: ModelConfig, engine: Engine, models_entry: dict[str, Any
     """The model's context in tokens and where that number comes from."""
     if models_entry and isinstance(models_entry.get("max_model_len"), int):
         return int(models_entry["max_model_len"]), "max_model_len from /v1/models"
-    inner = engine
-    n_ctx = getattr(inner, "n_ctx", None)
+    n_ctx = getattr(engine, "n_ctx", None)
     if isinstance(n_ctx, int):
         return n_ctx, "n_ctx of the llama.cpp engine"
-    max_len = getattr(inner, "max_model_len", None)
+    max_len = getattr(engine, "max_model_len", None)
     if isinstance(max_len, int):
         return max_len, "max_model_len of the engine"
     if config.provider in ("vllm", "hf"):
@@ -419,9 +418,8 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
         text = f"longest {tokens} tokens + {prompt.output_tokens} output"
         if prompt.added_tokens:
             text += f" + {prompt.added_tokens} generated ({prompt.added_note})"
-        total = worst if prompt.added_tokens else need
         if context is None:
-            add(Finding(status="info", what=f"prompt: {stage}", detail=f"{text} = {total} (context unknown)"))
+            add(Finding(status="info", what=f"prompt: {stage}", detail=f"{text} = {worst} (context unknown)"))
         elif need > context:
             add(Finding(status="fail", what=f"prompt: {stage}", detail=(
                 f"{text}: {need} > context {context} even without generated parts; these requests would be "
@@ -430,7 +428,7 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
             add(Finding(status="warn", what=f"prompt: {stage}", detail=(
                 f"{text} = {worst} > context {context} in the worst case; fits without the generated parts ({need})")))
         else:
-            add(Finding(status="ok", what=f"prompt: {stage}", detail=f"{text} = {total} <= context {context}"))
+            add(Finding(status="ok", what=f"prompt: {stage}", detail=f"{text} = {worst} <= context {context}"))
 
 
 # --------------------------------------------------------------------------------------
