@@ -77,10 +77,13 @@ class ModelShape:
         per_weight = self.weight_bits / 8 + (2 + self.weight_bits / 8) / QUANT_GROUP  # + scale, zero
         return linear * per_weight + self.embed_params_b * 1e9 * 2
 
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads are split over a TP group, and replicated when TP exceeds them."""
+        return max(1, math.ceil(self.kv_heads / tp))
+
     def kv_bytes_per_token(self, tp: int, kv_bytes: int = 2) -> int:
         """K and V of one token on one GPU of a TP group."""
-        heads_per_gpu = max(1, math.ceil(self.kv_heads / tp))
-        return 2 * self.layers * heads_per_gpu * self.head_dim * kv_bytes
+        return 2 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * kv_bytes
 
 
 def _qwen(params_b: float, layers: int, kv_heads: int, hidden: int, tied: bool, bits: int = 16) -> ModelShape:
@@ -258,7 +261,7 @@ def make_plan(
             if shape.weight_bytes_measured
             else f"{shape.params_b:g}B params x {_bytes_per_param(shape):.2f} B"
         )
-        heads = max(1, math.ceil(shape.kv_heads / spec.tp))
+        heads = shape.kv_heads_per_gpu(spec.tp)
         plan.lines.append(
             f"{spec.role} {spec.model} (shape: {shape.source}), TP {spec.tp}, mem {spec.mem:.2f}:\n"
             f"  weights {how} / TP {spec.tp} = {weights:.1f} GiB per GPU\n"
