@@ -7,7 +7,6 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,8 +30,9 @@ def _group() -> None:
 
 def default_cache_path() -> Path:
     """The shared call cache for one-off commands (`judge`); runs keep their own."""
-    root = os.environ.get("BIAS_DISCOVERY_CACHE_DIR") or Path.home() / ".cache" / "bias-discovery"
-    return Path(root) / "calls.sqlite"
+    from ..smollm2_hf import default_cache_dir  # the one place that names the cache root
+
+    return default_cache_dir() / "calls.sqlite"
 
 
 def format_validation_error(exc: ValidationError, where: str = "") -> str:
