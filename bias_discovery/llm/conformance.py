@@ -24,13 +24,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Literal
+from typing import Any
 
-from .types import Constraint, GenerationRequest, GenerationResponse
+from .types import Constraint, ConstraintKind, GenerationRequest, GenerationResponse
 
 __all__ = ["PROBE_CONSTRAINTS", "probe_request", "probe_failure", "schema_violation", "violation"]
-
-ConstraintKind = Literal["choices", "regex", "json_schema"]
 
 PROBE_CONSTRAINTS: dict[ConstraintKind, Constraint] = {
     "choices": Constraint(choices=("probe-zq", "probe-xv")),

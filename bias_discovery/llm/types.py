@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant"]
+ConstraintKind = Literal["choices", "regex", "json_schema"]
 
 
 class ChatMessage(BaseModel):
@@ -52,7 +53,7 @@ class Constraint(BaseModel):
         return self
 
     @property
-    def kind(self) -> Literal["choices", "regex", "json_schema"]:
+    def kind(self) -> ConstraintKind:
         if self.choices is not None:
             return "choices"
         if self.regex is not None:
