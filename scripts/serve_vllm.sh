@@ -94,12 +94,12 @@ launches=()
 if [ "$DEVICE" = gpu ]; then
   GPUS="${GPUS:-$(nvidia-smi -L | wc -l)}"
   GPU_GIB="${GPU_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%.1f", $1 / 1024}')}"
+  plan_cmd=("$PYTHON" -m bias_discovery.gpu_plan --gpus "$GPUS" --gpu-gib "$GPU_GIB" --max-len "$MAX_LEN"
+            --overhead-gib "$OVERHEAD_GIB" "${specs[@]}")
   if [ "${FIT_CHECK:-1}" = 0 ]; then
     echo "FIT_CHECK=0: starting without the memory check" >&2
-    plan=$("$PYTHON" -m bias_discovery.gpu_plan --gpus "$GPUS" --gpu-gib "$GPU_GIB" --max-len "$MAX_LEN" \
-      --overhead-gib "$OVERHEAD_GIB" "${specs[@]}" 2>/dev/null || true)
-  elif ! plan=$("$PYTHON" -m bias_discovery.gpu_plan --gpus "$GPUS" --gpu-gib "$GPU_GIB" --max-len "$MAX_LEN" \
-      --overhead-gib "$OVERHEAD_GIB" "${specs[@]}"); then
+    plan=$("${plan_cmd[@]}" 2>/dev/null || true)
+  elif ! plan=$("${plan_cmd[@]}"); then
     echo "$plan" | grep -v '^LAUNCH' >&2
     echo "refusing to start: the split above cannot fit (see 'does not fit')" >&2
     exit 1
