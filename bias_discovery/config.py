@@ -155,6 +155,13 @@ class ValidateSettings(_Strict):
     def _parse_checker(cls, value: Any) -> Any:
         return None if value is None else _model_from_yaml(value)
 
+    @property
+    def decision_control(self) -> Literal["placebo", "baseline"]:
+        """What the decision compares a candidate's error with: `control` under the paired rule;
+        the baseline under the paper rule (BiasScope's Eq. 10), even when the run also has a
+        placebo (its comparison is then reported, not decisive)."""
+        return "baseline" if self.acceptance == "paper" else self.control
+
 
 class RunConfig(_Strict):
     name: str = "run"
