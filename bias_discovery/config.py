@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ConfigError
 from .judging import JudgeSettings
 from .llm.config import ModelConfig
+from .stats import check_look_fractions
 
 
 def _model_from_yaml(value: Any) -> Any:
@@ -105,11 +106,7 @@ class SequentialSettings(_Strict):
     @field_validator("looks")
     @classmethod
     def _looks_end_at_one(cls, value: list[float]) -> list[float]:
-        if not value or value[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in value) or any(
-            a >= b for a, b in zip(value, value[1:])
-        ):
-            raise ValueError(f"looks must increase within (0, 1] and end at 1.0, e.g. [0.25, 0.5, 1.0]; got {value}")
-        return value
+        return check_look_fractions(value)
 
 
 class ValidateSettings(_Strict):
@@ -157,6 +154,13 @@ class ValidateSettings(_Strict):
     @classmethod
     def _parse_checker(cls, value: Any) -> Any:
         return None if value is None else _model_from_yaml(value)
+
+    @property
+    def decision_control(self) -> Literal["placebo", "baseline"]:
+        """What the decision compares a candidate's error with: `control` under the paired rule;
+        the baseline under the paper rule (BiasScope's Eq. 10), even when the run also has a
+        placebo (its comparison is then reported, not decisive)."""
+        return "baseline" if self.acceptance == "paper" else self.control
 
 
 class RunConfig(_Strict):

@@ -394,7 +394,7 @@ class Discovery:
             accepted=[b.id for b in accepted],
             candidates=out.records,
             validated=out.candidates,
-            control=cfg.control,
+            control=cfg.decision_control,
             rewrite_effect=placebo.effect if placebo is not None else None,
             alpha_family=alpha,
             error_control=cfg.error_control,

@@ -176,7 +176,7 @@ def replicate_run(
             limit=n_limit,
             temperature=temperature,
             acceptance=settings.acceptance,
-            control=settings.control,
+            control=settings.decision_control,
             alpha=settings.alpha,
             correction=settings.correction,
             models={

@@ -44,6 +44,7 @@ __all__ = [
     "SequentialPlan",
     "SpendingFunction",
     "alpha_spent",
+    "check_look_fractions",
     "conditional_power",
     "look_outcome",
     "min_detectable_delta",
@@ -522,6 +523,15 @@ class SequentialPlan(BaseModel):
     """Stop a candidate when its conditional power under the current trend is below this."""
 
 
+def check_look_fractions(fractions: Sequence[float]) -> list[float]:
+    """The cumulative shares of the test set a validation looks at, checked: increasing within
+    (0, 1] and ending at 1.0 (the config's `validate.sequential.looks` and `plan_sequential`)."""
+    fs = [float(f) for f in fractions]
+    if not fs or fs[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in fs) or any(a >= b for a, b in zip(fs, fs[1:])):
+        raise ValueError(f"look fractions must increase within (0, 1] and end at 1.0, e.g. [0.25, 0.5, 1.0]; got {fs}")
+    return fs
+
+
 def plan_sequential(
     n_total: int,
     fractions: Sequence[float],
@@ -536,9 +546,7 @@ def plan_sequential(
     always the whole test set. `fractions=[1.0]` is the classic single test."""
     if n_total < 0:
         raise ValueError(f"n_total must be >= 0; got {n_total}")
-    fs = [float(f) for f in fractions]
-    if not fs or fs[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in fs) or any(a >= b for a, b in zip(fs, fs[1:])):
-        raise ValueError(f"look fractions must increase within (0, 1] and end at 1.0; got {fs}")
+    fs = check_look_fractions(fractions)
     looks: list[int] = []
     used: list[float] = []
     for f in fs[:-1]:

@@ -163,6 +163,9 @@ def test_config_errors_name_the_field(tmp_path):
     path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  alpha: 2\n")
     with pytest.raises(ConfigError, match=r"validate\.alpha"):
         load_run_config(path)
+    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  sequential:\n    looks: [0.5, 0.25, 1.0]\n")
+    with pytest.raises(ConfigError, match=r"validate\.sequential\.looks.*must increase"):
+        load_run_config(path)
     path.write_text("target: nosuch/model\nteacher: llamacpp/smollm2\n")
     with pytest.raises(ConfigError, match="known providers"):
         load_run_config(path)

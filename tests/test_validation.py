@@ -66,10 +66,18 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
         assert record["vs_baseline"]["delta"] == 1.0  # every rewrite fools the judge ...
         assert record["vs_placebo"]["delta"] == 0.0  # ... the neutral one just as much
         assert report["rewrite_effect"]["delta"] == 1.0
+        # the looks, the power and the report speak of the comparison that decided
+        decided = record["comparison"]
+        assert [record["looks"][-1][k] for k in ("b_discordant_hurt", "c_discordant_helped")] == [
+            decided["b_discordant_hurt"], decided["c_discordant_helped"]
+        ]
     assert results["paired"]["accepted"] == []
     assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
     paper_bias = RunDir(tmp_path / "run-paper").library.load_latest().by_id(results["paper"]["accepted"][0])
     assert paper_bias.validation.control == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
+    # under the paper rule the decision compared with the baseline, although the run has a placebo
+    assert results["paper"]["control"] == "baseline" and results["paired"]["control"] == "placebo"
+    assert "smallest Δerror vs baseline detectable" in RunDir(tmp_path / "run-paper").read_state().stop_reason
     assert "converged: no candidate was accepted" in RunDir(tmp_path / "run-paired").read_state().stop_reason
 
 

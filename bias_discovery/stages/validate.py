@@ -267,6 +267,7 @@ def validate_biases(
     if placebo is not None and len(placebo.result.outcomes) != len(test_pairs):
         raise ValueError("placebo judgments do not match the test pairs")
     family_alpha = settings.alpha if alpha is None else alpha
+    control = settings.decision_control
     bar = progress_or_quiet(progress)
     n = len(test_pairs)
     m = len(candidates)
@@ -283,7 +284,7 @@ def validate_biases(
     order = _slice_order(n, seed)
     baseline_errors = errors_of(baseline)
     placebo_errors = placebo.errors() if placebo is not None else None
-    control_errors = placebo_errors if settings.control == "placebo" and placebo_errors is not None else baseline_errors
+    control_errors = placebo_errors if control == "placebo" and placebo_errors is not None else baseline_errors
 
     errors: list[list[bool | None]] = [[None] * n for _ in range(m)]
     rewrites: list[list[PerturbedPair]] = [[] for _ in range(m)]
@@ -343,15 +344,15 @@ def validate_biases(
     multi_look = len(plan.looks) > 1
     common = dict(alpha=family_alpha, correction=settings.correction, min_delta=settings.min_delta)
     decided_base = decide_acceptance(
-        vs_baseline, rule=settings.acceptance, p_values=p_seq_final if multi_look and settings.control == "baseline" else None,
+        vs_baseline, rule=settings.acceptance, p_values=p_seq_final if multi_look and control == "baseline" else None,
         control="baseline", **common,  # type: ignore[arg-type]
     )
     decided_placebo = (
-        decide_acceptance(vs_placebo, rule="paired", p_values=p_seq_final if multi_look and settings.control == "placebo" else None,
+        decide_acceptance(vs_placebo, rule="paired", p_values=p_seq_final if multi_look and control == "placebo" else None,
                           control="placebo", **common)  # type: ignore[arg-type]
         if vs_placebo else []
     )
-    if settings.acceptance == "paper" or settings.control == "baseline":
+    if control == "baseline":
         deciding = decided_base
         decided_placebo = [_reported(c, d) for c, d in zip(vs_placebo, decided_placebo)]
     else:
@@ -362,8 +363,7 @@ def validate_biases(
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
         decision = deciding[k]
-        control_cmp = decided_placebo[k] if settings.control == "placebo" and decided_placebo else decided_base[k]
-        mde, mde_n = _mde(control_cmp, stopped_at[k], n, level, settings.power)
+        mde, mde_n = _mde(decision, stopped_at[k], n, level, settings.power)
         if mde_n > 0:  # a candidate without a valid pair says nothing about power
             mde_ns.append(mde_n)
             if mde is not None:
@@ -396,7 +396,7 @@ def validate_biases(
             },
             answer_change_rate=changed / checked if checked else None,
             test_data=test_data,
-            control="baseline" if settings.acceptance == "paper" else settings.control,  # what the decision used
+            control=control,
             vs_placebo=None if placebo_cmp is None else ControlComparison(
                 n=placebo_cmp.n, control_error=placebo_cmp.baseline_error, perturbed_error=placebo_cmp.perturbed_error,
                 delta=placebo_cmp.delta, ci_low=placebo_cmp.ci_low, ci_high=placebo_cmp.ci_high,
