@@ -8,7 +8,7 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "ci_pp", "count", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
+__all__ = ["MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""
@@ -55,6 +55,14 @@ def p_clause(x: float | None, *, missing: str = MISSING) -> str:
     """A p-value in a sentence: ``p = 0.004``, ``p < 0.001``."""
     text = p_value(x, missing=missing)
     return f"p < {text[1:]}" if text.startswith("<") else f"p = {text}"
+
+
+def delta_clause(
+    delta: float | None, ci_low: float | None, ci_high: float | None, n: int | None, p: float | None
+) -> str:
+    """A difference of error rates in a sentence, with its CI, n and p (the terminal's lines
+    on validation and the rewrite effect): ``+20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004``."""
+    return f"{pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}), {p_clause(p)}"
 
 
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:

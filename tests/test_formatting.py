@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bias_discovery.formatting import ci_pp, count, number, p_clause, p_value, percent, percent_range, pp
+from bias_discovery.formatting import ci_pp, count, delta_clause, number, p_clause, p_value, percent, percent_range, pp
 
 
 def test_percent_in_each_medium():
@@ -41,3 +41,8 @@ def test_plain_numbers_and_counts():
 
 def test_p_value_in_a_sentence():
     assert p_clause(0.0042) == "p = 0.004" and p_clause(0.0001) == "p < 0.001" and p_clause(None) == "p = -"
+
+
+def test_a_difference_in_a_sentence():
+    assert delta_clause(0.2, 0.1, 0.3, 30, 0.0042) == "+20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004"
+    assert delta_clause(-0.05, None, None, 12, None) == "-5.0 pp (CI -, n = 12), p = -"

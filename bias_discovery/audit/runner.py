@@ -30,7 +30,7 @@ from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, po
 from .records import AuditCalls, AuditMetrics, AuditReport, AuditSettingsRecord, BiasAudit, SchemeAudit
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
-__all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "repeat_seed", "run_audit"]
+__all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]
 
 ORIGINAL = "original"
 ORDERS: tuple[Order, Order] = ("chosen_first", "rejected_first")
@@ -102,6 +102,16 @@ def check_repeats(repeats: int) -> None:
         )
 
 
+def check_teacher(targets: Sequence[AuditTarget], *, has_teacher: bool) -> None:
+    """Library biases are injected by a teacher; the built-ins need none."""
+    library_targets = [t for t in targets if t.needs_teacher]
+    if library_targets and not has_teacher:
+        raise ConfigError(
+            f"--teacher is needed to inject {', '.join(t.id for t in library_targets)} "
+            f"(the built-ins {', '.join(t.id for t in targets if not t.needs_teacher) or 'position, length'} need none)"
+        )
+
+
 def run_audit(
     target: Engine,
     pairs: Sequence[PreferencePair],
@@ -119,12 +129,8 @@ def run_audit(
     check_repeats(settings.repeats)
     if not pairs:
         raise ConfigError("the audit has no pairs to judge")
+    check_teacher(targets, has_teacher=teacher is not None)
     library_targets = [t for t in targets if t.needs_teacher]
-    if library_targets and teacher is None:
-        raise ConfigError(
-            f"--teacher is needed to inject {', '.join(t.id for t in library_targets)} "
-            f"(the built-ins {', '.join(t.id for t in targets if not t.needs_teacher) or 'position, length'} need none)"
-        )
     bar = progress_or_quiet(progress)
     seed, K = settings.seed, settings.repeats
     judge_settings = settings.judge.model_copy(update={"mitigation": "none"})

@@ -108,7 +108,7 @@ def audit(
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
     and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
-    from ..audit import AuditSettings, check_repeats, resolve_targets, run_audit
+    from ..audit import AuditSettings, check_repeats, check_teacher, resolve_targets, run_audit
     from ..audit.output import write_audit_dir
     from ..config import PerturbSettings
     from ..data.loaders import describe_source, load_pairs
@@ -133,10 +133,8 @@ def audit(
         )
         targets = resolve_targets(biases)
         configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))}
-        needs_teacher = [t.id for t in targets if t.needs_teacher]
-        if needs_teacher:
-            if teacher is None:
-                fail(f"--teacher is needed to inject {', '.join(needs_teacher)} (the built-ins position and length need none)")
+        check_teacher(targets, has_teacher=teacher is not None)
+        if teacher is not None and any(t.needs_teacher for t in targets):
             url = teacher_base_url or base_url
             configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
         check_output_dir(out, overwrite=overwrite)

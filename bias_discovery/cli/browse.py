@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, count, number, p_clause, p_value, percent, pp
+from ..formatting import ci_pp, count, delta_clause, number, p_value, percent, pp
 from .common import app, console, fail, warn
 
 library_app = typer.Typer(
@@ -136,9 +136,9 @@ def library_show(
     if effect is not None:
         console.print(
             Text(
-                f"rewrite effect (placebo vs baseline): Δerror {pp(effect['delta'])} "
-                f"(CI {ci_pp(effect['ci_low'], effect['ci_high'], missing='-')}, n = {effect['n']}), "
-                f"{p_clause(effect['p_value'])}; answer changed in {percent(effect['answer_change_rate'])} of "
+                "rewrite effect (placebo vs baseline): Δerror "
+                f"{delta_clause(effect['delta'], effect['ci_low'], effect['ci_high'], effect['n'], effect['p_value'])}; "
+                f"answer changed in {percent(effect['answer_change_rate'])} of "
                 f"{effect.get('n_answer_checked') if effect.get('n_answer_checked') is not None else '-'} checked rewrites; "
                 f"length ×{number(effect['length_ratio'], digits=2)}"
             )

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, p_clause, p_value, pp
+from ..formatting import delta_clause, p_value
 from .common import app, console, fail, interrupted, warn
 
 
@@ -28,22 +28,19 @@ def _print_run_end(run_dir: Path) -> None:
     for bias in discovered:
         v = bias.validation
         if v is not None:
-            line = (
-                f"  {bias.id}: Δerror vs baseline {pp(v.delta)} (CI {ci_pp(v.ci_low, v.ci_high, missing='-')}, n = {v.n}), "
-                f"{p_clause(v.p_value)}"
-            )
+            line = f"  {bias.id}: Δerror vs baseline {delta_clause(v.delta, v.ci_low, v.ci_high, v.n, v.p_value)}"
             if v.vs_placebo is not None:
                 c = v.vs_placebo
                 line += (
-                    f"; vs placebo {pp(c.delta)} (CI {ci_pp(c.ci_low, c.ci_high, missing='-')}, n = {c.n}), "
-                    f"{p_clause(c.p_value)} (adjusted {p_value(c.p_adjusted)})"
+                    f"; vs placebo {delta_clause(c.delta, c.ci_low, c.ci_high, c.n, c.p_value)} "
+                    f"(adjusted {p_value(c.p_adjusted)})"
                 )
             console.print(line, highlight=False)
     effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
     if effect is not None:
         console.print(
-            f"  rewrite effect (placebo vs baseline): Δerror {pp(effect.delta)} "
-            f"(CI {ci_pp(effect.ci_low, effect.ci_high, missing='-')}, n = {effect.n}), {p_clause(effect.p_value)}",
+            "  rewrite effect (placebo vs baseline): Δerror "
+            + delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value),
             highlight=False,
         )
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, p_clause, p_value, percent, percent_range, pp
+from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, pp
 from .common import app, console, fail
 
 
@@ -75,8 +75,7 @@ def replicate(
     if r.rewrite_effect is not None:
         e = r.rewrite_effect
         console.print(
-            f"rewrite effect (placebo vs baseline): Δerror {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, "
-            f"n = {e.n}), {p_clause(e.p_value)}",
+            f"rewrite effect (placebo vs baseline): Δerror {delta_clause(e.delta, e.ci_low, e.ci_high, e.n, e.p_value)}",
             highlight=False,
         )
     console.print(

@@ -7,7 +7,6 @@ page only as escaped Jinja2 values.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,8 @@ from typing import Any
 from ..audit.display import metric_rows
 from ..audit.output import read_audit
 from ..audit.records import AuditReport, BiasAudit
-from ..errors import ConfigError
 from ..formatting import count
-from ..io import atomic_write_text
+from ..io import atomic_write_text, read_jsonl
 from .render import MISSING, _environment, word_diff
 
 __all__ = ["render_audit", "write_audit_report"]
@@ -34,18 +32,10 @@ KEY_MEASURES = {
 MAX_EXAMPLES = 3
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-    return rows
+def _read_if_present(path: Path) -> list[dict[str, Any]]:
+    """A JSONL file of the audit directory, [] when absent (an audit of built-ins only has no
+    perturbed.jsonl); a malformed line is a DataError naming the file and line."""
+    return read_jsonl(path) if path.is_file() else []
 
 
 def _pick(rows: list[dict[str, str]], fields: tuple[str, ...]) -> list[dict[str, str]]:
@@ -117,8 +107,8 @@ def _summary(entry: BiasAudit, report: AuditReport) -> dict[str, Any]:
 
 
 def build_audit_context(root: Path, report: AuditReport) -> dict[str, Any]:
-    perturbed = _read_jsonl(root / "perturbed.jsonl")
-    judgments = _read_jsonl(root / "judgments.jsonl")
+    perturbed = _read_if_present(root / "perturbed.jsonl")
+    judgments = _read_if_present(root / "judgments.jsonl")
     s = report.settings
     return {
         "title": f"audit of {report.model}",
