@@ -33,6 +33,7 @@ from bias_discovery.library import (
     Bias,
     BiasOrigin,
     BiasValidation,
+    ControlComparison,
     load_seed_library,
 )
 from bias_discovery.llm.types import GenerationRequest
@@ -103,7 +104,14 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bia
         definition=f"The judge favours {name.lower()}.",
         manifestations=["a tell-tale sentence"],
         origin=BiasOrigin(kind="discovered", iteration=1, target_model="fake/judge"),
-        validation=BiasValidation(n=24, baseline_error=0.1, perturbed_error=0.1 + delta, delta=delta, accepted=True, rule="paired"),
+        validation=BiasValidation(
+            n=24, baseline_error=0.1, perturbed_error=0.1 + delta, delta=delta, ci_low=delta - 0.2, ci_high=delta + 0.2,
+            p_value=0.002, accepted=True, rule="paired", control="placebo",
+            vs_placebo=ControlComparison(
+                n=22, control_error=0.15, perturbed_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
+                ci_high=delta + 0.15, p_value=0.004, p_adjusted=0.01,
+            ),
+        ),
     )
 
 
@@ -371,6 +379,14 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
         assert line in card
     assert "MIT" in card and "ODC-BY" in card and "terms of use" in card
     assert "The judge favours expert citation bias." in card  # definitions of the biases
+    # each bias's validation says what it was compared with, its CI, n and p, and what decided
+    assert (
+        "| discovered (iteration 1) | +30.0 pp [+10.0, +50.0] (24), p = 0.002 "
+        "| +25.0 pp [+5.0, +45.0] (22), adjusted p = 0.010 | placebo | 6 | 6 |"
+    ) in card
+    summary = stats["biases"][0]
+    assert summary["decided_against"] == "placebo" and summary["vs_placebo"]["n"] == 22
+    assert summary["vs_baseline"] == {"n": 24, "delta": 0.3, "ci_low": 0.3 - 0.2, "ci_high": 0.3 + 0.2, "p_value": 0.002, "p_adjusted": None}
 
     with (fake_pro / "annotation.csv").open(newline="") as f:
         sheet = list(csv.DictReader(f))

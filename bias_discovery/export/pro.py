@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import number, percent, pp
+from ..formatting import ci_pp, number, p_clause, percent, pp
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -457,6 +457,17 @@ _LICENCES = """\
 """
 
 
+def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
+    """One validation comparison of the card's bias table: ``+20.0 pp [+10.0, +30.0] (30), p = 0.004``
+    (the p adjusted for the iteration's family when the decision used this comparison)."""
+    if comparison is None:
+        return CARD_MISSING
+    p = comparison.get("p_adjusted")
+    p_text = f"adjusted {p_clause(p)}" if p is not None else p_clause(comparison.get("p_value"), missing=CARD_MISSING)
+    interval = ci_pp(comparison.get("ci_low"), comparison.get("ci_high"), missing="[no CI]")
+    return f"{pp(comparison.get('delta'), missing=CARD_MISSING)} {interval} ({comparison['n']}), {p_text}"
+
+
 def _counts_table(c: Mapping[str, Any]) -> str:
     reasons = c.get("invalid_perturbation_reasons") or {}
     reason_text = ", ".join(f"{k} {v}" for k, v in reasons.items()) or "none"
@@ -572,17 +583,24 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
     lines += [
         "## Biases",
         "",
-        "| id | name | definition | origin | Δerror (validation) | generated | kept |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+        "Validation: the judge's error on the run's test items with the bias injected, minus its "
+        "error on the same items unchanged (vs baseline) and with a neutral rewrite (vs placebo); "
+        "95 % CI, n paired items, one-sided exact McNemar p. *Decided by* names the comparison "
+        "the acceptance rule used.",
+        "",
+        "| id | name | definition | origin | Δerror vs baseline [CI] (n), p | Δerror vs placebo [CI] (n), p "
+        "| decided by | generated | kept |",
+        "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: |",
     ]
     per_bias = stats.get("per_bias", {})
     for b in stats["biases"]:
         row = per_bias.get(b["id"], {"generated": 0, "kept_by_filter": 0})
         origin = b["origin"] if b["origin"] == "seed" else f"discovered (iteration {b['iteration']})"
-        delta = pp(b["delta_error"])
+        decided = b.get("decided_against")
         lines.append(
-            f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | {delta} | "
-            f"{row['generated']} | {row['kept_by_filter']} |"
+            f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
+            f"{_comparison_cell(b.get('vs_baseline'))} | {_comparison_cell(b.get('vs_placebo'))} | "
+            f"{decided or CARD_MISSING} | {row['generated']} | {row['kept_by_filter']} |"
         )
     lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
     for domain, row in stats.get("per_domain", {}).items():
