@@ -381,8 +381,8 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
     assert "The judge favours expert citation bias." in card  # definitions of the biases
     # each bias's validation says what it was compared with, its CI, n and p, and what decided
     assert (
-        "| discovered (iteration 1) | +30.0 pp [+10.0, +50.0] (24), p = 0.002 "
-        "| +25.0 pp [+5.0, +45.0] (22), adjusted p = 0.010 | placebo | 6 | 6 |"
+        "| discovered (iteration 1) | +30.0 pp (CI [+10.0, +50.0], n = 24), p = 0.002 "
+        "| +25.0 pp (CI [+5.0, +45.0], n = 22), p = 0.004 (adjusted 0.010) | placebo | 6 | 6 |"
     ) in card
     summary = stats["biases"][0]
     assert summary["decided_against"] == "placebo" and summary["vs_placebo"]["n"] == 22

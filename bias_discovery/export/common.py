@@ -119,20 +119,16 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
     return chosen
 
 
+COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
+"""What the exports report of each validation comparison (vs baseline, vs placebo)."""
+
+
 def bias_summary(bias: Bias) -> dict[str, Any]:
     """What a dataset card and stats.json say about one bias: its validation against the
     baseline and, when the run had one, against the placebo, each with CI, n and p, and which
     of the two decided (a Δ without its comparison, n and uncertainty is not a finding)."""
     v = bias.validation
-    vs_baseline = None if v is None else {
-        "n": v.n, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
-        "p_value": v.p_value, "p_adjusted": v.p_adjusted if v.control == "baseline" else None,
-    }
     placebo = None if v is None else v.vs_placebo
-    vs_placebo = None if placebo is None else {
-        "n": placebo.n, "delta": placebo.delta, "ci_low": placebo.ci_low, "ci_high": placebo.ci_high,
-        "p_value": placebo.p_value, "p_adjusted": placebo.p_adjusted,
-    }
     return {
         "id": bias.id,
         "name": bias.name,
@@ -144,8 +140,8 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
         "decided_against": None if v is None else v.control,
         "delta_error": None if v is None else v.delta,
         "p_value": None if v is None else v.p_value,
-        "vs_baseline": vs_baseline,
-        "vs_placebo": vs_placebo,
+        "vs_baseline": None if v is None else v.model_dump(include=COMPARISON_FIELDS),
+        "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
     }
 
 

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import ci_pp, number, p_clause, percent, pp
+from ..formatting import delta_clause, number, p_value, percent
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -458,14 +458,13 @@ _LICENCES = """\
 
 
 def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
-    """One validation comparison of the card's bias table: ``+20.0 pp [+10.0, +30.0] (30), p = 0.004``
-    (the p adjusted for the iteration's family when the decision used this comparison)."""
+    """One validation comparison of the card's bias table, as the terminal words it, with the
+    p adjusted for the iteration's candidates when there is one."""
     if comparison is None:
         return CARD_MISSING
-    p = comparison.get("p_adjusted")
-    p_text = f"adjusted {p_clause(p)}" if p is not None else p_clause(comparison.get("p_value"), missing=CARD_MISSING)
-    interval = ci_pp(comparison.get("ci_low"), comparison.get("ci_high"), missing="[no CI]")
-    return f"{pp(comparison.get('delta'), missing=CARD_MISSING)} {interval} ({comparison['n']}), {p_text}"
+    c = comparison
+    adjusted = "" if c.get("p_adjusted") is None else f" (adjusted {p_value(c['p_adjusted'])})"
+    return delta_clause(c["delta"], c.get("ci_low"), c.get("ci_high"), c["n"], c.get("p_value")) + adjusted
 
 
 def _counts_table(c: Mapping[str, Any]) -> str:
@@ -585,10 +584,10 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "Validation: the judge's error on the run's test items with the bias injected, minus its "
         "error on the same items unchanged (vs baseline) and with a neutral rewrite (vs placebo); "
-        "95 % CI, n paired items, one-sided exact McNemar p. *Decided by* names the comparison "
-        "the acceptance rule used.",
+        "95 % CI, n paired items, one-sided exact McNemar p (and adjusted for the iteration's "
+        "candidates). *Decided by* names the comparison the acceptance rule used.",
         "",
-        "| id | name | definition | origin | Δerror vs baseline [CI] (n), p | Δerror vs placebo [CI] (n), p "
+        "| id | name | definition | origin | Δerror vs baseline | Δerror vs placebo "
         "| decided by | generated | kept |",
         "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: |",
     ]
