@@ -610,23 +610,11 @@ def _resolve(source: str | Path) -> _Resolved:
     if lowered == "demo":
         return _Resolved("demo", "demo")
     if lowered.startswith("demo:"):
-        split = lowered.split(":", 1)[1].strip()
-        if split not in DEMO_SPLITS:
-            raise DataError(
-                f"unknown demo split {split!r} in {text!r}; known: demo (all 48 pairs), "
-                + ", ".join(f"demo:{s}" for s in DEMO_SPLITS)
-            )
-        return _Resolved("demo", f"demo:{split}", splits=(split,))
+        return _named_split("demo", "demo", text, DEMO_SPLITS, whole="demo (all 48 pairs)")
     if lowered == "judgebench":
         return _Resolved("judgebench", "judgebench", splits=tuple(JUDGEBENCH_FILES))
     if lowered.startswith("judgebench:"):
-        split = lowered.split(":", 1)[1].strip()
-        if split not in JUDGEBENCH_FILES:
-            raise DataError(
-                f"unknown JudgeBench split {split!r} in {text!r}; known: "
-                + ", ".join(f"judgebench:{s}" for s in JUDGEBENCH_FILES)
-            )
-        return _Resolved("judgebench", f"judgebench:{split}", splits=(split,))
+        return _named_split("judgebench", "JudgeBench", text, JUDGEBENCH_FILES)
     if lowered == "rewardbench":
         return _Resolved("rewardbench", "rewardbench")
     if lowered.startswith("rewardbench:"):
@@ -644,6 +632,18 @@ def _resolve(source: str | Path) -> _Resolved:
     if path.suffix or path.exists() or "/" in text or os.sep in text:
         return _Resolved("file", str(path), path=path)
     raise DataError(f"unknown data set {text!r}; {_KNOWN_HINT}")
+
+
+def _named_split(
+    kind: Literal["demo", "judgebench"], label: str, text: str, known: Iterable[str], *, whole: str = ""
+) -> _Resolved:
+    """`kind:split` for a data set with named splits; an unknown split is an error listing the
+    known ones (after `whole`, the name of the whole set, when it has one)."""
+    split = text.split(":", 1)[1].strip().lower()
+    if split not in known:
+        listed = ([whole] if whole else []) + [f"{kind}:{s}" for s in known]
+        raise DataError(f"unknown {label} split {split!r} in {text!r}; known: " + ", ".join(listed))
+    return _Resolved(kind, f"{kind}:{split}", splits=(split,))
 
 
 def demo_split(pair_id: str) -> str:
