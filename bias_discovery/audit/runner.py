@@ -26,6 +26,7 @@ from ..mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, derive_se
 from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
+from ..stages.rewrite_checks import count_tokens
 from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
 from .records import AuditCalls, AuditMetrics, AuditReport, AuditSettingsRecord, BiasAudit, SchemeAudit
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
@@ -72,10 +73,6 @@ class AuditOutput(BaseModel):
 def repeat_seed(seed: int, repeat: int) -> int:
     """The seed of repeat `repeat` (0-based): the audit's seed first, derived seeds after."""
     return seed if repeat == 0 else derive_seed(seed, "repeat", repeat)
-
-
-def _words(text: str) -> int:
-    return len(text.split())
 
 
 @dataclass
@@ -136,7 +133,7 @@ def run_audit(
     judge_settings = settings.judge.model_copy(update={"mitigation": "none"})
     schemes: list[Mitigation] = ["none"] if settings.mitigation == "none" else ["none", settings.mitigation]
     items = [
-        ItemInfo(domain=p.domain, base=order_for(p, "swap", seed)[0], len_chosen=_words(p.chosen), len_rejected=_words(p.rejected))
+        ItemInfo(domain=p.domain, base=order_for(p, "swap", seed)[0], len_chosen=count_tokens(p.chosen), len_rejected=count_tokens(p.rejected))
         for p in pairs
     ]
 
