@@ -123,6 +123,7 @@ def _data_desc(config: dict[str, Any], role: str) -> str:
 
 
 def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
+    sequential = bool(_get(config, "validate.sequential.enabled"))
     items = [
         ("seed library", _get(config, "seed_library")),
         ("max iterations", _get(config, "max_iterations")),
@@ -153,9 +154,9 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "sequential looks",
             _join(
-                ("", _get(config, "validate.sequential.looks") if _get(config, "validate.sequential.enabled") else "off"),
-                ("spending", _get(config, "validate.sequential.spending") if _get(config, "validate.sequential.enabled") else None),
-                ("futility <", _get(config, "validate.sequential.futility") if _get(config, "validate.sequential.enabled") else None),
+                ("", _get(config, "validate.sequential.looks") if sequential else "off"),
+                ("spending", _get(config, "validate.sequential.spending") if sequential else None),
+                ("futility <", _get(config, "validate.sequential.futility") if sequential else None),
             ),
         ),
     ]
