@@ -379,7 +379,6 @@ class Discovery:
         accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
         record.validation_perturbed.write(out.perturbed)
         record.validation_judgments.write(out.judgments)
-        baseline_valid = [o for o in baseline.outcomes if o.correct is not None]
         report = ValidationReport(
             iteration=t,
             when=cfg.when,
@@ -387,9 +386,7 @@ class Discovery:
             alpha=cfg.alpha,
             correction=cfg.correction,
             n_test=len(self.test_pairs),
-            baseline_error=(
-                sum(1 for o in baseline_valid if not o.correct) / len(baseline_valid) if baseline_valid else None
-            ),
+            baseline_error=baseline.error_rate(),
             skipped_over_max_candidates=skipped,
             accepted=[b.id for b in accepted],
             candidates=out.records,

@@ -412,6 +412,11 @@ class JudgeResult(BaseModel):
     judgments: list[Judgment]
     outcomes: list[PairOutcome]
 
+    def error_rate(self) -> float | None:
+        """Share of the validly judged pairs the judge got wrong; None when none was valid."""
+        valid = [o for o in self.outcomes if o.correct is not None]
+        return sum(1 for o in valid if not o.correct) / len(valid) if valid else None
+
 
 def judge_pairs(
     engine: Engine,

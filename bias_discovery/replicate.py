@@ -243,12 +243,11 @@ def replicate_run(
         )
     n_reproduced = sum(b.reproduced for b in replicated)
     low, high = wilson_interval(n_reproduced, len(replicated))
-    valid = [o for o in baseline.outcomes if o.correct is not None]
     replication = Replication.model_validate(
         {
             **header.model_dump(),
             "n_test": len(pairs),
-            "baseline_error": sum(1 for o in valid if not o.correct) / len(valid) if valid else None,
+            "baseline_error": baseline.error_rate(),
             "rewrite_effect": placebo.effect if placebo is not None else None,
             "biases": replicated,
             "n_replicated": len(replicated),
