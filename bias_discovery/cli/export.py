@@ -1,4 +1,4 @@
-"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data."""
+"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data, harness tasks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .common import app, console, fail, format_validation_error
 
 export_app = typer.Typer(
     no_args_is_help=True,
-    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
+    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
 )
 app.add_typer(export_app, name="export")
 
@@ -132,3 +132,56 @@ def export_dpo_cmd(
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
     console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
+
+
+_SRC_HELP = (
+    "A JudgeBench-Pro export (`export judgebench-pro`: its samples) or a run directory (its validation "
+    "rewrites of the selected biases)."
+)
+_HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
+
+
+def _export_harness(kind: str, src: Path, out: Path, biases: Optional[str], task_name: Optional[str], overwrite: bool) -> dict:
+    from ..export.inspect_task import export_inspect
+    from ..export.lmeval_task import export_lm_eval
+
+    export = export_lm_eval if kind == "lm-eval" else export_inspect
+    try:
+        return export(src, out, biases=biases, task_name=task_name, overwrite=overwrite)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+
+
+@export_app.command("lm-eval")
+def export_lm_eval_cmd(
+    src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
+    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+    task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+) -> None:
+    """An lm-evaluation-harness task (YAML, utils.py, data): pairwise multiple choice, both orders, JudgeBench's score."""
+    info = _export_harness("lm-eval", src, out, biases, task_name, overwrite)
+    console.print(
+        f"wrote {out}: {info['task']}.yaml ({info['samples']} samples x 2 orders), {len(info['bias_tasks'])} per-bias "
+        f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}",
+        highlight=False,
+    )
+
+
+@export_app.command("inspect")
+def export_inspect_cmd(
+    src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
+    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+    task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+) -> None:
+    """An inspect_ai task file (dataset, multiple_choice solver, scorer): both orders, JudgeBench's score."""
+    info = _export_harness("inspect", src, out, biases, task_name, overwrite)
+    console.print(
+        f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
+        f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL",
+        highlight=False,
+    )

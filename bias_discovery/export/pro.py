@@ -444,7 +444,7 @@ def pro_stats(
     }
 
 
-_LICENCES = """\
+LICENCES = """\
 - **JudgeBench** (questions, reference responses and labels): MIT licence
   (ScalerLab/JudgeBench). Its responses were written by GPT-4o and Claude-3.5-Sonnet; their
   providers' terms of use apply to those texts.
@@ -457,7 +457,7 @@ _LICENCES = """\
 """
 
 
-def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
+def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     """One validation comparison of the card's bias table, as the terminal words it, with the
     p adjusted for the iteration's candidates when there is one."""
     if comparison is None:
@@ -598,7 +598,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         decided = b.get("decided_against")
         lines.append(
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
-            f"{_comparison_cell(b.get('vs_baseline'))} | {_comparison_cell(b.get('vs_placebo'))} | "
+            f"{comparison_cell(b.get('vs_baseline'))} | {comparison_cell(b.get('vs_placebo'))} | "
             f"{decided or CARD_MISSING} | {row['generated']} | {row['kept_by_filter']} |"
         )
     lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
@@ -633,7 +633,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
             f"Cohen's kappa {kappa}; {ann['n_adjudicated']} disagreements were adjudicated. "
             f"{ann['n_rejected']} samples were rejected and removed, {ann['n_kept']} kept.",
         ]
-    lines += ["", "## Licences", "", _LICENCES]
+    lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)
 
 
