@@ -6,9 +6,10 @@ solver, scorer and metrics), ``data.jsonl``, ``README.md`` and ``export.json``.
 Formulation: generation. Each sample becomes two inspect samples (its responses in the data's
 own order and swapped); inspect's ``multiple_choice`` solver shows the two responses as choices
 A and B under the project's neutral judging question and asks for ``ANSWER: $LETTER``; the
-scorer tells a right, a wrong and a missing verdict apart, so JudgeBench's both-orders score
-(net vote over the orders, a missing verdict voting 0) is computed exactly, as a metric over
-the samples' shared ``sample_id``.
+scorer gives each verdict a vote (+1 right, -1 wrong, 0 missing), so JudgeBench's both-orders
+score (net vote over the orders) is computed exactly, as a metric over the samples' shared
+``sample_id``. The votes are numbers, not C/I/N, so inspect's per-sample reduction (a mean,
+even over one epoch) keeps a wrong verdict apart from a missing one.
 """
 
 from __future__ import annotations
@@ -49,19 +50,19 @@ def _write(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
                 f"samples, {2 * n} inspect samples (ids `SAMPLE_ID::original` / `SAMPLE_ID::swapped`). inspect's "
                 "`multiple_choice` solver shows the two responses as choices A and B under the neutral judging "
                 "question (\"Which response is more helpful and accurate?\") and asks for `ANSWER: $LETTER`. The "
-                "scorer `pairwise_verdict` gives C (the correct response picked), I (the other one) or N (no usable "
-                "verdict).",
+                "scorer `pairwise_verdict` scores each verdict three ways, each with its metrics:",
                 "",
-                "- `accuracy`: share of verdicts that are right, with `stderr` clustered by sample (the two orders of "
-                "a sample are not independent).",
-                "- `judgebench_score`: JudgeBench's score, exactly: a verdict votes +1 right, -1 wrong, 0 missing; a "
-                "sample is correct when its net vote over its orders is > 0 (right + missing counts, right + wrong "
-                "does not). The share of correct samples, and `judgebench_score_stderr` over samples.",
-                "- `invalid_rate`: share of verdicts without a usable answer.",
+                "- `right` (1 when the correct response was picked): `accuracy`, the share of right verdicts, with "
+                "`stderr` clustered by sample (the two orders of a sample are not independent).",
+                "- `vote` (+1 right, -1 wrong, 0 no usable verdict): `judgebench_score`, JudgeBench's score, exactly: "
+                "a sample is correct when its net vote over its orders is > 0 (right + missing counts, right + wrong "
+                "does not); the share of correct samples, and `judgebench_score_stderr` over samples.",
+                "- `invalid` (1 without a usable verdict: no ANSWER line, or both letters): its `mean`, the invalid "
+                "rate.",
                 "",
-                "The pair metrics assume one epoch (the default): with `--epochs` above 1 inspect reduces each "
-                "sample's scores to one value first, and a mean of C/I/N no longer tells a wrong verdict from a "
-                "missing one.",
+                "With `--epochs` above 1 inspect averages each value over a sample's epochs first: a sample then "
+                "counts for `judgebench_score` when its votes, averaged over epochs and summed over its orders, are "
+                "> 0.",
             ],
         },
     }

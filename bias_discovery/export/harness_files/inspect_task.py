@@ -9,17 +9,18 @@ bias. Standalone: it needs only inspect_ai, not bias-discovery.
   ``SAMPLE_ID::original`` / ``SAMPLE_ID::swapped``; ``sample_id`` in their metadata).
 - **Solver**: inspect's ``multiple_choice`` with a judging template: the two responses are the
   choices A and B, and the model answers ``ANSWER: A`` or ``ANSWER: B``.
-- **Scorer** ``pairwise_verdict``: C when the verdict picks the correct response, I when it
-  picks the other one, N when there is no usable verdict (no ANSWER line, or both letters).
-  Metrics: ``accuracy`` (share of verdicts that are right) with its standard error clustered
-  by sample (the two orders of a sample are not independent), ``judgebench_score``
-  (JudgeBench's accuracy: a verdict votes +1 right, -1 wrong, 0 when missing; a sample is
-  correct when its net vote over its orders is > 0, so right + missing counts and right +
-  wrong does not) with its standard error over samples, and ``invalid_rate``.
+- **Scorer** ``pairwise_verdict``: three values per verdict, each with its metrics. ``right``
+  (1 when the correct response was picked): ``accuracy``, the share of right verdicts, and its
+  ``stderr`` clustered by sample (the two orders of a sample are not independent). ``vote``
+  (+1 right, -1 wrong, 0 no usable verdict: no ANSWER line, or both letters):
+  ``judgebench_score``, JudgeBench's accuracy (a sample is correct when its net vote over its
+  orders is > 0, so right + missing counts and right + wrong does not) and its standard error
+  over samples. ``invalid`` (1 without a usable verdict): its ``mean``, the invalid rate.
 
-The pair metrics assume one epoch (the default): with ``--epochs`` above 1 inspect first
-reduces each sample's scores to one value (by default their mean), and a mean of C/I/N no
-longer tells a wrong verdict from a missing one.
+With ``--epochs`` above 1 inspect averages each value over a sample's epochs before the
+metrics (its default reducer): ``accuracy`` is then the mean share of right verdicts and a
+sample counts for ``judgebench_score`` when its votes, averaged over epochs and summed over
+its orders, are > 0.
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ from typing import Any
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample, json_dataset
 from inspect_ai.scorer import (
-    CORRECT,
-    INCORRECT,
-    NOANSWER,
     Metric,
     SampleScore,
     Score,
     Scorer,
     Target,
     accuracy,
+    mean,
     metric,
     scorer,
     stderr,
@@ -86,14 +85,13 @@ def record_to_samples(record: dict[str, Any]) -> list[Sample]:
     return samples
 
 
-_VOTES = {CORRECT: 1, INCORRECT: -1, NOANSWER: 0}
-
-
 def _sample_correct(scores: list[SampleScore]) -> list[int]:
-    net: dict[str, int] = {}
+    """Per sample: 1 when the net vote of its orders is > 0 (the scores are the ``vote`` of
+    each order, averaged over epochs when there are several)."""
+    net: dict[str, float] = {}
     for item in scores:
         key = str((item.sample_metadata or {}).get("sample_id", item.sample_id))
-        net[key] = net.get(key, 0) + _VOTES.get(str(item.score.value), 0)
+        net[key] = net.get(key, 0.0) + float(item.score.as_float())
     return [int(vote > 0) for vote in net.values()]
 
 
@@ -124,34 +122,26 @@ def judgebench_score_stderr() -> Metric:
     return compute
 
 
-@metric
-def invalid_rate() -> Metric:
-    """The share of verdicts without a usable answer."""
-
-    def compute(scores: list[SampleScore]) -> float:
-        return sum(str(s.score.value) == NOANSWER for s in scores) / len(scores) if scores else 0.0
-
-    return compute
-
-
 @scorer(
-    metrics=[
-        accuracy(),
-        stderr(cluster="sample_id"),
-        judgebench_score(),
-        judgebench_score_stderr(),
-        invalid_rate(),
-    ]
+    metrics={
+        "right": [accuracy(), stderr(cluster="sample_id")],
+        "vote": [judgebench_score(), judgebench_score_stderr()],
+        "invalid": [mean()],
+    }
 )
 def pairwise_verdict() -> Scorer:
-    """C / I / N for one order of a sample, from the choice the multiple_choice solver marked."""
+    """One order of a sample, from the choice the multiple_choice solver marked: ``right``
+    (1 when the correct response was picked), ``vote`` (+1 right, -1 wrong, 0 no usable verdict)
+    and ``invalid`` (1 when there is no usable verdict: no ANSWER line, or both letters)."""
 
     async def score(state: TaskState, target: Target) -> Score:
         picked = [i for i, choice in enumerate(state.choices) if choice.correct is True]
-        answer = ",".join("AB"[i] for i in picked)
+        answer = ",".join("AB"[i] for i in picked) or None
         if len(picked) != 1:
-            return Score(value=NOANSWER, answer=answer or None, explanation=state.output.completion)
-        value = CORRECT if "AB"[picked[0]] == target.text else INCORRECT
+            value = {"right": 0, "vote": 0, "invalid": 1}
+        else:
+            right = "AB"[picked[0]] == target.text
+            value = {"right": int(right), "vote": 1 if right else -1, "invalid": 0}
         return Score(value=value, answer=answer, explanation=state.output.completion)
 
     return score
