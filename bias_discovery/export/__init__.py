@@ -5,9 +5,9 @@
   annotation sheet; `apply_annotations` (annotate.py) applies the human verification.
 - `export_dpo` (dpo.py): bias-augmented preference data in TRL's DPO format.
 - `compare_with_pro` (compare.py): a judge's error on the original set and on a Pro set.
-- `export_lm_eval` (lmeval_task.py) and `export_inspect` (inspect_task.py): a Pro set, or a
-  run's validation rewrites (harness.py), as an lm-evaluation-harness task or an inspect_ai
-  task file, each sample judged in both orders and scored as JudgeBench scores.
+- `export_harness` (harness.py): a Pro set, or a run's validation rewrites, as an
+  lm-evaluation-harness task (lmeval_task.py) or an inspect_ai task file (inspect_task.py),
+  each sample judged in both orders and scored as JudgeBench scores.
 
 Heavy dependencies (pyarrow, the engines) are imported only when used.
 """
@@ -16,8 +16,7 @@ from .annotate import apply_annotations
 from .common import ExportError, select_biases, validated_biases
 from .compare import compare_with_pro
 from .dpo import export_dpo
-from .inspect_task import export_inspect
-from .lmeval_task import export_lm_eval
+from .harness import export_harness
 from .pro import build_pro_set, export_judgebench_pro
 
 __all__ = [
@@ -26,9 +25,8 @@ __all__ = [
     "build_pro_set",
     "compare_with_pro",
     "export_dpo",
-    "export_inspect",
+    "export_harness",
     "export_judgebench_pro",
-    "export_lm_eval",
     "select_biases",
     "validated_biases",
 ]

@@ -43,7 +43,7 @@ from .common import (
     staged_output,
 )
 from .compare import load_pro_pairs
-from .pro import DATA_COLUMNS, LICENCES, chosen_first, comparison_cell, read_pro_stats, sample_id
+from .pro import DATA_COLUMNS, LICENCES, chosen_first, comparison_cell, labelled_row, read_pro_stats, sample_id
 
 Origin = Literal["judgebench-pro", "run"]
 HARNESS_FILES = Path(__file__).resolve().parent / "harness_files"
@@ -130,19 +130,18 @@ def _from_pro(path: Path) -> HarnessSet:
     stats = read_pro_stats(path, label=str(path))
     rows = []
     for pair in load_pro_pairs(path):
-        a_is_chosen = pair.data_order == "chosen_first"
         rows.append(
-            {
-                "sample_id": pair.id,
-                "question": pair.question,
-                "response_A": pair.chosen if a_is_chosen else pair.rejected,
-                "response_B": pair.rejected if a_is_chosen else pair.chosen,
-                "label": "A>B" if a_is_chosen else "B>A",
-                "injected_bias": str(pair.meta.get("injected_bias", "")),
-                "domain": pair.domain,
-                "pair_id": str(pair.meta.get("pair_id", "")),
-                "source": pair.source,
-            }
+            labelled_row(
+                sample_id=pair.id,
+                question=pair.question,
+                chosen=pair.chosen,
+                rejected=pair.rejected,
+                chosen_in_a=pair.data_order == "chosen_first",
+                injected_bias=str(pair.meta.get("injected_bias", "")),
+                domain=pair.domain,
+                pair_id=str(pair.meta.get("pair_id", "")),
+                source=pair.source,
+            )
         )
     counts = stats.get("counts", {})
     annotation = stats.get("annotation")
@@ -221,18 +220,17 @@ def _from_run(path: Path, biases: str | None) -> HarnessSet:
 
 def _run_row(item: PerturbedPair, seed: int, source: str) -> dict[str, str]:
     sid = sample_id(item.pair_id, item.bias_id, 0)
-    a_is_chosen = chosen_first(seed, sid)
-    return {
-        "sample_id": sid,
-        "question": item.question,
-        "response_A": item.chosen if a_is_chosen else item.perturbed_rejected,
-        "response_B": item.perturbed_rejected if a_is_chosen else item.chosen,
-        "label": "A>B" if a_is_chosen else "B>A",
-        "injected_bias": item.bias_id,
-        "domain": item.domain,
-        "pair_id": item.pair_id,
-        "source": source,
-    }
+    return labelled_row(
+        sample_id=sid,
+        question=item.question,
+        chosen=item.chosen,
+        rejected=item.perturbed_rejected,
+        chosen_in_a=chosen_first(seed, sid),
+        injected_bias=item.bias_id,
+        domain=item.domain,
+        pair_id=item.pair_id,
+        source=source,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,18 +265,31 @@ Writer = Callable[[Path, HarnessSet, str], dict[str, Any]]
 """Writes a harness's own files into the staging directory; returns what export.json adds."""
 
 
-def write_harness_export(
+def _writer(kind: HarnessKind) -> Writer:
+    if kind == "lm-eval":
+        from .lmeval_task import write_task_files
+    elif kind == "inspect":
+        from .inspect_task import write_task_files
+    else:
+        raise ExportError(f"unknown harness {kind!r}; known: lm-eval, inspect")
+    return write_task_files
+
+
+def export_harness(
     kind: HarnessKind,
     src: Path | str,
     out: Path | str,
-    writer: Writer,
     *,
-    biases: str | None,
-    task_name: str | None,
-    overwrite: bool,
+    biases: str | None = None,
+    task_name: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Load `src`, then write ``data.jsonl``, the harness's files (`writer`), ``README.md`` and
-    ``export.json`` into a staging folder renamed to `out` at the end; returns export.json."""
+    """Write the samples of `src` (a JudgeBench-Pro export or a run directory, see
+    `load_harness_set`) as a task of the harness `kind` to `out`: ``data.jsonl``, the
+    harness's files (`lmeval_task.write_task_files`, `inspect_task.write_task_files`),
+    ``README.md`` and ``export.json``, staged and renamed into place at the end. Returns
+    export.json's content."""
+    writer = _writer(kind)
     out = Path(out)
     src_path = Path(src)
     check_output_dir(out, overwrite=overwrite, protect=[src_path])

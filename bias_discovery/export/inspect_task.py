@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ExportError
-from .harness import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks, write_harness_export
+from .harness import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
 
 _NAME_LINE = 'TASK_NAME = "bias_discovery_pairwise"\n'
 
@@ -31,7 +31,8 @@ def task_file(name: str) -> str:
     return text.replace(_NAME_LINE, f'TASK_NAME = "{name}"\n')
 
 
-def _write(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
+def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
+    """The harness's own files of the task `name` (`harness.export_harness` writes the rest)."""
     (directory / "task.py").write_text(task_file(name), encoding="utf-8")
     n = len(found.rows)
     per_bias = [bias_id for bias_id, _ in bias_tasks(found)]
@@ -67,17 +68,3 @@ def _write(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
         },
     }
 
-
-def export_inspect(
-    src: Path | str,
-    out: Path | str,
-    *,
-    biases: str | None = None,
-    task_name: str | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Write an inspect_ai task file for the samples of `src` (a JudgeBench-Pro export or a
-    run directory, see `harness.load_harness_set`) to `out`; returns export.json."""
-    return write_harness_export(
-        "inspect", src, out, _write, biases=biases, task_name=task_name, overwrite=overwrite
-    )

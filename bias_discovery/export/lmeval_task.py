@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .harness import HARNESS_FILES, LM_EVAL_TESTED, HarnessSet, bias_tasks, write_harness_export
+from .harness import HARNESS_FILES, LM_EVAL_TESTED, HarnessSet, bias_tasks
 
 SYSTEM_TEXT = "You are a helpful assistant that evaluates the quality of two responses to a user's question.\n\n"
 """The task's `description`: lm-eval puts it before the prompt (a system turn with a chat template)."""
@@ -91,7 +91,8 @@ def bias_task_yaml(name: str, base: str, bias_id: str) -> str:
     )
 
 
-def _write(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
+def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
+    """The harness's own files of the task `name` (`harness.export_harness` writes the rest)."""
     shutil.copyfile(HARNESS_FILES / "lm_eval_utils.py", directory / "utils.py")
     (directory / f"{name}.yaml").write_text(task_yaml(name), encoding="utf-8")
     per_bias = {}
@@ -132,17 +133,3 @@ def _write(directory: Path, found: HarnessSet, name: str) -> dict[str, Any]:
         },
     }
 
-
-def export_lm_eval(
-    src: Path | str,
-    out: Path | str,
-    *,
-    biases: str | None = None,
-    task_name: str | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Write an lm-evaluation-harness task for the samples of `src` (a JudgeBench-Pro export
-    or a run directory, see `harness.load_harness_set`) to `out`; returns export.json."""
-    return write_harness_export(
-        "lm-eval", src, out, _write, biases=biases, task_name=task_name, overwrite=overwrite
-    )

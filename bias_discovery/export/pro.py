@@ -362,19 +362,44 @@ def build_pro_set(
     return ProBuild(samples=samples, variants=records, counts=counts, length=lengths)
 
 
-def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
-    a_is_chosen = chosen_first(seed, r.sample_id)
+def labelled_row(
+    *,
+    sample_id: str,
+    question: str,
+    chosen: str,
+    rejected: str,
+    chosen_in_a: bool,
+    injected_bias: str,
+    domain: str,
+    pair_id: str,
+    source: str,
+) -> dict[str, str]:
+    """A data row (`DATA_COLUMNS`): the chosen response in position A or B, `label` saying which."""
     return {
-        "sample_id": r.sample_id,
-        "question": r.question,
-        "response_A": r.chosen if a_is_chosen else r.new_rejected,
-        "response_B": r.new_rejected if a_is_chosen else r.chosen,
-        "label": "A>B" if a_is_chosen else "B>A",
-        "injected_bias": r.bias_id,
-        "domain": r.domain,
-        "pair_id": r.pair_id,
-        "source": r.source,
+        "sample_id": sample_id,
+        "question": question,
+        "response_A": chosen if chosen_in_a else rejected,
+        "response_B": rejected if chosen_in_a else chosen,
+        "label": "A>B" if chosen_in_a else "B>A",
+        "injected_bias": injected_bias,
+        "domain": domain,
+        "pair_id": pair_id,
+        "source": source,
     }
+
+
+def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
+    return labelled_row(
+        sample_id=r.sample_id,
+        question=r.question,
+        chosen=r.chosen,
+        rejected=r.new_rejected,
+        chosen_in_a=chosen_first(seed, r.sample_id),
+        injected_bias=r.bias_id,
+        domain=r.domain,
+        pair_id=r.pair_id,
+        source=r.source,
+    )
 
 
 def per_bias_and_domain(variants: Sequence[VariantRecord]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
