@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -104,33 +105,38 @@ def test_a_run_exports_its_validation_rewrites_of_accepted_biases(fake_run: Path
     _no_machine_paths(out, tmp_path)
 
 
-def test_bad_sources_and_options_fail_with_one_line_and_write_nothing(pro_set: Path, fake_run: Path, tmp_path: Path):
+def test_bad_sources_and_options_are_refused_and_write_nothing(pro_set: Path, fake_run: Path, tmp_path: Path):
+    from bias_discovery.export import ExportError
+
     out = tmp_path / "out"
-    cases = [
-        (["export", "lm-eval", str(tmp_path / "missing"), "--out", str(out)], "no such directory"),
-        (["export", "inspect", str(tmp_path), "--out", str(out)], "neither a JudgeBench-Pro export"),
-        (["export", "lm-eval", str(pro_set), "--out", str(out), "--biases", "all"], "--biases selects a run's biases"),
-        (["export", "lm-eval", str(fake_run), "--out", str(out), "--biases", "authority-bias"], "no validation rewrites of authority-bias"),
-        (["export", "inspect", str(fake_run), "--out", str(out), "--task-name", "Bad-Name"], "--task-name 'Bad-Name'"),
-    ]
-    for args, message in cases:
-        result = cli(*args, check=False)
-        assert result.returncode == 2, (args, result.stderr)
-        assert message in " ".join(result.stderr.split()), result.stderr
-        assert not out.exists()
-    # An empty Pro set: nothing for a harness to run.
-    empty = tmp_path / "empty-pro"
+    empty = tmp_path / "empty-pro"  # a Pro set without samples: nothing for a harness to run
     empty.mkdir()
     (empty / "data.jsonl").write_text("")
     (empty / "stats.json").write_text((pro_set / "stats.json").read_text())
-    result = cli("export", "lm-eval", str(empty), "--out", str(out), check=False)
-    assert result.returncode == 2 and "no samples to export" in result.stderr
+    cases = [
+        ("lm-eval", tmp_path / "missing", {}, "no such directory"),
+        ("inspect", tmp_path, {}, "neither a JudgeBench-Pro export"),
+        ("lm-eval", pro_set, {"biases": "all"}, "--biases selects a run's biases"),
+        ("lm-eval", fake_run, {"biases": "authority-bias"}, "no validation rewrites of authority-bias"),
+        ("inspect", fake_run, {"task_name": "Bad-Name"}, "--task-name 'Bad-Name'"),
+        ("lm-eval", empty, {}, "no samples to export"),
+    ]
+    for kind, src, options, message in cases:
+        with pytest.raises(ExportError, match=re.escape(message)):
+            export_harness(kind, src, out, **options)
+        assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no staging left over
+    # On the command line: exit 2 and one line naming the problem.
+    result = cli("export", "lm-eval", str(tmp_path), "--out", str(out), check=False)
+    assert result.returncode == 2 and "neither a JudgeBench-Pro export" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3 and not out.exists()  # one message, wrapped by the terminal
     # A non-empty --out needs --overwrite, and is replaced whole with it.
     out.mkdir()
     (out / "old.txt").write_text("x")
-    result = cli("export", "inspect", str(pro_set), "--out", str(out), check=False)
-    assert result.returncode == 2 and "--overwrite" in result.stderr and (out / "old.txt").exists()
-    cli("export", "inspect", str(pro_set), "--out", str(out), "--overwrite")
+    with pytest.raises(ExportError, match="--overwrite"):
+        export_harness("inspect", pro_set, out)
+    assert (out / "old.txt").exists()
+    export_harness("inspect", pro_set, out, overwrite=True)
     assert not (out / "old.txt").exists() and (out / "task.py").is_file()
 
 
@@ -358,13 +364,14 @@ def test_inspect_task_runs_end_to_end_on_the_mock_model(pro_set: Path, tmp_path:
     assert "Which response is more helpful and accurate?" in prompt and "ANSWER: $LETTER" in prompt
     metrics = _check_inspect_log(log, rows)
     assert metrics["mean"] == pytest.approx(1 / 3)
-    # -T bias=ID keeps one injected bias.
+    # -T bias=ID keeps the samples of one injected bias; an unknown one is an error.
+    module = _load_task_module(out / "task.py")
     bias_id = rows[0]["injected_bias"]
-    one = inspect_eval(
-        f"{out / 'task.py'}@{info['task']}", model="mockllm/model", task_args={"bias": bias_id},
-        model_args={"custom_outputs": [o.model_copy() for o in outputs]}, log_dir=str(tmp_path / "logs"), display="none",
-    )[0]
-    assert one.status == "success" and {s.metadata["injected_bias"] for s in one.samples} == {bias_id}
+    one = module.pairwise_judging(bias=bias_id)
+    assert len(one.dataset) == 2 * sum(r["injected_bias"] == bias_id for r in rows)
+    assert {s.metadata["injected_bias"] for s in one.dataset} == {bias_id}
+    with pytest.raises(ValueError, match="no samples with injected_bias 'nope'"):
+        module.pairwise_judging(bias="nope")
 
 
 @needs_inspect

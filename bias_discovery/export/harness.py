@@ -333,8 +333,9 @@ _WHAT = {
         "the validation rewrites of a discovery run: each test item on which the run validated a bias, with its "
         "rejected (wrong) response rewritten by the run's teacher to carry that bias; rewrites that failed or "
         "changed the final answer are left out, as validation left them out. They are not adversarially "
-        "filtered (unlike a JudgeBench-Pro set they were not selected to fool a strong judge), so a judge's "
-        "score here is its accuracy on biased items, comparable with its accuracy on the same items unchanged"
+        "filtered (unlike a JudgeBench-Pro set they were not selected to fool a strong judge). A judge's score "
+        "here is its accuracy on the biased items only: the same items unchanged are not part of this export "
+        "(the run's validation compared the two; see the biases below)"
     ),
 }
 
