@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 import typer
 from pydantic import ValidationError
@@ -141,7 +141,7 @@ _SRC_HELP = (
 _HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
 
 
-def _harness_command(kind: str, summary: str, done: Callable[[dict, Path], str]) -> None:
+def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[dict, Path], str]) -> None:
     """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
     options); `done` words what was written."""
 
@@ -155,7 +155,7 @@ def _harness_command(kind: str, summary: str, done: Callable[[dict, Path], str])
         from ..export.harness import export_harness
 
         try:
-            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)  # type: ignore[arg-type]
+            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)
         except BiasDiscoveryError as exc:
             fail(str(exc))
         console.print(done(info, out), highlight=False)
