@@ -1,9 +1,9 @@
-"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data."""
+"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data, harness tasks."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Literal, Optional
 
 import typer
 from pydantic import ValidationError
@@ -15,7 +15,7 @@ from .common import app, console, fail, format_validation_error
 
 export_app = typer.Typer(
     no_args_is_help=True,
-    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
+    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
 )
 app.add_typer(export_app, name="export")
 
@@ -132,3 +132,52 @@ def export_dpo_cmd(
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
     console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
+
+
+_SRC_HELP = (
+    "A JudgeBench-Pro export (`export judgebench-pro`: its samples) or a run directory (its validation "
+    "rewrites of the selected biases)."
+)
+_HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
+
+
+def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[dict, Path], str]) -> None:
+    """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
+    options); `done` words what was written."""
+
+    def command(
+        src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
+        out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+        biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+        task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    ) -> None:
+        from ..export.harness import export_harness
+
+        try:
+            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+        console.print(done(info, out), highlight=False)
+
+    command.__doc__ = summary
+    export_app.command(kind)(command)
+
+
+_harness_command(
+    "lm-eval",
+    "An lm-evaluation-harness task (YAML, utils.py, data): pairwise multiple choice, both orders, JudgeBench's score.",
+    lambda info, out: (
+        f"wrote {out}: {info['task']}.yaml ({info['samples']} samples x 2 orders), {len(info['bias_tasks'])} per-bias "
+        f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
+    ),
+)
+_harness_command(
+    "inspect",
+    "An inspect_ai task file (dataset, multiple_choice solver, scorer): both orders, JudgeBench's score.",
+    lambda info, out: (
+        f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
+        f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
+    ),
+)

@@ -362,19 +362,44 @@ def build_pro_set(
     return ProBuild(samples=samples, variants=records, counts=counts, length=lengths)
 
 
-def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
-    a_is_chosen = chosen_first(seed, r.sample_id)
+def labelled_row(
+    *,
+    sample_id: str,
+    question: str,
+    chosen: str,
+    rejected: str,
+    chosen_in_a: bool,
+    injected_bias: str,
+    domain: str,
+    pair_id: str,
+    source: str,
+) -> dict[str, str]:
+    """A data row (`DATA_COLUMNS`): the chosen response in position A or B, `label` saying which."""
     return {
-        "sample_id": r.sample_id,
-        "question": r.question,
-        "response_A": r.chosen if a_is_chosen else r.new_rejected,
-        "response_B": r.new_rejected if a_is_chosen else r.chosen,
-        "label": "A>B" if a_is_chosen else "B>A",
-        "injected_bias": r.bias_id,
-        "domain": r.domain,
-        "pair_id": r.pair_id,
-        "source": r.source,
+        "sample_id": sample_id,
+        "question": question,
+        "response_A": chosen if chosen_in_a else rejected,
+        "response_B": rejected if chosen_in_a else chosen,
+        "label": "A>B" if chosen_in_a else "B>A",
+        "injected_bias": injected_bias,
+        "domain": domain,
+        "pair_id": pair_id,
+        "source": source,
     }
+
+
+def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
+    return labelled_row(
+        sample_id=r.sample_id,
+        question=r.question,
+        chosen=r.chosen,
+        rejected=r.new_rejected,
+        chosen_in_a=chosen_first(seed, r.sample_id),
+        injected_bias=r.bias_id,
+        domain=r.domain,
+        pair_id=r.pair_id,
+        source=r.source,
+    )
 
 
 def per_bias_and_domain(variants: Sequence[VariantRecord]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
@@ -444,7 +469,7 @@ def pro_stats(
     }
 
 
-_LICENCES = """\
+LICENCES = """\
 - **JudgeBench** (questions, reference responses and labels): MIT licence
   (ScalerLab/JudgeBench). Its responses were written by GPT-4o and Claude-3.5-Sonnet; their
   providers' terms of use apply to those texts.
@@ -457,7 +482,7 @@ _LICENCES = """\
 """
 
 
-def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
+def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     """One validation comparison of the card's bias table, as the terminal words it, with the
     p adjusted for the iteration's candidates when there is one."""
     if comparison is None:
@@ -598,7 +623,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         decided = b.get("decided_against")
         lines.append(
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
-            f"{_comparison_cell(b.get('vs_baseline'))} | {_comparison_cell(b.get('vs_placebo'))} | "
+            f"{comparison_cell(b.get('vs_baseline'))} | {comparison_cell(b.get('vs_placebo'))} | "
             f"{decided or CARD_MISSING} | {row['generated']} | {row['kept_by_filter']} |"
         )
     lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
@@ -633,7 +658,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
             f"Cohen's kappa {kappa}; {ann['n_adjudicated']} disagreements were adjudicated. "
             f"{ann['n_rejected']} samples were rejected and removed, {ann['n_kept']} kept.",
         ]
-    lines += ["", "## Licences", "", _LICENCES]
+    lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)
 
 
