@@ -34,8 +34,9 @@ from .judging import build_tasks, verdict_constraint
 from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
-from .llm.conformance import ConstraintKind, probe_failure, probe_request
-from .llm.types import GenerationRequest
+from .llm.openai_server import probe_kind
+from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
+from .llm.types import Constraint, GenerationRequest
 
 Status = Literal["ok", "warn", "fail", "info"]
 LONGEST_PER_STAGE = 1
@@ -245,11 +246,11 @@ def run_prompts(
     return {"target": target, "teacher": teacher}
 
 
-def role_kinds(config: RunConfig, role: str) -> list[ConstraintKind]:
-    """The constraint kinds a role's requests use."""
+def role_constraints(config: RunConfig, role: str) -> list[Constraint]:
+    """A constraint of each kind a role's requests use."""
     if role == "target":
-        return [verdict_constraint(config.judge).kind]
-    return ["json_schema", "choices"]  # identify, merge
+        return [verdict_constraint(config.judge)]
+    return [PROBE_CONSTRAINTS["json_schema"], PROBE_CONSTRAINTS["choices"]]  # identify, merge
 
 
 # --------------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def check_endpoint(
     role: str,
     config: ModelConfig,
     engines: _Engines,
-    kinds: Sequence[ConstraintKind],
+    constraints: Sequence[Constraint],
     prompts: Sequence[_Prompt],
 ) -> EndpointReport:
     """Every check of one server (or one embedded / in-process engine) for one role."""
@@ -335,6 +336,7 @@ def check_endpoint(
         add(Finding(status="fail", what="engine", detail=error))
         return report
     entry: dict[str, Any] | None = None
+    kinds = list(dict.fromkeys(c.kind for c in constraints))
     if config.provider == "openai":
         url = config.base_urls[0]
         started = time.monotonic()
@@ -366,6 +368,8 @@ def check_endpoint(
         how = "configured" if config.structured_outputs != "auto" else "detected from /models"
         add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
                     f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
+        # probe what the run will send: the openai dialect sends the verdict format as a JSON schema
+        kinds = list(dict.fromkeys(probe_kind(c, dialect) for c in constraints))
     elif again:
         add(Finding(status="ok", what="loaded", detail=f"the same engine as above ({engine.engine_id})"))
     else:
@@ -464,7 +468,7 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
     try:
         for role, model in (("target", config.target), ("teacher", config.teacher)):
             for single in _single_url_configs(model):
-                endpoints.append(check_endpoint(role, single, engines, role_kinds(config, role), prompts[role]))
+                endpoints.append(check_endpoint(role, single, engines, role_constraints(config, role), prompts[role]))
     finally:
         engines.close()
     return PreflightReport(
