@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSettings, JudgeSummary
     from ..llm.base import Engine
     from ..llm.config import ModelConfig
+    from ..progress import ProgressFactory
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
@@ -93,6 +94,7 @@ def judge(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
     ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Measure a judge model on a pairwise data set: error rate per domain, invalid rate, position-A rate."""
     from ..data.loaders import describe_source, load_pairs
@@ -100,8 +102,9 @@ def judge(
     from ..judging import JudgeSettings, calls_per_pair, judge_pairs, summarize
     from ..llm.config import ModelConfig
     from ..llm.registry import make_engine
-    from ..progress import progress_bar
+    from ..progress import progress_bar, quiet_progress
 
+    bar = quiet_progress if quiet else progress_bar
     cache_path = None if no_cache else (cache or default_cache_path())
     if no_reasoning_cap and reasoning_chars is not None:
         fail("--reasoning-chars and --no-reasoning-cap contradict each other; pass one of them")
@@ -127,7 +130,7 @@ def judge(
     try:
         try:
             n_requests = len(pairs) * calls_per_pair(settings)
-            with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
+            with bar(f"judging {len(pairs)} pairs", n_requests) as advance:
                 result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
             summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
         except ValidationError as exc:
@@ -140,7 +143,9 @@ def judge(
         print_judge_summary(summary)
         console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
         if compare is not None:
-            _judge_compare(engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path)
+            _judge_compare(
+                engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path, progress=bar
+            )
     finally:
         engine.close()
 
@@ -156,15 +161,15 @@ def _judge_compare(
     limit: Optional[int],
     seed: int,
     cache_path: Optional[Path],
+    progress: ProgressFactory,
 ) -> None:
     """Judge the Pro set at `pro_dir` with the judge's own `engine`; print both sets side by side."""
     from ..export.compare import compare_with_pro, print_compare
-    from ..progress import progress_bar
 
     try:
         report = compare_with_pro(
             config, settings, summary, pro_dir, out=out, cache_path=cache_path, seed=seed, limit=limit,
-            progress=progress_bar, engine=engine,
+            progress=progress, engine=engine,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
