@@ -18,7 +18,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Iterator, Mapping, TypedDict
+from typing import Any, Iterator, Literal, Mapping, TypedDict
 
 from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
@@ -46,15 +46,42 @@ from .stages import (
 )
 
 
+StopKind = Literal["no_candidates", "converged", "max_iterations"]
+"""Why the loop stops: the candidate set is empty, no candidate was accepted, or the last
+planned iteration is done."""
+
+
 class LoopState(TypedDict, total=False):
     iteration: int
     stage: str
     n_candidates: int
     n_accepted: int
+    stop_kind: StopKind | None
     stop_reason: str | None
+    """`stop_kind` in words, with what the last validation could have detected."""
 
 
 THREAD = {"configurable": {"thread_id": "discovery"}}
+NODES_PER_ITERATION = 8
+"""perturb, evaluate, deeper_explain, identify, merge, validate, decide, advance."""
+NODES_OUTSIDE_ITERATIONS = 4
+"""start, validate_seeds, finish, and validate once more at the end with `when: late`."""
+
+
+def recursion_limit(max_iterations: int) -> int:
+    """LangGraph's bound on the node runs of one invocation: half again the nodes a run can
+    take, plus a margin, so a finishing run never meets it and a loop that never stops fails
+    with GraphRecursionError instead of running forever."""
+    return (NODES_PER_ITERATION + NODES_PER_ITERATION // 2) * max_iterations + 5 * NODES_OUTSIDE_ITERATIONS
+
+
+def stop_text(kind: StopKind, max_iterations: int) -> str:
+    """The stop reason as `status`, the report and the end of a run print it."""
+    return {
+        "no_candidates": "no candidates: the candidate set is empty",
+        "converged": "converged: no candidate was accepted",
+        "max_iterations": f"max_iterations ({max_iterations}) reached",
+    }[kind]
 
 
 def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
@@ -224,7 +251,7 @@ class Discovery:
             seed = load_seed_library(self.config.seed_library)
             library.save_iteration(seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec}))
         self.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
-        return {"iteration": 1, "stage": "start", "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
+        return {"iteration": 1, "stage": "start", "stop_kind": None, "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
 
     def node_perturb(self, state: LoopState) -> LoopState:
         t = state["iteration"]
@@ -437,18 +464,22 @@ class Discovery:
 
     def node_decide(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        reason = None
+        kind: StopKind | None = None
         if state.get("n_candidates", 0) == 0:
-            reason = "no candidates: the candidate set is empty"
+            kind = "no_candidates"
         elif not self._late() and state.get("n_accepted", 0) == 0:
-            reason = "converged: no candidate was accepted"
+            kind = "converged"
         elif t >= self.config.max_iterations:
-            reason = f"max_iterations ({self.config.max_iterations}) reached"
-        report = self._iteration(t).validation.read_if_exists() if reason and not reason.startswith("no candidates") else None
+            kind = "max_iterations"
+        if kind is None:
+            return {"stage": "decide", "stop_kind": None, "stop_reason": None}
+        reason = stop_text(kind, self.config.max_iterations)
+        # an iteration without candidates validated nothing: no power to report
+        report = self._iteration(t).validation.read_if_exists() if kind != "no_candidates" else None
         power = mde_phrase(report) if report is not None else None
-        if reason and power:
+        if power:
             reason = f"{reason}; {power}"
-        return {"stage": "decide", "stop_reason": reason}
+        return {"stage": "decide", "stop_kind": kind, "stop_reason": reason}
 
     def node_advance(self, state: LoopState) -> LoopState:
         return {"iteration": state["iteration"] + 1, "stage": "advance", "n_candidates": 0, "n_accepted": 0}
@@ -537,8 +568,7 @@ def execute(
             snapshot = graph.get_state(THREAD) if resume else None
         except sqlite3.DatabaseError as exc:
             raise _damaged_checkpoints(run, exc) from None
-        limit = 12 * config.max_iterations + 20
-        run_config = {**THREAD, "recursion_limit": limit}
+        run_config = {**THREAD, "recursion_limit": recursion_limit(config.max_iterations)}
         if resume and fresh_checkpoints:
             run.event("restart", reason="no checkpoint database")
             final = graph.invoke({"iteration": 0}, run_config)

@@ -287,3 +287,12 @@ def test_loop_with_a_mitigated_judge(tmp_path):
     assert n_valid > 0 and len(judgments) == 2 * n_valid and {j.order for j in judgments} == {"chosen_first", "rejected_first"}
     found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
     assert found.validation.accepted and found.validation.perturbed_error == 1.0
+
+
+def test_the_recursion_limit_covers_every_node_a_run_takes():
+    from bias_discovery.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
+
+    for t in (1, 4, 30):
+        assert recursion_limit(t) > NODES_PER_ITERATION * t + NODES_OUTSIDE_ITERATIONS
+    assert recursion_limit(4) == 68  # the bound the loop always had (12 per iteration + 20)
+    assert stop_text("max_iterations", 3) == "max_iterations (3) reached"
