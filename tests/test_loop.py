@@ -173,6 +173,24 @@ def test_config_errors_name_the_field(tmp_path):
     assert ok.max_iterations == 1 and ok.target.n_ctx == 2048 and ok.teacher.n_ctx != 2048
 
 
+def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  alpha: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_run_config(path, ["max_iterations=abc", "judge.reasoning_chars=5"])
+    message = str(info.value)
+    assert message.startswith("invalid config: --set max_iterations=abc: max_iterations: Input should be a valid integer")
+    assert "--set judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20" in message
+    assert f"{path}: validate.alpha" in message  # the file's own mistake is still the file's
+    with pytest.raises(ConfigError, match=r"^invalid config: --set judge\.bogus=1: judge\.bogus: Extra inputs"):
+        load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["judge.bogus=1"])
+    # a value that is not YAML, and a sub-key of a single setting: one line naming the --set, no traceback
+    with pytest.raises(ConfigError, match=r"^--set a=\[: the value is not valid YAML"):
+        load_run_config(path, ["a=["])
+    with pytest.raises(ConfigError, match=r"^--set max_iterations\.x=1: max_iterations is a single setting"):
+        load_run_config(path, ["max_iterations=2", "max_iterations.x=1"])
+
+
 @pytest.mark.parametrize("name", ["quickstart-cpu.yaml", "biasscope-qwen.yaml"])
 def test_shipped_experiment_configs_are_valid(name):
     config = load_run_config(Path(__file__).parents[1] / "experiments" / name)
