@@ -39,6 +39,7 @@ from pydantic import (
 
 from .data.pairs import Order
 from .errors import LibraryError, json_problem
+from .formatting import plural
 from .io import atomic_write_json
 from .resources import bias_library_dir
 
@@ -558,7 +559,7 @@ def save_library(library: BiasLibrary, path: Path | str, *, overwrite: bool = Fa
         if not overwrite:
             raise LibraryError(
                 f"refusing to overwrite {path}: it holds a different library "
-                f"({existing.name!r}, iteration {existing.iteration}, {len(existing.biases)} biases); "
+                f"({existing.name!r}, iteration {existing.iteration}, {plural(len(existing.biases), 'bias')}); "
                 "pass overwrite=True to replace it"
             )
     atomic_write_json(path, library)

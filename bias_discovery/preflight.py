@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from .config import RunConfig
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError
+from .formatting import plural
 from .judging import build_tasks, verdict_constraint
 from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
@@ -116,9 +117,9 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
     rows = [
         StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
-                   note=f"{n_target} target pairs"),
+                   note=plural(n_target, "target pair")),
         StageCalls(stage="evaluate", role="target", per_iteration=judged, total=judged * t, exact=False,
-                   note=f"{per_pair} call(s) per pair ({how}); invalid rewrites are not judged"),
+                   note=f"{plural(per_pair, 'call')} per pair ({how}); invalid rewrites are not judged"),
     ]
     if config.deeper_explain.enabled:
         rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=n_target, total=n_target * t,
@@ -126,12 +127,12 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     tries = 1 + config.identify.retries
     rows += [
         StageCalls(stage="identify", role="teacher", per_iteration=n_target * tries, total=n_target * tries * t,
-                   exact=False, note=f"one per misjudged pair, up to {tries} tries"),
+                   exact=False, note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}"),
         StageCalls(stage="merge", role="teacher", per_iteration=n_target * config.merge.top_k,
                    total=n_target * config.merge.top_k * t, exact=False,
                    note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
         StageCalls(stage="baseline", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair, exact=True,
-                   note=f"{n_test} test pairs, once per run"),
+                   note=f"{plural(n_test, 'test pair')}, once per run"),
     ]
     checks = 2 * n_test if v.answer_check else 0  # each rewrite, and each original once
     if v.control == "placebo":

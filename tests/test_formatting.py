@@ -59,3 +59,12 @@ def test_json_problem_never_says_at_twice():
         except json.JSONDecodeError as exc:
             assert " at at " not in json_problem(exc) and " at at " not in json_problem(exc, line=False)
             assert json_problem(exc).endswith(f"at line {exc.lineno}, column {exc.colno}")
+
+
+def test_plural_is_singular_for_exactly_one():
+    from bias_discovery.formatting import plural
+
+    assert plural(1, "pair") == "1 pair" and plural(0, "pair") == "0 pairs" and plural(2, "pair") == "2 pairs"
+    assert plural(1, "bias") == "1 bias" and plural(3, "seed bias") == "3 seed biases"
+    assert plural(12345, "call") == "12,345 calls" and plural(None, "pair") == "- pairs"
+    assert plural(2, "datum", "data") == "2 data"

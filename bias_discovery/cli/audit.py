@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import count
+from ..formatting import count, plural
 from .common import app, console, default_cache_path, fail, format_validation_error
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -26,13 +26,13 @@ def print_audit(report: AuditReport) -> None:
 
     mitigation = report.settings.mitigation
     console.print(
-        f"audit of {report.model} on {report.data}: {report.n_pairs} pairs, K = {report.settings.repeats} repeats, "
+        f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
         f"temperature {report.settings.temperature:g}, seed {report.settings.seed}"
         + (f", teacher {report.teacher}" if report.teacher else ""),
         highlight=False,
     )
     for entry in report.biases:
-        title = f"{entry.name} [{entry.id}, {entry.source}]: {entry.n_items} pairs"
+        title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
         if entry.n_perturb_invalid:
             title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
         table = Table(title=escape(title), title_justify="left", caption_justify="left")
@@ -54,7 +54,7 @@ def print_audit(report: AuditReport) -> None:
                 cells += [escape(text), r["n"]]
             table.add_row(*cells)
         table.caption = "cost: " + "; ".join(
-            f"{scheme} {m.calls_per_verdict} call{'s' if m.calls_per_verdict > 1 else ''} per verdict, {count(m.calls)} calls"
+            f"{scheme} {plural(m.calls_per_verdict, 'call')} per verdict, {plural(m.calls, 'call')}"
             for scheme, m in columns
         )
         console.print(table)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, count, delta_clause, number, p_value, percent, pp
+from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
 from .common import app, console, fail, warn
 
 library_app = typer.Typer(
@@ -78,7 +78,7 @@ def library_show(
 
     table = Table(
         title=Text(
-            f"{lib['name']}, iteration {lib['iteration']}: {lib['size']} biases"
+            f"{lib['name']}, iteration {lib['iteration']}: {plural(lib['size'], 'bias')}"
             + (f" (judge {lib['target_model']})" if lib["target_model"] else "")
             + f" [{data['path']}]"
         ),
@@ -145,7 +145,8 @@ def library_show(
         )
     if resolved.run_dir is not None:
         console.print(
-            Text(f"{n_rejected} rejected candidate(s) from iterations up to {lib['iteration']} are listed after the library.")
+            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib['iteration']} "
+                 + ("is" if n_rejected == 1 else "are") + " listed after the library.")
         )
 
 
@@ -189,8 +190,8 @@ def library_diff(
         typer.echo(_json.dumps(data, indent=2, ensure_ascii=False))
         return
     lines = [
-        f"A: {ref_a.label} ({diff.a_name}, iteration {diff.a_iteration}, {len(ref_a.library.biases)} biases)",
-        f"B: {ref_b.label} ({diff.b_name}, iteration {diff.b_iteration}, {len(ref_b.library.biases)} biases)",
+        f"A: {ref_a.label} ({diff.a_name}, iteration {diff.a_iteration}, {plural(len(ref_a.library.biases), 'bias')})",
+        f"B: {ref_b.label} ({diff.b_name}, iteration {diff.b_iteration}, {plural(len(ref_b.library.biases), 'bias')})",
     ]
     if diff.is_empty:
         lines.append("no change: the libraries hold the same biases")
@@ -215,7 +216,7 @@ def library_diff(
     if rejected:
         lines.append(f"rejected by validation in between, not in B ({len(rejected)}):")
         lines += [f"  x {x.id}  {x.name}  ({_row_summary(bias_row(x, in_library=False))})" for x in rejected]
-    lines.append(f"unchanged: {len(diff.unchanged)} biases")
+    lines.append(f"unchanged: {plural(len(diff.unchanged), 'bias')}")
     typer.echo("\n".join(lines))
 
 
@@ -242,7 +243,7 @@ def report(
             path = write_report(run_dir, out)
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    console.print(f"wrote {path} ({count(path.stat().st_size)} bytes)", highlight=False, soft_wrap=True)
+    console.print(f"wrote {path} ({plural(path.stat().st_size, 'byte')})", highlight=False, soft_wrap=True)
 
 
 @app.command()

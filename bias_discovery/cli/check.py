@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
+from ..formatting import plural
 from .common import app, console, err_console, fail
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
@@ -34,7 +35,7 @@ def check(
         for finding in endpoint.findings:
             console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
     table = Table(title=(
-        f"planned calls ({report.n_target} target pairs, {report.n_test} test pairs, "
+        f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
         f"max_iterations={report.max_iterations}; ≤ = upper bound)"
     ))
     for column in ("stage", "role", "per iteration", "whole run", "why"):
@@ -45,7 +46,7 @@ def check(
     console.print(table)
     if report.problems:
         err_console.print(
-            f"[bold red]check failed:[/] {report.problems} problem(s) above (FAIL); fix them before a long run",
+            f"[bold red]check failed:[/] {plural(report.problems, 'problem')} above (FAIL); fix them before a long run",
             highlight=False,
         )
         raise typer.Exit(code=1)

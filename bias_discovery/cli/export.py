@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import number, percent
+from ..formatting import number, percent, plural
 from .common import app, console, fail, format_validation_error
 
 export_app = typer.Typer(
@@ -76,7 +76,7 @@ def export_judgebench_pro_cmd(
             highlight=False,
         )
     console.print(
-        f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['kept_by_filter']} samples), README.md, stats.json, "
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['kept_by_filter'], 'sample')}), README.md, stats.json, "
         f"variants.jsonl, annotation.csv/.jsonl (annotate, then `bias-discovery export apply-annotations {out} SHEET`)",
         highlight=False,
     )
@@ -97,7 +97,7 @@ def export_apply_annotations_cmd(
     ann = stats["annotation"]
     kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
     console.print(
-        f"{ann['n_annotated']} samples annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
+        f"{plural(ann['n_annotated'], 'sample')} annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
         f"{ann['n_adjudicated']} adjudicated; kept {ann['n_kept']}, rejected {ann['n_rejected']}. "
         f"Updated {directory / 'data.jsonl'}, data.parquet, stats.json, README.md.",
         highlight=False,
@@ -131,4 +131,4 @@ def export_dpo_cmd(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
-    console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
+    console.print(f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json", highlight=False)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import percent, percent_range
+from ..formatting import percent, percent_range, plural
 from .common import app, console, default_cache_path, fail, format_validation_error
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -40,13 +40,13 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     orders = "both orders" if summary.positions == "both" else "one order per pair"
     console.print(
         f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
-        f"JudgeBench score: share of all {summary.n_pairs} pairs whose net vote over {orders} is positive "
+        f"JudgeBench score: share of all {plural(summary.n_pairs, 'pair')} whose net vote over {orders} is positive "
         f"(+1 right, -1 wrong, 0 invalid): {percent(summary.judgebench_score)} (95% CI "
-        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {summary.judgebench_ties} pairs at net 0)",
+        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {plural(summary.judgebench_ties, 'pair')} at net 0)",
         highlight=False,
     )
     console.print(
-        f"invalid pairs: {percent(summary.invalid_rate)} ({summary.n_invalid_judgments} invalid judgments"
+        f"invalid pairs: {percent(summary.invalid_rate)} ({plural(summary.n_invalid_judgments, 'invalid judgment')}"
         f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
         f" | position-A rate: {percent(summary.position_a_rate)}"
         + (f" | consistency: {percent(summary.position_consistency)}" if summary.position_consistency is not None else "")
@@ -130,7 +130,7 @@ def judge(
     try:
         try:
             n_requests = len(pairs) * calls_per_pair(settings)
-            with bar(f"judging {len(pairs)} pairs", n_requests) as advance:
+            with bar(f"judging {plural(len(pairs), 'pair')}", n_requests) as advance:
                 result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
             summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
         except ValidationError as exc:

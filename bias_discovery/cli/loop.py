@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import delta_clause, p_value
+from ..formatting import delta_clause, p_value, plural
 from .common import app, console, fail, interrupted, warn
 
 
@@ -22,7 +22,7 @@ def _print_run_end(run_dir: Path) -> None:
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
         f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
-        f"library: {len(latest.biases)} biases ({len(discovered)} discovered) in {rd.library.latest_path}",
+        f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
     )
     for bias in discovered:
@@ -134,7 +134,7 @@ def status(
         console.print(
             f"[bold]{state.name}[/]: {state.status}, iteration {state.iteration}, stage {state.stage}"
             + (f", stopped: {state.stop_reason}" if state.stop_reason else "")
-            + f"; library {state.library_size} biases",
+            + f"; library {plural(state.library_size, 'bias')}",
             highlight=False,
         )
         if state.error:

@@ -119,3 +119,14 @@ def test_check_probes_the_verdict_format_as_it_is_sent(stub: OpenAIStub) -> None
     found = {f.what: f for f in report.findings}
     assert found["dialect"].detail.startswith("openai (detected from /models)")
     assert found["choices constraint"].status == "ok" and "regex constraint" not in found
+
+
+def test_one_pair_is_one_pair_not_one_pairs(stub: OpenAIStub, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "judge", "--model", "openai/gpt-4o-mini", "--base-url", stub.base_url, "--data", "demo", "--limit", "1",
+        "--out", str(tmp_path / "j"), "--no-cache",
+    ])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "share of all 1 pair whose" in text and "1 pairs" not in text
+    assert "judging 1 pair" in text  # the progress bar's label (stderr)
