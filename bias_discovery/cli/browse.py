@@ -10,10 +10,11 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
-from .common import app, console, fail, warn
+from .common import PLAIN_HELP, app, console, fail, warn
 
 library_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=PLAIN_HELP,
     help=(
         "Browse bias libraries. A library is named by RUN_DIR (the run's newest library), "
         "RUN_DIR@N (the library after iteration N; RUN_DIR@0 is the seed library) or the "
@@ -49,7 +50,9 @@ def library_show(
     iteration: Optional[int] = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Show a bias library: origin, validation numbers (n, errors, Δ with CI, p), decision, top domain.
+    """Show a bias library.
+
+    Origin, validation numbers (n, errors, Δ with CI, p), decision and top domain of each bias.
 
     For a run, the candidates that validation rejected up to that iteration are listed after the
     library's biases, marked rejected (they are not in the library).
@@ -170,7 +173,9 @@ def library_diff(
     b: str = typer.Argument(..., metavar="B", help="Newer library: " + _LIBRARY_REF_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Compare two libraries (two runs, two iterations of a run, or two files): added, removed,
+    """Compare two libraries.
+
+    Two runs, two iterations of a run, or two files: added, removed,
     merged and changed biases, with the change in their validation numbers.
 
     Examples: `library diff runs/x@0 runs/x` (everything a run found), `library diff runs/x@1 runs/x@2`,
@@ -225,7 +230,9 @@ def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
 ) -> None:
-    """Write one self-contained HTML report of a run (opens from disk, fetches nothing): run header,
+    """Write the HTML report of a run or an audit.
+
+    One self-contained page (opens from disk, fetches nothing): run header,
     calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and each bias's
     definition, provenance and evidence (original vs perturbed response, the judge's explanation).
     An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
@@ -251,7 +258,9 @@ def view(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
 ) -> None:
-    """Serve a run's report on 127.0.0.1 and keep it current while the run goes on (Ctrl-C stops)."""
+    """Serve a run's report while the run goes on.
+
+    On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
     from ..report.data import require_run_like
     from ..viewer import ReportServer
 

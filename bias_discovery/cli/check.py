@@ -19,7 +19,9 @@ def check(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
 ) -> None:
-    """Preflight a run on the node that will run it: each role's server or engine answers, serves the
+    """Preflight a run config on the node that will run it.
+
+    Each role's server or engine answers, serves the
     configured model, enforces output constraints (probed), and fits the run's longest prompts in its
     context; plus the planned calls per stage. Exit 1 when something would fail the run."""
     from ..config import load_run_config

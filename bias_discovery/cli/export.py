@@ -11,11 +11,12 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
-from .common import app, console, fail, format_validation_error
+from .common import PLAIN_HELP, app, console, fail, format_validation_error
 
 export_app = typer.Typer(
     no_args_is_help=True,
-    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
+    rich_markup_mode=PLAIN_HELP,
+    help="Turn a run's biases into data.\n\nA JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
 )
 app.add_typer(export_app, name="export")
 
@@ -53,7 +54,10 @@ def export_judgebench_pro_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
+    """Build a JudgeBench-Pro-style benchmark.
+
+    K biased variants per test pair, equivalence check, adversarial filter (both orders),
+    dataset card, annotation sheet."""
     from ..export.pro import export_judgebench_pro
     from ..progress import progress_bar
 
@@ -87,7 +91,9 @@ def export_apply_annotations_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="An exported Pro set."),
     sheet: Path = typer.Argument(..., metavar="SHEET", help="The filled annotation sheet (.csv or .jsonl)."),
 ) -> None:
-    """Apply two annotators' verdicts (keep/reject, adjudication on disagreement): drop rejected samples, report Cohen's kappa."""
+    """Apply two annotators' verdicts to a Pro set.
+
+    Keep/reject, adjudication on disagreement: drops the rejected samples, reports Cohen's kappa."""
     from ..export.annotate import apply_annotations
 
     try:
@@ -117,7 +123,10 @@ def export_dpo_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
+    """Bias-augmented DPO data from a run's biases.
+
+    Rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's
+    DPOTrainer."""
     from ..export.dpo import export_dpo
     from ..progress import progress_bar
 

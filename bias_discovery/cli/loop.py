@@ -52,7 +52,10 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Run the discovery loop (perturb, evaluate, explain, identify, merge, validate) to convergence."""
+    """Run the discovery loop to convergence.
+
+    Perturb, evaluate, explain, identify, merge, validate; every artifact goes to the run
+    directory."""
     from ..config import load_run_config
     from ..graph import execute
     from ..io import atomic_write_text
@@ -82,7 +85,9 @@ def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
+    """Continue a stopped or killed run.
+
+    From its last checkpoint; no call is paid twice."""
     from ..config import load_run_config
     from ..graph import execute
     from ..progress import progress_bar
@@ -114,7 +119,9 @@ def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Where a run stands: iteration, stage, progress, library size, calls and tokens so far."""
+    """Where a run stands.
+
+    Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
     from ..run import RunDir, summarize_events

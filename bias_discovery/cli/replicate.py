@@ -27,7 +27,9 @@ def replicate(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
+    """Re-validate a run's biases on fresh perturbations.
+
+    Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..progress import progress_bar

@@ -102,6 +102,7 @@ def test_judge_command_against_a_hosted_api(stub: OpenAIStub, tmp_path: Path) ->
         "--out", str(out), "--no-cache", "--quiet",
     ])
     assert result.exit_code == 0, result.output
+    assert "judging" not in result.output  # --quiet: no progress bar
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_invalid_judgments"] == 0 and summary["n_judgments"] == 4
 
