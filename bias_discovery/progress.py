@@ -4,7 +4,8 @@ A `ProgressFactory` is called with a description and a total (None when the tota
 up front) and gives a context manager yielding an increment callback. Library code takes a
 factory instead of drawing bars itself, so it stays free of the terminal (and of rich);
 `quiet_progress` is the factory that shows nothing, `progress_bar` the CLI's rich bar with ETA
-on stderr (stdout stays machine-readable).
+on stderr (stdout stays machine-readable). Libraries that draw bars of their own while loading
+a model are silenced where the model is loaded (`no_library_bars`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,22 @@ def quiet_progress(description: str, total: int | None) -> ContextManager[Progre
 
 def progress_or_quiet(progress: ProgressFactory | None) -> ProgressFactory:
     return progress or quiet_progress
+
+
+@contextmanager
+def no_library_bars() -> Iterator[None]:
+    """Load a model without the tqdm bars of transformers and huggingface_hub (transformers
+    draws "Loading weights" for every model it loads, sentence-transformers' too): a foreign
+    bar on stderr breaks our own progress lines. Their setting is restored afterwards."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
 
 
 @contextmanager
