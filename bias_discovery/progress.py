@@ -47,8 +47,8 @@ def no_library_bars() -> Iterator[None]:
 
 @contextmanager
 def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallback]:
-    """A rich progress bar on stderr; `total=None` shows a running count without an ETA
-    (e.g. merge: the number of questions is not known up front)."""
+    """A rich progress bar on stderr; `total=None` shows a running count without an ETA ("3/?"),
+    so a step whose total can be known opens its bar once it is (merge: one step per round)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
