@@ -117,33 +117,60 @@ def mde_phrase(report: ValidationReport) -> str | None:
     )
 
 
+StepKey = tuple[int, str, "str | None", "int | None"]
+"""(iteration, stage, step name, total) of one progress step."""
+
+
+def counts_so_far(events: list[dict[str, Any]]) -> dict[StepKey, int]:
+    """The last count each step logged (events.jsonl): where a resumed step starts from."""
+    counts: dict[StepKey, int] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("event") == "progress" and isinstance(e.get("done"), int):
+            counts[(e.get("iteration"), e.get("stage"), e.get("step"), e.get("total"))] = e["done"]  # type: ignore[index]
+    return counts
+
+
 class StageProgress:
     """One stage of one iteration as it runs: its steps log progress events (what `status` and
     the viewer read) and show a bar through the progress factory, each with the total it will
-    really do (known only once the previous step is done, e.g. invalid rewrites are not judged)."""
+    really do (known only once the previous step is done, e.g. invalid rewrites are not judged).
 
-    def __init__(self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int) -> None:
+    A resumed step starts from the count it had logged (`carried`), not from 0: its calls are
+    answered by the call cache, but only once its engine is loaded and asked; until then the bar
+    and `status` would show 0. The count shown is the larger of the two, so nothing is counted
+    twice."""
+
+    def __init__(
+        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int]
+    ) -> None:
         self.run = run
         self.progress = progress
         self.stage = stage
         self.iteration = iteration
+        self.carried = carried
 
     @contextmanager
     def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
         label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "")
-        done = 0
+        carried = self.carried.get((self.iteration, self.stage, name, total), 0)
+        done = shown = 0
         last = 0.0
         with self.progress(label, total) as advance:
 
             def on_progress(n: int) -> None:
-                nonlocal done, last
-                advance(n)
+                nonlocal done, shown, last
                 done += n
-                if time.time() - last > 2.0 or (total is not None and done >= total):
+                count = max(done, carried)
+                if count > shown:
+                    advance(count - shown)
+                    shown = count
+                if time.time() - last > 2.0 or (total is not None and count >= total):
                     last = time.time()
                     fields: dict[str, Any] = {"step": name} if name else {}
-                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=done, total=total, **fields)
+                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields)
 
+            if carried:
+                on_progress(0)
             yield on_progress
 
     def factory(self) -> ProgressFactory:
@@ -168,6 +195,8 @@ class Discovery:
         self.config = config
         self.roles = roles
         self.progress = progress_or_quiet(progress)
+        self.carried: dict[StepKey, int] = {}
+        """Counts a resumed run's steps start from (`counts_so_far`); empty on a fresh run."""
         if embedder is not None:
             self.__dict__["embedder"] = embedder
 
@@ -222,7 +251,7 @@ class Discovery:
         self.update_state(stage=name, iteration=iteration, status="running")
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
         started = time.time()
-        yield StageProgress(self.run, self.progress, name, iteration)
+        yield StageProgress(self.run, self.progress, name, iteration, self.carried)
         usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
         self.run.event(
             "stage_end", iteration=iteration, stage=name, total=total, seconds=round(time.time() - started, 2), usage=usage
@@ -305,9 +334,9 @@ class Discovery:
         raw = candidates_from_records(
             identified, cases, iteration=t, target_model=self.config.target.spec, taken_ids=[b.id for b in existing]
         )
-        with self.stage("merge", t, None) as stage, stage.step(None) as progress:
+        with self.stage("merge", t, None) as stage:
             result = merge_biases(
-                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=progress
+                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=stage.factory()
             )
         record.merges.write(result.decisions)
         record.merge_stats.write(
@@ -560,6 +589,8 @@ def execute(
 
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
+    if resume:
+        discovery.carried = counts_so_far(run.read_events())
     fresh_checkpoints = not run.checkpoint_path.exists()
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     try:

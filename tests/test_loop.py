@@ -62,6 +62,90 @@ def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: Scrip
     return rd, state, engine
 
 
+class RecordingBars:
+    """A progress factory that records each bar: its label, total and the count it reached."""
+
+    def __init__(self) -> None:
+        self.bars: list[dict] = []
+
+    def __call__(self, description: str, total: int | None):
+        from contextlib import contextmanager
+
+        bar = {"label": description, "total": total, "done": 0}
+        self.bars.append(bar)
+
+        @contextmanager
+        def opened():
+            def advance(n: int) -> None:
+                bar["done"] += n
+
+            yield advance
+
+        return opened()
+
+
+def test_every_bar_of_a_run_knows_its_total(tmp_path):
+    """Merge used to open one bar without a total ("1/?"): now one per round, each counted."""
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True}, merge={"similarity_threshold": -1.0})
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    bars = RecordingBars()
+    execute(rd, config, resume=False, progress=bars, engines={"target": ScriptedEngine(authority_world)},
+            embedder=BagOfWordsEmbedder())
+    assert [b for b in bars.bars if b["total"] is None] == []
+    merge = [b for b in bars.bars if "merge" in b["label"]]
+    questions = len([line for line in (rd.root / "iter_001" / "merges.jsonl").read_text().splitlines() if line])
+    assert merge and sum(b["total"] for b in merge) == questions > 0
+    assert all(b["done"] == b["total"] for b in bars.bars), [b for b in bars.bars if b["done"] != b["total"]]
+
+
+def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
+    """Killed in the middle of the seed validation's rewrites, then resumed: the step's bar and
+    its progress events start from the count reached before the kill, not from 0, before the
+    engine (a model load, on a real run) has answered anything; and nothing is counted twice."""
+    from bias_discovery.llm.cache import CachedEngine
+    from bias_discovery.run import summarize_events
+
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True})
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    calls = {"n": 0}
+
+    def dies_in_seed_rewrites(request):
+        calls["n"] += 1
+        if calls["n"] == 150:  # after the baseline and placebo, inside validate_seeds (perturb)
+            raise KeyboardInterrupt
+        return authority_world(request)
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(rd, config, resume=False, engines={"target": CachedEngine(ScriptedEngine(dies_in_seed_rewrites), rd.cache_path)},
+                embedder=BagOfWordsEmbedder())
+    before = summarize_events(rd.read_events())["current"]
+    assert before["stage"] == "validate_seeds" and before["step"] == "perturb" and before["done"] > 0
+
+    bars = RecordingBars()
+    seen_at_first_call: list[int] = []
+
+    class Watched(CachedEngine):
+        def generate(self, requests, progress=None, on_response=None):  # type: ignore[no-untyped-def]
+            if not seen_at_first_call:
+                seen_at_first_call.append(bars.bars[-1]["done"])
+            return super().generate(requests, progress=progress, on_response=on_response)
+
+    execute(rd, config, resume=True, progress=bars, engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
+            embedder=BagOfWordsEmbedder())
+    first = bars.bars[0]
+    assert first["label"] == "iter 0 validate_seeds (perturb)" and first["total"] == before["total"]
+    assert seen_at_first_call == [before["done"]]
+    assert all(b["done"] == b["total"] for b in bars.bars)  # counted on, never twice
+    events = rd.read_events()
+    since = max(i for i, e in enumerate(events) if e["event"] == "resume")
+    counted = [e["done"] for e in events[since:] if e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb"]
+    assert counted and min(counted) == before["done"]  # `status` counts on too
+
+
 def test_loop_discovers_validates_and_converges(tmp_path):
     config = make_config(tmp_path)
     rd, state, _ = run_fake(tmp_path, config)
