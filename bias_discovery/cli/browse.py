@@ -34,6 +34,29 @@ def _origin(row: dict) -> str:
     return f"iteration {row['origin_iteration']}"
 
 
+_NAME_LINES = 3
+"""A bias name longer than this many lines of its column is cut with an ellipsis (the id below
+it is never cut: it is how a bias is named on the command line)."""
+_NARROW = 110
+"""Below this many columns `library show` gives its number columns fixed compact widths (a
+confidence interval then takes two lines), so the table fits 80 columns."""
+_COMPACT_WIDTHS = {"decision": 11, "n": 4, "error": 8, "delta": 8, "placebo": 8, "p": 7, "mde": 5, "top": 9}
+"""The other columns' widths below `_NARROW`, fitting their longest values ("unconfirmed",
+"→ 100.0%", "[+100.0,", "(0.012)", "+12.5")."""
+
+
+def _wrapped(text: str, width: int, max_lines: int | None = None) -> str:
+    """`text` wrapped to `width` at spaces and hyphens (a word longer than the column is split),
+    cut to `max_lines` with an ellipsis."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width, break_on_hyphens=True, break_long_words=True) or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: width - 1].rstrip() + "…"
+    return "\n".join(lines)
+
+
 _STATUS_STYLE = {
     "accepted": "green",
     "rejected": "yellow",
@@ -79,6 +102,10 @@ def library_show(
     lib = data["library"]
     from rich import box
 
+    narrow = console.width < _NARROW
+    widths: dict[str, int | None] = dict(_COMPACT_WIDTHS) if narrow else dict.fromkeys(_COMPACT_WIDTHS)
+    others = sum(_COMPACT_WIDTHS.values()) + len(_COMPACT_WIDTHS)  # one space between columns
+    name_width = min(40, max(12, console.width - (others if narrow else others + 14)))
     table = Table(
         title=Text(
             f"{lib['name']}, iteration {lib['iteration']}: {plural(lib['size'], 'bias')}"
@@ -87,19 +114,20 @@ def library_show(
         ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
+        show_edge=False,
+        padding=(0, 0),  # the box's column separator is the one space between columns
     )
-    table.add_column("bias (name, id)", ratio=1, min_width=12, overflow="fold")
-    table.add_column("origin", no_wrap=True)
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("error\nbase→pert", justify="right", no_wrap=True)
-    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", min_width=7)
-    table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", min_width=7)
-    table.add_column("p\n(adj)", justify="right", no_wrap=True)
-    table.add_column("MDE pp\n(n)", justify="right", no_wrap=True)
-    table.add_column("decision", no_wrap=True, min_width=8)
-    table.add_column("top\ndomain", min_width=9, overflow="fold")
+    # Fits 80 columns: the name column takes what the numbers leave; names and ids are wrapped
+    # here at spaces and hyphens, never folded mid-word by the table.
+    table.add_column("bias\n(name,\nid)", width=name_width, no_wrap=True)
+    table.add_column("origin,\ndecision", no_wrap=True, width=widths["decision"], min_width=_COMPACT_WIDTHS["decision"])
+    table.add_column("n", justify="right", no_wrap=True, width=widths["n"])
+    table.add_column("error\nbase→\npert", justify="right", no_wrap=True, width=widths["error"])
+    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
+    table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"])
+    table.add_column("p\n(adj)", justify="right", no_wrap=True, width=widths["p"])
+    table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
+    table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
     n_rejected = 0
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
@@ -111,19 +139,21 @@ def library_show(
         mde = "-" if row["mde_n"] is None else f"{pp(row['mde'], unit='', missing='none')}\n({row['mde_n']})"
         errors = "-" if row["baseline_error"] is None else f"{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
         top = "-" if row["top_domain"] is None else f"{row['top_domain']}\n{pp(row['top_domain_delta'], unit='')}"
-        name = Text(row["name"])
-        name.append("\n" + row["id"], style="dim")
-        status = row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)")
+        name = Text(_wrapped(row["name"], name_width, _NAME_LINES))
+        name.append("\n" + _wrapped(row["id"], name_width), style="dim")
+        origin = "seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"
+        decision = Text("" if row["status"] == "seed" else origin + "\n")
+        decision.append(row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)"),
+                        style=_STATUS_STYLE.get(row["status"], ""))
         table.add_row(
             name,
-            Text("seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"),
+            decision,
             Text("-" if row["n"] is None else str(row["n"])),
             Text(errors),
             Text(delta),
             Text(placebo),
             Text(p_text),
             Text(mde),
-            Text(status, style=_STATUS_STYLE.get(row["status"], "")),
             Text(top),
         )
     console.print(table)
