@@ -66,13 +66,16 @@ NODES_PER_ITERATION = 8
 """perturb, evaluate, deeper_explain, identify, merge, validate, decide, advance."""
 NODES_OUTSIDE_ITERATIONS = 4
 """start, validate_seeds, finish, and validate once more at the end with `when: late`."""
+RECURSION_SLACK = 20
+"""Node runs allowed beyond half again an iteration's nodes: the nodes outside the iterations,
+with room to spare."""
 
 
 def recursion_limit(max_iterations: int) -> int:
-    """LangGraph's bound on the node runs of one invocation: half again the nodes a run can
-    take, plus a margin, so a finishing run never meets it and a loop that never stops fails
-    with GraphRecursionError instead of running forever."""
-    return (NODES_PER_ITERATION + NODES_PER_ITERATION // 2) * max_iterations + 5 * NODES_OUTSIDE_ITERATIONS
+    """LangGraph's bound on the node runs of one invocation: half again the nodes the
+    iterations take, plus `RECURSION_SLACK`, so a finishing run never meets it and a loop that
+    never stops fails with GraphRecursionError instead of running forever."""
+    return NODES_PER_ITERATION * max_iterations * 3 // 2 + RECURSION_SLACK
 
 
 def stop_text(kind: StopKind, max_iterations: int) -> str:
@@ -117,7 +120,7 @@ def mde_phrase(report: ValidationReport) -> str | None:
     )
 
 
-StepKey = tuple[int, str, "str | None", "int | None"]
+StepKey = tuple[int, str, str | None, int | None]
 """(iteration, stage, step name, total) of one progress step."""
 
 
