@@ -1,6 +1,6 @@
-"""A stub of OpenAI's Chat Completions API with structured outputs, as a real HTTP server on
-127.0.0.1, for the tests of the `openai` dialect. It behaves as OpenAI's documentation and
-its error replies say the hosted API does:
+"""A stub of OpenAI's Chat Completions API with structured outputs, for the tests of the
+`openai` dialect (served over real HTTP by the tests' `ScriptedServer`). It behaves as OpenAI's
+documentation and its error replies say the hosted API does:
 
 - an unknown request field is refused with HTTP 400 "Unrecognized request argument supplied:
   NAME" (so vLLM's `structured_outputs` and llama.cpp's `grammar`, which carry regexes, are
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 KNOWN_FIELDS = {
@@ -40,9 +38,6 @@ STRICT_KEYWORDS = {
 """Keywords OpenAI's strict mode supports (its "Supported schemas"); anything else is refused."""
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
-
-class SchemaRefused(Exception):
-    pass
 
 
 def strict_problem(schema: Any, context: tuple[str, ...] = ()) -> str | None:
@@ -69,45 +64,17 @@ def strict_problem(schema: Any, context: tuple[str, ...] = ()) -> str | None:
 
 
 class OpenAIStub:
-    """The stub server; `requests` holds every POSTed body."""
+    """The API's behaviour: `handle` answers one HTTP request (serve it with the tests'
+    `ScriptedServer`, a real HTTP server on 127.0.0.1)."""
 
     def __init__(self, *, reasoning: str = "Response A is correct.", pick: Callable[[list[Any]], Any] | None = None) -> None:
         self.reasoning = reasoning
         self.pick = pick or (lambda values: values[0])
-        self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        stub = self
 
-        class _Handler(BaseHTTPRequestHandler):
-            def _reply(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:  # noqa: N802
-                self._reply(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model", "owned_by": "system"}]})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                with stub._lock:
-                    stub.requests.append(body)
-                status, payload = stub.complete(body)
-                self._reply(status, payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def handle(self, method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        if method == "GET":
+            return 200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model", "owned_by": "system"}]}
+        return self.complete(body)
 
     # ------------------------------------------------------------------ the API's behaviour
 

@@ -53,51 +53,25 @@ def make_config(tmp_path: Path, **overrides) -> RunConfig:
     return RunConfig.model_validate(raw)
 
 
-def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: ScriptedEngine | None = None):
+def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: ScriptedEngine | None = None, progress=None):
     rd = RunDir(tmp_path / name)
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     engine = engine or ScriptedEngine(authority_world)
-    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder())
+    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder(), progress=progress)
     return rd, state, engine
-
-
-class RecordingBars:
-    """A progress factory that records each bar: its label, total and the count it reached."""
-
-    def __init__(self) -> None:
-        self.bars: list[dict] = []
-
-    def __call__(self, description: str, total: int | None):
-        from contextlib import contextmanager
-
-        bar = {"label": description, "total": total, "done": 0}
-        self.bars.append(bar)
-
-        @contextmanager
-        def opened():
-            def advance(n: int) -> None:
-                bar["done"] += n
-
-            yield advance
-
-        return opened()
 
 
 def test_every_bar_of_a_run_knows_its_total(tmp_path):
     """Merge used to open one bar without a total ("1/?"): now one per round, each counted."""
     config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True}, merge={"similarity_threshold": -1.0})
-    rd = RunDir(tmp_path / "run")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
-    bars = RecordingBars()
-    execute(rd, config, resume=False, progress=bars, engines={"target": ScriptedEngine(authority_world)},
-            embedder=BagOfWordsEmbedder())
-    assert [b for b in bars.bars if b["total"] is None] == []
-    merge = [b for b in bars.bars if "merge" in b["label"]]
+    progress = RecordingProgress()
+    rd, _, _ = run_fake(tmp_path, config, progress=progress)
+    assert [step for step in progress.steps if step[1] is None] == []
+    merge = [step for step in progress.steps if "merge" in step[0]]
     questions = len([line for line in (rd.root / "iter_001" / "merges.jsonl").read_text().splitlines() if line])
-    assert merge and sum(b["total"] for b in merge) == questions > 0
-    assert all(b["done"] == b["total"] for b in bars.bars), [b for b in bars.bars if b["done"] != b["total"]]
+    assert merge and sum(total for _, total, _ in merge) == questions > 0
+    assert all(done == total for _, total, done in progress.steps), progress.steps
 
 
 def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
@@ -125,21 +99,20 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
     before = summarize_events(rd.read_events())["current"]
     assert before["stage"] == "validate_seeds" and before["step"] == "perturb" and before["done"] > 0
 
-    bars = RecordingBars()
+    bars = RecordingProgress()
     seen_at_first_call: list[int] = []
 
     class Watched(CachedEngine):
         def generate(self, requests, progress=None, on_response=None):  # type: ignore[no-untyped-def]
             if not seen_at_first_call:
-                seen_at_first_call.append(bars.bars[-1]["done"])
+                seen_at_first_call.append(bars.steps[-1][2])
             return super().generate(requests, progress=progress, on_response=on_response)
 
     execute(rd, config, resume=True, progress=bars, engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
             embedder=BagOfWordsEmbedder())
-    first = bars.bars[0]
-    assert first["label"] == "iter 0 validate_seeds (perturb)" and first["total"] == before["total"]
+    assert bars.steps[0][:2] == ["iter 0 validate_seeds (perturb)", before["total"]]
     assert seen_at_first_call == [before["done"]]
-    assert all(b["done"] == b["total"] for b in bars.bars)  # counted on, never twice
+    assert all(done == total for _, total, done in bars.steps)  # counted on, never twice
     events = rd.read_events()
     since = max(i for i, e in enumerate(events) if e["event"] == "resume")
     counted = [e["done"] for e in events[since:] if e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb"]
@@ -341,12 +314,8 @@ def test_progress_totals_count_only_what_is_done(tmp_path):
         "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
         "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
     })
-    rd = RunDir(tmp_path / "run")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
     progress = RecordingProgress()
-    execute(rd, config, resume=False, progress=progress, engines={"target": ScriptedEngine(truncating_teacher)},
-            embedder=BagOfWordsEmbedder())
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(truncating_teacher), progress=progress)
     steps = {description: (total, done) for description, total, done in progress.steps}
     assert steps["iter 1 validate (perturb)"] == (12, 12)
     n_valid = sum(1 for p in rd.iteration(1).validation_perturbed.read() if p.valid)

@@ -19,42 +19,45 @@ from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.openai_server import OpenAIServerEngine, read_reply
 from bias_discovery.llm.types import Constraint, GenerationRequest
 from fake_openai import OpenAIStub
+from test_llm_openai_server import ScriptedServer
 
 PAIRS = [PreferencePair(id=f"p{i}", question=f"{i}+{i}?", chosen=str(2 * i), rejected=str(2 * i + 1)) for i in range(3)]
 LONG_REASONING = "Response A computes the sum correctly.\nResponse B is off by one. " + "It checks every step. " * 40
 
 
 @pytest.fixture
-def stub() -> Iterator[OpenAIStub]:
-    server = OpenAIStub(reasoning=LONG_REASONING)
+def stub() -> Iterator[ScriptedServer]:
+    """The OpenAI stub on 127.0.0.1; its reasoning runs over several lines and past the cap."""
+    server = ScriptedServer(OpenAIStub(reasoning=LONG_REASONING).handle)
     yield server
     server.close()
 
 
-def hosted(stub: OpenAIStub, **settings: object) -> OpenAIServerEngine:
+def hosted(stub: ScriptedServer, **settings: object) -> OpenAIServerEngine:
     """An engine as a user configures a hosted API: no dialect given (auto)."""
     return OpenAIServerEngine(ModelConfig(provider="openai", model="gpt-4o-mini", base_url=stub.base_url, **settings))  # type: ignore[arg-type]
 
 
-def test_the_stub_refuses_what_openai_refuses(stub: OpenAIStub) -> None:
+def test_the_stub_refuses_what_openai_refuses(stub: ScriptedServer) -> None:
     """The regex path is what failed before: OpenAI refuses vLLM's field (and strict mode
     refuses maxLength, which is why the reasoning cap cannot go into the schema)."""
     engine = hosted(stub, structured_outputs="vllm", constraint_probe=False)
     with pytest.raises(EngineError, match="refused the request \\(400\\): Unrecognized request argument supplied"):
         engine.generate([GenerationRequest.chat("judge", constraint=verdict_constraint(JudgeSettings()))])
     engine.close()
+    api = OpenAIStub()
     regex_body = {"model": "m", "messages": [], "structured_outputs": {"regex": "Verdict: [AB]"}}
-    assert stub.complete(regex_body)[1]["error"]["message"] == "Unrecognized request argument supplied: structured_outputs"
-    assert stub.complete({"model": "m", "messages": [], "response_format": {"type": "regex"}})[0] == 400
+    assert api.complete(regex_body)[1]["error"]["message"] == "Unrecognized request argument supplied: structured_outputs"
+    assert api.complete({"model": "m", "messages": [], "response_format": {"type": "regex"}})[0] == 400
     schema = {"type": "object", "properties": {"r": {"type": "string", "maxLength": 600}}, "required": ["r"],
               "additionalProperties": False}
     body = {"model": "m", "messages": [], "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "strict": True, "schema": schema}}}
-    status, reply = stub.complete(body)
+    status, reply = api.complete(body)
     assert status == 400 and "'maxLength' is not permitted" in reply["error"]["message"]
 
 
-def test_hosted_api_judges_with_reasoning_by_default(stub: OpenAIStub) -> None:
+def test_hosted_api_judges_with_reasoning_by_default(stub: ScriptedServer) -> None:
     engine = hosted(stub)
     settings = JudgeSettings()  # reasoning on, cap 600: the defaults
     result = judge_pairs(engine, PAIRS, settings, seed=1)
@@ -67,12 +70,12 @@ def test_hosted_api_judges_with_reasoning_by_default(stub: OpenAIStub) -> None:
     one_line = " ".join(LONG_REASONING.split("\n")).strip()
     assert first.raw_output == f"Reasoning: {one_line}\nVerdict: A"
     assert first.explanation == one_line and len(one_line) > settings.reasoning_chars  # type: ignore[operator]
-    bodies = [b for b in stub.requests if "reasoning_choice" not in json.dumps(b)]
-    judged = [b for b in bodies if b["response_format"]["json_schema"]["name"] == "reasoned_choice"]
+    posts = stub.posts()
+    judged = [b for b in posts if b["response_format"]["json_schema"]["name"] == "reasoned_choice"]
     assert len(judged) == 6 and all(b["response_format"]["json_schema"]["strict"] is True for b in judged)
-    assert not any("structured_outputs" in b or "grammar" in b for b in stub.requests)
+    assert not any("structured_outputs" in b or "grammar" in b for b in posts)
     # one probe went first, as a strict enum schema (the mechanism the verdict format uses)
-    assert stub.requests[0]["response_format"]["json_schema"]["name"] == "choice"
+    assert len(posts) == 7 and posts[0]["response_format"]["json_schema"]["name"] == "choice"
 
 
 def test_a_reply_off_the_schema_is_invalid_never_a_verdict() -> None:
@@ -95,7 +98,7 @@ def test_the_verdict_format_keeps_its_cache_key() -> None:
     assert constraint.regex == r"Reasoning: [^\n]{1,600}\nVerdict: [AB]"
 
 
-def test_judge_command_against_a_hosted_api(stub: OpenAIStub, tmp_path: Path) -> None:
+def test_judge_command_against_a_hosted_api(stub: ScriptedServer, tmp_path: Path) -> None:
     out = tmp_path / "j"
     result = CliRunner().invoke(app, [
         "judge", "--model", "openai/gpt-4o-mini", "--base-url", stub.base_url, "--data", "demo", "--limit", "2",
@@ -107,7 +110,7 @@ def test_judge_command_against_a_hosted_api(stub: OpenAIStub, tmp_path: Path) ->
     assert summary["n_invalid_judgments"] == 0 and summary["n_judgments"] == 4
 
 
-def test_check_probes_the_verdict_format_as_it_is_sent(stub: OpenAIStub) -> None:
+def test_check_probes_the_verdict_format_as_it_is_sent(stub: ScriptedServer) -> None:
     from bias_discovery.llm.registry import make_engine
     from bias_discovery.preflight import _Engines, check_endpoint
 
@@ -122,7 +125,7 @@ def test_check_probes_the_verdict_format_as_it_is_sent(stub: OpenAIStub) -> None
     assert found["choices constraint"].status == "ok" and "regex constraint" not in found
 
 
-def test_one_pair_is_one_pair_not_one_pairs(stub: OpenAIStub, tmp_path: Path) -> None:
+def test_one_pair_is_one_pair_not_one_pairs(stub: ScriptedServer, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "judge", "--model", "openai/gpt-4o-mini", "--base-url", stub.base_url, "--data", "demo", "--limit", "1",
         "--out", str(tmp_path / "j"), "--no-cache",
