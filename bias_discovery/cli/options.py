@@ -3,7 +3,8 @@ read from the settings models: a default is written once, on its model, and a co
 judges offers every reasoning flag.
 
 This imports the settings models (and with them numpy) when the CLI starts: the price of
-one source of defaults, about a quarter of a second.
+one source of defaults, a few tenths of a second per command (importing the CLI took 0.16 s
+before and 0.42 s after on an idle 2-core machine, mean of 5 runs each).
 """
 
 from __future__ import annotations
