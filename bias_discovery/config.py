@@ -212,14 +212,16 @@ class RunConfig(_Strict):
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> None:
     node = tree
     parts = dotted.split(".")
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
             child = _model_from_yaml(child)
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} is a single setting, not a group of settings")
             node[part] = child
         node = child
     node[parts[-1]] = value
@@ -229,10 +231,26 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply `key.sub=value` overrides (values parsed as YAML scalars) to a raw config tree."""
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. max_iterations=2)")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
+        _set_dotted(tree, key.strip(), value, item)
     return tree
+
+
+def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
+    """The last `--set` item that wrote the setting at `loc` (or a group holding it, or a
+    setting inside it), or None when the value came from the file."""
+    found = None
+    for item in overrides:
+        parts = tuple(item.partition("=")[0].strip().split("."))
+        n = min(len(parts), len(loc))
+        if parts[:n] == loc[:n]:
+            found = item
+    return found
 
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
@@ -246,11 +264,21 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
-    raw = apply_overrides(raw, overrides or [])
+    overrides = overrides or []
+    raw = apply_overrides(raw, overrides)
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"{path}: invalid config: {details}") from None
+        from_file, from_set = [], []
+        for e in exc.errors():
+            loc = tuple(str(p) for p in e["loc"])
+            problem = f"{'.'.join(loc) or '(root)'}: {e['msg']}"
+            item = _override_of(loc, overrides) if loc else None
+            if item is None:
+                from_file.append(problem)
+            else:
+                from_set.append(f"--set {item}: {problem}")
+        if not from_set:
+            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+        raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None

@@ -8,7 +8,9 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
+__all__ = [
+    "MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "plural", "pp",
+]
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""
@@ -75,3 +77,15 @@ def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: s
 def count(x: int | float | None, *, missing: str = MISSING) -> str:
     """A whole number with thousands separators: 12345 -> ``12,345``."""
     return missing if x is None else f"{int(x):,}"
+
+
+def plural(n: int | float | None, noun: str, plural_form: str | None = None, *, missing: str = MISSING) -> str:
+    """A count and its noun, singular for exactly one: ``1 pair``, ``2 pairs``, ``12,345 calls``,
+    ``3 biases`` (nouns ending in s, x, ch or sh take "es"; `plural_form` for any other)."""
+    if n is None:
+        return f"{missing} {plural_form or _plural_of(noun)}"
+    return f"{count(n)} {noun if n == 1 else plural_form or _plural_of(noun)}"
+
+
+def _plural_of(noun: str) -> str:
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")

@@ -38,7 +38,8 @@ from pydantic import (
 )
 
 from .data.pairs import Order
-from .errors import LibraryError
+from .errors import LibraryError, json_problem
+from .formatting import plural
 from .io import atomic_write_json
 from .resources import bias_library_dir
 
@@ -487,7 +488,7 @@ def _parse_library_text(path: Path, text: str) -> BiasLibrary:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LibraryError(
-            f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+            f"{path}: not valid JSON: {json_problem(exc)}"
         ) from None
     if not isinstance(data, dict):
         raise LibraryError(f"{path}: a bias library is a JSON object, got {type(data).__name__}")
@@ -558,7 +559,7 @@ def save_library(library: BiasLibrary, path: Path | str, *, overwrite: bool = Fa
         if not overwrite:
             raise LibraryError(
                 f"refusing to overwrite {path}: it holds a different library "
-                f"({existing.name!r}, iteration {existing.iteration}, {len(existing.biases)} biases); "
+                f"({existing.name!r}, iteration {existing.iteration}, {plural(len(existing.biases), 'bias')}); "
                 "pass overwrite=True to replace it"
             )
     atomic_write_json(path, library)

@@ -24,7 +24,7 @@ from bias_discovery.run import RunDir
 
 from fakes import MARKER, ScriptedEngine, _responses, authority_world
 from helpers import cli
-from test_report import CHROMIUM, HOSTILE, _chromium
+from test_report import CHROMIUM, HOSTILE, _chromium, layout_at
 
 DOMAINS = ["math", "code"]
 
@@ -340,6 +340,12 @@ def test_audit_report_in_headless_chromium(hostile_audit: Path, tmp_path: Path):
     assert "<script" not in html and '<img src="x"' not in html
     assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in html
     assert "Audit of fake/judge" in html and "<ins>" in html
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_audit_report_tables_fit_a_1300px_window(hostile_audit: Path, tmp_path: Path):
+    layout, _ = layout_at(write_audit_report(hostile_audit, tmp_path / "audit.html"), 1300, tmp_path)
+    assert layout["page"] <= layout["window"] == 1300 and layout["overflowing"] == [], layout
 
 
 # ------------------------------------------------------------------------------------------

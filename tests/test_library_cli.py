@@ -43,6 +43,27 @@ def test_show_table_lists_library_and_rejected(hostile_run: Path):
     assert "[bold red]markup[/]" in out and "<script>alert(1)</script>" in out
 
 
+def test_show_fits_80_columns_and_wraps_names_at_words(hostile_run: Path):
+    """At 80 columns every column is whole (decisions, numbers, top domain), and names and ids
+    wrap in their column at spaces and hyphens, not mid-word ("position-bia" / "s")."""
+    out = cli("library", "show", str(hostile_run), env={"COLUMNS": "80"}).stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for word in ("accepted", "rejected", "knowledge", "+20.0", "[+10.0,", "+30.0]", "(0.012)", "→ 50.0%"):
+        assert word in out, word
+    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    width = 12  # the name column's width at 80 columns
+    column = [line[:width].rstrip() for line in lines[rule + 1:] if line.strip()]
+    for bias_id in ("authority-bias", "d1-expert-citation-bias", "d1-politeness-bias"):
+        start = next(i for i, cell in enumerate(column) if bias_id.startswith(cell) and cell.endswith("-"))
+        pieces = [column[start]]
+        while "".join(pieces) != bias_id:
+            pieces.append(column[start + len(pieces)])
+            assert len(pieces) <= 4, pieces
+        assert all(piece.endswith("-") for piece in pieces[:-1]), pieces
+    assert "Authority" in column and "Bias" in column  # "Authority Bias" wrapped at its space
+
+
 def test_show_json(hostile_run: Path):
     data = show_json(str(hostile_run))
     assert data["library"]["iteration"] == 2 and data["library"]["size"] == 4

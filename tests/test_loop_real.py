@@ -54,6 +54,15 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
     assert "finished" in status.stdout and "validate" in status.stdout
 
 
+def test_real_run_prints_no_third_party_progress_bar(small_real_run: Path):
+    """The run loaded MiniLM for merge (transformers draws a tqdm "Loading weights" bar for
+    every model it loads); with --quiet, nothing bar-like reaches stderr."""
+    stats = json.loads((small_real_run / "iter_001" / "merge_stats.json").read_text())
+    assert stats["raw_candidates"] > 0  # merge ran, so the embedder was loaded
+    stderr = (small_real_run.parent / "stderr.txt").read_text()
+    assert "Loading weights" not in stderr and "it/s]" not in stderr and "%|" not in stderr, stderr[-2000:]
+
+
 def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
     """The placebo arm and the answer check with the real model: SmolLM2 rewrote the 6 test
     items neutrally, checked every valid rewrite (and its original) for a changed answer, and

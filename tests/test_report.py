@@ -315,6 +315,60 @@ def test_report_in_headless_chromium(hostile_run: Path, tmp_path: Path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+_MEASURE = """<script>
+window.addEventListener("load", () => {
+  const overflowing = [];
+  for (const table of document.querySelectorAll("table")) {
+    const card = table.closest("section, .card");
+    const scroller = table.closest(".scroll");
+    const right = (scroller || table).getBoundingClientRect().right;
+    if (right > card.getBoundingClientRect().right + 0.5) overflowing.push((card.id || card.className) + ": " + table.rows[0].textContent.slice(0, 60));
+  }
+  const scrolling = [...document.querySelectorAll(".scroll")].filter(s => s.scrollWidth > s.clientWidth)
+    .map(s => (s.closest("section, .card").id || "card") + ": " + s.querySelector("table").rows[0].textContent.slice(0, 60));
+  document.body.setAttribute("data-layout", JSON.stringify({page: document.documentElement.scrollWidth, window: window.innerWidth, overflowing, scrolling}));
+});
+</script>"""
+
+
+def layout_at(report: Path, width: int, tmp_path: Path) -> tuple[dict, Path]:
+    """How a report lays out in headless Chromium in a window `width` px wide: the page's
+    scroll width and the tables that stick out of their card (measured by a script added to a
+    copy of the page, whose policy forbids scripts), and a screenshot."""
+    page = report.read_text(encoding="utf-8")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", _MEASURE + "</body>")
+    probe = tmp_path / f"measure-{report.name}"
+    probe.write_text(page, encoding="utf-8")
+    dom = _chromium(f"--window-size={width},1600", "--dump-dom", probe.resolve().as_uri(), user_data=tmp_path / "profile-layout")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert found, dom.stdout[-2000:]
+    shot = tmp_path / f"{report.stem}-{width}.png"
+    result = _chromium(f"--screenshot={shot}", f"--window-size={width},1600", report.resolve().as_uri(), user_data=tmp_path / "profile-layout-shot")
+    assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", result.stderr[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"')), shot
+
+
+def right_margin_is_blank(shot: Path, margin: int) -> bool:
+    """Nothing drawn in the screenshot's rightmost `margin` px (the page's background there)."""
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    strip = image.crop((image.width - margin, 0, image.width, image.height))
+    return len(set(strip.getdata())) == 1
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_report_tables_fit_a_1300px_window(hostile_run: Path, tmp_path: Path):
+    """The library table (11 columns, long names and ids) used to push the page to 1514 px in a
+    1300 px window; now every table wraps or scrolls inside its card."""
+    report = write_report(hostile_run, tmp_path / "report.html")
+    layout, shot = layout_at(report, 1300, tmp_path)
+    assert layout["window"] == 1300 and layout["page"] <= 1300, layout
+    assert layout["overflowing"] == [], layout
+    assert not [t for t in layout["scrolling"] if t.startswith("library")], layout  # it even fits: no scroll bar
+
+
 # --------------------------------------------------------------------------------------------
 # The live viewer
 # --------------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def test_planted_authority_bias_is_named_and_accepted_over_the_placebo(tmp_path)
     assert bias.validation.accepted and bias.validation.control == "placebo"
     assert bias.validation.vs_placebo.delta == 1.0 and bias.validation.rewrite_effect.delta == 0.0
     assert bias.validation.length_ratio == (4 + len(MARKER.split())) / 4  # "Wrong answer number i." + marker
-    assert state["stop_reason"].startswith("no candidates")
+    assert state["stop_kind"] == "no_candidates" and state["stop_reason"].startswith("no candidates")
+    assert "detectable" not in state["stop_reason"]  # nothing was validated in that iteration
 
 
 def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_by_the_paper_rule(tmp_path):
@@ -277,6 +278,7 @@ def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
     report = _validation(rd)
     assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
     reason = state["stop_reason"]
+    assert state["stop_kind"] == "converged"
     assert reason.startswith("converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power")
     # 40 items: looks at 20 and 40; the last look's share of alpha is what a candidate faces at the end
     assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]

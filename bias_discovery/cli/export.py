@@ -10,12 +10,13 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import number, percent
-from .common import app, console, fail, format_validation_error
+from ..formatting import number, percent, plural
+from .common import PLAIN_HELP, app, console, fail, format_validation_error
 
 export_app = typer.Typer(
     no_args_is_help=True,
-    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
+    rich_markup_mode=PLAIN_HELP,
+    help="Turn a run's biases into data.\n\nA JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
 )
 app.add_typer(export_app, name="export")
 
@@ -53,7 +54,10 @@ def export_judgebench_pro_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
+    """Build a JudgeBench-Pro-style benchmark.
+
+    K biased variants per test pair, equivalence check, adversarial filter (both orders),
+    dataset card, annotation sheet."""
     from ..export.pro import export_judgebench_pro
     from ..progress import progress_bar
 
@@ -76,7 +80,7 @@ def export_judgebench_pro_cmd(
             highlight=False,
         )
     console.print(
-        f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['kept_by_filter']} samples), README.md, stats.json, "
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['kept_by_filter'], 'sample')}), README.md, stats.json, "
         f"variants.jsonl, annotation.csv/.jsonl (annotate, then `bias-discovery export apply-annotations {out} SHEET`)",
         highlight=False,
     )
@@ -87,7 +91,9 @@ def export_apply_annotations_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="An exported Pro set."),
     sheet: Path = typer.Argument(..., metavar="SHEET", help="The filled annotation sheet (.csv or .jsonl)."),
 ) -> None:
-    """Apply two annotators' verdicts (keep/reject, adjudication on disagreement): drop rejected samples, report Cohen's kappa."""
+    """Apply two annotators' verdicts to a Pro set.
+
+    Keep/reject, adjudication on disagreement: drops the rejected samples, reports Cohen's kappa."""
     from ..export.annotate import apply_annotations
 
     try:
@@ -97,7 +103,7 @@ def export_apply_annotations_cmd(
     ann = stats["annotation"]
     kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
     console.print(
-        f"{ann['n_annotated']} samples annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
+        f"{plural(ann['n_annotated'], 'sample')} annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
         f"{ann['n_adjudicated']} adjudicated; kept {ann['n_kept']}, rejected {ann['n_rejected']}. "
         f"Updated {directory / 'data.jsonl'}, data.parquet, stats.json, README.md.",
         highlight=False,
@@ -117,7 +123,10 @@ def export_dpo_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
+    """Bias-augmented DPO data from a run's biases.
+
+    Rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's
+    DPOTrainer."""
     from ..export.dpo import export_dpo
     from ..progress import progress_bar
 
@@ -131,7 +140,7 @@ def export_dpo_cmd(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
-    console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
+    console.print(f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json", highlight=False)
 
 
 _SRC_HELP = (
@@ -166,16 +175,18 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
 
 _harness_command(
     "lm-eval",
-    "An lm-evaluation-harness task (YAML, utils.py, data): pairwise multiple choice, both orders, JudgeBench's score.",
+    "An lm-evaluation-harness task from a Pro set or a run.\n\nYAML, utils.py and data: pairwise multiple choice, "
+    "both orders, JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: {info['task']}.yaml ({info['samples']} samples x 2 orders), {len(info['bias_tasks'])} per-bias "
+        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {len(info['bias_tasks'])} per-bias "
         f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
         f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
     ),
 )
 _harness_command(
     "inspect",
-    "An inspect_ai task file (dataset, multiple_choice solver, scorer): both orders, JudgeBench's score.",
+    "An inspect_ai task file from a Pro set or a run.\n\nDataset, multiple_choice solver and scorer: both orders, "
+    "JudgeBench's score.",
     lambda info, out: (
         f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
         f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import delta_clause, p_value
+from ..formatting import delta_clause, p_value, plural
 from .common import app, console, fail, interrupted, warn
 
 
@@ -22,7 +22,7 @@ def _print_run_end(run_dir: Path) -> None:
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
         f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
-        f"library: {len(latest.biases)} biases ({len(discovered)} discovered) in {rd.library.latest_path}",
+        f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
     )
     for bias in discovered:
@@ -52,7 +52,10 @@ def run(
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Run the discovery loop (perturb, evaluate, explain, identify, merge, validate) to convergence."""
+    """Run the discovery loop to convergence.
+
+    Perturb, evaluate, explain, identify, merge, validate; every artifact goes to the run
+    directory."""
     from ..config import load_run_config
     from ..graph import execute
     from ..io import atomic_write_text
@@ -82,7 +85,9 @@ def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
+    """Continue a stopped or killed run.
+
+    From its last checkpoint; no call is paid twice."""
     from ..config import load_run_config
     from ..graph import execute
     from ..progress import progress_bar
@@ -114,7 +119,9 @@ def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Where a run stands: iteration, stage, progress, library size, calls and tokens so far."""
+    """Where a run stands.
+
+    Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
     from ..run import RunDir, summarize_events
@@ -134,7 +141,7 @@ def status(
         console.print(
             f"[bold]{state.name}[/]: {state.status}, iteration {state.iteration}, stage {state.stage}"
             + (f", stopped: {state.stop_reason}" if state.stop_reason else "")
-            + f"; library {state.library_size} biases",
+            + f"; library {plural(state.library_size, 'bias')}",
             highlight=False,
         )
         if state.error:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, pp
+from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
 from .common import app, console, fail
 
 
@@ -27,7 +27,9 @@ def replicate(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
+    """Re-validate a run's biases on fresh perturbations.
+
+    Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..progress import progress_bar
@@ -42,9 +44,9 @@ def replicate(
         fail(str(exc))
     r = replication
     console.print(
-        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {r.n_test} test pairs; "
+        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {plural(r.n_test, 'test pair')}; "
         f"rewrites at temperature {r.temperature:g}; {r.acceptance} rule vs {r.control}, α = {r.alpha:g}, "
-        f"{r.correction} across the {r.n_replicated} replicated)",
+        f"{r.correction} across the {plural(r.n_replicated, 'replicated bias')})",
         highlight=False,
     )
     if not r.biases:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import delta_clause, number, p_value, percent
+from ..formatting import delta_clause, number, p_value, percent, plural
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -266,7 +266,7 @@ def build_pro_set(
     for index, (_, _, round_) in enumerate(items):
         by_round[round_].append(index)
     texts: list[tuple[str, str | None]] = [("", None)] * len(items)
-    with bar(f"perturbing {len(items)} rejected responses", len(items)) as advance:
+    with bar(f"perturbing {plural(len(items), 'rejected response')}", len(items)) as advance:
         for round_, indices in sorted(by_round.items()):
             batch = [(items[i][0], items[i][1]) for i in indices]
             out = perturb(teacher, batch, perturb_settings, seed=seed + round_, progress=advance)
@@ -313,7 +313,7 @@ def build_pro_set(
     counts.equivalence_checked = len(alive)
     if alive:
         requests = [equivalence_request(r.question, r.chosen, r.new_rejected, seed=seed) for r in alive]
-        with bar(f"checking {len(alive)} variants for a changed answer", len(alive)) as advance:
+        with bar(f"checking {plural(len(alive), 'variant')} for a changed answer", len(alive)) as advance:
             responses = checker.generate(requests, progress=advance)
         for r, response in zip(alive, responses):
             answer = parse_check(response.text, response.finish_reason)
@@ -338,7 +338,7 @@ def build_pro_set(
             )
             for r in alive
         ]
-        with bar(f"adversarial filter: {len(alive)} variants x 2 orders", 2 * len(alive)) as advance:
+        with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
             result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
         grouped: dict[str, list[Judgment]] = defaultdict(list)
         for j in result.judgments:
@@ -549,7 +549,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "response, and kept only if a strong judge then preferred it in both orders (the BiasScope "
         "paper's JudgeBench-Pro recipe).",
         "",
-        f"**{n} samples** (split `test`). Columns: `sample_id`, `question`, `response_A`, `response_B`, "
+        f"**{plural(n, 'sample')}** (split `test`). Columns: `sample_id`, `question`, `response_A`, `response_B`, "
         "`label` (`A>B`: response A is the correct one; `B>A`: B is), `injected_bias` (bias id, see "
         "below), `domain`, `pair_id` (the original test pair), `source`.",
         "",
@@ -633,7 +633,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "## Lengths",
         "",
-        f"Average length in {length['method']} tokens (`str.split`) over the {length['n']} samples: "
+        f"Average length in {length['method']} tokens (`str.split`) over the {plural(length['n'], 'sample')}: "
         f"chosen {number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, "
         f"new rejected {number(length['new_rejected'], missing=CARD_MISSING)}; relative increase of the rejected response "
         f"{percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)} (the paper reports +8.4 %).",
@@ -653,10 +653,12 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
     else:
         kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
         lines += [
-            f"Two annotators verified {ann['n_annotated']} samples (sheet `{ann['sheet']}`, applied "
+            f"Two annotators verified {plural(ann['n_annotated'], 'sample')} (sheet `{ann['sheet']}`, applied "
             f"{ann['applied_at']}): they agreed on {ann['n_agreed']} ({percent(ann['observed_agreement'], unit=' %', missing=CARD_MISSING)}), "
-            f"Cohen's kappa {kappa}; {ann['n_adjudicated']} disagreements were adjudicated. "
-            f"{ann['n_rejected']} samples were rejected and removed, {ann['n_kept']} kept.",
+            f"Cohen's kappa {kappa}; {plural(ann['n_adjudicated'], 'disagreement')} "
+            + ("was" if ann["n_adjudicated"] == 1 else "were") + " adjudicated. "
+            f"{plural(ann['n_rejected'], 'sample')} " + ("was" if ann["n_rejected"] == 1 else "were")
+            + f" rejected and removed, {ann['n_kept']} kept.",
         ]
     lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import EngineError
+from ..formatting import plural
 from ..progress import ProgressCallback
 from .types import ChatMessage, FinishReason, GenerationRequest, GenerationResponse
 
@@ -78,7 +79,7 @@ def check_batch_size(engine_id: str, n_responses: int, n_requests: int) -> None:
     wrong request)."""
     if n_responses != n_requests:
         raise EngineError(
-            f"engine {engine_id} returned {n_responses} responses for {n_requests} requests"
+            f"engine {engine_id} returned {plural(n_responses, 'response')} for {plural(n_requests, 'request')}"
         )
 
 

@@ -20,7 +20,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..formatting import ci_pp, count, p_value, percent, pp
+from ..formatting import ci_pp, count, p_value, percent, plural, pp
 from ..io import atomic_write_text
 from ..library import Bias
 from .data import RunData, bias_row, collect_run
@@ -119,7 +119,7 @@ def _data_desc(config: dict[str, Any], role: str) -> str:
     limit = _get(config, f"data.{role}_limit")
     if name is None:
         return "–"
-    return f"{name}" + (f" (first {limit} pairs)" if limit else "")
+    return f"{name}" + (f" (first {plural(limit, 'pair')})" if limit else "")
 
 
 def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -295,7 +295,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
             f"early when clearly biased or when its conditional power falls below {percent(plan.futility, digits=0, unit=' %')}"
         )
     elif plan is not None:
-        looks = f"one look at all {plan.n_total} test items"
+        looks = f"one look at all {plural(plan.n_total, 'test item')}"
     else:
         looks = "every test item (one look)"
     power_rows = []
@@ -414,6 +414,7 @@ def _environment():  # noqa: ANN202 - jinja2 Environment
         pp=partial(pp, missing=MISSING),
         pval=partial(p_value, missing=MISSING),
         thousands=partial(count, missing=MISSING),
+        plural=partial(plural, missing=MISSING),
     )
     env.globals.update(ci=ci_pp)
     return env
