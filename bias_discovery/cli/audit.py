@@ -51,7 +51,7 @@ def print_audit(report: AuditReport) -> None:
                 text = r["value"] + (f" ({r['flag']})" if r["flag"] else "") + f"\n{r['ci']}"
                 if r["p"] != "-":
                     text += f"\np = {r['p']}"
-                cells += [escape(text), r["n"]]
+                cells += [escape(text), r["n"] + (f"\n{r['excluded']}" if r["excluded"] else "")]
             table.add_row(*cells)
         table.caption = "cost: " + "; ".join(
             f"{scheme} {m.calls_per_verdict} call{'s' if m.calls_per_verdict > 1 else ''} per verdict, {count(m.calls)} calls"
