@@ -61,7 +61,8 @@ from ..llm.config import ModelConfig, same_model
 from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import is_prompt_path
 from ..stages.perturb import keyed_rng, perturb
-from ..stages.rewrite_checks import equivalence_request, extracted_check, parse_check
+from ..stages.records import PerturbedPair
+from ..stages.rewrite_checks import check_answers, check_calls
 from ..stats import wilson_interval
 from .common import (
     CARD_MISSING,
@@ -217,6 +218,19 @@ class CheckerControl(BaseModel):
     """95 % Wilson interval of the rate."""
 
 
+def checker_control(model_checked: Sequence[PerturbedPair]) -> CheckerControl:
+    """The control from the checker's answers on the originals of the model-checked variants,
+    each distinct original once."""
+    answers = {(p.question, p.chosen, p.original_rejected): p.original_check for p in model_checked}
+    usable = [a for a in answers.values() if a in ("same", "different")]
+    same = sum(1 for a in usable if a == "same")
+    low, high = wilson_interval(same, len(usable)) if usable else (None, None)
+    return CheckerControl(
+        n_asked=len(answers), n_usable=len(usable), n_same=same,
+        false_changed_rate=same / len(usable) if usable else None, ci_low=low, ci_high=high,
+    )
+
+
 class ProBuild(BaseModel):
     """The result of `build_pro_set`: the samples (data rows), every variant, the counts."""
 
@@ -336,42 +350,28 @@ def build_pro_set(
     # 4. Equivalence check: read mechanically where possible, else the checker, with its control.
     alive = [r for r in records if r.status == "kept"]
     counts.equivalence_checked = len(alive)
-    asked: list[VariantRecord] = []
-    for r in alive:
-        decided = extracted_check(r.question, r.chosen, r.original_rejected, r.new_rejected)
-        if decided is None:
-            asked.append(r)
-            continue
-        r.check_answer, r.check_method = decided, "extracted"
-        counts.equivalence_extracted += 1
-        if decided == "same":
+    rewrites = [
+        PerturbedPair(
+            pair_id=r.pair_id, bias_id=r.bias_id, bias_name=r.bias_name, domain=r.domain, question=r.question,
+            chosen=r.chosen, original_rejected=r.original_rejected, perturbed_rejected=r.new_rejected, valid=True,
+        )
+        for r in alive
+    ]
+    calls = check_calls(rewrites)
+    with bar(f"checking {len(alive)} variants for a changed answer ({calls} checker calls)", calls) as advance:
+        checked = check_answers(checker, rewrites, seed=seed, progress=advance)
+    for r, c in zip(alive, checked):
+        # Pro drops every "same", whatever the checker said of the original: a kept sample's
+        # label must be right, so a doubtful variant goes.
+        r.check_answer, r.check_method = c.answer_check, c.check_method
+        counts.equivalence_extracted += c.check_method == "extracted"
+        if c.answer_check == "unusable":
+            r.status = "check_invalid"
+            counts.dropped_check_invalid += 1
+        elif c.answer_check == "same":
             r.status = "equivalent"
             counts.dropped_equivalent += 1
-    control = CheckerControl()
-    if asked:
-        originals = list(dict.fromkeys((r.question, r.chosen, r.original_rejected) for r in asked))
-        requests = [equivalence_request(q, chosen, rejected, seed=seed) for q, chosen, rejected in originals]
-        requests += [equivalence_request(r.question, r.chosen, r.new_rejected, seed=seed) for r in asked]
-        with bar(f"checking {len(asked)} variants for a changed answer (+{len(originals)} originals)", len(requests)) as advance:
-            responses = checker.generate(requests, progress=advance)
-        control_answers = [parse_check(x.text, x.finish_reason) for x in responses[: len(originals)]]
-        usable = [a for a in control_answers if a is not None]
-        same = sum(1 for a in usable if a == "same")
-        low, high = wilson_interval(same, len(usable)) if usable else (None, None)
-        control = CheckerControl(
-            n_asked=len(originals), n_usable=len(usable), n_same=same,
-            false_changed_rate=same / len(usable) if usable else None, ci_low=low, ci_high=high,
-        )
-        for r, response in zip(asked, responses[len(originals) :]):
-            answer = parse_check(response.text, response.finish_reason)
-            r.check_answer = answer if answer is not None else response.text[:80]
-            r.check_method = "model"
-            if answer is None:
-                r.status = "check_invalid"
-                counts.dropped_check_invalid += 1
-            elif answer == "same":
-                r.status = "equivalent"
-                counts.dropped_equivalent += 1
+    control = checker_control([c for c in checked if c.check_method == "model"])
 
     # 5. Adversarial filter: both orders, keep what is wrong in both.
     alive = [r for r in records if r.status == "kept"]
