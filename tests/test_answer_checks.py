@@ -78,6 +78,8 @@ def test_a_rewrite_is_decided_by_its_answer_or_left_to_the_model():
     assert extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{12.5}$.") is None  # a third decimal: rounding? the model decides
     assert extracted_check(INTEGER_Q, "**4**", "**5**", "Experts count **6**.") == "different"  # a third integer
     assert extracted_check("Q?", "Final answer: 1,000", "Final answer: 900", "Final answer: 1000.") == "same"
+    assert extracted_check("Q?", "Final answer: $37.50", "Final answer: $40.00", "So the final answer is $40.00.") == "different"
+    assert extracted_check("Q?", "Final answer: 408", "Final answer: 398", "My final answer was wrong.") is None
     # words run on after the answer on its line: neither answer, so the model decides
     assert extracted_check("Q?", "Final answer: 408", "Final answer: 398", "Final answer: 398 As experts confirm.") is None
 

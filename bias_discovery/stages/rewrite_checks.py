@@ -88,7 +88,8 @@ def parse_check(text: str, finish_reason: str) -> str | None:
 _LETTER_RUN = re.compile(r"(?<![A-Za-z])([A-Z])\1{4,}(?![A-Za-z])")
 _BOLD = re.compile(r"(?<!\*)\*\*(?!\*)(.+?)(?<!\*)\*\*(?!\*)", re.S)
 _TRIPLE = re.compile(r"\*\*\*(?!\*)(.+?)(?<!\*)\*\*\*", re.S)
-_FINAL_ANSWER = re.compile(r"final answer\s*(?:is)?\s*[:：]\s*(.+)", re.I)
+_FINAL_ANSWER = re.compile(r"final answer(?:\s*[:：]|\s+is\b:?)\s*(.+)", re.I)
+"""'Final answer: X', also as 'The final answer is X.' (a rewrite often words it so)."""
 _YES_NO_LIST = re.compile(r"(yes|no)(,(yes|no))*")
 _INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
