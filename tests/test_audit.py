@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.audit import AuditSettings, resolve_targets, run_audit
+from bias_discovery.audit.display import metric_rows
 from bias_discovery.audit.output import read_audit, write_audit_dir
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.errors import ConfigError, DataError
@@ -190,7 +191,7 @@ def test_invalid_rewrites_are_left_out_and_counted():
     assert e.n_items == 3 and e.n_perturb_invalid == 1 and e.delta_error.n == 3
 
 
-def test_compared_measures_rest_on_the_items_valid_in_every_arm():
+def test_compared_measures_rest_on_the_items_valid_in_every_arm(tmp_path):
     """A judge whose verdict is invalid in one arm only on some items: every compared measure
     leaves those items out of both arms and says how many it left out."""
 
@@ -222,9 +223,17 @@ def test_compared_measures_rest_on_the_items_valid_in_every_arm():
             return "no verdict"
         return noisy(request)
 
-    p = by_id(audit(ScriptedEngine(flaky_order), pairs(8), "position", repeats=3, seed=0), "position")
+    position_out = audit(ScriptedEngine(flaky_order), pairs(8), "position", repeats=3, seed=0)
+    p = by_id(position_out, "position")
     assert (p.p_cr.n, p.p_rc.n, p.acc_both.n, p.pb.n, p.pb.n_excluded, p.p_cr.n_excluded, p.z.n_excluded) == (7, 7, 7, 7, 1, 1, 1)
     assert p.pb_raw.value == pytest.approx(p.p_cr.value - p.p_rc.value)
+    # shown next to the n: in the table's rows, audit.csv and the report
+    rows = {r["field"]: r for r in metric_rows(p, "position")}
+    assert (rows["p_cr"]["n"], rows["p_cr"]["excluded"], rows["q_hat"]["excluded"]) == ("7", "1 left out", "")
+    directory = write_audit_dir(tmp_path / "audit", position_out)
+    csv_row = next(r for r in csv.DictReader((directory / "audit.csv").open()) if r["metric"] == "p_rc" and r["scope"] == "all")
+    assert (csv_row["n"], csv_row["n_excluded"]) == ("7", "1")
+    assert "n 7, 1 left out" in render_audit(directory)
 
 
 # ------------------------------------------------------------------------------------------

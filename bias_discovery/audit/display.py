@@ -14,7 +14,7 @@ from ..formatting import MISSING, number, p_value, percent, pp
 from ..metrics import Estimate
 from .records import AuditMetrics
 
-__all__ = ["MetricRow", "ROWS", "excluded_text", "metric_rows"]
+__all__ = ["EXCLUDED_MEANING", "MetricRow", "ROWS", "excluded_text", "metric_rows"]
 
 Unit = Literal["rate", "pp", "z", "rho"]
 
@@ -88,9 +88,13 @@ def _ci(low: float | None, high: float | None, unit: Unit, missing: str) -> str:
     return f"[{_fmt(low, unit, missing)}, {_fmt(high, unit, missing)}]"
 
 
+EXCLUDED_MEANING = "left out: items removed from a measure because a verdict it compares was invalid in one of its arms"
+
+
 def excluded_text(n_excluded: int | None) -> str:
-    """"3 left out (invalid)" next to an n, or "" when nothing was left out (or not counted)."""
-    return f"{n_excluded} left out (invalid)" if n_excluded else ""
+    """"3 left out" next to an n (see `EXCLUDED_MEANING`), or "" when nothing was left out (or
+    not counted)."""
+    return f"{n_excluded} left out" if n_excluded else ""
 
 
 def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> list[dict[str, str]]:
