@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .judging import JudgeSettings
-from .llm.config import ModelConfig
+from .llm.config import ModelConfig, same_model
 from .stats import check_look_fractions
 
 
@@ -125,7 +125,10 @@ class ValidateSettings(_Strict):
     """Ask the checker whether each rewrite (candidates and placebo) now reaches the chosen
     response's final answer (prompt `equivalence_check`); such items are excluded and counted."""
     checker: ModelConfig | None = None
-    """The model that checks answers (default: the teacher)."""
+    """The model that checks the answers the rules cannot read mechanically (default: the
+    target when it is not the teacher, so the model that wrote a rewrite does not grade it;
+    else the teacher, and the checks are recorded as self-checked). See
+    `RunConfig.answer_checker`."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     correction: Literal["holm", "bh", "none"] = "holm"
     """Family-wise (holm) or false-discovery (bh) control across an iteration's candidates."""
@@ -207,6 +210,19 @@ class RunConfig(_Strict):
                 )
             raw = {**raw, "judge": judge}
         return raw
+
+    def answer_checker(self) -> ModelConfig:
+        """The model that checks answers in validation: `validate.checker`; else a configured
+        model other than the teacher that wrote the rewrites (the target); else, when the target
+        is the teacher, the teacher itself (`self_checked`)."""
+        if self.validate_.checker is not None:
+            return self.validate_.checker
+        return self.target if not same_model(self.target, self.teacher) else self.teacher
+
+    @property
+    def self_checked(self) -> bool:
+        """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
+        return same_model(self.answer_checker(), self.teacher)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)

@@ -41,6 +41,7 @@ from .stages import (
     identify_biases,
     merge_biases,
     perturb,
+    record_checker,
     run_placebo,
     validate_biases,
 )
@@ -89,10 +90,12 @@ def stop_text(kind: StopKind, max_iterations: int) -> str:
 
 def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
     """The loop's roles, through the run's call cache: target, teacher, and the checker of
-    answers in validation (the teacher unless `validate.checker`); one engine per model."""
-    checker = config.validate_.checker or config.teacher
+    answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
+    model); one engine per model."""
     return ModelRoles(
-        {"target": config.target, "teacher": config.teacher, "checker": checker}, cache_path=run.cache_path, engines=engines
+        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
+        cache_path=run.cache_path,
+        engines=engines,
     )
 
 
@@ -435,7 +438,10 @@ class Discovery:
                 alpha=alpha,
                 progress=stage.factory(),
             )
-        accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
+        checker = self.config.answer_checker().spec if cfg.answer_check else None
+        self_checked = self.config.self_checked if cfg.answer_check else None
+        validated = record_checker(out.candidates, checker, self_checked=self_checked)
+        accepted = [b for b in validated if b.validation and b.validation.accepted]
         record.validation_perturbed.write(out.perturbed)
         record.validation_judgments.write(out.judgments)
         report = ValidationReport(
@@ -449,7 +455,7 @@ class Discovery:
             skipped_over_max_candidates=skipped,
             accepted=[b.id for b in accepted],
             candidates=out.records,
-            validated=out.candidates,
+            validated=validated,
             control=cfg.decision_control,
             rewrite_effect=placebo.effect if placebo is not None else None,
             alpha_family=alpha,
@@ -460,6 +466,8 @@ class Discovery:
             mde=out.mde,
             mde_n=out.mde_n,
             mde_alpha=out.mde_alpha,
+            checker=checker,
+            self_checked=self_checked,
         )
         record.validation.write(report)
         return report

@@ -240,6 +240,9 @@ class RewriteEffect(_Model):
     n_answer_unverifiable: int | None = Field(default=None, ge=0)
     """Neutral rewrites the checker could not check (it called their original "same" as the
     chosen answer); they are kept."""
+    n_answer_extracted: int | None = Field(default=None, ge=0)
+    """Of the checked neutral rewrites, those decided by reading the final answers
+    mechanically (`stages.rewrite_checks.extracted_check`), not by the checker model."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the neutral rewrites over those of the originals."""
 
@@ -295,6 +298,15 @@ class BiasValidation(_Model):
     n_answer_unverifiable: int | None = Field(default=None, ge=0)
     """Perturbations kept unchecked: the checker called their original "same" as the chosen
     answer, so its verdict on the rewrite says nothing (a weak checker does this a lot)."""
+    n_answer_extracted: int | None = Field(default=None, ge=0)
+    """Of the checked perturbations, those decided by reading the final answers mechanically
+    (`stages.rewrite_checks.extracted_check`); the others went to the checker model."""
+    checker: str | None = None
+    """The model that checked the answers it could not read mechanically (None: no check, or
+    a file from before it was recorded)."""
+    self_checked: bool | None = None
+    """True when that checker is the teacher that wrote the rewrites (no other model was
+    configured): its checks are the rewriter grading itself."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the perturbed rejected responses over the originals' (1.0: same)."""
     mde: Probability | None = None

@@ -134,7 +134,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         StageCalls(stage="baseline", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair, exact=True,
                    note=f"{plural(n_test, 'test pair')}, once per run"),
     ]
-    checks = 2 * n_test if v.answer_check else 0  # each rewrite, and each original once
+    checks = 2 * n_test if v.answer_check else 0  # at most: each rewrite, and each original once
     if v.control == "placebo":
         rows += [
             StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
@@ -144,7 +144,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         ]
         if checks:
             rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=checks, total=checks,
-                                   exact=False, note="answer check of each rewrite and its original"))
+                                   exact=False, note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)"))
     if v.seeds and n_seeds:
         seeds = min(n_seeds, v.max_candidates or n_seeds)
         note = f"{seeds} seed bias(es), once per run"
@@ -156,7 +156,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         ]
         if checks:
             rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=seeds * n_test,
-                                   total=seeds * n_test, exact=False, note="answer check of each rewrite"))
+                                   total=seeds * n_test, exact=False, note="at most: answer check of each rewrite"))
     rows += [
         StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
                    total=candidates * n_test * t, exact=False, note=cand_note),
@@ -166,7 +166,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     if checks:
         rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=candidates * n_test + n_test,
                                total=(candidates * n_test + n_test) * t, exact=False,
-                               note="answer check of each rewrite (originals are checked once)"))
+                               note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)"))
     return rows
 
 

@@ -28,6 +28,7 @@ from .judging import calls_per_pair, judge_pairs
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
+from .stages.rewrite_checks import record_checker
 from .stages.validate import CandidateValidation, run_placebo, validate_biases
 from .stats import wilson_interval
 
@@ -86,6 +87,8 @@ class Replication(BaseModel):
     alpha: float
     correction: str
     models: dict[str, str]
+    self_checked: bool | None = None
+    """True when the answer checker is the teacher that wrote the rewrites (None: no check)."""
     baseline_error: float | None
     rewrite_effect: RewriteEffect | None = None
     biases: list[ReplicatedBias] = Field(default_factory=list)
@@ -182,8 +185,9 @@ def replicate_run(
             models={
                 "target": config.target.spec,
                 "teacher": config.teacher.spec,
-                "checker": (settings.checker or config.teacher).spec,
+                "checker": config.answer_checker().spec,
             },
+            self_checked=config.self_checked if settings.answer_check else None,
             n_test=0,
             baseline_error=None,
             n_replicated=0,
@@ -198,7 +202,7 @@ def replicate_run(
         pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")
-        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": settings.checker or config.teacher})
+        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()})
         checker = roles["checker"] if settings.answer_check else None
         perturb_settings = config.perturb.model_copy(update={"temperature": temperature})
         n_judge = len(pairs) * calls_per_pair(config.judge)
@@ -219,7 +223,9 @@ def replicate_run(
         )
 
     replicated = []
-    for original, bias, record in zip(chosen, output.candidates, output.records):
+    checked = record_checker(output.candidates, header.models["checker"] if settings.answer_check else None,
+                             self_checked=header.self_checked)
+    for original, bias, record in zip(chosen, checked, output.records):
         v = bias.validation
         assert v is not None
         decision = record.comparison

@@ -38,6 +38,7 @@ from bias_discovery.library import (
 )
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
+from bias_discovery.stats import wilson_interval
 
 from helpers import cli
 from fakes import MARKER, ScriptedEngine
@@ -203,6 +204,7 @@ def assert_counts_add_up(c: dict) -> None:
         + c["dropped_equivalent"]
         + c["dropped_check_invalid"]
         + c["dropped_filter_correct"]
+        + c["dropped_filter_tie"]
         + c["dropped_filter_invalid"]
     )
     assert c["generated"] == c["test_pairs"] * c["variants_per_pair"]
@@ -307,8 +309,65 @@ def test_pipeline_counts_each_drop_reason():
     assert result.length.chosen == 4 and result.length.original_rejected == 4
     assert result.length.new_rejected == 4 + count_tokens(MARKER)
     assert result.length.relative_increase == pytest.approx(count_tokens(MARKER) / 4)
-    # Every request went out once: 24 perturbations, 20 checks, 12 x 2 judgments.
-    assert len(engine.sent) == 24 + 20 + 24
+    # Every request went out once: 24 perturbations, 20 checks and the control on the 4
+    # original pairs, 12 x 2 judgments.
+    assert len(engine.sent) == 24 + 20 + 4 + 24
+    # The checker's control: it tells every original apart from the chosen answer.
+    control = result.checker_control
+    assert (control.n_asked, control.n_usable, control.n_same, control.false_changed_rate) == (4, 4, 0, 0.0)
+    assert (control.ci_low, control.ci_high) == wilson_interval(0, 4)
+    assert c["equivalence_extracted"] == 0  # "RIGHT answer number i." states no answer in a form the rules read
+
+
+def test_a_filter_tie_is_not_filter_correct():
+    """With ties allowed, a filter that calls the expert-citation variants a tie in one order
+    (and picks them in the other) was not right: they are counted apart, not as correct."""
+
+    def tie_world(request):
+        user = request.messages[-1].content
+        if "[Response A]" in user and MARKER in _between(user, "[Response A]", "[End of Response A]"):
+            return "Reasoning: both are fine.\nVerdict: tie"
+        return world(request)
+
+    engine = ScriptedEngine(tie_world)
+    result = build_pro_set(
+        make_pairs(4), [make_bias("Expert Citation Bias"), make_bias("Politeness Bias")], teacher=engine, checker=engine,
+        filter_judge=engine, variants=2, seed=42, perturb_settings=PerturbSettings(),
+        judge_settings=JudgeSettings(positions="swap", allow_tie=True),
+    )
+    c = result.counts.model_dump()
+    assert (c["dropped_filter_tie"], c["dropped_filter_correct"], c["kept_by_filter"]) == (4, 4, 0)
+    assert {v.status for v in result.variants if v.bias_name == "Expert Citation Bias"} == {"filter_tie"}
+    assert_counts_add_up(c)
+
+
+def test_answers_read_mechanically_skip_the_checker_and_the_control_measures_it():
+    """Items stating "Final answer: X" are decided by reading the answers; the checker model
+    only sees the rest, and its control (the unmodified originals of those pairs) gives its
+    false-"changed" rate: a checker that says "same" to anything has a rate of 100 %."""
+    pairs = make_pairs(4)
+    # the answer line first: the world's teacher appends its marker at the end of the response
+    stated = [p.model_copy(update={"chosen": f"Final answer: {i}\n{p.chosen}", "rejected": f"Final answer: {i + 10}\n{p.rejected}"})
+              for i, p in enumerate(pairs[:2])]
+
+    def yes_man(request):
+        return "same" if "Answer with one word: same or different" in request.messages[-1].content else world(request)
+
+    engine = ScriptedEngine(yes_man)
+    result = build_pro_set(
+        stated + pairs[2:], [make_bias("Expert Citation Bias")], teacher=engine, checker=engine, filter_judge=engine,
+        variants=1, seed=42, perturb_settings=PerturbSettings(), judge_settings=JudgeSettings(positions="swap"),
+    )
+    methods = {v.pair_id: (v.check_method, v.status) for v in result.variants}
+    # read: the rewrite keeps "Final answer: 10/11", the rejected answer -> kept; the model's
+    # "same" drops the two it decides
+    assert methods == {"p00": ("extracted", "kept"), "p01": ("extracted", "kept"),
+                       "p02": ("model", "equivalent"), "p03": ("model", "equivalent")}
+    assert result.counts.equivalence_extracted == 2 and result.counts.dropped_equivalent == 2
+    control = result.checker_control
+    assert (control.n_asked, control.n_usable, control.n_same, control.false_changed_rate) == (2, 2, 2, 1.0)
+    checks = [r for r in engine.sent if "Answer with one word: same or different" in r.messages[-1].content]
+    assert len(checks) == 4 and not any("Final answer" in r.messages[-1].content for r in checks)
 
 
 def test_pipeline_duplicates_when_biases_cycle_and_is_deterministic():
@@ -373,11 +432,20 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
         "| dropped: checker answer unusable | 6 |",
         "| dropped: filter right in at least one order | 6 |",
         "| dropped: filter verdict invalid | 6 |",
+        "| dropped: filter called a tie (never right, not wrong in both orders) | 0 |",
+        "| of those, decided by reading the final answers (no model) | 0 |",
         "| **kept by the filter** | **6** |",
         "| **after annotation** | **not annotated yet** |",
     ):
         assert line in card
     assert "MIT" in card and "ODC-BY" in card and "terms of use" in card
+    # the checker's control on the 6 unmodified originals: it told all of them apart
+    assert stats["checker_control"] == {
+        "n_asked": 6, "n_usable": 6, "n_same": 0, "false_changed_rate": 0.0,
+        "ci_low": 0.0, "ci_high": pytest.approx(wilson_interval(0, 6)[1]),
+    }
+    assert 'a false-"changed" rate of 0.0 % (95 % Wilson CI 0.0 % to 39.0 %), n = 6' in card
+    assert stats["self_checked"] is False and "Self-checked" not in card
     assert "The judge favours expert citation bias." in card  # definitions of the biases
     # each bias's validation says what it was compared with, its CI, n and p, and what decided
     assert (
@@ -534,7 +602,13 @@ def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path
     stats = export_judgebench_pro(
         run, tmp_path / "b", variants=1, filter_model=FILTER, checker_model="llamacpp/checker.gguf", engines=fake_engines()
     )
-    assert stats["models"]["checker"] == "llamacpp/checker.gguf"
+    assert stats["models"]["checker"] == "llamacpp/checker.gguf" and stats["self_checked"] is False
+    # the teacher as checker: recorded and said on the card
+    stats = export_judgebench_pro(
+        run, tmp_path / "c", variants=1, filter_model=FILTER, checker_model="llamacpp/unused-in-these-tests.gguf",
+        engines=fake_engines(),
+    )
+    assert stats["self_checked"] is True and "**Self-checked**" in (tmp_path / "c" / "README.md").read_text()
 
 
 def test_cli_refuses_a_self_filter_and_writes_nothing(tmp_path: Path):
@@ -691,8 +765,11 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
     assert c["test_pairs"] == 3 and c["variants_per_pair"] == 2 and c["generated"] == 6
     assert_counts_add_up(c)
     assert stats["models"]["teacher"] == stats["models"]["filter"] == stats["models"]["checker"] == "llamacpp/smollm2"
-    assert stats["self_filter"] is True
+    assert stats["self_filter"] is True and stats["self_checked"] is True
+    control = stats["checker_control"]
+    assert control["n_asked"] <= 3 and control["n_usable"] <= control["n_asked"]
     card = (out / "README.md").read_text()
+    assert "**Self-checked**" in card and "## Answer checks" in card
     for line in (
         f"| generated variants | {c['generated']} |",
         f"| dropped as equivalent (same final answer as chosen) | {c['dropped_equivalent']} |",

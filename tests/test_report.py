@@ -459,6 +459,8 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     assert "Length Bias" in html  # a biasscope7 seed
     # the quick start's report shows the placebo and the power
     assert 'id="validation"' in html and 'id="rewrite-effect"' in html and "placebo error" in html
+    # SmolLM2 wrote and checked the rewrites: the report says so
+    assert 'id="answer-check"' in html and "self-checked: that model is the teacher that wrote the rewrites" in html
     assert "Power per validation" in html or not collect_run(small_real_run).iterations[-1].validation.candidates
     run = collect_run(small_real_run)
     validated = run.discovered + run.rejected

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bias_discovery.graph import execute
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.report import render_report
 from bias_discovery.run import RunDir
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
@@ -153,6 +154,30 @@ def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path
     assert report["rewrite_effect"]["n_answer_unverifiable"] == 40 and report["accepted"]
     perturbed = rd.iteration(1).validation_perturbed.read()
     assert {(p.original_check, p.answer_check) for p in perturbed} == {("same", "same")}
+
+
+def test_the_checker_and_self_checking_are_recorded(tmp_path):
+    """One model as target and teacher checks its own rewrites: validation.json, the library
+    and the report say "self-checked". With a teacher of its own, the target checks."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config)
+    report = _validation(rd)
+    assert report["checker"] == "llamacpp/unused-in-these-tests.gguf" and report["self_checked"] is True
+    bias = rd.library.load_latest().by_id(report["accepted"][0])
+    assert bias.validation.self_checked is True and bias.validation.checker == report["checker"]
+    assert bias.validation.n_answer_extracted == 0  # "RIGHT answer number i." states no answer the rules read
+    html = render_report(rd.root)
+    assert "self-checked: that model is the teacher that wrote the rewrites" in html and ">self-checked</span>" in html
+
+    other = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40), teacher="llamacpp/teacher.gguf")
+    rd2 = RunDir(tmp_path / "run-own-teacher")
+    rd2.root.mkdir()
+    rd2.config_path.write_text(other.to_yaml())
+    engine = ScriptedEngine(authority_world)
+    execute(rd2, other, resume=False, engines={"target": engine, "teacher": engine}, embedder=BagOfWordsEmbedder())
+    report = _validation(rd2)
+    assert report["checker"] == "llamacpp/unused-in-these-tests.gguf" and report["self_checked"] is False
+    assert "self-checked" not in render_report(rd2.root)
 
 
 def test_an_unchanged_rewrite_is_invalid_in_the_loop(tmp_path):

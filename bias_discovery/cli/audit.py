@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..audit.display import ROWS, metric_rows
+    from ..audit.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
     console.print(
@@ -55,7 +55,7 @@ def print_audit(report: AuditReport) -> None:
                 text = r["value"] + (f" ({r['flag']})" if r["flag"] else "") + f"\n{r['ci']}"
                 if r["p"] != "-":
                     text += f"\np = {r['p']}"
-                cells += [escape(text), r["n"]]
+                cells += [escape(text), r["n"] + (f"\n{r['excluded']}" if r["excluded"] else "")]
             table.add_row(*cells)
         table.caption = "cost: " + "; ".join(
             f"{scheme} {plural(m.calls_per_verdict, 'call')} per verdict, {plural(m.calls, 'call')}"
@@ -69,6 +69,7 @@ def print_audit(report: AuditReport) -> None:
             if row.label not in shown:
                 shown.append(row.label)
                 console.print(f"  {row.label}: {row.meaning}", highlight=False, soft_wrap=True)
+    console.print(f"  {EXCLUDED_MEANING}", highlight=False, soft_wrap=True)
     calls = report.calls
     console.print(
         f"judge calls: {count(calls.judge)} distinct ({count(calls.judge_cached)} from the cache, {count(calls.judge_invalid)} invalid)"

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from ..formatting import ci_pp, count, p_value, percent, plural, pp
 from ..io import atomic_write_text
-from ..library import Bias
+from ..library import Bias, RewriteEffect
+from ..run import ValidationReport
 from .data import RunData, bias_row, collect_run
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
 
@@ -262,6 +263,30 @@ LOOK_WORDS = {
 }
 
 
+def _answer_check_text(reports: list[ValidationReport], effect: RewriteEffect | None, config: dict[str, Any]) -> str:
+    """How the rewrites' final answers were checked in this run: how many were read
+    mechanically, which model checked the rest, and whether that model was the rewriter."""
+    if _get(config, "validate.answer_check") is False:
+        return "off: rewrites that reach the chosen answer are not excluded"
+    records = [c for r in reports for c in r.candidates]
+    extracted = sum(c.n_answer_extracted for c in records) + ((effect.n_answer_extracted or 0) if effect else 0)
+    checked = sum(c.n_answer_checked for c in records) + ((effect.n_answer_checked or 0) if effect else 0)
+    last = reports[-1] if reports else None
+    checker = last.checker if last is not None else None
+    if checker is None:  # a run from before the checker was recorded
+        return "by the equivalence prompt (checker not recorded in this run's files)"
+    text = (
+        f"final answers read mechanically where the item states them in a fixed form ({extracted} of {checked} "
+        f"checked rewrites); the rest by {checker} with the equivalence prompt"
+    )
+    if last is not None and last.self_checked:
+        text += (
+            "; self-checked: that model is the teacher that wrote the rewrites (no other model was configured; "
+            "set validate.checker for an independent check)"
+        )
+    return text
+
+
 def _validation_summary(run: RunData) -> dict[str, Any]:
     """The report's Validation section: the rule, the control, error control, looks, power."""
     reports = [info.validation for info in run.iterations if info.validation is not None]
@@ -317,6 +342,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
         "validation_rule": rule,
         "control": control,
         "error_control_text": error_text,
+        "answer_check_text": _answer_check_text(reports, run.rewrite_effect, config),
         "looks_text": looks,
         "power_rows": [row for row in power_rows if row["mde_n"] is not None],
         "power_pct": percent(power, digits=0, unit=" %"),

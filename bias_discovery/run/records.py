@@ -54,6 +54,11 @@ class ValidationReport(BaseModel):
     """What the decision compared with (files from before the placebo arm: the baseline)."""
     rewrite_effect: RewriteEffect | None = None
     """The placebo's own effect (neutral rewrites vs the unperturbed items); None without one."""
+    checker: str | None = None
+    """The model that checked the answers the rules could not read mechanically (None: no
+    answer check, or a file from before it was recorded)."""
+    self_checked: bool | None = None
+    """True when that checker is the teacher that wrote the rewrites: self-checked."""
     alpha_family: float | None = None
     """This family's alpha: `alpha`, or its share of it with `error_control: run`."""
     error_control: str = "iteration"

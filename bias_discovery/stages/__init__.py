@@ -8,7 +8,7 @@ from .explain import deeper_explain
 from .identify import candidates_from_records, identify_biases
 from .merge import merge_biases
 from .perturb import assign_biases, perturb, rewrite_neutrally
-from .rewrite_checks import check_answers
+from .rewrite_checks import check_answers, record_checker
 from .validate import PlaceboArm, run_placebo, validate_biases
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "identify_biases",
     "merge_biases",
     "perturb",
+    "record_checker",
     "rewrite_neutrally",
     "run_placebo",
     "validate_biases",

@@ -46,7 +46,7 @@ from ..stats import (
 )
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
-from .rewrite_checks import answer_changes, check_answers, check_calls, length_ratio, unverifiable
+from .rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
 
 Stop = Literal["efficacy", "futility", "complete"]
 
@@ -72,6 +72,8 @@ class CandidateValidation(BaseModel):
     n_answer_changed: int = 0
     n_answer_unverifiable: int = 0
     """Rewrites kept unchecked: the checker called their original "same" as the chosen answer."""
+    n_answer_extracted: int = 0
+    """Checked rewrites decided by reading the final answers mechanically, not by the checker."""
     answer_change_rate: float | None = None
     """Share of the checked rewrites that now reach the chosen response's final answer."""
     length_ratio: float | None = None
@@ -194,6 +196,7 @@ def run_placebo(
         answer_change_rate=changed / checked if checked else None,
         n_answer_checked=checked if checker is not None else None,
         n_answer_unverifiable=unverifiable(rewrites) if checker is not None else None,
+        n_answer_extracted=extracted_checks(rewrites) if checker is not None else None,
         length_ratio=length_ratio(rewrites),
     )
     return PlaceboArm(perturbed=rewrites, result=result, effect=effect)
@@ -406,6 +409,7 @@ def validate_biases(
             n_answer_checked=checked if settings.answer_check and checker is not None else None,
             n_answer_changed=changed if checked else None,
             n_answer_unverifiable=unverifiable(rewrites[k]) if settings.answer_check and checker is not None else None,
+            n_answer_extracted=extracted_checks(rewrites[k]) if settings.answer_check and checker is not None else None,
             length_ratio=ratio,
             mde=mde,
             mde_n=mde_n,
@@ -428,6 +432,7 @@ def validate_biases(
                 n_answer_checked=checked,
                 n_answer_changed=changed,
                 n_answer_unverifiable=unverifiable(rewrites[k]),
+                n_answer_extracted=extracted_checks(rewrites[k]),
                 answer_change_rate=changed / checked if checked else None,
                 length_ratio=ratio,
                 mde=mde,
