@@ -8,7 +8,7 @@ can always be reproduced and resumed from its own directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,7 +19,7 @@ from .llm.config import ModelConfig, same_model
 from .stats import check_look_fractions
 
 
-def _model_from_yaml(value: Any) -> Any:
+def parse_model_config(value: Any) -> Any:
     """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
@@ -156,7 +156,7 @@ class ValidateSettings(_Strict):
     @field_validator("checker", mode="before")
     @classmethod
     def _parse_checker(cls, value: Any) -> Any:
-        return None if value is None else _model_from_yaml(value)
+        return None if value is None else parse_model_config(value)
 
     @property
     def decision_control(self) -> Literal["placebo", "baseline"]:
@@ -193,7 +193,7 @@ class RunConfig(_Strict):
     @field_validator("target", "teacher", mode="before")
     @classmethod
     def _parse_model(cls, value: Any) -> Any:
-        return _model_from_yaml(value)
+        return parse_model_config(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -235,7 +235,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
-            child = _model_from_yaml(child)
+            child = parse_model_config(child)
             if not isinstance(child, dict):
                 raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} is a single setting, not a group of settings")
             node[part] = child
@@ -271,6 +271,21 @@ def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
     """Read and validate a run config; every error names the file and the field."""
+    return load_settings(path, RunConfig, overrides)
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def load_settings(path: Path | str, model: type[_Settings], overrides: list[str] | None = None) -> _Settings:
+    """Read a YAML settings file (a run config, a matrix config ...) into `model`, after the
+    `--set key.sub=value` `overrides`; every error names the file (or the override) and the
+    field."""
+    return validate_settings(read_settings_file(path), model, source=str(path), overrides=overrides)
+
+
+def read_settings_file(path: Path | str) -> dict[str, Any]:
+    """The mapping a YAML settings file holds (errors name the file)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -280,10 +295,19 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return raw
+
+
+def validate_settings(
+    raw: dict[str, Any], model: type[_Settings], *, source: str, overrides: list[str] | None = None
+) -> _Settings:
+    """`raw` (read from `source`, a file or the command's flags) with the `--set` `overrides`
+    applied, as `model`; an invalid value is a ConfigError naming the field and where it came
+    from."""
     overrides = overrides or []
     raw = apply_overrides(raw, overrides)
     try:
-        return RunConfig.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         from_file, from_set = [], []
         for e in exc.errors():
@@ -295,6 +319,6 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
             else:
                 from_set.append(f"--set {item}: {problem}")
         if not from_set:
-            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
-        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+            raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""
         raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None
