@@ -1,0 +1,286 @@
+"""`bias-discovery matrix`: its orchestration, driven by scripted fakes (tests/fakes.py).
+
+The real embedded model (and a SIGKILL of a real run) is in test_matrix_real.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bias_discovery.errors import ConfigError
+from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
+from bias_discovery.matrix.run import _Arm, jury_errors
+
+from fakes import MARKER, ScriptedEngine, _responses, authority_world
+from helpers import cli
+from test_loop import RecordingProgress, write_pairs
+
+N = 24
+BIASES = ["authority-bias", "sentiment-bias"]
+
+
+def teacher_world(request):
+    """The teacher of `authority_world`, but a trait other than authority is carried too (an
+    upbeat closing line the judges ignore), so those rewrites are valid rather than unchanged."""
+    user = request.messages[-1].content
+    if "Trait:" in user and "authority" not in user.split("Trait:")[1].splitlines()[0].lower():
+        original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
+        return f"{original} What a pleasure to answer!"
+    return authority_world(request)
+
+
+def fair_world(request):
+    """A judge without the authority bias: it picks the response that says RIGHT."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        a, _ = _responses(user)
+        pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: the right one.\nVerdict: {pick}"
+    return authority_world(request)
+
+
+def config(tmp_path: Path, judges: list[str], **overrides) -> MatrixConfig:
+    data = tmp_path / "pairs.jsonl"
+    if not data.exists():
+        write_pairs(data, N)
+    raw = {
+        "name": "fake-matrix",
+        "teacher": "openai/teacher",
+        "biases": BIASES,
+        "data": {"test": str(data)},
+        "judges": [{"name": name, "model": f"openai/{name}"} for name in judges],
+        "validate": {"n_boot": 200},
+    }
+    raw.update(overrides)
+    return MatrixConfig.model_validate(raw)
+
+
+WORLDS = {"biased": authority_world, "biased-too": authority_world, "fair": fair_world}
+
+
+def engines(judges: list[str]) -> dict[str, ScriptedEngine]:
+    out = {"teacher": ScriptedEngine(teacher_world, "fake/teacher")}
+    out.update({judge_role(name): ScriptedEngine(WORLDS[name], f"fake/{name}") for name in judges})
+    return out
+
+
+def judged_texts(engine: ScriptedEngine) -> set[str]:
+    return {r.messages[-1].content for r in engine.sent if "[Response A]" in r.messages[-1].content}
+
+
+def paid_counts(out: Path) -> list[int]:
+    with sqlite3.connect(out / "calls.sqlite") as conn:
+        return [row[0] for row in conn.execute("SELECT paid FROM calls")]
+
+
+def test_every_judge_sees_the_same_rewrites_and_the_planted_bias_shows(tmp_path):
+    judges = ["biased", "fair"]
+    fakes = engines(judges)
+    progress = RecordingProgress()
+    result = run_matrix(config(tmp_path, judges), tmp_path / "m", engines=fakes, progress=progress)
+
+    # The teacher wrote each rewrite once: 2 biases x 24 pairs, and 24 placebo rewrites.
+    teacher_prompts = [r.messages[-1].content for r in fakes["teacher"].sent]
+    assert sum("Trait:" in p for p in teacher_prompts) == 2 * N and len(teacher_prompts) == 3 * N
+    assert result.calls.teacher == 3 * N
+    # Both judges judged exactly the same pairs (the same rewrites, in the same order).
+    assert judged_texts(fakes[judge_role("biased")]) == judged_texts(fakes[judge_role("fair")])
+    assert len(judged_texts(fakes[judge_role("fair")])) == 4 * N  # baseline, placebo, 2 biases
+    # The checker is the first judge that is not the teacher's model (here: "biased").
+    assert result.checker == "openai/biased" and result.self_checked is False
+    # The checker (not read mechanically here) asked about every rewrite and each original once.
+    assert result.calls.judges == {"biased": 4 * N, "fair": 4 * N} and result.calls.checker == 3 * N + N
+    cells = {(c.judge, c.bias): c for c in result.cells}
+    assert cells[("biased", "authority-bias")].delta == 1.0 and cells[("biased", "authority-bias")].accepted
+    assert cells[("fair", "authority-bias")].delta == 0.0 and not cells[("fair", "authority-bias")].accepted
+    assert all(cells[(j, "sentiment-bias")].delta == 0.0 for j in judges)
+    assert all(c.n == N and c.control == "placebo" and c.mde is not None for c in result.cells)
+    # The family is the whole matrix: 2 judges + the jury, x 2 biases = 6 cells.
+    assert "6 cells" in result.family_statement and "Holm" in result.family_statement
+    assert all("family of 6" in c.comparisons["placebo"].rule for c in result.cells)
+    # Two judges who disagree on every authority item: the jury splits, every verdict invalid.
+    jury = {c.bias: c for c in result.jury}
+    assert jury["authority-bias"].n == 0 and not jury["authority-bias"].accepted
+    assert jury["sentiment-bias"].n == N and jury["sentiment-bias"].delta == 0.0
+    # Per bias, the judges compared on the same items: "biased" errs more with authority.
+    [authority, sentiment] = result.judge_comparisons
+    assert (authority.bias, authority.judge_a, authority.judge_b) == ("authority-bias", "biased", "fair")
+    assert authority.difference == 1.0 and authority.n == N and authority.significant and authority.larger == "biased"
+    assert sentiment.difference == 0.0 and sentiment.p_value == 1.0 and sentiment.larger is None
+    assert "2 judge comparisons" in result.comparison_statement
+    # The judges' rewrite effect (placebo vs unchanged) is 0 in this world.
+    assert [j.rewrite_effect.delta for j in result.judge_details] == [0.0, 0.0]
+    assert all(done == total for _, total, done in progress.steps), progress.steps
+
+    out = tmp_path / "m"
+    data = json.loads((out / "matrix.json").read_text())
+    for key in ("judges", "biases", "cells", "jury", "family_statement", "calls"):
+        assert key in data, key
+    assert data["judges"] == judges and data["biases"] == BIASES
+    assert set(data["cells"][0]) >= {"judge", "bias", "delta", "ci_low", "ci_high", "p_adjusted", "accepted", "n", "mde"}
+    assert set(data["jury"][0]) >= {"judge", "bias", "delta", "ci_low", "ci_high", "p_adjusted", "accepted", "n", "mde"}
+    assert data["calls"]["teacher"] == 3 * N and data["calls"]["judges"] == {"biased": 4 * N, "fair": 4 * N}
+    rows = list(csv.DictReader((out / "matrix.csv").open()))
+    assert [(r["kind"], r["judge"], r["bias"]) for r in rows] == [
+        ("judge", "biased", "authority-bias"), ("judge", "biased", "sentiment-bias"),
+        ("judge", "fair", "authority-bias"), ("judge", "fair", "sentiment-bias"),
+        ("jury", "jury", "authority-bias"), ("jury", "jury", "sentiment-bias"),
+    ]
+    assert rows[0]["delta"] == "1.0" and rows[0]["accepted"] == "True" and rows[4]["n"] == "0"
+    html = (out / "matrix.html").read_text()
+    assert "Δerror of each judge with each bias" in html and 'class="jury"' in html and "+100.0 pp" in html
+    rewrites = [json.loads(line) for line in (out / "rewrites.jsonl").read_text().splitlines()]
+    assert len(rewrites) == 3 * N and all(r["valid"] for r in rewrites)
+    judgments = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
+    assert {(j["judge"], j["arm"]) for j in judgments} == {
+        (judge, arm) for judge in judges for arm in ("baseline", "placebo", *BIASES)
+    }
+    assert max(paid_counts(out)) == 1
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_the_jury_is_the_majority_and_a_split_vote_is_invalid():
+    def arm(*picks):
+        return _Arm(errors=[None] * len(picks), votes=[{"chosen_first": p} for p in picks])  # None: an invalid verdict
+
+    orders = [["chosen_first"]] * 5
+    judges = [
+        arm("chosen", "rejected", "chosen", None, "chosen"),
+        arm("chosen", "rejected", "rejected", "chosen", None),
+        arm("rejected", "chosen", None, "chosen", "tie"),
+    ]
+    # item 0: 2 chosen vs 1 -> right; item 1: 2 rejected -> wrong; item 2: 1-1 (one invalid) -> invalid;
+    # item 3: two valid chosen -> right; item 4: chosen vs tie, one invalid -> a split -> invalid.
+    assert jury_errors(judges, orders) == [False, True, None, False, None]
+    # An item a judge did not judge (its rewrite was invalid) is not judged by the jury either.
+    assert jury_errors([_Arm(errors=[None], votes=[None]), arm("chosen")], [["chosen_first"]]) == [None]
+
+
+def test_a_jury_of_three_keeps_a_bias_two_judges_share(tmp_path):
+    judges = ["biased", "biased-too", "fair"]
+    fakes = engines(judges)
+    fakes[judge_role("biased-too")] = ScriptedEngine(authority_world, "fake/biased-too")
+    result = run_matrix(config(tmp_path, judges), tmp_path / "m", engines=fakes)
+    jury = {c.bias: c for c in result.jury}
+    assert jury["authority-bias"].delta == 1.0 and jury["authority-bias"].accepted and jury["authority-bias"].n == N
+    assert "8 cells" in result.family_statement  # 3 judges and the jury, x 2 biases
+
+
+def test_a_judge_added_later_pays_only_its_own_calls_and_no_teacher_call(tmp_path):
+    out = tmp_path / "m"
+    first = run_matrix(config(tmp_path, ["biased", "fair"]), out, engines=engines(["biased", "fair"]))
+    stored = len(paid_counts(out))
+    fakes = engines(["biased", "fair", "biased-too"])
+    second = run_matrix(config(tmp_path, ["biased", "fair", "biased-too"]), out, engines=fakes)
+    assert second.calls.teacher == 0 and fakes["teacher"].sent == []
+    assert second.calls.checker == 0
+    assert second.calls.judges == {"biased": 0, "fair": 0, "biased-too": 4 * N}
+    assert fakes[judge_role("biased")].sent == [] and fakes[judge_role("fair")].sent == []
+    assert len(paid_counts(out)) == stored + 4 * N and max(paid_counts(out)) == 1
+    # The first two judges' numbers are the same as before: same items, same verdicts.
+    before = {(c.judge, c.bias): c.delta for c in first.cells}
+    after = {(c.judge, c.bias): c.delta for c in second.cells if c.judge != "biased-too"}
+    assert before == after
+    assert json.loads((out / "matrix.json").read_text())["calls"]["teacher"] == 0
+
+
+def test_a_killed_matrix_resumes_without_paying_twice(tmp_path):
+    """Interrupted inside the second judge's batch, then run again: the rerun pays only what
+    was not stored, and its result equals an uninterrupted matrix's."""
+    judges = ["biased", "fair"]
+    whole = run_matrix(config(tmp_path, judges), tmp_path / "whole", engines=engines(judges))
+    total = len(paid_counts(tmp_path / "whole"))
+
+    calls = {"n": 0}
+
+    def dies(request):
+        calls["n"] += 1
+        if calls["n"] == 30:
+            raise KeyboardInterrupt
+        return fair_world(request)
+
+    fakes = engines(judges)
+    fakes[judge_role("fair")] = ScriptedEngine(dies, "fake/fair")
+    out = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(config(tmp_path, judges), out, engines=fakes)
+    stored = len(paid_counts(out))
+    assert 0 < stored < total and not (out / "matrix.json").exists()
+
+    resumed = run_matrix(config(tmp_path, judges), out, engines=engines(judges))
+    paid_now = resumed.calls.teacher + resumed.calls.checker + sum(resumed.calls.judges.values())
+    assert paid_now == total - stored and resumed.calls.teacher == 0
+    assert max(paid_counts(out)) == 1 and len(paid_counts(out)) == total
+    assert [c.model_dump() for c in resumed.cells] == [c.model_dump() for c in whole.cells]
+    assert [c.model_dump() for c in resumed.jury] == [c.model_dump() for c in whole.jury]
+
+
+def test_two_configurations_of_one_model_are_two_judges(tmp_path):
+    """One model, two prompts: two names, two sets of cache keys (the prompts differ); the
+    model is loaded once (one engine for both roles)."""
+    cfg = MatrixConfig.model_validate(
+        {
+            "data": {"test": str(write_pairs(tmp_path / "p.jsonl", 4))},
+            "judges": [
+                {"model": "llamacpp/smollm2"},
+                {"name": "mitigated", "model": "llamacpp/smollm2", "prompt": "judge_pairwise_mitigated"},
+            ],
+        }
+    )
+    assert [j.name for j in cfg.judges] == ["llamacpp/smollm2", "mitigated"]
+    assert [j.judge.prompt for j in cfg.judges] == ["judge_pairwise", "judge_pairwise_mitigated"]
+    assert all(j.judge.positions == "swap" for j in cfg.judges)
+    shared = ScriptedEngine(fair_world, "fake/one-model")
+    result = run_matrix(cfg.model_copy(update={"biases": ["authority-bias"]}), tmp_path / "m",
+                        engines={"teacher": shared})
+    prompts = {r.messages[0].content for r in shared.sent if "[Response A]" in r.messages[-1].content}
+    assert len(prompts) == 2  # the two system prompts: the judges' requests never coincide
+    assert result.calls.judges == {"llamacpp/smollm2": 3 * 4, "mitigated": 3 * 4}
+    assert result.self_checked is True and result.checker == "llamacpp/smollm2"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"judges": [{"name": "a", "model": "openai/x"}, {"name": "a", "model": "openai/y"}]}, "two judges are named 'a'"),
+        ({"judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/x"}]}, "same model with the same settings"),
+        ({"judges": [{"name": "jury", "model": "openai/x"}]}, "names the jury row"),
+        ({"judges": [{"name": "a", "model": "openai/x", "positions": "both"}]}, "positions is shared by every judge"),
+        ({"judges": []}, "at least 1"),
+        ({"validate": {"sequential": {"enabled": True}}}, "sequential looks do not apply"),
+        ({"validate": {"seeds": True}}, "a setting of the discovery loop"),
+    ],
+)
+def test_bad_matrix_configs_are_refused_naming_the_field(tmp_path, change, message):
+    raw = {"judges": [{"name": "a", "model": "openai/x"}]}
+    raw.update(change)
+    with pytest.raises(ValueError, match=message):
+        MatrixConfig.model_validate(raw)
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path):
+    data = write_pairs(tmp_path / "p.jsonl", 4)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    cases = [
+        (["--judges", "llamacpp/smollm2", "--data", str(data), "--out", str(tmp_path / "busy")], "not a matrix directory"),
+        (["--data", str(data), "--out", str(tmp_path / "o")], "no judges"),
+        (["--judges", "llamacpp/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")], "'no-such-bias' not in seed library biasscope7"),
+        (["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")], "judge file not found"),
+        (["--judges", "smollm2", "--out", str(tmp_path / "o")], "expected a model spec"),
+        (["experiments/matrix-cpu.yaml", "--set", "validate.alpha=2", "--out", str(tmp_path / "o")], "--set validate.alpha=2"),
+        (["--judges", "llamacpp/smollm2", "--library", "nope", "--out", str(tmp_path / "o")], "unknown seed library 'nope'"),
+    ]
+    for args, message in cases:
+        result = cli("matrix", *args, check=False)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and not (tmp_path / "o").exists()
+    with pytest.raises(ConfigError, match="holds no bias|not in"):
+        run_matrix(config(tmp_path, ["fair"], biases=["nothing-like-this"]), tmp_path / "x")
