@@ -22,6 +22,7 @@ from typing import Any, Iterator, Mapping, TypedDict
 
 from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
+from .data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from .data.pairs import PreferencePair
 from .embeddings import Embedder
 from .errors import ConfigError, DataError
@@ -32,8 +33,11 @@ from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
 from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
+from .sequential import FamilySettings
 from .stages import (
     PlaceboArm,
+    ValidationModels,
+    ValidationSetup,
     assign_biases,
     candidates_from_records,
     deeper_explain,
@@ -66,15 +70,17 @@ def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | N
     )
 
 
-def family_alpha(config: RunConfig) -> float:
-    """The alpha of one validation family: `validate.alpha`, or with `error_control: run` its
-    even share over the run's planned validations (each iteration's, or the one at the end with
-    `when: late`, plus the seed library's), so the run's family-wise error stays within alpha."""
-    v = config.validate_
-    if v.error_control == "iteration":
-        return v.alpha
-    families = (config.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
-    return v.alpha / families
+def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
+    """Test pairs that are also target pairs (by id or content): refused unless
+    `data.allow_overlap` (validating a bias on the pairs it was found on is circular)."""
+    d = config.data
+    overlap = find_overlap(
+        pair_keys(target_pairs),
+        pair_keys(test_pairs),
+        discovery_name=f"data.target {describe_source(d.target, d.data_dir, portable=True)}",
+        validation_name=f"data.test {describe_source(d.test, d.data_dir, portable=True)}",
+    )
+    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass --allow-overlap (data.allow_overlap: true)")
 
 
 def mde_phrase(report: ValidationReport) -> str | None:
@@ -179,6 +185,11 @@ class Discovery:
     def seed(self) -> int:
         return self.config.seed
 
+    @cached_property
+    def data_overlap(self) -> DataOverlap:
+        """The target/test overlap, checked (`check_data_overlap`)."""
+        return check_data_overlap(self.config, self.target_pairs, self.test_pairs)
+
     # -- bookkeeping --------------------------------------------------------------------------
 
     def update_state(self, **fields: Any) -> None:
@@ -219,6 +230,7 @@ class Discovery:
     # -- nodes --------------------------------------------------------------------------------
 
     def node_start(self, state: LoopState) -> LoopState:
+        self.data_overlap  # refuse overlapping target and test data before anything is paid
         library = self.run.library
         if not library.iterations():
             seed = load_seed_library(self.config.seed_library)
@@ -358,24 +370,16 @@ class Discovery:
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
         placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
-        alpha = family_alpha(self.config)
+        alpha = self.config.family_alpha
+        setup = ValidationSetup(
+            family=FamilySettings(rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed),
+            perturb=self.config.perturb,
+            judge=self.config.judge,
+            test_data=describe_source(self.config.data.test, self.config.data.data_dir),
+        )
+        models = ValidationModels(teacher=self.teacher, target=self.target, checker=self.checker)
         with self.stage(stage_name, t, None) as stage:
-            out = validate_biases(
-                self.teacher,
-                self.target,
-                candidates,
-                self.test_pairs,
-                baseline,
-                perturb_settings=self.config.perturb,
-                judge_settings=self.config.judge,
-                settings=cfg,
-                seed=self.seed,
-                test_data=describe_source(self.config.data.test, self.config.data.data_dir),
-                placebo=placebo,
-                checker=self.checker,
-                alpha=alpha,
-                progress=stage.factory(),
-            )
+            out = validate_biases(models, candidates, self.test_pairs, baseline, setup, placebo=placebo, progress=stage.factory())
         accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
         record.validation_perturbed.write(out.perturbed)
         record.validation_judgments.write(out.judgments)
@@ -401,6 +405,8 @@ class Discovery:
             mde=out.mde,
             mde_n=out.mde_n,
             mde_alpha=out.mde_alpha,
+            error_statement=out.error_statement,
+            data_overlap=self.data_overlap,
         )
         record.validation.write(report)
         return report

@@ -21,7 +21,6 @@ from bias_discovery.library import (
     BiasLibrary,
     BiasOrigin,
     BiasValidation,
-    DomainValidation,
     Evidence,
 )
 from bias_discovery.report import collect_run, render_report, word_diff, write_report
@@ -39,26 +38,33 @@ HOSTILE = f"{SCRIPT} {TEXTAREA} {TEMPLATE} {PWN_SCRIPT} {PWN_IMG} </pre>--> ]]> 
 DOMAINS = ("math", "code", "knowledge")
 
 
-def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+def _old_validation(delta: float, accepted: bool, n: int = 30) -> dict:
+    """A validation as libraries wrote it before the shared comparison type: the comparison vs
+    the baseline flat on the record, no effect (the hostile run is an old run: it must still
+    load and render)."""
     base = 0.3
-    return BiasValidation(
-        n=n,
-        n_excluded_invalid=1,
-        baseline_error=base,
-        perturbed_error=base + delta,
-        delta=delta,
-        ci_low=delta - 0.1,
-        ci_high=delta + 0.1,
-        p_value=0.004 if accepted else 0.4,
-        p_adjusted=0.012 if accepted else 0.8,
-        accepted=accepted,
-        rule="mcnemar-holm(alpha=0.05)",
-        per_domain={
-            d: DomainValidation(n=10, baseline_error=base, perturbed_error=base + delta * (k + 1) / 2, delta=delta * (k + 1) / 2, p_value=0.05)
+    return {
+        "n": n,
+        "n_excluded_invalid": 1,
+        "baseline_error": base,
+        "perturbed_error": base + delta,
+        "delta": delta,
+        "ci_low": delta - 0.1,
+        "ci_high": delta + 0.1,
+        "p_value": 0.004 if accepted else 0.4,
+        "p_adjusted": 0.012 if accepted else 0.8,
+        "accepted": accepted,
+        "rule": "mcnemar-holm(alpha=0.05)",
+        "per_domain": {
+            d: {"n": 10, "baseline_error": base, "perturbed_error": base + delta * (k + 1) / 2, "delta": delta * (k + 1) / 2, "p_value": 0.05}
             for k, d in enumerate(DOMAINS)
         },
-        test_data="hostile-test",
-    )
+        "test_data": "hostile-test",
+    }
+
+
+def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+    return BiasValidation.model_validate(_old_validation(delta, accepted, n))
 
 
 def _evidence(pair_id: str, injected: str) -> Evidence:
@@ -74,16 +80,17 @@ def _evidence(pair_id: str, injected: str) -> Evidence:
 
 
 def _record(bias: Bias) -> dict:
-    v = bias.validation
+    """The bias's validation.json record as files wrote it before the shared comparison type."""
+    v = bias.validation.vs_baseline
     comparison = {
-        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.baseline_error,
-        "perturbed_error": v.perturbed_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
+        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.control_error,
+        "perturbed_error": v.arm_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
         "confidence": 0.95, "b_discordant_hurt": 5, "c_discordant_helped": 1, "p_value": v.p_value,
-        "p_adjusted": v.p_adjusted, "accepted": v.accepted, "rule": v.rule,
+        "p_adjusted": v.p_adjusted, "accepted": bias.validation.accepted, "rule": bias.validation.rule,
     }
     per_domain = {
         d: {**comparison, "n": dv.n, "delta": dv.delta, "ci_low": dv.delta - 0.2, "ci_high": dv.delta + 0.2}
-        for d, dv in v.per_domain.items()
+        for d, dv in bias.validation.per_domain.items()
     }
     return {"bias_id": bias.id, "name": bias.name, "n_perturb_invalid": 0, "comparison": comparison, "per_domain": per_domain}
 

@@ -263,7 +263,7 @@ def test_compare_paired_excludes_invalid_items():
     cmp = compare_paired(baseline, perturbed, n_boot=200)
     assert cmp.n == 3 and cmp.n_excluded_invalid == 2
     assert cmp.b_discordant_hurt == 1 and cmp.c_discordant_helped == 1
-    assert cmp.baseline_error == pytest.approx(2 / 3) and cmp.perturbed_error == pytest.approx(2 / 3)
+    assert cmp.control_error == pytest.approx(2 / 3) and cmp.arm_error == pytest.approx(2 / 3)
     assert cmp.delta == 0.0
     assert cmp.p_value == 0.75
     assert cmp.accepted is None and cmp.p_adjusted is None and cmp.rule == "undecided"
@@ -313,7 +313,7 @@ def test_paper_and_paired_rules_differ_on_constructed_noisy_case():
     # so the paper rule accepts; McNemar p = P(X >= 5 | Bin(8, 1/2)) = 93/256 = 0.363 -> reject.
     base, pert = paired_outcomes(hurt=5, helped=3, wrong_both=25, right_both=27)
     cmp = compare_paired(base, pert, n_boot=1000)
-    assert cmp.perturbed_error > cmp.baseline_error
+    assert cmp.arm_error > cmp.control_error
     assert cmp.p_value == 93 / 256
     assert cmp.ci_low < 0 < cmp.ci_high  # the CI says the same: no effect shown
     assert decide_acceptance([cmp], rule="paper")[0].accepted is True
@@ -404,17 +404,20 @@ def test_correction_changes_the_decision_and_returns_copies():
     assert [c.accepted for c in decide_acceptance(family, rule="paper")] == [False, True, False]
 
 
-def test_min_delta_and_bad_arguments():
-    cmp = compare_paired(*paired_outcomes(20, 2, 10, 28), n_boot=200)  # delta = 0.3
-    assert decide_acceptance([cmp], min_delta=0.25)[0].accepted is True
-    assert decide_acceptance([cmp], min_delta=0.35)[0].accepted is False
+def test_min_delta_is_the_null_hypothesis_and_bad_arguments():
+    # delta = 18 / 60 = 0.3; H0: delta <= 0.1 is rejected, H0: delta <= 0.25 is not (an
+    # estimate above min_delta is not enough: the test must reject delta <= min_delta)
+    outcomes = paired_outcomes(20, 2, 10, 28)
+    assert decide_acceptance([compare_paired(*outcomes, n_boot=200, margin=0.1)])[0].accepted is True
+    above = decide_acceptance([compare_paired(*outcomes, n_boot=200, margin=0.25)])[0]
+    assert above.accepted is False and above.delta > 0.25 and "Tango score test of Δ <= 0.25" in above.rule
     assert decide_acceptance([], rule="paired") == []
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], rule="loose")  # type: ignore[arg-type]
+        decide_acceptance([above], rule="loose")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], correction="bonferroni")  # type: ignore[arg-type]
+        decide_acceptance([above], correction="bonferroni")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], alpha=0.0)
+        decide_acceptance([above], alpha=0.0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -516,8 +519,8 @@ def test_look_outcomes():
     strong = stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3)
     assert strong.p_value == 2.0**-20 and strong.outcome == "efficacy"
     assert strong.p_sequential == pytest.approx(min(going.p_value * 0.05 / plan.levels[0], 2.0**-20 * 0.05 / plan.levels[1]))
-    # a clear effect below min_delta does not stop for efficacy
-    assert stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3, min_delta=0.5).outcome == "continue"
+    # a clear effect that the test cannot tell above min_delta does not stop for efficacy
+    assert stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3, margin=0.3).outcome == "continue"
     assert stats.sequential_look(plan, 2, [going, strong], b=30, c=0, n=100, family_size=3).outcome == "final"
     with pytest.raises(ValueError):
         stats.sequential_look(plan, 1, [], b=1, c=1, n=50, family_size=1)

@@ -49,7 +49,8 @@ def library_show(
     iteration: Optional[int] = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Show a bias library: origin, validation numbers (n, errors, Δ with CI, p), decision, top domain.
+    """Show a bias library: origin, validation numbers (n, errors, the reported effect and both comparisons with
+    CIs, p), decision, top domain, and what the validations' decisions control.
 
     For a run, the candidates that validation rejected up to that iteration are listed after the
     library's biases, marked rejected (they are not in the library).
@@ -91,6 +92,7 @@ def library_show(
     table.add_column("origin", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("error\nbase→pert", justify="right", no_wrap=True)
+    table.add_column("effect pp\nvs control\n[CI]", justify="right", min_width=9)
     table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", min_width=7)
     table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", min_width=7)
     table.add_column("p\n(adj)", justify="right", no_wrap=True)
@@ -98,9 +100,19 @@ def library_show(
     table.add_column("decision", no_wrap=True, min_width=8)
     table.add_column("top\ndomain", min_width=9, overflow="fold")
     n_rejected = 0
+    methods: dict[str, str] = {}
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
-        delta = pp(row["delta"], unit="") + (f"\n{ci_pp(row['ci_low'], row['ci_high'])}" if row["ci_low"] is not None else "")
+        effect_text = "-"
+        if row["effect"] is not None:
+            mark = methods.setdefault(row["effect_method"], "*" * (len(methods) + 1))
+            effect_text = (
+                f"{pp(row['effect'], unit='')}{mark}\nvs {row['decisive']}"
+                + (f"\n{ci_pp(row['effect_ci_low'], row['effect_ci_high'])}" if row["effect_ci_low"] is not None else "")
+            )
+        delta = pp(row["delta_vs_baseline"], unit="") + (
+            f"\n{ci_pp(row['ci_low_vs_baseline'], row['ci_high_vs_baseline'])}" if row["ci_low_vs_baseline"] is not None else ""
+        )
         placebo = pp(row["delta_vs_placebo"], unit="") + (
             f"\n{ci_pp(row['ci_low_vs_placebo'], row['ci_high_vs_placebo'])}" if row["ci_low_vs_placebo"] is not None else ""
         )
@@ -116,6 +128,7 @@ def library_show(
             Text("seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"),
             Text("-" if row["n"] is None else str(row["n"])),
             Text(errors),
+            Text(effect_text),
             Text(delta),
             Text(placebo),
             Text(p_text),
@@ -126,12 +139,21 @@ def library_show(
     console.print(table)
     console.print(
         Text(
-            "Δ: perturbed minus baseline (unperturbed items) or placebo (neutral rewrites) error, with its "
-            "confidence interval; p: one-sided exact McNemar of the comparison that decides (adjusted for its "
-            "family); MDE: the smallest Δ that test detects with 80 % power at n items."
+            "effect: the reported Δerror against the control that decided, with its confidence interval "
+            "(" + "; ".join(f"{mark} {method}" for method, mark in methods.items()) + "); "
+            if methods
+            else ""
+        )
+        + Text(
+            "Δ vs baseline / placebo: perturbed minus unperturbed / neutrally rewritten error on the items used, as "
+            "measured; p: the decisive comparison's one-sided p (adjusted for its family); MDE: the smallest Δ that "
+            "test detects with 80 % power at n items."
         ),
         style="dim",
     )
+    for entry in data.get("error_statements") or []:
+        where = f" (iterations {', '.join(str(t) for t in entry['iterations'])})" if entry["iterations"] else ""
+        console.print(Text(f"error control{where}: {entry['statement']}"))
     effect = data.get("rewrite_effect")
     if effect is not None:
         console.print(
@@ -157,9 +179,9 @@ def _diff_number(field: str, value: float | None, signed: bool = False) -> str:
 
 def _row_summary(row: dict) -> str:
     parts = [_origin(row), row["status"]]
-    if row["delta"] is not None:
-        parts.append(f"Δ {pp(row['delta'])} {ci_pp(row['ci_low'], row['ci_high'])}".rstrip())
-        parts.append(f"p {p_value(row['p_value'])}")
+    if row["effect"] is not None:
+        parts.append(f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip())
+        parts.append(f"p {p_value(row['decision_p'])}")
     return ", ".join(parts)
 
 
