@@ -616,3 +616,30 @@ def test_diff_serialises_to_json():
     data = json.loads(diff_libraries(a, b).model_dump_json())
     assert [x["id"] for x in data["added"]] == ["d1-hedging-bias"]
     assert [x["id"] for x in data["removed"]] == ["position-bias"]
+
+
+def test_a_library_written_before_the_shared_comparison_still_loads(tmp_path):
+    """Older libraries hold the comparison vs the baseline flat on the validation, `control` for
+    the decisive one, ControlComparison / DomainValidation / RewriteEffect shapes, and no
+    effect: they are read into the new shapes (written back in them), their effect labelled
+    as the recorded Δ when validation had stopped early."""
+    old_validation = {
+        "n": 40, "n_excluded_invalid": 2, "baseline_error": 0.3, "perturbed_error": 0.5, "delta": 0.2,
+        "ci_low": 0.1, "ci_high": 0.3, "p_value": 0.01, "p_adjusted": 0.02, "accepted": True, "rule": "paired",
+        "control": "placebo", "stop": "efficacy", "stopped_at": 20,
+        "vs_placebo": {"n": 38, "control_error": 0.35, "perturbed_error": 0.5, "delta": 0.15, "ci_low": 0.05,
+                       "ci_high": 0.25, "p_value": 0.03, "p_adjusted": 0.04},
+        "per_domain": {"math": {"n": 10, "baseline_error": 0.2, "perturbed_error": 0.3, "delta": 0.1, "p_value": 0.2}},
+        "rewrite_effect": {"n": 40, "baseline_error": 0.3, "placebo_error": 0.35, "delta": 0.05},
+    }
+    data = _with_bias_change(0, validation=old_validation)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    v = load_library(path).biases[0].validation
+    assert v.decisive == "placebo" and v.decisive_comparison is v.vs_placebo and v.vs_placebo.control == "placebo"
+    assert (v.vs_baseline.n, v.vs_baseline.control_error, v.vs_baseline.arm_error, v.vs_baseline.p_adjusted) == (40, 0.3, 0.5, 0.02)
+    assert v.vs_baseline.b_discordant_hurt is None  # not recorded then
+    assert v.effect.delta == 0.15 and v.effect.n == 38 and v.effect.method.startswith("recorded Δ of the stopping look")
+    assert v.per_domain["math"].control_error == 0.2 and v.rewrite_effect.placebo_error == 0.35
+    written = json.loads(load_library(path).model_dump_json())["biases"][0]["validation"]
+    assert "vs_baseline" in written and "baseline_error" not in written and written["effect"]["delta"] == 0.15
