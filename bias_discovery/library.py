@@ -41,7 +41,7 @@ from .data.pairs import Order
 from .errors import LibraryError
 from .io import atomic_write_json
 from .resources import bias_library_dir
-from .stats import FULL_SAMPLE, Effect, PairedComparison
+from .stats import Effect, PairedComparison, decisive_comparison
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -282,22 +282,13 @@ class BiasValidation(_Model):
             old["decisive"] = old.pop("control")
         if "effect" not in old:
             source = old["vs_placebo"] if old.get("decisive") == "placebo" and isinstance(old.get("vs_placebo"), dict) else flat
-            early = old.get("stop") in ("efficacy", "futility")
-            old["effect"] = {
-                "delta": source.get("delta", 0.0),
-                "ci_low": source.get("ci_low"),
-                "ci_high": source.get("ci_high"),
-                "method": "recorded Δ of the stopping look (written before early stops were adjusted for)" if early else FULL_SAMPLE,
-                "n": source.get("n"),
-            }
+            old["effect"] = Effect.recorded(source, old.get("stop"))
         return old
 
     @property
     def decisive_comparison(self) -> PairedComparison:
         """The comparison the decision used."""
-        if self.decisive == "placebo" and self.vs_placebo is not None:
-            return self.vs_placebo
-        return self.vs_baseline
+        return decisive_comparison(self.decisive, self.vs_baseline, self.vs_placebo)
 
 
 class Bias(_Model):

@@ -245,7 +245,7 @@ def replicate_run(
     for original, bias, record in zip(chosen, output.candidates, output.records):
         v = bias.validation
         assert v is not None
-        decision = record.comparison
+        decision = record.decisive_comparison
         replicated.append(
             ReplicatedBias(
                 id=bias.id,

@@ -33,7 +33,7 @@ Also here: Cohen's kappa, for the annotation of exported benchmarks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Any, Literal
@@ -59,6 +59,7 @@ __all__ = [
     "conditional_interval",
     "conditional_power",
     "continuation_tails",
+    "decisive_comparison",
     "error_statement",
     "expected_final_n",
     "look_outcome",
@@ -914,6 +915,8 @@ FULL_SAMPLE = "full sample"
 """`Effect.method` of a validation with one look: Δ on every item, the paired bootstrap CI."""
 CONDITIONAL = "median-unbiased given the stopping look (conditional, truncated-likelihood inversion)"
 """`Effect.method` of a validation on growing slices (`sequential_effect`)."""
+RECORDED_AT_STOP = "recorded Δ of the stopping look (written before early stops were adjusted for)"
+"""`Effect.method` read from a record written before the estimator, whose validation stopped early."""
 
 
 class Effect(BaseModel):
@@ -945,6 +948,25 @@ class Effect(BaseModel):
     def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> "Effect":
         """A comparison's own Δ and CI (one look, or a record from before the estimator)."""
         return cls(delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n)
+
+    @classmethod
+    def recorded(cls, comparison: Mapping[str, Any], stop: str | None) -> dict[str, Any]:
+        """The effect of a record written before effects existed (a raw comparison dict): its
+        own Δ and CI, labelled as not adjusted when validation had stopped early."""
+        early = stop in ("efficacy", "futility")
+        return {
+            "delta": comparison.get("delta", 0.0),
+            "ci_low": comparison.get("ci_low"),
+            "ci_high": comparison.get("ci_high"),
+            "method": RECORDED_AT_STOP if early else FULL_SAMPLE,
+            "n": comparison.get("n"),
+        }
+
+
+def decisive_comparison(decisive: str, vs_baseline: PairedComparison, vs_placebo: PairedComparison | None) -> PairedComparison:
+    """The comparison a decision used: vs the placebo when it decided and exists, else vs the
+    baseline (validation records name the decisive one in `decisive`)."""
+    return vs_placebo if decisive == "placebo" and vs_placebo is not None else vs_baseline
 
 
 _GRID_POINTS = 161  # Simpson points per look (odd): tail probabilities to about 1e-7

@@ -227,7 +227,7 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     assert all(j.order == shown[j.pair_id] for j in out.judgments)
     assert all(p.data_order == next(q.data_order for q in pairs if q.id == p.pair_id) for p in out.perturbed)
     # The judge always says A, so the paired comparison sees no change on any item.
-    assert all(r.comparison.delta == 0 for r in out.records)
+    assert all(r.decisive_comparison.delta == 0 for r in out.records)
 
 
 # -- JudgeBench's own score (issue 11, item 8) ---------------------------------------------------

@@ -24,7 +24,7 @@ from bias_discovery.library import (
 )
 from bias_discovery.resources import bias_library_dir
 from bias_discovery.run import LibraryStore, RunDir, iteration_filename
-from bias_discovery.stats import FULL_SAMPLE, Effect, PairedComparison
+from bias_discovery.stats import Effect, PairedComparison
 
 SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "social5": 5}
 

@@ -4,7 +4,6 @@ set) on the items it was discovered on, unless the user says so, and the overlap
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from bias_discovery.run import RunDir
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
 from test_loop import make_config, run_fake, write_pairs
-from test_validation import _data
 
 
 def test_overlap_by_id_and_by_content():
@@ -67,13 +65,6 @@ def test_an_allowed_overlap_is_recorded(tmp_path):
     rd, _, _ = run_fake(tmp_path, config)
     overlap = json.loads((rd.iteration(1).directory / "validation.json").read_text())["data_overlap"]
     assert overlap["shared"] == overlap["by_id"] == overlap["by_content"] == 24 and overlap["allowed"] is True
-
-
-@pytest.fixture
-def authority_run(tmp_path):
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
-    rd, _, _ = run_fake(tmp_path, config)
-    return rd
 
 
 def test_replicate_refuses_the_runs_target_pairs_unless_allowed(authority_run, tmp_path):

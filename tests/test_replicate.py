@@ -18,13 +18,6 @@ from test_loop import make_config, run_fake
 from test_validation import _data
 
 
-@pytest.fixture
-def authority_run(tmp_path):
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
-    rd, _, _ = run_fake(tmp_path, config)
-    return rd
-
-
 def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     engine = ScriptedEngine(authority_world)
     replication, where = replicate_run(authority_run.root, seed=7, engines={"target": engine})

@@ -23,7 +23,6 @@ from typing import Any, Sequence
 from ..formatting import ci_pp, count, p_value, percent, pp
 from ..io import atomic_write_text
 from ..library import Bias
-from ..stats import error_statement
 from .data import RunData, bias_row, collect_run
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
 
@@ -271,23 +270,14 @@ LOOK_WORDS = {
 def _configured_error_statement(config: dict[str, Any]) -> str:
     """The error statement of a run's settings, before any validation has written its own."""
     from ..config import RunConfig
+    from ..sequential import FamilySettings
 
     try:
         resolved = RunConfig.model_validate(config)
     except ValueError:
         return "–"
-    v = resolved.validate_
-    return error_statement(
-        acceptance=v.acceptance,
-        correction=v.correction,
-        error_control=v.error_control,
-        alpha=v.alpha,
-        family_alpha=resolved.family_alpha,
-        families=resolved.planned_validations,
-        margin=v.min_delta if v.acceptance == "paired" else 0.0,
-        control=v.decision_control,
-        sequential=v.sequential.enabled and v.acceptance == "paired",
-    )
+    family = FamilySettings(rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations)
+    return family.error_statement(resolved.validate_.decision_control)
 
 
 def _validation_summary(run: RunData) -> dict[str, Any]:
@@ -297,7 +287,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
     config = run.config
     control = last.control if last is not None else (_get(config, "validate.control") or "baseline")
     if last is not None and last.candidates:
-        rule = last.candidates[0].comparison.rule
+        rule = last.candidates[0].decisive_comparison.rule
     else:
         rule = f"{_get(config, 'validate.acceptance') or 'paired'} vs {control} (no candidate validated yet)"
     error_text = last.error_statement if last is not None else _configured_error_statement(config)

@@ -38,7 +38,16 @@ from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
 from ..sequential import FamilyLooks, FamilySettings, Stop, compare_arms, decide, effects, family_level, run_looks, smallest_detectable
-from ..stats import DOMAIN_BOOTSTRAP_RESAMPLES, Effect, LookRecord, PairedComparison, SequentialPlan, compare_paired, per_domain_breakdown
+from ..stats import (
+    DOMAIN_BOOTSTRAP_RESAMPLES,
+    Effect,
+    LookRecord,
+    PairedComparison,
+    SequentialPlan,
+    compare_paired,
+    decisive_comparison,
+    per_domain_breakdown,
+)
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
 from .rewrite_checks import answer_changes, check_answers, check_calls, length_ratio, unverifiable
@@ -100,22 +109,13 @@ class CandidateValidation(BaseModel):
         if isinstance(old.get("vs_placebo"), dict):
             old["vs_placebo"] = {**old["vs_placebo"], "control": "placebo"}
         if "effect" not in old and isinstance(decided, dict):
-            early = old.get("stop") in ("efficacy", "futility")
-            old["effect"] = {
-                "delta": decided.get("delta", 0.0),
-                "ci_low": decided.get("ci_low"),
-                "ci_high": decided.get("ci_high"),
-                "method": "recorded Δ of the stopping look (written before early stops were adjusted for)" if early else "full sample",
-                "n": decided.get("n"),
-            }
+            old["effect"] = Effect.recorded(decided, old.get("stop"))
         return old
 
     @property
-    def comparison(self) -> PairedComparison:
-        """The comparison that decided."""
-        if self.decisive == "placebo" and self.vs_placebo is not None:
-            return self.vs_placebo
-        return self.vs_baseline
+    def decisive_comparison(self) -> PairedComparison:
+        """The comparison the decision used."""
+        return decisive_comparison(self.decisive, self.vs_baseline, self.vs_placebo)
 
 
 class PlaceboArm(BaseModel):
