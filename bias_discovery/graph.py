@@ -230,7 +230,6 @@ class Discovery:
     # -- nodes --------------------------------------------------------------------------------
 
     def node_start(self, state: LoopState) -> LoopState:
-        self.data_overlap  # refuse overlapping target and test data before anything is paid
         library = self.run.library
         if not library.iterations():
             seed = load_seed_library(self.config.seed_library)
@@ -529,12 +528,18 @@ def execute(
     `progress` draws the bars (the CLI passes `progress.progress_bar`; None: no bars).
     `engines` ({"target": ..., "teacher": ...}) and `embedder` replace the configured models
     (tests drive the loop with scripted fakes). A resume without a checkpoint database (moved
-    aside after damage) restarts the loop in the same directory.
+    aside after damage) restarts the loop in the same directory. Test data that overlaps the
+    target data is refused first (`check_data_overlap`), fresh run or resume.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
+    try:
+        discovery.data_overlap  # overlapping target and test data are refused before anything is paid
+    except BaseException:
+        roles.close()
+        raise
     fresh_checkpoints = not run.checkpoint_path.exists()
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     try:

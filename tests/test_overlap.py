@@ -103,3 +103,19 @@ def test_audit_and_pro_refuse_the_runs_target_pairs(authority_run, tmp_path):
             engines={"teacher": ScriptedEngine(authority_world)},
         )
     assert not (tmp_path / "pro").exists()
+
+
+def test_resume_refuses_an_overlapping_run_until_allowed(tmp_path):
+    """A run directory written before the guard (config without `allow_overlap`, target = test)
+    is refused on resume, before any model loads; `resume --allow-overlap` records the choice
+    in the run's config.yaml."""
+    same = write_pairs(tmp_path / "same.jsonl", 24)
+    config = make_config(tmp_path, max_iterations=1, data={"target": str(same), "test": str(same)})
+    rd = RunDir(tmp_path / "old-run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    rd.checkpoint_path.write_bytes(b"")
+    result = cli("resume", str(rd.root), check=False)
+    assert result.returncode == 2 and "shares 24 of its 24 pairs" in result.stderr and "--allow-overlap" in result.stderr
+    cli("resume", str(rd.root), "--allow-overlap", check=False)  # goes on (and stops at the models these tests lack)
+    assert "allow_overlap: true" in rd.config_path.read_text()

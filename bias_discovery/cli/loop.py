@@ -88,11 +88,15 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
+    allow_overlap: bool = typer.Option(
+        False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
     from ..config import load_run_config
     from ..graph import execute
+    from ..io import atomic_write_text
     from ..progress import progress_bar
     from ..run import RunDir
 
@@ -100,6 +104,9 @@ def resume(
         rd = RunDir(run_dir)
         rd.require_resumable()
         config = load_run_config(rd.config_path)
+        if allow_overlap and not config.data.allow_overlap:
+            config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
+            atomic_write_text(rd.config_path, config.to_yaml())
         repaired = rd.library.repair_latest()
         if repaired:
             rd.event("repaired", what=repaired)
