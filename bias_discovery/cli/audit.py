@@ -117,7 +117,9 @@ def audit(
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment."),
     allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
     perturb_max_tokens: int = typer.Option(768, "--perturb-max-tokens", min=16, help="The teacher's budget for one rewritten response."),
-    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."),
+    n_boot: Optional[int] = typer.Option(
+        None, "--n-boot", min=100, help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror (default: stats.DEFAULT_BOOTSTRAP_RESAMPLES, 2000)."
+    ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
@@ -146,7 +148,7 @@ def audit(
             repeats=repeats,
             mitigation=mitigation,  # type: ignore[arg-type]
             seed=seed,
-            n_boot=n_boot,
+            **({"n_boot": n_boot} if n_boot is not None else {}),
             judge=JudgeSettings(
                 reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie
             ),
