@@ -95,20 +95,6 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
         assert "smallest Δerror vs placebo detectable with 80 % power" in state.stop_reason
 
 
-def test_real_report_shows_the_error_statement_and_the_reported_effects(small_real_run: Path, tmp_path: Path):
-    """The quick start's report (here the small real run's): what the validations control, in
-    one sentence, and every validated bias's reported effect with its method."""
-    from bias_discovery.report import render_report
-
-    html = render_report(small_real_run)
-    validation = RunDir(small_real_run).iteration(1).validation.read()
-    assert 'id="error-statement"' in html and validation.error_statement in html.replace("&#39;", "'")
-    for bias in validation.validated:
-        assert f'id="effect-{bias.id}"' in html
-        assert bias.validation.effect.method in html
-    assert "effect [CI]" in html
-
-
 def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     """`replicate RUN --seed 7 --out DIR` on the embedded model, on a copy of the run (its call
     cache takes the new calls): the accepted biases (often none with SmolLM2), then a seed

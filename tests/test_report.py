@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from bias_discovery.library import (
     Bias,
@@ -419,5 +420,12 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
         assert 'id="plot-delta"' in html
         for bias in validated:
             assert f'id="bias-{bias.id}"' in html
+    # the quick start's report says what its validations control, and each bias's reported
+    # effect with its method
+    statement = RunDir(small_real_run).iteration(1).validation.read().error_statement
+    assert statement.startswith("Family-wise error over the run")
+    assert 'id="error-statement"' in html and str(escape(statement)) in html
+    for bias in validated:
+        assert f'id="effect-{bias.id}"' in html and str(escape(bias.validation.effect.method)) in html
     assert "<script" not in _text_only(html)
     assert not (small_real_run / "report.html").exists()  # --out respected; the fixture is read-only
