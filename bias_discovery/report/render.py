@@ -242,16 +242,12 @@ def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow],
         if v is None:
             continue
         per_domain = {}
-        for domain, d in _domain_rows_by_name(bias, run.records.get(bias.id)).items():
-            per_domain[domain] = (d["delta"], d["ci_low"], d["ci_high"])
-            domains.add(domain)
+        for d in _domain_rows(bias, run.records.get(bias.id)):
+            per_domain[d["domain"]] = (d["delta"], d["ci_low"], d["ci_high"])
+            domains.add(d["domain"])
         e = v.effect
         rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
     return rows, sorted(domains)
-
-
-def _domain_rows_by_name(bias: Bias, record: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    return {row["domain"]: row for row in _domain_rows(bias, record)}
 
 
 STOP_WORDS = {
