@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ConfigError
 from .judging import JudgeSettings
 from .llm.config import ModelConfig, same_model
-from .stats import check_look_fractions
+from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
 def parse_model_config(value: Any) -> Any:
@@ -46,6 +46,9 @@ class DataConfig(_Strict):
     """Use a seeded sample of this many target pairs (all when unset)."""
     test_limit: int | None = Field(default=None, ge=1)
     """Validate on a seeded sample of H test pairs (all when unset)."""
+    allow_overlap: bool = False
+    """Go on when test pairs are also target pairs (same id or same content); the run refuses
+    otherwise (`run --allow-overlap`). The overlap is recorded in validation.json either way."""
 
 
 class PerturbSettings(_Strict):
@@ -132,22 +135,25 @@ class ValidateSettings(_Strict):
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     correction: Literal["holm", "bh", "none"] = "holm"
     """Family-wise (holm) or false-discovery (bh) control across an iteration's candidates."""
-    error_control: Literal["iteration", "run"] = "iteration"
-    """iteration: each iteration's candidates are one family at `alpha` (over T iterations the
-    chance of any false acceptance can reach T x alpha); run: alpha is split evenly over the
-    run's planned validations (max_iterations, plus the seed validation), so the whole run's
-    family-wise error stays within alpha (Bonferroni across iterations)."""
+    error_control: Literal["iteration", "run"] = "run"
+    """run (default): alpha is split evenly over the run's planned validations (max_iterations,
+    or one with `when: late`, plus the seed validation), so the chance of any false acceptance
+    in the whole run stays within alpha (Bonferroni across iterations); iteration: each
+    iteration's candidates are one family at `alpha` (over T validations that chance can reach
+    T x alpha). validation.json's `error_statement` says which holds."""
     min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Also require Δerror against the control above this (paired rule): the smallest effect
-    worth a claim, e.g. 0.05 for 5 percentage points."""
+    """The smallest effect worth a claim (paired rule), e.g. 0.05 for 5 percentage points: a
+    candidate is accepted only if the test rejects Δerror <= min_delta against the control
+    (Tango's score test; power and the smallest detectable Δ are for that hypothesis)."""
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)
     seeds: bool = False
     """Validate the seed library on the target at iteration 0 with the same test and control:
     the report then shows which known biases this judge has, next to the discovered ones."""
-    n_boot: int = Field(default=2000, ge=100)
-    """Bootstrap resamples for the Δerror confidence interval."""
+    n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
+    """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
+    of the comparisons reported next to the decision)."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     max_candidates: int | None = Field(default=None, ge=1)
     """Validate at most this many candidates per iteration (those with most evidence first;
@@ -223,6 +229,20 @@ class RunConfig(_Strict):
     def self_checked(self) -> bool:
         """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
         return same_model(self.answer_checker(), self.teacher)
+    @property
+    def planned_validations(self) -> int:
+        """The validations the run plans: one per iteration (one at the end with `when: late`),
+        plus the seed library's with `validate.seeds`."""
+        v = self.validate_
+        return (self.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
+
+    @property
+    def family_alpha(self) -> float:
+        """The alpha of one validation family: `validate.alpha`, or with `error_control: run`
+        its even share over the planned validations, so the run's family-wise error stays
+        within alpha."""
+        v = self.validate_
+        return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)

@@ -9,7 +9,8 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 from __future__ import annotations
 
 __all__ = [
-    "MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "plural", "pp",
+    "MISSING", "ci_pp", "count", "delta_clause", "effect_clause", "number", "p_clause", "p_value", "percent",
+    "percent_range", "plural", "pp",
 ]
 
 MISSING = "-"
@@ -65,6 +66,25 @@ def delta_clause(
     """A difference of error rates in a sentence, with its CI, n and p (the terminal's lines
     on validation and the rewrite effect): ``+20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004``."""
     return f"{pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}), {p_clause(p)}"
+
+
+def effect_clause(
+    delta: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    n: int | None,
+    p_adjusted: float | None,
+    *,
+    control: str,
+    method: str,
+) -> str:
+    """A bias's reported effect in a sentence: against what, with its CI, n, how it was
+    estimated and the decision's adjusted p: ``Δerror vs placebo +8.0 pp (CI [-2.1, +17.9],
+    n = 150; median-unbiased given the stopping look), adjusted p = 0.004``."""
+    return (
+        f"Δerror vs {control} {pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}; {method}), "
+        f"adjusted {p_clause(p_adjusted)}"
+    )
 
 
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:

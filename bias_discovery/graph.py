@@ -22,6 +22,7 @@ from typing import Any, Iterator, Literal, Mapping, TypedDict
 
 from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
+from .data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from .data.pairs import PreferencePair
 from .embeddings import Embedder
 from .errors import ConfigError, DataError
@@ -32,8 +33,11 @@ from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
 from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
+from .sequential import FamilySettings
 from .stages import (
     PlaceboArm,
+    ValidationModels,
+    ValidationSetup,
     assign_biases,
     candidates_from_records,
     deeper_explain,
@@ -99,15 +103,17 @@ def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | N
     )
 
 
-def family_alpha(config: RunConfig) -> float:
-    """The alpha of one validation family: `validate.alpha`, or with `error_control: run` its
-    even share over the run's planned validations (each iteration's, or the one at the end with
-    `when: late`, plus the seed library's), so the run's family-wise error stays within alpha."""
-    v = config.validate_
-    if v.error_control == "iteration":
-        return v.alpha
-    families = (config.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
-    return v.alpha / families
+def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
+    """Test pairs that are also target pairs (by id or content): refused unless
+    `data.allow_overlap` (validating a bias on the pairs it was found on is circular)."""
+    d = config.data
+    overlap = find_overlap(
+        pair_keys(target_pairs),
+        pair_keys(test_pairs),
+        discovery_name=f"data.target {describe_source(d.target, d.data_dir, portable=True)}",
+        validation_name=f"data.test {describe_source(d.test, d.data_dir, portable=True)}",
+    )
+    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass --allow-overlap (data.allow_overlap: true)")
 
 
 def mde_phrase(report: ValidationReport) -> str | None:
@@ -240,6 +246,11 @@ class Discovery:
     @property
     def seed(self) -> int:
         return self.config.seed
+
+    @cached_property
+    def data_overlap(self) -> DataOverlap:
+        """The target/test overlap, checked (`check_data_overlap`)."""
+        return check_data_overlap(self.config, self.target_pairs, self.test_pairs)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -420,24 +431,16 @@ class Discovery:
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
         placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
-        alpha = family_alpha(self.config)
+        alpha = self.config.family_alpha
+        setup = ValidationSetup(
+            family=FamilySettings(rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed),
+            perturb=self.config.perturb,
+            judge=self.config.judge,
+            test_data=describe_source(self.config.data.test, self.config.data.data_dir),
+        )
+        models = ValidationModels(teacher=self.teacher, target=self.target, checker=self.checker)
         with self.stage(stage_name, t, None) as stage:
-            out = validate_biases(
-                self.teacher,
-                self.target,
-                candidates,
-                self.test_pairs,
-                baseline,
-                perturb_settings=self.config.perturb,
-                judge_settings=self.config.judge,
-                settings=cfg,
-                seed=self.seed,
-                test_data=describe_source(self.config.data.test, self.config.data.data_dir),
-                placebo=placebo,
-                checker=self.checker,
-                alpha=alpha,
-                progress=stage.factory(),
-            )
+            out = validate_biases(models, candidates, self.test_pairs, baseline, setup, placebo=placebo, progress=stage.factory())
         checker = self.config.answer_checker().spec if cfg.answer_check else None
         self_checked = self.config.self_checked if cfg.answer_check else None
         validated = record_checker(out.candidates, checker, self_checked=self_checked)
@@ -468,6 +471,8 @@ class Discovery:
             mde_alpha=out.mde_alpha,
             checker=checker,
             self_checked=self_checked,
+            error_statement=out.error_statement,
+            data_overlap=self.data_overlap,
         )
         record.validation.write(report)
         return report
@@ -594,7 +599,8 @@ def execute(
     `progress` draws the bars (the CLI passes `progress.progress_bar`; None: no bars).
     `engines` ({"target": ..., "teacher": ...}) and `embedder` replace the configured models
     (tests drive the loop with scripted fakes). A resume without a checkpoint database (moved
-    aside after damage) restarts the loop in the same directory.
+    aside after damage) restarts the loop in the same directory. Test data that overlaps the
+    target data is refused first (`check_data_overlap`), fresh run or resume.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -602,6 +608,11 @@ def execute(
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
         discovery.carried = counts_so_far(run.read_events())
+    try:
+        discovery.data_overlap  # overlapping target and test data are refused before anything is paid
+    except BaseException:
+        roles.close()
+        raise
     fresh_checkpoints = not run.checkpoint_path.exists()
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     try:

@@ -53,3 +53,15 @@ def small_real_run(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFac
         args += ["--set", item]
     (run_dir.parent / "stderr.txt").write_text(cli(*args).stderr)
     return run_dir
+
+
+@pytest.fixture
+def authority_run(tmp_path: Path):
+    """A run on scripted fakes (tests/fakes.py) that discovered and accepted the planted
+    authority bias: 24 target pairs (target24.jsonl), 40 test pairs (test40.jsonl)."""
+    from test_loop import make_config, run_fake
+    from test_validation import _data
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config)
+    return rd

@@ -33,12 +33,11 @@ from bias_discovery.library import (
     Bias,
     BiasOrigin,
     BiasValidation,
-    ControlComparison,
     load_seed_library,
 )
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
-from bias_discovery.stats import wilson_interval
+from bias_discovery.stats import CONDITIONAL, Effect, PairedComparison, wilson_interval
 
 from helpers import cli
 from fakes import MARKER, ScriptedEngine
@@ -94,11 +93,14 @@ def world(request: GenerationRequest) -> str:
     raise AssertionError(f"unexpected prompt: {user[:200]}")
 
 
-def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bias:
+def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3, effect: float | None = None) -> Bias:
+    """A bias; discovered ones are validated against the placebo, with `delta` vs the baseline
+    and a reported effect of `effect` (default: delta - 0.05, the placebo comparison's Δ)."""
     from bias_discovery.library import make_bias_id
 
     if not discovered:
         return Bias(id=make_bias_id(name), name=name, definition=f"The judge favours {name.lower()}.", origin=BiasOrigin(kind="seed"))
+    reported = delta - 0.05 if effect is None else effect
     return Bias(
         id=make_bias_id(name, iteration=1),
         name=name,
@@ -106,12 +108,17 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bia
         manifestations=["a tell-tale sentence"],
         origin=BiasOrigin(kind="discovered", iteration=1, target_model="fake/judge"),
         validation=BiasValidation(
-            n=24, baseline_error=0.1, perturbed_error=0.1 + delta, delta=delta, ci_low=delta - 0.2, ci_high=delta + 0.2,
-            p_value=0.002, accepted=True, rule="paired", control="placebo",
-            vs_placebo=ControlComparison(
-                n=22, control_error=0.15, perturbed_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
+            accepted=True, rule="paired", decisive="placebo",
+            effect=Effect(delta=reported, ci_low=reported - 0.3, ci_high=reported + 0.2, method=CONDITIONAL, n=22),
+            vs_baseline=PairedComparison(
+                control="baseline", n=24, control_error=0.1, arm_error=0.1 + delta, delta=delta, ci_low=delta - 0.2,
+                ci_high=delta + 0.2, p_value=0.002,
+            ),
+            vs_placebo=PairedComparison(
+                control="placebo", n=22, control_error=0.15, arm_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
                 ci_high=delta + 0.15, p_value=0.004, p_adjusted=0.01,
             ),
+            error_statement="Family-wise error over the run: at most α = 0.05.",
         ),
     )
 
@@ -119,12 +126,12 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bia
 WORLD_BIASES = ["Expert Citation Bias", "Length Bias", "Answer Fixing Bias", "Hedge Bias", "Garble Bias", "Politeness Bias"]
 
 
-def make_pairs(n: int) -> list[PreferencePair]:
+def make_pairs(n: int, prefix: str = "p", question: str = "Question") -> list[PreferencePair]:
     domains = ["math", "knowledge", "reasoning", "code"]
     return [
         PreferencePair(
-            id=f"p{i:02d}",
-            question=f"Question {i}?",
+            id=f"{prefix}{i:02d}",
+            question=f"{question} {i}?",
             chosen=f"RIGHT answer number {i}.",
             rejected=f"Wrong answer number {i}.",
             domain=domains[i % 4],
@@ -134,9 +141,9 @@ def make_pairs(n: int) -> list[PreferencePair]:
     ]
 
 
-def write_pairs(path: Path, n: int) -> Path:
+def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question") -> Path:
     with path.open("w") as f:
-        for p in make_pairs(n):
+        for p in make_pairs(n, prefix, question):
             f.write(json.dumps({"id": p.id, "question": p.question, "chosen": p.chosen, "rejected": p.rejected, "domain": p.domain, "source": p.source}) + "\n")
     return path
 
@@ -145,12 +152,13 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6, judge
     """A run directory as the loop leaves it (config, checkpoints file, library), no models."""
     root.mkdir(parents=True)
     data = write_pairs(root.parent / f"{root.name}-pairs.jsonl", n_pairs)
+    target = write_pairs(root.parent / f"{root.name}-target-pairs.jsonl", n_pairs, prefix="t", question="Target question")
     config = RunConfig.model_validate(
         {
             "name": "fake-run",
             "target": "llamacpp/unused-in-these-tests.gguf",
             "teacher": "llamacpp/unused-in-these-tests.gguf",
-            "data": {"target": str(data), "test": str(data)},
+            "data": {"target": str(target), "test": str(data)},
             **({"judge": judge} if judge else {}),
         }
     )
@@ -447,13 +455,19 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
     assert 'a false-"changed" rate of 0.0 % (95 % Wilson CI 0.0 % to 39.0 %), n = 6' in card
     assert stats["self_checked"] is False and "Self-checked" not in card
     assert "The judge favours expert citation bias." in card  # definitions of the biases
-    # each bias's validation says what it was compared with, its CI, n and p, and what decided
+    # each bias's reported effect says what it was compared with, its CI, n and estimator; each
+    # comparison its CI, n and p
     assert (
-        "| discovered (iteration 1) | +30.0 pp (CI [+10.0, +50.0], n = 24), p = 0.002 "
-        "| +25.0 pp (CI [+5.0, +45.0], n = 22), p = 0.004 (adjusted 0.010) | placebo | 6 | 6 |"
+        f"| discovered (iteration 1) | +25.0 pp vs placebo (CI [-5.0, +45.0], n = 22; {CONDITIONAL}) "
+        "| +30.0 pp (CI [+10.0, +50.0], n = 24), p = 0.002 "
+        "| +25.0 pp (CI [+5.0, +45.0], n = 22), p = 0.004 (adjusted 0.010) | 6 | 6 |"
     ) in card
+    assert "Error control of these validations: Family-wise error over the run: at most α = 0.05." in card
+    assert "- overlap with the discovery run's target pairs: 0 of 6 test pairs (0 by id, 0 by content)" in card
+    assert stats["data_overlap"]["shared"] == 0 and stats["data_overlap"]["n_discovery"] == 6
     summary = stats["biases"][0]
     assert summary["decided_against"] == "placebo" and summary["vs_placebo"]["n"] == 22
+    assert summary["effect"]["delta"] == pytest.approx(0.25) and summary["effect"]["method"] == CONDITIONAL
     assert summary["vs_baseline"] == {"n": 24, "delta": 0.3, "ci_low": 0.3 - 0.2, "ci_high": 0.3 + 0.2, "p_value": 0.002, "p_adjusted": None}
 
     with (fake_pro / "annotation.csv").open(newline="") as f:

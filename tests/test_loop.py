@@ -14,6 +14,7 @@ from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
 from bias_discovery.graph import execute
 from bias_discovery.run import RunDir
+from bias_discovery.stats import FULL_SAMPLE
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
@@ -39,13 +40,16 @@ def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question
 
 
 def make_config(tmp_path: Path, **overrides) -> RunConfig:
-    data = write_pairs(tmp_path / "pairs.jsonl", 24)
+    """A run config on 24 target and 24 test pairs (disjoint: the loop refuses overlapping
+    data)."""
+    target = write_pairs(tmp_path / "target-pairs.jsonl", 24, "t", "Target question")
+    test = write_pairs(tmp_path / "pairs.jsonl", 24)
     raw = {
         "name": "fake-run",
         "target": "llamacpp/unused-in-these-tests.gguf",
         "teacher": "llamacpp/unused-in-these-tests.gguf",
         "max_iterations": 3,
-        "data": {"target": str(data), "test": str(data)},
+        "data": {"target": str(target), "test": str(test)},
         "merge": {"similarity_threshold": 0.95},
         "validate": {"n_boot": 200},
     }
@@ -133,8 +137,13 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     assert found.evidence and all("experts" in e.perturbed_response for e in found.evidence)
     v = found.validation
     # Every test item is right at baseline and wrong once the expert marker is injected.
-    assert v.baseline_error == 0.0 and v.perturbed_error == 1.0 and v.delta == 1.0
-    assert v.accepted and v.p_value < 1e-6 and v.n == 24
+    base = v.vs_baseline
+    assert base.control_error == 0.0 and base.arm_error == 1.0 and base.delta == 1.0
+    assert v.accepted and base.p_value < 1e-6 and base.n == 24
+    # decided against the placebo; 24 test items are one look (20 at least per look), so the
+    # reported effect is the full sample's
+    assert v.decisive == "placebo" and v.effect.method == FULL_SAMPLE and v.effect.delta == v.vs_placebo.delta == 1.0
+    assert v.error_statement and v.error_statement.startswith("Family-wise error over the run")
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
     # Iteration 2 names the same bias again; Merge recognises it as the library's.
@@ -357,7 +366,7 @@ def test_loop_with_a_mitigated_judge(tmp_path):
     n_valid = sum(1 for p in rd.iteration(1).perturbed.read() if p.valid)  # unchanged rewrites are not judged
     assert n_valid > 0 and len(judgments) == 2 * n_valid and {j.order for j in judgments} == {"chosen_first", "rejected_first"}
     found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
-    assert found.validation.accepted and found.validation.perturbed_error == 1.0
+    assert found.validation.accepted and found.validation.vs_baseline.arm_error == 1.0
 
 
 def test_the_recursion_limit_covers_every_node_a_run_takes():

@@ -15,13 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from bias_discovery.library import (
     Bias,
     BiasLibrary,
     BiasOrigin,
     BiasValidation,
-    DomainValidation,
     Evidence,
 )
 from bias_discovery.report import collect_run, render_report, word_diff, write_report
@@ -39,26 +39,33 @@ HOSTILE = f"{SCRIPT} {TEXTAREA} {TEMPLATE} {PWN_SCRIPT} {PWN_IMG} </pre>--> ]]> 
 DOMAINS = ("math", "code", "knowledge")
 
 
-def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+def _old_validation(delta: float, accepted: bool, n: int = 30) -> dict:
+    """A validation as libraries wrote it before the shared comparison type: the comparison vs
+    the baseline flat on the record, no effect (the hostile run is an old run: it must still
+    load and render)."""
     base = 0.3
-    return BiasValidation(
-        n=n,
-        n_excluded_invalid=1,
-        baseline_error=base,
-        perturbed_error=base + delta,
-        delta=delta,
-        ci_low=delta - 0.1,
-        ci_high=delta + 0.1,
-        p_value=0.004 if accepted else 0.4,
-        p_adjusted=0.012 if accepted else 0.8,
-        accepted=accepted,
-        rule="mcnemar-holm(alpha=0.05)",
-        per_domain={
-            d: DomainValidation(n=10, baseline_error=base, perturbed_error=base + delta * (k + 1) / 2, delta=delta * (k + 1) / 2, p_value=0.05)
+    return {
+        "n": n,
+        "n_excluded_invalid": 1,
+        "baseline_error": base,
+        "perturbed_error": base + delta,
+        "delta": delta,
+        "ci_low": delta - 0.1,
+        "ci_high": delta + 0.1,
+        "p_value": 0.004 if accepted else 0.4,
+        "p_adjusted": 0.012 if accepted else 0.8,
+        "accepted": accepted,
+        "rule": "mcnemar-holm(alpha=0.05)",
+        "per_domain": {
+            d: {"n": 10, "baseline_error": base, "perturbed_error": base + delta * (k + 1) / 2, "delta": delta * (k + 1) / 2, "p_value": 0.05}
             for k, d in enumerate(DOMAINS)
         },
-        test_data="hostile-test",
-    )
+        "test_data": "hostile-test",
+    }
+
+
+def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+    return BiasValidation.model_validate(_old_validation(delta, accepted, n))
 
 
 def _evidence(pair_id: str, injected: str) -> Evidence:
@@ -74,16 +81,17 @@ def _evidence(pair_id: str, injected: str) -> Evidence:
 
 
 def _record(bias: Bias) -> dict:
-    v = bias.validation
+    """The bias's validation.json record as files wrote it before the shared comparison type."""
+    v = bias.validation.vs_baseline
     comparison = {
-        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.baseline_error,
-        "perturbed_error": v.perturbed_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
+        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.control_error,
+        "perturbed_error": v.arm_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
         "confidence": 0.95, "b_discordant_hurt": 5, "c_discordant_helped": 1, "p_value": v.p_value,
-        "p_adjusted": v.p_adjusted, "accepted": v.accepted, "rule": v.rule,
+        "p_adjusted": v.p_adjusted, "accepted": bias.validation.accepted, "rule": bias.validation.rule,
     }
     per_domain = {
         d: {**comparison, "n": dv.n, "delta": dv.delta, "ci_low": dv.delta - 0.2, "ci_high": dv.delta + 0.2}
-        for d, dv in v.per_domain.items()
+        for d, dv in bias.validation.per_domain.items()
     }
     return {"bias_id": bias.id, "name": bias.name, "n_perturb_invalid": 0, "comparison": comparison, "per_domain": per_domain}
 
@@ -468,5 +476,12 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
         assert 'id="plot-delta"' in html
         for bias in validated:
             assert f'id="bias-{bias.id}"' in html
+    # the quick start's report says what its validations control, and each bias's reported
+    # effect with its method
+    statement = RunDir(small_real_run).iteration(1).validation.read().error_statement
+    assert statement.startswith("Family-wise error over the run")
+    assert 'id="error-statement"' in html and str(escape(statement)) in html
+    for bias in validated:
+        assert f'id="effect-{bias.id}"' in html and str(escape(bias.validation.effect.method)) in html
     assert "<script" not in _text_only(html)
     assert not (small_real_run / "report.html").exists()  # --out respected; the fixture is read-only

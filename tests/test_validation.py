@@ -46,7 +46,7 @@ def test_planted_authority_bias_is_named_and_accepted_over_the_placebo(tmp_path)
     effect = report["rewrite_effect"]
     assert effect["n"] == 40 and effect["delta"] == 0.0 and effect["answer_change_rate"] == 0.0
     bias = rd.library.load_latest().by_id("d1-expert-citation-bias")
-    assert bias.validation.accepted and bias.validation.control == "placebo"
+    assert bias.validation.accepted and bias.validation.decisive == "placebo"
     assert bias.validation.vs_placebo.delta == 1.0 and bias.validation.rewrite_effect.delta == 0.0
     assert bias.validation.length_ratio == (4 + len(MARKER.split())) / 4  # "Wrong answer number i." + marker
     assert state["stop_kind"] == "no_candidates" and state["stop_reason"].startswith("no candidates")
@@ -69,14 +69,14 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
         assert record["vs_placebo"]["delta"] == 0.0  # ... the neutral one just as much
         assert report["rewrite_effect"]["delta"] == 1.0
         # the looks, the power and the report speak of the comparison that decided
-        decided = record["comparison"]
+        decided = record["vs_" + record["decisive"]]
         assert [record["looks"][-1][k] for k in ("b_discordant_hurt", "c_discordant_helped")] == [
             decided["b_discordant_hurt"], decided["c_discordant_helped"]
         ]
     assert results["paired"]["accepted"] == []
     assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
     paper_bias = RunDir(tmp_path / "run-paper").library.load_latest().by_id(results["paper"]["accepted"][0])
-    assert paper_bias.validation.control == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
+    assert paper_bias.validation.decisive == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
     # under the paper rule the decision compared with the baseline, although the run has a placebo
     assert results["paper"]["control"] == "baseline" and results["paired"]["control"] == "placebo"
     assert "smallest Δerror vs baseline detectable" in RunDir(tmp_path / "run-paper").read_state().stop_reason
@@ -198,7 +198,7 @@ def test_control_baseline_keeps_todays_rule_without_a_placebo(tmp_path):
     assert report["control"] == "baseline" and report["rewrite_effect"] is None
     record = report["candidates"][0]
     assert record["vs_placebo"] is None and record["vs_baseline"]["accepted"] is True
-    assert record["comparison"] == record["vs_baseline"]
+    assert record["decisive"] == "baseline" and record["effect"]["delta"] == record["vs_baseline"]["delta"] == 1.0
     assert not rd.placebo.directory.exists()
     assert not any("Write the rewritten answer now" in r.messages[-1].content and "Trait:" not in r.messages[-1].content
                    for r in engine.sent)
@@ -333,7 +333,7 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
     rows = {r["id"]: r for r in shown["biases"]}
     found = rows["d1-expert-citation-bias"]
-    assert found["status"] == "accepted" and found["control"] == "placebo"
+    assert found["status"] == "accepted" and found["decisive"] == "placebo"
     assert found["delta_vs_placebo"] == 1.0 and found["stopped_at"] == 25 and found["stop"] == "efficacy"
     assert found["mde"] is not None and found["mde_n"] == 100 and found["length_ratio"] > 1
     assert rows["authority-bias"]["status"] == "confirmed" and rows["length-bias"]["status"] == "unconfirmed"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..metrics import Estimate
 from ..mitigation import Mitigation
+from ..data.overlap import DataOverlap
 from ..stats import PairedComparison
 
 __all__ = [
@@ -187,6 +188,9 @@ class AuditReport(_Record):
     notes: list[str] = Field(default_factory=list)
     created_at: str
     biases: list[BiasAudit]
+    data_overlap: list[DataOverlap] = Field(default_factory=list)
+    """Per run whose biases are audited: audit pairs that are also that run's target
+    (discovery) pairs, by id and by content."""
 
 
 def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:

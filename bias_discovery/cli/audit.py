@@ -20,7 +20,9 @@ from .common import app, console, default_cache_path, fail, format_validation_er
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..audit import AuditReport, SchemeAudit
+    from ..audit import AuditReport, AuditTarget, SchemeAudit
+    from ..data.overlap import DataOverlap
+    from ..data.pairs import PreferencePair
 
 
 def print_audit(report: AuditReport) -> None:
@@ -80,6 +82,22 @@ def print_audit(report: AuditReport) -> None:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
+def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:
+    """Each run whose biases are audited, checked for overlap between its target pairs and the
+    audit's pairs (`export.common.check_run_overlap`)."""
+    from ..config import load_run_config
+    from ..export.common import check_run_overlap
+    from ..run import RunDir
+
+    overlaps = []
+    for run_dir in dict.fromkeys(t.run_dir for t in targets if t.run_dir is not None):
+        run = RunDir(run_dir)
+        overlaps.append(
+            check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the audit data {data_name}", allow=allow)
+        )
+    return overlaps
+
+
 @app.command()
 def audit(
     model: str = typer.Option(..., "--model", help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
@@ -122,6 +140,9 @@ def audit(
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
     quiet: bool = QUIET,
+    allow_overlap: bool = typer.Option(
+        False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
+    ),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -159,6 +180,7 @@ def audit(
         pairs = load_pairs(data, data_dir=data_dir, limit=limit)
         if not pairs:
             fail(f"data {data!r} has no pairs")
+        overlaps = _run_overlaps(targets, pairs, describe_source(data, data_dir, portable=True), allow=allow_overlap)
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
@@ -176,6 +198,7 @@ def audit(
                 teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
                 progress=quiet_progress if quiet else progress_bar,
             )
+            output = output.model_copy(update={"report": output.report.model_copy(update={"data_overlap": overlaps})})
             write_audit_dir(out, output, overwrite=overwrite)
         except BiasDiscoveryError as exc:
             fail(str(exc))

@@ -75,7 +75,8 @@ def library_show(
 ) -> None:
     """Show a bias library.
 
-    Origin, validation numbers (n, errors, Δ with CI, p), decision and top domain of each bias.
+    Origin, validation numbers (n, errors, the reported effect and both comparisons with CIs,
+    p), decision, top domain, and what the validations' decisions control.
 
     For a run, the candidates that validation rejected up to that iteration are listed after the
     library's biases, marked rejected (they are not in the library).
@@ -118,20 +119,33 @@ def library_show(
         padding=(0, 0),  # the box's column separator is the one space between columns
     )
     # Fits 80 columns: the name column takes what the numbers leave; names and ids are wrapped
-    # here at spaces and hyphens, never folded mid-word by the table.
+    # here at spaces and hyphens, never folded mid-word by the table. Narrow, the measured Δ vs
+    # placebo gives way to the effect (the decisive comparison's reported Δ, usually vs placebo).
     table.add_column("bias\n(name,\nid)", width=name_width, no_wrap=True)
     table.add_column("origin,\ndecision", no_wrap=True, width=widths["decision"], min_width=_COMPACT_WIDTHS["decision"])
     table.add_column("n", justify="right", no_wrap=True, width=widths["n"])
     table.add_column("error\nbase→\npert", justify="right", no_wrap=True, width=widths["error"])
+    table.add_column("effect\npp vs\ncontrol\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
     table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
-    table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"])
+    if not narrow:
+        table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"])
     table.add_column("p\n(adj)", justify="right", no_wrap=True, width=widths["p"])
     table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
     table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
     n_rejected = 0
+    methods: dict[str, str] = {}
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
-        delta = pp(row["delta"], unit="") + (f"\n{ci_pp(row['ci_low'], row['ci_high'])}" if row["ci_low"] is not None else "")
+        effect_text = "-"
+        if row["effect"] is not None:
+            mark = methods.setdefault(row["effect_method"], "*" * (len(methods) + 1))
+            effect_text = (
+                f"{pp(row['effect'], unit='')}{mark}\n{row['decisive']}"
+                + (f"\n{ci_pp(row['effect_ci_low'], row['effect_ci_high'])}" if row["effect_ci_low"] is not None else "")
+            )
+        delta = pp(row["delta_vs_baseline"], unit="") + (
+            f"\n{ci_pp(row['ci_low_vs_baseline'], row['ci_high_vs_baseline'])}" if row["ci_low_vs_baseline"] is not None else ""
+        )
         placebo = pp(row["delta_vs_placebo"], unit="") + (
             f"\n{ci_pp(row['ci_low_vs_placebo'], row['ci_high_vs_placebo'])}" if row["ci_low_vs_placebo"] is not None else ""
         )
@@ -145,26 +159,28 @@ def library_show(
         decision = Text("" if row["status"] == "seed" else origin + "\n")
         decision.append(row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)"),
                         style=_STATUS_STYLE.get(row["status"], ""))
-        table.add_row(
-            name,
-            decision,
-            Text("-" if row["n"] is None else str(row["n"])),
-            Text(errors),
-            Text(delta),
-            Text(placebo),
-            Text(p_text),
-            Text(mde),
-            Text(top),
-        )
+        cells = [name, decision, Text("-" if row["n"] is None else str(row["n"])), Text(errors), Text(effect_text), Text(delta)]
+        cells += [] if narrow else [Text(placebo)]
+        table.add_row(*cells, Text(p_text), Text(mde), Text(top))
     console.print(table)
     console.print(
         Text(
-            "Δ: perturbed minus baseline (unperturbed items) or placebo (neutral rewrites) error, with its "
-            "confidence interval; p: one-sided exact McNemar of the comparison that decides (adjusted for its "
-            "family); MDE: the smallest Δ that test detects with 80 % power at n items."
+            "effect: the reported Δerror against the control that decided, with its confidence interval "
+            "(" + "; ".join(f"{mark} {method}" for method, mark in methods.items()) + "); "
+            if methods
+            else ""
+        )
+        + Text(
+            "Δ vs baseline / placebo: perturbed minus unperturbed / neutrally rewritten error on the items used, as "
+            + ("measured (Δ vs placebo: `--json` or a wider terminal); p:" if narrow else "measured; p:")
+            + " the decisive comparison's one-sided p (adjusted for its family); MDE: the smallest Δ that "
+            "test detects with 80 % power at n items."
         ),
         style="dim",
     )
+    for entry in data.get("error_statements") or []:
+        where = f" (iterations {', '.join(str(t) for t in entry['iterations'])})" if entry["iterations"] else ""
+        console.print(Text(f"error control{where}: {entry['statement']}"))
     effect = data.get("rewrite_effect")
     if effect is not None:
         console.print(
@@ -191,9 +207,9 @@ def _diff_number(field: str, value: float | None, signed: bool = False) -> str:
 
 def _row_summary(row: dict) -> str:
     parts = [_origin(row), row["status"]]
-    if row["delta"] is not None:
-        parts.append(f"Δ {pp(row['delta'])} {ci_pp(row['ci_low'], row['ci_high'])}".rstrip())
-        parts.append(f"p {p_value(row['p_value'])}")
+    if row["effect"] is not None:
+        parts.append(f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip())
+        parts.append(f"p {p_value(row['decision_p'])}")
     return ", ".join(parts)
 
 

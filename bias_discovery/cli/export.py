@@ -46,6 +46,7 @@ def export_judgebench_pro_cmd(
     filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
     filter_base_url: Optional[str] = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
     allow_self_filter: bool = typer.Option(False, "--allow-self-filter", help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Build on data that shares pairs (id or content) with the run's target pairs; recorded in stats.json."),
     checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
     checker_base_url: Optional[str] = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
     data: Optional[str] = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
@@ -65,7 +66,7 @@ def export_judgebench_pro_cmd(
         stats = export_judgebench_pro(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
-            overwrite=overwrite, allow_self_filter=allow_self_filter, progress=None if quiet else progress_bar,
+            overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

@@ -25,6 +25,7 @@ def replicate(
     temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Replicate on data that shares pairs (id or content) with the run's target pairs; recorded."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Re-validate a run's biases on fresh perturbations.
@@ -38,7 +39,7 @@ def replicate(
     try:
         replication, where = replicate_run(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, progress=None if quiet else progress_bar,
+            out=out, overwrite=overwrite, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
@@ -57,7 +58,7 @@ def replicate(
         console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
         return
     table = Table(title_justify="left")
-    for column in ("bias", "run: Δ pp vs control [CI] (n)", "run p adj", "replication: Δ pp [CI] (n)", "p (adj)", "reproduced"):
+    for column in ("bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)", "reproduced"):
         table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
     for b in r.biases:
         name = Text(b.name)
@@ -74,6 +75,10 @@ def replicate(
             Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"),
         )
     console.print(table)
+    methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
+    console.print(f"effect: the reported Δerror against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    if r.error_statement:
+        console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)
     if r.rewrite_effect is not None:
         e = r.rewrite_effect
         console.print(

@@ -52,7 +52,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import delta_clause, number, p_value, percent, plural
+from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -71,6 +71,7 @@ from .common import (
     RunContext,
     bias_summary,
     check_output_dir,
+    check_run_overlap,
     dataset_card_meta,
     length_stats,
     model_config,
@@ -544,6 +545,28 @@ def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     return delta_clause(c["delta"], c.get("ci_low"), c.get("ci_high"), c["n"], c.get("p_value")) + adjusted
 
 
+def _effect_cell(effect: Mapping[str, Any] | None, decided: str | None) -> str:
+    """A bias's reported effect in the card: Δ against the control that decided, CI, n and the
+    estimator (honest after an early stop)."""
+    if effect is None:
+        return CARD_MISSING
+    return (
+        f"{pp(effect['delta'])} vs {decided or CARD_MISSING} (CI {ci_pp(effect.get('ci_low'), effect.get('ci_high'), missing=CARD_MISSING)}, "
+        f"n = {effect.get('n') if effect.get('n') is not None else CARD_MISSING}; {effect['method']})"
+    )
+
+
+def _overlap_line(overlap: Mapping[str, Any] | None) -> str:
+    """Provenance: how many test pairs the run had discovered its biases on (0 unless allowed)."""
+    if overlap is None:
+        return "- overlap with the discovery run's target pairs: not checked"
+    allowed = " (allowed with --allow-overlap)" if overlap["shared"] else ""
+    return (
+        f"- overlap with the discovery run's target pairs: {overlap['shared']} of {overlap['n_validation']} test pairs "
+        f"({overlap['by_id']} by id, {overlap['by_content']} by content){allowed}"
+    )
+
+
 def _counts_table(c: Mapping[str, Any]) -> str:
     reasons = c.get("invalid_perturbation_reasons") or {}
     reason_text = ", ".join(f"{k} {v}" for k, v in reasons.items()) or "none"
@@ -672,6 +695,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         f"- discovery run: `{stats['run_name']}` ({stats['run_dir']}), library `{stats['library_file']}`",
         f"- test data: {stats['data']}",
         f"- bias selection: `{stats['bias_selection']}`; seed {stats['seed']}",
+        _overlap_line(stats.get("data_overlap")),
         f"- built {stats['created_at']} with bias-discovery {stats['bias_discovery_version']}",
         "",
         "## Models",
@@ -703,23 +727,28 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "Validation: the judge's error on the run's test items with the bias injected, minus its "
         "error on the same items unchanged (vs baseline) and with a neutral rewrite (vs placebo); "
-        "95 % CI, n paired items, one-sided exact McNemar p (and adjusted for the iteration's "
-        "candidates). *Decided by* names the comparison the acceptance rule used.",
+        "95 % CI, n paired items, one-sided p (and adjusted for the iteration's candidates). "
+        "*Effect* is the reported Δerror against the comparison that decided, estimated so that it "
+        "stays honest when validation stopped early (the estimator is named); the two comparisons "
+        "are as measured on the items used.",
         "",
-        "| id | name | definition | origin | Δerror vs baseline | Δerror vs placebo "
-        "| decided by | generated | kept |",
-        "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: |",
+        "| id | name | definition | origin | effect | Δerror vs baseline | Δerror vs placebo "
+        "| generated | kept |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     per_bias = stats.get("per_bias", {})
     for b in stats["biases"]:
         row = per_bias.get(b["id"], {"generated": 0, "kept_by_filter": 0})
         origin = b["origin"] if b["origin"] == "seed" else f"discovered (iteration {b['iteration']})"
-        decided = b.get("decided_against")
         lines.append(
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
+            f"{_effect_cell(b.get('effect'), b.get('decided_against'))} | "
             f"{comparison_cell(b.get('vs_baseline'))} | {comparison_cell(b.get('vs_placebo'))} | "
-            f"{decided or CARD_MISSING} | {row['generated']} | {row['kept_by_filter']} |"
+            f"{row['generated']} | {row['kept_by_filter']} |"
         )
+    statements = list(dict.fromkeys(b["error_statement"] for b in stats["biases"] if b.get("error_statement")))
+    if statements:
+        lines += ["", "Error control of these validations: " + " ".join(statements)]
     lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
     for domain, row in stats.get("per_domain", {}).items():
         lines.append(f"| {domain} | {row['generated']} | {row['kept_by_filter']} |")
@@ -778,6 +807,7 @@ def export_judgebench_pro(
     limit: int | None = None,
     overwrite: bool = False,
     allow_self_filter: bool = False,
+    allow_overlap: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
@@ -790,7 +820,9 @@ def export_judgebench_pro(
 
     Data: the run's test data (`data.test`, `data.data_dir`) unless `data` is given; `limit`
     takes a seeded sample of N pairs with the run's seed (with N = the run's `test_limit`,
-    exactly the pairs the run validated on, whose rewrites are then in the call cache).
+    exactly the pairs the run validated on, whose rewrites are then in the call cache). Data
+    that shares pairs (by id or content) with the items the run discovered its biases on is
+    refused unless `allow_overlap`; the overlap goes into stats.json either way.
     """
     out = Path(out)
     run_path = Path(run_dir)
@@ -805,6 +837,9 @@ def export_judgebench_pro(
         pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
+        overlap = check_run_overlap(
+            ctx.run, config, pairs, data_name=f"the Pro data {describe_source(source, where, portable=True)}", allow=allow_overlap
+        )
         teacher_cfg = config.teacher
         filter_cfg = model_config(filter_model, filter_base_url, config.target)
         check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
@@ -847,6 +882,7 @@ def export_judgebench_pro(
                 "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
             },
             "perturb_settings": config.perturb.model_dump(mode="json"),
+            "data_overlap": overlap.model_dump(mode="json"),
         }
         stats = pro_stats(build, ctx_info=info, biases=chosen)
     with staged_output(out, overwrite=overwrite, protect=[run_path]) as tmp:

@@ -180,16 +180,16 @@ def _domain_rows(bias: Bias, record: dict[str, Any] | None) -> list[dict[str, An
     rec_domains = (record or {}).get("per_domain") or {}
     rows = []
     for domain, d in sorted(v.per_domain.items()):
-        r = rec_domains.get(domain) or {}
+        r = rec_domains.get(domain) or {}  # libraries from before the shared comparison kept no CI per domain
         rows.append(
             {
                 "domain": domain,
                 "n": d.n,
-                "baseline": d.baseline_error,
-                "perturbed": d.perturbed_error,
+                "baseline": d.control_error,
+                "perturbed": d.arm_error,
                 "delta": d.delta,
-                "ci_low": r.get("ci_low"),
-                "ci_high": r.get("ci_high"),
+                "ci_low": d.ci_low if d.ci_low is not None else r.get("ci_low"),
+                "ci_high": d.ci_high if d.ci_high is not None else r.get("ci_high"),
                 "p": d.p_value,
             }
         )
@@ -235,18 +235,19 @@ def _card(run: RunData, bias: Bias, in_library: bool) -> dict[str, Any]:
 
 
 def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow], list[str]]:
+    """Per bias its reported effect (honest after a sequential stop) and, per domain, the
+    comparison vs the baseline on the items used."""
     rows, domains = [], set()
     for bias in biases:
         v = bias.validation
         if v is None:
             continue
-        record = run.records.get(bias.id) or {}
         per_domain = {}
-        for domain, d in v.per_domain.items():
-            r = (record.get("per_domain") or {}).get(domain) or {}
-            per_domain[domain] = (d.delta, r.get("ci_low"), r.get("ci_high"))
-            domains.add(domain)
-        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high, per_domain=per_domain))
+        for d in _domain_rows(bias, run.records.get(bias.id)):
+            per_domain[d["domain"]] = (d["delta"], d["ci_low"], d["ci_high"])
+            domains.add(d["domain"])
+        e = v.effect
+        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
     return rows, sorted(domains)
 
 
@@ -287,31 +288,30 @@ def _answer_check_text(reports: list[ValidationReport], effect: RewriteEffect | 
     return text
 
 
+def _configured_error_statement(config: dict[str, Any]) -> str:
+    """The error statement of a run's settings, before any validation has written its own."""
+    from ..config import RunConfig
+    from ..sequential import FamilySettings
+
+    try:
+        resolved = RunConfig.model_validate(config)
+    except ValueError:
+        return "–"
+    family = FamilySettings(rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations)
+    return family.error_statement(resolved.validate_.decision_control)
+
+
 def _validation_summary(run: RunData) -> dict[str, Any]:
     """The report's Validation section: the rule, the control, error control, looks, power."""
     reports = [info.validation for info in run.iterations if info.validation is not None]
     last = reports[-1] if reports else None
     config = run.config
-    alpha = _get(config, "validate.alpha")
     control = last.control if last is not None else (_get(config, "validate.control") or "baseline")
     if last is not None and last.candidates:
-        rule = last.candidates[0].comparison.rule
+        rule = last.candidates[0].decisive_comparison.rule
     else:
         rule = f"{_get(config, 'validate.acceptance') or 'paired'} vs {control} (no candidate validated yet)"
-    error_control = _get(config, "validate.error_control") or "iteration"
-    if error_control == "run":
-        share = last.alpha_family if last is not None and last.alpha_family is not None else None
-        error_text = (
-            f"run-wide: α = {alpha} split evenly over the run's planned validations"
-            + (f" ({share:.3g} each)" if share is not None else "")
-            + "; the chance of any false acceptance in the whole run stays within α"
-        )
-    else:
-        error_text = (
-            f"per iteration: each iteration's candidates are one family at α = {alpha} "
-            f"({_get(config, 'validate.correction') or 'holm'} across them); over T iterations the chance of "
-            "any false acceptance can reach T × α (set validate.error_control: run to bound the whole run)"
-        )
+    error_text = last.error_statement if last is not None else _configured_error_statement(config)
     plan = last.sequential if last is not None else None
     if plan is not None and len(plan.looks) > 1:
         looks = (
@@ -355,7 +355,7 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
     latest = run.latest
     discovered = run.discovered
     validated = [b for b in discovered if b.validation is not None] + [b for b in run.rejected if b.validation is not None]
-    validated.sort(key=lambda b: -(b.validation.delta if b.validation else 0.0))
+    validated.sort(key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))
 
     per_iteration_uri = None
     if run.libraries:

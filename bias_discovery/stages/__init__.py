@@ -9,10 +9,12 @@ from .identify import candidates_from_records, identify_biases
 from .merge import merge_biases
 from .perturb import assign_biases, perturb, rewrite_neutrally
 from .rewrite_checks import check_answers, record_checker
-from .validate import PlaceboArm, run_placebo, validate_biases
+from .validate import PlaceboArm, ValidationModels, ValidationSetup, run_placebo, validate_biases
 
 __all__ = [
     "PlaceboArm",
+    "ValidationModels",
+    "ValidationSetup",
     "assign_biases",
     "candidates_from_records",
     "check_answers",
