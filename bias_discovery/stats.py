@@ -582,10 +582,16 @@ def error_statement(
     control: str = "placebo",
     sequential: bool = False,
     scope: str = "run",
+    unit: str = "candidate",
+    members: str | None = None,
 ) -> str:
     """The one sentence that says what a validation's decisions control, at what level, over
     which family, for these settings (validation.json's `error_statement`, the library, the
-    report and `library show`).
+    report and `library show`, a matrix's `family_statement`).
+
+    `unit` names what is accepted or not (a candidate; a matrix's cell), its plural taking an
+    "s"; `members` describes a single family's members ("9 cells: 2 judges and the jury x 3
+    biases"), said instead of "the validation".
 
     `families` is the number of validations the `scope` plans (a run: its iterations, plus
     the seed library's; a replication: 1; None: unknown) and `family_alpha` each one's level. Holm bounds the
@@ -597,23 +603,23 @@ def error_statement(
     if acceptance == "paper":
         return (
             "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
-            "a candidate with no effect is accepted about half of the time."
+            f"a {unit} with no effect is accepted about half of the time."
         )
     null = (
-        f"candidate that does not raise the judge's error over the {control}"
+        f"{unit} that does not raise the judge's error over the {control}"
         if margin <= 0.0
-        else f"candidate whose true Δerror over the {control} is at most {margin:g}"
+        else f"{unit} whose true Δerror over the {control} is at most {margin:g}"
     )
     nulls = (
-        f"candidates that do not raise the error over the {control}"
+        f"{unit}s that do not raise the error over the {control}"
         if margin <= 0.0
-        else f"candidates at most {margin:g} above the {control}"
+        else f"{unit}s at most {margin:g} above the {control}"
     )
     looks = ", early looks included" if sequential else ""
     split = error_control == "run"
     several = families is None or families > 1
     if not several:
-        within = f"within the {scope}'s one validation"
+        within = f"across the {scope}'s {members}" if members else f"within the {scope}'s one validation"
     else:
         count = "" if families is None else f"{families} "
         within = f"within each of the {scope}'s {count}planned validations at {family_alpha:.3g}"
@@ -635,8 +641,8 @@ def error_statement(
     if correction == "bh" and split:
         return (
             f"False-discovery rate at most {family_alpha:.3g} {within.replace(f' at {family_alpha:.3g}', '')} "
-            f"(Benjamini-Hochberg, α = {alpha:g} split evenly{looks}): the expected share of {nulls} among the "
-            f"accepted; if no candidate has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
+            f"(Benjamini-Hochberg, α = {alpha:g}{' split evenly' if several else ''}{looks}): the expected share of {nulls} among the "
+            f"accepted; if no {unit} has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
         )
     if correction == "bh":
         return (
@@ -646,8 +652,8 @@ def error_statement(
         )
     level = family_alpha if split else alpha
     return (
-        f"No multiplicity control: each candidate is tested alone at α = {level:.3g}{looks}; the chance of some "
-        f"false acceptance can reach the number of candidates tested × {level:.3g}."
+        f"No multiplicity control: each {unit} is tested alone at α = {level:.3g}{looks}; the chance of some "
+        f"false acceptance can reach the number of {unit}s tested × {level:.3g}."
     )
 
 
@@ -1478,7 +1484,7 @@ def compare_effects(
     control_b: Sequence[bool | None],
     arm_b: Sequence[bool | None],
     *,
-    n_boot: int = 10000,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> EffectDifference:
