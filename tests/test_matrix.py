@@ -17,7 +17,7 @@ from bias_discovery.errors import ConfigError
 from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
 from bias_discovery.matrix.run import _Arm, jury_errors
 
-from fakes import MARKER, ScriptedEngine, _responses, authority_world
+from fakes import ScriptedEngine, _responses, authority_world
 from helpers import cli
 from test_loop import RecordingProgress, write_pairs
 

@@ -29,17 +29,15 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
     )
     control = result.settings.get("control", "placebo")
     table = Table(title_justify="left")
-    table.add_column("judge")
-    table.add_column("bias")
-    table.add_column(f"Δ pp vs {control}\n[CI]", justify="right")
-    table.add_column("n", justify="right")
-    table.add_column("p adj", justify="right")
-    table.add_column("MDE pp", justify="right")
-    table.add_column("accepted")
+    table.add_column("judge\nbias", overflow="fold")
+    table.add_column(f"Δ pp vs {control}\n[CI]", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("p adj", justify="right", no_wrap=True)
+    table.add_column("MDE pp", justify="right", no_wrap=True)
+    table.add_column("accepted", no_wrap=True)
     for cell in [*result.cells, *result.jury]:
         table.add_row(
-            escape(cell.judge),
-            escape(cell.bias),
+            escape(f"{cell.judge}\n{cell.bias}"),
             f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}",
             str(cell.n),
             p_value(cell.p_adjusted),
@@ -81,6 +79,7 @@ def matrix(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where named sets are read from."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="A seeded sample of N test pairs."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="With a run's library, validate on pairs the run discovered its biases on (recorded)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = QUIET,
 ) -> None:
@@ -99,7 +98,7 @@ def matrix(
     try:
         settings = matrix_settings(
             config, overrides=overrides, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir,
-            limit=limit, teacher=teacher,
+            limit=limit, teacher=teacher, allow_overlap=allow_overlap or None,
         )
         result = run_matrix(settings, out, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:

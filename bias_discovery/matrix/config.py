@@ -93,6 +93,9 @@ class MatrixData(_Strict):
     """Local copy of the named sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."""
     limit: int | None = Field(default=None, ge=1)
     """A seeded sample of this many test pairs (all when unset)."""
+    allow_overlap: bool = False
+    """With a run's library: go on when test pairs are pairs the run discovered its biases on
+    (same id or content); refused otherwise (`--allow-overlap`). Recorded in matrix.json."""
 
 
 def _matrix_validate_defaults() -> ValidateSettings:
@@ -256,6 +259,7 @@ def matrix_settings(
     data_dir: Path | None = None,
     limit: int | None = None,
     teacher: str | None = None,
+    allow_overlap: bool | None = None,
 ) -> MatrixConfig:
     """The `matrix` command's settings: the config file (if any), the command's flags on top
     (`judges`: SPEC,SPEC,... model specs or per-judge YAML files; `biases`: ID,NAME,...), then
@@ -272,7 +276,8 @@ def matrix_settings(
         raw["library"] = library
     if biases is not None:
         raw["biases"] = [b.strip() for b in biases.split(",") if b.strip()]
-    for key, value in (("test", data), ("data_dir", None if data_dir is None else str(data_dir)), ("limit", limit)):
+    flags = (("test", data), ("data_dir", None if data_dir is None else str(data_dir)), ("limit", limit), ("allow_overlap", allow_overlap))
+    for key, value in flags:
         if value is not None:
             section = raw.get("data")
             raw["data"] = {**(section if isinstance(section, dict) else {}), key: value}

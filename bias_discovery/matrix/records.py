@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..data.overlap import DataOverlap
 from ..judging import Judgment
 from ..stats import EffectDifference, PairedComparison
 
@@ -43,10 +44,13 @@ class MatrixCell(_Record):
     control: Literal["placebo", "baseline"]
     """What Δ is measured against: the same items rewritten neutrally (placebo) or unchanged."""
     delta: float
-    """Error with the bias minus error with the control, on the same `n` items."""
+    """Error with the bias minus error with the control, on the same `n` items (the reported
+    effect, `effect_method`)."""
     ci_low: float | None
     ci_high: float | None
     """Paired bootstrap CI of `delta` (at `MatrixResult.settings.confidence`)."""
+    effect_method: str
+    """How `delta` and its CI are estimated (`stats.FULL_SAMPLE`: every cell sees every item)."""
     p_value: float | None
     p_adjusted: float | None
     """`p_value` adjusted across the whole matrix (every cell and the jury row)."""
@@ -55,8 +59,8 @@ class MatrixCell(_Record):
     """Test items valid in both arms (rewrite valid, both verdicts valid)."""
     n_excluded_invalid: int
     mde: float | None
-    """Smallest Δ the test detects with `MatrixResult.settings.power` at this n and the
-    matrix's corrected level (None: no Δ is detectable at this n)."""
+    """Smallest Δ the test detects with `MatrixResult.settings.power` at this n, the matrix's
+    corrected level and the hypothesis Δ <= min_delta (None: none is detectable at this n)."""
     control_error: float
     arm_error: float
     comparisons: dict[str, PairedComparison] = Field(default_factory=dict)
@@ -130,6 +134,9 @@ class MatrixResult(_Record):
     seed: int
     data: str
     n_test: int
+    data_overlap: DataOverlap | None = None
+    """With a run's library: how many test items the run discovered its biases on (refused
+    unless allowed)."""
     library: str
     """The library the biases came from."""
     teacher: str

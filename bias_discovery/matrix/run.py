@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data.loaders import describe_source, load_pairs
+from ..data.overlap import DataOverlap
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError, DataError
 from ..formatting import plural
@@ -40,15 +41,8 @@ from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import PLACEBO_ID, perturb, rewrite_neutrally
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
-from ..stats import (
-    PairedComparison,
-    compare_effects,
-    compare_paired,
-    decide_acceptance,
-    decide_differences,
-    min_detectable_delta,
-    null_discordance,
-)
+from ..sequential import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
+from ..stats import compare_effects, compare_paired, decide_differences
 from .config import JURY, MatrixConfig, load_matrix_library, selected_biases
 from .output import prepare_matrix_dir, write_matrix
 from .records import (
@@ -179,42 +173,114 @@ def _rewrite_summary(arm: str, rewrites: Sequence[PerturbedPair], checked: bool)
 
 def _data_description(config: MatrixConfig, n: int) -> str:
     where = describe_source(config.data.test, config.data.data_dir, portable=True)
-    return where if config.data.limit is None else f"{where}, seeded sample of {plural(n, 'pair')}"
+    return where if config.data.limit is None or n < config.data.limit else f"{where}, a seeded sample"
 
 
-def family_statement(config: MatrixConfig, n_judges: int, n_biases: int, jury: bool) -> str:
-    """What the cells' decisions control: the family is the whole matrix."""
-    rules = config.validate_
-    control = rules.decision_control
-    m = (n_judges + (1 if jury else 0)) * n_biases
+def _discovery_overlap(run_dir: Path, pairs: Sequence[PreferencePair], data_name: str, *, allow: bool) -> DataOverlap:
+    """A run's biases measured on its own discovery items would be circular: refused unless
+    `data.allow_overlap` (`--allow-overlap`), recorded either way."""
+    from ..config import load_run_config
+    from ..export.common import check_run_overlap
+    from ..run import RunDir
+
+    run = RunDir(run_dir)
+    if not run.config_path.is_file():
+        raise ConfigError(
+            f"library {run_dir}: the run has no config.yaml, so the items its biases were discovered on are unknown; "
+            "give the library file (RUN_DIR/library/latest.json) to validate its biases anyway"
+        )
+    how = "pass --allow-overlap (data.allow_overlap: true)"
+    try:
+        return check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the matrix's test data {data_name}", allow=allow)
+    except DataError as exc:
+        raise DataError(str(exc).replace("pass --allow-overlap", how)) from None
+
+
+def matrix_family(config: MatrixConfig, *, n_judges: int, n_biases: int, jury: bool) -> FamilySettings:
+    """The matrix as one validation family: every judge x bias cell and the jury row, at the
+    configured alpha, correction and min_delta, with one look (every cell sees every item)."""
     rows = plural(n_judges, "judge") + (" and the jury" if jury else "")
-    family = f"the matrix's {plural(m, 'cell')} ({rows} x {plural(n_biases, 'bias', 'biases')})"
-    if rules.acceptance == "paper":
-        return (
-            "No error control: the paper's rule (error with the bias > error on the unchanged items) accepts "
-            "without a test; a cell with no effect is accepted about half of the time."
-        )
-    null = f"a cell whose judge's error does not rise over the {control}"
-    if rules.min_delta > 0:
-        null = f"a cell whose Δerror over the {control} is at most {rules.min_delta:g}"
-    if rules.correction == "holm":
-        return f"Family-wise error over {family}: the chance that any {null} is accepted is at most α = {rules.alpha:g} (Holm across all cells)."
-    if rules.correction == "bh":
-        return (
-            f"False-discovery rate over {family}: among the accepted cells, the expected share of cells whose judge's "
-            f"error does not rise over the {control} is at most {rules.alpha:g} (Benjamini-Hochberg across all cells)."
-        )
-    return (
-        f"No multiplicity control: each of {family} is tested alone at α = {rules.alpha:g}; the chance of some false "
-        f"acceptance can reach {m} x {rules.alpha:g}."
+    m = (n_judges + (1 if jury else 0)) * n_biases
+    return FamilySettings(
+        rules=config.validate_.model_copy(update={"error_control": "run"}),
+        alpha=config.validate_.alpha,
+        families=1,
+        seed=config.seed,
+        scope="matrix",
+        unit="cell",
+        members=f"{plural(m, 'cell')}: {rows} × {plural(n_biases, 'bias')}",
     )
+
+
+def _decide_cells(
+    rows: Sequence[str],
+    biases: Sequence[Bias],
+    verdicts: Mapping[str, Mapping[str, _Arm]],
+    control_arms: Mapping[str, str],
+    family: FamilySettings,
+    n: int,
+) -> list[MatrixCell]:
+    """Each row (a judge, the jury) against its own controls, the whole matrix decided as one
+    family (`sequential.run_looks`, `compare_arms`, `decide`, `effects`, `smallest_detectable`)."""
+    decisive = family.rules.decision_control
+    size = len(rows) * len(biases)
+    looks, comparisons = [], []
+    for row in rows:
+        arm_errors = [verdicts[row][bias.id].errors for bias in biases]
+
+        def fetch(look: int, active: Sequence[int], items: Sequence[int], arm_errors: list[list[bool | None]] = arm_errors) -> list[list[bool | None]]:
+            return [[arm_errors[k][i] for i in items] for k in active]
+
+        controls = {name: verdicts[row][arm].errors for name, arm in control_arms.items()}
+        row_looks = run_looks(controls[decisive], len(biases), fetch, family, list(range(n)), family_size=size)
+        looks.append(row_looks)
+        comparisons.append(compare_arms(row_looks, controls, family))
+    decided = decide(looks, [c[decisive] for row in comparisons for c in row], family, decisive)
+    cells = []
+    for r, (row, row_looks, row_comparisons) in enumerate(zip(rows, looks, comparisons)):
+        row_decided = decided[r * len(biases) : (r + 1) * len(biases)]
+        for k, (bias, d, effect) in enumerate(zip(biases, row_decided, effects(row_looks, row_decided, family))):
+            mde, _ = smallest_detectable(row_looks, k, d, family)
+            cells.append(
+                MatrixCell(
+                    judge=row, bias=bias.id, bias_name=bias.name, control=decisive, delta=effect.delta,
+                    ci_low=effect.ci_low, ci_high=effect.ci_high, effect_method=effect.method, p_value=d.p_value,
+                    p_adjusted=d.p_adjusted, accepted=bool(d.accepted), n=d.n, n_excluded_invalid=d.n_excluded_invalid,
+                    mde=mde, control_error=d.control_error, arm_error=d.arm_error,
+                    comparisons=with_decision(row_comparisons[k], d, decisive),
+                )
+            )
+    return cells
+
+
+def _compare_judges(
+    names: Sequence[str], biases: Sequence[Bias], verdicts: Mapping[str, Mapping[str, _Arm]], control_arm: str, family: FamilySettings
+) -> list[JudgeComparison]:
+    """Per bias, every pair of judges on the items valid for both (`stats.compare_effects`),
+    all pairs of all biases one family of their own."""
+    rules = family.rules
+    raw = [
+        (bias, a, b, compare_effects(
+            verdicts[a][control_arm].errors, verdicts[a][bias.id].errors, verdicts[b][control_arm].errors,
+            verdicts[b][bias.id].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=family.seed,
+        ))
+        for bias in biases for i, a in enumerate(names) for b in names[i + 1 :]
+    ]
+    decided = decide_differences([r[3] for r in raw], alpha=family.alpha, correction=rules.correction)
+    return [
+        JudgeComparison(
+            **d.model_dump(), bias=bias.id, judge_a=a, judge_b=b,
+            larger=(a if d.difference > 0 else b) if d.significant and d.difference != 0 else None,
+        )
+        for (bias, a, b, _), d in zip(raw, decided)
+    ]
 
 
 def comparison_statement(config: MatrixConfig, n_comparisons: int, n_biases: int, n_pairs: int) -> str:
     """What the judge comparisons control (a family of their own)."""
     rules = config.validate_
     what = (
-        f"the {plural(n_comparisons, 'judge comparison')} ({plural(n_biases, 'bias', 'biases')} x "
+        f"the {plural(n_comparisons, 'judge comparison')} ({plural(n_biases, 'bias')} × "
         f"{plural(n_pairs, 'pair')} of judges; two-sided exact sign-flip test of the difference in Δerror over the "
         f"{rules.decision_control}, on the items valid for both judges)"
     )
@@ -243,13 +309,15 @@ def run_matrix(
     out = Path(out_dir)
     bar = progress_or_quiet(progress)
     rules = config.validate_
-    library, library_desc, _ = load_matrix_library(config.library, config.seed_library)
+    library, library_desc, library_run = load_matrix_library(config.library, config.seed_library)
     biases: list[Bias] = selected_biases(library, config.biases, library_desc)
     if not biases:
         raise ConfigError(f"library {library_desc} holds no bias")
     pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed)
     if not pairs:
         raise DataError(f"test data {config.data.test!r} has no pairs")
+    data_name = _data_description(config, len(pairs))
+    overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
     cache_path = prepare_matrix_dir(out, config)
     seed = config.seed
     n = len(pairs)
@@ -289,63 +357,16 @@ def run_matrix(
             judgments += mine
 
     names = [j.name for j in config.judges]
-    with_jury = len(names) >= 2
-    rows = list(names) + ([JURY] if with_jury else [])
-    if with_jury:
+    rows = list(names)
+    if len(names) >= 2:
+        rows.append(JURY)
         verdicts[JURY] = {
             arm: _Arm(errors=jury_errors([verdicts[name][arm] for name in names], orders), votes=[None] * n) for arm in arms
         }
-    decisive = rules.decision_control
     control_arms = {BASELINE: BASELINE, **({"placebo": PLACEBO_ID} if placebo else {})}
-
-    def compared(row: str, bias: Bias) -> dict[str, PairedComparison]:
-        return {
-            name: compare_paired(
-                verdicts[row][arm].errors, verdicts[row][bias.id].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed
-            )
-            for name, arm in control_arms.items()
-        }
-
-    keys = [(row, bias) for row in rows for bias in biases]
-    comparisons = [compared(row, bias) for row, bias in keys]
-    decided = decide_acceptance(
-        [c[decisive] for c in comparisons], rule=rules.acceptance, alpha=rules.alpha, correction=rules.correction,
-        min_delta=rules.min_delta, control=decisive,
-    )
-    level = rules.alpha / len(decided)
-    cells: list[MatrixCell] = []
-    for (row, bias), both, d in zip(keys, comparisons, decided):
-        psi = null_discordance(d.b_discordant_hurt, d.c_discordant_helped, d.n)
-        reported = {
-            name: cmp if name != decisive else d
-            for name, cmp in both.items()
-        }
-        cells.append(
-            MatrixCell(
-                judge=row, bias=bias.id, bias_name=bias.name, control=decisive, delta=d.delta, ci_low=d.ci_low,
-                ci_high=d.ci_high, p_value=d.p_value, p_adjusted=d.p_adjusted, accepted=bool(d.accepted), n=d.n,
-                n_excluded_invalid=d.n_excluded_invalid,
-                mde=min_detectable_delta(d.n, psi, level, power=rules.power) if d.n else None,
-                control_error=d.baseline_error, arm_error=d.perturbed_error, comparisons=reported,
-            )
-        )
-
-    control_arm = control_arms[decisive]
-    raw = [
-        (bias, a, b, compare_effects(
-            verdicts[a][control_arm].errors, verdicts[a][bias.id].errors, verdicts[b][control_arm].errors,
-            verdicts[b][bias.id].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed,
-        ))
-        for bias in biases for i, a in enumerate(names) for b in names[i + 1 :]
-    ]
-    differences = decide_differences([r[3] for r in raw], alpha=rules.alpha, correction=rules.correction)
-    judge_comparisons = [
-        JudgeComparison(
-            **d.model_dump(), bias=bias.id, judge_a=a, judge_b=b,
-            larger=(a if d.difference > 0 else b) if d.significant and d.difference != 0 else None,
-        )
-        for (bias, a, b, _), d in zip(raw, differences)
-    ]
+    family = matrix_family(config, n_judges=len(names), n_biases=len(biases), jury=JURY in rows)
+    cells = _decide_cells(rows, biases, verdicts, control_arms, family, n)
+    differences = _compare_judges(names, biases, verdicts, control_arms[rules.decision_control], family)
 
     judge_details = []
     for judge in config.judges:
@@ -357,7 +378,8 @@ def run_matrix(
                 calls_per_item=calls_per_pair(judge.judge), baseline_error=sum(valid) / len(valid) if valid else None,
                 n_baseline_valid=len(valid),
                 rewrite_effect=compare_paired(
-                    base, verdicts[judge.name][PLACEBO_ID].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed
+                    base, verdicts[judge.name][PLACEBO_ID].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed,
+                    control=BASELINE,
                 ) if placebo else None,
             )
         )
@@ -369,14 +391,15 @@ def run_matrix(
         name=config.name,
         created_at=utc_now_iso(),
         seed=seed,
-        data=_data_description(config, n),
+        data=data_name,
+        data_overlap=overlap,
         n_test=n,
         library=library_desc,
         teacher=config.teacher.spec,
         checker=checker_config.spec if checker_config is not None else None,
         self_checked=config.self_checked,
         settings={
-            "acceptance": rules.acceptance, "control": decisive, "alpha": rules.alpha, "correction": rules.correction,
+            "acceptance": rules.acceptance, "control": rules.decision_control, "alpha": rules.alpha, "correction": rules.correction,
             "min_delta": rules.min_delta, "confidence": rules.confidence, "power": rules.power, "n_boot": rules.n_boot,
             "positions": config.judge.positions,
         },
@@ -387,10 +410,10 @@ def run_matrix(
         rewrites=summaries,
         cells=[c for c in cells if c.judge != JURY],
         jury=[c for c in cells if c.judge == JURY],
-        family_statement=family_statement(config, len(names), len(biases), with_jury),
-        judge_comparisons=judge_comparisons,
-        comparison_statement=comparison_statement(config, len(judge_comparisons), len(biases), len(names) * (len(names) - 1) // 2)
-        if judge_comparisons else "",
+        family_statement=family.error_statement(rules.decision_control),
+        judge_comparisons=differences,
+        comparison_statement=comparison_statement(config, len(differences), len(biases), len(names) * (len(names) - 1) // 2)
+        if differences else "",
         calls=MatrixCalls(
             teacher=paid.paid.get("teacher", 0),
             checker=paid.paid.get("checker", 0),
