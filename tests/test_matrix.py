@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.errors import ConfigError
+from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
 from bias_discovery.matrix.run import _Arm, jury_errors
 
@@ -26,10 +26,12 @@ BIASES = ["authority-bias", "sentiment-bias"]
 
 
 def teacher_world(request):
-    """The teacher of `authority_world`, but a trait other than authority is carried too (an
-    upbeat closing line the judges ignore), so those rewrites are valid rather than unchanged."""
+    """The teacher of `authority_world`, but a trait other than authority (or experts) is
+    carried too (an upbeat closing line the judges ignore), so those rewrites are valid rather
+    than unchanged."""
     user = request.messages[-1].content
-    if "Trait:" in user and "authority" not in user.split("Trait:")[1].splitlines()[0].lower():
+    trait = user.split("Trait:")[1].splitlines()[0].lower() if "Trait:" in user else ""
+    if trait and "authority" not in trait and "expert" not in trait:
         original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
         return f"{original} What a pleasure to answer!"
     return authority_world(request)
@@ -284,3 +286,84 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine" and not (tmp_path / "o").exists()
     with pytest.raises(ConfigError, match="holds no bias|not in"):
         run_matrix(config(tmp_path, ["fair"], biases=["nothing-like-this"]), tmp_path / "x")
+
+
+def test_a_runs_library_is_not_validated_on_the_items_it_was_discovered_on(authority_run, tmp_path):
+    """`library: RUN_DIR` takes the run's newest library (seeds and the discovered bias); the
+    matrix refuses the run's target pairs as test data unless allowed, and records the overlap."""
+    root = authority_run.root
+    base = {
+        "teacher": "openai/teacher",
+        "library": str(root),
+        "biases": ["d1-expert-citation-bias"],
+        "judges": [{"name": "biased", "model": "openai/biased"}, {"name": "fair", "model": "openai/fair"}],
+        "validate": {"n_boot": 200},
+    }
+    clean = MatrixConfig.model_validate({**base, "data": {"test": str(tmp_path / "test40.jsonl")}})
+    result = run_matrix(clean, tmp_path / "m1", engines=engines(["biased", "fair"]))
+    assert result.library == f"{root.name}@1" and result.biases == ["d1-expert-citation-bias"]
+    assert result.data_overlap is not None and result.data_overlap.shared == 0
+    cells = {c.judge: c for c in result.cells}
+    assert cells["biased"].delta == 1.0 and cells["biased"].accepted and not cells["fair"].accepted
+
+    circular = MatrixConfig.model_validate({**base, "data": {"test": str(tmp_path / "target24.jsonl")}})
+    with pytest.raises(DataError, match="circular.*--allow-overlap"):
+        run_matrix(circular, tmp_path / "m2", engines=engines(["biased", "fair"]))
+    assert not (tmp_path / "m2").exists()
+    allowed = circular.model_copy(update={"data": circular.data.model_copy(update={"allow_overlap": True})})
+    result = run_matrix(allowed, tmp_path / "m2", engines=engines(["biased", "fair"]))
+    assert result.data_overlap.allowed and result.data_overlap.shared == 24
+
+
+# --------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------
+
+HOSTILE_BIAS = "<script>document.title='PWNED'</script>"
+HOSTILE_JUDGE = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def hostile_matrix(tmp_path) -> Path:
+    """A finished fake matrix whose bias name and judge name are markup."""
+    from bias_discovery.library import load_seed_library, save_library
+
+    seeds = load_seed_library("biasscope7")
+    authority = seeds.by_id("authority-bias").model_copy(update={"name": f"Authority {HOSTILE_BIAS}"})
+    library = seeds.model_copy(update={"biases": [authority, seeds.by_id("sentiment-bias")]})
+    path = save_library(library, tmp_path / "hostile-library.json")
+    cfg = config(tmp_path, ["biased", "fair"], library=str(path), biases=None)
+    cfg = cfg.model_copy(update={"judges": [cfg.judges[0].model_copy(update={"name": HOSTILE_JUDGE}), cfg.judges[1]]})
+    fakes = engines(["biased", "fair"])
+    fakes[judge_role(HOSTILE_JUDGE)] = fakes.pop(judge_role("biased"))
+    out = tmp_path / "hostile"
+    run_matrix(cfg, out, engines=fakes)
+    return out
+
+
+def test_the_page_escapes_what_models_and_users_wrote(hostile_matrix):
+    html = (hostile_matrix / "matrix.html").read_text()
+    assert "<script" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;document.title=&#39;PWNED&#39;&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert not re.search(r'(src|href)="(https?:)?//', html) and "@import" not in html and "url(" not in html
+    # the heatmap: one row per judge and the jury's, the CI on hover and in the cell
+    assert html.count('<td class="cell"') == 3 * 2 and 'title="' in html and "+100.0 pp" in html
+    assert "Family-wise error over the matrix" in html and "Judges compared, per bias" in html
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_the_page_in_headless_chromium(hostile_matrix, tmp_path):
+    from test_report import _chromium, layout_at
+
+    page = hostile_matrix / "matrix.html"
+    dom = _chromium("--dump-dom", page.resolve().as_uri(), user_data=tmp_path / "profile-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    title = re.search(r"<title>(.*?)</title>", dom.stdout, re.S).group(1)
+    assert "PWNED" not in title and title == "bias matrix fake-matrix"
+    assert "<script" not in dom.stdout and '<img src="x"' not in dom.stdout
+    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in dom.stdout
+    assert dom.stdout.count('class="cell"') == 6 and 'class="jury"' in dom.stdout
+    layout, shot = layout_at(page, 1300, tmp_path)
+    assert layout["page"] <= 1300 and layout["overflowing"] == [], layout
+    assert shot.stat().st_size > 30_000

@@ -38,7 +38,7 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
     for cell in [*result.cells, *result.jury]:
         table.add_row(
             escape(f"{cell.judge}\n{cell.bias}"),
-            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}",
+            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}" if cell.n else "-\n(no valid item)",
             str(cell.n),
             p_value(cell.p_adjusted),
             pp(cell.mde, unit=""),
