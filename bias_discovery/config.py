@@ -8,10 +8,10 @@ can always be reproduced and resumed from its own directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .judging import JudgeSettings
@@ -27,6 +27,10 @@ def parse_model_config(value: Any) -> Any:
         rest = {k: v for k, v in value.items() if k != "spec"}
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
+
+
+ModelSpec = Annotated[ModelConfig, BeforeValidator(parse_model_config)]
+"""A model setting: a `provider/model` spec, `{spec: ..., base_url: ...}`, or the full form."""
 
 
 class _Strict(BaseModel):
@@ -177,9 +181,9 @@ class RunConfig(_Strict):
     """Human-readable run name (the run directory is chosen separately)."""
     seed: int = 42
     """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
-    target: ModelConfig
+    target: ModelSpec
     """The judge under study."""
-    teacher: ModelConfig
+    teacher: ModelSpec
     """The stronger model that perturbs responses, names biases and merges them."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -195,11 +199,6 @@ class RunConfig(_Strict):
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("target", "teacher", mode="before")
-    @classmethod
-    def _parse_model(cls, value: Any) -> Any:
-        return parse_model_config(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -17,11 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import (
+    ModelSpec,
     PerturbSettings,
     SequentialSettings,
     ValidateSettings,
     load_settings,
-    parse_model_config,
     read_settings_file,
     validate_settings,
 )
@@ -59,15 +59,10 @@ class MatrixJudge(_Strict):
     name: str
     """How the outputs name this judge (unique in the matrix; `jury` is reserved). Two
     configurations of one model (another prompt, a mitigation) are two judges with two names."""
-    model: ModelConfig
+    model: ModelSpec
     judge: JudgeSettings
     """This judge's settings: the matrix's `judge` settings with the judge's own on top (in
     the YAML, written next to `name` and `model`: `prompt: judge_pairwise_mitigated`)."""
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _parse_model(cls, value: Any) -> Any:
-        return parse_model_config(value)
 
     @field_validator("name")
     @classmethod
@@ -110,7 +105,7 @@ class MatrixConfig(_Strict):
     seed: int = 42
     """One seed for everything: the test sample, the position swaps, every model's sampling.
     The same seed gives every judge the same rewrites (and the call cache answers them)."""
-    teacher: ModelConfig = Field(default_factory=lambda: ModelConfig.from_spec("llamacpp/smollm2"))
+    teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec("llamacpp/smollm2"))
     """The model that rewrites the rejected responses (each bias, and the neutral placebo)."""
     library: str = SEED_LIBRARY
     """The biases: `seeds` (the seed library `seed_library`), a shipped seed library name
@@ -132,11 +127,6 @@ class MatrixConfig(_Strict):
     every test item, so `sequential.enabled` must stay false."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("teacher", mode="before")
-    @classmethod
-    def _parse_teacher(cls, value: Any) -> Any:
-        return parse_model_config(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -293,14 +283,9 @@ def judge_from_spec(spec: str) -> dict[str, Any]:
     text = spec.strip()
     path = Path(text)
     if text.endswith((".yaml", ".yml")) or path.is_file():
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"--judges {text}: judge file not found") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--judges {text}: not valid YAML ({' '.join(str(exc).split())})") from None
-        if not isinstance(raw, dict) or "model" not in raw:
-            raise ConfigError(f"--judges {text}: expected a mapping with at least `model` (and `name`, `prompt` ...)")
+        raw = read_settings_file(path)
+        if "model" not in raw:
+            raise ConfigError(f"--judges {text}: a judge file needs `model` (and `name`, `prompt` ...)")
         return {"name": path.stem, **raw}
     if "/" not in text:
         raise ConfigError(f"--judges {text!r}: expected a model spec (provider/model) or a judge .yaml file")
