@@ -122,6 +122,17 @@ class BagOfWordsEmbedder:
         return out / np.where(norms == 0, 1, norms)
 
 
+def fair_world(request: GenerationRequest) -> str:
+    """`authority_world` with a judge that does not have the authority bias: it ignores the
+    marker and picks the response that says RIGHT."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        a, _ = _responses(user)
+        pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: the right one.\nVerdict: {pick}"
+    return authority_world(request)
+
+
 POLISH = "Indeed, this is well put."
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def model_cache_dir() -> Path:
@@ -60,6 +61,23 @@ def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool =
     if check and result.returncode != 0:
         raise AssertionError(f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """SIGKILL `process` as soon as `ready()` holds (a progress trigger, not a time: on a
+    loaded machine a call can take many seconds); fails if it ends first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert process.poll() is None, f"the process ended before {what}"
+            assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 @contextlib.contextmanager

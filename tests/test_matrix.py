@@ -17,7 +17,7 @@ from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
 from bias_discovery.matrix.run import _Arm, jury_errors
 
-from fakes import ScriptedEngine, _responses, authority_world
+from fakes import ScriptedEngine, authority_world, fair_world
 from helpers import cli
 from test_loop import RecordingProgress, write_pairs
 
@@ -34,16 +34,6 @@ def teacher_world(request):
     if trait and "authority" not in trait and "expert" not in trait:
         original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
         return f"{original} What a pleasure to answer!"
-    return authority_world(request)
-
-
-def fair_world(request):
-    """A judge without the authority bias: it picks the response that says RIGHT."""
-    user = request.messages[-1].content
-    if "[Response A]" in user and len(request.messages) <= 2:
-        a, _ = _responses(user)
-        pick = "A" if "RIGHT" in a else "B"
-        return f"Reasoning: the right one.\nVerdict: {pick}"
     return authority_world(request)
 
 
@@ -274,7 +264,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
         (["--judges", "llamacpp/smollm2", "--data", str(data), "--out", str(tmp_path / "busy")], "not a matrix directory"),
         (["--data", str(data), "--out", str(tmp_path / "o")], "no judges"),
         (["--judges", "llamacpp/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")], "'no-such-bias' not in seed library biasscope7"),
-        (["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")], "judge file not found"),
+        (["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")], "missing.yaml: config file not found"),
         (["--judges", "smollm2", "--out", str(tmp_path / "o")], "expected a model spec"),
         (["experiments/matrix-cpu.yaml", "--set", "validate.alpha=2", "--out", str(tmp_path / "o")], "--set validate.alpha=2"),
         (["--judges", "llamacpp/smollm2", "--library", "nope", "--out", str(tmp_path / "o")], "unknown seed library 'nope'"),

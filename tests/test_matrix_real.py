@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO, cli
+from helpers import REPO, cli, sigkill_when
 
 pytestmark = pytest.mark.model
 
@@ -42,18 +39,8 @@ def test_a_killed_real_matrix_resumes_and_pays_no_call_twice(smollm2_gguf_path: 
     args = ["matrix", "experiments/matrix-cpu.yaml", "--out", str(out), *SMALL]
     process = subprocess.Popen([sys.executable, "-m", "bias_discovery.cli", *args], cwd=REPO,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 900
-    try:  # killed once the first judge call is stored: the rewrites are done, the judges are not
-        while _rows(cache, judge_calls) == 0:
-            assert process.poll() is None, "the matrix ended before it could be killed"
-            assert time.monotonic() < deadline, "no judge call was stored within 900 s"
-            time.sleep(0.05)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    # killed once the first judge call is stored: the rewrites are done, the judges are not
+    sigkill_when(process, lambda: _rows(cache, judge_calls) > 0, timeout=900, what="a judge call was stored")
     stored = _rows(cache)
     assert stored > 0 and not (out / "matrix.json").exists()
 
