@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import ValidateSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.overlap import DataOverlap
 from ..data.pairs import Order, PreferencePair
@@ -43,7 +44,7 @@ from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
 from ..sequential import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
 from ..stats import compare_effects, compare_paired, decide_differences
-from .config import JURY, MatrixConfig, load_matrix_library, selected_biases
+from .config import JURY, MatrixConfig, MatrixJudge, load_matrix_library, selected_biases
 from .output import prepare_matrix_dir, write_matrix
 from .records import (
     JudgeComparison,
@@ -149,6 +150,45 @@ def jury_errors(arms: Sequence[_Arm], orders: Sequence[Sequence[Order]]) -> list
         verdicts = [jury_verdict([v.get(order) for v in votes if v is not None]) for order in item_orders]
         errors.append(None if any(x is None for x in verdicts) else not all(x == "chosen" for x in verdicts))
     return errors
+
+
+def _shared_rewrites(
+    paid: _PaidCalls, config: MatrixConfig, biases: Sequence[Bias], pairs: Sequence[PreferencePair], *, checked: bool, bar: ProgressFactory
+) -> tuple[list[PerturbedPair], list[list[PerturbedPair]]]:
+    """The rewrites every judge sees: the teacher's, one per pair and bias (and one neutral per
+    pair with the placebo control), each answer checked by the one checker; returns (placebo,
+    per bias)."""
+    seed, n = config.seed, len(pairs)
+    with paid.booked("teacher") as teacher:
+        work = [(pair, bias) for bias in biases for pair in pairs]
+        with bar("teacher: rewrite with each bias", len(work)) as advance:
+            rewrites = perturb(teacher, work, config.perturb, seed=seed, progress=advance)
+        placebo: list[PerturbedPair] = []
+        if config.validate_.control == "placebo":
+            with bar("teacher: placebo (neutral rewrite)", n) as advance:
+                placebo = rewrite_neutrally(teacher, pairs, config.perturb, seed=seed, progress=advance)
+    if checked:
+        with paid.booked("checker") as checker:
+            everything = placebo + rewrites
+            with bar("checker: answers", check_calls(everything)) as advance:
+                everything = check_answers(checker, everything, seed=seed, progress=advance)
+        placebo, rewrites = everything[: len(placebo)], everything[len(placebo) :]
+    return placebo, _split(rewrites, n)
+
+
+def _judge_record(judge: MatrixJudge, arms: Mapping[str, _Arm], rules: ValidateSettings, seed: int) -> JudgeRecord:
+    """A judge's configuration, its error on the unchanged items and its rewrite effect."""
+    base = arms[BASELINE].errors
+    valid = [e for e in base if e is not None]
+    placebo = arms.get(PLACEBO_ID)
+    return JudgeRecord(
+        name=judge.name, model=judge.spec, prompt=judge.judge.prompt, mitigation=judge.judge.mitigation,
+        calls_per_item=calls_per_pair(judge.judge), baseline_error=sum(valid) / len(valid) if valid else None,
+        n_baseline_valid=len(valid),
+        rewrite_effect=compare_paired(
+            base, placebo.errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed, control=BASELINE
+        ) if placebo is not None else None,
+    )
 
 
 def _rewrite_summary(arm: str, rewrites: Sequence[PerturbedPair], checked: bool) -> RewriteSummary:
@@ -326,33 +366,18 @@ def run_matrix(
     if checker_config is not None:
         configs["checker"] = checker_config
     injected = {role: e if isinstance(e, CachedEngine) else CachedEngine(e, cache_path) for role, e in (engines or {}).items()}
+    orders = [order_for(pair, config.judge.positions, seed) for pair in pairs]
     with ModelRoles(configs, cache_path=cache_path, engines=injected) as roles:
         paid = _PaidCalls(roles)
-        with paid.booked("teacher") as teacher:
-            work = [(pair, bias) for bias in biases for pair in pairs]
-            with bar("teacher: rewrite with each bias", len(work)) as advance:
-                rewrites = perturb(teacher, work, config.perturb, seed=seed, progress=advance)
-            placebo: list[PerturbedPair] = []
-            if rules.control == "placebo":
-                with bar("teacher: placebo (neutral rewrite)", n) as advance:
-                    placebo = rewrite_neutrally(teacher, pairs, config.perturb, seed=seed, progress=advance)
-        if checker_config is not None:
-            with paid.booked("checker") as checker:
-                everything = placebo + rewrites
-                with bar("checker: answers", check_calls(everything)) as advance:
-                    everything = check_answers(checker, everything, seed=seed, progress=advance)
-            placebo, rewrites = everything[: len(placebo)], everything[len(placebo) :]
-        by_bias = _split(rewrites, n)
+        placebo, by_bias = _shared_rewrites(paid, config, biases, pairs, checked=checker_config is not None, bar=bar)
         arms: dict[str, list[PreferencePair | None]] = {BASELINE: list(pairs)}
         if placebo:
             arms[PLACEBO_ID] = _as_items(placebo)
         arms.update({bias.id: _as_items(r) for bias, r in zip(biases, by_bias)})
-        orders = [order_for(pair, config.judge.positions, seed) for pair in pairs]
         verdicts: dict[str, dict[str, _Arm]] = {}
         judgments: list[MatrixJudgment] = []
         for judge in config.judges:
-            role = judge_role(judge.name)
-            with paid.booked(role) as engine:
+            with paid.booked(judge_role(judge.name)) as engine:
                 verdicts[judge.name], mine = _judge_arms(engine, judge.name, arms, judge.judge, orders, seed=seed, progress=bar)
             judgments += mine
 
@@ -368,21 +393,6 @@ def run_matrix(
     cells = _decide_cells(rows, biases, verdicts, control_arms, family, n)
     differences = _compare_judges(names, biases, verdicts, control_arms[rules.decision_control], family)
 
-    judge_details = []
-    for judge in config.judges:
-        base = verdicts[judge.name][BASELINE].errors
-        valid = [e for e in base if e is not None]
-        judge_details.append(
-            JudgeRecord(
-                name=judge.name, model=judge.spec, prompt=judge.judge.prompt, mitigation=judge.judge.mitigation,
-                calls_per_item=calls_per_pair(judge.judge), baseline_error=sum(valid) / len(valid) if valid else None,
-                n_baseline_valid=len(valid),
-                rewrite_effect=compare_paired(
-                    base, verdicts[judge.name][PLACEBO_ID].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed,
-                    control=BASELINE,
-                ) if placebo else None,
-            )
-        )
     checked = checker_config is not None
     summaries = ([_rewrite_summary(PLACEBO_ID, placebo, checked)] if placebo else []) + [
         _rewrite_summary(bias.id, r, checked) for bias, r in zip(biases, by_bias)
@@ -406,7 +416,7 @@ def run_matrix(
         judges=names,
         biases=[b.id for b in biases],
         bias_names={b.id: b.name for b in biases},
-        judge_details=judge_details,
+        judge_details=[_judge_record(judge, verdicts[judge.name], rules, seed) for judge in config.judges],
         rewrites=summaries,
         cells=[c for c in cells if c.judge != JURY],
         jury=[c for c in cells if c.judge == JURY],
@@ -420,5 +430,5 @@ def run_matrix(
             judges={name: paid.paid.get(judge_role(name), 0) for name in names},
         ),
     )
-    write_matrix(out, result, placebo + rewrites, judgments)
+    write_matrix(out, result, [*placebo, *(r for rewrites in by_bias for r in rewrites)], judgments)
     return result
