@@ -25,6 +25,8 @@ def _model_from_yaml(value: Any) -> Any:
         return ModelConfig.from_spec(value).model_dump()
     if isinstance(value, dict) and "spec" in value:
         rest = {k: v for k, v in value.items() if k != "spec"}
+        if not all(isinstance(k, str) for k in rest):
+            raise ValueError(f"setting names must be text, got {sorted(map(repr, rest))}")
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
 
@@ -46,6 +48,10 @@ class DataConfig(_Strict):
     """Use a seeded sample of this many target pairs (all when unset)."""
     test_limit: int | None = Field(default=None, ge=1)
     """Validate on a seeded sample of H test pairs (all when unset)."""
+    skip_bad_rows: bool = False
+    """Skip data rows that cannot be used (malformed, a missing field, two identical responses,
+    a repeated id) instead of stopping; how many were skipped is recorded in run.json and
+    shown by `status`. JudgeBench's claude split has one pair of identical responses."""
 
 
 class PerturbSettings(_Strict):
@@ -215,12 +221,16 @@ class RunConfig(_Strict):
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node = tree
     parts = dotted.split(".")
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        if isinstance(child, str):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
             child = _model_from_yaml(child)
             node[part] = child
+        if not isinstance(child, dict):
+            raise ConfigError(
+                f"--set {dotted}: {'.'.join(parts[:depth])} is a single value ({child!r}), not a group of settings"
+            )
         node = child
     node[parts[-1]] = value
 
@@ -231,7 +241,11 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. max_iterations=2)")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        _set_dotted(tree, key.strip(), value)
     return tree
 
 
@@ -239,11 +253,26 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
     """Read and validate a run config; every error names the file and the field."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: not a text file (byte 0x{data[exc.start]:02x} is not UTF-8); a run config is YAML text"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: a binary file (it holds NUL bytes), not a YAML run config")
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     raw = apply_overrides(raw, overrides or [])

@@ -25,3 +25,7 @@ class EngineError(BiasDiscoveryError):
 
 class LibraryError(BiasDiscoveryError):
     """A bias library file does not parse or breaks the schema."""
+
+
+class OutputError(BiasDiscoveryError):
+    """An output location (`--out`, a run directory) cannot be written."""

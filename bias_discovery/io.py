@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel
 
-from .errors import DataError
+from .errors import DataError, OutputError
 
 
 def _umask() -> int:
@@ -61,28 +61,73 @@ def atomic_write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
-def iter_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; a bad line raises DataError naming it."""
+def scan_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """Yield (line_number, object, None) for each non-blank line that is a JSON object, and
+    (line_number, None, problem) for one that is not (not UTF-8, malformed JSON, not an object),
+    the problem naming the file and line. A missing or unreadable file raises DataError."""
     path = Path(path)
     try:
-        handle = path.open("r", encoding="utf-8")
+        handle = path.open("rb")  # decoded line by line: a bad byte names its line
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc})") from None
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
     with handle:
-        for line_number, line in enumerate(handle, start=1):
+        for line_number, raw in enumerate(handle, start=1):
+            where = f"{path}:{line_number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield line_number, None, f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+                yield line_number, None, f"{where}: malformed JSON ({exc.msg} at column {exc.colno})"
+                continue
+            except RecursionError:
+                yield line_number, None, f"{where}: malformed JSON (nested too deeply)"
+                continue
             if not isinstance(obj, dict):
-                raise DataError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")
-            yield line_number, obj
+                yield line_number, None, f"{where}: expected a JSON object, got {type(obj).__name__}"
+                continue
+            yield line_number, obj, None
+
+
+def iter_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for each non-blank line; a bad line raises DataError naming it."""
+    for line_number, obj, problem in scan_jsonl(path):
+        if obj is None:
+            raise DataError(problem or f"{path}:{line_number}: unreadable line")
+        yield line_number, obj
 
 
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     """Read a whole JSONL file (see `iter_jsonl` for the errors)."""
     return [obj for _, obj in iter_jsonl(path)]
+
+
+def probe_writable(directory: Path | str, *, what: str) -> None:
+    """Prove that files can be written in `directory` before any work is spent on them: create,
+    write and remove a probe file there (in its nearest existing ancestor when it does not exist
+    yet: that is where it will be created). OutputError naming `what` and the cause otherwise."""
+    target = Path(directory)
+    probe_dir = target
+    while not os.path.lexists(probe_dir) and probe_dir.parent != probe_dir:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise OutputError(f"{what} {target}: {probe_dir} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".bias-discovery-probe-", dir=probe_dir)
+        try:
+            os.write(fd, b"probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as exc:
+        raise OutputError(
+            f"{what} {target} is not writable: cannot create a file in {probe_dir} ({exc.strerror or exc})"
+        ) from None
