@@ -8,7 +8,7 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
+__all__ = ["MISSING", "ci_pp", "count", "delta_clause", "duration", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""
@@ -75,3 +75,13 @@ def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: s
 def count(x: int | float | None, *, missing: str = MISSING) -> str:
     """A whole number with thousands separators: 12345 -> ``12,345``."""
     return missing if x is None else f"{int(x):,}"
+
+
+def duration(seconds: float | None, *, missing: str = MISSING) -> str:
+    """A span of time, whole seconds: ``42s``, ``3m 07s``, ``2h 05m 00s``."""
+    if seconds is None:
+        return missing
+    s = int(max(0.0, float(seconds)))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{s}s")

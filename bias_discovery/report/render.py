@@ -20,6 +20,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import formatting
 from ..formatting import ci_pp, count, p_value, percent, pp
 from ..io import atomic_write_text
 from ..library import Bias
@@ -46,12 +47,7 @@ def when(ts: Any) -> str:
 
 
 def duration(seconds: Any) -> str:
-    if seconds is None:
-        return MISSING
-    s = int(max(0.0, float(seconds)))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{s}s")
+    return formatting.duration(seconds, missing=MISSING)
 
 
 # --------------------------------------------------------------------------------------------
