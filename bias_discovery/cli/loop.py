@@ -136,26 +136,30 @@ def status(
     """Where a run stands: iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
-    from ..run import RunDir, summarize_events
+    from ..run import RunDir, effective_status, summarize_events
 
     try:
         rd = RunDir(run_dir)
         rd.require_run()
         state = rd.read_state()
-        events = rd.read_events()
-        report = summarize_events(events)
+        problems: list[str] = []
+        events = rd.read_events(problems)
+        report = summarize_events(events, problems)
     except BiasDiscoveryError as exc:
         fail(str(exc))
+    if problems and not as_json:
+        warn(f"{len(problems)} unreadable line(s) of events.jsonl left out: " + "; ".join(problems[:3]))
     live = rd.liveness()
     last_seen = max(
         [t for t in (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
                      events[-1].get("time") if events else None) if isinstance(t, (int, float))],
         default=None,
     )
-    effective = _effective_status(state, live)
+    effective = effective_status(state.status if state else None, live)
     data = {
         "state": state.model_dump() if state else None,
         "status": effective,
+        "problems": problems,
         "liveness": {
             "state": live.state,
             "reason": live.reason,
@@ -186,17 +190,6 @@ def status(
     t = report["totals"]
     table.add_row("all", "", str(t["requests"]), str(t["cached"]), str(t["prompt_tokens"]), str(t["completion_tokens"]), style="bold")
     console.print(table)
-
-
-def _effective_status(state: RunState | None, live: Liveness) -> str:
-    """running (a live process drives it), not_responding, finished, or stopped (killed,
-    crashed, interrupted or failed: `resume` continues it). run.json alone cannot tell a
-    running loop from one killed with SIGKILL; the lock's holder can."""
-    if live.state in ("running", "not_responding"):
-        return live.state
-    if state is not None and state.status == "finished":
-        return "finished"
-    return "stopped"
 
 
 def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effective: str, last_seen: Any) -> str:

@@ -2,7 +2,7 @@
 
 from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
 from .library_store import LibraryStore, iteration_filename
-from .lock import Liveness, RunBusyError
+from .lock import Liveness, RunBusyError, effective_status
 from .records import MergeStats, ValidationReport
 from .rundir import BaselineRecord, IterationRecord, PlaceboRecord, RunDir, RunState, RunStatus, summarize_events
 
@@ -22,5 +22,6 @@ __all__ = [
     "RunStatus",
     "ValidationReport",
     "iteration_filename",
+    "effective_status",
     "summarize_events",
 ]

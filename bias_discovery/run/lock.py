@@ -80,6 +80,15 @@ class Liveness:
     """Why `state`: one clause for people ("pid 41 on this host is not running")."""
 
 
+def effective_status(recorded: str | None, live: Liveness) -> str:
+    """What a run is doing now: `running` or `not_responding` (a process holds it), `finished`,
+    or `stopped` (killed, crashed, interrupted or failed: `resume` continues it). run.json's
+    `recorded` status alone cannot tell a running loop from one killed with SIGKILL."""
+    if live.state in ("running", "not_responding"):
+        return live.state
+    return "finished" if recorded == "finished" else "stopped"
+
+
 def _process_start(pid: int) -> str | None:
     """Field 22 of /proc/PID/stat (start time), or None where it cannot be read."""
     try:

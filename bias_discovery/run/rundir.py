@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigError
-from ..io import atomic_write_json
+from ..io import atomic_write_json, scan_jsonl
 from ..judging import JudgeResult, JudgeSummary, Judgment
 from ..library import Bias, RewriteEffect
 from ..stages.merge import MergeDecision
@@ -296,36 +296,59 @@ class RunDir:
         with self.events_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def read_events(self) -> list[dict[str, Any]]:
+    def read_events(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """events.jsonl's events. A line that is not one (cut by a kill, garbled) is left out,
+        and named in `problems` when a list is given: the rest of the log is still good."""
         if not self.events_path.is_file():
             return []
         events = []
-        for line in self.events_path.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill; the rest of the log is still good
+        for _, event, problem in scan_jsonl(self.events_path):
+            if event is not None:
+                events.append(event)
+            elif problems is not None and problem is not None:
+                problems.append(problem)
         return events
 
 
-def summarize_events(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Calls and tokens per stage and role, and the stage in progress, from events.jsonl."""
+_USAGE_KEYS = ("requests", "cached", "prompt_tokens", "completion_tokens")
+
+
+def summarize_events(events: list[dict[str, Any]], problems: list[str] | None = None) -> dict[str, Any]:
+    """Calls and tokens per stage and role, and the stage in progress, from events.jsonl; an
+    event whose fields are not what the loop writes is left out (and named in `problems`)."""
     usage: dict[tuple[str, str], dict[str, int]] = {}
     current: dict[str, Any] | None = None
-    for e in events:
-        if e.get("event") == "stage_start":
-            current = {"iteration": e.get("iteration"), "stage": e.get("stage"), "done": 0, "total": e.get("total", 0)}
-        elif e.get("event") == "progress" and current is not None:
-            current["done"] = e.get("done", 0)
-            if "step" in e:
-                current["step"] = e["step"]
-                current["total"] = e.get("total")
-        elif e.get("event") == "stage_end":
-            current = None
-            for role, u in (e.get("usage") or {}).items():
-                row = usage.setdefault((str(e.get("stage")), role), {"requests": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
-                for key in row:
-                    row[key] += int(u.get(key, 0))
+    for number, e in enumerate(events, start=1):
+        try:
+            current = _fold_event(e, current, usage)
+        except (AttributeError, TypeError, ValueError):
+            if problems is not None:
+                problems.append(f"events.jsonl: event {number} ({str(e.get('event'))[:40]!r}) has fields of the wrong type")
     rows: list[dict[str, Any]] = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
-    totals = {k: sum(r[k] for r in rows) for k in ("requests", "cached", "prompt_tokens", "completion_tokens")}
+    totals = {k: sum(r[k] for r in rows) for k in _USAGE_KEYS}
     return {"usage": rows, "totals": totals, "current": current}
+
+
+def _fold_event(
+    e: dict[str, Any], current: dict[str, Any] | None, usage: dict[tuple[str, str], dict[str, int]]
+) -> dict[str, Any] | None:
+    """`current` (the stage in progress) after event `e`; a stage_end event adds to `usage`."""
+    if e.get("event") == "stage_start":
+        return {"iteration": e.get("iteration"), "stage": e.get("stage"), "done": 0, "total": e.get("total", 0)}
+    if e.get("event") == "progress" and current is not None:
+        current = {**current, "done": e.get("done", 0)}
+        if "step" in e:
+            current["step"] = e["step"]
+            current["total"] = e.get("total")
+        return current
+    if e.get("event") == "stage_end":
+        added = {
+            (str(e.get("stage")), str(role)): {key: int(u.get(key, 0)) for key in _USAGE_KEYS}
+            for role, u in (e.get("usage") or {}).items()
+        }  # all of it parses before any of it counts
+        for key, numbers in added.items():
+            row = usage.setdefault(key, dict.fromkeys(_USAGE_KEYS, 0))
+            for name, value in numbers.items():
+                row[name] += value
+        return None
+    return current
