@@ -80,6 +80,8 @@ class Replication(BaseModel):
     data: str
     limit: int | None
     n_test: int
+    skipped_rows: int = 0
+    """Bad data rows skipped at load (the run's `data.skip_bad_rows`), not among n_test."""
     temperature: float
     acceptance: str
     control: str
@@ -195,9 +197,11 @@ def replicate_run(
                 atomic_write_json(tmp / "replication.json", header)
             return header, Path(target)
 
-        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
+        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed, bad_rows=bad_rows)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")
+        header.skipped_rows = len(bad_rows or [])
         roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": settings.checker or config.teacher})
         checker = roles["checker"] if settings.answer_check else None
         perturb_settings = config.perturb.model_copy(update={"temperature": temperature})

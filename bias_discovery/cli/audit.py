@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import count
-from .common import app, console, default_cache_path, fail, format_validation_error
+from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, warn
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..audit import AuditReport, SchemeAudit
@@ -103,6 +103,7 @@ def audit(
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
 ) -> None:
     """Audit a judge on known biases: CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
@@ -138,7 +139,10 @@ def audit(
             url = teacher_base_url or base_url
             configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
         check_output_dir(out, overwrite=overwrite)
-        pairs = load_pairs(data, data_dir=data_dir, limit=limit)
+        bad_rows: list[str] | None = [] if skip_bad_rows else None
+        pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
+        if bad_rows:
+            warn(skipped_rows_message(bad_rows, data))
         if not pairs:
             fail(f"data {data!r} has no pairs")
     except ValidationError as exc:
@@ -158,6 +162,10 @@ def audit(
                 teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
                 progress=progress_bar,
             )
+            if bad_rows:
+                output.report.notes.append(
+                    f"{len(bad_rows)} bad data row(s) skipped at load (--skip-bad-rows), not among the {len(pairs)} pairs"
+                )
             write_audit_dir(out, output, overwrite=overwrite)
         except BiasDiscoveryError as exc:
             fail(str(exc))

@@ -35,7 +35,8 @@ def check(
             console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
     table = Table(title=(
         f"planned calls ({report.n_target} target pairs, {report.n_test} test pairs, "
-        f"max_iterations={report.max_iterations}; ≤ = upper bound)"
+        + (f"{report.skipped_rows} bad data rows skipped, " if report.skipped_rows else "")
+        + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
     ))
     for column in ("stage", "role", "per iteration", "whole run", "why"):
         table.add_column(column, justify="right" if column in ("per iteration", "whole run") else "left")

@@ -43,6 +43,12 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     return "invalid settings:\n" + "\n".join(lines)
 
 
+def skipped_rows_message(bad_rows: list[str], data: str) -> str:
+    """The warning for rows `--skip-bad-rows` skipped: how many, and the first few by name."""
+    shown = "; ".join(bad_rows[:3]) + (f"; and {len(bad_rows) - 3} more" if len(bad_rows) > 3 else "")
+    return f"skipped {len(bad_rows)} bad row{'s' if len(bad_rows) != 1 else ''} of {data} (--skip-bad-rows): {shown}"
+
+
 def warn(message: str) -> None:
     """Print `message` as a warning on stderr: something was wrong and is said, not fatal."""
     err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)

@@ -36,6 +36,11 @@ def _print_counts(title: str, counts: dict) -> None:
     console.print(table)
 
 
+def _print_skipped(stats: dict) -> None:
+    if stats.get("skipped_rows"):
+        console.print(f"skipped {stats['skipped_rows']} bad data rows at load (the run's data.skip_bad_rows)", highlight=False)
+
+
 @export_app.command("judgebench-pro")
 def export_judgebench_pro_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
@@ -68,6 +73,7 @@ def export_judgebench_pro_cmd(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"JudgeBench-Pro export of {stats['run_name']}", stats["counts"])
+    _print_skipped(stats)
     length = stats["length"]
     if length["n"]:
         console.print(
@@ -131,4 +137,5 @@ def export_dpo_cmd(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
+    _print_skipped(stats)
     console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)

@@ -42,7 +42,9 @@ def replicate(
         fail(str(exc))
     r = replication
     console.print(
-        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {r.n_test} test pairs; "
+        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {r.n_test} test pairs"
+        + (f" ({r.skipped_rows} bad rows skipped)" if r.skipped_rows else "")
+        + "; "
         f"rewrites at temperature {r.temperature:g}; {r.acceptance} rule vs {r.control}, α = {r.alpha:g}, "
         f"{r.correction} across the {r.n_replicated} replicated)",
         highlight=False,

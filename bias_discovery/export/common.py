@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from ..config import RunConfig, load_run_config
 from ..errors import BiasDiscoveryError
-from ..io import atomic_write_jsonl
+from ..io import atomic_write_jsonl, probe_writable
 from ..library import Bias, BiasLibrary, slugify
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
@@ -209,8 +209,10 @@ def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -
 
 
 def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> None:
-    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), and one
-    that is or contains a protected path (the run directory: --overwrite must never delete it)."""
+    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), one
+    that is or contains a protected path (the run directory: --overwrite must never delete it),
+    and one whose parent cannot be written (`staged_output` writes and renames there): proved
+    with a probe file before any model call is paid for."""
     out_resolved = out.resolve()
     for path in protect:
         p = path.resolve()
@@ -224,6 +226,7 @@ def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()
                 f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
                 "another directory"
             )
+    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
 
 
 @contextmanager

@@ -270,7 +270,8 @@ def export_dpo(
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         where = data_dir if data_dir is not None else config.data.data_dir
-        pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None)
+        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {data!r} has no pairs")
         build = build_dpo_set(
@@ -291,6 +292,7 @@ def export_dpo(
             "library_file": ctx.library_file,
             "data": describe_source(data, where, portable=True),
             "limit": limit,
+            "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
             "seed": config.seed,
             "include_original": include_original,

@@ -681,7 +681,8 @@ def export_judgebench_pro(
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
-        pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None)
+        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
         teacher_cfg = config.teacher
@@ -708,6 +709,7 @@ def export_judgebench_pro(
             "library_file": ctx.library_file,
             "data": describe_source(source, where, portable=True),
             "limit": limit,
+            "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
             "seed": config.seed,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
