@@ -80,7 +80,7 @@ def scan_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any] | None, s
             except UnicodeDecodeError as exc:
                 yield line_number, None, f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
                 continue
-            if not line.strip():
+            if not line.strip(" \t\r\n"):  # JSON's whitespace: any other character is content
                 continue
             try:
                 obj = json.loads(line)

@@ -446,7 +446,7 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
     label = row.record.get("label")
     if label is None:
         raise DataError(f"{row.where}: missing field 'label'")
-    if label not in _JUDGEBENCH_LABELS:
+    if not isinstance(label, str) or label not in _JUDGEBENCH_LABELS:
         raise DataError(
             f"{row.where}: field 'label' has value {label!r}; expected one of "
             + ", ".join(repr(k) for k in _JUDGEBENCH_LABELS)
