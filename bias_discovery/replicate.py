@@ -130,6 +130,7 @@ def replicate_run(
     temperature: float | None = None,
     out: Path | str | None = None,
     overwrite: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> tuple[Replication, Path]:
@@ -138,6 +139,7 @@ def replicate_run(
 
     `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
     `engines` ({"target", "teacher", "checker"}) replaces the models (tests).
     """
     run_path = Path(run_dir)
@@ -197,7 +199,7 @@ def replicate_run(
                 atomic_write_json(tmp / "replication.json", header)
             return header, Path(target)
 
-        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
         pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed, bad_rows=bad_rows)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")

@@ -21,7 +21,8 @@ from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
-from test_export import make_bias, make_fake_run
+from test_export import FILTER, fake_engines, make_bias, make_fake_run
+from test_export import write_pairs as write_export_pairs
 from test_loop import make_config, write_pairs
 from test_report import build_hostile_run
 
@@ -192,6 +193,24 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
     rd2.root.mkdir()
     with pytest.raises(DataError, match=f"{data}:25: malformed JSON"):
         execute(rd2, strict, resume=False, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+
+
+def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
+    from bias_discovery.export.dpo import export_dpo
+    from bias_discovery.export.pro import export_judgebench_pro
+
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
+    data = write_export_pairs(tmp_path / "pairs.jsonl", 4)
+    with data.open("a") as f:
+        f.write(json.dumps({"id": "same", "question": "q", "chosen": "x", "rejected": "x"}) + "\n")
+    with pytest.raises(DataError, match=f"{data}:5: fields 'chosen' and 'rejected' hold the same text"):
+        export_dpo(run, tmp_path / "dpo", data=str(data), engines=fake_engines())
+    assert not (tmp_path / "dpo").exists()
+    stats = export_dpo(run, tmp_path / "dpo", data=str(data), skip_bad_rows=True, engines=fake_engines())
+    assert stats["skipped_rows"] == 1 and stats["counts"]["pairs"] == 4
+    stats = export_judgebench_pro(run, tmp_path / "pro", variants=1, data=str(data), filter_model=FILTER,
+                                  skip_bad_rows=True, engines=fake_engines())
+    assert stats["skipped_rows"] == 1
 
 
 def test_report_counts_and_names_corrupt_lines(tmp_path: Path):

@@ -38,7 +38,7 @@ def _print_counts(title: str, counts: dict) -> None:
 
 def _print_skipped(stats: dict) -> None:
     if stats.get("skipped_rows"):
-        console.print(f"skipped {stats['skipped_rows']} bad data rows at load (the run's data.skip_bad_rows)", highlight=False)
+        console.print(f"skipped {stats['skipped_rows']} bad data rows at load (--skip-bad-rows)", highlight=False)
 
 
 @export_app.command("judgebench-pro")
@@ -56,6 +56,7 @@ def export_judgebench_pro_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
@@ -66,7 +67,8 @@ def export_judgebench_pro_cmd(
         stats = export_judgebench_pro(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
-            overwrite=overwrite, allow_self_filter=allow_self_filter, progress=None if quiet else progress_bar,
+            overwrite=overwrite, allow_self_filter=allow_self_filter, skip_bad_rows=skip_bad_rows,
+            progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -121,6 +123,7 @@ def export_dpo_cmd(
     fmt: str = typer.Option("standard", "--format", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
     include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
@@ -130,7 +133,8 @@ def export_dpo_cmd(
     try:
         stats = export_dpo(
             run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
-            include_original=include_original, overwrite=overwrite, progress=None if quiet else progress_bar,
+            include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows,
+            progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

@@ -25,6 +25,7 @@ def replicate(
     temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
@@ -36,7 +37,7 @@ def replicate(
     try:
         replication, where = replicate_run(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, progress=None if quiet else progress_bar,
+            out=out, overwrite=overwrite, skip_bad_rows=skip_bad_rows, progress=None if quiet else progress_bar,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))

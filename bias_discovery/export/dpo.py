@@ -256,11 +256,13 @@ def export_dpo(
     fmt: DpoFormat = "standard",
     include_original: bool = False,
     overwrite: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
     """Perturb the rejected responses of `data` with the run's biases and write DPO data to
-    `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed)."""
+    `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed);
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows."""
     out = Path(out)
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path])
@@ -270,7 +272,7 @@ def export_dpo(
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         where = data_dir if data_dir is not None else config.data.data_dir
-        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
         pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {data!r} has no pairs")

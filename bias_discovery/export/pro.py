@@ -657,6 +657,7 @@ def export_judgebench_pro(
     limit: int | None = None,
     overwrite: bool = False,
     allow_self_filter: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
@@ -681,7 +682,8 @@ def export_judgebench_pro(
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
-        bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None  # as the run did
+        # bad data rows: skipped and counted when asked, or when the run itself skipped them
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
         pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
