@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .io import read_utf8
 from .judging import JudgeSettings
 from .llm.config import ModelConfig
 from .stats import check_look_fractions
@@ -252,19 +253,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
     """Read and validate a run config; every error names the file and the field."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"{path}:{line}: not a text file (byte 0x{data[exc.start]:02x} is not UTF-8); a run config is YAML text"
-        ) from None
+    text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
     if "\x00" in text:
         raise ConfigError(f"{path}: a binary file (it holds NUL bytes), not a YAML run config")
     try:

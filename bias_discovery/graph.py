@@ -181,7 +181,7 @@ class Discovery:
         bad_rows: list[str] | None = [] if self.config.data.skip_bad_rows else None
         pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
         if bad_rows:
-            state = self.run.read_state()
+            state = _state_or_none(self.run)
             skipped = {**(state.skipped_rows if state else {}), role: len(bad_rows)}
             self.update_state(skipped_rows=skipped)
             self.run.event("skipped_rows", role=role, source=source, count=len(bad_rows), rows=bad_rows[:20])
@@ -199,7 +199,7 @@ class Discovery:
                 f"{self.run.root}: another process took this run over (it found this one's heartbeat stale); "
                 "this one stops here"
             )
-        state = self.run.read_state()
+        state = _state_or_none(self.run)
         if state is None:
             now = time.time()
             state = RunState(name=self.config.name, status="running", started_at=now, updated_at=now)
@@ -516,6 +516,16 @@ class Discovery:
         return g.compile(checkpointer=checkpointer)
 
 
+def _state_or_none(run: RunDir) -> RunState | None:
+    """run.json, or None when it is absent or damaged: it only reports where the run stands (the
+    checkpoints and the iteration files are the record), so the loop writes a fresh one."""
+    try:
+        return run.read_state()
+    except DataError as exc:
+        run.event("repaired", what=f"{exc}; run.json is written anew")
+        return None
+
+
 def execute(
     run: RunDir,
     config: RunConfig,
@@ -555,7 +565,7 @@ def _execute_held(
 ) -> LoopState:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    before = run.read_state()
+    before = _state_or_none(run)
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     fresh_checkpoints = not run.checkpoint_path.exists()
@@ -576,6 +586,11 @@ def _execute_held(
             final = graph.invoke(None, run_config)
         elif resume and snapshot is not None:
             final = snapshot.values
+            if before is None:  # a finished run whose run.json was lost or damaged: say so again
+                discovery.update_state(
+                    status="finished", stage="finished", iteration=final.get("iteration", 0),
+                    stop_reason=final.get("stop_reason"), library_size=len(run.library.load_latest().biases),
+                )
         else:
             final = graph.invoke({"iteration": 0}, run_config)
         return final

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel
 
-from .errors import DataError, OutputError
+from .errors import BiasDiscoveryError, DataError, OutputError
 
 
 def _umask() -> int:
@@ -59,6 +59,28 @@ def atomic_write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
     """Write a JSONL file atomically, one JSON object per line."""
     lines = [json.dumps(_to_jsonable(r), ensure_ascii=False) for r in rows]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def read_utf8(
+    path: Path | str, *, error: type[BiasDiscoveryError] = DataError, what: str = "file", hint: str = ""
+) -> str:
+    """The text of `path`; otherwise `error` naming the file, and for a byte that is not UTF-8
+    its line and column (followed by `hint`, e.g. what the file should be)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column})" + (f"; {hint}" if hint else "")
+        ) from None
 
 
 def scan_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:

@@ -23,7 +23,7 @@ from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
 from test_export import FILTER, fake_engines, make_bias, make_fake_run
 from test_export import write_pairs as write_export_pairs
-from test_loop import make_config, write_pairs
+from test_loop import make_config, run_fake, write_pairs
 from test_report import build_hostile_run
 
 
@@ -211,6 +211,18 @@ def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
     stats = export_judgebench_pro(run, tmp_path / "pro", variants=1, data=str(data), filter_model=FILTER,
                                   skip_bad_rows=True, engines=fake_engines())
     assert stats["skipped_rows"] == 1
+
+
+def test_a_damaged_run_json_is_named_by_status_and_rewritten_by_resume(tmp_path: Path):
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config)
+    rd.state_path.write_bytes(b'{"name": "fake-run", "stat')
+    result = cli("status", str(rd.root))
+    assert f"{rd.state_path}: not valid JSON" in " ".join(result.stderr.split())
+    assert "stopped at the start" in " ".join(result.stdout.split())  # no state: nothing claims it runs
+    execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+    assert rd.read_state().status == "finished"
+    assert any(e["event"] == "repaired" and "run.json" in e["what"] for e in rd.read_events())
 
 
 def test_report_counts_and_names_corrupt_lines(tmp_path: Path):

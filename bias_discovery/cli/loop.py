@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.table import Table
 
-from ..errors import BiasDiscoveryError
+from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, p_value
 from .common import app, console, fail, interrupted, warn
 
@@ -141,7 +141,11 @@ def status(
     try:
         rd = RunDir(run_dir)
         rd.require_run()
-        state = rd.read_state()
+        try:
+            state = rd.read_state()
+        except DataError as exc:  # the rest of the run still says where it stands
+            warn(f"{exc}; `bias-discovery resume {run_dir}` writes it anew")
+            state = None
         problems: list[str] = []
         events = rd.read_events(problems)
         report = summarize_events(events, problems)

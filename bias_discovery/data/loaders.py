@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import DataError
-from ..io import scan_jsonl
+from ..io import read_utf8, scan_jsonl
 from .pairs import Order, PreferencePair
 
 DATA_DIR_ENV = "BIAS_DISCOVERY_DATA_DIR"
@@ -256,18 +256,7 @@ def _jsonl_rows(path: Path) -> Iterator[_Row]:
 
 
 def _json_rows(path: Path) -> Iterator[_Row]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column})") from None
+    text = read_utf8(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
