@@ -89,23 +89,19 @@ def effective_status(recorded: str | None, live: Liveness) -> str:
     return "finished" if recorded == "finished" else "stopped"
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat from the third on (state, ppid, ...); [] where unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": a comm may hold spaces
+
+
 def _process_start(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (start time), or None where it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    """The process's start time (field 22 of /proc/PID/stat), or None where it cannot be read."""
+    fields = _proc_stat(pid)
     return fields[19] if len(fields) > 19 else None
-
-
-def _process_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[0] if fields else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -119,7 +115,7 @@ def _pid_alive(pid: int) -> bool:
         return True  # another user's process: alive
     except OverflowError:
         return False
-    return _process_state(pid) not in ("Z", "X")  # a zombie is dead, only not yet reaped
+    return _proc_stat(pid)[:1] not in (["Z"], ["X"])  # a zombie is dead, only not yet reaped
 
 
 class RunLock:

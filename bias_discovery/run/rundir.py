@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..errors import ConfigError
+from ..errors import BiasDiscoveryError, ConfigError
 from ..io import atomic_write_json, scan_jsonl
 from ..judging import JudgeResult, JudgeSummary, Judgment
 from ..library import Bias, RewriteEffect
@@ -250,8 +250,8 @@ class RunDir:
         state = None
         try:
             state = self.read_state()
-        except (ValueError, OSError):
-            pass
+        except BiasDiscoveryError:
+            pass  # where the run stands is only a detail of the advice
         aside = self.root / time.strftime("damaged-%Y%m%d-%H%M%S")
         root = shlex.quote(str(self.root))
         names = [name for name in DATABASES if name in damaged]
