@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -48,6 +49,22 @@ SMALL_RUN_OVERRIDES = [
     "validate.n_boot=500",
     "validate.seeds=false",  # the quick start validates seeds; the shared test run need not
 ]
+
+
+def unwritable_dir(tmp_path: Path) -> Path | None:
+    """A directory this process cannot create files in: a folder with mode 0555, or, for root
+    (who ignores modes), /sys (read-only here); None when neither refuses a write."""
+    folder = tmp_path / "read-only"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys")):
+        try:
+            fd, name = tempfile.mkstemp(dir=candidate)
+        except OSError:
+            return candidate
+        os.close(fd)
+        os.unlink(name)
+    return None
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
