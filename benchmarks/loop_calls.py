@@ -65,7 +65,9 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
                 for k in ("requests", "cached", "prompt_tokens", "completion_tokens"):
                     row[k] += int(u.get(k, 0))
 
-    run_test = len(load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.test_limit, seed=config.seed))
+    d = config.data
+    bad_rows: list[str] | None = [] if d.skip_bad_rows else None  # the pairs the run itself loaded
+    run_test = len(load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=bad_rows))
     full_test = full_test_size or run_test
     per_item_judge = 2 if config.judge.positions == "both" else 1
     ref_merge = ref_validate = ref_baseline = ref_seeds = 0

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .io import read_utf8
 from .judging import JudgeSettings
 from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
@@ -25,6 +26,8 @@ def parse_model_config(value: Any) -> Any:
         return ModelConfig.from_spec(value).model_dump()
     if isinstance(value, dict) and "spec" in value:
         rest = {k: v for k, v in value.items() if k != "spec"}
+        if not all(isinstance(k, str) for k in rest):
+            raise ValueError(f"setting names must be text, got {sorted(map(repr, rest))}")
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
 
@@ -53,6 +56,10 @@ class DataConfig(_Strict):
     allow_overlap: bool = False
     """Go on when test pairs are also target pairs (same id or same content); the run refuses
     otherwise (`run --allow-overlap`). The overlap is recorded in validation.json either way."""
+    skip_bad_rows: bool = False
+    """Skip data rows that cannot be used (malformed, a missing field, two identical responses,
+    a repeated id) instead of stopping; how many were skipped is recorded in run.json and
+    shown by `status`. JudgeBench's claude split has one pair of identical responses."""
 
 
 class PerturbSettings(_Strict):
@@ -250,14 +257,16 @@ class RunConfig(_Strict):
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> None:
     node = tree
     parts = dotted.split(".")
-    for depth, part in enumerate(parts[:-1]):
+    for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        if isinstance(child, str):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
             child = parse_model_config(child)
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} is a single setting, not a group of settings")
-            node[part] = child
+        if not isinstance(child, dict):
+            raise ConfigError(
+                f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
+            )
+        node[part] = child
         node = child
     node[parts[-1]] = value
 
@@ -306,12 +315,15 @@ def load_settings(path: Path | str, model: type[_Settings], overrides: list[str]
 def read_settings_file(path: Path | str) -> dict[str, Any]:
     """The mapping a YAML settings file holds (errors name the file)."""
     path = Path(path)
+    text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
+    if "\x00" in text:
+        raise ConfigError(f"{path}: a binary file (it holds NUL bytes), not a YAML run config")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     return raw

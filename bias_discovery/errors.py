@@ -35,3 +35,5 @@ def json_problem(exc: json.JSONDecodeError, *, line: bool = True) -> str:
     messages end in "at" ("Unterminated string starting at"): that one is not repeated."""
     message = exc.msg.removesuffix(" at")
     return f"{message} at " + (f"line {exc.lineno}, column {exc.colno}" if line else f"column {exc.colno}")
+class OutputError(BiasDiscoveryError):
+    """An output location (`--out`, a run directory) cannot be written."""

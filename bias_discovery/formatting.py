@@ -9,7 +9,7 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 from __future__ import annotations
 
 __all__ = [
-    "MISSING", "ci_pp", "count", "delta_clause", "effect_clause", "number", "p_clause", "p_value", "percent",
+    "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "number", "p_clause", "p_value", "percent",
     "percent_range", "plural", "pp",
 ]
 
@@ -109,3 +109,11 @@ def plural(n: int | float | None, noun: str, plural_form: str | None = None, *, 
 
 def _plural_of(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+def duration(seconds: float | None, *, missing: str = MISSING) -> str:
+    """A span of time, whole seconds: ``42s``, ``3m 07s``, ``2h 05m 00s``."""
+    if seconds is None:
+        return missing
+    s = int(max(0.0, float(seconds)))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{s}s")

@@ -32,7 +32,7 @@ from .library import Bias, load_seed_library
 from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
-from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
+from .run import IterationRecord, MergeStats, RunBusyError, RunDir, RunState, ValidationReport
 from .sequential import FamilySettings
 from .stages import (
     PlaceboArm,
@@ -236,12 +236,24 @@ class Discovery:
     @cached_property
     def target_pairs(self) -> list[PreferencePair]:
         d = self.config.data
-        return load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=self.config.seed)
+        return self._load_pairs("target", d.target, d.target_limit)
 
     @cached_property
     def test_pairs(self) -> list[PreferencePair]:
         d = self.config.data
-        return load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=self.config.seed)
+        return self._load_pairs("test", d.test, d.test_limit)
+
+    def _load_pairs(self, role: str, source: str, limit: int | None) -> list[PreferencePair]:
+        """The `role` data; with `data.skip_bad_rows` the skipped rows are counted in run.json
+        (`status` shows them) and named in events.jsonl."""
+        bad_rows: list[str] | None = [] if self.config.data.skip_bad_rows else None
+        pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
+        if bad_rows:
+            state = _state_or_none(self.run)
+            skipped = {**(state.skipped_rows if state else {}), role: len(bad_rows)}
+            self.update_state(skipped_rows=skipped)
+            self.run.event("skipped_rows", role=role, source=source, count=len(bad_rows), rows=bad_rows[:20])
+        return pairs
 
     @property
     def seed(self) -> int:
@@ -255,7 +267,12 @@ class Discovery:
     # -- bookkeeping --------------------------------------------------------------------------
 
     def update_state(self, **fields: Any) -> None:
-        state = self.run.read_state()
+        if self.run.lock.lost:
+            raise RunBusyError(
+                f"{self.run.root}: another process took this run over (it found this one's heartbeat stale); "
+                "this one stops here"
+            )
+        state = _state_or_none(self.run)
         if state is None:
             now = time.time()
             state = RunState(name=self.config.name, status="running", started_at=now, updated_at=now)
@@ -575,14 +592,14 @@ class Discovery:
         return g.compile(checkpointer=checkpointer)
 
 
-def _damaged_checkpoints(run: RunDir, exc: sqlite3.DatabaseError) -> ConfigError:
-    path = run.checkpoint_path
-    return ConfigError(
-        f"{path}: the run's checkpoint database is damaged ({exc}). The run's files and its call "
-        f"cache are intact: move the damaged file aside (mv {path} {path}.damaged) and run "
-        f"`bias-discovery resume {run.root}` again; the loop then restarts from iteration 1 and "
-        "answers every call it already paid for from calls.sqlite."
-    )
+def _state_or_none(run: RunDir) -> RunState | None:
+    """run.json, or None when it is absent or damaged: it only reports where the run stands (the
+    checkpoints and the iteration files are the record), so the loop writes a fresh one."""
+    try:
+        return run.read_state()
+    except DataError as exc:
+        run.event("repaired", what=f"{exc}; run.json is written anew")
+        return None
 
 
 def execute(
@@ -601,9 +618,31 @@ def execute(
     (tests drive the loop with scripted fakes). A resume without a checkpoint database (moved
     aside after damage) restarts the loop in the same directory. Test data that overlaps the
     target data is refused first (`check_data_overlap`), fresh run or resume.
+
+    The run's lock is held throughout (a live holder is refused: RunBusyError). A resume first
+    checks both SQLite files and names the damaged ones with what to do. A failed resume of a
+    finished run leaves its run.json as it was (the failure is logged in events.jsonl).
     """
+    with run.lock.hold(run.root, "resume" if resume else "run"):
+        if resume:
+            damaged = run.damaged_databases()
+            if damaged:
+                raise ConfigError(run.damage_advice(damaged))
+        return _execute_held(run, config, resume=resume, progress=progress, engines=engines, embedder=embedder)
+
+
+def _execute_held(
+    run: RunDir,
+    config: RunConfig,
+    *,
+    resume: bool,
+    progress: ProgressFactory | None,
+    engines: Mapping[str, Engine] | None,
+    embedder: Embedder | None,
+) -> LoopState:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    before = _state_or_none(run)
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
@@ -620,7 +659,7 @@ def execute(
             graph = discovery.build(SqliteSaver(conn))
             snapshot = graph.get_state(THREAD) if resume else None
         except sqlite3.DatabaseError as exc:
-            raise _damaged_checkpoints(run, exc) from None
+            raise ConfigError(run.damage_advice({"checkpoints.sqlite": str(exc)})) from None
         run_config = {**THREAD, "recursion_limit": recursion_limit(config.max_iterations)}
         if resume and fresh_checkpoints:
             run.event("restart", reason="no checkpoint database")
@@ -630,11 +669,21 @@ def execute(
             final = graph.invoke(None, run_config)
         elif resume and snapshot is not None:
             final = snapshot.values
+            if before is None:  # a finished run whose run.json was lost or damaged: say so again
+                discovery.update_state(
+                    status="finished", stage="finished", iteration=final.get("iteration", 0),
+                    stop_reason=final.get("stop_reason"), library_size=len(run.library.load_latest().biases),
+                )
         else:
             final = graph.invoke({"iteration": 0}, run_config)
         return final
     except BaseException as exc:
-        if not isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, RunBusyError)):
+            raise
+        if before is not None and before.status == "finished":
+            run.write_state(before, touch=False)  # a finished run stays finished
+            run.event("resume_failed", error=str(exc)[:2000])
+        else:
             discovery.update_state(status="failed", error=str(exc)[:2000])
         raise
     finally:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel
 
-from .errors import DataError, json_problem
+from .errors import BiasDiscoveryError, DataError, OutputError, json_problem
 
 
 def _umask() -> int:
@@ -61,28 +61,95 @@ def atomic_write_jsonl(path: Path | str, rows: Iterable[Any]) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
-def iter_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; a bad line raises DataError naming it."""
+def read_utf8(
+    path: Path | str, *, error: type[BiasDiscoveryError] = DataError, what: str = "file", hint: str = ""
+) -> str:
+    """The text of `path`; otherwise `error` naming the file, and for a byte that is not UTF-8
+    its line and column (followed by `hint`, e.g. what the file should be)."""
     path = Path(path)
     try:
-        handle = path.open("r", encoding="utf-8")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column})" + (f"; {hint}" if hint else "")
+        ) from None
+
+
+def scan_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """Yield (line_number, object, None) for each non-blank line that is a JSON object, and
+    (line_number, None, problem) for one that is not (not UTF-8, malformed JSON, not an object),
+    the problem naming the file and line. A missing or unreadable file raises DataError."""
+    path = Path(path)
+    try:
+        handle = path.open("rb")  # decoded line by line: a bad byte names its line
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc})") from None
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
     with handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+        for line_number, raw in enumerate(handle, start=1):
+            where = f"{path}:{line_number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield line_number, None, f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                continue
+            if not line.strip(" \t\r\n"):  # JSON's whitespace: any other character is content
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_number}: malformed JSON ({json_problem(exc, line=False)})") from None
+                yield line_number, None, f"{where}: malformed JSON ({json_problem(exc, line=False)})"
+                continue
+            except RecursionError:
+                yield line_number, None, f"{where}: malformed JSON (nested too deeply)"
+                continue
             if not isinstance(obj, dict):
-                raise DataError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")
-            yield line_number, obj
+                yield line_number, None, f"{where}: expected a JSON object, got {type(obj).__name__}"
+                continue
+            yield line_number, obj, None
+
+
+def iter_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for each non-blank line; a bad line raises DataError naming it."""
+    for line_number, obj, problem in scan_jsonl(path):
+        if obj is None:
+            raise DataError(problem or f"{path}:{line_number}: unreadable line")
+        yield line_number, obj
 
 
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     """Read a whole JSONL file (see `iter_jsonl` for the errors)."""
     return [obj for _, obj in iter_jsonl(path)]
+
+
+def probe_writable(directory: Path | str, *, what: str) -> None:
+    """Prove that files can be written in `directory` before any work is spent on them: create,
+    write and remove a probe file there (in its nearest existing ancestor when it does not exist
+    yet: that is where it will be created). OutputError naming `what` and the cause otherwise."""
+    target = Path(directory)
+    probe_dir = target
+    while not os.path.lexists(probe_dir) and probe_dir.parent != probe_dir:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise OutputError(f"{what} {target}: {probe_dir} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".bias-discovery-probe-", dir=probe_dir)
+        try:
+            os.write(fd, b"probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as exc:
+        raise OutputError(
+            f"{what} {target} is not writable: cannot create a file in {probe_dir} ({exc.strerror or exc})"
+        ) from None

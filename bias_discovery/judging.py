@@ -172,6 +172,11 @@ class JudgeSummary(BaseModel):
     n_judgments: int
     n_invalid_judgments: int
     invalid_reasons: dict[str, int]
+    invalid_examples: dict[str, str] = Field(default_factory=dict)
+    """For engine errors, the engine's message of the first one (e.g. a prompt longer than
+    the context window), so the cause is shown, not only counted."""
+    skipped_rows: int = 0
+    """Bad data rows skipped at load (`--skip-bad-rows`): not among the n_pairs."""
     error_rate: float | None
     """Share of valid pairs judged wrongly."""
     error_ci_low: float | None
@@ -480,9 +485,12 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
 
     verdicts = [j.verdict for j in judgments if j.verdict is not None]
     reasons: dict[str, int] = defaultdict(int)
+    examples: dict[str, str] = {}
     for j in judgments:
         if j.invalid_reason:
             reasons[j.invalid_reason] += 1
+            if j.invalid_reason == "engine_error":  # its text is the engine's message
+                examples.setdefault(j.invalid_reason, " ".join(j.raw_output.split())[:300])
 
     consistency = None
     if settings.mitigation != "none":
@@ -507,6 +515,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         n_judgments=len(judgments),
         n_invalid_judgments=sum(reasons.values()),
         invalid_reasons=dict(reasons),
+        invalid_examples=examples,
         error_rate=_rate(errors, len(valid)),
         error_ci_low=low,
         error_ci_high=high,

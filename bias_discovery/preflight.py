@@ -78,6 +78,8 @@ class PreflightReport(BaseModel):
     max_iterations: int
     n_target: int
     n_test: int
+    skipped_rows: int = 0
+    """Bad data rows skipped at load (`data.skip_bad_rows`), target and test together."""
 
     @property
     def problems(self) -> int:
@@ -460,8 +462,9 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
         return registry_make_engine(c.model_copy(update={"max_retries": min(c.max_retries, 2)}))
 
     d = config.data
-    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
-    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed)
+    bad_rows: list[str] | None = [] if d.skip_bad_rows else None
+    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=bad_rows)
+    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=bad_rows)
     library = load_seed_library(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
@@ -478,4 +481,5 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),
+        skipped_rows=len(bad_rows or []),
     )

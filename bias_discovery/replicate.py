@@ -88,6 +88,8 @@ class Replication(BaseModel):
     data: str
     limit: int | None
     n_test: int
+    skipped_rows: int = 0
+    """Bad data rows skipped at load (the run's `data.skip_bad_rows`), not among n_test."""
     temperature: float
     acceptance: str
     control: str
@@ -145,6 +147,7 @@ def replicate_run(
     out: Path | str | None = None,
     overwrite: bool = False,
     allow_overlap: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> tuple[Replication, Path]:
@@ -155,6 +158,7 @@ def replicate_run(
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
     `engines` ({"target", "teacher", "checker"}) replaces the models (tests). Data that shares
     pairs (by id or content) with the run's target pairs is refused unless `allow_overlap`.
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
     """
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
@@ -214,9 +218,11 @@ def replicate_run(
                 atomic_write_json(tmp / "replication.json", header)
             return header, Path(target)
 
-        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed, bad_rows=bad_rows)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")
+        header.skipped_rows = len(bad_rows or [])
         overlap = check_run_overlap(
             ctx.run, config, pairs, data_name=f"the replication data {header.data}", allow=allow_overlap
         )

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port, llama_cpp_server  # noqa: F401 (re-exported for tests)
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port, llama_cpp_server, unwritable_dir  # noqa: F401 (re-exported for tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -65,3 +65,13 @@ def authority_run(tmp_path: Path):
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
     rd, _, _ = run_fake(tmp_path, config)
     return rd
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory nothing can be written in (see `helpers.unwritable_dir`); skip where none is."""
+    found = unwritable_dir(tmp_path)
+    if found is None:
+        pytest.skip("no directory refuses writes here")
+    yield found
+    (tmp_path / "read-only").chmod(0o755)  # let pytest clean up

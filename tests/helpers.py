@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -51,6 +52,22 @@ SMALL_RUN_OVERRIDES = [
 ]
 
 
+def unwritable_dir(tmp_path: Path) -> Path | None:
+    """A directory this process cannot create files in: a folder with mode 0555, or, for root
+    (who ignores modes), /sys (read-only here); None when neither refuses a write."""
+    folder = tmp_path / "read-only"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys")):
+        try:
+            fd, name = tempfile.mkstemp(dir=candidate)
+        except OSError:
+            return candidate
+        os.close(fd)
+        os.unlink(name)
+    return None
+
+
 def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run `bias-discovery ARGS` as a user would, in a subprocess."""
     full_env = {**os.environ, **(env or {})}
@@ -63,15 +80,25 @@ def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool =
     return result
 
 
-def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+def sigkill_when(
+    process: subprocess.Popen,
+    ready: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    before_kill: Callable[[], None] | None = None,
+) -> None:
     """SIGKILL `process` as soon as `ready()` holds (a progress trigger, not a time: on a
-    loaded machine a call can take many seconds); fails if it ends first or `timeout` passes."""
+    loaded machine a call can take many seconds), after `before_kill()` (checks on the live
+    process); fails if it ends first or `timeout` passes."""
     deadline = time.monotonic() + timeout
     try:
         while not ready():
             assert process.poll() is None, f"the process ended before {what}"
             assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
             time.sleep(0.05)
+        if before_kill is not None:
+            before_kill()
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:

@@ -69,11 +69,34 @@ def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm
 def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
-    cli("judge", "--model", "llamacpp/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
-        "--limit", "3", "--positions", "swap", "--no-reasoning", "--out", str(tmp_path / "jb"))
+    # JudgeBench's claude split holds one pair of identical responses (line 265): refused
+    # without --skip-bad-rows, skipped and counted with it.
+    args = ["judge", "--model", "llamacpp/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
+            "--limit", "3", "--positions", "swap", "--no-reasoning", "--out", str(tmp_path / "jb")]
+    refused = cli(*args, check=False)
+    assert refused.returncode == 2 and ".jsonl:265: fields 'response_A' and 'response_B' hold the same text" in refused.stderr
+    assert not (tmp_path / "jb").exists()
+    result = cli(*args, "--skip-bad-rows")
+    assert "skipped 1 bad row of judgebench (--skip-bad-rows)" in " ".join(result.stderr.split())
     judgments, summary = read_outputs(tmp_path / "jb")
     assert summary["n_pairs"] == 3 and len(judgments) == 3 and "judgebench" in summary["data"]
+    assert summary["skipped_rows"] == 1 and "skipped bad data rows (--skip-bad-rows): 1" in " ".join(result.stdout.split())
     assert all(j["verdict"] in ("A", "B") or j["invalid_reason"] for j in judgments)
+
+
+@pytest.mark.model
+def test_a_field_too_long_for_the_context_says_so_on_screen(tmp_path: Path, smollm2_gguf_path):
+    """A 3 MB response overflows SmolLM2's context: the judgment is invalid (never scored) and
+    the engine's reason is printed, not only counted."""
+    data = tmp_path / "big.jsonl"
+    big = ("The quick brown fox jumps over the lazy dog. " * 70000)[:3_000_000]
+    data.write_text(json.dumps({"question": "Which is right?", "chosen": "4", "rejected": big}) + "\n")
+    result = cli("judge", "--model", "llamacpp/smollm2", "--data", str(data), "--no-cache", "--max-tokens", "16",
+                 "--out", str(tmp_path / "j"))
+    out = " ".join(result.stdout.split())
+    assert "engine_error (2): llama.cpp error: Requested tokens (" in out and "exceed context window of 8192" in out
+    _, summary = read_outputs(tmp_path / "j")
+    assert summary["n_valid_pairs"] == 0 and "exceed context window" in summary["invalid_examples"]["engine_error"]
 
 
 @pytest.mark.server

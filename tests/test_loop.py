@@ -6,6 +6,8 @@ The real-model end-to-end run and the SIGKILL/resume test are in test_loop_real.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
 from bias_discovery.graph import execute
+from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.run import RunDir
 from bias_discovery.stats import FULL_SAMPLE
 
@@ -336,25 +339,86 @@ def test_progress_totals_count_only_what_is_done(tmp_path):
     assert events[-1]["done"] == events[-1]["total"] == 8
 
 
-def test_damaged_checkpoints_say_what_to_do_and_the_run_restarts_from_its_files(tmp_path):
+def _cached_fake_run(tmp_path: Path, config: RunConfig, engine: ScriptedEngine) -> RunDir:
+    """A finished fake run whose engine goes through the run's call cache (calls.sqlite)."""
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    cached = CachedEngine(engine, rd.cache_path)
+    try:
+        execute(rd, config, resume=False, engines={"target": cached}, embedder=BagOfWordsEmbedder())
+    finally:
+        cached.close()
+    return rd
+
+
+@pytest.mark.parametrize(
+    "damaged", [("checkpoints.sqlite",), ("calls.sqlite",), ("checkpoints.sqlite", "calls.sqlite")], ids=["checkpoints", "calls", "both"]
+)
+def test_damaged_databases_are_named_and_the_advice_works_when_followed(tmp_path, damaged):
+    """Resume checks both SQLite files: the message names exactly the damaged ones, its
+    commands (run as printed) get the run going, and the failed resume leaves the finished
+    run's run.json as it was."""
     config = make_config(tmp_path, max_iterations=1)
-    rd, _, _ = run_fake(tmp_path, config)
+    first = ScriptedEngine(authority_world)
+    rd = _cached_fake_run(tmp_path, config, first)
     before = rd.library.load_latest()
-    data = rd.checkpoint_path.read_bytes()
-    rd.checkpoint_path.write_bytes(data[: len(data) // 3])
+    state_before = rd.state_path.read_text()
+    for name in damaged:
+        path = rd.root / name
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
 
     result = cli("resume", str(rd.root), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "checkpoint database is damaged" in result.stderr and "mv " in result.stderr
-    with pytest.raises(ConfigError, match="checkpoint database is damaged"):
-        execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+    message = " ".join(result.stderr.split())
+    for name, role in (("checkpoints.sqlite", "the loop's checkpoints"), ("calls.sqlite", "the call cache")):
+        if name in damaged:
+            assert f"{rd.root / name} ({role}) is damaged" in message
+        else:
+            assert f"{name} passed SQLite's quick_check" in message and f"{name} ({role}) is damaged" not in message
+    assert rd.state_path.read_text() == state_before, "a failed resume rewrote a finished run's run.json"
+    assert rd.read_state().status == "finished"
 
-    rd.checkpoint_path.rename(rd.root / "checkpoints.sqlite.damaged")
+    commands = re.findall(r"`([^`]+)`", message)
+    move, resume = commands[0], commands[1]
+    assert resume == f"bias-discovery resume {rd.root}"
+    subprocess.run(move, shell=True, check=True)  # the advice, as printed
+    assert not any((rd.root / f"{name}{suffix}").exists() for name in damaged for suffix in ("", "-wal", "-shm"))
+    assert rd.damaged_databases() == {}
+
     rd.require_resumable()
-    state = execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
-    assert state["stage"] == "finished"
+    again = ScriptedEngine(authority_world)
+    cached = CachedEngine(again, rd.cache_path)
+    try:
+        state = execute(rd, config, resume=True, engines={"target": cached}, embedder=BagOfWordsEmbedder())
+    finally:
+        cached.close()
+    assert state["stage"] == "finished" and rd.read_state().status == "finished"
     assert rd.library.load_latest().same_content(before)
-    assert any(e["event"] == "restart" for e in rd.read_events())
+    if damaged == ("checkpoints.sqlite",):
+        # restarted from iteration 1; every call it had paid for came from the intact cache
+        assert any(e["event"] == "restart" for e in rd.read_events()) and again.sent == []
+    elif damaged == ("calls.sqlite",):
+        assert again.sent == []  # the checkpoint says the run is finished: nothing left to pay
+    else:
+        # no cache left: what the restart redoes is paid again (the baseline and placebo files stay)
+        assert 0 < len(again.sent) < len(first.sent)
+
+
+def test_a_failed_resume_of_a_finished_run_keeps_its_status(tmp_path):
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config)
+    state_before = rd.state_path.read_text()
+    rd.checkpoint_path.rename(rd.root / "aside.sqlite")  # the loop restarts ... and its teacher falls over
+
+    def crashing(request):
+        raise RuntimeError("teacher fell over")
+
+    with pytest.raises(RuntimeError):
+        execute(rd, config, resume=True, engines={"target": ScriptedEngine(crashing)}, embedder=BagOfWordsEmbedder())
+    assert rd.state_path.read_text() == state_before
+    assert [e for e in rd.read_events() if e["event"] == "resume_failed"][-1]["error"] == "teacher fell over"
 
 
 def test_loop_with_a_mitigated_judge(tmp_path):

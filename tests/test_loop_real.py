@@ -174,10 +174,23 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
         started = _stage_start_time(run_dir, "evaluate")
         return started is not None and _calls_stored_since(run_dir, started) > 0
 
-    sigkill_when(process, evaluating, timeout=1200, what="an evaluate call was stored")
+    seen: dict[str, object] = {}
+
+    def while_alive() -> None:  # `status` names the live process, and a second loop on it is refused
+        seen["alive"] = " ".join(cli("status", str(run_dir)).stdout.split())
+        seen["second"] = cli("resume", str(run_dir), "--quiet", check=False)
+
+    sigkill_when(process, evaluating, timeout=1200, what="an evaluate call was stored", before_kill=while_alive)
+    alive, second = str(seen["alive"]), seen["second"]
+    assert isinstance(second, subprocess.CompletedProcess)
+    assert f"running (pid {process.pid} on this host" in alive, alive
+    assert second.returncode == 2 and f"is being run by pid {process.pid} on this host" in " ".join(second.stderr.split())
     started = _stage_start_time(run_dir, "evaluate")
     assert started is not None and _calls_stored_since(run_dir, started) > 0
-    assert RunDir(run_dir).read_state().status == "running"  # killed, not finished
+    assert RunDir(run_dir).read_state().status == "running"  # run.json cannot know it was killed ...
+    stopped = " ".join(cli("status", str(run_dir)).stdout.split())  # ... the lock's dead holder does
+    assert "small-real: stopped at stage evaluate of iteration 1 (" in stopped, stopped
+    assert f"ago), resume with: bias-discovery resume {run_dir}" in stopped and "running" not in stopped
     paid_before = len(_paid_counts(run_dir))
     assert paid_before > 0
 

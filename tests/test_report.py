@@ -277,9 +277,14 @@ def test_report_of_a_run_in_progress(hostile_run: Path):
     rd.write_state(state.model_copy(update={"status": "running", "stage": "perturb", "iteration": 3, "stop_reason": None}))
     rd.event("stage_start", iteration=3, stage="perturb", total=8)
     rd.event("progress", iteration=3, stage="perturb", done=5, total=8)
-    html = render_report(hostile_run)
+    with rd.lock.hold(rd.root, "resume"):  # this process drives the run
+        html = render_report(hostile_run)
     assert "In progress: iteration 3, stage <b>perturb</b>, 5/8" in html
-    assert "b-running" in html
+    assert 'class="badge b-running"' in html
+    # The same files with no live process behind them (a kill): stopped, not "in progress".
+    html = render_report(hostile_run)
+    assert "In progress" not in html and 'class="badge b-running"' not in html and 'class="badge b-stopped"' in html
+    assert "its process is gone: <code>bias-discovery resume</code> continues it" in html
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,30 +400,31 @@ def test_viewer_serves_and_refreshes(hostile_run: Path):
     rd.write_state(rd.read_state().model_copy(update={"status": "running", "stage": "validate"}))
     server = ReportServer(hostile_run, port=0).start()
     try:
-        assert server.port != 0
-        page = _get(server.url)
-        assert "hostile-run" in page and 'fetch("/version"' in page
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-        version = json.loads(_get(server.url + "version"))
-        assert version["status"] == "running"
-        assert _get(server.url) == page and server.renders == 1  # unchanged files: no re-render
+        with rd.lock.hold(rd.root, "resume"):  # the run's process is this one: the page follows it
+            assert server.port != 0
+            page = _get(server.url)
+            assert "hostile-run" in page and 'fetch("/version"' in page
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+            version = json.loads(_get(server.url + "version"))
+            assert version["status"] == "running"
+            assert _get(server.url) == page and server.renders == 1  # unchanged files: no re-render
 
-        rd.event("stage_start", iteration=3, stage="identify", total=4)
-        page2 = _get(server.url)
-        assert page2 != page and "stage <b>identify</b>" in page2
-        assert json.loads(_get(server.url + "version"))["version"] != version["version"]
+            rd.event("stage_start", iteration=3, stage="identify", total=4)
+            page2 = _get(server.url)
+            assert page2 != page and "stage <b>identify</b>" in page2
+            assert json.loads(_get(server.url + "version"))["version"] != version["version"]
 
-        # a broken library file: an error page that keeps polling, then recovery
-        latest = hostile_run / "library" / "iter_002.json"
-        good = latest.read_text()
-        latest.write_text(good[:50])
-        broken = _get(server.url)
-        assert "cannot be drawn" in broken and "iter_002.json" in broken
-        latest.write_text(good)
-        rd.event("progress", iteration=3, stage="identify", done=2, total=4)
-        assert "stage <b>identify</b>, 2/4" in _get(server.url)
-        with pytest.raises(urllib.error.HTTPError):
-            _get(server.url + "nope")
+            # a broken library file: an error page that keeps polling, then recovery
+            latest = hostile_run / "library" / "iter_002.json"
+            good = latest.read_text()
+            latest.write_text(good[:50])
+            broken = _get(server.url)
+            assert "cannot be drawn" in broken and "iter_002.json" in broken
+            latest.write_text(good)
+            rd.event("progress", iteration=3, stage="identify", done=2, total=4)
+            assert "stage <b>identify</b>, 2/4" in _get(server.url)
+            with pytest.raises(urllib.error.HTTPError):
+                _get(server.url + "nope")
     finally:
         server.stop()
     with pytest.raises(OSError):

@@ -16,7 +16,7 @@ from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error
+from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -143,6 +143,7 @@ def audit(
     allow_overlap: bool = typer.Option(
         False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
     ),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -177,7 +178,10 @@ def audit(
             url = teacher_base_url or base_url
             configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
         check_output_dir(out, overwrite=overwrite)
-        pairs = load_pairs(data, data_dir=data_dir, limit=limit)
+        bad_rows: list[str] | None = [] if skip_bad_rows else None
+        pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
+        if bad_rows:
+            warn(skipped_rows_message(bad_rows, data))
         if not pairs:
             fail(f"data {data!r} has no pairs")
         overlaps = _run_overlaps(targets, pairs, describe_source(data, data_dir, portable=True), allow=allow_overlap)
@@ -199,6 +203,10 @@ def audit(
                 progress=quiet_progress if quiet else progress_bar,
             )
             output = output.model_copy(update={"report": output.report.model_copy(update={"data_overlap": overlaps})})
+            if bad_rows:
+                output.report.notes.append(
+                    f"{plural(len(bad_rows), 'bad data row')} skipped at load (--skip-bad-rows), not among the {plural(len(pairs), 'pair')}"
+                )
             write_audit_dir(out, output, overwrite=overwrite)
         except BiasDiscoveryError as exc:
             fail(str(exc))

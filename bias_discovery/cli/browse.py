@@ -283,19 +283,33 @@ def report(
     definition, provenance and evidence (original vs perturbed response, the judge's explanation).
     An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
     from ..audit.output import is_audit_dir
+    from ..io import probe_writable
     from ..report.render import write_report
 
     if out is not None and out.is_dir():
         fail(f"--out {out} is a directory; give a file name such as {out / 'report.html'}")
     try:
+        if out is not None:
+            probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
+        elif run_dir.is_dir():
+            try:
+                probe_writable(run_dir, what="the report's default place,")
+            except BiasDiscoveryError as exc:
+                raise type(exc)(f"{exc}; write it elsewhere with --out FILE") from None
+        problems: list[str] = []
         if is_audit_dir(run_dir):
             from ..report.audit import write_audit_report
 
             path = write_audit_report(run_dir, out)
         else:
-            path = write_report(run_dir, out)
+            path = write_report(run_dir, out, problems)
     except BiasDiscoveryError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write the report {out or run_dir / 'report.html'}: {exc.strerror or exc}")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        warn(f"{plural(len(problems), 'unreadable entry', 'unreadable entries')} left out of the report (listed on the page too): {shown}")
     console.print(f"wrote {path} ({plural(path.stat().st_size, 'byte')})", highlight=False, soft_wrap=True)
 
 

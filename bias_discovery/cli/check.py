@@ -38,7 +38,8 @@ def check(
             console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
     table = Table(title=(
         f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
-        f"max_iterations={report.max_iterations}; ≤ = upper bound)"
+        + (f"{plural(report.skipped_rows, 'bad data row')} skipped, " if report.skipped_rows else "")
+        + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
     ))
     for column in ("stage", "role", "per iteration", "whole run", "why"):
         table.add_column(column, justify="right" if column in ("per iteration", "whole run") else "left")

@@ -37,6 +37,11 @@ def _print_counts(title: str, counts: dict) -> None:
     console.print(table)
 
 
+def _print_skipped(stats: dict) -> None:
+    if stats.get("skipped_rows"):
+        console.print(f"skipped {plural(stats['skipped_rows'], 'bad data row')} at load (--skip-bad-rows)", highlight=False)
+
+
 @export_app.command("judgebench-pro")
 def export_judgebench_pro_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
@@ -53,6 +58,7 @@ def export_judgebench_pro_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Build a JudgeBench-Pro-style benchmark.
@@ -66,13 +72,15 @@ def export_judgebench_pro_cmd(
         stats = export_judgebench_pro(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
-            overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
+            overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
+            progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"JudgeBench-Pro export of {stats['run_name']}", stats["counts"])
+    _print_skipped(stats)
     length = stats["length"]
     if length["n"]:
         console.print(
@@ -122,6 +130,7 @@ def export_dpo_cmd(
     fmt: str = typer.Option("standard", "--format", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
     include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Bias-augmented DPO data from a run's biases.
@@ -134,13 +143,15 @@ def export_dpo_cmd(
     try:
         stats = export_dpo(
             run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
-            include_original=include_original, overwrite=overwrite, progress=None if quiet else progress_bar,
+            include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows,
+            progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
+    _print_skipped(stats)
     console.print(f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json", highlight=False)
 
 
@@ -179,8 +190,8 @@ _harness_command(
     "An lm-evaluation-harness task from a Pro set or a run.\n\nYAML, utils.py and data: pairwise multiple choice, "
     "both orders, JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {len(info['bias_tasks'])} per-bias "
-        f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {plural(len(info['bias_tasks']), 'per-bias task')}"
+        f" (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
         f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
     ),
 )
@@ -189,7 +200,7 @@ _harness_command(
     "An inspect_ai task file from a Pro set or a run.\n\nDataset, multiple_choice solver and scorer: both orders, "
     "JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
+        f"wrote {out}: task.py (task {info['task']}, {plural(info['samples'], 'sample')} x 2 orders), data.jsonl, README.md, "
         f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
     ),
 )

@@ -14,7 +14,7 @@ from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error
+from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -57,6 +57,10 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         f" | cached calls: {summary.cached_calls}/{summary.n_judgments}",
         highlight=False,
     )
+    for reason, example in summary.invalid_examples.items():
+        console.print(f"{reason} ({summary.invalid_reasons.get(reason, 0)}): {example}", highlight=False, soft_wrap=True)
+    if summary.skipped_rows:
+        console.print(f"skipped bad data rows (--skip-bad-rows): {summary.skipped_rows}, not among the pairs above", highlight=False)
 
 
 def _check_compare_dir(value: Optional[Path]) -> Optional[Path]:
@@ -96,6 +100,7 @@ def judge(
     ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
     compare: Optional[Path] = typer.Option(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
@@ -107,7 +112,7 @@ def judge(
     Error rate per domain with its confidence interval, JudgeBench's own score, invalid rate,
     position-A rate and position consistency; writes judgments.jsonl and summary.json."""
     from ..data.loaders import describe_source, load_pairs
-    from ..io import atomic_write_json, atomic_write_jsonl
+    from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
     from ..judging import calls_per_pair, judge_pairs, summarize
     from ..llm.config import ModelConfig
     from ..llm.registry import make_engine
@@ -124,7 +129,11 @@ def judge(
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
         if out.exists() and not out.is_dir():
             fail(f"--out {out} exists and is not a directory")
-        pairs = load_pairs(data, data_dir=data_dir, limit=limit)
+        probe_writable(out, what="--out")  # before any call is paid for, not after all of them
+        bad_rows: list[str] | None = [] if skip_bad_rows else None
+        pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
+        if bad_rows:
+            warn(skipped_rows_message(bad_rows, data))
         if not pairs:
             fail(f"data {data!r} has no pairs")
         engine = make_engine(config, cache_path=cache_path)
@@ -140,13 +149,18 @@ def judge(
             with bar(f"judging {plural(len(pairs), 'pair')}", n_requests) as advance:
                 result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
             summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
+            summary.skipped_rows = len(bad_rows or [])
         except ValidationError as exc:
             fail(format_validation_error(exc))
         except BiasDiscoveryError as exc:
             fail(str(exc))
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
-        atomic_write_json(out / "summary.json", summary)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
+            atomic_write_json(out / "summary.json", summary)
+        except OSError as exc:  # the probe passed, then the disk filled up or the folder went
+            rerun = f" (the calls are in the call cache {cache_path}: a rerun is free)" if cache_path else ""
+            fail(f"cannot write to --out {out}: {exc.strerror or exc}{rerun}")
         print_judge_summary(summary)
         console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
         if compare is not None:

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
 
-from ..errors import BiasDiscoveryError
-from ..formatting import delta_clause, effect_clause, plural
+from ..errors import BiasDiscoveryError, DataError
+from ..formatting import delta_clause, duration, effect_clause, plural
 from .common import app, console, fail, interrupted, warn
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from ..run import Liveness, RunState
+
+
+def _skipped_rows_line(state: RunState | None) -> str | None:
+    """"skipped bad data rows (data.skip_bad_rows): target 1, test 2 ...", or None."""
+    if state is None or not state.skipped_rows:
+        return None
+    counts = ", ".join(f"{role} {n}" for role, n in state.skipped_rows.items())
+    return f"skipped bad data rows (data.skip_bad_rows): {counts}; each is named in events.jsonl"
 
 
 def _print_run_end(run_dir: Path) -> None:
@@ -34,6 +46,9 @@ def _print_run_end(run_dir: Path) -> None:
     statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
     if statement:
         console.print(f"  error control: {statement}", highlight=False, soft_wrap=True)
+    skipped = _skipped_rows_line(state)
+    if skipped:
+        console.print(skipped, highlight=False)
     effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
     if effect is not None:
         console.print(
@@ -60,14 +75,17 @@ def run(
     from ..config import load_run_config
     from ..data.loaders import load_pairs
     from ..graph import check_data_overlap, execute
-    from ..io import atomic_write_text
+    from ..io import atomic_write_text, probe_writable
     from ..progress import progress_bar
     from ..run import RunDir
 
+    root = run_dir or Path("runs")
     try:
         config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else []))
         root = run_dir or Path("runs") / config.name
         rd = RunDir(root)
+        probe_writable(root, what="--run-dir")
+        rd.lock.refuse_if_held(root)
         if rd.is_run():
             fail(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another --run-dir")
         if root.exists() and any(root.iterdir()):
@@ -108,6 +126,7 @@ def resume(
     try:
         rd = RunDir(run_dir)
         rd.require_resumable()
+        rd.lock.refuse_if_held(run_dir)  # before anything below writes
         config = load_run_config(rd.config_path)
         if allow_overlap and not config.data.allow_overlap:
             config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
@@ -139,31 +158,56 @@ def status(
     Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
-    from ..run import RunDir, summarize_events
+    from ..run import RunDir, effective_status, summarize_events
 
     try:
         rd = RunDir(run_dir)
         rd.require_run()
-        state = rd.read_state()
-        report = summarize_events(rd.read_events())
+        try:
+            state = rd.read_state()
+        except DataError as exc:  # the rest of the run still says where it stands
+            warn(f"{exc}; `bias-discovery resume {run_dir}` writes it anew")
+            state = None
+        problems: list[str] = []
+        events = rd.read_events(problems)
+        report = summarize_events(events, problems)
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    data = {"state": state.model_dump() if state else None, **report}
+    if problems and not as_json:
+        warn(f"{plural(len(problems), 'unreadable line')} of events.jsonl left out: " + "; ".join(problems[:3]))
+    live = rd.liveness()
+    last_seen = max(
+        [t for t in (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
+                     events[-1].get("time") if events else None) if isinstance(t, (int, float))],
+        default=None,
+    )
+    effective = effective_status(state.status if state else None, live)
+    data = {
+        "state": state.model_dump() if state else None,
+        "status": effective,
+        "problems": problems,
+        "liveness": {
+            "state": live.state,
+            "reason": live.reason,
+            "holder": live.holder.model_dump() if live.holder else None,
+            "heartbeat_age": live.heartbeat_age,
+            "last_seen": last_seen,
+        },
+        **report,
+    }
     if as_json:
         console.print_json(_json.dumps(data))
         return
-    if state:
-        console.print(
-            f"[bold]{state.name}[/]: {state.status}, iteration {state.iteration}, stage {state.stage}"
-            + (f", stopped: {state.stop_reason}" if state.stop_reason else "")
-            + f"; library {plural(state.library_size, 'bias')}",
-            highlight=False,
-        )
-        if state.error:
-            console.print(f"error: {state.error}", highlight=False)
+    console.print(_status_headline(run_dir, state, live, effective, last_seen), highlight=False, soft_wrap=True)
+    if state and state.error:
+        console.print(f"error: {state.error}", highlight=False)
+    skipped = _skipped_rows_line(state)
+    if skipped:
+        console.print(skipped, highlight=False)
     if report["current"]:
         c = report["current"]
-        console.print(f"in progress: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
+        label = "in progress" if effective == "running" else "interrupted in"
+        console.print(f"{label}: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
     table = Table(title="calls and tokens by stage")
     for column in ("stage", "role", "requests", "cached", "prompt tokens", "completion tokens"):
         table.add_column(column, justify="left" if column in ("stage", "role") else "right")
@@ -172,3 +216,22 @@ def status(
     t = report["totals"]
     table.add_row("all", "", str(t["requests"]), str(t["cached"]), str(t["prompt_tokens"]), str(t["completion_tokens"]), style="bold")
     console.print(table)
+
+
+def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effective: str, last_seen: Any) -> str:
+    name = state.name if state else run_dir.name
+    where = f"stage {state.stage} of iteration {state.iteration}" if state else "the start"
+    library = f"; library {plural(state.library_size, 'bias')}" if state else ""
+    if effective == "running":
+        return f"{name}: running ({live.reason}), {where}{library}"
+    if effective == "not_responding":
+        pid = live.holder.pid if live.holder else "?"
+        return (
+            f"{name}: not responding at {where} ({live.reason}); if it is stuck, stop it (kill {pid}), "
+            f"then: bias-discovery resume {run_dir}"
+        )
+    if effective == "finished" and state is not None:
+        return f"{name}: finished, iteration {state.iteration}, stopped: {state.stop_reason}{library}"
+    ago = f" ({duration(time.time() - last_seen)} ago)" if last_seen is not None else ""
+    failed = ", after an error" if state is not None and state.status == "failed" else ""
+    return f"{name}: stopped at {where}{ago}{failed}, resume with: bias-discovery resume {run_dir}{library}"

@@ -26,6 +26,7 @@ def replicate(
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Replicate on data that shares pairs (id or content) with the run's target pairs; recorded."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Re-validate a run's biases on fresh perturbations.
@@ -39,13 +40,16 @@ def replicate(
     try:
         replication, where = replicate_run(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
+            out=out, overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
+            progress=None if quiet else progress_bar,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
     r = replication
     console.print(
-        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {plural(r.n_test, 'test pair')}; "
+        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {plural(r.n_test, 'test pair')}"
+        + (f" ({plural(r.skipped_rows, 'bad row')} skipped)" if r.skipped_rows else "")
+        + "; "
         f"rewrites at temperature {r.temperature:g}; {r.acceptance} rule vs {r.control}, α = {r.alpha:g}, "
         f"{r.correction} across the {plural(r.n_replicated, 'replicated bias')})",
         highlight=False,

@@ -34,9 +34,14 @@ and the offending value. Decisions worth knowing:
   guess. Its domain comes from ``source`` (``mmlu-pro-*`` knowledge, ``livebench-reasoning``
   reasoning, ``livebench-math`` math, ``livecodebench`` code); a source outside these (a future
   hub revision) gets domain ``"unknown"`` and keeps its ``source``, so nothing is dropped.
-- JudgeBench's claude split has one pair whose two responses are identical (line 265); it is
-  kept, so the counts match the published benchmark, and flagged with
-  ``meta["identical_responses"] = True``.
+- A row whose two responses are the same text (after trimming whitespace) has no better
+  response: any verdict on it would be scored as a judge error. It is a bad row. JudgeBench's
+  claude split has one (line 265): `judgebench` and `judgebench:claude` need
+  ``bad_rows`` (``--skip-bad-rows``), which loads 269 of its 270 pairs and says so.
+- A bad row (malformed JSON or bytes that are not UTF-8 on its line, a missing or mistyped
+  field, a bad label, identical responses, a repeated id) is a `DataError` naming its file and
+  line (or row) and the field; with ``bad_rows`` it is skipped and its message recorded
+  instead. Problems with a whole file (missing, not a list, not parquet) are always errors.
 - RewardBench's ``id`` 3692 occurs twice (a ``donotanswer`` and a ``hep-python`` row). An id
   that occurs more than once in the file gets its subset appended (``"3692-donotanswer"``,
   ``"3692-hep-python"``) on every occurrence, so ids do not depend on row order, filtering or
@@ -57,12 +62,12 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import DataError, json_problem
-from ..io import iter_jsonl
+from ..io import read_utf8, scan_jsonl
 from .pairs import Order, PreferencePair
 
 DATA_DIR_ENV = "BIAS_DISCOVERY_DATA_DIR"
@@ -240,30 +245,30 @@ class _Row:
     fallback_id: str
     """Id used when the record has none: ``<stem>-<line or index>``."""
     record: Mapping[str, Any]
+    problem: str | None = None
+    """Why the row is not a record at all (malformed JSON, not UTF-8, not an object), with
+    its location; such a row is a bad row like one with a missing field."""
 
 
 def _jsonl_rows(path: Path) -> Iterator[_Row]:
-    for line, obj in iter_jsonl(path):
-        yield _Row(f"{path}:{line}", f"{path.stem}-{line}", obj)
+    for line, obj, problem in scan_jsonl(path):
+        yield _Row(f"{path}:{line}", f"{path.stem}-{line}", obj or {}, problem)
 
 
 def _json_rows(path: Path) -> Iterator[_Row]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc})") from None
+    text = read_utf8(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: malformed JSON ({json_problem(exc, line=False)})") from None
+    except RecursionError:
+        raise DataError(f"{path}: malformed JSON (nested too deeply)") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}")
     for index, obj in enumerate(data):
-        if not isinstance(obj, dict):
-            raise DataError(f"{path}: item {index}: expected a JSON object, got {type(obj).__name__}")
-        yield _Row(f"{path}: item {index}", f"{path.stem}-{index}", obj)
+        where = f"{path}: item {index}"
+        problem = None if isinstance(obj, dict) else f"{where}: expected a JSON object, got {type(obj).__name__}"
+        yield _Row(where, f"{path.stem}-{index}", obj if isinstance(obj, dict) else {}, problem)
 
 
 def _parquet_rows(path: Path) -> Iterator[_Row]:
@@ -304,9 +309,11 @@ def _hub_rows(repo: str, split: str) -> Iterator[_Row]:
         ) from None
     stem = repo.rsplit("/", 1)[-1]
     for index, obj in enumerate(dataset):
+        where = f"hub {repo}[{split}] row {index}"
         if not isinstance(obj, Mapping):
-            raise DataError(f"hub {repo}[{split}] row {index}: expected a record, got {type(obj).__name__}")
-        yield _Row(f"hub {repo}[{split}] row {index}", f"{stem}-{split}-{index}", dict(obj))
+            yield _Row(where, f"{stem}-{split}-{index}", {}, f"{where}: expected a record, got {type(obj).__name__}")
+            continue
+        yield _Row(where, f"{stem}-{split}-{index}", dict(obj))
 
 
 # --------------------------------------------------------------------------------------
@@ -343,13 +350,60 @@ def _id_value(row: _Row, field: str) -> str | None:
     return text
 
 
-def _check_unique(pairs_with_where: list[tuple[PreferencePair, str]]) -> list[PreferencePair]:
+SKIP_HINT = "to skip bad rows and count them: --skip-bad-rows (in a run config: data.skip_bad_rows: true)"
+
+
+def _bad_row(message: str, bad_rows: list[str] | None) -> None:
+    """A bad row: raise its DataError, or with `bad_rows` (`--skip-bad-rows`) record it there."""
+    if bad_rows is None:
+        raise DataError(f"{message}; {SKIP_HINT}")
+    bad_rows.append(message)
+
+
+def _build(
+    rows: Iterable[_Row], make: Callable[[_Row], PreferencePair], bad_rows: list[str] | None
+) -> list[tuple[PreferencePair, str]]:
+    """`make` applied to every row, each pair with its location; a row that is not a record or
+    that `make` refuses is a bad row (see `_bad_row`)."""
+    built: list[tuple[PreferencePair, str]] = []
+    for row in rows:
+        try:
+            if row.problem is not None:
+                raise DataError(row.problem)
+            built.append((make(row), row.where))
+        except DataError as exc:
+            _bad_row(str(exc), bad_rows)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in first["loc"]) or "(row)"
+            _bad_row(f"{row.where}: field {field!r}: {first['msg']}", bad_rows)
+    return built
+
+
+def _unique(
+    pairs_with_where: list[tuple[PreferencePair, str]], bad_rows: list[str] | None = None
+) -> list[tuple[PreferencePair, str]]:
+    """The pairs with their first id; a later row with the same id is a bad row naming both."""
     seen: dict[str, str] = {}
+    kept: list[tuple[PreferencePair, str]] = []
     for pair, where in pairs_with_where:
         if pair.id in seen:
-            raise DataError(f"duplicate pair id {pair.id!r}: {seen[pair.id]} and {where}")
+            _bad_row(f"duplicate pair id {pair.id!r}: {seen[pair.id]} and {where}", bad_rows)
+            continue
         seen[pair.id] = where
-    return [pair for pair, _ in pairs_with_where]
+        kept.append((pair, where))
+    return kept
+
+
+def _distinct(row: _Row, first: tuple[str, str], second: tuple[str, str]) -> None:
+    """Two responses that are the same text give the judge nothing to choose: any verdict on
+    them would be scored as a judge error, so such a row is refused (a bad row)."""
+    (first_field, first_text), (second_field, second_text) = first, second
+    if first_text.strip() == second_text.strip():
+        raise DataError(
+            f"{row.where}: fields {first_field!r} and {second_field!r} hold the same text: "
+            "the pair has no better response to pick"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -381,11 +435,12 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
     label = row.record.get("label")
     if label is None:
         raise DataError(f"{row.where}: missing field 'label'")
-    if label not in _JUDGEBENCH_LABELS:
+    if not isinstance(label, str) or label not in _JUDGEBENCH_LABELS:
         raise DataError(
             f"{row.where}: field 'label' has value {label!r}; expected one of "
             + ", ".join(repr(k) for k in _JUDGEBENCH_LABELS)
         )
+    _distinct(row, ("response_A", response_a), ("response_B", response_b))
     better = _JUDGEBENCH_LABELS[label]
     chosen, rejected = (response_a, response_b) if better == "A" else (response_b, response_a)
     meta: dict[str, Any] = {
@@ -394,8 +449,6 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
         "label": label,
         "split": split,
     }
-    if response_a == response_b:
-        meta["identical_responses"] = True
     return PreferencePair(
         id=pair_id,
         question=question,
@@ -408,7 +461,7 @@ def _judgebench_pair(row: _Row, split: str) -> PreferencePair:
     )
 
 
-def _load_judgebench(splits: list[str], data_dir: Path | None) -> list[PreferencePair]:
+def _load_judgebench(splits: list[str], data_dir: Path | None, bad_rows: list[str] | None) -> list[PreferencePair]:
     loaded: list[tuple[PreferencePair, str]] = []
     earlier_ids: set[str] = set()
     for split in splits:
@@ -417,8 +470,7 @@ def _load_judgebench(splits: list[str], data_dir: Path | None) -> list[Preferenc
             if data_dir is not None
             else _hub_rows(JUDGEBENCH_HUB_ID, split)
         )
-        this_split = [(_judgebench_pair(row, split), row.where) for row in rows]
-        _check_unique(this_split)
+        this_split = _unique(_build(rows, lambda row: _judgebench_pair(row, split), bad_rows), bad_rows)
         for pair, where in this_split:
             if pair.id in earlier_ids:
                 pair = pair.model_copy(
@@ -426,7 +478,7 @@ def _load_judgebench(splits: list[str], data_dir: Path | None) -> list[Preferenc
                 )
             loaded.append((pair, where))
         earlier_ids.update(pair.id for pair, _ in this_split)
-    return _check_unique(loaded)
+    return [pair for pair, _ in _unique(loaded, bad_rows)]
 
 
 # --------------------------------------------------------------------------------------
@@ -448,31 +500,43 @@ def _rewardbench_section_filter(selector: str) -> str:
     )
 
 
-def _load_rewardbench(section: str | None, data_dir: Path | None) -> list[PreferencePair]:
+def _rewardbench_raw_id(row: _Row) -> str | None:
+    """The row's own id, None when it has none or a bad one (the row is refused when built)."""
+    if row.problem is not None:
+        return None
+    try:
+        return _id_value(row, "id")
+    except DataError:
+        return None
+
+
+def _load_rewardbench(section: str | None, data_dir: Path | None, bad_rows: list[str] | None) -> list[PreferencePair]:
     rows = list(
         _jsonl_rows(_local_file(data_dir, REWARDBENCH_FILE))
         if data_dir is not None
         else _hub_rows(REWARDBENCH_HUB_ID, REWARDBENCH_SPLIT)
     )
-    raw_ids = [_id_value(row, "id") for row in rows]
     counts: dict[str, int] = {}
-    for raw in raw_ids:
+    for row in rows:
+        raw = _rewardbench_raw_id(row)
         if raw is not None:
             counts[raw] = counts.get(raw, 0) + 1
-    loaded: list[tuple[PreferencePair, str]] = []
-    for row, raw in zip(rows, raw_ids):
+
+    def make(row: _Row) -> PreferencePair:
+        raw = _id_value(row, "id")
         if raw is None:
             raise DataError(f"{row.where}: missing field 'id'")
         subset = _require(row, "subset")
         row_section = _optional_str(row, "section")
         if row_section is None:
             row_section = REWARDBENCH_SUBSET_SECTIONS.get(subset, "unknown")
-        pair_id = raw if counts[raw] == 1 else f"{raw}-{subset}"
-        pair = PreferencePair(
-            id=pair_id,
+        chosen, rejected = _require(row, "chosen"), _require(row, "rejected")
+        _distinct(row, ("chosen", chosen), ("rejected", rejected))
+        return PreferencePair(
+            id=raw if counts[raw] == 1 else f"{raw}-{subset}",
             question=_require(row, "prompt"),
-            chosen=_require(row, "chosen"),
-            rejected=_require(row, "rejected"),
+            chosen=chosen,
+            rejected=rejected,
             domain=row_section,
             source=subset,
             meta={
@@ -481,8 +545,9 @@ def _load_rewardbench(section: str | None, data_dir: Path | None) -> list[Prefer
                 "rejected_model": row.record.get("rejected_model"),
             },
         )
-        loaded.append((pair, row.where))
-    pairs = _check_unique(loaded)  # on the whole file, so a filter cannot hide a clash
+
+    # unique on the whole file, so a filter cannot hide a clash
+    pairs = [pair for pair, _ in _unique(_build(rows, make, bad_rows), bad_rows)]
     if section is not None:
         pairs = [p for p in pairs if _normalise_section(p.domain) == _normalise_section(section)]
     return pairs
@@ -492,11 +557,11 @@ def _load_rewardbench(section: str | None, data_dir: Path | None) -> list[Prefer
 # Generic files
 
 
-def _generic_pairs(rows: Iterable[_Row], fields: FieldMap, default_source: str) -> list[PreferencePair]:
-    loaded: list[tuple[PreferencePair, str]] = []
-    for row in rows:
-        loaded.append((_generic_pair(row, fields, default_source), row.where))
-    return _check_unique(loaded)
+def _generic_pairs(
+    rows: Iterable[_Row], fields: FieldMap, default_source: str, bad_rows: list[str] | None = None
+) -> list[PreferencePair]:
+    built = _build(rows, lambda row: _generic_pair(row, fields, default_source), bad_rows)
+    return [pair for pair, _ in _unique(built, bad_rows)]
 
 
 def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> PreferencePair:
@@ -529,6 +594,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
     if style == "chosen_rejected":
         chosen = _require(row, fields.chosen)
         rejected = _require(row, fields.rejected)
+        _distinct(row, (fields.chosen, chosen), (fields.rejected, rejected))
         used.update({fields.chosen, fields.rejected})
     else:
         label = record.get(fields.label)
@@ -541,6 +607,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
                 f"{row.where}: field {fields.label!r} has value {label!r}; expected one of "
                 + ", ".join(repr(k) for k in fields.label_values)
             )
+        _distinct(row, (fields.response_a, response_a), (fields.response_b, response_b))
         if fields.label_values[label] == "A":
             chosen, rejected, data_order = response_a, response_b, "chosen_first"
         else:
@@ -570,7 +637,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
     )
 
 
-def _load_file(path: Path, fields: FieldMap) -> list[PreferencePair]:
+def _load_file(path: Path, fields: FieldMap, bad_rows: list[str] | None) -> list[PreferencePair]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows: Iterable[_Row] = _jsonl_rows(path)
@@ -583,7 +650,7 @@ def _load_file(path: Path, fields: FieldMap) -> list[PreferencePair]:
             f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected one of "
             + ", ".join(FILE_SUFFIXES)
         )
-    return _generic_pairs(rows, fields, default_source=path.stem)
+    return _generic_pairs(rows, fields, default_source=path.stem, bad_rows=bad_rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -688,13 +755,16 @@ def load_pairs(
     field_map: FieldMap | None = None,
     limit: int | None = None,
     seed: int | None = None,
+    bad_rows: list[str] | None = None,
 ) -> list[PreferencePair]:
     """Load preference pairs from a named set, a hub data set or a file (see the module docstring).
 
     `data_dir` (else $BIAS_DISCOVERY_DATA_DIR) is where named sets are read from; without one
     they come from the hub. `field_map` applies to files and `hf:` sets only. `limit` keeps
     the first N pairs in file order, or, with `seed`, a seeded random sample of N kept in file
-    order. Every input problem raises `DataError`.
+    order. Every input problem raises `DataError`, except that with `bad_rows` (a list:
+    `--skip-bad-rows`) a bad row is skipped and its message appended there; `limit` then
+    counts good rows.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise DataError(f"limit must be a positive integer, got {limit!r}")
@@ -705,15 +775,15 @@ def load_pairs(
         if resolved.splits:
             pairs = [p for p in pairs if demo_split(p.id) == resolved.splits[0]]
     elif resolved.kind == "judgebench":
-        pairs = _load_judgebench(list(resolved.splits), resolve_data_dir(data_dir))
+        pairs = _load_judgebench(list(resolved.splits), resolve_data_dir(data_dir), bad_rows)
     elif resolved.kind == "rewardbench":
-        pairs = _load_rewardbench(resolved.section, resolve_data_dir(data_dir))
+        pairs = _load_rewardbench(resolved.section, resolve_data_dir(data_dir), bad_rows)
     elif resolved.kind == "hf":
         split = resolved.splits[0]
-        pairs = _generic_pairs(_hub_rows(resolved.name, split), fields, default_source=resolved.name)
+        pairs = _generic_pairs(_hub_rows(resolved.name, split), fields, default_source=resolved.name, bad_rows=bad_rows)
     else:
         assert resolved.path is not None
-        pairs = _load_file(resolved.path, fields)
+        pairs = _load_file(resolved.path, fields, bad_rows)
     return _take(pairs, limit, seed)
 
 

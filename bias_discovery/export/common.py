@@ -28,7 +28,7 @@ from ..data.loaders import describe_source, load_pairs
 from ..data.overlap import DataOverlap, PairKey, check_overlap, content_hash, find_overlap, pair_keys
 from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryError
-from ..io import atomic_write_jsonl
+from ..io import atomic_write_jsonl, probe_writable
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
@@ -238,8 +238,10 @@ def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -
 
 
 def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> None:
-    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), and one
-    that is or contains a protected path (the run directory: --overwrite must never delete it)."""
+    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), one
+    that is or contains a protected path (the run directory: --overwrite must never delete it),
+    and one whose parent cannot be written (`staged_output` writes and renames there): proved
+    with a probe file before any model call is paid for."""
     out_resolved = out.resolve()
     for path in protect:
         p = path.resolve()
@@ -253,6 +255,7 @@ def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()
                 f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
                 "another directory"
             )
+    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
 
 
 @contextmanager

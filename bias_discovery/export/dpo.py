@@ -256,11 +256,13 @@ def export_dpo(
     fmt: DpoFormat = "standard",
     include_original: bool = False,
     overwrite: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
     """Perturb the rejected responses of `data` with the run's biases and write DPO data to
-    `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed)."""
+    `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed);
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows."""
     out = Path(out)
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path])
@@ -270,7 +272,8 @@ def export_dpo(
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         where = data_dir if data_dir is not None else config.data.data_dir
-        pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None)
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {data!r} has no pairs")
         build = build_dpo_set(
@@ -291,6 +294,7 @@ def export_dpo(
             "library_file": ctx.library_file,
             "data": describe_source(data, where, portable=True),
             "limit": limit,
+            "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
             "seed": config.seed,
             "include_original": include_original,

@@ -808,6 +808,7 @@ def export_judgebench_pro(
     overwrite: bool = False,
     allow_self_filter: bool = False,
     allow_overlap: bool = False,
+    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
@@ -834,7 +835,9 @@ def export_judgebench_pro(
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
-        pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None)
+        # bad data rows: skipped and counted when asked, or when the run itself skipped them
+        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
         overlap = check_run_overlap(
@@ -864,6 +867,7 @@ def export_judgebench_pro(
             "library_file": ctx.library_file,
             "data": describe_source(source, where, portable=True),
             "limit": limit,
+            "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
             "seed": config.seed,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

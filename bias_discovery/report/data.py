@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from ..errors import ConfigError
 from ..library import (
@@ -35,7 +34,7 @@ from ..library import (
     diff_libraries,
     load_library,
 )
-from ..run import RunDir, RunState, ValidationReport, summarize_events
+from ..run import RunDir, RunState, ValidationReport, effective_status, summarize_events
 
 __all__ = [
     "LibraryRef",
@@ -387,6 +386,11 @@ class RunData:
     """The placebo's own effect (neutral rewrites vs unperturbed), when the run has a placebo."""
     seed_validation: ValidationReport | None = None
     """The seed library's validation on this judge (iteration 0, `validate.seeds`)."""
+    status: str = "stopped"
+    """What the run is doing now (`run.effective_status`: running only while its process lives)."""
+    problems: list[str] = field(default_factory=list)
+    """What could not be read and was left out (a garbled line, with its file and line number):
+    the report says so instead of quietly showing less."""
 
     @property
     def name(self) -> str:
@@ -406,25 +410,26 @@ class RunData:
 def collect_run(root: Path | str) -> RunData:
     """Read everything the report shows from a run directory.
 
-    Raises ConfigError when `root` is not a run, LibraryError (naming the file) when a
-    library or validation file does not parse; missing optional files are simply absent.
+    Raises ConfigError when `root` is not a run, LibraryError or DataError (naming the file)
+    when a library, validation or state file does not parse; missing optional files are simply
+    absent. Lines of the log and of the evidence files that do not parse are left out and
+    named in `RunData.problems`.
     """
     root = Path(root)
     require_run_like(root)
     rd = RunDir(root)
+    problems: list[str] = []
     config_text = rd.config_path.read_text(encoding="utf-8", errors="replace") if rd.config_path.is_file() else ""
     try:
         config = yaml.safe_load(config_text) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{rd.config_path}: not valid YAML ({exc})") from None
     if not isinstance(config, dict):
+        problems.append(f"{rd.config_path}: not a mapping of settings; no settings are shown")
         config = {}
-    try:
-        state = rd.read_state()
-    except (ValidationError, ValueError) as exc:
-        raise ConfigError(f"{rd.state_path}: not a valid run state ({exc})") from None
-    events = rd.read_events()
-    usage = summarize_events(events)
+    state = rd.read_state()
+    events = rd.read_events(problems)
+    usage = summarize_events(events, problems)
 
     store = rd.library
     libraries = [store.load_iteration(i) for i in store.iterations()]
@@ -465,20 +470,23 @@ def collect_run(root: Path | str) -> RunData:
             info.accepted = list(validation.accepted)
             info.rejected = [b.id for b in validation.validated if not (b.validation and b.validation.accepted)]
             info.skipped = list(validation.skipped_over_max_candidates)
-        for case in files.explanations.read_raw_lenient() or files.misjudged.read_raw_lenient():
+        for case in files.explanations.read_raw_lenient(problems) or files.misjudged.read_raw_lenient(problems):
             key = (str(case.get("pair_id")), str(case.get("bias_id")))
             cases.setdefault(key, case)
         if i > 0 or lib is not None:
             iterations.append(info)
 
     baseline = None
+    data: Any = None
     baseline_path = rd.baseline.summary.path
     if baseline_path.is_file():
         try:
-            data = json.loads(baseline_path.read_text(encoding="utf-8"))
+            data = json.loads(baseline_path.read_bytes().decode("utf-8"))
             baseline = data if isinstance(data, dict) else None
-        except json.JSONDecodeError:
-            baseline = None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            problems.append(f"{baseline_path}: not valid JSON ({str(exc).splitlines()[0][:200]}); no baseline summary is shown")
+        if data is not None and baseline is None:
+            problems.append(f"{baseline_path}: not a JSON object; no baseline summary is shown")
 
     return RunData(
         rewrite_effect=run_rewrite_effect(root),
@@ -496,4 +504,6 @@ def collect_run(root: Path | str) -> RunData:
         baseline=baseline,
         cases=cases,
         last_event_time=events[-1].get("time") if events else None,
+        status=effective_status(state.status if state else None, rd.liveness()),
+        problems=problems,
     )

@@ -20,6 +20,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import formatting
 from ..formatting import ci_pp, count, p_value, percent, plural, pp
 from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
@@ -47,12 +48,7 @@ def when(ts: Any) -> str:
 
 
 def duration(seconds: Any) -> str:
-    if seconds is None:
-        return MISSING
-    s = int(max(0.0, float(seconds)))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{s}s")
+    return formatting.duration(seconds, missing=MISSING)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,7 +384,9 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
         "root": str(run.root),
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "state": state,
-        "running": bool(state and state.status == "running"),
+        "running": run.status == "running",
+        "status": run.status,
+        "problems": run.problems,
         "duration": duration(seconds),
         "started": when(state.started_at) if state else "–",
         "updated": when(state.updated_at) if state else "–",
@@ -464,8 +462,12 @@ def render_report(run_dir: Path | str, *, live: bool = False, version: str = "")
     return render_run(collect_run(run_dir), live=live, version=version)
 
 
-def write_report(run_dir: Path | str, out: Path | str | None = None) -> Path:
-    """Render the report of `run_dir` to `out` (default ``RUN_DIR/report.html``), atomically."""
+def write_report(run_dir: Path | str, out: Path | str | None = None, problems: list[str] | None = None) -> Path:
+    """Render the report of `run_dir` to `out` (default ``RUN_DIR/report.html``), atomically;
+    what could not be read and was left out (the page lists it) is added to `problems`."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
-    atomic_write_text(out, render_report(run_dir))
+    run = collect_run(run_dir)
+    atomic_write_text(out, render_run(run))
+    if problems is not None:
+        problems.extend(run.problems)
     return out

@@ -2,6 +2,7 @@
 
 from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
 from .library_store import LibraryStore, iteration_filename
+from .lock import Liveness, RunBusyError, effective_status
 from .records import MergeStats, ValidationReport
 from .rundir import BaselineRecord, IterationRecord, PlaceboRecord, RunDir, RunState, RunStatus, summarize_events
 
@@ -12,12 +13,15 @@ __all__ = [
     "JsonListArtifact",
     "JsonlArtifact",
     "LibraryStore",
+    "Liveness",
     "MergeStats",
     "PlaceboRecord",
+    "RunBusyError",
     "RunDir",
     "RunState",
     "RunStatus",
     "ValidationReport",
     "iteration_filename",
+    "effective_status",
     "summarize_events",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Generic, Iterable, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import DataError, json_problem
-from ..io import atomic_write_json, atomic_write_jsonl, iter_jsonl
+from ..io import atomic_write_json, atomic_write_jsonl, iter_jsonl, scan_jsonl
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -68,18 +68,17 @@ class JsonlArtifact(_Artifact[M]):
                 raise DataError(f"{self.path}:{line}: not a valid {self.model.__name__}: {_where(exc)}") from None
         return rows
 
-    def read_raw_lenient(self) -> list[dict[str, Any]]:
-        """The lines that parse as JSON objects, as plain dicts; [] when the file is absent."""
+    def read_raw_lenient(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """The lines that parse as JSON objects, as plain dicts; [] when the file is absent.
+        The others are left out, and named (file and line) in `problems` when a list is given."""
         if not self.exists():
             return []
         rows = []
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill, or a file being written
-            if isinstance(row, dict):
+        for _, row, problem in scan_jsonl(self.path):
+            if row is not None:
                 rows.append(row)
+            elif problems is not None and problem is not None:
+                problems.append(problem)
         return rows
 
     def count(self) -> int | None:

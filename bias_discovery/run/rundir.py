@@ -11,6 +11,7 @@
                                    perturbed/judgments): `run.iteration(t)`
     RUN_DIR/calls.sqlite           call cache;  RUN_DIR/checkpoints.sqlite  LangGraph state
     RUN_DIR/events.jsonl           progress events, appended line by line
+    RUN_DIR/lock.json              the process running the loop: pid, host, heartbeat (`lock.py`)
 
 Every artifact is typed (`artifacts.py`): the graph writes pydantic models, the report, the
 exports and the benchmarks read them back as the same models.
@@ -20,15 +21,17 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import sqlite3
 import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from ..errors import ConfigError
-from ..io import atomic_write_json
+from ..errors import BiasDiscoveryError, ConfigError
+from ..io import atomic_write_json, scan_jsonl
 from ..judging import JudgeResult, JudgeSummary, Judgment
 from ..library import Bias, RewriteEffect
 from ..stages.merge import MergeDecision
@@ -36,9 +39,33 @@ from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from ..stages.validate import PlaceboArm
 from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
 from .library_store import LibraryStore
+from .lock import Liveness, RunLock
 from .records import MergeStats, ValidationReport
 
 RunStatus = Literal["running", "finished", "failed"]
+
+DATABASES: dict[str, str] = {"checkpoints.sqlite": "the loop's checkpoints", "calls.sqlite": "the call cache"}
+"""The run's SQLite files, checked on resume (`RunDir.damaged_databases`)."""
+
+
+def sqlite_problem(path: Path) -> str | None:
+    """What SQLite's `PRAGMA quick_check` finds wrong with `path` (opened read-only), in one
+    line; None when it passes or does not exist."""
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            rows = conn.execute("PRAGMA quick_check").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return str(exc) or type(exc).__name__
+    findings = [line for row in rows for line in str(row[0]).splitlines() if line.strip() and line != "*** in database main ***"]
+    if findings == ["ok"]:
+        return None
+    more = f" (and {len(findings) - 1} more findings)" if len(findings) > 1 else ""
+    return (findings[0][:200] if findings else "quick_check returned nothing") + more
 
 _ITERATION_DIR = re.compile(r"^iter_(\d{3,})$")
 
@@ -56,6 +83,8 @@ class RunState(BaseModel):
     started_at: float
     updated_at: float
     error: str | None = None
+    skipped_rows: dict[str, int] = Field(default_factory=dict)
+    """Bad data rows skipped at load (`data.skip_bad_rows`), by data role (target, test)."""
 
 
 class IterationRecord:
@@ -128,6 +157,16 @@ class RunDir:
     cache_path = property(lambda self: self.root / "calls.sqlite")
     checkpoint_path = property(lambda self: self.root / "checkpoints.sqlite")
     report_path = property(lambda self: self.root / "report.html")
+    lock_path = property(lambda self: self.root / "lock.json")
+
+    @cached_property
+    def lock(self) -> RunLock:
+        """``lock.json``: which process runs the loop, and whether it lives."""
+        return RunLock(self.lock_path)
+
+    def liveness(self) -> Liveness:
+        """Whether a live process drives this run right now (see `lock.py`)."""
+        return self.lock.liveness()
 
     @cached_property
     def library(self) -> LibraryStore:
@@ -171,9 +210,14 @@ class RunDir:
     def is_run(self) -> bool:
         return self.config_path.is_file() and self.checkpoint_path.is_file()
 
-    def require_run(self) -> None:
+    def _require_directory(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"{self.root}: a file, not a run directory")
         if not self.root.is_dir():
             raise ConfigError(f"{self.root}: no such directory")
+
+    def require_run(self) -> None:
+        self._require_directory()
         if not self.is_run():
             raise ConfigError(
                 f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
@@ -183,21 +227,67 @@ class RunDir:
     def require_resumable(self) -> None:
         """A run can be resumed when its config is there; without its checkpoint database
         (moved aside after damage) the loop restarts in place, its calls answered by the cache."""
-        if not self.root.is_dir():
-            raise ConfigError(f"{self.root}: no such directory")
+        self._require_directory()
         if not self.config_path.is_file() or not (self.checkpoint_path.is_file() or self.state_path.is_file()):
             raise ConfigError(
                 f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
                 "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
             )
 
+    def damaged_databases(self) -> dict[str, str]:
+        """File name -> what `PRAGMA quick_check` found, for each damaged SQLite file of the run."""
+        found = {}
+        for name in DATABASES:
+            problem = sqlite_problem(self.root / name)
+            if problem is not None:
+                found[name] = problem
+        return found
+
+    def damage_advice(self, damaged: dict[str, str]) -> str:
+        """What is damaged, what is not, and the commands that get the run going again (they
+        move each damaged file with its -wal/-shm companions aside: a stale write-ahead log
+        next to a fresh database would be replayed into it)."""
+        state = None
+        try:
+            state = self.read_state()
+        except BiasDiscoveryError:
+            pass  # where the run stands is only a detail of the advice
+        aside = self.root / time.strftime("damaged-%Y%m%d-%H%M%S")
+        root = shlex.quote(str(self.root))
+        names = [name for name in DATABASES if name in damaged]
+        move = f"mkdir -p {shlex.quote(str(aside))} && mv " + " ".join(f"{root}/{name}*" for name in names) + f" {shlex.quote(str(aside))}/"
+        what = "; ".join(f"{self.root / name} ({DATABASES[name]}) is damaged: {damaged[name]}" for name in names)
+        intact = [name for name in DATABASES if name not in damaged and (self.root / name).exists()]
+        if intact:
+            what += "; " + " and ".join(intact) + " passed SQLite's quick_check"
+        if names == ["calls.sqlite"] and self.checkpoint_path.exists():
+            where = f" (iteration {state.iteration}, stage {state.stage})" if state else ""
+            then = (
+                f"the loop continues from its checkpoint{where}; the calls of the stages still to run are paid "
+                "again (the cache starts empty)"
+            )
+        elif "calls.sqlite" in damaged:
+            then = (
+                "the loop restarts from iteration 1 in the same directory and pays again for every call it "
+                "redoes (the cache starts empty)"
+            )
+        else:
+            then = (
+                "the loop restarts from iteration 1 in the same directory and every call it already paid for "
+                "comes from calls.sqlite"
+            )
+        return f"{what}. Move the damaged file{'s' if len(names) > 1 else ''} aside: `{move}`, then `bias-discovery resume {root}`: {then}."
+
     def read_state(self) -> RunState | None:
+        """run.json, None when absent; DataError naming the file when it does not parse."""
         if not self.state_path.is_file():
             return None
-        return RunState.model_validate_json(self.state_path.read_text(encoding="utf-8"))
+        return JsonArtifact(self.state_path, RunState).read()
 
-    def write_state(self, state: RunState) -> None:
-        state.updated_at = time.time()
+    def write_state(self, state: RunState, *, touch: bool = True) -> None:
+        """Write run.json (`touch`: stamp `updated_at` now; off to put back an earlier state)."""
+        if touch:
+            state.updated_at = time.time()
         atomic_write_json(self.state_path, state)
 
     def event(self, kind: str, **fields: Any) -> None:
@@ -206,36 +296,59 @@ class RunDir:
         with self.events_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def read_events(self) -> list[dict[str, Any]]:
+    def read_events(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """events.jsonl's events. A line that is not one (cut by a kill, garbled) is left out,
+        and named in `problems` when a list is given: the rest of the log is still good."""
         if not self.events_path.is_file():
             return []
         events = []
-        for line in self.events_path.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill; the rest of the log is still good
+        for _, event, problem in scan_jsonl(self.events_path):
+            if event is not None:
+                events.append(event)
+            elif problems is not None and problem is not None:
+                problems.append(problem)
         return events
 
 
-def summarize_events(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Calls and tokens per stage and role, and the stage in progress, from events.jsonl."""
+_USAGE_KEYS = ("requests", "cached", "prompt_tokens", "completion_tokens")
+
+
+def summarize_events(events: list[dict[str, Any]], problems: list[str] | None = None) -> dict[str, Any]:
+    """Calls and tokens per stage and role, and the stage in progress, from events.jsonl; an
+    event whose fields are not what the loop writes is left out (and named in `problems`)."""
     usage: dict[tuple[str, str], dict[str, int]] = {}
     current: dict[str, Any] | None = None
-    for e in events:
-        if e.get("event") == "stage_start":
-            current = {"iteration": e.get("iteration"), "stage": e.get("stage"), "done": 0, "total": e.get("total", 0)}
-        elif e.get("event") == "progress" and current is not None:
-            current["done"] = e.get("done", 0)
-            if "step" in e:
-                current["step"] = e["step"]
-                current["total"] = e.get("total")
-        elif e.get("event") == "stage_end":
-            current = None
-            for role, u in (e.get("usage") or {}).items():
-                row = usage.setdefault((str(e.get("stage")), role), {"requests": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0})
-                for key in row:
-                    row[key] += int(u.get(key, 0))
+    for number, e in enumerate(events, start=1):
+        try:
+            current = _fold_event(e, current, usage)
+        except (AttributeError, TypeError, ValueError):
+            if problems is not None:
+                problems.append(f"events.jsonl: event {number} ({str(e.get('event'))[:40]!r}) has fields of the wrong type")
     rows: list[dict[str, Any]] = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
-    totals = {k: sum(r[k] for r in rows) for k in ("requests", "cached", "prompt_tokens", "completion_tokens")}
+    totals = {k: sum(r[k] for r in rows) for k in _USAGE_KEYS}
     return {"usage": rows, "totals": totals, "current": current}
+
+
+def _fold_event(
+    e: dict[str, Any], current: dict[str, Any] | None, usage: dict[tuple[str, str], dict[str, int]]
+) -> dict[str, Any] | None:
+    """`current` (the stage in progress) after event `e`; a stage_end event adds to `usage`."""
+    if e.get("event") == "stage_start":
+        return {"iteration": e.get("iteration"), "stage": e.get("stage"), "done": 0, "total": e.get("total", 0)}
+    if e.get("event") == "progress" and current is not None:
+        current = {**current, "done": e.get("done", 0)}
+        if "step" in e:
+            current["step"] = e["step"]
+            current["total"] = e.get("total")
+        return current
+    if e.get("event") == "stage_end":
+        added = {
+            (str(e.get("stage")), str(role)): {key: int(u.get(key, 0)) for key in _USAGE_KEYS}
+            for role, u in (e.get("usage") or {}).items()
+        }  # all of it parses before any of it counts
+        for key, numbers in added.items():
+            row = usage.setdefault(key, dict.fromkeys(_USAGE_KEYS, 0))
+            for name, value in numbers.items():
+                row[name] += value
+        return None
+    return current

@@ -13,17 +13,27 @@ from bias_discovery.data.loaders import JUDGEBENCH_FILES, REWARDBENCH_FILE
 from bias_discovery.errors import DataError
 
 
+IDENTICAL_CLAUDE_LINE = 265
+"""JudgeBench's claude split holds one pair whose two responses are the same text."""
+
+
 def _raw(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def jb(name: str, data_dir: Path | None, **kwargs) -> list:
+    """A JudgeBench set loaded with `--skip-bad-rows`: its one pair of identical responses skipped."""
+    return load_pairs(name, data_dir=data_dir, bad_rows=[], **kwargs)
+
+
 @pytest.mark.parametrize(
-    ("name", "count"),
-    [("judgebench:gpt", 350), ("judgebench:claude", 270), ("judgebench", 620), ("rewardbench", 2985)],
+    ("name", "count", "skipped"),
+    [("judgebench:gpt", 350, 0), ("judgebench:claude", 269, 1), ("judgebench", 619, 1), ("rewardbench", 2985, 0)],
 )
-def test_counts(shared_data: Path, name: str, count: int) -> None:
-    pairs = load_pairs(name, data_dir=shared_data)
-    assert len(pairs) == count
+def test_counts(shared_data: Path, name: str, count: int, skipped: int) -> None:
+    bad_rows: list[str] = []
+    pairs = load_pairs(name, data_dir=shared_data, bad_rows=bad_rows)
+    assert len(pairs) == count and len(bad_rows) == skipped
     assert len({p.id for p in pairs}) == count
 
 
@@ -32,9 +42,9 @@ def test_names_are_case_insensitive(shared_data: Path) -> None:
 
 
 def test_judgebench_both_splits_gpt_then_claude(shared_data: Path) -> None:
-    both = load_pairs("judgebench", data_dir=shared_data)
+    both = jb("judgebench", shared_data)
     gpt = load_pairs("judgebench:gpt", data_dir=shared_data)
-    claude = load_pairs("judgebench:claude", data_dir=shared_data)
+    claude = jb("judgebench:claude", shared_data)
     assert both == gpt + claude  # no id collides across splits today, so no prefix either
     assert {p.meta["split"] for p in both[:350]} == {"gpt"}
     assert {p.meta["split"] for p in both[350:]} == {"claude"}
@@ -59,7 +69,9 @@ def test_judgebench_known_rows(shared_data: Path) -> None:
 @pytest.mark.parametrize("split", ["gpt", "claude"])
 def test_judgebench_label_mapping_on_every_row(shared_data: Path, split: str) -> None:
     raw = _raw(shared_data / JUDGEBENCH_FILES[split])
-    pairs = load_pairs(f"judgebench:{split}", data_dir=shared_data)
+    if split == "claude":
+        del raw[IDENTICAL_CLAUDE_LINE - 1]
+    pairs = jb(f"judgebench:{split}", shared_data)
     assert len(raw) == len(pairs)
     for row, pair in zip(raw, pairs):
         assert pair.id == row["pair_id"]
@@ -76,20 +88,30 @@ def test_judgebench_label_mapping_on_every_row(shared_data: Path, split: str) ->
 def test_judgebench_domains(shared_data: Path) -> None:
     """JudgeBench's own grouping: every mmlu-pro-* subject, mmlu-pro-math included, is knowledge
     (the paper's 154 knowledge pairs on the gpt split are 14 subjects x 11)."""
-    pairs = load_pairs("judgebench", data_dir=shared_data)
-    assert Counter(p.domain for p in pairs) == {"knowledge": 308, "reasoning": 149, "math": 90, "code": 73}
+    pairs = jb("judgebench", shared_data)  # the skipped pair of identical responses is a code pair
+    assert Counter(p.domain for p in pairs) == {"knowledge": 308, "reasoning": 149, "math": 90, "code": 72}
     gpt = load_pairs("judgebench:gpt", data_dir=shared_data)
     assert Counter(p.domain for p in gpt) == {"knowledge": 154, "reasoning": 98, "math": 56, "code": 42}
     mmlu_math = [p for p in pairs if p.source == "mmlu-pro-math"]
     assert len(mmlu_math) == 22 and {p.domain for p in mmlu_math} == {"knowledge"}
 
 
-def test_judgebench_identical_responses_are_kept_and_flagged(shared_data: Path) -> None:
-    claude = load_pairs("judgebench:claude", data_dir=shared_data)
-    flagged = [p for p in claude if p.meta.get("identical_responses")]
-    assert [p.id for p in flagged] == ["a28a8dae-78a7-51a7-a46f-84a6e502068d"]
-    assert flagged[0].chosen == flagged[0].rejected
-    assert sum(p.chosen == p.rejected for p in claude) == 1
+def test_judgebench_identical_responses_are_refused_or_skipped_and_counted(shared_data: Path) -> None:
+    """A pair whose responses are the same text has no right answer: scoring it would count a
+    judge error whatever the judge says. It is refused, naming the line, unless skipped."""
+    path = shared_data / JUDGEBENCH_FILES["claude"]
+    with pytest.raises(DataError) as info:
+        load_pairs("judgebench:claude", data_dir=shared_data)
+    assert f"{path}:{IDENTICAL_CLAUDE_LINE}: fields 'response_A' and 'response_B' hold the same text" in str(info.value)
+    assert "--skip-bad-rows" in str(info.value)
+    bad_rows: list[str] = []
+    claude = load_pairs("judgebench:claude", data_dir=shared_data, bad_rows=bad_rows)
+    assert bad_rows == [
+        f"{path}:{IDENTICAL_CLAUDE_LINE}: fields 'response_A' and 'response_B' hold the same text: "
+        "the pair has no better response to pick"
+    ]
+    assert "a28a8dae-78a7-51a7-a46f-84a6e502068d" not in {p.id for p in claude}
+    assert not any(p.chosen.strip() == p.rejected.strip() for p in claude)
 
 
 def test_rewardbench_mapping(shared_data: Path) -> None:
@@ -139,17 +161,17 @@ def test_unknown_rewardbench_section(shared_data: Path) -> None:
 
 
 def test_limit_takes_the_first_n_in_file_order(shared_data: Path) -> None:
-    full = load_pairs("judgebench", data_dir=shared_data)
-    assert load_pairs("judgebench", data_dir=shared_data, limit=20) == full[:20]
-    assert load_pairs("judgebench", data_dir=shared_data, limit=10_000) == full
+    full = jb("judgebench", shared_data)
+    assert jb("judgebench", shared_data, limit=20) == full[:20]
+    assert jb("judgebench", shared_data, limit=10_000) == full
 
 
 def test_seeded_sample_is_deterministic_and_in_file_order(shared_data: Path) -> None:
-    full = load_pairs("judgebench", data_dir=shared_data)
+    full = jb("judgebench", shared_data)
     position = {p.id: i for i, p in enumerate(full)}
-    first = load_pairs("judgebench", data_dir=shared_data, limit=25, seed=7)
-    again = load_pairs("judgebench", data_dir=shared_data, limit=25, seed=7)
-    other = load_pairs("judgebench", data_dir=shared_data, limit=25, seed=8)
+    first = jb("judgebench", shared_data, limit=25, seed=7)
+    again = jb("judgebench", shared_data, limit=25, seed=7)
+    other = jb("judgebench", shared_data, limit=25, seed=8)
     assert first == again
     assert len(first) == 25 and len({p.id for p in first}) == 25
     assert [p.id for p in first] != [p.id for p in other]
@@ -157,7 +179,7 @@ def test_seeded_sample_is_deterministic_and_in_file_order(shared_data: Path) -> 
     indices = [position[p.id] for p in first]
     assert indices == sorted(indices)
     # a seeded sample spans both splits, not just the head of the file
-    assert {p.meta["split"] for p in load_pairs("judgebench", data_dir=shared_data, limit=100, seed=1)} == {
+    assert {p.meta["split"] for p in jb("judgebench", shared_data, limit=100, seed=1)} == {
         "gpt",
         "claude",
     }
@@ -165,7 +187,7 @@ def test_seeded_sample_is_deterministic_and_in_file_order(shared_data: Path) -> 
 
 def test_data_dir_from_environment(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DATA_DIR_ENV, str(shared_data))
-    assert len(load_pairs("judgebench:claude")) == 270
+    assert len(jb("judgebench:claude", None)) == 269
     assert describe_source("judgebench:claude") == (
         f"judgebench:claude (local: {shared_data / JUDGEBENCH_FILES['claude']})"
     )
