@@ -357,3 +357,17 @@ def test_the_page_in_headless_chromium(hostile_matrix, tmp_path):
     layout, shot = layout_at(page, 1300, tmp_path)
     assert layout["page"] <= 1300 and layout["overflowing"] == [], layout
     assert shot.stat().st_size > 30_000
+
+
+def test_a_bad_test_row_stops_the_matrix_or_is_skipped_and_counted(tmp_path):
+    data = write_pairs(tmp_path / "pairs.jsonl", 6)
+    with data.open("a") as f:
+        f.write(json.dumps({"id": "same", "question": "Q?", "chosen": "A.", "rejected": "A.", "domain": "math"}) + "\n")
+    cfg = config(tmp_path, ["fair"], data={"test": str(data)})
+    with pytest.raises(DataError, match="pairs.jsonl:7"):
+        run_matrix(cfg, tmp_path / "m", engines=engines(["fair"]))
+    skipping = cfg.model_copy(update={"data": cfg.data.model_copy(update={"skip_bad_rows": True})})
+    result = run_matrix(skipping, tmp_path / "m", engines=engines(["fair"]))
+    assert result.skipped_rows == 1 and result.n_test == 6
+    assert result.jury == [] and result.judge_comparisons == [] and result.comparison_statement == ""
+    assert "2 cells: 1 judge × 2 biases" in result.family_statement

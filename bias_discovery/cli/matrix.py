@@ -22,9 +22,10 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
     """One row per judge x bias (then the jury's): Δ against the control with its CI, n, the
     matrix-adjusted p and the decision; the family statement; the judge comparisons that
     found a difference; the calls this invocation paid."""
+    skipped = f", {plural(result.skipped_rows, 'bad row')} skipped" if result.skipped_rows else ""
     console.print(
         f"matrix {result.name}: {plural(len(result.judges), 'judge')} x {plural(len(result.biases), 'bias')} on "
-        f"{result.data} ({plural(result.n_test, 'pair')}); teacher {result.teacher}",
+        f"{result.data} ({plural(result.n_test, 'pair')}{skipped}); teacher {result.teacher}",
         highlight=False, soft_wrap=True,
     )
     control = result.settings.get("control", "placebo")
@@ -80,6 +81,7 @@ def matrix(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="A seeded sample of N test pairs."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="With a run's library, validate on pairs the run discovered its biases on (recorded)."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip test rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them."),
     overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = QUIET,
 ) -> None:
@@ -99,6 +101,7 @@ def matrix(
         settings = matrix_settings(
             config, overrides=overrides, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir,
             limit=limit, teacher=teacher, allow_overlap=allow_overlap or None,
+            skip_bad_rows=skip_bad_rows or None,
         )
         result = run_matrix(settings, out, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:

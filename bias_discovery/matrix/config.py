@@ -91,6 +91,9 @@ class MatrixData(_Strict):
     allow_overlap: bool = False
     """With a run's library: go on when test pairs are pairs the run discovered its biases on
     (same id or content); refused otherwise (`--allow-overlap`). Recorded in matrix.json."""
+    skip_bad_rows: bool = False
+    """Skip test rows that cannot be used (malformed, a missing field, two identical responses,
+    a repeated id) instead of stopping (`--skip-bad-rows`); counted in matrix.json."""
 
 
 def _matrix_validate_defaults() -> ValidateSettings:
@@ -250,6 +253,7 @@ def matrix_settings(
     limit: int | None = None,
     teacher: str | None = None,
     allow_overlap: bool | None = None,
+    skip_bad_rows: bool | None = None,
 ) -> MatrixConfig:
     """The `matrix` command's settings: the config file (if any), the command's flags on top
     (`judges`: SPEC,SPEC,... model specs or per-judge YAML files; `biases`: ID,NAME,...), then
@@ -266,7 +270,7 @@ def matrix_settings(
         raw["library"] = library
     if biases is not None:
         raw["biases"] = [b.strip() for b in biases.split(",") if b.strip()]
-    flags = (("test", data), ("data_dir", None if data_dir is None else str(data_dir)), ("limit", limit), ("allow_overlap", allow_overlap))
+    flags = (("test", data), ("data_dir", None if data_dir is None else str(data_dir)), ("limit", limit), ("allow_overlap", allow_overlap), ("skip_bad_rows", skip_bad_rows))
     for key, value in flags:
         if value is not None:
             section = raw.get("data")

@@ -134,6 +134,8 @@ class MatrixResult(_Record):
     seed: int
     data: str
     n_test: int
+    skipped_rows: int = 0
+    """Bad test rows skipped at load (`data.skip_bad_rows`), not among n_test."""
     data_overlap: DataOverlap | None = None
     """With a run's library: how many test items the run discovered its biases on (refused
     unless allowed)."""

@@ -353,7 +353,8 @@ def run_matrix(
     biases: list[Bias] = selected_biases(library, config.biases, library_desc)
     if not biases:
         raise ConfigError(f"library {library_desc} holds no bias")
-    pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed)
+    bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None
+    pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows)
     if not pairs:
         raise DataError(f"test data {config.data.test!r} has no pairs")
     data_name = _data_description(config, len(pairs))
@@ -404,6 +405,7 @@ def run_matrix(
         data=data_name,
         data_overlap=overlap,
         n_test=n,
+        skipped_rows=len(bad_rows or []),
         library=library_desc,
         teacher=config.teacher.spec,
         checker=checker_config.spec if checker_config is not None else None,
