@@ -29,7 +29,7 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
         f"{result.data} ({plural(result.n_test, 'pair')}{skipped}); teacher {result.teacher}",
         highlight=False, soft_wrap=True,
     )
-    control = result.settings.get("control", "placebo")
+    control = result.settings.control
     table = Table(title_justify="left")
     table.add_column("judge\nbias", overflow="fold")
     table.add_column(f"Δ pp vs {control}\n[CI]", justify="right", no_wrap=True)

@@ -23,6 +23,7 @@ __all__ = [
     "MatrixCell",
     "MatrixJudgment",
     "MatrixResult",
+    "MatrixSettingsRecord",
     "RewriteSummary",
     "csv_rows",
 ]
@@ -109,6 +110,24 @@ class RewriteSummary(_Record):
     """Whitespace tokens of the valid rewrites over those of their originals."""
 
 
+class MatrixSettingsRecord(_Record):
+    """How the matrix decided (matrix.json's `settings`)."""
+
+    acceptance: Literal["paired", "paper"]
+    control: Literal["placebo", "baseline"]
+    """The decisive control."""
+    alpha: float
+    correction: Literal["holm", "bh", "none"]
+    min_delta: float
+    """H0 of each cell: Δ <= min_delta."""
+    confidence: float
+    power: float
+    """Power at which the smallest detectable Δ is given."""
+    n_boot: int
+    positions: Literal["both", "swap", "fixed"]
+    """The orders every judge and the jury see each item in."""
+
+
 class MatrixCalls(_Record):
     """Model calls this invocation paid (sent to a model: call-cache hits are not counted)."""
 
@@ -145,9 +164,7 @@ class MatrixResult(_Record):
     checker: str | None
     self_checked: bool | None
     """True when the answer checker is the teacher that wrote the rewrites (None: no check)."""
-    settings: dict[str, Any]
-    """The decision's settings: acceptance, control, alpha, correction, min_delta, confidence,
-    power, n_boot, positions."""
+    settings: MatrixSettingsRecord
     judges: list[str]
     biases: list[str]
     """Bias ids, in matrix order."""

@@ -53,6 +53,7 @@ from .records import (
     MatrixCell,
     MatrixJudgment,
     MatrixResult,
+    MatrixSettingsRecord,
     RewriteSummary,
 )
 
@@ -410,11 +411,11 @@ def run_matrix(
         teacher=config.teacher.spec,
         checker=checker_config.spec if checker_config is not None else None,
         self_checked=config.self_checked,
-        settings={
-            "acceptance": rules.acceptance, "control": rules.decision_control, "alpha": rules.alpha, "correction": rules.correction,
-            "min_delta": rules.min_delta, "confidence": rules.confidence, "power": rules.power, "n_boot": rules.n_boot,
-            "positions": config.judge.positions,
-        },
+        settings=MatrixSettingsRecord(
+            acceptance=rules.acceptance, control=rules.decision_control, alpha=rules.alpha, correction=rules.correction,
+            min_delta=rules.min_delta, confidence=rules.confidence, power=rules.power, n_boot=rules.n_boot,
+            positions=config.judge.positions,
+        ),
         judges=names,
         biases=[b.id for b in biases],
         bias_names={b.id: b.name for b in biases},

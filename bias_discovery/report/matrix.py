@@ -52,7 +52,8 @@ def _heat(cell: MatrixCell, confidence: float) -> dict[str, Any]:
 
 
 def build_matrix_context(result: MatrixResult) -> dict[str, Any]:
-    confidence = float(result.settings.get("confidence", 0.95))
+    settings = result.settings
+    confidence = settings.confidence
     by_key = {(c.judge, c.bias): c for c in [*result.cells, *result.jury]}
     rows = [
         {"name": name, "jury": False, "cells": [_heat(by_key[(name, b)], confidence) for b in result.biases]}
@@ -68,14 +69,14 @@ def build_matrix_context(result: MatrixResult) -> dict[str, Any]:
         "legend": [(d, cell_colour(d)) for d in (-FULL_SCALE, -0.1, 0.0, 0.1, FULL_SCALE)],
         "confidence_pct": percent(confidence, digits=0, unit=" %"),
         "settings": [
-            ("acceptance", str(result.settings.get("acceptance"))),
-            ("control", str(result.settings.get("control"))),
-            ("alpha", f"{result.settings.get('alpha'):g}"),
-            ("correction", str(result.settings.get("correction"))),
-            ("min_delta", f"{result.settings.get('min_delta'):g}"),
-            ("power (MDE)", f"{result.settings.get('power'):g}"),
-            ("positions", str(result.settings.get("positions"))),
-            ("bootstrap resamples", count(result.settings.get("n_boot"))),
+            ("acceptance", settings.acceptance),
+            ("control", settings.control),
+            ("alpha", f"{settings.alpha:g}"),
+            ("correction", settings.correction),
+            ("min_delta", f"{settings.min_delta:g}"),
+            ("power (MDE)", f"{settings.power:g}"),
+            ("positions", settings.positions),
+            ("bootstrap resamples", count(settings.n_boot)),
             ("seed", str(result.seed)),
         ],
     }
