@@ -33,9 +33,14 @@ def _print_run_end(run_dir: Path) -> None:
     latest = rd.library.load_latest()
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
-        f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
+        f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
         f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
+        soft_wrap=True,
     )
     for bias in discovered:
         v = bias.validation
@@ -55,6 +60,7 @@ def _print_run_end(run_dir: Path) -> None:
             "  rewrite effect (placebo vs baseline): Δerror "
             + delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value),
             highlight=False,
+            soft_wrap=True,
         )
 
 
