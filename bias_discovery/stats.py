@@ -53,11 +53,14 @@ __all__ = [
     "plan_sequential",
     "sequential_look",
     "sequential_p_value",
+    "student_t_quantile",
+    "student_t_sf",
     "benjamini_hochberg_adjust",
     "compare_paired",
     "decide_acceptance",
     "holm_adjust",
     "mcnemar_exact_one_sided",
+    "mean_t_interval",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
     "wilson_interval",
@@ -111,6 +114,82 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     low = 0.0 if k == 0 else max(0.0, center - half)
     high = 1.0 if k == n else min(1.0, center + half)
     return (low, high)
+
+
+def _regularized_incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz; Numerical Recipes' betacf),
+    evaluated where it converges fast (x < (a + 1) / (a + b + 2)), by symmetry elsewhere."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _regularized_incomplete_beta(1.0 - x, b, a)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def student_t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom (no scipy)."""
+    if df <= 0:
+        raise ValueError(f"df must be > 0; got {df!r}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+    return tail if t >= 0 else 1.0 - tail
+
+
+def student_t_quantile(q: float, df: float) -> float:
+    """The t with P(T <= t) = q, by bisection on `student_t_sf` (monotone)."""
+    if not (0.0 < q < 1.0):
+        raise ValueError(f"q must be in (0, 1); got {q!r}")
+    low, high = -1.0, 1.0
+    while student_t_sf(low, df) < 1.0 - q:
+        low *= 2.0
+    while student_t_sf(high, df) > 1.0 - q:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if student_t_sf(mid, df) > 1.0 - q:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * max(1.0, abs(mid)):
+            break
+    return (low + high) / 2.0
+
+
+def mean_t_interval(
+    values: Sequence[float], confidence: float = 0.95, bounds: tuple[float, float] = (0.0, 1.0)
+) -> tuple[float, float]:
+    """Student-t interval of the mean of `values` (mean +- t * sd / sqrt(n)), clipped to
+    `bounds` (the range the values live in, e.g. probabilities). With fewer than two values
+    nothing is known about the spread: the interval is `bounds`. Used where n can be small
+    (a domain of a few pairs), where a percentile bootstrap would collapse to a point."""
+    _check_confidence(confidence)
+    n = len(values)
+    if n < 2:
+        return bounds
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = student_t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    return (max(bounds[0], mean - half), min(bounds[1], mean + half))
 
 
 def _binom_half_upper_tail_exact(b: int, m: int) -> float:
