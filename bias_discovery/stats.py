@@ -50,6 +50,7 @@ __all__ = [
     "min_detectable_delta",
     "null_discordance",
     "paired_power",
+    "paired_t_one_sided",
     "plan_sequential",
     "sequential_look",
     "sequential_p_value",
@@ -190,6 +191,22 @@ def mean_t_interval(
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     half = student_t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
     return (max(bounds[0], mean - half), min(bounds[1], mean + half))
+
+
+def paired_t_one_sided(differences: Sequence[float]) -> float:
+    """One-sided paired t-test p-value of H1: mean(differences) > 0 (per item: the score
+    under the candidate minus under the control, on the same item).
+
+    Exactly equal differences (no spread) are decided as the sign-flip test would: n equal
+    positive differences give 0.5 ** n, none positive 1.0. Fewer than two items: 1.0."""
+    n = len(differences)
+    if n < 2:
+        return 1.0
+    mean = math.fsum(differences) / n
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (n - 1))
+    if sd == 0.0:
+        return 0.5**n if mean > 0 else 1.0
+    return student_t_sf(mean / (sd / math.sqrt(n)), n - 1)
 
 
 def _binom_half_upper_tail_exact(b: int, m: int) -> float:

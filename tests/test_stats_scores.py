@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bias_discovery.stats import student_t_quantile, student_t_sf
+from bias_discovery.stats import paired_t_one_sided, student_t_quantile, student_t_sf
 
 
 @pytest.mark.parametrize("t", [-7.0, -1.0, 0.0, 0.3, 2.0, 31.8])
@@ -25,3 +25,14 @@ def test_student_t_quantiles() -> None:
     assert student_t_quantile(0.975, 10**7) == pytest.approx(1.959964, abs=1e-6)  # the normal limit
     with pytest.raises(ValueError):
         student_t_quantile(1.0, 3)
+
+
+def test_paired_t_one_sided_by_hand() -> None:
+    """d = 0.1, 0.2, 0.3, 0.0: mean 0.15, sd = sqrt(0.05 / 3) = 0.129099, t = 0.15 / (0.129099 / 2)
+    = 2.323790 on 3 df; P(T3 > 2.323790) from the closed form of the t(3) CDF."""
+    t = 0.15 / (math.sqrt(0.05 / 3) / 2)
+    closed_form = 0.5 - (math.atan(t / math.sqrt(3)) + (t / math.sqrt(3)) / (1 + t * t / 3)) / math.pi
+    assert paired_t_one_sided([0.1, 0.2, 0.3, 0.0]) == pytest.approx(closed_form, abs=1e-12)
+    assert paired_t_one_sided([-0.1, -0.2, -0.3, 0.0]) == pytest.approx(1 - closed_form, abs=1e-12)
+    assert paired_t_one_sided([0.2] * 5) == 0.5**5  # no spread: the sign-flip test's p
+    assert paired_t_one_sided([0.0] * 5) == 1.0 and paired_t_one_sided([0.4]) == 1.0
