@@ -467,21 +467,16 @@ def to_judgment(
         completion_tokens=response.completion_tokens,
         cached=response.cached,
         p_rejected=None if probabilities is None else probabilities["B" if order == "chosen_first" else "A"],
-        labels_in_top=None if probabilities is None else _labels_in_top(response.final_logprobs),
+        labels_in_top=None if probabilities is None else sum(1 for p in probabilities.values() if p > 0.0),
     )
-
-
-def _labels_in_top(logprobs: FinalTokenLogprobs | None) -> int:
-    tokens = {t.token.strip() for t in logprobs.top} if logprobs is not None else set()
-    return len(tokens & set(LABELS))
 
 
 def combine(pair: PreferencePair, judgments: Sequence[Judgment], mitigation: Mitigation = "none") -> PairOutcome:
     """Without a mitigation a pair is correct only when every judged order picked the chosen
     response; with one, when the mitigation's combined verdict is the chosen response."""
     orders = [j.order for j in judgments]
-    scores = [j.p_rejected for j in judgments]
-    p_rejected = None if not scores or None in scores else sum(s for s in scores if s is not None) / len(scores)
+    scores = [j.p_rejected for j in judgments if j.p_rejected is not None]
+    p_rejected = sum(scores) / len(scores) if scores and len(scores) == len(judgments) else None
     if mitigation != "none":
         verdict = combine_votes(mitigation, [j.picked for j in judgments])
         return PairOutcome(
