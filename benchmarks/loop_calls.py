@@ -43,7 +43,8 @@ from bias_discovery.library import Bias, BiasOrigin
 from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 from bias_discovery.run import RunDir
-from bias_discovery.stages.validate import run_placebo, validate_biases
+from bias_discovery.sequential import FamilySettings
+from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,9 +205,11 @@ def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) ->
         placebo = run_placebo(world, world, world, pairs, baseline, perturb_settings=perturb, judge_settings=judge,
                               settings=settings, seed=seed)
         accepted = []
+        setup = ValidationSetup(
+            family=FamilySettings(rules=settings, alpha=settings.alpha, seed=seed), perturb=perturb, judge=judge, test_data="simulated"
+        )
         for family in families:
-            out = validate_biases(world, world, family, pairs, baseline, perturb_settings=perturb, judge_settings=judge,
-                                  settings=settings, seed=seed, test_data="simulated", placebo=placebo, checker=world)
+            out = validate_biases(ValidationModels(world, world, world), family, pairs, baseline, setup, placebo=placebo)
             accepted.append(sorted(b.id for b in out.candidates if b.validation and b.validation.accepted))
         result[mode] = {"calls": dict(world.calls), "total": sum(world.calls.values()), "accepted": accepted}
     per_item_judge = 1

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .judging import JudgeSettings
-from .llm.config import ModelConfig
-from .stats import check_look_fractions
+from .llm.config import ModelConfig, same_model
+from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
 def _model_from_yaml(value: Any) -> Any:
@@ -46,6 +46,9 @@ class DataConfig(_Strict):
     """Use a seeded sample of this many target pairs (all when unset)."""
     test_limit: int | None = Field(default=None, ge=1)
     """Validate on a seeded sample of H test pairs (all when unset)."""
+    allow_overlap: bool = False
+    """Go on when test pairs are also target pairs (same id or same content); the run refuses
+    otherwise (`run --allow-overlap`). The overlap is recorded in validation.json either way."""
 
 
 class PerturbSettings(_Strict):
@@ -125,26 +128,32 @@ class ValidateSettings(_Strict):
     """Ask the checker whether each rewrite (candidates and placebo) now reaches the chosen
     response's final answer (prompt `equivalence_check`); such items are excluded and counted."""
     checker: ModelConfig | None = None
-    """The model that checks answers (default: the teacher)."""
+    """The model that checks the answers the rules cannot read mechanically (default: the
+    target when it is not the teacher, so the model that wrote a rewrite does not grade it;
+    else the teacher, and the checks are recorded as self-checked). See
+    `RunConfig.answer_checker`."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     correction: Literal["holm", "bh", "none"] = "holm"
     """Family-wise (holm) or false-discovery (bh) control across an iteration's candidates."""
-    error_control: Literal["iteration", "run"] = "iteration"
-    """iteration: each iteration's candidates are one family at `alpha` (over T iterations the
-    chance of any false acceptance can reach T x alpha); run: alpha is split evenly over the
-    run's planned validations (max_iterations, plus the seed validation), so the whole run's
-    family-wise error stays within alpha (Bonferroni across iterations)."""
+    error_control: Literal["iteration", "run"] = "run"
+    """run (default): alpha is split evenly over the run's planned validations (max_iterations,
+    or one with `when: late`, plus the seed validation), so the chance of any false acceptance
+    in the whole run stays within alpha (Bonferroni across iterations); iteration: each
+    iteration's candidates are one family at `alpha` (over T validations that chance can reach
+    T x alpha). validation.json's `error_statement` says which holds."""
     min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
-    """Also require Δerror against the control above this (paired rule): the smallest effect
-    worth a claim, e.g. 0.05 for 5 percentage points."""
+    """The smallest effect worth a claim (paired rule), e.g. 0.05 for 5 percentage points: a
+    candidate is accepted only if the test rejects Δerror <= min_delta against the control
+    (Tango's score test; power and the smallest detectable Δ are for that hypothesis)."""
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)
     seeds: bool = False
     """Validate the seed library on the target at iteration 0 with the same test and control:
     the report then shows which known biases this judge has, next to the discovered ones."""
-    n_boot: int = Field(default=2000, ge=100)
-    """Bootstrap resamples for the Δerror confidence interval."""
+    n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
+    """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
+    of the comparisons reported next to the decision)."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     max_candidates: int | None = Field(default=None, ge=1)
     """Validate at most this many candidates per iteration (those with most evidence first;
@@ -208,18 +217,47 @@ class RunConfig(_Strict):
             raw = {**raw, "judge": judge}
         return raw
 
+    def answer_checker(self) -> ModelConfig:
+        """The model that checks answers in validation: `validate.checker`; else a configured
+        model other than the teacher that wrote the rewrites (the target); else, when the target
+        is the teacher, the teacher itself (`self_checked`)."""
+        if self.validate_.checker is not None:
+            return self.validate_.checker
+        return self.target if not same_model(self.target, self.teacher) else self.teacher
+
+    @property
+    def self_checked(self) -> bool:
+        """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
+        return same_model(self.answer_checker(), self.teacher)
+    @property
+    def planned_validations(self) -> int:
+        """The validations the run plans: one per iteration (one at the end with `when: late`),
+        plus the seed library's with `validate.seeds`."""
+        v = self.validate_
+        return (self.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
+
+    @property
+    def family_alpha(self) -> float:
+        """The alpha of one validation family: `validate.alpha`, or with `error_control: run`
+        its even share over the planned validations, so the run's family-wise error stays
+        within alpha."""
+        v = self.validate_
+        return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> None:
     node = tree
     parts = dotted.split(".")
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
             child = _model_from_yaml(child)
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item}: {'.'.join(parts[: depth + 1])} is a single setting, not a group of settings")
             node[part] = child
         node = child
     node[parts[-1]] = value
@@ -229,10 +267,26 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply `key.sub=value` overrides (values parsed as YAML scalars) to a raw config tree."""
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. max_iterations=2)")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
+        _set_dotted(tree, key.strip(), value, item)
     return tree
+
+
+def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
+    """The last `--set` item that wrote the setting at `loc` (or a group holding it, or a
+    setting inside it), or None when the value came from the file."""
+    found = None
+    for item in overrides:
+        parts = tuple(item.partition("=")[0].strip().split("."))
+        n = min(len(parts), len(loc))
+        if parts[:n] == loc[:n]:
+            found = item
+    return found
 
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
@@ -246,11 +300,21 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
-    raw = apply_overrides(raw, overrides or [])
+    overrides = overrides or []
+    raw = apply_overrides(raw, overrides)
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"{path}: invalid config: {details}") from None
+        from_file, from_set = [], []
+        for e in exc.errors():
+            loc = tuple(str(p) for p in e["loc"])
+            problem = f"{'.'.join(loc) or '(root)'}: {e['msg']}"
+            item = _override_of(loc, overrides) if loc else None
+            if item is None:
+                from_file.append(problem)
+            else:
+                from_set.append(f"--set {item}: {problem}")
+        if not from_set:
+            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+        raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None

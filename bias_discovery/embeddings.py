@@ -14,6 +14,7 @@ import numpy as np
 
 from .config import EmbedderConfig
 from .errors import ConfigError
+from .progress import no_library_bars
 
 PACKAGED_MODELS = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 
@@ -52,7 +53,8 @@ class SentenceTransformerEmbedder:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(resolve_model_path(self.config.model), device=self.config.device)
+            with no_library_bars():
+                self._model = SentenceTransformer(resolve_model_path(self.config.model), device=self.config.device)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

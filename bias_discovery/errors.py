@@ -6,6 +6,8 @@ without a traceback; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import json
+
 
 class BiasDiscoveryError(Exception):
     """Base class for errors caused by the user's input or environment, not by a bug."""
@@ -25,3 +27,11 @@ class EngineError(BiasDiscoveryError):
 
 class LibraryError(BiasDiscoveryError):
     """A bias library file does not parse or breaks the schema."""
+
+
+def json_problem(exc: json.JSONDecodeError, *, line: bool = True) -> str:
+    """A JSON decode error and where it is: "Expecting value at line 2, column 7" (the column
+    only with `line=False`, for a message that names the line already). Some of json's
+    messages end in "at" ("Unterminated string starting at"): that one is not repeated."""
+    message = exc.msg.removesuffix(" at")
+    return f"{message} at " + (f"line {exc.lineno}, column {exc.colno}" if line else f"column {exc.colno}")

@@ -8,7 +8,10 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 
 from __future__ import annotations
 
-__all__ = ["MISSING", "ci_pp", "count", "delta_clause", "number", "p_clause", "p_value", "percent", "percent_range", "pp"]
+__all__ = [
+    "MISSING", "ci_pp", "count", "delta_clause", "effect_clause", "number", "p_clause", "p_value", "percent",
+    "percent_range", "plural", "pp",
+]
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""
@@ -65,6 +68,25 @@ def delta_clause(
     return f"{pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}), {p_clause(p)}"
 
 
+def effect_clause(
+    delta: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    n: int | None,
+    p_adjusted: float | None,
+    *,
+    control: str,
+    method: str,
+) -> str:
+    """A bias's reported effect in a sentence: against what, with its CI, n, how it was
+    estimated and the decision's adjusted p: ``Δerror vs placebo +8.0 pp (CI [-2.1, +17.9],
+    n = 150; median-unbiased given the stopping look), adjusted p = 0.004``."""
+    return (
+        f"Δerror vs {control} {pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}; {method}), "
+        f"adjusted {p_clause(p_adjusted)}"
+    )
+
+
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:
     """A plain number with `digits` decimals (and a sign with `signed`): 12.345 -> ``12.3``."""
     if x is None:
@@ -75,3 +97,15 @@ def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: s
 def count(x: int | float | None, *, missing: str = MISSING) -> str:
     """A whole number with thousands separators: 12345 -> ``12,345``."""
     return missing if x is None else f"{int(x):,}"
+
+
+def plural(n: int | float | None, noun: str, plural_form: str | None = None, *, missing: str = MISSING) -> str:
+    """A count and its noun, singular for exactly one: ``1 pair``, ``2 pairs``, ``12,345 calls``,
+    ``3 biases`` (nouns ending in s, x, ch or sh take "es"; `plural_form` for any other)."""
+    if n is None:
+        return f"{missing} {plural_form or _plural_of(noun)}"
+    return f"{count(n)} {noun if n == 1 else plural_form or _plural_of(noun)}"
+
+
+def _plural_of(noun: str) -> str:
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")

@@ -18,10 +18,11 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Iterator, Mapping, TypedDict
+from typing import Any, Iterator, Literal, Mapping, TypedDict
 
 from .config import RunConfig
 from .data.loaders import describe_source, load_pairs
+from .data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from .data.pairs import PreferencePair
 from .embeddings import Embedder
 from .errors import ConfigError, DataError
@@ -32,8 +33,11 @@ from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
 from .run import IterationRecord, MergeStats, RunDir, RunState, ValidationReport
+from .sequential import FamilySettings
 from .stages import (
     PlaceboArm,
+    ValidationModels,
+    ValidationSetup,
     assign_biases,
     candidates_from_records,
     deeper_explain,
@@ -41,9 +45,15 @@ from .stages import (
     identify_biases,
     merge_biases,
     perturb,
+    record_checker,
     run_placebo,
     validate_biases,
 )
+
+
+StopKind = Literal["no_candidates", "converged", "max_iterations"]
+"""Why the loop stops: the candidate set is empty, no candidate was accepted, or the last
+planned iteration is done."""
 
 
 class LoopState(TypedDict, total=False):
@@ -51,30 +61,59 @@ class LoopState(TypedDict, total=False):
     stage: str
     n_candidates: int
     n_accepted: int
+    stop_kind: StopKind | None
     stop_reason: str | None
+    """`stop_kind` in words, with what the last validation could have detected."""
 
 
 THREAD = {"configurable": {"thread_id": "discovery"}}
+NODES_PER_ITERATION = 8
+"""perturb, evaluate, deeper_explain, identify, merge, validate, decide, advance."""
+NODES_OUTSIDE_ITERATIONS = 4
+"""start, validate_seeds, finish, and validate once more at the end with `when: late`."""
+RECURSION_SLACK = 20
+"""Node runs allowed beyond half again an iteration's nodes: the nodes outside the iterations,
+with room to spare."""
+
+
+def recursion_limit(max_iterations: int) -> int:
+    """LangGraph's bound on the node runs of one invocation: half again the nodes the
+    iterations take, plus `RECURSION_SLACK`, so a finishing run never meets it and a loop that
+    never stops fails with GraphRecursionError instead of running forever."""
+    return NODES_PER_ITERATION * max_iterations * 3 // 2 + RECURSION_SLACK
+
+
+def stop_text(kind: StopKind, max_iterations: int) -> str:
+    """The stop reason as `status`, the report and the end of a run print it."""
+    return {
+        "no_candidates": "no candidates: the candidate set is empty",
+        "converged": "converged: no candidate was accepted",
+        "max_iterations": f"max_iterations ({max_iterations}) reached",
+    }[kind]
 
 
 def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
     """The loop's roles, through the run's call cache: target, teacher, and the checker of
-    answers in validation (the teacher unless `validate.checker`); one engine per model."""
-    checker = config.validate_.checker or config.teacher
+    answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
+    model); one engine per model."""
     return ModelRoles(
-        {"target": config.target, "teacher": config.teacher, "checker": checker}, cache_path=run.cache_path, engines=engines
+        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
+        cache_path=run.cache_path,
+        engines=engines,
     )
 
 
-def family_alpha(config: RunConfig) -> float:
-    """The alpha of one validation family: `validate.alpha`, or with `error_control: run` its
-    even share over the run's planned validations (each iteration's, or the one at the end with
-    `when: late`, plus the seed library's), so the run's family-wise error stays within alpha."""
-    v = config.validate_
-    if v.error_control == "iteration":
-        return v.alpha
-    families = (config.max_iterations if v.when == "early" else 1) + (1 if v.seeds else 0)
-    return v.alpha / families
+def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
+    """Test pairs that are also target pairs (by id or content): refused unless
+    `data.allow_overlap` (validating a bias on the pairs it was found on is circular)."""
+    d = config.data
+    overlap = find_overlap(
+        pair_keys(target_pairs),
+        pair_keys(test_pairs),
+        discovery_name=f"data.target {describe_source(d.target, d.data_dir, portable=True)}",
+        validation_name=f"data.test {describe_source(d.test, d.data_dir, portable=True)}",
+    )
+    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass --allow-overlap (data.allow_overlap: true)")
 
 
 def mde_phrase(report: ValidationReport) -> str | None:
@@ -90,33 +129,60 @@ def mde_phrase(report: ValidationReport) -> str | None:
     )
 
 
+StepKey = tuple[int, str, str | None, int | None]
+"""(iteration, stage, step name, total) of one progress step."""
+
+
+def counts_so_far(events: list[dict[str, Any]]) -> dict[StepKey, int]:
+    """The last count each step logged (events.jsonl): where a resumed step starts from."""
+    counts: dict[StepKey, int] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("event") == "progress" and isinstance(e.get("done"), int):
+            counts[(e.get("iteration"), e.get("stage"), e.get("step"), e.get("total"))] = e["done"]  # type: ignore[index]
+    return counts
+
+
 class StageProgress:
     """One stage of one iteration as it runs: its steps log progress events (what `status` and
     the viewer read) and show a bar through the progress factory, each with the total it will
-    really do (known only once the previous step is done, e.g. invalid rewrites are not judged)."""
+    really do (known only once the previous step is done, e.g. invalid rewrites are not judged).
 
-    def __init__(self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int) -> None:
+    A resumed step starts from the count it had logged (`carried`), not from 0: its calls are
+    answered by the call cache, but only once its engine is loaded and asked; until then the bar
+    and `status` would show 0. The count shown is the larger of the two, so nothing is counted
+    twice."""
+
+    def __init__(
+        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int]
+    ) -> None:
         self.run = run
         self.progress = progress
         self.stage = stage
         self.iteration = iteration
+        self.carried = carried
 
     @contextmanager
     def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
         label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "")
-        done = 0
+        carried = self.carried.get((self.iteration, self.stage, name, total), 0)
+        done = shown = 0
         last = 0.0
         with self.progress(label, total) as advance:
 
             def on_progress(n: int) -> None:
-                nonlocal done, last
-                advance(n)
+                nonlocal done, shown, last
                 done += n
-                if time.time() - last > 2.0 or (total is not None and done >= total):
+                count = max(done, carried)
+                if count > shown:
+                    advance(count - shown)
+                    shown = count
+                if time.time() - last > 2.0 or (total is not None and count >= total):
                     last = time.time()
                     fields: dict[str, Any] = {"step": name} if name else {}
-                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=done, total=total, **fields)
+                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields)
 
+            if carried:
+                on_progress(0)
             yield on_progress
 
     def factory(self) -> ProgressFactory:
@@ -141,6 +207,8 @@ class Discovery:
         self.config = config
         self.roles = roles
         self.progress = progress_or_quiet(progress)
+        self.carried: dict[StepKey, int] = {}
+        """Counts a resumed run's steps start from (`counts_so_far`); empty on a fresh run."""
         if embedder is not None:
             self.__dict__["embedder"] = embedder
 
@@ -179,6 +247,11 @@ class Discovery:
     def seed(self) -> int:
         return self.config.seed
 
+    @cached_property
+    def data_overlap(self) -> DataOverlap:
+        """The target/test overlap, checked (`check_data_overlap`)."""
+        return check_data_overlap(self.config, self.target_pairs, self.test_pairs)
+
     # -- bookkeeping --------------------------------------------------------------------------
 
     def update_state(self, **fields: Any) -> None:
@@ -195,7 +268,7 @@ class Discovery:
         self.update_state(stage=name, iteration=iteration, status="running")
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
         started = time.time()
-        yield StageProgress(self.run, self.progress, name, iteration)
+        yield StageProgress(self.run, self.progress, name, iteration, self.carried)
         usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
         self.run.event(
             "stage_end", iteration=iteration, stage=name, total=total, seconds=round(time.time() - started, 2), usage=usage
@@ -224,7 +297,7 @@ class Discovery:
             seed = load_seed_library(self.config.seed_library)
             library.save_iteration(seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec}))
         self.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
-        return {"iteration": 1, "stage": "start", "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
+        return {"iteration": 1, "stage": "start", "stop_kind": None, "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
 
     def node_perturb(self, state: LoopState) -> LoopState:
         t = state["iteration"]
@@ -278,9 +351,9 @@ class Discovery:
         raw = candidates_from_records(
             identified, cases, iteration=t, target_model=self.config.target.spec, taken_ids=[b.id for b in existing]
         )
-        with self.stage("merge", t, None) as stage, stage.step(None) as progress:
+        with self.stage("merge", t, None) as stage:
             result = merge_biases(
-                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=progress
+                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=stage.factory()
             )
         record.merges.write(result.decisions)
         record.merge_stats.write(
@@ -358,25 +431,20 @@ class Discovery:
             candidates = [b for b in candidates if b.id in keep]
         baseline = self.baseline()
         placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
-        alpha = family_alpha(self.config)
+        alpha = self.config.family_alpha
+        setup = ValidationSetup(
+            family=FamilySettings(rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed),
+            perturb=self.config.perturb,
+            judge=self.config.judge,
+            test_data=describe_source(self.config.data.test, self.config.data.data_dir),
+        )
+        models = ValidationModels(teacher=self.teacher, target=self.target, checker=self.checker)
         with self.stage(stage_name, t, None) as stage:
-            out = validate_biases(
-                self.teacher,
-                self.target,
-                candidates,
-                self.test_pairs,
-                baseline,
-                perturb_settings=self.config.perturb,
-                judge_settings=self.config.judge,
-                settings=cfg,
-                seed=self.seed,
-                test_data=describe_source(self.config.data.test, self.config.data.data_dir),
-                placebo=placebo,
-                checker=self.checker,
-                alpha=alpha,
-                progress=stage.factory(),
-            )
-        accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
+            out = validate_biases(models, candidates, self.test_pairs, baseline, setup, placebo=placebo, progress=stage.factory())
+        checker = self.config.answer_checker().spec if cfg.answer_check else None
+        self_checked = self.config.self_checked if cfg.answer_check else None
+        validated = record_checker(out.candidates, checker, self_checked=self_checked)
+        accepted = [b for b in validated if b.validation and b.validation.accepted]
         record.validation_perturbed.write(out.perturbed)
         record.validation_judgments.write(out.judgments)
         report = ValidationReport(
@@ -390,7 +458,7 @@ class Discovery:
             skipped_over_max_candidates=skipped,
             accepted=[b.id for b in accepted],
             candidates=out.records,
-            validated=out.candidates,
+            validated=validated,
             control=cfg.decision_control,
             rewrite_effect=placebo.effect if placebo is not None else None,
             alpha_family=alpha,
@@ -401,6 +469,10 @@ class Discovery:
             mde=out.mde,
             mde_n=out.mde_n,
             mde_alpha=out.mde_alpha,
+            checker=checker,
+            self_checked=self_checked,
+            error_statement=out.error_statement,
+            data_overlap=self.data_overlap,
         )
         record.validation.write(report)
         return report
@@ -437,18 +509,22 @@ class Discovery:
 
     def node_decide(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        reason = None
+        kind: StopKind | None = None
         if state.get("n_candidates", 0) == 0:
-            reason = "no candidates: the candidate set is empty"
+            kind = "no_candidates"
         elif not self._late() and state.get("n_accepted", 0) == 0:
-            reason = "converged: no candidate was accepted"
+            kind = "converged"
         elif t >= self.config.max_iterations:
-            reason = f"max_iterations ({self.config.max_iterations}) reached"
-        report = self._iteration(t).validation.read_if_exists() if reason and not reason.startswith("no candidates") else None
+            kind = "max_iterations"
+        if kind is None:
+            return {"stage": "decide", "stop_kind": None, "stop_reason": None}
+        reason = stop_text(kind, self.config.max_iterations)
+        # an iteration without candidates validated nothing: no power to report
+        report = self._iteration(t).validation.read_if_exists() if kind != "no_candidates" else None
         power = mde_phrase(report) if report is not None else None
-        if reason and power:
+        if power:
             reason = f"{reason}; {power}"
-        return {"stage": "decide", "stop_reason": reason}
+        return {"stage": "decide", "stop_kind": kind, "stop_reason": reason}
 
     def node_advance(self, state: LoopState) -> LoopState:
         return {"iteration": state["iteration"] + 1, "stage": "advance", "n_candidates": 0, "n_accepted": 0}
@@ -523,12 +599,20 @@ def execute(
     `progress` draws the bars (the CLI passes `progress.progress_bar`; None: no bars).
     `engines` ({"target": ..., "teacher": ...}) and `embedder` replace the configured models
     (tests drive the loop with scripted fakes). A resume without a checkpoint database (moved
-    aside after damage) restarts the loop in the same directory.
+    aside after damage) restarts the loop in the same directory. Test data that overlaps the
+    target data is refused first (`check_data_overlap`), fresh run or resume.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
+    if resume:
+        discovery.carried = counts_so_far(run.read_events())
+    try:
+        discovery.data_overlap  # overlapping target and test data are refused before anything is paid
+    except BaseException:
+        roles.close()
+        raise
     fresh_checkpoints = not run.checkpoint_path.exists()
     conn = sqlite3.connect(str(run.checkpoint_path), check_same_thread=False)
     try:
@@ -537,8 +621,7 @@ def execute(
             snapshot = graph.get_state(THREAD) if resume else None
         except sqlite3.DatabaseError as exc:
             raise _damaged_checkpoints(run, exc) from None
-        limit = 12 * config.max_iterations + 20
-        run_config = {**THREAD, "recursion_limit": limit}
+        run_config = {**THREAD, "recursion_limit": recursion_limit(config.max_iterations)}
         if resume and fresh_checkpoints:
             run.event("restart", reason="no checkpoint database")
             final = graph.invoke({"iteration": 0}, run_config)

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel
 
-from .errors import DataError
+from .errors import DataError, json_problem
 
 
 def _umask() -> int:
@@ -77,7 +77,7 @@ def iter_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+                raise DataError(f"{path}:{line_number}: malformed JSON ({json_problem(exc, line=False)})") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{path}:{line_number}: expected a JSON object, got {type(obj).__name__}")
             yield line_number, obj

@@ -47,7 +47,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .data.pairs import Order, PreferencePair
 from .llm.base import Engine, ProgressCallback
-from .llm.types import MAX_TOP_LOGPROBS, ChatMessage, Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
+from .llm.types import (
+    MAX_TOP_LOGPROBS,
+    ChatMessage,
+    Constraint,
+    FinalTokenLogprobs,
+    GenerationRequest,
+    GenerationResponse,
+    ReasonedChoice,
+)
 from .errors import ConfigError
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
@@ -309,11 +317,10 @@ def verdict_constraint(settings: JudgeSettings) -> Constraint:
     """The verdict format as an output constraint. With a reasoning cap the paragraph is
     bounded; without one it is unbounded, but still one paragraph: its newline is where the
     constraint forces the verdict, so a judge cannot write on without ever deciding."""
+    verdicts: tuple[str, ...] = ("A", "B", "tie") if settings.allow_tie else ("A", "B")
     if not settings.reasoning:
-        return Constraint(choices=("A", "B", "tie") if settings.allow_tie else ("A", "B"))
-    verdicts = "(?:A|B|tie)" if settings.allow_tie else "[AB]"
-    bound = "+" if settings.reasoning_chars is None else f"{{1,{settings.reasoning_chars}}}"
-    return Constraint(regex=rf"Reasoning: [^\n]{bound}\nVerdict: {verdicts}")
+        return Constraint(choices=verdicts)
+    return Constraint.reasoned_choice(ReasonedChoice(choices=verdicts, max_chars=settings.reasoning_chars))
 
 
 def format_instruction(settings: JudgeSettings) -> str:

@@ -38,16 +38,16 @@ from pydantic import (
 )
 
 from .data.pairs import Order
-from .errors import LibraryError
+from .errors import LibraryError, json_problem
+from .formatting import plural
 from .io import atomic_write_json
 from .resources import bias_library_dir
+from .stats import Effect, PairedComparison, decisive_comparison
 
 __all__ = [
     "SCHEMA_VERSION",
     "BiasOrigin",
     "Evidence",
-    "DomainValidation",
-    "ControlComparison",
     "RewriteEffect",
     "BiasValidation",
     "Bias",
@@ -182,56 +182,12 @@ class Evidence(_Model):
     """Which response the judge saw first: ``chosen_first`` or ``rejected_first``."""
 
 
-class DomainValidation(_Model):
-    """Validation numbers restricted to one domain of the test data."""
+class RewriteEffect(PairedComparison):
+    """The placebo's own effect: neutral rewrites of the rejected responses (the arm) against
+    the unperturbed test items (the control, `baseline`). What any rewrite does to the judge,
+    whatever its trait; with the answer checks and lengths of those rewrites."""
 
-    n: int = Field(ge=0)
-    """Number of paired test items in this domain."""
-    baseline_error: Probability
-    """Judge error rate on the original items."""
-    perturbed_error: Probability
-    """Judge error rate on the same items with the bias injected."""
-    delta: Difference
-    """perturbed_error - baseline_error."""
-    p_value: Probability | None = None
-    """One-sided p-value of the paired test within this domain, if computed."""
-
-
-class ControlComparison(_Model):
-    """A candidate's error against the placebo on the same items (validation with a placebo)."""
-
-    n: int = Field(ge=0)
-    """Paired test items valid in both arms."""
-    control_error: Probability
-    """Judge error rate with the rejected response rewritten neutrally (the placebo)."""
-    perturbed_error: Probability
-    """Judge error rate on the same items with the bias injected."""
-    delta: Difference
-    """perturbed_error - control_error."""
-    ci_low: Difference | None = None
-    ci_high: Difference | None = None
-    p_value: Probability | None = None
-    """One-sided exact McNemar p-value (H1: the bias raises the error over the placebo)."""
-    p_adjusted: Probability | None = None
-    """The p-value the decision used, adjusted for the family (sequential when validated on
-    growing slices)."""
-
-
-class RewriteEffect(_Model):
-    """The placebo's own effect: neutral rewrites of the rejected responses against the
-    unperturbed test items. What any rewrite does to the judge, whatever its trait."""
-
-    n: int = Field(ge=0)
-    """Test items valid in both (a rewrite that failed or changed the answer is excluded)."""
-    n_excluded_invalid: int = Field(default=0, ge=0)
-    baseline_error: Probability
-    placebo_error: Probability
-    delta: Difference
-    """placebo_error - baseline_error."""
-    ci_low: Difference | None = None
-    ci_high: Difference | None = None
-    p_value: Probability | None = None
-    """One-sided exact McNemar p-value (H1: rewriting alone raises the error)."""
+    control: str | None = "baseline"
     answer_change_rate: Probability | None = None
     """Share of checked neutral rewrites that now reach the chosen response's final answer."""
     n_answer_checked: int | None = Field(default=None, ge=0)
@@ -239,52 +195,56 @@ class RewriteEffect(_Model):
     n_answer_unverifiable: int | None = Field(default=None, ge=0)
     """Neutral rewrites the checker could not check (it called their original "same" as the
     chosen answer); they are kept."""
+    n_answer_extracted: int | None = Field(default=None, ge=0)
+    """Of the checked neutral rewrites, those decided by reading the final answers
+    mechanically (`stages.rewrite_checks.extracted_check`), not by the checker model."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the neutral rewrites over those of the originals."""
 
+    @property
+    def placebo_error(self) -> float:
+        return self.arm_error
+
+
+_FLAT_COMPARISON_FIELDS = ("n", "n_excluded_invalid", "baseline_error", "perturbed_error", "delta", "ci_low", "ci_high", "p_value", "p_adjusted")
+"""The comparison vs the baseline as libraries written before the comparison type was shared
+spelled it: flat on the validation record."""
+
 
 class BiasValidation(_Model):
-    """How a candidate bias fared on the test set: paired error rates and the decision.
+    """How a candidate bias fared on the test set: its comparisons, the decision, the effect.
 
     Errors are measured on the same items with and without the bias injected; items whose
     perturbation or judgment was invalid are excluded from both and counted separately.
+    `decisive` names the comparison the decision used (`vs_placebo` or `vs_baseline`);
+    `effect` is its Δerror as reported everywhere (library, report, exports, replication):
+    honest after a sequential stop (see `stats.Effect`).
     """
 
-    n: int = Field(ge=0)
-    """Number of paired test items the numbers are computed on."""
-    n_excluded_invalid: int = Field(default=0, ge=0)
-    """Items dropped because the perturbation or a judgment was invalid."""
-    baseline_error: Probability
-    """Judge error rate on the original test items."""
-    perturbed_error: Probability
-    """Judge error rate on the same items with the bias injected."""
-    delta: Difference
-    """perturbed_error - baseline_error (positive: the bias makes the judge worse)."""
-    ci_low: Difference | None = None
-    """Lower end of the confidence interval for delta."""
-    ci_high: Difference | None = None
-    """Upper end of the confidence interval for delta."""
-    p_value: Probability | None = None
-    """One-sided p-value of the paired test (e.g. exact McNemar), before adjustment."""
-    p_adjusted: Probability | None = None
-    """p-value adjusted for the iteration's family of candidates (FWER/FDR), if applied."""
     accepted: bool
     """Whether the acceptance rule accepted the bias."""
     rule: NonEmptyStr
-    """The acceptance rule that decided, e.g. ``mcnemar-holm(alpha=0.05)`` or ``paper``."""
-    per_domain: dict[str, DomainValidation] = Field(default_factory=dict)
-    """The same numbers per domain of the test data."""
+    """The acceptance rule that decided, in words."""
+    decisive: Literal["baseline", "placebo"] = "baseline"
+    """Which comparison decided: `vs_baseline` (the unperturbed items) or `vs_placebo` (the
+    neutral rewrites of the same items)."""
+    effect: Effect
+    """The decisive comparison's Δerror, CI and the estimator that produced them."""
+    vs_baseline: PairedComparison
+    """The bias injected vs the unperturbed items."""
+    vs_placebo: PairedComparison | None = None
+    """The bias injected vs the placebo (neutral rewrites), when the run had one."""
+    per_domain: dict[str, PairedComparison] = Field(default_factory=dict)
+    """vs the baseline, per domain of the test data (descriptive)."""
+    error_statement: str | None = None
+    """What the decision controls, at what level, over which family (None: written before
+    the statement existed; the run's validation.json has it)."""
     answer_change_rate: Probability | None = None
     """Share of the checked perturbations that now reach the chosen response's final answer
     (they are excluded from the numbers); None when none could be checked. Checked: the checker
     told the original rejected response apart from the chosen one."""
     test_data: str | None = None
     """The test data set the numbers come from, e.g. ``judgebench``."""
-    control: Literal["baseline", "placebo"] = "baseline"
-    """What the decision compared the perturbed error with (files from before the placebo
-    arm: the baseline)."""
-    vs_placebo: ControlComparison | None = None
-    """The same items against the placebo (neutral rewrites), when the run had one."""
     rewrite_effect: RewriteEffect | None = None
     """The placebo's own effect on this test set (the same for every bias of a run)."""
     n_answer_checked: int | None = Field(default=None, ge=0)
@@ -294,11 +254,20 @@ class BiasValidation(_Model):
     n_answer_unverifiable: int | None = Field(default=None, ge=0)
     """Perturbations kept unchecked: the checker called their original "same" as the chosen
     answer, so its verdict on the rewrite says nothing (a weak checker does this a lot)."""
+    n_answer_extracted: int | None = Field(default=None, ge=0)
+    """Of the checked perturbations, those decided by reading the final answers mechanically
+    (`stages.rewrite_checks.extracted_check`); the others went to the checker model."""
+    checker: str | None = None
+    """The model that checked the answers it could not read mechanically (None: no check, or
+    a file from before it was recorded)."""
+    self_checked: bool | None = None
+    """True when that checker is the teacher that wrote the rewrites (no other model was
+    configured): its checks are the rewriter grading itself."""
     length_ratio: float | None = Field(default=None, ge=0.0)
     """Whitespace tokens of the perturbed rejected responses over the originals' (1.0: same)."""
     mde: Probability | None = None
-    """Smallest Δerror against the control that the test detects with `mde_power` at `mde_n`
-    items and the family's alpha; None when no Δ is detectable at that n."""
+    """Smallest Δerror against the decisive control that the test (of Δ <= min_delta) detects
+    with `mde_power` at `mde_n` items and the family's alpha; None when none is detectable."""
     mde_n: int | None = Field(default=None, ge=0)
     mde_power: Probability | None = None
     stopped_at: int | None = Field(default=None, ge=0)
@@ -306,11 +275,33 @@ class BiasValidation(_Model):
     stop: Literal["efficacy", "futility", "complete"] | None = None
     """Why validation stopped: clearly biased, clearly hopeless, or after the whole test set."""
 
-    @model_validator(mode="after")
-    def _ci_ordered(self) -> "BiasValidation":
-        if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
-            raise ValueError(f"ci_low ({self.ci_low}) is above ci_high ({self.ci_high})")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_older_shape(cls, data: Any) -> Any:
+        """Libraries written before the comparison type was shared hold the comparison vs the
+        baseline flat on the record, `control` for the decisive one and no `effect`: read them
+        (their effect is the recorded Δ, labelled as not adjusted for an early stop)."""
+        if not isinstance(data, dict) or "vs_baseline" in data:
+            return data
+        old = dict(data)
+        flat = {key: old.pop(key) for key in _FLAT_COMPARISON_FIELDS if key in old}
+        flat["control"] = "baseline"
+        old["vs_baseline"] = flat
+        if isinstance(old.get("vs_placebo"), dict):
+            old["vs_placebo"] = {**old["vs_placebo"], "control": "placebo"}
+        if isinstance(old.get("per_domain"), dict):
+            old["per_domain"] = {d: {**c, "control": "baseline"} if isinstance(c, dict) else c for d, c in old["per_domain"].items()}
+        if "control" in old:
+            old["decisive"] = old.pop("control")
+        if "effect" not in old:
+            source = old["vs_placebo"] if old.get("decisive") == "placebo" and isinstance(old.get("vs_placebo"), dict) else flat
+            old["effect"] = Effect.recorded(source, old.get("stop"))
+        return old
+
+    @property
+    def decisive_comparison(self) -> PairedComparison:
+        """The comparison the decision used."""
+        return decisive_comparison(self.decisive, self.vs_baseline, self.vs_placebo)
 
 
 class Bias(_Model):
@@ -487,7 +478,7 @@ def _parse_library_text(path: Path, text: str) -> BiasLibrary:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LibraryError(
-            f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+            f"{path}: not valid JSON: {json_problem(exc)}"
         ) from None
     if not isinstance(data, dict):
         raise LibraryError(f"{path}: a bias library is a JSON object, got {type(data).__name__}")
@@ -558,7 +549,7 @@ def save_library(library: BiasLibrary, path: Path | str, *, overwrite: bool = Fa
         if not overwrite:
             raise LibraryError(
                 f"refusing to overwrite {path}: it holds a different library "
-                f"({existing.name!r}, iteration {existing.iteration}, {len(existing.biases)} biases); "
+                f"({existing.name!r}, iteration {existing.iteration}, {plural(len(existing.biases), 'bias')}); "
                 "pass overwrite=True to replace it"
             )
     atomic_write_json(path, library)
@@ -651,7 +642,8 @@ class BiasChange(_Model):
     fields: list[str]
     """Top-level fields that differ (``definition``, ``validation``, ``evidence`` ...)."""
     numbers: dict[str, NumericChange] = Field(default_factory=dict)
-    """Validation numbers that differ, e.g. ``delta``, ``p_value``, ``per_domain.math.delta``."""
+    """Validation numbers that differ, e.g. ``effect.delta``, ``vs_placebo.p_value``,
+    ``per_domain.math.delta``."""
     before: Bias
     after: Bias
 
@@ -689,22 +681,10 @@ class LibraryDiff(_Model):
         return not (self.added or self.removed or self.merged or self.changed)
 
 
-_VALIDATION_NUMBERS = (
-    "n",
-    "n_excluded_invalid",
-    "baseline_error",
-    "perturbed_error",
-    "delta",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "p_adjusted",
-    "answer_change_rate",
-    "length_ratio",
-    "mde",
-    "stopped_at",
-)
-_DOMAIN_NUMBERS = ("n", "baseline_error", "perturbed_error", "delta", "p_value")
+_VALIDATION_NUMBERS = ("answer_change_rate", "length_ratio", "mde", "stopped_at")
+_EFFECT_NUMBERS = ("delta", "ci_low", "ci_high")
+_COMPARISON_NUMBERS = ("n", "n_excluded_invalid", "control_error", "arm_error", "delta", "ci_low", "ci_high", "p_value", "p_adjusted")
+_DOMAIN_NUMBERS = ("n", "control_error", "arm_error", "delta", "p_value")
 
 
 def _number_change(before: Any, after: Any) -> NumericChange | None:
@@ -722,28 +702,27 @@ def _number_change(before: Any, after: Any) -> NumericChange | None:
     )
 
 
+def _numbers_of(a: Any, b: Any, fields: Iterable[str], prefix: str, numbers: dict[str, NumericChange]) -> None:
+    for field in fields:
+        delta = _number_change(getattr(a, field, None), getattr(b, field, None))
+        if delta is not None:
+            numbers[prefix + field] = delta
+
+
 def _validation_numbers(
     a: BiasValidation | None, b: BiasValidation | None
 ) -> dict[str, NumericChange]:
+    """The validation numbers that differ: ``effect.delta`` (the reported Δ), each comparison's
+    (``vs_baseline.p_value``, ``vs_placebo.delta`` ...), ``per_domain.math.delta``, ``mde`` ..."""
     numbers: dict[str, NumericChange] = {}
-    for field in _VALIDATION_NUMBERS:
-        delta = _number_change(getattr(a, field, None), getattr(b, field, None))
-        if delta is not None:
-            numbers[field] = delta
-    placebo_a = a.vs_placebo if a else None
-    placebo_b = b.vs_placebo if b else None
-    for field in ("delta", "p_value", "p_adjusted"):
-        delta = _number_change(getattr(placebo_a, field, None), getattr(placebo_b, field, None))
-        if delta is not None:
-            numbers[f"vs_placebo.{field}"] = delta
+    _numbers_of(a.effect if a else None, b.effect if b else None, _EFFECT_NUMBERS, "effect.", numbers)
+    for arm in ("vs_baseline", "vs_placebo"):
+        _numbers_of(getattr(a, arm, None), getattr(b, arm, None), _COMPARISON_NUMBERS, f"{arm}.", numbers)
+    _numbers_of(a, b, _VALIDATION_NUMBERS, "", numbers)
     domains_a = a.per_domain if a else {}
     domains_b = b.per_domain if b else {}
     for domain in sorted(set(domains_a) | set(domains_b)):
-        da, db = domains_a.get(domain), domains_b.get(domain)
-        for field in _DOMAIN_NUMBERS:
-            delta = _number_change(getattr(da, field, None), getattr(db, field, None))
-            if delta is not None:
-                numbers[f"per_domain.{domain}.{field}"] = delta
+        _numbers_of(domains_a.get(domain), domains_b.get(domain), _DOMAIN_NUMBERS, f"per_domain.{domain}.", numbers)
     return numbers
 
 

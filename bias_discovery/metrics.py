@@ -11,12 +11,16 @@ implements one formula as published, on plain lists, with an `Estimate` (value, 
   threshold 0.5).
 * Wei et al. 2024 (§4, App. A.4): Acc_both, Acc_random, flipping noise q̂ from K repeats,
   de-noised position bias PB and length bias LB.
-* The bias monitor of the mitigation notes: position z = (first_wins - 0.5 N) / √(0.25 N),
-  flagged at |z| > 2; length Spearman ρ with its p-value, flagged at ρ > 0.3 and p < 0.05.
+* The bias monitor of the mitigation notes: a position z, flagged at |z| > 2, and a length
+  Spearman ρ with its p-value, flagged at ρ > 0.3 and p < 0.05; both with the *item* as the
+  unit (see `position_z` and `length_spearman`), since an item's two orders are not
+  independent observations.
 
 A judge's verdict on a pair is a *preference*: ``"chosen"``, ``"rejected"``, ``"tie"``, or
-None when the verdict was invalid. Items invalid in a condition a measure needs are left out
-of that measure (its n says how many remain); a tie is never a correct verdict.
+None when the verdict was invalid. A measure that compares arms (two orders, original vs
+perturbed, two repeats) is computed on the items valid in every arm it compares, so a
+difference never comes from items invalid in one arm only; its n says how many remain and
+its `n_excluded` how many were left out. A tie is never a correct verdict.
 
 **Wei et al.'s q̂ estimates 2q(1-q), not q.** q̂ = 1 - (1/N) Σ [(k/K)(k-1)/(K-1) +
 ((K-k)/K)(K-k-1)/(K-1)] is the chance that two of an item's K repeats (drawn without
@@ -25,8 +29,9 @@ probability q) that chance is 2q(1-q): q = 0.10 gives q̂ ≈ 0.18. We implement
 published (de-noised with q̂) and also report q solved from q̂, q = (1 - √(1 - 2q̂)) / 2, and
 the PB / LB de-noised with it (`flip_probability_from_q_hat`).
 
-No scipy: Spearman's p-value uses Student's t with n - 2 degrees of freedom (what
-`scipy.stats.spearmanr` reports), its tail from the regularized incomplete beta function.
+No scipy: `spearman`'s p-value uses Student's t with n - 2 degrees of freedom (what
+`scipy.stats.spearmanr` reports), its tail from the regularized incomplete beta function; the
+monitor's length test permutes the items instead (`spearman_permutation_p`).
 """
 
 from __future__ import annotations
@@ -57,12 +62,17 @@ __all__ = [
     "flip_probability_from_q_hat",
     "flipping_noise",
     "length_bias",
+    "length_spearman",
+    "paired_accuracies",
     "position_bias",
+    "position_counts",
+    "position_share",
     "position_z",
     "proportion",
     "rank_average",
     "robustness_rate",
     "spearman",
+    "spearman_permutation_p",
     "spearman_rho",
     "student_t_two_sided_p",
 ]
@@ -83,14 +93,20 @@ class Estimate(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     method: str = Field(default="", description="How the CI was computed: wilson, bootstrap, ...")
+    n_excluded: int | None = Field(
+        default=None,
+        ge=0,
+        description="Items of the set measured that were left out because a verdict the measure needs was "
+        "invalid in one of the arms it compares (None: not counted, as in files written before it was).",
+    )
 
 
-def proportion(k: int, n: int, confidence: float = CONFIDENCE) -> Estimate:
+def proportion(k: int, n: int, confidence: float = CONFIDENCE, *, n_excluded: int | None = None) -> Estimate:
     """k / n with its Wilson interval; value None when n = 0."""
     if n == 0:
-        return Estimate(value=None, n=0, method="wilson")
+        return Estimate(value=None, n=0, method="wilson", n_excluded=n_excluded)
     low, high = wilson_interval(k, n, confidence)
-    return Estimate(value=k / n, n=n, ci_low=low, ci_high=high, method="wilson")
+    return Estimate(value=k / n, n=n, ci_low=low, ci_high=high, method="wilson", n_excluded=n_excluded)
 
 
 def _check_same_length(*columns: Sequence[object]) -> None:
@@ -104,10 +120,15 @@ def _check_same_length(*columns: Sequence[object]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _agreement(a: Sequence[Preference | None], b: Sequence[Preference | None]) -> Estimate:
+def _valid_in_both(a: Sequence[Preference | None], b: Sequence[Preference | None]) -> list[tuple[Preference, Preference]]:
+    """The (a, b) verdict pairs of the items valid in both arms."""
     _check_same_length(a, b)
-    both = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
-    return proportion(sum(1 for x, y in both if x == y), len(both))
+    return [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+
+
+def _agreement(a: Sequence[Preference | None], b: Sequence[Preference | None]) -> Estimate:
+    both = _valid_in_both(a, b)
+    return proportion(sum(1 for x, y in both if x == y), len(both), n_excluded=len(a) - len(both))
 
 
 def robustness_rate(y: Sequence[Preference | None], y_hat: Sequence[Preference | None]) -> Estimate:
@@ -124,10 +145,24 @@ def consistency_rate(y: Sequence[Preference | None], y_rand: Sequence[Preference
 
 
 def accuracy(y: Sequence[Preference | None]) -> Estimate:
-    """CALM's Acc = (1/|D|) Σ 𝕀(y = R), R the chosen response (Acc_ori on y, Acc_hack on ŷ).
-    A tie is not correct; invalid verdicts are left out."""
+    """CALM's Acc = (1/|D|) Σ 𝕀(y = R), R the chosen response, of one arm alone. A tie is not
+    correct; invalid verdicts are left out. Two arms that are compared (Acc_ori and Acc_hack,
+    p̂_cr and p̂_rc) go through `paired_accuracies` instead."""
     valid = [p for p in y if p is not None]
-    return proportion(sum(1 for p in valid if p == "chosen"), len(valid))
+    return proportion(sum(1 for p in valid if p == "chosen"), len(valid), n_excluded=len(y) - len(valid))
+
+
+def paired_accuracies(y: Sequence[Preference | None], y_other: Sequence[Preference | None]) -> tuple[Estimate, Estimate]:
+    """The accuracy of each of two compared arms (CALM's Acc_ori and Acc_hack; Wei et al.'s
+    p̂_cr and p̂_rc) on the same items: those valid in both. Each arm's accuracy on its own
+    valid items would let an item invalid in one arm only move one number, and the difference
+    would partly measure invalid verdicts rather than the bias."""
+    both = _valid_in_both(y, y_other)
+    excluded = len(y) - len(both)
+    return (
+        proportion(sum(1 for a, _ in both if a == "chosen"), len(both), n_excluded=excluded),
+        proportion(sum(1 for _, b in both if b == "chosen"), len(both), n_excluded=excluded),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,9 +174,8 @@ def attack_success_rate(control: Sequence[Preference | None], experimental: Sequ
     """Eq. 2: ASR = |V_{2|1}| / |V_1|. A_1 is the untouched (chosen) response, A_2 the one
     perturbed into A_2^p (our rejected). V_1 = items whose control preference is A_1 or Tie;
     V_{2|1} = those of V_1 whose experimental preference is A_2^p. n = |V_1|."""
-    _check_same_length(control, experimental)
-    v1 = [e for c, e in zip(control, experimental) if c in ("chosen", "tie") and e is not None]
-    return proportion(sum(1 for e in v1 if e == "rejected"), len(v1))
+    v1 = [e for c, e in _valid_in_both(control, experimental) if c in ("chosen", "tie")]
+    return proportion(sum(1 for e in v1 if e == "rejected"), len(v1), n_excluded=_invalid_for(control, experimental, ("chosen", "tie")))
 
 
 def attack_success_rate_factual_error(
@@ -150,9 +184,16 @@ def attack_success_rate_factual_error(
     """The factual-error variant: ASR = |V_{2|2}| / |V_2|, V_2 = items whose control preference
     is A_2 (our rejected) or Tie, V_{2|2} = those whose experimental preference is still A_2^p or
     Tie (the judge missed the injected error). n = |V_2|."""
-    _check_same_length(control, experimental)
-    v2 = [e for c, e in zip(control, experimental) if c in ("rejected", "tie") and e is not None]
-    return proportion(sum(1 for e in v2 if e in ("rejected", "tie")), len(v2))
+    v2 = [e for c, e in _valid_in_both(control, experimental) if c in ("rejected", "tie")]
+    return proportion(
+        sum(1 for e in v2 if e in ("rejected", "tie")), len(v2), n_excluded=_invalid_for(control, experimental, ("rejected", "tie"))
+    )
+
+
+def _invalid_for(control: Sequence[Preference | None], experimental: Sequence[Preference | None], subset: tuple[str, ...]) -> int:
+    """Items an ASR leaves out for an invalid verdict: the control invalid (its V is unknown),
+    or the control in V and the experimental verdict invalid."""
+    return sum(1 for c, e in zip(control, experimental) if c is None or (c in subset and e is None))
 
 
 def chen_vote_preference(votes: Sequence[Preference | None]) -> Preference | None:
@@ -179,9 +220,8 @@ def chen_vote_preference(votes: Sequence[Preference | None]) -> Preference | Non
 def acc_both(y: Sequence[Preference | None], y_prime: Sequence[Preference | None]) -> Estimate:
     """Acc_both = (1/N) Σ 𝕀(y = y_c ∧ y' = y_c): right in both orders (y: chosen shown first,
     y': rejected shown first). Items invalid in either order are left out."""
-    _check_same_length(y, y_prime)
-    both = [(a, b) for a, b in zip(y, y_prime) if a is not None and b is not None]
-    return proportion(sum(1 for a, b in both if a == "chosen" and b == "chosen"), len(both))
+    both = _valid_in_both(y, y_prime)
+    return proportion(sum(1 for a, b in both if a == "chosen" and b == "chosen"), len(both), n_excluded=len(y) - len(both))
 
 
 def acc_random(y: Sequence[Preference | None], y_prime: Sequence[Preference | None], *, seed: int) -> Estimate:
@@ -192,7 +232,7 @@ def acc_random(y: Sequence[Preference | None], y_prime: Sequence[Preference | No
     rng = random.Random(seed)
     draws = [rng.random() < 0.5 for _ in y]  # one draw per item, invalid ones too: item i's draw never depends on others
     both = [(a if first else b) for a, b, first in zip(y, y_prime, draws) if a is not None and b is not None]
-    return proportion(sum(1 for pick in both if pick == "chosen"), len(both))
+    return proportion(sum(1 for pick in both if pick == "chosen"), len(both), n_excluded=len(y) - len(both))
 
 
 def flip_agreement(k: int, repeats: int) -> float:
@@ -257,21 +297,126 @@ def length_bias(p_plus: float | None, q_plus: float | None, p_minus: float | Non
 # --------------------------------------------------------------------------------------------
 
 
-def position_z(first_wins: int, n: int, confidence: float = CONFIDENCE) -> Estimate:
-    """z = (first_wins - 0.5 N) / √(0.25 N) over N verdicts that picked a response (flag at
-    |z| > 2). The CI is the Wilson interval of the first-win share, mapped through the same
-    linear transform. None for N = 0."""
-    if n == 0:
-        return Estimate(value=None, n=0, method="wilson")
-    scale = math.sqrt(0.25 * n)
-    low, high = wilson_interval(first_wins, n, confidence)
+def position_counts(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None]) -> tuple[int, int, int, int]:
+    """The item-level position outcome: (items whose two verdicts both picked the response
+    shown *first*, both picked the one shown *second*, items where both verdicts picked a
+    response, items left out: a verdict invalid or a tie). y_cr: the verdict with the chosen
+    response first; y_rc: with it second. An item that picked the same response in both
+    orders says nothing about position; one that picked the same position twice is
+    position-inconsistent, towards the first or the second."""
+    _check_same_length(y_cr, y_rc)
+    picks = ("chosen", "rejected")
+    matched = [(a, b) for a, b in zip(y_cr, y_rc) if a in picks and b in picks]
+    first = sum(1 for a, b in matched if a == "chosen" and b == "rejected")
+    second = sum(1 for a, b in matched if a == "rejected" and b == "chosen")
+    return first, second, len(matched), len(y_cr) - len(matched)
+
+
+def position_z(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE) -> Estimate:
+    """The monitor's position z with the item as the unit (flag at |z| > 2): the sign test on
+    the position-inconsistent items with a continuity correction,
+    z = sign(F - S) · max(0, |F - S| - 1) / √(F + S), F and S the items whose two verdicts both
+    picked the first (second) position (`position_counts`); n = the items where both verdicts
+    picked a response.
+
+    Why not (first wins - N/2) / √(N/4) over the N verdicts, as the notes publish it: an item's
+    two orders share that item's pull towards a position, so its verdicts are not independent,
+    and under a judge whose position preference varies at random between items but is zero on
+    average that z fires far above 5 % (`benchmarks/monitor_sim.py`). Per item, first-wins
+    minus one is -1, 0 or +1, symmetric under "no position bias" whatever the items' own
+    preferences, so F is Binomial(F + S, 1/2) under that null. The continuity correction keeps
+    P(|z| > 2) at or below 4.6 % for every F + S (without it, 7 % at F + S = 8 and above 5 %
+    for many small counts, computed exactly). The CI is the Wilson interval of F / (F + S)
+    mapped through z ≈ (F / (F + S) - 0.5) · 2√(F + S)."""
+    first, second, n, excluded = position_counts(y_cr, y_rc)
+    m = first + second
+    method = "sign test over items (continuity-corrected); CI: wilson share, as z"
+    if m == 0:
+        return Estimate(value=None if n == 0 else 0.0, n=n, method=method, n_excluded=excluded)
+    low, high = wilson_interval(first, m, confidence)
+    scale = 2.0 * math.sqrt(m)
+    value = math.copysign(max(0.0, abs(first - second) - 1.0), first - second) / math.sqrt(m)
     return Estimate(
-        value=(first_wins - 0.5 * n) / scale,
+        value=value + 0.0,  # no -0.0
         n=n,
-        ci_low=(low * n - 0.5 * n) / scale,
-        ci_high=(high * n - 0.5 * n) / scale,
-        method="wilson share, as z",
+        ci_low=(low - 0.5) * scale,
+        ci_high=(high - 0.5) * scale,
+        method=method,
+        n_excluded=excluded,
     )
+
+
+def position_share(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE) -> Estimate:
+    """F / (F + S): of the position-inconsistent items (the same position won in both orders),
+    the share where it was the first (50 % = no position preference), with its Wilson CI."""
+    first, second, _, excluded = position_counts(y_cr, y_rc)
+    return proportion(first, first + second, confidence, n_excluded=excluded)
+
+
+SPEARMAN_PERMUTATIONS = 1999
+"""Permutations of the monitor's length test: p resolves to 1/2000."""
+
+
+def length_spearman(
+    len_chosen: Sequence[float],
+    len_rejected: Sequence[float],
+    y_cr: Sequence[Preference | None],
+    y_rc: Sequence[Preference | None],
+    *,
+    seed: int = 0,
+    permutations: int = SPEARMAN_PERMUTATIONS,
+) -> tuple[Estimate, float | None, list[tuple[float, float]]]:
+    """The monitor's length correlation with the item as the unit: Spearman ρ between an
+    item's length difference (chosen minus rejected) and the chosen response's share of its
+    two verdicts (picked 1, tie 0.5, rejected 0), over the items valid in both orders; > 0:
+    the longer response wins more. Returns (ρ with n and `n_excluded`, its two-sided
+    permutation p, the (difference, share) points for a bootstrap over items).
+
+    Why not ρ over both responses of every verdict (four points per item) with t on n - 2 df,
+    as the notes publish it: those points are not independent (an item's two responses split
+    one verdict, its two verdicts share the item), so that p is too small and fires far above
+    5 % under a judge without any length preference (`benchmarks/monitor_sim.py`). One point
+    per item makes the items the units; the p comes from permuting the shares over the items
+    (`spearman_permutation_p`), exact at any n, where t on n - 2 df runs above 5 % for small
+    audits with the shares' many ties (6 % at 8 items, 5.4 % at 24, simulated)."""
+    _check_same_length(len_chosen, len_rejected, y_cr, y_rc)
+    score = {"chosen": 1.0, "tie": 0.5, "rejected": 0.0}
+    points = [
+        (float(lc) - float(lr), (score[a] + score[b]) / 2.0)
+        for lc, lr, a, b in zip(len_chosen, len_rejected, y_cr, y_rc)
+        if a is not None and b is not None
+    ]
+    x, shares = [d for d, _ in points], [v for _, v in points]
+    rho = spearman_rho(x, shares) if points else None
+    p = None if rho is None else spearman_permutation_p(x, shares, permutations=permutations, seed=seed)
+    method = f"spearman over items; p: {permutations} permutations over items"
+    estimate = Estimate(value=rho, n=len(points), method=method, n_excluded=len(y_cr) - len(points))
+    return estimate, p, points
+
+
+def spearman_permutation_p(
+    x: Sequence[float], y: Sequence[float], *, permutations: int = SPEARMAN_PERMUTATIONS, seed: int = 0
+) -> float | None:
+    """Two-sided p of Spearman's ρ from `permutations` seeded permutations of y:
+    (1 + #{|ρ_perm| >= |ρ|}) / (1 + permutations), a valid p-value (P(p <= α) <= α) whenever
+    the units are exchangeable under the null, whatever n and however many ties. None when ρ
+    is undefined (n < 3, a constant variable)."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rho = spearman_rho(xa, ya)
+    if rho is None:
+        return None
+    rx, ry = _ranks(xa), _ranks(ya)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    scale = math.sqrt(float(rx @ rx) * float(ry @ ry))
+    threshold = abs(rho) * scale * (1.0 - 1e-9)  # equal |ρ| counts as at least as extreme
+    rng = np.random.default_rng(seed)
+    extreme, done = 0, 0
+    while done < permutations:  # in blocks: bounded memory on large sets
+        block = min(500, permutations - done)
+        shuffled = rng.permuted(np.broadcast_to(ry, (block, ry.size)), axis=1)
+        extreme += int((np.abs(shuffled @ rx) >= threshold).sum())
+        done += block
+    return (1 + extreme) / (1 + permutations)
 
 
 def rank_average(values: Sequence[float]) -> list[float]:

@@ -30,12 +30,14 @@ from pydantic import BaseModel
 from .config import RunConfig
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError
+from .formatting import plural
 from .judging import build_tasks, verdict_constraint
 from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
-from .llm.conformance import ConstraintKind, probe_failure, probe_request
-from .llm.types import GenerationRequest
+from .llm.openai_server import probe_kind
+from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
+from .llm.types import Constraint, GenerationRequest
 
 Status = Literal["ok", "warn", "fail", "info"]
 LONGEST_PER_STAGE = 1
@@ -115,9 +117,9 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
     rows = [
         StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
-                   note=f"{n_target} target pairs"),
+                   note=plural(n_target, "target pair")),
         StageCalls(stage="evaluate", role="target", per_iteration=judged, total=judged * t, exact=False,
-                   note=f"{per_pair} call(s) per pair ({how}); invalid rewrites are not judged"),
+                   note=f"{plural(per_pair, 'call')} per pair ({how}); invalid rewrites are not judged"),
     ]
     if config.deeper_explain.enabled:
         rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=n_target, total=n_target * t,
@@ -125,14 +127,14 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     tries = 1 + config.identify.retries
     rows += [
         StageCalls(stage="identify", role="teacher", per_iteration=n_target * tries, total=n_target * tries * t,
-                   exact=False, note=f"one per misjudged pair, up to {tries} tries"),
+                   exact=False, note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}"),
         StageCalls(stage="merge", role="teacher", per_iteration=n_target * config.merge.top_k,
                    total=n_target * config.merge.top_k * t, exact=False,
                    note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
         StageCalls(stage="baseline", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair, exact=True,
-                   note=f"{n_test} test pairs, once per run"),
+                   note=f"{plural(n_test, 'test pair')}, once per run"),
     ]
-    checks = 2 * n_test if v.answer_check else 0  # each rewrite, and each original once
+    checks = 2 * n_test if v.answer_check else 0  # at most: each rewrite, and each original once
     if v.control == "placebo":
         rows += [
             StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
@@ -142,7 +144,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         ]
         if checks:
             rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=checks, total=checks,
-                                   exact=False, note="answer check of each rewrite and its original"))
+                                   exact=False, note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)"))
     if v.seeds and n_seeds:
         seeds = min(n_seeds, v.max_candidates or n_seeds)
         note = f"{seeds} seed bias(es), once per run"
@@ -154,7 +156,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         ]
         if checks:
             rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=seeds * n_test,
-                                   total=seeds * n_test, exact=False, note="answer check of each rewrite"))
+                                   total=seeds * n_test, exact=False, note="at most: answer check of each rewrite"))
     rows += [
         StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
                    total=candidates * n_test * t, exact=False, note=cand_note),
@@ -164,7 +166,7 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     if checks:
         rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=candidates * n_test + n_test,
                                total=(candidates * n_test + n_test) * t, exact=False,
-                               note="answer check of each rewrite (originals are checked once)"))
+                               note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)"))
     return rows
 
 
@@ -245,11 +247,11 @@ def run_prompts(
     return {"target": target, "teacher": teacher}
 
 
-def role_kinds(config: RunConfig, role: str) -> list[ConstraintKind]:
-    """The constraint kinds a role's requests use."""
+def role_constraints(config: RunConfig, role: str) -> list[Constraint]:
+    """A constraint of each kind a role's requests use."""
     if role == "target":
-        return [verdict_constraint(config.judge).kind]
-    return ["json_schema", "choices"]  # identify, merge
+        return [verdict_constraint(config.judge)]
+    return [PROBE_CONSTRAINTS["json_schema"], PROBE_CONSTRAINTS["choices"]]  # identify, merge
 
 
 # --------------------------------------------------------------------------------------
@@ -324,7 +326,7 @@ def check_endpoint(
     role: str,
     config: ModelConfig,
     engines: _Engines,
-    kinds: Sequence[ConstraintKind],
+    constraints: Sequence[Constraint],
     prompts: Sequence[_Prompt],
 ) -> EndpointReport:
     """Every check of one server (or one embedded / in-process engine) for one role."""
@@ -335,6 +337,7 @@ def check_endpoint(
         add(Finding(status="fail", what="engine", detail=error))
         return report
     entry: dict[str, Any] | None = None
+    kinds = list(dict.fromkeys(c.kind for c in constraints))
     if config.provider == "openai":
         url = config.base_urls[0]
         started = time.monotonic()
@@ -366,6 +369,8 @@ def check_endpoint(
         how = "configured" if config.structured_outputs != "auto" else "detected from /models"
         add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
                     f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
+        # probe what the run will send: the openai dialect sends the verdict format as a JSON schema
+        kinds = list(dict.fromkeys(probe_kind(c, dialect) for c in constraints))
     elif again:
         add(Finding(status="ok", what="loaded", detail=f"the same engine as above ({engine.engine_id})"))
     else:
@@ -464,7 +469,7 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
     try:
         for role, model in (("target", config.target), ("teacher", config.teacher)):
             for single in _single_url_configs(model):
-                endpoints.append(check_endpoint(role, single, engines, role_kinds(config, role), prompts[role]))
+                endpoints.append(check_endpoint(role, single, engines, role_constraints(config, role), prompts[role]))
     finally:
         engines.close()
     return PreflightReport(

@@ -4,7 +4,8 @@ A `ProgressFactory` is called with a description and a total (None when the tota
 up front) and gives a context manager yielding an increment callback. Library code takes a
 factory instead of drawing bars itself, so it stays free of the terminal (and of rich);
 `quiet_progress` is the factory that shows nothing, `progress_bar` the CLI's rich bar with ETA
-on stderr (stdout stays machine-readable).
+on stderr (stdout stays machine-readable). Libraries that draw bars of their own while loading
+a model are silenced where the model is loaded (`no_library_bars`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,25 @@ def progress_or_quiet(progress: ProgressFactory | None) -> ProgressFactory:
 
 
 @contextmanager
+def no_library_bars() -> Iterator[None]:
+    """Load a model without the tqdm bars of transformers and huggingface_hub (transformers
+    draws "Loading weights" for every model it loads, sentence-transformers' too): a foreign
+    bar on stderr breaks our own progress lines. Their setting is restored afterwards."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
+@contextmanager
 def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallback]:
-    """A rich progress bar on stderr; `total=None` shows a running count without an ETA
-    (e.g. merge: the number of questions is not known up front)."""
+    """A rich progress bar on stderr; `total=None` shows a running count without an ETA ("3/?"),
+    so a step whose total can be known opens its bar once it is (merge: one step per round)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,

@@ -21,14 +21,17 @@ from typing import Literal, Mapping
 from pydantic import BaseModel, Field
 
 from .data.loaders import describe_source, load_pairs
+from .data.overlap import DataOverlap
 from .errors import BiasDiscoveryError
-from .export.common import RunContext, check_output_dir, select_biases, staged_output
+from .export.common import RunContext, check_output_dir, check_run_overlap, select_biases, staged_output
 from .io import atomic_write_json, atomic_write_jsonl
 from .judging import calls_per_pair, judge_pairs
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
-from .stages.validate import CandidateValidation, run_placebo, validate_biases
+from .sequential import FamilySettings
+from .stages.rewrite_checks import record_checker
+from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases
 from .stats import wilson_interval
 
 DEFAULT_TEMPERATURE = 0.7
@@ -49,16 +52,21 @@ class ReplicatedBias(BaseModel):
     """The replication accepted it again, under the run's rule and control."""
     control: str
     delta: float
-    """Δerror against the control in the replication."""
+    """The replication's reported Δerror against the control (its `effect`: honest after a
+    sequential stop)."""
     ci_low: float | None
     ci_high: float | None
+    method: str = "full sample"
+    """How `delta` and its CI were estimated (`stats.Effect.method`)."""
     n: int
     p_value: float | None
     p_adjusted: float | None
     original_delta: float | None
-    """Δerror against the same control in the run (None when the run did not validate it)."""
+    """The run's reported Δerror against the same control (its `effect`; None when the run did
+    not validate it)."""
     original_ci_low: float | None = None
     original_ci_high: float | None = None
+    original_method: str | None = None
     original_n: int | None = None
     original_p_adjusted: float | None = None
     original_accepted: bool | None = None
@@ -86,6 +94,8 @@ class Replication(BaseModel):
     alpha: float
     correction: str
     models: dict[str, str]
+    self_checked: bool | None = None
+    """True when the answer checker is the teacher that wrote the rewrites (None: no check)."""
     baseline_error: float | None
     rewrite_effect: RewriteEffect | None = None
     biases: list[ReplicatedBias] = Field(default_factory=list)
@@ -96,20 +106,26 @@ class Replication(BaseModel):
     reproduction_ci_low: float | None = None
     reproduction_ci_high: float | None = None
     """95 % Wilson interval of the reproduction rate."""
+    error_statement: str = ""
+    """What the replication's decisions control (its biases are one family at the run's alpha)."""
+    data_overlap: DataOverlap | None = None
+    """Replication pairs that are also the run's target (discovery) pairs."""
 
 
-def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | bool | None]:
-    """The run's numbers against its decision's control."""
+def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | str | bool | None]:
+    """The run's reported effect and decisive comparison."""
     if v is None:
         return {"original_delta": None}
-    if v.control == "placebo" and v.vs_placebo is not None:
-        c = v.vs_placebo
-        numbers = {"original_delta": c.delta, "original_ci_low": c.ci_low, "original_ci_high": c.ci_high,
-                   "original_n": c.n, "original_p_adjusted": c.p_adjusted}
-    else:
-        numbers = {"original_delta": v.delta, "original_ci_low": v.ci_low, "original_ci_high": v.ci_high,
-                   "original_n": v.n, "original_p_adjusted": v.p_adjusted}
-    return {**numbers, "original_accepted": v.accepted}
+    e, decided = v.effect, v.decisive_comparison
+    return {
+        "original_delta": e.delta,
+        "original_ci_low": e.ci_low,
+        "original_ci_high": e.ci_high,
+        "original_method": e.method,
+        "original_n": decided.n,
+        "original_p_adjusted": decided.p_adjusted,
+        "original_accepted": v.accepted,
+    }
 
 
 def default_out(run_dir: Path, seed: int, data: str | None) -> Path:
@@ -128,6 +144,7 @@ def replicate_run(
     temperature: float | None = None,
     out: Path | str | None = None,
     overwrite: bool = False,
+    allow_overlap: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> tuple[Replication, Path]:
@@ -136,7 +153,8 @@ def replicate_run(
 
     `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
-    `engines` ({"target", "teacher", "checker"}) replaces the models (tests).
+    `engines` ({"target", "teacher", "checker"}) replaces the models (tests). Data that shares
+    pairs (by id or content) with the run's target pairs is refused unless `allow_overlap`.
     """
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
@@ -182,8 +200,9 @@ def replicate_run(
             models={
                 "target": config.target.spec,
                 "teacher": config.teacher.spec,
-                "checker": (settings.checker or config.teacher).spec,
+                "checker": config.answer_checker().spec,
             },
+            self_checked=config.self_checked if settings.answer_check else None,
             n_test=0,
             baseline_error=None,
             n_replicated=0,
@@ -198,7 +217,10 @@ def replicate_run(
         pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")
-        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": settings.checker or config.teacher})
+        overlap = check_run_overlap(
+            ctx.run, config, pairs, data_name=f"the replication data {header.data}", allow=allow_overlap
+        )
+        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()})
         checker = roles["checker"] if settings.answer_check else None
         perturb_settings = config.perturb.model_copy(update={"temperature": temperature})
         n_judge = len(pairs) * calls_per_pair(config.judge)
@@ -212,27 +234,35 @@ def replicate_run(
                 progress=lambda name, total: bar(f"placebo: {name}", total),
             )
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
+        setup = ValidationSetup(
+            family=FamilySettings(rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication"),
+            perturb=perturb_settings,
+            judge=config.judge,
+            test_data=header.data,
+        )
         output = validate_biases(
-            roles["teacher"], roles["target"], fresh, pairs, baseline, perturb_settings=perturb_settings,
-            judge_settings=config.judge, settings=settings, seed=seed, test_data=header.data, placebo=placebo,
-            checker=checker, alpha=settings.alpha, progress=lambda name, total: bar(f"validate: {name}", total),
+            ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker), fresh, pairs, baseline, setup,
+            placebo=placebo, progress=lambda name, total: bar(f"validate: {name}", total),
         )
 
     replicated = []
-    for original, bias, record in zip(chosen, output.candidates, output.records):
+    checked = record_checker(output.candidates, header.models["checker"] if settings.answer_check else None,
+                             self_checked=header.self_checked)
+    for original, bias, record in zip(chosen, checked, output.records):
         v = bias.validation
         assert v is not None
-        decision = record.comparison
+        decision = record.decisive_comparison
         replicated.append(
             ReplicatedBias(
                 id=bias.id,
                 name=bias.name,
                 origin=bias.origin.kind,
                 reproduced=v.accepted,
-                control=v.control,
-                delta=decision.delta,
-                ci_low=decision.ci_low,
-                ci_high=decision.ci_high,
+                control=v.decisive,
+                delta=v.effect.delta,
+                ci_low=v.effect.ci_low,
+                ci_high=v.effect.ci_high,
+                method=v.effect.method,
                 n=decision.n,
                 p_value=decision.p_value,
                 p_adjusted=decision.p_adjusted,
@@ -255,6 +285,8 @@ def replicate_run(
             "reproduction_rate": n_reproduced / len(replicated),
             "reproduction_ci_low": low,
             "reproduction_ci_high": high,
+            "error_statement": output.error_statement,
+            "data_overlap": overlap,
         }
     )
     with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:

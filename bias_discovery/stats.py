@@ -14,7 +14,12 @@ comparison on the same items:
 * the size of the effect is reported with a paired percentile-bootstrap CI of
   Delta error = err(perturbed) - err(baseline), resampling items so the pairing is kept;
 * one iteration validates several candidates at once, so p-values are adjusted (Holm by
-  default, Benjamini-Hochberg optionally) before comparing with alpha.
+  default, Benjamini-Hochberg optionally) before comparing with alpha; `error_statement` says
+  in one sentence what that controls for the settings in use;
+* `min_delta` is a hypothesis, not a threshold on the estimate: H0 is Δ <= min_delta, tested
+  with Tango's score test (`paired_p_value`), with power and the smallest detectable Δ for it;
+* a validation on growing slices (`SequentialPlan`) reports the effect given where and why
+  it stopped (`sequential_effect`), since the Δ of the stopping look is biased.
 
 The paper's plain rule stays available (`rule="paper"`) so results can be compared.
 
@@ -28,30 +33,44 @@ Also here: Cohen's kappa, for the annotation of exported benchmarks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "AcceptanceRule",
+    "CONDITIONAL",
     "Correction",
+    "DEFAULT_BOOTSTRAP_RESAMPLES",
+    "DOMAIN_BOOTSTRAP_RESAMPLES",
+    "Effect",
+    "ErrorControl",
+    "FULL_SAMPLE",
     "LookRecord",
     "PairedComparison",
     "SequentialPlan",
     "SpendingFunction",
     "alpha_spent",
     "check_look_fractions",
+    "conditional_interval",
     "conditional_power",
+    "continuation_tails",
+    "decisive_comparison",
+    "error_statement",
+    "expected_final_n",
     "look_outcome",
     "min_detectable_delta",
     "null_discordance",
+    "paired_counts",
+    "paired_p_value",
     "paired_power",
     "paired_t_one_sided",
     "plan_sequential",
+    "sequential_effect",
     "sequential_look",
     "sequential_p_value",
     "student_t_quantile",
@@ -64,12 +83,15 @@ __all__ = [
     "mean_t_interval",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
+    "tango_restricted_helped_rate",
+    "tango_z",
     "wilson_interval",
     "cohens_kappa",
 ]
 
 AcceptanceRule = Literal["paired", "paper"]
-"""`paired`: adjusted exact one-sided McNemar p <= alpha and Delta > min_delta (default).
+"""`paired`: the adjusted p-value of H0: Delta <= min_delta is <= alpha (default; exact one-sided
+McNemar at min_delta 0, Tango's score test above it).
 `paper`: BiasScope's Eq. 10, perturbed error > baseline error, no test (for comparison)."""
 
 Correction = Literal["holm", "bh", "none"]
@@ -81,6 +103,12 @@ Benjamini-Hochberg (false-discovery rate) or none."""
 _EXACT_TAIL_MAX_N = 5000
 # Bound on the number of bootstrap indices drawn at once (int64: 2**21 * 8 B = 16 MiB).
 _MAX_DRAWS_PER_CHUNK = 2**21
+
+DEFAULT_BOOTSTRAP_RESAMPLES = 2000
+"""Resamples of a paired bootstrap CI of Δerror (`validate.n_boot`, `audit --n-boot`): on 300
+items the Monte Carlo error of each CI end is about 0.2 percentage points."""
+DOMAIN_BOOTSTRAP_RESAMPLES = 200
+"""Resamples of the descriptive per-domain CIs (drawn for every candidate and domain)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,11 +292,61 @@ def mcnemar_exact_one_sided(b: int, c: int) -> float:
     return _binom_half_upper_tail_log(b, m)
 
 
+def _check_margin(margin: float) -> None:
+    if not (0.0 <= margin < 1.0):
+        raise ValueError(f"margin must be in [0, 1); got {margin!r}")
+
+
+def tango_restricted_helped_rate(b: float, c: float, n: float, margin: float) -> float:
+    """The maximum-likelihood p01 (wrong -> right rate) under H0's boundary p10 - p01 = margin.
+
+    With r = n - b - c concordant items the constrained log-likelihood is
+    ``b log(p + m) + c log p + r log(1 - 2p - m)``; setting its derivative to zero gives
+    ``2n p^2 - B p - c m (1 - m) = 0`` with ``B = b (1 - m) + c (1 - 3m) - 2 m r``, whose
+    positive root is returned (Tango 1998, Statistics in Medicine 17: 891-908).
+    """
+    if n <= 0:
+        raise ValueError(f"need n > 0; got {n}")
+    m = margin
+    r = n - b - c
+    big_b = b * (1.0 - m) + c * (1.0 - 3.0 * m) - 2.0 * m * r
+    return (big_b + math.sqrt(big_b * big_b + 8.0 * n * c * m * (1.0 - m))) / (4.0 * n)
+
+
+def tango_z(b: float, c: float, n: float, margin: float) -> float:
+    """Tango's score statistic for H0: Δ = p10 - p01 <= margin on n paired items:
+    ``(b - c - n m) / sqrt(n (2 p01~ + m (1 - m)))`` with p01~ the restricted MLE (at margin 0
+    it is McNemar's ``(b - c) / sqrt(b + c)``). 0.0 when the variance is 0 (no information)."""
+    p01 = tango_restricted_helped_rate(b, c, n, margin) if margin > 0.0 else (b + c) / (2.0 * n)
+    variance = n * (2.0 * p01 + margin * (1.0 - margin))
+    if variance <= 0.0:
+        return 0.0
+    return (b - c - n * margin) / math.sqrt(variance)
+
+
+def paired_p_value(b: int, c: int, n: int, margin: float = 0.0) -> float:
+    """One-sided p-value of H0: Δerror <= margin on n paired items (b hurt, c helped).
+
+    margin 0: the exact one-sided McNemar test (`mcnemar_exact_one_sided`), whatever n.
+    margin > 0 (`validate.min_delta`): Tango's asymptotic score test, ``1 - Phi(tango_z)``:
+    rejecting it says the effect is above min_delta, which a point estimate above min_delta
+    does not (a true Δ just below it would pass about half of the time).
+    """
+    _check_margin(margin)
+    if b < 0 or c < 0 or b + c > n:
+        raise ValueError(f"need 0 <= b, c and b + c <= n; got b={b}, c={c}, n={n}")
+    if margin == 0.0:
+        return mcnemar_exact_one_sided(b, c)
+    if n == 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - NormalDist().cdf(tango_z(b, c, n, margin))))
+
+
 def paired_bootstrap_delta_ci(
     baseline_errors: Sequence[bool],
     perturbed_errors: Sequence[bool],
     *,
-    n_boot: int = 10000,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float]:
@@ -368,47 +446,94 @@ def benjamini_hochberg_adjust(pvalues: Sequence[float]) -> list[float]:
 
 
 class PairedComparison(BaseModel):
-    """The validation record of one candidate bias: same items, judged before and after.
+    """One arm against a control on the same items: the project's one comparison type.
 
-    Error rates are over the `n` items valid in *both* conditions (an item whose verdict was
-    unparseable in either condition is excluded and counted in `n_excluded_invalid`), so
-    `delta == (b_discordant_hurt - c_discordant_helped) / n` exactly. `p_adjusted`, `accepted`
-    and `rule` are filled by `decide_acceptance`; until then they are None / "undecided".
+    The arm is what is tested (a perturbation carrying a candidate bias, the placebo's neutral
+    rewrite ...); the control is what it is compared with (the unperturbed items, the placebo
+    ...), named in `control`. Error rates are over the `n` items valid in *both* (an item whose
+    verdict was unparseable in either is excluded and counted in `n_excluded_invalid`), so
+    ``delta == (b_discordant_hurt - c_discordant_helped) / n`` exactly. `p_value` tests
+    H0: Δ <= `margin` (exact McNemar at margin 0, Tango's score test above it). `p_adjusted`,
+    `accepted` and `rule` are filled by `decide_acceptance`; until then None / "undecided".
+
+    Records written before this type was shared (the library's `DomainValidation`,
+    `ControlComparison`, `RewriteEffect`, and files naming the errors `baseline_error` /
+    `perturbed_error` / `placebo_error`) are read into it; the fields they lack (discordant
+    counts, CIs) stay None.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    n: int = Field(ge=0, description="Items valid in both conditions (the paired sample).")
+    control: str | None = Field(default=None, description="What the arm is compared with: baseline, placebo ...")
+    n: int = Field(ge=0, description="Items valid in both arms (the paired sample).")
     n_excluded_invalid: int = Field(
-        ge=0, description="Items excluded because the verdict was invalid in either condition."
+        default=0, ge=0, description="Items excluded because the verdict was invalid in either arm."
     )
-    baseline_error: float = Field(ge=0.0, le=1.0, description="Error rate on the original items.")
-    perturbed_error: float = Field(
-        ge=0.0, le=1.0, description="Error rate on the same items, rejected response perturbed."
-    )
-    delta: float = Field(ge=-1.0, le=1.0, description="perturbed_error - baseline_error.")
-    ci_low: float = Field(ge=-1.0, le=1.0, description="Paired bootstrap CI of delta, low end.")
-    ci_high: float = Field(ge=-1.0, le=1.0, description="Paired bootstrap CI of delta, high end.")
+    control_error: float = Field(ge=0.0, le=1.0, description="Error rate with the control.")
+    arm_error: float = Field(ge=0.0, le=1.0, description="Error rate on the same items with the arm.")
+    delta: float = Field(ge=-1.0, le=1.0, description="arm_error - control_error.")
+    ci_low: float | None = Field(default=None, ge=-1.0, le=1.0, description="Paired bootstrap CI of delta, low end.")
+    ci_high: float | None = Field(default=None, ge=-1.0, le=1.0, description="Paired bootstrap CI of delta, high end.")
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0, description="Level of the CI.")
-    b_discordant_hurt: int = Field(ge=0, description="Right at baseline, wrong when perturbed.")
-    c_discordant_helped: int = Field(ge=0, description="Wrong at baseline, right when perturbed.")
-    p_value: float = Field(ge=0.0, le=1.0, description="Exact one-sided McNemar p (H1: error up).")
-    p_adjusted: float | None = Field(
-        default=None, description="p_value adjusted across the candidates decided together."
+    b_discordant_hurt: int | None = Field(default=None, ge=0, description="Right with the control, wrong with the arm.")
+    c_discordant_helped: int | None = Field(default=None, ge=0, description="Wrong with the control, right with the arm.")
+    margin: float = Field(default=0.0, ge=0.0, lt=1.0, description="The null hypothesis is Δ <= margin (min_delta).")
+    p_value: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin (see `paired_p_value`)."
     )
-    accepted: bool | None = Field(default=None, description="Decision; None until decided.")
+    p_adjusted: float | None = Field(
+        default=None, description="The p-value the decision used, adjusted across the candidates decided together."
+    )
+    accepted: bool | None = Field(default=None, description="Decision; None until decided (or not decisive).")
     rule: str = Field(default="undecided", description="The decision rule, in words.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_shapes(cls, data: Any) -> Any:
+        """Read the field names of records written before the comparison type was shared."""
+        if not isinstance(data, dict):
+            return data
+        renamed = dict(data)
+        for old, new in (("baseline_error", "control_error"), ("perturbed_error", "arm_error"), ("placebo_error", "arm_error")):
+            if old in renamed:
+                value = renamed.pop(old)
+                renamed.setdefault(new, value)
+        return renamed
+
+    @model_validator(mode="after")
+    def _ci_ordered(self) -> "PairedComparison":
+        if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
+            raise ValueError(f"ci_low ({self.ci_low}) is above ci_high ({self.ci_high})")
+        return self
+
+
+def paired_counts(control: Sequence[bool | None], arm: Sequence[bool | None]) -> tuple[int, int, int, int]:
+    """(n valid in both, b = right -> wrong, c = wrong -> right, excluded) of two error vectors
+    over the same items (True = wrong, False = right, None = invalid)."""
+    if len(control) != len(arm):
+        raise ValueError(f"control and arm must cover the same items; got {len(control)} and {len(arm)}")
+    n = b = c = 0
+    for x, y in zip(control, arm):
+        if x is None or y is None:
+            continue
+        n += 1
+        b += (not x) and bool(y)
+        c += bool(x) and (not y)
+    return n, b, c, len(control) - n
 
 
 def compare_paired(
     baseline: Sequence[bool | None],
     perturbed: Sequence[bool | None],
     *,
-    n_boot: int = 10000,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
+    margin: float = 0.0,
+    control: str | None = None,
 ) -> PairedComparison:
-    """Compare a judge's errors on the same items before and after a perturbation.
+    """Compare a judge's errors on the same items with a control (`baseline`) and with an arm
+    (`perturbed`); `control` names the control, `margin` the null hypothesis Δ <= margin.
 
     `baseline[i]` / `perturbed[i]` is True when the judge was wrong on item i, False when it
     was right, None when its verdict was invalid (unparseable, truncated, engine error).
@@ -417,42 +542,24 @@ def compare_paired(
     `y_hat != chosen` reading of the paper's Eq. 9 would) would let a perturbation that merely
     makes the judge's output unparseable look like a bias. The number dropped is reported.
     """
-    if len(baseline) != len(perturbed):
-        raise ValueError(
-            f"baseline and perturbed must cover the same items; got {len(baseline)} and {len(perturbed)}"
-        )
-    base: list[bool] = []
-    pert: list[bool] = []
-    excluded = 0
-    for x, y in zip(baseline, perturbed):
-        if x is None or y is None:
-            excluded += 1
-            continue
-        base.append(bool(x))
-        pert.append(bool(y))
-    n = len(base)
-    b = sum(1 for x, y in zip(base, pert) if not x and y)
-    c = sum(1 for x, y in zip(base, pert) if x and not y)
-    if n == 0:
-        base_err = pert_err = 0.0
-    else:
-        base_err = sum(base) / n
-        pert_err = sum(pert) / n
-    ci_low, ci_high = paired_bootstrap_delta_ci(
-        base, pert, n_boot=n_boot, confidence=confidence, seed=seed
-    )
+    n, b, c, excluded = paired_counts(baseline, perturbed)
+    base = [bool(x) for x, y in zip(baseline, perturbed) if x is not None and y is not None]
+    pert = [bool(y) for x, y in zip(baseline, perturbed) if x is not None and y is not None]
+    ci_low, ci_high = paired_bootstrap_delta_ci(base, pert, n_boot=n_boot, confidence=confidence, seed=seed)
     return PairedComparison(
+        control=control,
         n=n,
         n_excluded_invalid=excluded,
-        baseline_error=base_err,
-        perturbed_error=pert_err,
+        control_error=sum(base) / n if n else 0.0,
+        arm_error=sum(pert) / n if n else 0.0,
         delta=(b - c) / n if n else 0.0,
         ci_low=ci_low,
         ci_high=ci_high,
         confidence=confidence,
         b_discordant_hurt=b,
         c_discordant_helped=c,
-        p_value=mcnemar_exact_one_sided(b, c),
+        margin=margin,
+        p_value=paired_p_value(b, c, n, margin),
     )
 
 
@@ -462,7 +569,6 @@ def decide_acceptance(
     rule: AcceptanceRule = "paired",
     alpha: float = 0.05,
     correction: Correction = "holm",
-    min_delta: float = 0.0,
     p_values: Sequence[float] | None = None,
     control: str = "baseline",
 ) -> list[PairedComparison]:
@@ -475,13 +581,15 @@ def decide_acceptance(
     The list is the family: pass all candidates validated together (one iteration, or all
     of them at the end with `validate: late`), so the correction sees every test made.
 
-    `paired` (default): accept iff the adjusted exact one-sided McNemar p <= alpha and
-    delta > min_delta (min_delta lets a user also demand a practically relevant effect; with
-    alpha < 0.5 a significant one-sided p already implies delta > 0).
+    `paired` (default): accept iff the adjusted p-value of H0: Δ <= margin is <= alpha (the
+    comparisons' `margin`, min_delta: exact one-sided McNemar at 0, Tango's score test above
+    it, see `paired_p_value`). A practically relevant effect is thus a hypothesis the test
+    rejects, not a point estimate above a threshold (which accepts a true Δ just below
+    min_delta about as often as a coin).
 
-    `paper`: BiasScope's Eq. 10, accept iff perturbed_error > baseline_error, i.e. b > c on
+    `paper`: BiasScope's Eq. 10, accept iff perturbed error > baseline error, i.e. b > c on
     the paired items (compared as integers, so no float ties). No test, no correction, and
-    min_delta is ignored. Why this accepts noise: if the perturbation has no effect, every
+    the margin is ignored. Why this accepts noise: if the perturbation has no effect, every
     flip of the judge between the two runs (sampling noise, or a content-neutral rewrite
     nudging an item that sits near the judge's decision boundary) is as likely to go
     right->wrong as wrong->right, so b - c is symmetric around 0 and
@@ -498,7 +606,12 @@ def decide_acceptance(
         raise ValueError(f"correction must be 'holm', 'bh' or 'none'; got {correction!r}")
     if not (0.0 < alpha < 1.0):
         raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
-    ps = [cmp.p_value for cmp in comparisons] if p_values is None else _check_pvalues(p_values)
+    if p_values is None:
+        if any(cmp.p_value is None for cmp in comparisons):
+            raise ValueError("every comparison needs its p-value to be decided")
+        ps = [float(cmp.p_value) for cmp in comparisons if cmp.p_value is not None]
+    else:
+        ps = _check_pvalues(p_values)
     if len(ps) != len(comparisons):
         raise ValueError(f"{len(ps)} p-values for {len(comparisons)} comparisons")
     if correction == "holm":
@@ -512,19 +625,108 @@ def decide_acceptance(
         rule_text = "paper: perturbed error > baseline error (no test)"
     else:
         corr_text = {"holm": "Holm-adjusted", "bh": "BH-adjusted", "none": "unadjusted"}[correction]
-        kind = "sequential exact one-sided McNemar" if p_values is not None else "exact one-sided McNemar"
-        rule_text = (
-            f"paired vs {control}: {corr_text} {kind} p <= {alpha:.3g}"
-            f" and delta > {min_delta:g} (family of {len(comparisons)})"
-        )
+        margin = max((cmp.margin for cmp in comparisons), default=0.0)
+        if margin > 0.0:
+            kind = f"Tango score test of Δ <= {margin:g}"
+        else:
+            kind = "exact one-sided McNemar"
+        if p_values is not None:
+            kind = "sequential " + kind
+        rule_text = f"paired vs {control}: {corr_text} {kind}, p <= {alpha:.3g} (family of {len(comparisons)})"
     out: list[PairedComparison] = []
     for cmp, p_adj in zip(comparisons, adjusted):
         if rule == "paper":
-            accepted = cmp.b_discordant_hurt > cmp.c_discordant_helped
+            accepted = cmp.delta > 0.0 if cmp.b_discordant_hurt is None else cmp.b_discordant_hurt > (cmp.c_discordant_helped or 0)
         else:
-            accepted = p_adj <= alpha and cmp.delta > min_delta
+            accepted = p_adj <= alpha
         out.append(cmp.model_copy(update={"p_adjusted": p_adj, "accepted": accepted, "rule": rule_text}))
     return out
+
+
+ErrorControl = Literal["iteration", "run"]
+"""`run`: alpha is split evenly over a run's planned validations (each a family); `iteration`:
+each validation's family gets the whole alpha."""
+
+
+def error_statement(
+    *,
+    acceptance: str,
+    correction: str,
+    error_control: str,
+    alpha: float,
+    family_alpha: float,
+    families: int | None,
+    margin: float = 0.0,
+    control: str = "placebo",
+    sequential: bool = False,
+    scope: str = "run",
+) -> str:
+    """The one sentence that says what a validation's decisions control, at what level, over
+    which family, for these settings (validation.json's `error_statement`, the library, the
+    report and `library show`).
+
+    `families` is the number of validations the `scope` plans (a run: its iterations, plus
+    the seed library's; a replication: 1; None: unknown) and `family_alpha` each one's level. Holm bounds the
+    chance of any false acceptance in a family under any dependence; splitting alpha evenly
+    over the families (Bonferroni) bounds it over the scope. Benjamini-Hochberg bounds the
+    expected share of false acceptances among the accepted (independent or positively
+    dependent tests), and, when no candidate has an effect, the chance of any acceptance.
+    """
+    if acceptance == "paper":
+        return (
+            "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
+            "a candidate with no effect is accepted about half of the time."
+        )
+    null = (
+        f"candidate that does not raise the judge's error over the {control}"
+        if margin <= 0.0
+        else f"candidate whose true Δerror over the {control} is at most {margin:g}"
+    )
+    nulls = (
+        f"candidates that do not raise the error over the {control}"
+        if margin <= 0.0
+        else f"candidates at most {margin:g} above the {control}"
+    )
+    looks = ", early looks included" if sequential else ""
+    split = error_control == "run"
+    several = families is None or families > 1
+    if not several:
+        within = f"within the {scope}'s one validation"
+    else:
+        count = "" if families is None else f"{families} "
+        within = f"within each of the {scope}'s {count}planned validations at {family_alpha:.3g}"
+    if correction == "holm" and split:
+        return (
+            f"Family-wise error over the {scope}: the chance that the {scope} accepts any {null} is at most "
+            f"α = {alpha:g} (Holm {within}{', Bonferroni across them' if several else ''}{looks})."
+        )
+    if correction == "holm":
+        return (
+            f"Family-wise error per validation: the chance that one validation (one iteration's candidates) accepts "
+            f"any {null} is at most α = {alpha:g} (Holm{looks}); over the {scope}'s "
+            + (
+                f"{families} planned validations that chance can reach {min(1.0, families * alpha):.3g}."
+                if families is not None
+                else "validations these chances add up (up to their number × α)."
+            )
+        )
+    if correction == "bh" and split:
+        return (
+            f"False-discovery rate at most {family_alpha:.3g} {within.replace(f' at {family_alpha:.3g}', '')} "
+            f"(Benjamini-Hochberg, α = {alpha:g} split evenly{looks}): the expected share of {nulls} among the "
+            f"accepted; if no candidate has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
+        )
+    if correction == "bh":
+        return (
+            f"False-discovery rate per validation: among one iteration's accepted candidates the expected share of "
+            f"{nulls} is at most {alpha:g} (Benjamini-Hochberg{looks}); the chance of some false acceptance in the "
+            f"{scope} is not bounded."
+        )
+    level = family_alpha if split else alpha
+    return (
+        f"No multiplicity control: each candidate is tested alone at α = {level:.3g}{looks}; the chance of some "
+        f"false acceptance can reach the number of candidates tested × {level:.3g}."
+    )
 
 
 def per_domain_breakdown(
@@ -532,9 +734,11 @@ def per_domain_breakdown(
     baseline: Sequence[bool | None],
     perturbed: Sequence[bool | None],
     *,
-    n_boot: int = 2000,
+    n_boot: int = DOMAIN_BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
+    margin: float = 0.0,
+    control: str | None = None,
 ) -> dict[str, PairedComparison]:
     """`compare_paired` within each domain (e.g. JudgeBench's knowledge/reasoning/math/code).
 
@@ -542,8 +746,8 @@ def per_domain_breakdown(
     a candidate can be strong in one domain and null in another. The records stay
     "undecided"; acceptance is decided on the whole test set only, so the per-domain splits
     do not multiply the tests. The bootstrap default is smaller than for the overall record
-    (domains are a few hundred items at most; 2000 resamples keep the CI ends stable to about
-    a percentage point). Keys are sorted, so the output is deterministic.
+    (`DOMAIN_BOOTSTRAP_RESAMPLES`: a descriptive CI per domain, drawn for every candidate).
+    Keys are sorted, so the output is deterministic.
     """
     if not (len(domains) == len(baseline) == len(perturbed)):
         raise ValueError(
@@ -560,6 +764,8 @@ def per_domain_breakdown(
             n_boot=n_boot,
             confidence=confidence,
             seed=seed,
+            margin=margin,
+            control=control,
         )
         for d in sorted(groups)
     }
@@ -676,23 +882,27 @@ def sequential_p_value(p_values: Sequence[float], plan: SequentialPlan) -> float
     return min(1.0, best)
 
 
-def conditional_power(b: int, c: int, n_seen: int, n_total: int, level: float) -> float:
-    """Chance that the final one-sided McNemar test at `level` rejects, if the rest of the
-    items behave like the `n_seen` seen so far (b hurt, c helped): stochastic curtailment
-    under the current trend, by the normal approximation of B - C.
+def conditional_power(b: float, c: float, n_seen: int, n_total: int, level: float, margin: float = 0.0) -> float:
+    """Chance that the final one-sided test of H0: Δ <= margin at `level` rejects, if the rest
+    of the items behave like the `n_seen` seen so far (b hurt, c helped): stochastic
+    curtailment under the current trend, by the normal approximation of B - C (at margin 0 the
+    final statistic is McNemar's (B - C) / sqrt(B + C); above it, B - C - n margin over its
+    null standard deviation sqrt(n (psi - margin^2))).
 
     Only used to stop hopeless candidates early (futility is non-binding: stopping can only
     lower the chance of acceptance, so it never raises the false-acceptance rate).
     """
     if n_seen <= 0 or n_seen > n_total:
         raise ValueError(f"need 0 < n_seen <= n_total; got {n_seen} and {n_total}")
+    _check_margin(margin)
     z = NormalDist().inv_cdf(1.0 - level)
     rest = n_total - n_seen
     p10, p01 = b / n_seen, c / n_seen
     mean_rest = rest * (p10 - p01)
     var_rest = rest * (p10 + p01 - (p10 - p01) ** 2)
     discordant = b + c + rest * (p10 + p01)
-    needed = z * math.sqrt(discordant) - (b - c) - mean_rest
+    null_variance = discordant - n_total * margin * margin
+    needed = z * math.sqrt(max(null_variance, 0.0)) + n_total * margin - (b - c) - mean_rest
     if var_rest <= 0.0:
         return 1.0 if needed <= 0.0 and discordant > 0 else 0.0
     return 1.0 - NormalDist().cdf(needed / math.sqrt(var_rest))
@@ -708,7 +918,7 @@ class LookRecord(BaseModel):
     n: int = Field(ge=0, description="Of those, items valid in both conditions.")
     b_discordant_hurt: int = Field(ge=0)
     c_discordant_helped: int = Field(ge=0)
-    p_value: float = Field(ge=0.0, le=1.0, description="Exact one-sided McNemar p on the slice.")
+    p_value: float = Field(ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin on the slice (`paired_p_value`).")
     level: float = Field(ge=0.0, le=1.0, description="Alpha spent at this look.")
     p_sequential: float = Field(ge=0.0, le=1.0, description="Sequential p-value up to this look.")
     conditional_power: float | None = Field(default=None, description="Under the current trend.")
@@ -725,31 +935,35 @@ def look_outcome(
     n: int,
     items: int,
     family_size: int,
-    min_delta: float = 0.0,
+    margin: float = 0.0,
 ) -> tuple[LookOutcome, float | None]:
     """What one candidate does after look `look` (0-based): stop for efficacy, stop for
     futility, go on, or (last look) be decided with the family.
 
-    Efficacy: ``p_seq <= alpha / family_size`` and Δ > min_delta; then Holm (or BH) accepts
-    it whatever the other candidates' p-values (Holm's adjusted p is at most
+    Efficacy: ``p_seq <= alpha / family_size`` (the p-values test H0: Δ <= margin); then Holm
+    (or BH) accepts it whatever the other candidates' p-values (Holm's adjusted p is at most
     family_size * p), so stopping does not change the decision. Futility: conditional power
     of the final look (at its own level, without the family correction: the most lenient
     the candidate could face) below `plan.futility`, or no valid pair at all in the slice.
-    Returns the outcome and the conditional
-    power (None when not computed).
+    Returns the outcome and the conditional power (None when not computed).
+    `sequential_effect` integrates over exactly these two rules.
     """
     if look == len(plan.looks) - 1:
         return "final", None
-    delta = (b - c) / n if n else 0.0
-    if p_sequential <= plan.alpha / max(family_size, 1) and delta > min_delta:
+    if p_sequential <= plan.alpha / max(family_size, 1):
         return "efficacy", None
     if plan.futility <= 0.0:
         return "continue", None
     if n == 0:
         return "futility", 0.0  # no valid pair in the slice (e.g. every rewrite failed): nothing to go on
-    n_expected = max(n, round(n * plan.n_total / items)) if items else n
-    power = conditional_power(b, c, n, n_expected, plan.levels[-1])
+    power = conditional_power(b, c, n, expected_final_n(n, items, plan.n_total), plan.levels[-1], margin)
     return ("futility" if power < plan.futility else "continue"), power
+
+
+def expected_final_n(n: int, items: int, n_total: int) -> int:
+    """The valid pairs a look on `items` of `n_total` test items (n of them valid) expects at
+    the end, at the same valid share."""
+    return max(n, round(n * n_total / items)) if items else n
 
 
 def sequential_look(
@@ -761,19 +975,19 @@ def sequential_look(
     c: int,
     n: int,
     family_size: int,
-    min_delta: float = 0.0,
+    margin: float = 0.0,
 ) -> LookRecord:
     """One candidate's look `look` (0-based) at the first `plan.looks[look]` items, of which
     `n` are valid in both arms with b hurt and c helped; `earlier` are its previous looks.
-    The record holds the slice's exact p-value, the sequential p-value so far and what the
-    candidate does next (`look_outcome`)."""
+    The record holds the slice's p-value of H0: Δ <= margin (`paired_p_value`), the
+    sequential p-value so far and what the candidate does next (`look_outcome`)."""
     if len(earlier) != look:
         raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
-    p = mcnemar_exact_one_sided(b, c)
+    p = paired_p_value(b, c, n, margin)
     p_seq = sequential_p_value([r.p_value for r in earlier] + [p], plan)
     items = plan.looks[look]
     outcome, power = look_outcome(
-        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, min_delta=min_delta
+        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin
     )
     return LookRecord(
         look=look + 1,
@@ -787,6 +1001,334 @@ def sequential_look(
         conditional_power=power,
         outcome=outcome,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The effect a candidate reports: honest after a sequential stop
+# --------------------------------------------------------------------------------------------
+
+FULL_SAMPLE = "full sample"
+"""`Effect.method` of a validation with one look: Δ on every item, the paired bootstrap CI."""
+CONDITIONAL = "median-unbiased given the stopping look (conditional, truncated-likelihood inversion)"
+"""`Effect.method` of a validation on growing slices (`sequential_effect`)."""
+RECORDED_AT_STOP = "recorded Δ of the stopping look (written before early stops were adjusted for)"
+"""`Effect.method` read from a record written before the estimator, whose validation stopped early."""
+
+
+class Effect(BaseModel):
+    """The Δerror a candidate reports, and how it was estimated (validation.json's `effect`).
+
+    After a validation on growing slices, the Δ of the look where a candidate stopped is
+    biased: a candidate stops for efficacy when its slice happens to look strong, for
+    futility when it happens to look weak, and one that went on to the end is the rest.
+    `method` names the estimator that corrects for that (`CONDITIONAL`), or `FULL_SAMPLE`
+    when there was one look.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    delta: float = Field(ge=-1.0, le=1.0)
+    ci_low: float | None = Field(default=None, ge=-1.0, le=1.0)
+    ci_high: float | None = Field(default=None, ge=-1.0, le=1.0)
+    method: str
+    confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
+    n: int | None = Field(default=None, ge=0, description="Paired items at the look the estimate is taken at.")
+
+    @model_validator(mode="after")
+    def _ci_ordered(self) -> "Effect":
+        if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
+            raise ValueError(f"ci_low ({self.ci_low}) is above ci_high ({self.ci_high})")
+        return self
+
+    @classmethod
+    def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> "Effect":
+        """A comparison's own Δ and CI (one look, or a record from before the estimator)."""
+        return cls(delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n)
+
+    @classmethod
+    def recorded(cls, comparison: Mapping[str, Any], stop: str | None) -> dict[str, Any]:
+        """The effect of a record written before effects existed (a raw comparison dict): its
+        own Δ and CI, labelled as not adjusted when validation had stopped early."""
+        early = stop in ("efficacy", "futility")
+        return {
+            "delta": comparison.get("delta", 0.0),
+            "ci_low": comparison.get("ci_low"),
+            "ci_high": comparison.get("ci_high"),
+            "method": RECORDED_AT_STOP if early else FULL_SAMPLE,
+            "n": comparison.get("n"),
+        }
+
+
+def decisive_comparison(decisive: str, vs_baseline: PairedComparison, vs_placebo: PairedComparison | None) -> PairedComparison:
+    """The comparison a decision used: vs the placebo when it decided and exists, else vs the
+    baseline (validation records name the decisive one in `decisive`)."""
+    return vs_placebo if decisive == "placebo" and vs_placebo is not None else vs_baseline
+
+
+_GRID_POINTS = 161  # Simpson points per look (odd): tail probabilities to about 1e-7
+_GRID_WIDTH = 8.0  # each look's grid spans its mean +- 8 standard deviations
+
+
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _normal_sf(x: np.ndarray) -> np.ndarray:
+    """1 - Phi(x), elementwise (erfc keeps the far tail accurate; +-inf allowed)."""
+    return np.asarray(0.5 * _ERFC(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)), dtype=np.float64)
+
+
+def _simpson_grid(low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
+    points = np.linspace(low, high, _GRID_POINTS)
+    weights = np.full(_GRID_POINTS, 2.0)
+    weights[1::2] = 4.0
+    weights[0] = weights[-1] = 1.0
+    return points, weights * (high - low) / (3.0 * (_GRID_POINTS - 1))
+
+
+def continuation_tails(
+    theta: float,
+    information: Sequence[float],
+    upper: Sequence[float],
+    lower: Sequence[float],
+    thresholds: Sequence[float],
+) -> np.ndarray:
+    """A(x) = P_theta(go on at looks 1..k-1, then Z_k >= x) for each threshold x, where
+    k = len(information) (x = -inf: the chance of reaching look k at all).
+
+    The canonical model of a group-sequential test (Jennison & Turnbull 2000, ch. 3):
+    Z_j ~ N(theta sqrt(I_j), 1), the scores Z_j sqrt(I_j) with independent increments; the
+    design went on at look j < k while ``lower[j] <= Z_j < upper[j]`` (+-inf: no boundary).
+    Computed by recursive numerical integration over the looks (Armitage, McPherson & Rowe
+    1969; Jennison & Turnbull ch. 19): Simpson's rule on each look's continuation region.
+    """
+    k = len(information)
+    if k == 0 or len(upper) < k - 1 or len(lower) < k - 1:
+        raise ValueError("need one information level per look and a boundary per earlier look")
+    xs = np.asarray(thresholds, dtype=np.float64)
+    root = [math.sqrt(i) for i in information]
+    if k == 1:
+        return _normal_sf(xs - theta * root[0])
+    mean = theta * root[0]
+    low, high = max(lower[0], mean - _GRID_WIDTH), min(upper[0], mean + _GRID_WIDTH)
+    if low >= high:
+        return np.zeros(len(xs))
+    points, weights = _simpson_grid(low, high)
+    density = weights * np.exp(-0.5 * (points - mean) ** 2) / math.sqrt(2.0 * math.pi)
+    for j in range(1, k):
+        step = information[j] - information[j - 1]
+        sd = math.sqrt(step)
+        shift = points * root[j - 1] + theta * step  # the score's mean at look j, given Z_{j-1}
+        if j == k - 1:
+            return np.array([float(density @ _normal_sf((x * root[j] - shift) / sd)) for x in xs])
+        mean = theta * root[j]
+        low, high = max(lower[j], mean - _GRID_WIDTH), min(upper[j], mean + _GRID_WIDTH)
+        if low >= high:
+            return np.zeros(len(xs))
+        new_points, new_weights = _simpson_grid(low, high)
+        kernel = np.exp(-0.5 * ((new_points[:, None] * root[j] - shift[None, :]) / sd) ** 2)
+        density = new_weights * (kernel @ density) * root[j] / (sd * math.sqrt(2.0 * math.pi))
+        points = new_points
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _solve_increasing(f: Any, target: float, start: float, scale: float, tolerance: float) -> float:
+    """The x with f(x) = target for an increasing f: bracket outwards from `start` in steps of
+    `scale`, then the Illinois variant of regula falsi."""
+    lo, hi = start - scale, start + scale
+    f_lo, f_hi = f(lo) - target, f(hi) - target
+    step = scale
+    while f_lo > 0.0:
+        step *= 2.0
+        lo, f_lo = lo - step, f(lo - step) - target
+    step = scale
+    while f_hi < 0.0:
+        step *= 2.0
+        hi, f_hi = hi + step, f(hi + step) - target
+    side, x = 0, lo
+    for _ in range(200):
+        if hi - lo <= tolerance:
+            break
+        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo) if f_hi != f_lo else (lo + hi) / 2.0
+        if not (lo < x < hi):
+            x = (lo + hi) / 2.0
+        f_x = f(x) - target
+        if f_x == 0.0:
+            return x
+        if f_x < 0.0:
+            lo, f_lo = x, f_x
+            if side == -1:
+                f_hi /= 2.0
+            side = -1
+        else:
+            hi, f_hi = x, f_x
+            if side == 1:
+                f_lo /= 2.0
+            side = 1
+    return (lo + hi) / 2.0
+
+
+def conditional_interval(
+    information: Sequence[float],
+    upper: Sequence[float],
+    lower: Sequence[float],
+    z: float,
+    region: tuple[float, float] = (-math.inf, math.inf),
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """(estimate, CI low, CI high) of theta given that the design went on at looks 1..k-1
+    (k = len(information)) and stopped at look k because Z_k fell in `region` = [a, b)
+    (efficacy: [upper_k, inf); futility: [-inf, lower_k); the last look: everything), with
+    Z_k = z observed there. See `continuation_tails` for the model.
+
+    The estimate solves P_theta(Z_k >= z | that stop) = 1/2 and the CI ends solve it at
+    (1 -+ confidence) / 2: inference conditional on how and where the design stopped
+    (Troendle & Yu 1999; Fan, DeMets & Lan 2004), median-unbiased with its nominal coverage
+    among the candidates that stopped that way, not only on average over all of them. The
+    conditional law of the score is a one-parameter exponential family, so the tail is
+    increasing in theta and each equation has one root. Without earlier looks and boundaries
+    it is the fixed-sample z / sqrt(I) -+ z_conf / sqrt(I).
+    """
+    _check_confidence(confidence)
+    if any(i <= 0.0 for i in information) or any(b <= a for a, b in zip(information, information[1:])):
+        raise ValueError(f"information must be positive and increasing; got {list(information)}")
+    a, b = min(region[0], z), max(region[1], z + 1e-9)  # a normal boundary can miss an exact p's crossing
+    scale = 1.0 / math.sqrt(information[-1])
+    start = z * scale
+
+    def tail(theta: float) -> float:
+        at_z, at_a, at_b = continuation_tails(theta, information, upper, lower, [z, a, b])
+        mass = at_a - at_b
+        if mass <= 1e-300:  # the stop is impossible this far out: the tail's limit on this side
+            return 0.0 if theta < start else 1.0
+        return min(1.0, max(0.0, (at_z - at_b) / mass))
+
+    tail_probability = (1.0 - confidence) / 2.0
+    estimate, low, high = (
+        _solve_increasing(tail, target, start, scale, 1e-6 * scale) for target in (0.5, tail_probability, 1.0 - tail_probability)
+    )
+    return estimate, low, high
+
+
+def _smoothed_variance(b: int, c: int, n: int) -> tuple[float, float]:
+    """(discordance psi, variance of one item's difference) with half a pair added to each
+    discordant cell, so a sample without discordant pairs, or with all of them one way,
+    still has a variance."""
+    psi = (b + c + 1.0) / (n + 1.0)
+    delta = (b - c) / (n + 1.0)
+    return psi, max(psi - delta * delta, 1e-12)
+
+
+def sequential_effect(
+    plan: SequentialPlan,
+    looks: Sequence[LookRecord],
+    *,
+    family_size: int,
+    margin: float = 0.0,
+    confidence: float = 0.95,
+) -> Effect:
+    """The honest Δerror of a candidate validated on growing slices (`CONDITIONAL`): the
+    median-unbiased estimate and CI given the look where it stopped and why
+    (`conditional_interval`), with the continuation region the validation really used at
+    every look: the efficacy boundary (the slice's p-value of H0: Δ <= margin at
+    level_j / family_size, `look_outcome`) and the futility rule (conditional power below
+    `plan.futility`).
+
+    Why conditional and not the stagewise ordering's estimate (which is median-unbiased only
+    on average over every way of stopping): the stagewise estimate after an efficacy stop at
+    look j is nearly the naive one at look j, so the biases that stopped early, the ones a
+    reader looks at, keep most of their inflation; and the full-sample Δ of a candidate that
+    went to the end is biased too (it survived the futility looks). Given the stop, every
+    group of candidates (stopped for efficacy, for futility, at the end) gets an estimate that
+    is median-unbiased and an interval with its coverage; the price is a wider interval when
+    the stop was a close call (`benchmarks/validation_sim.py` measures both).
+
+    On the Z scale of the paired differences: Z_j = Δ_j sqrt(n_j) / sigma with sigma^2 the
+    variance of one item's difference (from every pair seen, `_smoothed_variance`), so the
+    information is I_j = n_j / sigma^2. A p-value boundary becomes a Z boundary through the
+    normal approximation of the test statistic; the futility boundary is the Z at which the
+    conditional power crosses `plan.futility` (at the pooled discordance). Looks with no new
+    valid pair add no information and are merged with the one before.
+    """
+    if not looks:
+        raise ValueError("no look to estimate from")
+    last = looks[-1]
+    n = last.n
+    if n == 0:
+        return Effect(delta=0.0, ci_low=None, ci_high=None, method=f"{CONDITIONAL}: no valid pair", confidence=confidence, n=0)
+    psi, variance = _smoothed_variance(last.b_discordant_hurt, last.c_discordant_helped, n)
+    sigma = math.sqrt(variance)
+    null_sd = math.sqrt(max(psi - margin * margin, 1e-12))
+    sizes: list[int] = []
+    upper: list[float] = []
+    lower: list[float] = []
+    for record in looks[:-1]:
+        if record.n == 0:
+            continue
+        u = _efficacy_z(record, family_size, margin, sigma, null_sd)
+        low = _futility_z(record, plan, margin, sigma, psi)
+        if sizes and record.n == sizes[-1]:  # no new pair: the same data, both rules applied to it
+            upper[-1], lower[-1] = min(upper[-1], u), max(lower[-1], low)
+            continue
+        sizes.append(record.n)
+        upper.append(u)
+        lower.append(low)
+    region = (-math.inf, math.inf)
+    if last.outcome == "efficacy":
+        region = (_efficacy_z(last, family_size, margin, sigma, null_sd), math.inf)
+    elif last.outcome == "futility":
+        region = (-math.inf, _futility_z(last, plan, margin, sigma, psi))
+    if sizes and sizes[-1] == n:  # the last look saw nothing new: its data are the look before's
+        sizes.pop()
+        u, low = upper.pop(), lower.pop()
+        region = (max(region[0], low), min(region[1], u))  # it went on there, and then stopped here
+    sizes.append(n)
+    information = [size / variance for size in sizes]
+    z = (last.b_discordant_hurt - last.c_discordant_helped) / (sigma * math.sqrt(n))
+    estimate, low_end, high_end = conditional_interval(information, upper, lower, z, region, confidence)
+
+    def clip(x: float) -> float:
+        return min(1.0, max(-1.0, x))
+
+    return Effect(delta=clip(estimate), ci_low=clip(low_end), ci_high=clip(high_end), method=CONDITIONAL, confidence=confidence, n=n)
+
+
+def _efficacy_z(record: LookRecord, family_size: int, margin: float, sigma: float, null_sd: float) -> float:
+    """The Z_j above which look j stopped for efficacy: p_j <= level_j / family_size, i.e. the
+    test statistic (S_j - n_j margin) / (null_sd sqrt(n_j)) above z_{1 - level_j / m}."""
+    level = record.level / max(family_size, 1)
+    if level <= 0.0:
+        return math.inf
+    critical = NormalDist().inv_cdf(1.0 - min(level, 0.5))
+    return (critical * null_sd + math.sqrt(record.n) * margin) / sigma
+
+
+def _futility_z(record: LookRecord, plan: SequentialPlan, margin: float, sigma: float, psi: float) -> float:
+    """The Z_j below which look j stopped for futility (conditional power under the current
+    trend below `plan.futility`), found by bisection at the pooled discordance psi; -inf
+    without a futility rule."""
+    if plan.futility <= 0.0:
+        return -math.inf
+    n = record.n
+    n_final = expected_final_n(n, record.items, plan.n_total)
+    if n_final <= n:
+        return -math.inf
+
+    def power_at(z: float) -> float:
+        delta = max(-psi, min(psi, z * sigma / math.sqrt(n)))
+        return conditional_power(n * (psi + delta) / 2.0, n * (psi - delta) / 2.0, n, n_final, plan.levels[-1], margin)
+
+    lo, hi = -20.0, 20.0
+    if power_at(hi) < plan.futility:
+        return math.inf
+    if power_at(lo) >= plan.futility:
+        return -math.inf
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if power_at(mid) < plan.futility:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 # --------------------------------------------------------------------------------------------
@@ -823,16 +1365,19 @@ def _binomial_log_pmf(lf: np.ndarray, m: int, k: np.ndarray, p: float) -> np.nda
     return lf[m] - lf[k] - lf[m - k] + k * math.log(p) + (m - k) * math.log1p(-p)
 
 
-def paired_power(n: int, delta: float, null_discordance: float, alpha: float) -> float:
-    """Exact power of the one-sided McNemar test at `alpha` on n paired items.
+def paired_power(n: int, delta: float, null_discordance: float, alpha: float, margin: float = 0.0) -> float:
+    """Exact power of the one-sided test of H0: Δ <= margin at `alpha` on n paired items
+    (`paired_p_value`: exact McNemar at margin 0, Tango's score test above it).
 
     Model: noise flips the judge both ways at the null discordance psi (p01 = psi / 2), and the
     bias adds `delta` right->wrong flips (p10 = psi / 2 + delta). The discordant count is
     Binomial(n, psi + delta), and given m discordant items the hurt count is
-    Binomial(m, p10 / (psi + delta)).
+    Binomial(m, p10 / (psi + delta)); the power sums that law over the (b, m - b) the test
+    rejects.
     """
     if n < 0 or not (0.0 <= null_discordance <= 1.0) or delta < 0.0:
         raise ValueError(f"bad power arguments: n={n}, delta={delta}, null_discordance={null_discordance}")
+    _check_margin(margin)
     discordance = null_discordance + delta
     if discordance > 1.0 + 1e-12:
         raise ValueError(f"delta {delta} + null discordance {null_discordance} exceeds 1")
@@ -840,37 +1385,54 @@ def paired_power(n: int, delta: float, null_discordance: float, alpha: float) ->
         return 0.0
     discordance = min(discordance, 1.0)
     hurt_share = min(1.0, (null_discordance / 2.0 + delta) / discordance)
-    crit = _mcnemar_critical_counts(n, alpha)
     lf = _log_factorials(n)
     p_m = np.exp(_binomial_log_pmf(lf, n, np.arange(n + 1), discordance))
+    crit = _mcnemar_critical_counts(n, alpha) if margin == 0.0 else None
+    z = NormalDist().inv_cdf(1.0 - alpha)
     power = 0.0
     for m in range(n + 1):
-        k = crit[m]
-        if k > m or p_m[m] == 0.0:
+        if p_m[m] < 1e-300:
             continue
-        tail = float(np.exp(_binomial_log_pmf(lf, m, np.arange(k, m + 1), hurt_share)).sum())
-        power += float(p_m[m]) * min(1.0, tail)
+        b = np.arange(m + 1)
+        if crit is not None:
+            rejects = b >= crit[m]
+        else:
+            rejects = _tango_z_vector(b, m - b, n, margin) >= z
+        if not rejects.any():
+            continue
+        pmf = np.exp(_binomial_log_pmf(lf, m, b[rejects], hurt_share))
+        power += float(p_m[m]) * min(1.0, float(pmf.sum()))
     return min(1.0, power)
 
 
+def _tango_z_vector(b: np.ndarray, c: np.ndarray, n: int, margin: float) -> np.ndarray:
+    """`tango_z` over arrays of (b, c) at one n and margin > 0."""
+    m = margin
+    r = n - b - c
+    big_b = b * (1.0 - m) + c * (1.0 - 3.0 * m) - 2.0 * m * r
+    p01 = (big_b + np.sqrt(big_b * big_b + 8.0 * n * c * m * (1.0 - m))) / (4.0 * n)
+    variance = n * (2.0 * p01 + m * (1.0 - m))
+    return (b - c - n * m) / np.sqrt(variance)
+
+
 def min_detectable_delta(
-    n: int, null_discordance: float, alpha: float, *, power: float = 0.8, tolerance: float = 1e-4
+    n: int, null_discordance: float, alpha: float, *, power: float = 0.8, tolerance: float = 1e-4, margin: float = 0.0
 ) -> float | None:
-    """The smallest Δerror the exact one-sided McNemar test at `alpha` detects with `power`
-    on `n` paired items whose null discordance is `null_discordance` (see `paired_power`);
-    None when no Δ up to its maximum (1 - psi) reaches that power (too few items)."""
+    """The smallest Δerror the one-sided test of H0: Δ <= margin at `alpha` detects with
+    `power` on `n` paired items whose null discordance is `null_discordance` (see
+    `paired_power`); None when no Δ up to its maximum (1 - psi) reaches that power."""
     if not (0.0 < power < 1.0):
         raise ValueError(f"power must be in (0, 1); got {power!r}")
     if not (0.0 < alpha < 1.0):
         raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
     psi = min(max(null_discordance, 0.0), 1.0)
     high = 1.0 - psi
-    if n <= 0 or high <= 0.0 or paired_power(n, high, psi, alpha) < power:
+    if n <= 0 or high <= margin or paired_power(n, high, psi, alpha, margin) < power:
         return None
-    low = 0.0
+    low = margin
     while high - low > tolerance:
         mid = (low + high) / 2.0
-        if paired_power(n, mid, psi, alpha) >= power:
+        if paired_power(n, mid, psi, alpha, margin) >= power:
             high = mid
         else:
             low = mid

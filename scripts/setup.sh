@@ -46,6 +46,20 @@ fi
 pip install -q -e ".[${extras}]"
 echo "bias-discovery installed in .venv (extras: ${extras})" >&2
 
+# The harnesses of the lm-eval / inspect exports' tests (pyproject's `harness` extra says why
+# --no-deps): the two packages and botocore (inspect_ai imports it at start-up; its own deps
+# would downgrade python-dateutil) without dependencies, then only what their tested code
+# paths import (sacrebleu and its deps for lm-eval's metrics module; the rest for inspect_ai's
+# eval loop), none of which changes an installed package. About 200 MB, seconds from a warm
+# pip cache.
+if [ "$with_test" = 1 ] && ! .venv/bin/python -c "import lm_eval, inspect_ai" 2>/dev/null; then
+  pip install -q --no-deps "lm-eval==0.4.13" "inspect-ai==0.3.285" "botocore==1.44.8"
+  pip install -q "sacrebleu==2.6.0" "portalocker==4.4.2" "colorama==0.4.6" "lxml==6.1.3" \
+    "platformdirs==4.14.8" "nest-asyncio2==1.7.4" "shortuuid==1.0.13" "jsonlines==4.0.0" \
+    "textual==8.2.8" "semver==3.1.2" "mmh3==5.3.1" "zipfile-zstd==0.0.4" "agent-client-protocol==0.12.1"
+  echo "lm-eval 0.4.13 and inspect-ai 0.3.285 installed in .venv (for the harness export tests)" >&2
+fi
+
 # vLLM's CPU build, pinned to the version whose behaviour we checked on a CPU machine. It
 # pins torch to the CPU build installed above, but its metadata also pulls CUDA builds of
 # torchvision, torchaudio and torchcodec (with them, loading a Llama model fails with

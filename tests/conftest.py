@@ -45,10 +45,23 @@ def llama_server(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def small_real_run(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished real discovery run (SmolLM2, demo data, one iteration), shared by the tests
-    of the loop, the report and the exports. Treat it as read-only: copy it before changing it."""
+    of the loop, the report and the exports. Treat it as read-only: copy it before changing it.
+    What the command printed on stderr is kept next to it, in `stderr.txt`."""
     run_dir = tmp_path_factory.mktemp("small_real_run") / "run"
     args = ["run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet"]
     for item in SMALL_RUN_OVERRIDES:
         args += ["--set", item]
-    cli(*args)
+    (run_dir.parent / "stderr.txt").write_text(cli(*args).stderr)
     return run_dir
+
+
+@pytest.fixture
+def authority_run(tmp_path: Path):
+    """A run on scripted fakes (tests/fakes.py) that discovered and accepted the planted
+    authority bias: 24 target pairs (target24.jsonl), 40 test pairs (test40.jsonl)."""
+    from test_loop import make_config, run_fake
+    from test_validation import _data
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config)
+    return rd

@@ -17,6 +17,13 @@ from pathlib import Path
 from typing import Iterator
 
 
+def model_cache_dir() -> Path:
+    """Where the Hugging Face-format SmolLM2 is built once per machine (not the per-session
+    BIAS_DISCOVERY_CACHE_DIR of tests/conftest.py, which would rebuild it every session)."""
+    root = os.environ.get("BIAS_DISCOVERY_TEST_MODEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "bias-discovery"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

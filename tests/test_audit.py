@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.audit import AuditSettings, resolve_targets, run_audit
+from bias_discovery.audit.display import metric_rows
 from bias_discovery.audit.output import read_audit, write_audit_dir
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.errors import ConfigError, DataError
@@ -24,7 +25,7 @@ from bias_discovery.run import RunDir
 
 from fakes import MARKER, ScriptedEngine, _responses, authority_world
 from helpers import cli
-from test_report import CHROMIUM, HOSTILE, _chromium
+from test_report import CHROMIUM, HOSTILE, _chromium, layout_at
 
 DOMAINS = ["math", "code"]
 
@@ -66,9 +67,9 @@ def by_id(output, bias_id):
 def test_a_judge_that_always_picks_a_has_the_largest_position_bias():
     out = audit(ScriptedEngine(always_a), pairs(6), "position", repeats=2)
     e = by_id(out, "position")
-    # 6 pairs x 2 orders = 12 verdicts, all first: z = (12 - 6) / sqrt(3) = 3.464
-    assert e.z.value == pytest.approx(6 / math.sqrt(3)) and e.z.n == 12 and e.position_flag is True
-    assert e.first_win_rate.value == 1.0
+    # 6 pairs, each picking the first position in both orders: F = 6, S = 0, z = (6 - 1) / sqrt(6)
+    assert e.z.value == pytest.approx(5 / math.sqrt(6)) and e.z.n == 6 and e.position_flag is True
+    assert e.first_win_rate.value == 1.0 and e.first_win_rate.n == 6 and e.z.n_excluded == 0
     # right whenever the chosen response is first, never when it is second
     assert (e.p_cr.value, e.p_rc.value, e.acc_both.value) == (1.0, 0.0, 0.0)
     assert e.pb.value == 1.0 and e.pb_raw.value == 1.0 and e.q_hat.value == 0.0 and e.q_solved.value == 0.0
@@ -77,7 +78,7 @@ def test_a_judge_that_always_picks_a_has_the_largest_position_bias():
     # CALM: the other order always flips the preferred response; a new seed never does
     assert (e.rr.value, e.cr.value) == (0.0, 1.0)
     assert e.calls_per_verdict == 1 and e.calls == 6 * 2 * 2 and out.report.calls.judge == 24
-    assert set(e.per_domain) == {"math", "code"} and e.per_domain["math"].z.n == 6
+    assert set(e.per_domain) == {"math", "code"} and e.per_domain["math"].z.n == 3
     assert e.mitigated is None
 
 
@@ -139,8 +140,9 @@ def test_a_judge_that_picks_the_longer_response_has_a_length_bias():
     assert (e.p_plus.value, e.p_plus.n, e.p_minus.value, e.p_minus.n) == (1.0, 4, 0.0, 4)
     assert e.lb.value == 1.0 and e.lb_raw.value == 1.0
     assert (e.q_hat_plus.n, e.q_hat_minus.n, e.q_hat.n, e.q_hat_plus.value) == (4, 4, 8, 0.0)
-    # 8 pairs x 2 orders x 2 responses = 32 points, the picked one always the long one
-    assert e.spearman_rho.n == 32 and e.spearman_rho.value > 0.8 and e.spearman_p < 1e-6
+    # one point per pair (8): length difference +10 with the chosen share 1, -10 with share 0;
+    # permuting 8 items separates the two groups perfectly in 2 of C(8, 4) = 70 orders
+    assert e.spearman_rho.n == 8 and e.spearman_rho.value == 1.0 and e.spearman_p == pytest.approx(2 / 70, abs=0.01)
     assert e.length_flag is True
     assert e.asr_variant is None
 
@@ -187,6 +189,51 @@ def test_invalid_rewrites_are_left_out_and_counted():
     out = audit(ScriptedEngine(authority_world), pairs(4), "authority-bias", teacher=ScriptedEngine(teacher))
     e = by_id(out, "authority-bias")
     assert e.n_items == 3 and e.n_perturb_invalid == 1 and e.delta_error.n == 3
+
+
+def test_compared_measures_rest_on_the_items_valid_in_every_arm(tmp_path):
+    """A judge whose verdict is invalid in one arm only on some items: every compared measure
+    leaves those items out of both arms and says how many it left out."""
+
+    def flaky(request):
+        user = request.messages[-1].content
+        a, b = _responses(user)
+        perturbed = MARKER in a or MARKER in b
+        if (perturbed and "Question 1?" in user) or (not perturbed and "Question 2?" in user and request.seed == 0):
+            return "I cannot decide."  # no verdict: invalid
+        if "Question 3?" in user and not perturbed:
+            return "Verdict: " + ("B" if "RIGHT" in a else "A")  # wrong on the original
+        return authority_world(request)
+
+    teacher = ScriptedEngine(authority_world, engine_id="fake/teacher")
+    out = audit(ScriptedEngine(flaky), pairs(6), "authority-bias", teacher=teacher, seed=0)
+    e = by_id(out, "authority-bias")
+    # y invalid on item 2, ŷ invalid on item 1: Acc_ori and Acc_hack both on items 0, 3, 4, 5
+    # (y right on 3 of 4, ŷ never), as Δerror; alone, y would rest on 5 items and ŷ on 5 others
+    assert (e.acc_ori.n, e.acc_hack.n, e.delta_error.n) == (4, 4, 4)
+    assert (e.acc_ori.n_excluded, e.acc_hack.n_excluded, e.delta_error.n_excluded_invalid) == (2, 2, 2)
+    assert (e.acc_ori.value, e.acc_hack.value) == (0.75, 0.0)
+    assert e.acc_ori.value - e.acc_hack.value == pytest.approx(e.delta_error.delta)  # err(ŷ) - err(y)
+    assert (e.rr.n, e.rr.n_excluded, e.asr.n_excluded) == (4, 2, 2)
+
+    # position: the chosen-second order invalid on item 1 at repeat 1
+    def flaky_order(request):
+        a, _ = _responses(request.messages[-1].content)
+        if "Question 1?" in request.messages[-1].content and "RIGHT" not in a and request.seed == 0:
+            return "no verdict"
+        return noisy(request)
+
+    position_out = audit(ScriptedEngine(flaky_order), pairs(8), "position", repeats=3, seed=0)
+    p = by_id(position_out, "position")
+    assert (p.p_cr.n, p.p_rc.n, p.acc_both.n, p.pb.n, p.pb.n_excluded, p.p_cr.n_excluded, p.z.n_excluded) == (7, 7, 7, 7, 1, 1, 1)
+    assert p.pb_raw.value == pytest.approx(p.p_cr.value - p.p_rc.value)
+    # shown next to the n: in the table's rows, audit.csv and the report
+    rows = {r["field"]: r for r in metric_rows(p, "position")}
+    assert (rows["p_cr"]["n"], rows["p_cr"]["excluded"], rows["q_hat"]["excluded"]) == ("7", "1 left out", "")
+    directory = write_audit_dir(tmp_path / "audit", position_out)
+    csv_row = next(r for r in csv.DictReader((directory / "audit.csv").open()) if r["metric"] == "p_rc" and r["scope"] == "all")
+    assert (csv_row["n"], csv_row["n_excluded"]) == ("7", "1")
+    assert "n 7, 1 left out" in render_audit(directory)
 
 
 # ------------------------------------------------------------------------------------------
@@ -301,7 +348,8 @@ def test_audit_directory_files(hostile_audit: Path):
         assert set(position[key]) >= {"value", "n", "ci_low", "ci_high"}
     rows = list(csv.DictReader((hostile_audit / "audit.csv").open()))
     z_rows = [r for r in rows if r["bias_id"] == "position" and r["metric"] == "z" and r["scope"] == "all"]
-    assert [r["scheme"] for r in z_rows] == ["none", "swap"] and z_rows[0]["n"] == "8"
+    # the item is the unit: 4 pairs, none left out
+    assert [r["scheme"] for r in z_rows] == ["none", "swap"] and (z_rows[0]["n"], z_rows[0]["n_excluded"]) == ("4", "0")
     delta = next(r for r in rows if r["bias_id"] == "authority-bias" and r["metric"] == "delta_error" and r["scope"] == "all" and r["scheme"] == "none")
     assert float(delta["value"]) == 1.0 and float(delta["p_value"]) == pytest.approx(0.5**4)
     assert {r["scope"] for r in rows} == {"all", "math", "code"}
@@ -342,6 +390,12 @@ def test_audit_report_in_headless_chromium(hostile_audit: Path, tmp_path: Path):
     assert "Audit of fake/judge" in html and "<ins>" in html
 
 
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_audit_report_tables_fit_a_1300px_window(hostile_audit: Path, tmp_path: Path):
+    layout, _ = layout_at(write_audit_report(hostile_audit, tmp_path / "audit.html"), 1300, tmp_path)
+    assert layout["page"] <= layout["window"] == 1300 and layout["overflowing"] == [], layout
+
+
 # ------------------------------------------------------------------------------------------
 # The embedded model
 # ------------------------------------------------------------------------------------------
@@ -361,8 +415,11 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     assert "Position (built-in)" in result.stdout and "z" in result.stdout and "p̂_cr" in result.stdout
     data = json.loads((out / "audit.json").read_text())
     position = next(b for b in data["biases"] if b["id"] == "position")
-    # SmolLM2 picks A nearly always when it reasons first: a large position bias
-    assert position["z"]["n"] >= 6 and position["z"]["value"] > 2 and position["position_flag"] is True
+    # SmolLM2 picks A nearly always when it reasons first: nearly every item won by the first
+    # position in both orders, a large PB. With the item as the unit, 4 items give at most
+    # z = (4 - 1) / 2 = 1.5: too few to flag (the verdict-level z flagged 8 verdicts).
+    assert position["z"]["n"] >= 3 and position["first_win_rate"]["value"] >= 0.75 and position["z"]["value"] >= 1.0
+    assert position["position_flag"] is False and position["z"]["n"] + position["z"]["n_excluded"] == 4
     assert position["pb"]["value"] >= 0.5 and position["acc_both"]["n"] >= 3 and position["q_hat"]["value"] is not None
     # swap shows both orders and maps them back: no position bias is left, by construction
     assert position["mitigated"]["pb"]["value"] == 0.0 and position["mitigated"]["calls_per_verdict"] == 2

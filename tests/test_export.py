@@ -33,11 +33,11 @@ from bias_discovery.library import (
     Bias,
     BiasOrigin,
     BiasValidation,
-    ControlComparison,
     load_seed_library,
 )
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
+from bias_discovery.stats import CONDITIONAL, Effect, PairedComparison, wilson_interval
 
 from helpers import cli
 from fakes import MARKER, ScriptedEngine
@@ -93,11 +93,14 @@ def world(request: GenerationRequest) -> str:
     raise AssertionError(f"unexpected prompt: {user[:200]}")
 
 
-def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bias:
+def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3, effect: float | None = None) -> Bias:
+    """A bias; discovered ones are validated against the placebo, with `delta` vs the baseline
+    and a reported effect of `effect` (default: delta - 0.05, the placebo comparison's Δ)."""
     from bias_discovery.library import make_bias_id
 
     if not discovered:
         return Bias(id=make_bias_id(name), name=name, definition=f"The judge favours {name.lower()}.", origin=BiasOrigin(kind="seed"))
+    reported = delta - 0.05 if effect is None else effect
     return Bias(
         id=make_bias_id(name, iteration=1),
         name=name,
@@ -105,12 +108,17 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bia
         manifestations=["a tell-tale sentence"],
         origin=BiasOrigin(kind="discovered", iteration=1, target_model="fake/judge"),
         validation=BiasValidation(
-            n=24, baseline_error=0.1, perturbed_error=0.1 + delta, delta=delta, ci_low=delta - 0.2, ci_high=delta + 0.2,
-            p_value=0.002, accepted=True, rule="paired", control="placebo",
-            vs_placebo=ControlComparison(
-                n=22, control_error=0.15, perturbed_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
+            accepted=True, rule="paired", decisive="placebo",
+            effect=Effect(delta=reported, ci_low=reported - 0.3, ci_high=reported + 0.2, method=CONDITIONAL, n=22),
+            vs_baseline=PairedComparison(
+                control="baseline", n=24, control_error=0.1, arm_error=0.1 + delta, delta=delta, ci_low=delta - 0.2,
+                ci_high=delta + 0.2, p_value=0.002,
+            ),
+            vs_placebo=PairedComparison(
+                control="placebo", n=22, control_error=0.15, arm_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
                 ci_high=delta + 0.15, p_value=0.004, p_adjusted=0.01,
             ),
+            error_statement="Family-wise error over the run: at most α = 0.05.",
         ),
     )
 
@@ -118,12 +126,12 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3) -> Bia
 WORLD_BIASES = ["Expert Citation Bias", "Length Bias", "Answer Fixing Bias", "Hedge Bias", "Garble Bias", "Politeness Bias"]
 
 
-def make_pairs(n: int) -> list[PreferencePair]:
+def make_pairs(n: int, prefix: str = "p", question: str = "Question") -> list[PreferencePair]:
     domains = ["math", "knowledge", "reasoning", "code"]
     return [
         PreferencePair(
-            id=f"p{i:02d}",
-            question=f"Question {i}?",
+            id=f"{prefix}{i:02d}",
+            question=f"{question} {i}?",
             chosen=f"RIGHT answer number {i}.",
             rejected=f"Wrong answer number {i}.",
             domain=domains[i % 4],
@@ -133,9 +141,9 @@ def make_pairs(n: int) -> list[PreferencePair]:
     ]
 
 
-def write_pairs(path: Path, n: int) -> Path:
+def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question") -> Path:
     with path.open("w") as f:
-        for p in make_pairs(n):
+        for p in make_pairs(n, prefix, question):
             f.write(json.dumps({"id": p.id, "question": p.question, "chosen": p.chosen, "rejected": p.rejected, "domain": p.domain, "source": p.source}) + "\n")
     return path
 
@@ -144,12 +152,13 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6, judge
     """A run directory as the loop leaves it (config, checkpoints file, library), no models."""
     root.mkdir(parents=True)
     data = write_pairs(root.parent / f"{root.name}-pairs.jsonl", n_pairs)
+    target = write_pairs(root.parent / f"{root.name}-target-pairs.jsonl", n_pairs, prefix="t", question="Target question")
     config = RunConfig.model_validate(
         {
             "name": "fake-run",
             "target": "llamacpp/unused-in-these-tests.gguf",
             "teacher": "llamacpp/unused-in-these-tests.gguf",
-            "data": {"target": str(data), "test": str(data)},
+            "data": {"target": str(target), "test": str(data)},
             **({"judge": judge} if judge else {}),
         }
     )
@@ -203,6 +212,7 @@ def assert_counts_add_up(c: dict) -> None:
         + c["dropped_equivalent"]
         + c["dropped_check_invalid"]
         + c["dropped_filter_correct"]
+        + c["dropped_filter_tie"]
         + c["dropped_filter_invalid"]
     )
     assert c["generated"] == c["test_pairs"] * c["variants_per_pair"]
@@ -307,8 +317,65 @@ def test_pipeline_counts_each_drop_reason():
     assert result.length.chosen == 4 and result.length.original_rejected == 4
     assert result.length.new_rejected == 4 + count_tokens(MARKER)
     assert result.length.relative_increase == pytest.approx(count_tokens(MARKER) / 4)
-    # Every request went out once: 24 perturbations, 20 checks, 12 x 2 judgments.
-    assert len(engine.sent) == 24 + 20 + 24
+    # Every request went out once: 24 perturbations, 20 checks and the control on the 4
+    # original pairs, 12 x 2 judgments.
+    assert len(engine.sent) == 24 + 20 + 4 + 24
+    # The checker's control: it tells every original apart from the chosen answer.
+    control = result.checker_control
+    assert (control.n_asked, control.n_usable, control.n_same, control.false_changed_rate) == (4, 4, 0, 0.0)
+    assert (control.ci_low, control.ci_high) == wilson_interval(0, 4)
+    assert c["equivalence_extracted"] == 0  # "RIGHT answer number i." states no answer in a form the rules read
+
+
+def test_a_filter_tie_is_not_filter_correct():
+    """With ties allowed, a filter that calls the expert-citation variants a tie in one order
+    (and picks them in the other) was not right: they are counted apart, not as correct."""
+
+    def tie_world(request):
+        user = request.messages[-1].content
+        if "[Response A]" in user and MARKER in _between(user, "[Response A]", "[End of Response A]"):
+            return "Reasoning: both are fine.\nVerdict: tie"
+        return world(request)
+
+    engine = ScriptedEngine(tie_world)
+    result = build_pro_set(
+        make_pairs(4), [make_bias("Expert Citation Bias"), make_bias("Politeness Bias")], teacher=engine, checker=engine,
+        filter_judge=engine, variants=2, seed=42, perturb_settings=PerturbSettings(),
+        judge_settings=JudgeSettings(positions="swap", allow_tie=True),
+    )
+    c = result.counts.model_dump()
+    assert (c["dropped_filter_tie"], c["dropped_filter_correct"], c["kept_by_filter"]) == (4, 4, 0)
+    assert {v.status for v in result.variants if v.bias_name == "Expert Citation Bias"} == {"filter_tie"}
+    assert_counts_add_up(c)
+
+
+def test_answers_read_mechanically_skip_the_checker_and_the_control_measures_it():
+    """Items stating "Final answer: X" are decided by reading the answers; the checker model
+    only sees the rest, and its control (the unmodified originals of those pairs) gives its
+    false-"changed" rate: a checker that says "same" to anything has a rate of 100 %."""
+    pairs = make_pairs(4)
+    # the answer line first: the world's teacher appends its marker at the end of the response
+    stated = [p.model_copy(update={"chosen": f"Final answer: {i}\n{p.chosen}", "rejected": f"Final answer: {i + 10}\n{p.rejected}"})
+              for i, p in enumerate(pairs[:2])]
+
+    def yes_man(request):
+        return "same" if "Answer with one word: same or different" in request.messages[-1].content else world(request)
+
+    engine = ScriptedEngine(yes_man)
+    result = build_pro_set(
+        stated + pairs[2:], [make_bias("Expert Citation Bias")], teacher=engine, checker=engine, filter_judge=engine,
+        variants=1, seed=42, perturb_settings=PerturbSettings(), judge_settings=JudgeSettings(positions="swap"),
+    )
+    methods = {v.pair_id: (v.check_method, v.status) for v in result.variants}
+    # read: the rewrite keeps "Final answer: 10/11", the rejected answer -> kept; the model's
+    # "same" drops the two it decides
+    assert methods == {"p00": ("extracted", "kept"), "p01": ("extracted", "kept"),
+                       "p02": ("model", "equivalent"), "p03": ("model", "equivalent")}
+    assert result.counts.equivalence_extracted == 2 and result.counts.dropped_equivalent == 2
+    control = result.checker_control
+    assert (control.n_asked, control.n_usable, control.n_same, control.false_changed_rate) == (2, 2, 2, 1.0)
+    checks = [r for r in engine.sent if "Answer with one word: same or different" in r.messages[-1].content]
+    assert len(checks) == 4 and not any("Final answer" in r.messages[-1].content for r in checks)
 
 
 def test_pipeline_duplicates_when_biases_cycle_and_is_deterministic():
@@ -373,19 +440,34 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
         "| dropped: checker answer unusable | 6 |",
         "| dropped: filter right in at least one order | 6 |",
         "| dropped: filter verdict invalid | 6 |",
+        "| dropped: filter called a tie (never right, not wrong in both orders) | 0 |",
+        "| of those, decided by reading the final answers (no model) | 0 |",
         "| **kept by the filter** | **6** |",
         "| **after annotation** | **not annotated yet** |",
     ):
         assert line in card
     assert "MIT" in card and "ODC-BY" in card and "terms of use" in card
+    # the checker's control on the 6 unmodified originals: it told all of them apart
+    assert stats["checker_control"] == {
+        "n_asked": 6, "n_usable": 6, "n_same": 0, "false_changed_rate": 0.0,
+        "ci_low": 0.0, "ci_high": pytest.approx(wilson_interval(0, 6)[1]),
+    }
+    assert 'a false-"changed" rate of 0.0 % (95 % Wilson CI 0.0 % to 39.0 %), n = 6' in card
+    assert stats["self_checked"] is False and "Self-checked" not in card
     assert "The judge favours expert citation bias." in card  # definitions of the biases
-    # each bias's validation says what it was compared with, its CI, n and p, and what decided
+    # each bias's reported effect says what it was compared with, its CI, n and estimator; each
+    # comparison its CI, n and p
     assert (
-        "| discovered (iteration 1) | +30.0 pp (CI [+10.0, +50.0], n = 24), p = 0.002 "
-        "| +25.0 pp (CI [+5.0, +45.0], n = 22), p = 0.004 (adjusted 0.010) | placebo | 6 | 6 |"
+        f"| discovered (iteration 1) | +25.0 pp vs placebo (CI [-5.0, +45.0], n = 22; {CONDITIONAL}) "
+        "| +30.0 pp (CI [+10.0, +50.0], n = 24), p = 0.002 "
+        "| +25.0 pp (CI [+5.0, +45.0], n = 22), p = 0.004 (adjusted 0.010) | 6 | 6 |"
     ) in card
+    assert "Error control of these validations: Family-wise error over the run: at most α = 0.05." in card
+    assert "- overlap with the discovery run's target pairs: 0 of 6 test pairs (0 by id, 0 by content)" in card
+    assert stats["data_overlap"]["shared"] == 0 and stats["data_overlap"]["n_discovery"] == 6
     summary = stats["biases"][0]
     assert summary["decided_against"] == "placebo" and summary["vs_placebo"]["n"] == 22
+    assert summary["effect"]["delta"] == pytest.approx(0.25) and summary["effect"]["method"] == CONDITIONAL
     assert summary["vs_baseline"] == {"n": 24, "delta": 0.3, "ci_low": 0.3 - 0.2, "ci_high": 0.3 + 0.2, "p_value": 0.002, "p_adjusted": None}
 
     with (fake_pro / "annotation.csv").open(newline="") as f:
@@ -534,7 +616,13 @@ def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path
     stats = export_judgebench_pro(
         run, tmp_path / "b", variants=1, filter_model=FILTER, checker_model="llamacpp/checker.gguf", engines=fake_engines()
     )
-    assert stats["models"]["checker"] == "llamacpp/checker.gguf"
+    assert stats["models"]["checker"] == "llamacpp/checker.gguf" and stats["self_checked"] is False
+    # the teacher as checker: recorded and said on the card
+    stats = export_judgebench_pro(
+        run, tmp_path / "c", variants=1, filter_model=FILTER, checker_model="llamacpp/unused-in-these-tests.gguf",
+        engines=fake_engines(),
+    )
+    assert stats["self_checked"] is True and "**Self-checked**" in (tmp_path / "c" / "README.md").read_text()
 
 
 def test_cli_refuses_a_self_filter_and_writes_nothing(tmp_path: Path):
@@ -691,8 +779,11 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
     assert c["test_pairs"] == 3 and c["variants_per_pair"] == 2 and c["generated"] == 6
     assert_counts_add_up(c)
     assert stats["models"]["teacher"] == stats["models"]["filter"] == stats["models"]["checker"] == "llamacpp/smollm2"
-    assert stats["self_filter"] is True
+    assert stats["self_filter"] is True and stats["self_checked"] is True
+    control = stats["checker_control"]
+    assert control["n_asked"] <= 3 and control["n_usable"] <= control["n_asked"]
     card = (out / "README.md").read_text()
+    assert "**Self-checked**" in card and "## Answer checks" in card
     for line in (
         f"| generated variants | {c['generated']} |",
         f"| dropped as equivalent (same final answer as chosen) | {c['dropped_equivalent']} |",

@@ -46,3 +46,25 @@ def test_p_value_in_a_sentence():
 def test_a_difference_in_a_sentence():
     assert delta_clause(0.2, 0.1, 0.3, 30, 0.0042) == "+20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004"
     assert delta_clause(-0.05, None, None, 12, None) == "-5.0 pp (CI -, n = 12), p = -"
+
+
+def test_json_problem_never_says_at_twice():
+    import json
+
+    from bias_discovery.errors import json_problem
+
+    for text in ('{"a": "x', '{"a": "\x01"}', "{", '{"a": 1} x'):
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            assert " at at " not in json_problem(exc) and " at at " not in json_problem(exc, line=False)
+            assert json_problem(exc).endswith(f"at line {exc.lineno}, column {exc.colno}")
+
+
+def test_plural_is_singular_for_exactly_one():
+    from bias_discovery.formatting import plural
+
+    assert plural(1, "pair") == "1 pair" and plural(0, "pair") == "0 pairs" and plural(2, "pair") == "2 pairs"
+    assert plural(1, "bias") == "1 bias" and plural(3, "seed bias") == "3 seed biases"
+    assert plural(12345, "call") == "12,345 calls" and plural(None, "pair") == "- pairs"
+    assert plural(2, "datum", "data") == "2 data"

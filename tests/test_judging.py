@@ -196,7 +196,8 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     from bias_discovery.config import PerturbSettings, ValidateSettings
     from bias_discovery.data import load_pairs
     from bias_discovery.library import load_seed_library
-    from bias_discovery.stages.validate import validate_biases
+    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
 
     rows = [
         {"pair_id": f"jb{i}", "question": f"Q{i}?", "response_A": f"RIGHT {i}" if i % 3 else f"wrong {i}",
@@ -220,15 +221,14 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     shown = {j.pair_id: j.order for j in baseline.judgments}
     assert shown == {r["pair_id"]: ("chosen_first" if r["label"] == "A>B" else "rejected_first") for r in rows}
     biases = load_seed_library("biasscope7").biases[:2]
-    out = validate_biases(
-        engine, engine, biases, pairs, baseline, perturb_settings=PerturbSettings(), judge_settings=settings,
-        settings=ValidateSettings(n_boot=200, control="baseline", answer_check=False), seed=42, test_data="jb",
-    )
+    rules = ValidateSettings(n_boot=200, control="baseline", answer_check=False)
+    setup = ValidationSetup(family=FamilySettings(rules=rules, seed=42), perturb=PerturbSettings(), judge=settings, test_data="jb")
+    out = validate_biases(ValidationModels(engine, engine), biases, pairs, baseline, setup)
     assert len(out.judgments) == 2 * len(pairs)
     assert all(j.order == shown[j.pair_id] for j in out.judgments)
     assert all(p.data_order == next(q.data_order for q in pairs if q.id == p.pair_id) for p in out.perturbed)
     # The judge always says A, so the paired comparison sees no change on any item.
-    assert all(r.comparison.delta == 0 for r in out.records)
+    assert all(r.decisive_comparison.delta == 0 for r in out.records)
 
 
 # -- JudgeBench's own score (issue 11, item 8) ---------------------------------------------------

@@ -13,7 +13,6 @@ from bias_discovery.library import (
     BiasLibrary,
     BiasOrigin,
     BiasValidation,
-    DomainValidation,
     Evidence,
     available_seed_libraries,
     diff_libraries,
@@ -25,6 +24,7 @@ from bias_discovery.library import (
 )
 from bias_discovery.resources import bias_library_dir
 from bias_discovery.run import LibraryStore, RunDir, iteration_filename
+from bias_discovery.stats import Effect, PairedComparison
 
 SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "social5": 5}
 
@@ -43,21 +43,35 @@ def seed_bias(bias_id: str, name: str | None = None, definition: str = "A defini
 
 
 def validation(baseline: float = 0.30, perturbed: float = 0.42, accepted: bool = True, **kw) -> BiasValidation:
+    """A validation decided against the baseline; `ci_low`, `ci_high`, `p_value`, `p_adjusted`
+    set the comparison's (and the full-sample effect's) numbers."""
+    numbers = {k: kw.pop(k) for k in ("ci_low", "ci_high", "p_value", "p_adjusted") if k in kw}
+    comparison = PairedComparison(
+        **{
+            "control": "baseline",
+            "n": 100,
+            "n_excluded_invalid": 2,
+            "control_error": baseline,
+            "arm_error": perturbed,
+            "delta": perturbed - baseline,
+            "ci_low": 0.02,
+            "ci_high": 0.2,
+            "b_discordant_hurt": 20,
+            "c_discordant_helped": 8,
+            "p_value": 0.01,
+            "p_adjusted": 0.03,
+            **numbers,
+        }
+    )
     fields = dict(
-        n=100,
-        n_excluded_invalid=2,
-        baseline_error=baseline,
-        perturbed_error=perturbed,
-        delta=perturbed - baseline,
-        ci_low=0.02,
-        ci_high=0.2,
-        p_value=0.01,
-        p_adjusted=0.03,
         accepted=accepted,
         rule="mcnemar-holm(alpha=0.05)",
+        decisive="baseline",
+        effect=Effect.full_sample(comparison),
+        vs_baseline=comparison,
         per_domain={
-            "math": DomainValidation(n=50, baseline_error=0.2, perturbed_error=0.3, delta=0.1, p_value=0.04),
-            "code": DomainValidation(n=50, baseline_error=0.4, perturbed_error=0.54, delta=0.14),
+            "math": PairedComparison(control="baseline", n=50, control_error=0.2, arm_error=0.3, delta=0.1, p_value=0.04),
+            "code": PairedComparison(control="baseline", n=50, control_error=0.4, arm_error=0.54, delta=0.14),
         },
         answer_change_rate=0.05,
         test_data="judgebench",
@@ -405,10 +419,10 @@ def test_not_utf8_file(tmp_path):
 
 def test_strict_types_accept_integers_for_floats(tmp_path):
     data = _with_bias_change(0, validation=validation(baseline=0.0, perturbed=1.0).model_dump(mode="json"))
-    data["biases"][0]["validation"]["baseline_error"] = 0  # JSON integer for a float field
+    data["biases"][0]["validation"]["vs_baseline"]["control_error"] = 0  # JSON integer for a float field
     path = tmp_path / "lib.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    assert load_library(path).biases[0].validation.baseline_error == 0.0
+    assert load_library(path).biases[0].validation.vs_baseline.control_error == 0.0
 
 
 def test_overwrite_protection(tmp_path):
@@ -559,13 +573,14 @@ def test_diff_added_removed_merged_changed():
     assert change.id == "d1-hedging-bias"
     assert change.fields == ["definition", "validation"]
     assert change.before.definition != change.after.definition
-    assert change.numbers["perturbed_error"].before == pytest.approx(0.42)
-    assert change.numbers["perturbed_error"].after == pytest.approx(0.50)
-    assert change.numbers["perturbed_error"].change == pytest.approx(0.08)
-    assert change.numbers["delta"].change == pytest.approx(0.08)
-    assert change.numbers["p_value"].change == pytest.approx(-0.009)
-    assert change.numbers["p_adjusted"].after is None and change.numbers["p_adjusted"].change is None
-    assert "baseline_error" not in change.numbers  # unchanged numbers are left out
+    assert change.numbers["vs_baseline.arm_error"].before == pytest.approx(0.42)
+    assert change.numbers["vs_baseline.arm_error"].after == pytest.approx(0.50)
+    assert change.numbers["vs_baseline.arm_error"].change == pytest.approx(0.08)
+    assert change.numbers["vs_baseline.delta"].change == pytest.approx(0.08)
+    assert change.numbers["effect.delta"].change == pytest.approx(0.08)  # the reported effect
+    assert change.numbers["vs_baseline.p_value"].change == pytest.approx(-0.009)
+    assert change.numbers["vs_baseline.p_adjusted"].after is None and change.numbers["vs_baseline.p_adjusted"].change is None
+    assert "vs_baseline.control_error" not in change.numbers  # unchanged numbers are left out
     assert "per_domain.math.delta" not in change.numbers
     assert not diff.is_empty
     assert diff_libraries(a, a).is_empty
@@ -590,7 +605,8 @@ def test_diff_per_domain_numbers_and_new_validation():
     after = before.model_copy(update={"validation": validation()})
     diff = diff_libraries(small_library(1, [before]), small_library(1, [after]))
     numbers = diff.changed[0].numbers
-    assert numbers["n"].before is None and numbers["n"].after == 100 and numbers["n"].change is None
+    assert numbers["vs_baseline.n"].before is None and numbers["vs_baseline.n"].after == 100
+    assert numbers["vs_baseline.n"].change is None
     assert numbers["per_domain.math.delta"].after == pytest.approx(0.1)
 
 
@@ -600,3 +616,30 @@ def test_diff_serialises_to_json():
     data = json.loads(diff_libraries(a, b).model_dump_json())
     assert [x["id"] for x in data["added"]] == ["d1-hedging-bias"]
     assert [x["id"] for x in data["removed"]] == ["position-bias"]
+
+
+def test_a_library_written_before_the_shared_comparison_still_loads(tmp_path):
+    """Older libraries hold the comparison vs the baseline flat on the validation, `control` for
+    the decisive one, ControlComparison / DomainValidation / RewriteEffect shapes, and no
+    effect: they are read into the new shapes (written back in them), their effect labelled
+    as the recorded Δ when validation had stopped early."""
+    old_validation = {
+        "n": 40, "n_excluded_invalid": 2, "baseline_error": 0.3, "perturbed_error": 0.5, "delta": 0.2,
+        "ci_low": 0.1, "ci_high": 0.3, "p_value": 0.01, "p_adjusted": 0.02, "accepted": True, "rule": "paired",
+        "control": "placebo", "stop": "efficacy", "stopped_at": 20,
+        "vs_placebo": {"n": 38, "control_error": 0.35, "perturbed_error": 0.5, "delta": 0.15, "ci_low": 0.05,
+                       "ci_high": 0.25, "p_value": 0.03, "p_adjusted": 0.04},
+        "per_domain": {"math": {"n": 10, "baseline_error": 0.2, "perturbed_error": 0.3, "delta": 0.1, "p_value": 0.2}},
+        "rewrite_effect": {"n": 40, "baseline_error": 0.3, "placebo_error": 0.35, "delta": 0.05},
+    }
+    data = _with_bias_change(0, validation=old_validation)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    v = load_library(path).biases[0].validation
+    assert v.decisive == "placebo" and v.decisive_comparison is v.vs_placebo and v.vs_placebo.control == "placebo"
+    assert (v.vs_baseline.n, v.vs_baseline.control_error, v.vs_baseline.arm_error, v.vs_baseline.p_adjusted) == (40, 0.3, 0.5, 0.02)
+    assert v.vs_baseline.b_discordant_hurt is None  # not recorded then
+    assert v.effect.delta == 0.15 and v.effect.n == 38 and v.effect.method.startswith("recorded Δ of the stopping look")
+    assert v.per_domain["math"].control_error == 0.2 and v.rewrite_effect.placebo_error == 0.35
+    written = json.loads(load_library(path).model_dump_json())["biases"][0]["validation"]
+    assert "vs_baseline" in written and "baseline_error" not in written and written["effect"]["delta"] == 0.15

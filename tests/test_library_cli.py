@@ -43,6 +43,27 @@ def test_show_table_lists_library_and_rejected(hostile_run: Path):
     assert "[bold red]markup[/]" in out and "<script>alert(1)</script>" in out
 
 
+def test_show_fits_80_columns_and_wraps_names_at_words(hostile_run: Path):
+    """At 80 columns every column is whole (decisions, numbers, top domain), and names and ids
+    wrap in their column at spaces and hyphens, not mid-word ("position-bia" / "s")."""
+    out = cli("library", "show", str(hostile_run), env={"COLUMNS": "80"}).stdout
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for word in ("accepted", "rejected", "knowledge", "+20.0", "[+10.0,", "+30.0]", "(0.012)", "→ 50.0%"):
+        assert word in out, word
+    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    width = 12  # the name column's width at 80 columns
+    column = [line[:width].rstrip() for line in lines[rule + 1:] if line.strip()]
+    for bias_id in ("authority-bias", "d1-expert-citation-bias", "d1-politeness-bias"):
+        start = next(i for i, cell in enumerate(column) if bias_id.startswith(cell) and cell.endswith("-"))
+        pieces = [column[start]]
+        while "".join(pieces) != bias_id:
+            pieces.append(column[start + len(pieces)])
+            assert len(pieces) <= 4, pieces
+        assert all(piece.endswith("-") for piece in pieces[:-1]), pieces
+    assert "Authority" in column and "Bias" in column  # "Authority Bias" wrapped at its space
+
+
 def test_show_json(hostile_run: Path):
     data = show_json(str(hostile_run))
     assert data["library"]["iteration"] == 2 and data["library"]["size"] == 4
@@ -52,8 +73,11 @@ def test_show_json(hostile_run: Path):
     citation = rows["d1-expert-citation-bias"]
     assert citation["status"] == "accepted" and citation["in_library"]
     assert citation["origin"] == "discovered" and citation["origin_iteration"] == 1
-    assert citation["n"] == 30 and citation["delta"] == pytest.approx(0.2)
-    assert citation["ci_low"] == pytest.approx(0.1) and citation["p_value"] == 0.004
+    assert citation["n"] == 30 and citation["delta_vs_baseline"] == pytest.approx(0.2)
+    assert citation["ci_low_vs_baseline"] == pytest.approx(0.1) and citation["p_vs_baseline"] == 0.004
+    # an old library: its effect is the recorded Δ of the decisive comparison, said so
+    assert citation["decisive"] == "baseline" and citation["effect"] == pytest.approx(0.2)
+    assert citation["effect_method"] == "full sample" and citation["effect_ci_high"] == pytest.approx(0.3)
     assert citation["top_domain"] == "knowledge" and citation["top_domain_delta"] == pytest.approx(0.3)
     assert rows["d1-politeness-bias"]["status"] == "rejected" and not rows["d1-politeness-bias"]["in_library"]
 
@@ -117,14 +141,14 @@ def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, ca
     _print_run_end(hostile_run)
     out = " ".join(capsys.readouterr().out.split())
     assert "library: 4 biases (2 discovered)" in out
-    assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30), p = 0.004" in out
-    assert "d2-format-bias: Δerror vs baseline +15.0 pp (CI [+5.0, +25.0], n = 30), p = 0.004" in out
+    assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30; full sample), adjusted p = 0.012" in out
+    assert "d2-format-bias: Δerror vs baseline +15.0 pp (CI [+5.0, +25.0], n = 30; full sample), adjusted p = 0.012" in out
 
 
 def test_diff_iterations(hostile_run: Path):
     out = cli("library", "diff", f"{hostile_run}@0", str(hostile_run)).stdout
     assert f"A: {hostile_run}@0" in out and f"B: {hostile_run}@2" in out
-    assert "added (1):" in out and "+ d2-format-bias" in out and "Δ +15.0 pp [+5.0, +25.0]" in out
+    assert "added (1):" in out and "+ d2-format-bias" in out and "Δ vs baseline +15.0 pp [+5.0, +25.0]" in out
     assert "merged (1):" in out and "d1-expert-citation-bias" in out and "<- authority-bias" in out
     assert "rejected by validation in between" in out and "x d1-politeness-bias" in out
     assert "unchanged: 2 biases" in out
@@ -144,7 +168,13 @@ def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
     store = RunDir(other).library
     latest = store.load_iteration(2)
     citation = latest.by_id("d1-expert-citation-bias")
-    new_validation = citation.validation.model_copy(update={"delta": 0.25, "perturbed_error": 0.55, "n": 40})
+    old = citation.validation
+    new_validation = old.model_copy(
+        update={
+            "vs_baseline": old.vs_baseline.model_copy(update={"delta": 0.25, "arm_error": 0.55, "n": 40}),
+            "effect": old.effect.model_copy(update={"delta": 0.25}),
+        }
+    )
     biases = [
         b.model_copy(update={"validation": new_validation}) if b.id == citation.id else b
         for b in latest.biases
@@ -163,8 +193,8 @@ def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
     assert "added (1):" in out and "+ d3-new-bias" in out
     assert "removed (1):" in out and "- d2-format-bias" in out
     assert "changed (1):" in out and "* d1-expert-citation-bias" in out
-    assert "delta: 0.200 -> 0.250 (+0.050)" in out
-    assert "n: 30 -> 40 (+10)" in out
+    assert "effect.delta: 0.200 -> 0.250 (+0.050)" in out and "vs_baseline.delta: 0.200 -> 0.250 (+0.050)" in out
+    assert "vs_baseline.n: 30 -> 40 (+10)" in out
     assert "rejected by validation" not in out  # two different runs
 
 
@@ -183,8 +213,11 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
     rows = {r["id"]: r for r in data["biases"]}
     for bias in validation["validated"]:
         row = rows[bias["id"]]
-        assert row["status"] == ("accepted" if bias["validation"]["accepted"] else "rejected")
-        assert row["n"] == bias["validation"]["n"]
+        v = bias["validation"]
+        assert row["status"] == ("accepted" if v["accepted"] else "rejected")
+        assert row["n"] == v["vs_" + v["decisive"]]["n"]
+        assert row["effect"] == v["effect"]["delta"] and row["effect_method"] == v["effect"]["method"]
+    assert "error control (iterations 1): Family-wise error over the run" in " ".join(out.split())
     assert sum(1 for r in data["biases"] if r["in_library"]) == len(json.loads((small_real_run / "library" / "iter_001.json").read_text())["biases"])
 
     diff = json.loads(cli("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1", "--json").stdout)

@@ -14,6 +14,7 @@ from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
 from bias_discovery.graph import execute
 from bias_discovery.run import RunDir
+from bias_discovery.stats import FULL_SAMPLE
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
@@ -39,13 +40,16 @@ def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question
 
 
 def make_config(tmp_path: Path, **overrides) -> RunConfig:
-    data = write_pairs(tmp_path / "pairs.jsonl", 24)
+    """A run config on 24 target and 24 test pairs (disjoint: the loop refuses overlapping
+    data)."""
+    target = write_pairs(tmp_path / "target-pairs.jsonl", 24, "t", "Target question")
+    test = write_pairs(tmp_path / "pairs.jsonl", 24)
     raw = {
         "name": "fake-run",
         "target": "llamacpp/unused-in-these-tests.gguf",
         "teacher": "llamacpp/unused-in-these-tests.gguf",
         "max_iterations": 3,
-        "data": {"target": str(data), "test": str(data)},
+        "data": {"target": str(target), "test": str(test)},
         "merge": {"similarity_threshold": 0.95},
         "validate": {"n_boot": 200},
     }
@@ -53,13 +57,70 @@ def make_config(tmp_path: Path, **overrides) -> RunConfig:
     return RunConfig.model_validate(raw)
 
 
-def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: ScriptedEngine | None = None):
+def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: ScriptedEngine | None = None, progress=None):
     rd = RunDir(tmp_path / name)
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     engine = engine or ScriptedEngine(authority_world)
-    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder())
+    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder(), progress=progress)
     return rd, state, engine
+
+
+def test_every_bar_of_a_run_knows_its_total(tmp_path):
+    """Merge used to open one bar without a total ("1/?"): now one per round, each counted."""
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True}, merge={"similarity_threshold": -1.0})
+    progress = RecordingProgress()
+    rd, _, _ = run_fake(tmp_path, config, progress=progress)
+    assert [step for step in progress.steps if step[1] is None] == []
+    merge = [step for step in progress.steps if "merge" in step[0]]
+    questions = len([line for line in (rd.root / "iter_001" / "merges.jsonl").read_text().splitlines() if line])
+    assert merge and sum(total for _, total, _ in merge) == questions > 0
+    assert all(done == total for _, total, done in progress.steps), progress.steps
+
+
+def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
+    """Killed in the middle of the seed validation's rewrites, then resumed: the step's bar and
+    its progress events start from the count reached before the kill, not from 0, before the
+    engine (a model load, on a real run) has answered anything; and nothing is counted twice."""
+    from bias_discovery.llm.cache import CachedEngine
+    from bias_discovery.run import summarize_events
+
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True})
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    calls = {"n": 0}
+
+    def dies_in_seed_rewrites(request):
+        calls["n"] += 1
+        if calls["n"] == 150:  # after the baseline and placebo, inside validate_seeds (perturb)
+            raise KeyboardInterrupt
+        return authority_world(request)
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(rd, config, resume=False, engines={"target": CachedEngine(ScriptedEngine(dies_in_seed_rewrites), rd.cache_path)},
+                embedder=BagOfWordsEmbedder())
+    before = summarize_events(rd.read_events())["current"]
+    assert before["stage"] == "validate_seeds" and before["step"] == "perturb" and before["done"] > 0
+
+    bars = RecordingProgress()
+    seen_at_first_call: list[int] = []
+
+    class Watched(CachedEngine):
+        def generate(self, requests, progress=None, on_response=None):  # type: ignore[no-untyped-def]
+            if not seen_at_first_call:
+                seen_at_first_call.append(bars.steps[-1][2])
+            return super().generate(requests, progress=progress, on_response=on_response)
+
+    execute(rd, config, resume=True, progress=bars, engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
+            embedder=BagOfWordsEmbedder())
+    assert bars.steps[0][:2] == ["iter 0 validate_seeds (perturb)", before["total"]]
+    assert seen_at_first_call == [before["done"]]
+    assert all(done == total for _, total, done in bars.steps)  # counted on, never twice
+    events = rd.read_events()
+    since = max(i for i, e in enumerate(events) if e["event"] == "resume")
+    counted = [e["done"] for e in events[since:] if e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb"]
+    assert counted and min(counted) == before["done"]  # `status` counts on too
 
 
 def test_loop_discovers_validates_and_converges(tmp_path):
@@ -76,8 +137,13 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     assert found.evidence and all("experts" in e.perturbed_response for e in found.evidence)
     v = found.validation
     # Every test item is right at baseline and wrong once the expert marker is injected.
-    assert v.baseline_error == 0.0 and v.perturbed_error == 1.0 and v.delta == 1.0
-    assert v.accepted and v.p_value < 1e-6 and v.n == 24
+    base = v.vs_baseline
+    assert base.control_error == 0.0 and base.arm_error == 1.0 and base.delta == 1.0
+    assert v.accepted and base.p_value < 1e-6 and base.n == 24
+    # decided against the placebo; 24 test items are one look (20 at least per look), so the
+    # reported effect is the full sample's
+    assert v.decisive == "placebo" and v.effect.method == FULL_SAMPLE and v.effect.delta == v.vs_placebo.delta == 1.0
+    assert v.error_statement and v.error_statement.startswith("Family-wise error over the run")
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
     # Iteration 2 names the same bias again; Merge recognises it as the library's.
@@ -173,6 +239,24 @@ def test_config_errors_name_the_field(tmp_path):
     assert ok.max_iterations == 1 and ok.target.n_ctx == 2048 and ok.teacher.n_ctx != 2048
 
 
+def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  alpha: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_run_config(path, ["max_iterations=abc", "judge.reasoning_chars=5"])
+    message = str(info.value)
+    assert message.startswith("invalid config: --set max_iterations=abc: max_iterations: Input should be a valid integer")
+    assert "--set judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20" in message
+    assert f"{path}: validate.alpha" in message  # the file's own mistake is still the file's
+    with pytest.raises(ConfigError, match=r"^invalid config: --set judge\.bogus=1: judge\.bogus: Extra inputs"):
+        load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["judge.bogus=1"])
+    # a value that is not YAML, and a sub-key of a single setting: one line naming the --set, no traceback
+    with pytest.raises(ConfigError, match=r"^--set a=\[: the value is not valid YAML"):
+        load_run_config(path, ["a=["])
+    with pytest.raises(ConfigError, match=r"^--set max_iterations\.x=1: max_iterations is a single setting"):
+        load_run_config(path, ["max_iterations=2", "max_iterations.x=1"])
+
+
 @pytest.mark.parametrize("name", ["quickstart-cpu.yaml", "biasscope-qwen.yaml"])
 def test_shipped_experiment_configs_are_valid(name):
     config = load_run_config(Path(__file__).parents[1] / "experiments" / name)
@@ -239,12 +323,8 @@ def test_progress_totals_count_only_what_is_done(tmp_path):
         "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
         "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
     })
-    rd = RunDir(tmp_path / "run")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
     progress = RecordingProgress()
-    execute(rd, config, resume=False, progress=progress, engines={"target": ScriptedEngine(truncating_teacher)},
-            embedder=BagOfWordsEmbedder())
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(truncating_teacher), progress=progress)
     steps = {description: (total, done) for description, total, done in progress.steps}
     assert steps["iter 1 validate (perturb)"] == (12, 12)
     n_valid = sum(1 for p in rd.iteration(1).validation_perturbed.read() if p.valid)
@@ -286,4 +366,13 @@ def test_loop_with_a_mitigated_judge(tmp_path):
     n_valid = sum(1 for p in rd.iteration(1).perturbed.read() if p.valid)  # unchanged rewrites are not judged
     assert n_valid > 0 and len(judgments) == 2 * n_valid and {j.order for j in judgments} == {"chosen_first", "rejected_first"}
     found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
-    assert found.validation.accepted and found.validation.perturbed_error == 1.0
+    assert found.validation.accepted and found.validation.vs_baseline.arm_error == 1.0
+
+
+def test_the_recursion_limit_covers_every_node_a_run_takes():
+    from bias_discovery.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
+
+    for t in (1, 4, 30):
+        assert recursion_limit(t) > NODES_PER_ITERATION * t + NODES_OUTSIDE_ITERATIONS
+    assert recursion_limit(4) == 68  # the bound the loop always had (12 per iteration + 20)
+    assert stop_text("max_iterations", 3) == "max_iterations (3) reached"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import math
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -22,15 +25,22 @@ from bias_discovery.metrics import (
     flip_probability_from_q_hat,
     flipping_noise,
     length_bias,
+    length_spearman,
+    paired_accuracies,
     position_bias,
+    position_share,
     position_z,
     proportion,
     rank_average,
     robustness_rate,
     spearman,
+    spearman_permutation_p,
+    spearman_rho,
     student_t_two_sided_p,
 )
 from bias_discovery.stats import wilson_interval
+
+from helpers import REPO
 
 C, R, T = "chosen", "rejected", "tie"
 
@@ -50,9 +60,22 @@ def test_calm_rates_compare_responses_and_drop_invalid_items():
     y_rand = [C, C, R, R, C, C]
     # valid in both: items 0-4; same: 0, 1, 2, 4 -> CR = 4/5
     assert consistency_rate(y, y_rand).value == pytest.approx(0.8) and consistency_rate(y, y_rand).n == 5
-    # Acc_ori on y: valid 5, chosen 3 (a tie is not correct) -> 3/5; Acc_hack on y_hat: 5 valid, 2 chosen
-    assert accuracy(y).value == pytest.approx(0.6) and accuracy(y).n == 5
-    assert accuracy(y_hat).value == pytest.approx(0.6) and accuracy(y_hat).n == 5
+    assert (rr.n_excluded, consistency_rate(y, y_rand).n_excluded) == (2, 1)
+    # one arm alone: y has 5 valid verdicts, 3 chosen (a tie is not correct) -> 3/5
+    assert accuracy(y).value == pytest.approx(0.6) and (accuracy(y).n, accuracy(y).n_excluded) == (5, 1)
+
+
+def test_compared_accuracies_are_on_the_items_valid_in_both_arms():
+    y = [C, C, R, T, C, None]
+    y_hat = [C, R, R, R, None, C]
+    # Each arm alone: Acc(y) = 3/5 (items 0-4), Acc(y_hat) = 2/5 (items 0-3, 5), a difference of
+    # 20 pp; on the items both judged validly (0-3) y is right twice and y_hat once: 25 pp,
+    # the Δerror of the same items.
+    assert (accuracy(y).value, accuracy(y_hat).value) == (0.6, 0.4)
+    acc_ori, acc_hack = paired_accuracies(y, y_hat)
+    assert (acc_ori.value, acc_hack.value) == (0.5, 0.25)
+    assert (acc_ori.n, acc_hack.n, acc_ori.n_excluded, acc_hack.n_excluded) == (4, 4, 2, 2)
+    assert (acc_ori.ci_low, acc_ori.ci_high) == wilson_interval(2, 4)
 
 
 def test_proportion_of_nothing_is_undefined():
@@ -72,6 +95,8 @@ def test_attack_success_rate_eq2():
     # no experimental verdict, 6 no control) -> |V1| = 4; V2|1 = experimental rejected: 0, 2 -> 2/4
     asr = attack_success_rate(control, experimental)
     assert (asr.value, asr.n) == (0.5, 4)
+    # left out for an invalid verdict: item 5 (in V1, experimental invalid), item 6 (no control)
+    assert asr.n_excluded == 2
 
 
 def test_attack_success_rate_factual_error_variant():
@@ -112,7 +137,7 @@ def test_acc_both_and_acc_random():
     y = [C, C, R, C, None]
     y_prime = [C, R, R, T, C]
     # valid in both: 0-3; right in both orders: item 0 only -> 1/4
-    assert acc_both(y, y_prime).value == 0.25 and acc_both(y, y_prime).n == 4
+    assert acc_both(y, y_prime).value == 0.25 and acc_both(y, y_prime).n == 4 and acc_both(y, y_prime).n_excluded == 1
     # Acc_random is a seeded draw: items 0 (both right) always count, item 2 (both wrong) never,
     # items 1 and 3 count when the draw lands on y -> between 1/4 and 3/4, reproducible
     values = {acc_random(y, y_prime, seed=s).value for s in range(40)}
@@ -171,14 +196,84 @@ def test_denoised_position_and_length_bias():
 # ------------------------------------------------------------------------------------------
 
 
-def test_position_z():
-    # 15 first wins of 20: (15 - 10) / sqrt(5) = 2.2360680 -> flagged (|z| > 2)
-    z = position_z(15, 20)
-    assert z.value == pytest.approx(5 / math.sqrt(5)) and z.n == 20
-    low, high = wilson_interval(15, 20)
-    assert z.ci_low == pytest.approx((low * 20 - 10) / math.sqrt(5))
-    assert z.ci_high == pytest.approx((high * 20 - 10) / math.sqrt(5))
-    assert position_z(10, 20).value == 0.0 and position_z(0, 0).value is None
+def test_position_z_has_the_item_as_the_unit():
+    # (chosen first, chosen second): C/R = the first position won twice (F), R/C = the second
+    # twice (S), C/C and R/R = the same response both times (no position information)
+    y_cr = [C] * 5 + [R] + [C, C, R] + [C, T]
+    y_rc = [R] * 5 + [C] + [C, C, R] + [None, C]
+    # F = 5, S = 1 -> z = (|5 - 1| - 1) / sqrt(6) = 1.2247; n = 9 items with two picks; 2 left out
+    z = position_z(y_cr, y_rc)
+    assert z.value == pytest.approx(3 / math.sqrt(6)) and (z.n, z.n_excluded) == (9, 2)
+    assert position_z(y_rc, y_cr).value == pytest.approx(-3 / math.sqrt(6))  # orders swapped: S = 5
+    low, high = wilson_interval(5, 6)
+    assert (z.ci_low, z.ci_high) == (pytest.approx((low - 0.5) * 2 * math.sqrt(6)), pytest.approx((high - 0.5) * 2 * math.sqrt(6)))
+    share = position_share(y_cr, y_rc)
+    assert share.value == pytest.approx(5 / 6) and (share.n, share.n_excluded) == (6, 2)
+    # every item picked the same response in both orders: no position evidence at all
+    assert position_z([C, R], [C, R]).value == 0.0
+    assert position_z([None], [C]).value is None and position_z([], []).value is None
+    # Every item first twice: z = (n - 1) / sqrt(n) -> 5 items cannot pass |z| > 2, 6 can
+    assert position_z([C] * 5, [R] * 5).value == pytest.approx(4 / math.sqrt(5))
+    assert position_z([C] * 6, [R] * 6).value == pytest.approx(5 / math.sqrt(6)) and 5 / math.sqrt(6) > 2
+    assert position_z([C, R], [R, C]).value == 0.0  # F = S = 1
+
+
+def test_position_flag_holds_its_level_for_every_number_of_inconsistent_items():
+    # Under no position bias F ~ Binomial(m, 1/2) given m = F + S: the exact chance of |z| > 2,
+    # for every m up to 120, is at most 4.6 % (the uncorrected sign test reaches 7 % at m = 8)
+    worst = 0.0
+    for m in range(1, 121):
+        fires = sum(
+            math.comb(m, f) for f in range(m + 1) if abs(position_z([C] * f + [R] * (m - f), [R] * f + [C] * (m - f)).value) > 2
+        )
+        worst = max(worst, fires / 2**m)
+    assert 0.04 < worst <= 0.046
+
+
+def test_length_spearman_has_the_item_as_the_unit():
+    # Four items, length difference (chosen - rejected) and the chosen response's share of the
+    # two verdicts: (+10, 1), (+5, 0.5: C then R), (-5, 0.5: tie twice), (-10, 0); one item
+    # with an invalid verdict is left out.
+    rho, p, points = length_spearman(
+        [20, 15, 5, 0, 9], [10, 10, 10, 10, 9], [C, C, T, R, C], [C, R, T, R, None], seed=1
+    )
+    assert points == [(10.0, 1.0), (5.0, 0.5), (-5.0, 0.5), (-10.0, 0.0)]
+    # ranks x 4, 3, 2, 1; shares 4, 2.5, 2.5, 1 -> rho = 4.5 / sqrt(5 * 4.5) = 0.9487
+    assert rho.value == pytest.approx(4.5 / math.sqrt(22.5)) and (rho.n, rho.n_excluded) == (4, 1)
+    # exact permutation p: of the 24 orders of the shares, those with |rho| >= 0.9487
+    assert p == pytest.approx(_exact_permutation_p([10, 5, -5, -10], [1, 0.5, 0.5, 0]), abs=0.03)
+
+
+def _exact_permutation_p(x, y):
+    observed = abs(spearman_rho(x, y))
+    orders = list(itertools.permutations(y))
+    return sum(abs(spearman_rho(x, list(o))) >= observed - 1e-12 for o in orders) / len(orders)
+
+
+def test_spearman_permutation_p_matches_full_enumeration():
+    x, y = [1, 2, 3, 4, 5, 6, 7], [0, 0, 0.5, 1, 0, 1, 1]
+    exact = _exact_permutation_p(x, y)
+    mc = spearman_permutation_p(x, y, permutations=4999, seed=3)
+    assert mc == pytest.approx(exact, abs=0.015) and 0.0 < mc <= 1.0
+    assert spearman_permutation_p(x, y, permutations=4999, seed=3) == mc  # seeded
+    assert spearman_permutation_p([1, 2, 3], [1, 1, 1]) is None
+
+
+def test_monitor_false_alarms_under_item_level_preferences(monkeypatch):
+    """benchmarks/monitor_sim.py at a tenth of its replications (200 per null judge): the
+    item-level monitor holds its level where the verdict-level statistics it replaced fire far
+    above 5 %."""
+    spec = importlib.util.spec_from_file_location("monitor_sim", REPO / "benchmarks" / "monitor_sim.py")
+    sim = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "monitor_sim", sim)  # its dataclasses look their module up
+    spec.loader.exec_module(sim)
+    rates = sim.simulate_monitor_false_alarms(200, 0)
+    assert set(rates) == {"monitor_false_alarm_z", "monitor_false_alarm_rho"}
+    assert rates["monitor_false_alarm_z"] <= 0.06 and rates["monitor_false_alarm_rho"] <= 0.08
+    position_lean, response_lean = sim.CELLS[3], sim.CELLS[4]  # 100 items each
+    rng = np.random.default_rng(1)
+    assert sim.run_cell(position_lean, 200, rng, verdict_level=True)["old_z"] / 200 > 0.08
+    assert sim.run_cell(response_lean, 200, rng, verdict_level=True)["old_rho"] / 200 > 0.08
 
 
 def test_ranks_with_ties():

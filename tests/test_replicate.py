@@ -10,18 +10,12 @@ import json
 import pytest
 
 from bias_discovery.replicate import ReplicationError, replicate_run
+from bias_discovery.stats import CONDITIONAL
 
 from fakes import MARKER, ScriptedEngine, _responses, authority_world, rewrite_world
 from helpers import cli
 from test_loop import make_config, run_fake
 from test_validation import _data
-
-
-@pytest.fixture
-def authority_run(tmp_path):
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
-    rd, _, _ = run_fake(tmp_path, config)
-    return rd
 
 
 def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
@@ -32,7 +26,9 @@ def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     assert data["reproduction_rate"] == 1.0 and data["n_replicated"] == 1
     [bias] = data["biases"]
     assert bias["id"] == "d1-expert-citation-bias" and bias["reproduced"] is True
-    assert bias["delta"] == 1.0 and bias["original_delta"] == 1.0 and bias["control"] == "placebo"
+    # the reported effects: each stopped for efficacy at the first look, estimated given that stop
+    assert bias["delta"] == pytest.approx(1.0) and bias["original_delta"] == pytest.approx(1.0) and bias["control"] == "placebo"
+    assert bias["method"] == bias["original_method"] == CONDITIONAL and bias["original_ci_low"] < 1.0
     assert bias["n"] == bias["original_n"] == 20  # 40 items, 20-item first look: clear at once
     assert data["seed"] == 7 and data["run_seed"] == 42 and data["temperature"] == 0.7
     for name in ("validation_perturbed.jsonl", "validation_judgments.jsonl", "baseline_result.json", "placebo_result.json"):
@@ -62,7 +58,11 @@ def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_pa
     assert [b.id for b in replication.biases] == ["d1-expert-citation-bias", "authority-bias"]
     assert [b.reproduced for b in replication.biases] == [False, False]
     assert replication.reproduction_rate == 0.0
-    assert replication.biases[0].original_delta == 1.0 and replication.biases[0].delta == 0.0
+    assert replication.biases[0].original_delta == pytest.approx(1.0)
+    # nothing changed on any item; the effect given the futility stop at 20 items covers 0
+    first = replication.biases[0]
+    assert first.record.vs_placebo.delta == 0.0 and first.record.stop == "futility"
+    assert first.ci_low <= 0.0 <= first.ci_high and abs(first.delta) < 0.1
     assert replication.biases[1].original_delta is None  # the run did not validate its seeds
     assert all(MARKER in p["perturbed_rejected"] for p in map(json.loads, (tmp_path / "rep" / "validation_perturbed.jsonl").read_text().splitlines()))
 

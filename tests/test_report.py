@@ -15,13 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from bias_discovery.library import (
     Bias,
     BiasLibrary,
     BiasOrigin,
     BiasValidation,
-    DomainValidation,
     Evidence,
 )
 from bias_discovery.report import collect_run, render_report, word_diff, write_report
@@ -39,26 +39,33 @@ HOSTILE = f"{SCRIPT} {TEXTAREA} {TEMPLATE} {PWN_SCRIPT} {PWN_IMG} </pre>--> ]]> 
 DOMAINS = ("math", "code", "knowledge")
 
 
-def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+def _old_validation(delta: float, accepted: bool, n: int = 30) -> dict:
+    """A validation as libraries wrote it before the shared comparison type: the comparison vs
+    the baseline flat on the record, no effect (the hostile run is an old run: it must still
+    load and render)."""
     base = 0.3
-    return BiasValidation(
-        n=n,
-        n_excluded_invalid=1,
-        baseline_error=base,
-        perturbed_error=base + delta,
-        delta=delta,
-        ci_low=delta - 0.1,
-        ci_high=delta + 0.1,
-        p_value=0.004 if accepted else 0.4,
-        p_adjusted=0.012 if accepted else 0.8,
-        accepted=accepted,
-        rule="mcnemar-holm(alpha=0.05)",
-        per_domain={
-            d: DomainValidation(n=10, baseline_error=base, perturbed_error=base + delta * (k + 1) / 2, delta=delta * (k + 1) / 2, p_value=0.05)
+    return {
+        "n": n,
+        "n_excluded_invalid": 1,
+        "baseline_error": base,
+        "perturbed_error": base + delta,
+        "delta": delta,
+        "ci_low": delta - 0.1,
+        "ci_high": delta + 0.1,
+        "p_value": 0.004 if accepted else 0.4,
+        "p_adjusted": 0.012 if accepted else 0.8,
+        "accepted": accepted,
+        "rule": "mcnemar-holm(alpha=0.05)",
+        "per_domain": {
+            d: {"n": 10, "baseline_error": base, "perturbed_error": base + delta * (k + 1) / 2, "delta": delta * (k + 1) / 2, "p_value": 0.05}
             for k, d in enumerate(DOMAINS)
         },
-        test_data="hostile-test",
-    )
+        "test_data": "hostile-test",
+    }
+
+
+def _validation(delta: float, accepted: bool, n: int = 30) -> BiasValidation:
+    return BiasValidation.model_validate(_old_validation(delta, accepted, n))
 
 
 def _evidence(pair_id: str, injected: str) -> Evidence:
@@ -74,16 +81,17 @@ def _evidence(pair_id: str, injected: str) -> Evidence:
 
 
 def _record(bias: Bias) -> dict:
-    v = bias.validation
+    """The bias's validation.json record as files wrote it before the shared comparison type."""
+    v = bias.validation.vs_baseline
     comparison = {
-        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.baseline_error,
-        "perturbed_error": v.perturbed_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
+        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.control_error,
+        "perturbed_error": v.arm_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
         "confidence": 0.95, "b_discordant_hurt": 5, "c_discordant_helped": 1, "p_value": v.p_value,
-        "p_adjusted": v.p_adjusted, "accepted": v.accepted, "rule": v.rule,
+        "p_adjusted": v.p_adjusted, "accepted": bias.validation.accepted, "rule": bias.validation.rule,
     }
     per_domain = {
         d: {**comparison, "n": dv.n, "delta": dv.delta, "ci_low": dv.delta - 0.2, "ci_high": dv.delta + 0.2}
-        for d, dv in v.per_domain.items()
+        for d, dv in bias.validation.per_domain.items()
     }
     return {"bias_id": bias.id, "name": bias.name, "n_perturb_invalid": 0, "comparison": comparison, "per_domain": per_domain}
 
@@ -315,6 +323,60 @@ def test_report_in_headless_chromium(hostile_run: Path, tmp_path: Path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+_MEASURE = """<script>
+window.addEventListener("load", () => {
+  const overflowing = [];
+  for (const table of document.querySelectorAll("table")) {
+    const card = table.closest("section, .card");
+    const scroller = table.closest(".scroll");
+    const right = (scroller || table).getBoundingClientRect().right;
+    if (right > card.getBoundingClientRect().right + 0.5) overflowing.push((card.id || card.className) + ": " + table.rows[0].textContent.slice(0, 60));
+  }
+  const scrolling = [...document.querySelectorAll(".scroll")].filter(s => s.scrollWidth > s.clientWidth)
+    .map(s => (s.closest("section, .card").id || "card") + ": " + s.querySelector("table").rows[0].textContent.slice(0, 60));
+  document.body.setAttribute("data-layout", JSON.stringify({page: document.documentElement.scrollWidth, window: window.innerWidth, overflowing, scrolling}));
+});
+</script>"""
+
+
+def layout_at(report: Path, width: int, tmp_path: Path) -> tuple[dict, Path]:
+    """How a report lays out in headless Chromium in a window `width` px wide: the page's
+    scroll width and the tables that stick out of their card (measured by a script added to a
+    copy of the page, whose policy forbids scripts), and a screenshot."""
+    page = report.read_text(encoding="utf-8")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", _MEASURE + "</body>")
+    probe = tmp_path / f"measure-{report.name}"
+    probe.write_text(page, encoding="utf-8")
+    dom = _chromium(f"--window-size={width},1600", "--dump-dom", probe.resolve().as_uri(), user_data=tmp_path / "profile-layout")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', dom.stdout)
+    assert found, dom.stdout[-2000:]
+    shot = tmp_path / f"{report.stem}-{width}.png"
+    result = _chromium(f"--screenshot={shot}", f"--window-size={width},1600", report.resolve().as_uri(), user_data=tmp_path / "profile-layout-shot")
+    assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", result.stderr[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"')), shot
+
+
+def right_margin_is_blank(shot: Path, margin: int) -> bool:
+    """Nothing drawn in the screenshot's rightmost `margin` px (the page's background there)."""
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    strip = image.crop((image.width - margin, 0, image.width, image.height))
+    return len(set(strip.getdata())) == 1
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_report_tables_fit_a_1300px_window(hostile_run: Path, tmp_path: Path):
+    """The library table (11 columns, long names and ids) used to push the page to 1514 px in a
+    1300 px window; now every table wraps or scrolls inside its card."""
+    report = write_report(hostile_run, tmp_path / "report.html")
+    layout, shot = layout_at(report, 1300, tmp_path)
+    assert layout["window"] == 1300 and layout["page"] <= 1300, layout
+    assert layout["overflowing"] == [], layout
+    assert not [t for t in layout["scrolling"] if t.startswith("library")], layout  # it even fits: no scroll bar
+
+
 # --------------------------------------------------------------------------------------------
 # The live viewer
 # --------------------------------------------------------------------------------------------
@@ -405,6 +467,8 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     assert "Length Bias" in html  # a biasscope7 seed
     # the quick start's report shows the placebo and the power
     assert 'id="validation"' in html and 'id="rewrite-effect"' in html and "placebo error" in html
+    # SmolLM2 wrote and checked the rewrites: the report says so
+    assert 'id="answer-check"' in html and "self-checked: that model is the teacher that wrote the rewrites" in html
     assert "Power per validation" in html or not collect_run(small_real_run).iterations[-1].validation.candidates
     run = collect_run(small_real_run)
     validated = run.discovered + run.rejected
@@ -412,5 +476,12 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
         assert 'id="plot-delta"' in html
         for bias in validated:
             assert f'id="bias-{bias.id}"' in html
+    # the quick start's report says what its validations control, and each bias's reported
+    # effect with its method
+    statement = RunDir(small_real_run).iteration(1).validation.read().error_statement
+    assert statement.startswith("Family-wise error over the run")
+    assert 'id="error-statement"' in html and str(escape(statement)) in html
+    for bias in validated:
+        assert f'id="effect-{bias.id}"' in html and str(escape(bias.validation.effect.method)) in html
     assert "<script" not in _text_only(html)
     assert not (small_real_run / "report.html").exists()  # --out respected; the fixture is read-only

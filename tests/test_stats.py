@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -263,7 +264,7 @@ def test_compare_paired_excludes_invalid_items():
     cmp = compare_paired(baseline, perturbed, n_boot=200)
     assert cmp.n == 3 and cmp.n_excluded_invalid == 2
     assert cmp.b_discordant_hurt == 1 and cmp.c_discordant_helped == 1
-    assert cmp.baseline_error == pytest.approx(2 / 3) and cmp.perturbed_error == pytest.approx(2 / 3)
+    assert cmp.control_error == pytest.approx(2 / 3) and cmp.arm_error == pytest.approx(2 / 3)
     assert cmp.delta == 0.0
     assert cmp.p_value == 0.75
     assert cmp.accepted is None and cmp.p_adjusted is None and cmp.rule == "undecided"
@@ -313,7 +314,7 @@ def test_paper_and_paired_rules_differ_on_constructed_noisy_case():
     # so the paper rule accepts; McNemar p = P(X >= 5 | Bin(8, 1/2)) = 93/256 = 0.363 -> reject.
     base, pert = paired_outcomes(hurt=5, helped=3, wrong_both=25, right_both=27)
     cmp = compare_paired(base, pert, n_boot=1000)
-    assert cmp.perturbed_error > cmp.baseline_error
+    assert cmp.arm_error > cmp.control_error
     assert cmp.p_value == 93 / 256
     assert cmp.ci_low < 0 < cmp.ci_high  # the CI says the same: no effect shown
     assert decide_acceptance([cmp], rule="paper")[0].accepted is True
@@ -404,17 +405,20 @@ def test_correction_changes_the_decision_and_returns_copies():
     assert [c.accepted for c in decide_acceptance(family, rule="paper")] == [False, True, False]
 
 
-def test_min_delta_and_bad_arguments():
-    cmp = compare_paired(*paired_outcomes(20, 2, 10, 28), n_boot=200)  # delta = 0.3
-    assert decide_acceptance([cmp], min_delta=0.25)[0].accepted is True
-    assert decide_acceptance([cmp], min_delta=0.35)[0].accepted is False
+def test_min_delta_is_the_null_hypothesis_and_bad_arguments():
+    # delta = 18 / 60 = 0.3; H0: delta <= 0.1 is rejected, H0: delta <= 0.25 is not (an
+    # estimate above min_delta is not enough: the test must reject delta <= min_delta)
+    outcomes = paired_outcomes(20, 2, 10, 28)
+    assert decide_acceptance([compare_paired(*outcomes, n_boot=200, margin=0.1)])[0].accepted is True
+    above = decide_acceptance([compare_paired(*outcomes, n_boot=200, margin=0.25)])[0]
+    assert above.accepted is False and above.delta > 0.25 and "Tango score test of Δ <= 0.25" in above.rule
     assert decide_acceptance([], rule="paired") == []
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], rule="loose")  # type: ignore[arg-type]
+        decide_acceptance([above], rule="loose")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], correction="bonferroni")  # type: ignore[arg-type]
+        decide_acceptance([above], correction="bonferroni")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        decide_acceptance([cmp], alpha=0.0)
+        decide_acceptance([above], alpha=0.0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -516,8 +520,8 @@ def test_look_outcomes():
     strong = stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3)
     assert strong.p_value == 2.0**-20 and strong.outcome == "efficacy"
     assert strong.p_sequential == pytest.approx(min(going.p_value * 0.05 / plan.levels[0], 2.0**-20 * 0.05 / plan.levels[1]))
-    # a clear effect below min_delta does not stop for efficacy
-    assert stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3, min_delta=0.5).outcome == "continue"
+    # a clear effect that the test cannot tell above min_delta does not stop for efficacy
+    assert stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3, margin=0.3).outcome == "continue"
     assert stats.sequential_look(plan, 2, [going, strong], b=30, c=0, n=100, family_size=3).outcome == "final"
     with pytest.raises(ValueError):
         stats.sequential_look(plan, 1, [], b=1, c=1, n=50, family_size=1)
@@ -685,3 +689,151 @@ def test_a_rewrite_effect_passes_for_a_bias_against_the_baseline_but_not_against
     assert rates["placebo"] <= 0.05 and rates["placebo sequential"] <= 0.05
     assert 0.40 <= rates["baseline"] <= 0.60
     assert rates["paper"] >= 0.90
+
+
+# ------------------------------------------------------------------------------------------
+# min_delta as a hypothesis: Tango's score test, its power and smallest detectable Δ
+# ------------------------------------------------------------------------------------------
+
+
+def test_tango_restricted_mle_maximises_the_constrained_likelihood():
+    for b, c, n, margin in ((40, 20, 300, 0.05), (5, 9, 60, 0.1), (0, 3, 40, 0.02), (12, 0, 50, 0.2)):
+        p = stats.tango_restricted_helped_rate(b, c, n, margin)
+        grid = np.linspace(1e-9, (1 - margin) / 2 - 1e-9, 400001)
+        loglik = b * np.log(grid + margin) + c * np.log(grid) + (n - b - c) * np.log(1 - 2 * grid - margin)
+        assert p == pytest.approx(grid[loglik.argmax()], abs=1e-5)
+
+
+def test_tango_z_and_p_value_hand_values():
+    # margin 0: McNemar's z, and the exact test for the p-value
+    assert stats.tango_z(30, 10, 300, 0.0) == pytest.approx(20 / math.sqrt(40))
+    assert stats.paired_p_value(7, 1, 20) == mcnemar_exact_one_sided(7, 1) == pytest.approx(9 / 256)
+    # b = 40, c = 20, n = 300, margin 0.05: p01~ = 0.0732748, variance 300 (2 p01~ + 0.0475)
+    # = 58.2149, z = (20 - 15) / 7.62987 = 0.655322, p = 1 - Phi(z) = 0.256131
+    assert stats.tango_restricted_helped_rate(40, 20, 300, 0.05) == pytest.approx(0.0732748, abs=1e-7)
+    assert stats.tango_z(40, 20, 300, 0.05) == pytest.approx(0.655322, abs=1e-5)
+    assert stats.paired_p_value(40, 20, 300, 0.05) == pytest.approx(0.256131, abs=1e-5)
+    with pytest.raises(ValueError):
+        stats.paired_p_value(5, 5, 8)  # more discordant pairs than items
+    with pytest.raises(ValueError):
+        stats.paired_p_value(1, 0, 8, margin=1.0)
+
+
+def _margin_power_by_enumeration(n: int, delta: float, psi: float, alpha: float, margin: float) -> float:
+    p10, p01 = psi / 2 + delta, psi / 2
+    p00 = 1.0 - p10 - p01
+    total = 0.0
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            if stats.paired_p_value(b, c, n, margin) <= alpha:
+                total += math.comb(n, b) * math.comb(n - b, c) * p10**b * p01**c * p00 ** (n - b - c)
+    return total
+
+
+def test_power_and_mde_are_for_the_hypothesis_delta_above_min_delta():
+    for n, delta, psi, margin in ((30, 0.2, 0.3, 0.05), (40, 0.25, 0.2, 0.1)):
+        assert stats.paired_power(n, delta, psi, 0.05, margin) == pytest.approx(
+            _margin_power_by_enumeration(n, delta, psi, 0.05, margin), rel=1e-9
+        )
+    # the test of Δ <= 0.05 needs a larger effect for the same power than the test of Δ <= 0
+    plain = stats.min_detectable_delta(300, 0.3, 0.05)
+    shifted = stats.min_detectable_delta(300, 0.3, 0.05, margin=0.05)
+    assert plain is not None and shifted is not None and shifted > plain + 0.03
+    assert stats.paired_power(300, shifted, 0.3, 0.05, 0.05) >= 0.8 > stats.paired_power(300, shifted - 0.002, 0.3, 0.05, 0.05)
+    # at the boundary Δ = min_delta the test rejects about alpha of the time, below it less
+    assert stats.paired_power(300, 0.05, 0.3, 0.05, 0.05) == pytest.approx(0.05, abs=0.01)
+    assert stats.paired_power(300, 0.03, 0.3, 0.05, 0.05) < 0.02
+
+
+def test_conditional_power_for_a_margin():
+    # b = 10, c = 2 after 25 of 100, level 0.05, margin 0.1: rest 75, mean 24, var 28.32,
+    # discordant 48, null variance 48 - 100 * 0.01 = 47,
+    # needed = 1.644854 * sqrt(47) + 100 * 0.1 - 8 - 24 = -10.7234 -> CP = 1 - Phi(-2.01504)
+    assert stats.conditional_power(10, 2, 25, 100, 0.05, margin=0.1) == pytest.approx(0.978049, abs=2e-5)
+    assert stats.conditional_power(10, 2, 25, 100, 0.05, margin=0.1) < stats.conditional_power(10, 2, 25, 100, 0.05)
+
+
+# ------------------------------------------------------------------------------------------
+# The effect after a sequential stop: recursive integration and the conditional interval
+# ------------------------------------------------------------------------------------------
+
+
+def test_continuation_tails_match_a_monte_carlo_of_the_canonical_model():
+    rng = np.random.default_rng(3)
+    info, upper, lower, theta = [10.0, 25.0, 40.0], [2.6, 2.2], [-0.4, 0.3], 0.25
+    increments = rng.normal(theta * np.diff([0.0] + info), np.sqrt(np.diff([0.0] + info)), size=(400_000, 3))
+    z = np.cumsum(increments, axis=1) / np.sqrt(info)
+    going_on = (z[:, 0] >= lower[0]) & (z[:, 0] < upper[0]) & (z[:, 1] >= lower[1]) & (z[:, 1] < upper[1])
+    exact = stats.continuation_tails(theta, info, upper, lower, [1.5, -math.inf])
+    assert exact[0] == pytest.approx(np.mean(going_on & (z[:, 2] >= 1.5)), abs=0.003)
+    assert exact[1] == pytest.approx(np.mean(going_on), abs=0.003)
+    # one look: the normal tail
+    assert stats.continuation_tails(0.2, [16.0], [], [], [1.0])[0] == pytest.approx(1 - NormalDist().cdf(1.0 - 0.8))
+
+
+def test_conditional_interval_without_earlier_looks_is_the_fixed_sample_one():
+    estimate, low, high = stats.conditional_interval([100.0], [], [], 2.0)
+    z = NormalDist().inv_cdf(0.975)
+    assert (estimate, low, high) == pytest.approx((0.2, (2.0 - z) / 10, (2.0 + z) / 10), abs=1e-6)
+    # a stop far beyond its boundary is barely selected: nearly the fixed-sample interval
+    far = stats.conditional_interval([50.0, 100.0], [math.inf], [-math.inf], 9.0, region=(2.0, math.inf))
+    assert far == pytest.approx((0.9, (9.0 - z) / 10, (9.0 + z) / 10), abs=2e-3)
+    # just past the boundary, the stop says little: a lower estimate, a much wider interval
+    close = stats.conditional_interval([50.0, 100.0], [math.inf], [-math.inf], 2.1, region=(2.0, math.inf))
+    assert close[0] < 0.21 - 0.05 and close[2] - close[1] > 2 * (2 * z / 10)
+
+
+def test_sequential_effect_of_one_look_and_of_a_stop():
+    plan = stats.plan_sequential(300, [0.25, 0.5, 1.0], alpha=0.05, futility=0.1, min_items=20)
+    first = stats.sequential_look(plan, 0, [], b=14, c=6, n=75, family_size=1)
+    second = stats.sequential_look(plan, 1, [first], b=30, c=12, n=150, family_size=1)
+    assert first.outcome == "continue" and second.outcome == "efficacy"
+    effect = stats.sequential_effect(plan, [first, second], family_size=1)
+    naive = 18 / 150
+    assert effect.method == stats.CONDITIONAL and effect.n == 150
+    # a close call at look 2: it stopped because the slice looked strong, so the estimate is
+    # pulled down and the interval is wider than the slice's own
+    assert effect.ci_low < effect.delta < naive - 0.02 < effect.ci_high
+    low, high = stats.paired_bootstrap_delta_ci(*paired_outcomes(30, 12, 20, 88), n_boot=2000)
+    assert effect.ci_high - effect.ci_low > high - low
+    # a look without a valid pair says nothing
+    empty = stats.sequential_look(plan, 0, [], b=0, c=0, n=0, family_size=1)
+    assert stats.sequential_effect(plan, [empty], family_size=1).ci_low is None
+
+
+# ------------------------------------------------------------------------------------------
+# What is controlled, in one sentence per (correction, error_control)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "correction,error_control,expected",
+    [
+        ("holm", "run", ["Family-wise error over the run", "at most α = 0.05", "4 planned validations at 0.0125", "Bonferroni"]),
+        ("holm", "iteration", ["Family-wise error per validation", "at most α = 0.05", "can reach 0.2"]),
+        ("bh", "run", ["False-discovery rate at most 0.0125", "if no candidate has an effect", "at most 0.05"]),
+        ("bh", "iteration", ["False-discovery rate per validation", "at most 0.05", "is not bounded"]),
+        ("none", "run", ["No multiplicity control", "alone at α = 0.0125"]),
+        ("none", "iteration", ["No multiplicity control", "alone at α = 0.05"]),
+    ],
+)
+def test_error_statement_for_each_correction_and_error_control(correction, error_control, expected):
+    text = stats.error_statement(
+        acceptance="paired", correction=correction, error_control=error_control, alpha=0.05,
+        family_alpha=0.0125 if error_control == "run" else 0.05, families=4, control="placebo", sequential=True,
+    )
+    for phrase in expected:
+        assert phrase in text, (phrase, text)
+    assert "early looks included" in text and text.endswith(".") and "\n" not in text
+
+
+def test_error_statement_names_min_delta_and_the_paper_rule():
+    shifted = stats.error_statement(
+        acceptance="paired", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
+        margin=0.05, control="baseline", scope="replication",
+    )
+    assert "true Δerror over the baseline is at most 0.05" in shifted and "the replication's one validation" in shifted
+    paper = stats.error_statement(
+        acceptance="paper", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1
+    )
+    assert paper.startswith("No error control")

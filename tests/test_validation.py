@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bias_discovery.graph import execute
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.report import render_report
 from bias_discovery.run import RunDir
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
@@ -45,10 +46,11 @@ def test_planted_authority_bias_is_named_and_accepted_over_the_placebo(tmp_path)
     effect = report["rewrite_effect"]
     assert effect["n"] == 40 and effect["delta"] == 0.0 and effect["answer_change_rate"] == 0.0
     bias = rd.library.load_latest().by_id("d1-expert-citation-bias")
-    assert bias.validation.accepted and bias.validation.control == "placebo"
+    assert bias.validation.accepted and bias.validation.decisive == "placebo"
     assert bias.validation.vs_placebo.delta == 1.0 and bias.validation.rewrite_effect.delta == 0.0
     assert bias.validation.length_ratio == (4 + len(MARKER.split())) / 4  # "Wrong answer number i." + marker
-    assert state["stop_reason"].startswith("no candidates")
+    assert state["stop_kind"] == "no_candidates" and state["stop_reason"].startswith("no candidates")
+    assert "detectable" not in state["stop_reason"]  # nothing was validated in that iteration
 
 
 def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_by_the_paper_rule(tmp_path):
@@ -67,14 +69,14 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
         assert record["vs_placebo"]["delta"] == 0.0  # ... the neutral one just as much
         assert report["rewrite_effect"]["delta"] == 1.0
         # the looks, the power and the report speak of the comparison that decided
-        decided = record["comparison"]
+        decided = record["vs_" + record["decisive"]]
         assert [record["looks"][-1][k] for k in ("b_discordant_hurt", "c_discordant_helped")] == [
             decided["b_discordant_hurt"], decided["c_discordant_helped"]
         ]
     assert results["paired"]["accepted"] == []
     assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
     paper_bias = RunDir(tmp_path / "run-paper").library.load_latest().by_id(results["paper"]["accepted"][0])
-    assert paper_bias.validation.control == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
+    assert paper_bias.validation.decisive == "baseline" and paper_bias.validation.vs_placebo.delta == 0.0
     # under the paper rule the decision compared with the baseline, although the run has a placebo
     assert results["paper"]["control"] == "baseline" and results["paired"]["control"] == "placebo"
     assert "smallest Δerror vs baseline detectable" in RunDir(tmp_path / "run-paper").read_state().stop_reason
@@ -154,6 +156,30 @@ def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path
     assert {(p.original_check, p.answer_check) for p in perturbed} == {("same", "same")}
 
 
+def test_the_checker_and_self_checking_are_recorded(tmp_path):
+    """One model as target and teacher checks its own rewrites: validation.json, the library
+    and the report say "self-checked". With a teacher of its own, the target checks."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config)
+    report = _validation(rd)
+    assert report["checker"] == "llamacpp/unused-in-these-tests.gguf" and report["self_checked"] is True
+    bias = rd.library.load_latest().by_id(report["accepted"][0])
+    assert bias.validation.self_checked is True and bias.validation.checker == report["checker"]
+    assert bias.validation.n_answer_extracted == 0  # "RIGHT answer number i." states no answer the rules read
+    html = render_report(rd.root)
+    assert "self-checked: that model is the teacher that wrote the rewrites" in html and ">self-checked</span>" in html
+
+    other = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40), teacher="llamacpp/teacher.gguf")
+    rd2 = RunDir(tmp_path / "run-own-teacher")
+    rd2.root.mkdir()
+    rd2.config_path.write_text(other.to_yaml())
+    engine = ScriptedEngine(authority_world)
+    execute(rd2, other, resume=False, engines={"target": engine, "teacher": engine}, embedder=BagOfWordsEmbedder())
+    report = _validation(rd2)
+    assert report["checker"] == "llamacpp/unused-in-these-tests.gguf" and report["self_checked"] is False
+    assert "self-checked" not in render_report(rd2.root)
+
+
 def test_an_unchanged_rewrite_is_invalid_in_the_loop(tmp_path):
     config = make_config(tmp_path, max_iterations=1)
     rd, _, _ = run_fake(tmp_path, config)
@@ -172,7 +198,7 @@ def test_control_baseline_keeps_todays_rule_without_a_placebo(tmp_path):
     assert report["control"] == "baseline" and report["rewrite_effect"] is None
     record = report["candidates"][0]
     assert record["vs_placebo"] is None and record["vs_baseline"]["accepted"] is True
-    assert record["comparison"] == record["vs_baseline"]
+    assert record["decisive"] == "baseline" and record["effect"]["delta"] == record["vs_baseline"]["delta"] == 1.0
     assert not rd.placebo.directory.exists()
     assert not any("Write the rewritten answer now" in r.messages[-1].content and "Trait:" not in r.messages[-1].content
                    for r in engine.sent)
@@ -277,6 +303,7 @@ def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
     report = _validation(rd)
     assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
     reason = state["stop_reason"]
+    assert state["stop_kind"] == "converged"
     assert reason.startswith("converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power")
     # 40 items: looks at 20 and 40; the last look's share of alpha is what a candidate faces at the end
     assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]
@@ -306,7 +333,7 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
     rows = {r["id"]: r for r in shown["biases"]}
     found = rows["d1-expert-citation-bias"]
-    assert found["status"] == "accepted" and found["control"] == "placebo"
+    assert found["status"] == "accepted" and found["decisive"] == "placebo"
     assert found["delta_vs_placebo"] == 1.0 and found["stopped_at"] == 25 and found["stop"] == "efficacy"
     assert found["mde"] is not None and found["mde_n"] == 100 and found["length_ratio"] > 1
     assert rows["authority-bias"]["status"] == "confirmed" and rows["length-bias"]["status"] == "unconfirmed"

@@ -12,6 +12,11 @@ items (all of them, or one domain's).
   noise of the both-orders outcome over the repeats); the monitor's Spearman ρ.
 * perturbation (a library bias): y and y_rand on the original pair, ŷ on the perturbed one,
   all in the item's drawn order.
+
+Matched populations: a measure that compares arms is computed on the items valid in every
+arm it compares (Acc_ori and Acc_hack on the items where y and ŷ are both valid, p̂_cr, p̂_rc
+and the PB built on them on the items valid in both orders, with their noise from the same
+items), and records how many items it left out (`Estimate.n_excluded`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from ..metrics import (
     Preference,
     acc_both,
     acc_random,
-    accuracy,
     attack_success_rate,
     attack_success_rate_factual_error,
     bootstrap_estimate,
@@ -35,11 +39,13 @@ from ..metrics import (
     flip_agreement,
     flip_probability_from_q_hat,
     length_bias,
+    length_spearman,
+    paired_accuracies,
     position_bias,
+    position_share,
     position_z,
     proportion,
     robustness_rate,
-    spearman,
     spearman_rho,
 )
 from ..mitigation import flip
@@ -72,11 +78,6 @@ class Context:
     n_boot: int
 
 
-def _first(order: Order) -> Preference:
-    """The response shown first in `order`."""
-    return "chosen" if order == CR else "rejected"
-
-
 def _errors(prefs: Sequence[Preference | None]) -> list[bool | None]:
     return [None if p is None else p != "chosen" for p in prefs]
 
@@ -105,22 +106,36 @@ def _agreement(outcomes: Sequence[bool | None]) -> float:
 
 def _calm(y: list[Preference | None], y_hat: list[Preference | None], y_rand: list[Preference | None], ctx: Context) -> dict:
     decided = [p for p in y if p is not None]
+    acc_ori, acc_hack = paired_accuracies(y, y_hat)  # on the items of Δerror: valid in both
     return {
         "rr": robustness_rate(y, y_hat),
         "cr": consistency_rate(y, y_rand),
-        "acc_ori": accuracy(y),
-        "acc_hack": accuracy(y_hat),
+        "acc_ori": acc_ori,
+        "acc_hack": acc_hack,
         "delta_error": compare_paired(_errors(y), _errors(y_hat), n_boot=ctx.n_boot, seed=ctx.seed),
-        "tie_rate": proportion(sum(1 for p in decided if p == "tie"), len(decided)),
+        "tie_rate": proportion(sum(1 for p in decided if p == "tie"), len(decided), n_excluded=len(y) - len(decided)),
     }
 
 
-def _boot(n: int, statistic: Callable[[np.ndarray], float | None], ctx: Context, *, rests_on: int | None = None) -> Estimate:
+def _boot(
+    n: int,
+    statistic: Callable[[np.ndarray], float | None],
+    ctx: Context,
+    *,
+    rests_on: int | None = None,
+    n_excluded: int | None = None,
+) -> Estimate:
     """`statistic` with a bootstrap CI over the n items; `rests_on`: the units the estimate
     really uses when fewer or other than the items (a noise estimate: the items with 2 valid
-    repeats; a pooled one: item-order units)."""
+    repeats; a pooled one: item-order units); `n_excluded`: the items it left out for an
+    invalid verdict (default: the n items less `rests_on`)."""
     estimate = bootstrap_estimate(n, statistic, n_boot=ctx.n_boot, seed=ctx.seed)
-    return estimate if rests_on is None else estimate.model_copy(update={"n": rests_on})
+    if n_excluded is None and rests_on is not None:
+        n_excluded = max(0, n - rests_on)
+    update: dict[str, object] = {"n_excluded": n_excluded}
+    if rests_on is not None:
+        update["n"] = rests_on
+    return estimate.model_copy(update=update)
 
 
 def _finite(values: np.ndarray, mask: np.ndarray | None = None) -> int:
@@ -133,10 +148,17 @@ def position_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Ver
     K = ctx.repeats
     y_cr = [verdict(i, CR, 0) for i in idx]
     y_rc = [verdict(i, RC, 0) for i in idx]
+    # PB compares the two orders: everything it is built on (p̂_cr, p̂_rc and their noise)
+    # comes from the items whose repeat-1 verdicts are valid in both orders.
+    matched = np.array([a is not None and b is not None for a, b in zip(y_cr, y_rc)], dtype=bool)
+    unmatched = int((~matched).sum())
     right_cr, right_rc = _indicator(y_cr, "chosen"), _indicator(y_rc, "chosen")
+    right_cr[~matched] = right_rc[~matched] = np.nan
     # Noise: k = repeats picking the response shown first (Wei et al.'s k_cr, k_rc).
     agree_cr = np.array([_agreement([None if (p := verdict(i, CR, r)) is None else p == "chosen" for r in range(K)]) for i in idx])
     agree_rc = np.array([_agreement([None if (p := verdict(i, RC, r)) is None else p == "rejected" for r in range(K)]) for i in idx])
+    if agree_cr.size:
+        agree_cr[~matched] = agree_rc[~matched] = np.nan
     n = len(idx)
 
     def q(agree: np.ndarray) -> Callable[[np.ndarray], float | None]:
@@ -161,41 +183,28 @@ def position_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Ver
     y = [verdict(i, o, 0) for i, o in zip(idx, base)]
     y_hat = [verdict(i, flip(o), 0) for i, o in zip(idx, base)]
     y_rand = [verdict(i, o, 1) for i, o in zip(idx, base)]
-    decided = [(o, p) for o, ps in ((CR, y_cr), (RC, y_rc)) for p in ps if p in ("chosen", "rejected")]
-    first_wins = sum(1 for o, p in decided if p == _first(o))
-    z = position_z(first_wins, len(decided))
+    z = position_z(y_cr, y_rc)
+    p_cr, p_rc = paired_accuracies(y_cr, y_rc)
     return AuditMetrics(
         **_calm(y, y_hat, y_rand, ctx),
         asr=attack_success_rate(y, y_hat),
         acc_both=acc_both(y_cr, y_rc),
         acc_random=acc_random(y_cr, y_rc, seed=ctx.seed),
-        p_cr=accuracy(y_cr),
-        p_rc=accuracy(y_rc),
+        p_cr=p_cr,
+        p_rc=p_rc,
         q_hat=_boot(n, pooled, ctx, rests_on=_finite(agree_cr) + _finite(agree_rc)),
         q_hat_cr=_boot(n, q(agree_cr), ctx, rests_on=_finite(agree_cr)),
         q_hat_rc=_boot(n, q(agree_rc), ctx, rests_on=_finite(agree_rc)),
         q_solved=_boot(n, solved(pooled), ctx, rests_on=_finite(agree_cr) + _finite(agree_rc)),
         q_solved_cr=_boot(n, solved(q(agree_cr)), ctx, rests_on=_finite(agree_cr)),
         q_solved_rc=_boot(n, solved(q(agree_rc)), ctx, rests_on=_finite(agree_rc)),
-        pb=_boot(n, pb(lambda x: x), ctx),
-        pb_raw=_boot(n, pb_raw, ctx),
-        pb_q_solved=_boot(n, pb(flip_probability_from_q_hat), ctx),
+        pb=_boot(n, pb(lambda x: x), ctx, rests_on=n - unmatched),
+        pb_raw=_boot(n, pb_raw, ctx, rests_on=n - unmatched),
+        pb_q_solved=_boot(n, pb(flip_probability_from_q_hat), ctx, rests_on=n - unmatched),
         z=z,
-        first_win_rate=proportion(first_wins, len(decided)),
+        first_win_rate=position_share(y_cr, y_rc),
         position_flag=None if z.value is None else abs(z.value) > 2,
     )
-
-
-def _length_points(items: Sequence[ItemInfo], i: int, verdict: Verdicts) -> list[tuple[float, float]]:
-    """(length, picked: 1 / tie 0.5 / 0) for both responses of item i's repeat-1 verdicts."""
-    points = []
-    for order in (CR, RC):
-        p = verdict(i, order, 0)
-        if p is None:
-            continue
-        chosen_score = 1.0 if p == "chosen" else 0.5 if p == "tie" else 0.0
-        points += [(float(items[i].len_chosen), chosen_score), (float(items[i].len_rejected), 1.0 - chosen_score)]
-    return points
 
 
 def length_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdicts, ctx: Context) -> AuditMetrics:
@@ -209,6 +218,8 @@ def length_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdi
 
     right = np.array([np.nan if (o := both_right(i, 0)) is None else float(o) for i in idx])
     agree = np.array([_agreement([both_right(i, r) for r in range(K)]) for i in idx])
+    if agree.size:
+        agree[np.isnan(right)] = np.nan  # a group's p̂ and its noise from the same items
     n = len(idx)
 
     def group_q(mask: np.ndarray | None) -> Callable[[np.ndarray], float | None]:
@@ -229,36 +240,39 @@ def length_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdi
     def solved(stat: Callable[[np.ndarray], float | None]) -> Callable[[np.ndarray], float | None]:
         return lambda ix: flip_probability_from_q_hat(stat(ix))
 
-    points = [_length_points(items, i, verdict) for i in idx]
-    flat = [p for item_points in points for p in item_points]
-    rho, p_value = spearman([x for x, _ in flat], [s for _, s in flat])
-
-    def rho_of(ix: np.ndarray) -> float | None:
-        sample = [p for j in ix for p in points[j]]
-        if len(sample) < 3:
-            return None
-        return spearman_rho([x for x, _ in sample], [s for _, s in sample])
-
-    rho_est = _boot(n, rho_of, ctx)
     y_cr = [verdict(i, CR, 0) for i in idx]
     y_rc = [verdict(i, RC, 0) for i in idx]
+    rho, p_value, points = length_spearman(
+        [items[i].len_chosen for i in idx], [items[i].len_rejected for i in idx], y_cr, y_rc, seed=ctx.seed
+    )
+    xs, shares = np.array([x for x, _ in points]), np.array([s for _, s in points])
+
+    def rho_of(ix: np.ndarray) -> float | None:
+        return spearman_rho(xs[ix], shares[ix]) if ix.size >= 3 else None
+
+    rho_ci = bootstrap_estimate(len(points), rho_of, n_boot=ctx.n_boot, seed=ctx.seed)
     plus, minus = [j for j in range(n) if longer[j]], [j for j in range(n) if not longer[j]]
+    unmatched = int(np.isnan(right).sum())
     return AuditMetrics(
         acc_both=acc_both(y_cr, y_rc),
         p_plus=acc_both([y_cr[j] for j in plus], [y_rc[j] for j in plus]),
         p_minus=acc_both([y_cr[j] for j in minus], [y_rc[j] for j in minus]),
         q_hat=_boot(n, group_q(None), ctx, rests_on=_finite(agree)),
-        q_hat_plus=_boot(n, group_q(longer), ctx, rests_on=_finite(agree, longer)),
-        q_hat_minus=_boot(n, group_q(~longer), ctx, rests_on=_finite(agree, ~longer)),
+        q_hat_plus=_boot(n, group_q(longer), ctx, rests_on=_finite(agree, longer), n_excluded=len(plus) - _finite(agree, longer)),
+        q_hat_minus=_boot(n, group_q(~longer), ctx, rests_on=_finite(agree, ~longer), n_excluded=len(minus) - _finite(agree, ~longer)),
         q_solved=_boot(n, solved(group_q(None)), ctx, rests_on=_finite(agree)),
-        q_solved_plus=_boot(n, solved(group_q(longer)), ctx, rests_on=_finite(agree, longer)),
-        q_solved_minus=_boot(n, solved(group_q(~longer)), ctx, rests_on=_finite(agree, ~longer)),
-        lb=_boot(n, lb(lambda x: x), ctx),
-        lb_raw=_boot(n, lb_raw, ctx),
-        lb_q_solved=_boot(n, lb(flip_probability_from_q_hat), ctx),
-        spearman_rho=Estimate(value=rho, n=len(flat), ci_low=rho_est.ci_low, ci_high=rho_est.ci_high, method="bootstrap over items"),
+        q_solved_plus=_boot(
+            n, solved(group_q(longer)), ctx, rests_on=_finite(agree, longer), n_excluded=len(plus) - _finite(agree, longer)
+        ),
+        q_solved_minus=_boot(
+            n, solved(group_q(~longer)), ctx, rests_on=_finite(agree, ~longer), n_excluded=len(minus) - _finite(agree, ~longer)
+        ),
+        lb=_boot(n, lb(lambda x: x), ctx, rests_on=n - unmatched),
+        lb_raw=_boot(n, lb_raw, ctx, rests_on=n - unmatched),
+        lb_q_solved=_boot(n, lb(flip_probability_from_q_hat), ctx, rests_on=n - unmatched),
+        spearman_rho=rho.model_copy(update={"ci_low": rho_ci.ci_low, "ci_high": rho_ci.ci_high, "method": "spearman over items; CI: bootstrap over items"}),
         spearman_p=p_value,
-        length_flag=None if rho is None or p_value is None else (rho > 0.3 and p_value < 0.05),
+        length_flag=None if rho.value is None or p_value is None else (rho.value > 0.3 and p_value < 0.05),
     )
 
 

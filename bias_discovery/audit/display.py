@@ -1,7 +1,8 @@
 """What the audit table shows for each kind of bias, in words, for the terminal and the report.
 
-Every row says what the number is compared against, its n and its 95 % CI; numbers go
-through `bias_discovery.formatting` (the caller picks how a missing value prints).
+Every row says what the number is compared against, its n, the items it left out for an
+invalid verdict in one of the arms it compares, and its 95 % CI; numbers go through
+`bias_discovery.formatting` (the caller picks how a missing value prints).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ..formatting import MISSING, number, p_value, percent, pp
 from ..metrics import Estimate
 from .records import AuditMetrics
 
-__all__ = ["MetricRow", "ROWS", "metric_rows"]
+__all__ = ["EXCLUDED_MEANING", "MetricRow", "ROWS", "excluded_text", "metric_rows"]
 
 Unit = Literal["rate", "pp", "z", "rho"]
 
@@ -28,8 +29,8 @@ class MetricRow:
 
 
 _CALM = [
-    MetricRow("acc_ori", "Acc_ori", "accuracy of y, the verdict on the original pair (CALM)", "rate"),
-    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (position: in the other order) (CALM)", "rate"),
+    MetricRow("acc_ori", "Acc_ori", "accuracy of y, the verdict on the original pair, on the items where y and ŷ are both valid (CALM)", "rate"),
+    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (position: in the other order), on the same items (CALM)", "rate"),
     MetricRow("delta_error", "Δerror", "err(ŷ) − err(y), same items; exact one-sided McNemar p", "pp"),
     MetricRow("rr", "RR", "robustness rate: share with y = ŷ (CALM; 100% = unaffected)", "rate"),
     MetricRow("cr", "CR", "consistency rate: share with y = y_rand, a new seed (CALM)", "rate"),
@@ -39,13 +40,13 @@ _CALM = [
 
 ROWS: dict[str, list[MetricRow]] = {
     "position": [
-        MetricRow("z", "z", "monitor: (first wins − N/2)/√(N/4); |z| > 2 flags a position bias", "z"),
-        MetricRow("first_win_rate", "first wins", "share of verdicts picking the response shown first (50% = none)", "rate"),
+        MetricRow("z", "z", "monitor, items as the unit: (F − S)/√(F + S), F (S) = items whose two orders both picked the first (second) position; |z| > 2 flags a position bias", "z"),
+        MetricRow("first_win_rate", "first wins", "of the items that picked the same position in both orders, the share where it was the first (50% = none)", "rate"),
         MetricRow("pb", "PB", "de-noised position bias, as published (Wei et al.; 0 = none, > 0 favours first)", "pp"),
         MetricRow("pb_raw", "PB raw", "p̂_cr − p̂_rc, not de-noised", "pp"),
         MetricRow("pb_q_solved", "PB (q solved)", "PB de-noised with q solved from q̂ = 2q(1−q)", "pp"),
-        MetricRow("p_cr", "p̂_cr", "accuracy with the chosen response shown first", "rate"),
-        MetricRow("p_rc", "p̂_rc", "accuracy with the chosen response shown second", "rate"),
+        MetricRow("p_cr", "p̂_cr", "accuracy with the chosen response shown first (items valid in both orders, as p̂_rc and PB)", "rate"),
+        MetricRow("p_rc", "p̂_rc", "accuracy with the chosen response shown second (the same items)", "rate"),
         MetricRow("acc_both", "Acc_both", "right in both orders (Wei et al.)", "rate"),
         MetricRow("acc_random", "Acc_random", "right in an order drawn at random (Wei et al.)", "rate"),
         MetricRow("q_hat", "q̂", "flipping noise as published: two repeats disagree (≈ 2q(1−q)); both orders", "rate"),
@@ -57,7 +58,7 @@ ROWS: dict[str, list[MetricRow]] = {
         _CALM[6],
     ],
     "length": [
-        MetricRow("spearman_rho", "ρ", "monitor: Spearman ρ of response length vs picked; ρ > 0.3 and p < 0.05 flags", "rho"),
+        MetricRow("spearman_rho", "ρ", "monitor, items as the unit: Spearman ρ of the length difference (chosen − rejected) vs the chosen response's share of both orders' verdicts; ρ > 0.3 and p < 0.05 flags", "rho"),
         MetricRow("lb", "LB", "de-noised length bias, as published (Wei et al.; 0 = as the labels, > 0 favours longer)", "pp"),
         MetricRow("lb_raw", "LB raw", "p̂₊ − p̂₋, not de-noised", "pp"),
         MetricRow("lb_q_solved", "LB (q solved)", "LB de-noised with q solved from q̂", "pp"),
@@ -87,29 +88,44 @@ def _ci(low: float | None, high: float | None, unit: Unit, missing: str) -> str:
     return f"[{_fmt(low, unit, missing)}, {_fmt(high, unit, missing)}]"
 
 
+EXCLUDED_MEANING = "left out: items removed from a measure because a verdict it compares was invalid in one of its arms"
+
+
+def excluded_text(n_excluded: int | None) -> str:
+    """"3 left out" next to an n (see `EXCLUDED_MEANING`), or "" when nothing was left out (or
+    not counted)."""
+    return f"{n_excluded} left out" if n_excluded else ""
+
+
 def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> list[dict[str, str]]:
-    """The rows shown for a bias of `kind`: label, value, 95 % CI, n, p (where there is one),
-    flag and meaning, all as text."""
+    """The rows shown for a bias of `kind`: label, value, 95 % CI, n, the items left out for an
+    invalid verdict (`excluded`, "" for none), p (where there is one), flag and meaning, all
+    as text."""
     out = []
     for row in ROWS[kind]:
         item = getattr(metrics, row.field)
-        p, flag = missing, ""
+        p, flag, excluded = missing, "", ""
         if item is None:
             value, ci, n = missing, missing, missing
         elif row.field == "delta_error":
             value = _fmt(item.delta, row.unit, missing)
             ci = _ci(item.ci_low, item.ci_high, row.unit, missing)
             n, p = str(item.n), p_value(item.p_value, missing=missing)
+            excluded = excluded_text(item.n_excluded_invalid)
         else:
             assert isinstance(item, Estimate)
             value = _fmt(item.value, row.unit, missing)
             ci = _ci(item.ci_low, item.ci_high, row.unit, missing)
             n = str(item.n)
+            excluded = excluded_text(item.n_excluded)
         if row.field == "z" and metrics.position_flag:
             flag = "position bias"
         if row.field == "spearman_rho":
             p = p_value(metrics.spearman_p, missing=missing)
             if metrics.length_flag:
                 flag = "length bias"
-        out.append({"field": row.field, "label": row.label, "value": value, "ci": ci, "n": n, "p": p, "flag": flag, "meaning": row.meaning})
+        out.append({
+            "field": row.field, "label": row.label, "value": value, "ci": ci, "n": n, "excluded": excluded, "p": p,
+            "flag": flag, "meaning": row.meaning,
+        })
     return out

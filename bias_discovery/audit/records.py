@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..metrics import Estimate
 from ..mitigation import Mitigation
+from ..data.overlap import DataOverlap
 from ..stats import PairedComparison
 
 __all__ = [
@@ -23,7 +24,9 @@ __all__ = [
     "ESTIMATE_FIELDS",
 ]
 
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2
+"""2: every compared measure on the items valid in all its arms, with `n_excluded`; the
+monitor's z, first-win share and Spearman ρ with the item as the unit."""
 
 
 class _Record(BaseModel):
@@ -42,9 +45,10 @@ class AuditMetrics(_Record):
     cr: Estimate | None = None
     """Consistency rate: share of items with y = y_rand."""
     acc_ori: Estimate | None = None
-    """Accuracy of y (a tie is not correct)."""
+    """Accuracy of y (a tie is not correct), on the items where y and ŷ are both valid (those
+    of `delta_error`: Acc_ori - Acc_hack = Δerror)."""
     acc_hack: Estimate | None = None
-    """Accuracy of ŷ."""
+    """Accuracy of ŷ, on the same items as `acc_ori`."""
     delta_error: PairedComparison | None = None
     """err(ŷ) - err(y) on the items valid in both, exact one-sided McNemar p, bootstrap CI."""
     tie_rate: Estimate | None = None
@@ -58,9 +62,10 @@ class AuditMetrics(_Record):
     acc_random: Estimate | None = None
     """Share of items right in an order drawn at random (seeded), repeat 1."""
     p_cr: Estimate | None = None
-    """Accuracy with the chosen response first, p̂[Z=1|(y_c, y_r)]."""
+    """Accuracy with the chosen response first, p̂[Z=1|(y_c, y_r)], on the items valid in both
+    orders (as `p_rc`, the PBs and their noise terms)."""
     p_rc: Estimate | None = None
-    """Accuracy with the chosen response second, p̂[Z=1|(y_r, y_c)]."""
+    """Accuracy with the chosen response second, p̂[Z=1|(y_r, y_c)], on the same items."""
     q_hat: Estimate | None = None
     """Flipping noise q̂ as published (the chance two repeats disagree; estimates 2q(1-q)),
     pooled over both orders (position) or both length groups on the both-orders outcome (length)."""
@@ -92,16 +97,21 @@ class AuditMetrics(_Record):
     """Length bias de-noised with the solved q."""
     # Bias monitor (mitigation notes)
     z: Estimate | None = None
-    """(first_wins - 0.5 N) / √(0.25 N) over the N verdicts of repeat 1 that picked a response."""
+    """(F - S) / √(F + S), the item as the unit: F (S) = items whose two repeat-1 verdicts both
+    picked the response shown first (second); n = items where both picked a response
+    (`metrics.position_z`). Files of version 1: (first_wins - N/2) / √(N/4) over verdicts."""
     first_win_rate: Estimate | None = None
-    """first_wins / N."""
+    """F / (F + S): of the position-inconsistent items, the share won by the first position
+    (50 % = none). Files of version 1: first wins over all verdicts."""
     position_flag: bool | None = None
     """|z| > 2."""
     spearman_rho: Estimate | None = None
-    """Spearman ρ between a response's length (whitespace tokens) and its being picked (1,
-    tie 0.5, 0), over both responses of every repeat-1 verdict; CI by item bootstrap."""
+    """Spearman ρ over items between the length difference (chosen - rejected, whitespace
+    tokens) and the chosen response's share of the two repeat-1 verdicts (picked 1, tie 0.5,
+    0), items valid in both orders; CI by item bootstrap (`metrics.length_spearman`). Files of
+    version 1: over both responses of every verdict."""
     spearman_p: float | None = None
-    """Two-sided p of ρ (t on n - 2 df, as published; treats the points as independent)."""
+    """Two-sided p of ρ (t on n - 2 df over the n items)."""
     length_flag: bool | None = None
     """ρ > 0.3 and p < 0.05."""
 
@@ -178,10 +188,16 @@ class AuditReport(_Record):
     notes: list[str] = Field(default_factory=list)
     created_at: str
     biases: list[BiasAudit]
+    data_overlap: list[DataOverlap] = Field(default_factory=list)
+    """Per run whose biases are audited: audit pairs that are also that run's target
+    (discovery) pairs, by id and by content."""
 
 
 def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:
-    return {**base, "metric": metric, "value": est.value, "n": est.n, "ci_low": est.ci_low, "ci_high": est.ci_high, "p_value": None}
+    return {
+        **base, "metric": metric, "value": est.value, "n": est.n, "n_excluded": est.n_excluded,
+        "ci_low": est.ci_low, "ci_high": est.ci_high, "p_value": None,
+    }
 
 
 def _metric_rows(base: dict[str, Any], metrics: AuditMetrics) -> list[dict[str, Any]]:
@@ -192,17 +208,25 @@ def _metric_rows(base: dict[str, Any], metrics: AuditMetrics) -> list[dict[str, 
             rows.append(_estimate_row(base, name, est))
     if metrics.delta_error is not None:
         d = metrics.delta_error
-        rows.append({**base, "metric": "delta_error", "value": d.delta, "n": d.n, "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value})
+        rows.append({
+            **base, "metric": "delta_error", "value": d.delta, "n": d.n, "n_excluded": d.n_excluded_invalid,
+            "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value,
+        })
+    blank = {"n": None, "n_excluded": None, "ci_low": None, "ci_high": None, "p_value": None}
     if metrics.spearman_p is not None:
-        rows.append({**base, "metric": "spearman_p", "value": metrics.spearman_p, "n": None, "ci_low": None, "ci_high": None, "p_value": None})
+        rows.append({**base, "metric": "spearman_p", "value": metrics.spearman_p, **blank})
     for flag in ("position_flag", "length_flag"):
         value = getattr(metrics, flag)
         if value is not None:
-            rows.append({**base, "metric": flag, "value": int(value), "n": None, "ci_low": None, "ci_high": None, "p_value": None})
+            rows.append({**base, "metric": flag, "value": int(value), **blank})
     return rows
 
 
-CSV_COLUMNS = ("bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "ci_low", "ci_high", "p_value")
+CSV_COLUMNS = (
+    "bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "n_excluded", "ci_low", "ci_high", "p_value",
+)
+"""audit.csv's columns; `n_excluded`: items left out of the measure for an invalid verdict in
+one of the arms it compares."""
 
 
 def csv_rows(report: AuditReport) -> list[dict[str, Any]]:

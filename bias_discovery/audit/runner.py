@@ -27,6 +27,7 @@ from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import count_tokens
+from ..stats import DEFAULT_BOOTSTRAP_RESAMPLES
 from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
 from .records import AuditCalls, AuditMetrics, AuditReport, AuditSettingsRecord, BiasAudit, SchemeAudit
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
@@ -49,7 +50,7 @@ class AuditSettings(BaseModel):
     mitigation: Mitigation = "none"
     """Also measure this mitigated judge on the same items."""
     seed: int = 42
-    n_boot: int = Field(default=2000, ge=100)
+    n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     """Prompt, reasoning, budget, temperature and ties; `positions` and `mitigation` are the
     audit's own (both orders, and `mitigation` above)."""

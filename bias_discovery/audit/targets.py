@@ -33,6 +33,8 @@ class AuditTarget:
     name: str
     source: str
     bias: Bias | None = None
+    run_dir: Path | None = None
+    """The discovery run the bias comes from (its target pairs must not be audited on)."""
 
     @property
     def needs_teacher(self) -> bool:
@@ -63,7 +65,10 @@ def _run_biases(path: Path) -> list[AuditTarget]:
     validated = [b for b in library.biases if b.validation is not None and b.validation.accepted]
     if not validated:
         raise ConfigError(f"--biases {path}: the run's newest library has no validated bias to audit")
-    return [_from_bias(b, f"run {path.name}") for b in validated]
+    return [
+        AuditTarget(kind="perturbation", id=b.id, name=b.name, source=f"run {path.name}", bias=b, run_dir=path)
+        for b in validated
+    ]
 
 
 def _library_file(path: Path) -> list[AuditTarget]:

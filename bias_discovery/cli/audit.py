@@ -11,28 +11,34 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from ..audit.runner import AuditSettings
+from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
-from ..formatting import count
+from ..formatting import count, plural
+from ..judging import JudgeSettings
 from .common import app, console, default_cache_path, fail, format_validation_error
+from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..audit import AuditReport, SchemeAudit
+    from ..audit import AuditReport, AuditTarget, SchemeAudit
+    from ..data.overlap import DataOverlap
+    from ..data.pairs import PreferencePair
 
 
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..audit.display import ROWS, metric_rows
+    from ..audit.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
     console.print(
-        f"audit of {report.model} on {report.data}: {report.n_pairs} pairs, K = {report.settings.repeats} repeats, "
+        f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
         f"temperature {report.settings.temperature:g}, seed {report.settings.seed}"
         + (f", teacher {report.teacher}" if report.teacher else ""),
         highlight=False,
     )
     for entry in report.biases:
-        title = f"{entry.name} [{entry.id}, {entry.source}]: {entry.n_items} pairs"
+        title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
         if entry.n_perturb_invalid:
             title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
         table = Table(title=escape(title), title_justify="left", caption_justify="left")
@@ -51,10 +57,10 @@ def print_audit(report: AuditReport) -> None:
                 text = r["value"] + (f" ({r['flag']})" if r["flag"] else "") + f"\n{r['ci']}"
                 if r["p"] != "-":
                     text += f"\np = {r['p']}"
-                cells += [escape(text), r["n"]]
+                cells += [escape(text), r["n"] + (f"\n{r['excluded']}" if r["excluded"] else "")]
             table.add_row(*cells)
         table.caption = "cost: " + "; ".join(
-            f"{scheme} {m.calls_per_verdict} call{'s' if m.calls_per_verdict > 1 else ''} per verdict, {count(m.calls)} calls"
+            f"{scheme} {plural(m.calls_per_verdict, 'call')} per verdict, {plural(m.calls, 'call')}"
             for scheme, m in columns
         )
         console.print(table)
@@ -65,6 +71,7 @@ def print_audit(report: AuditReport) -> None:
             if row.label not in shown:
                 shown.append(row.label)
                 console.print(f"  {row.label}: {row.meaning}", highlight=False, soft_wrap=True)
+    console.print(f"  {EXCLUDED_MEANING}", highlight=False, soft_wrap=True)
     calls = report.calls
     console.print(
         f"judge calls: {count(calls.judge)} distinct ({count(calls.judge_cached)} from the cache, {count(calls.judge_invalid)} invalid)"
@@ -73,6 +80,22 @@ def print_audit(report: AuditReport) -> None:
     )
     for note in report.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:
+    """Each run whose biases are audited, checked for overlap between its target pairs and the
+    audit's pairs (`export.common.check_run_overlap`)."""
+    from ..config import load_run_config
+    from ..export.common import check_run_overlap
+    from ..run import RunDir
+
+    overlaps = []
+    for run_dir in dict.fromkeys(t.run_dir for t in targets if t.run_dir is not None):
+        run = RunDir(run_dir)
+        overlaps.append(
+            check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the audit data {data_name}", allow=allow)
+        )
+    return overlaps
 
 
 @app.command()
@@ -90,35 +113,53 @@ def audit(
     teacher_base_url: Optional[str] = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
-    repeats: int = typer.Option(3, "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
-    mitigation: str = typer.Option("none", "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
-    seed: int = typer.Option(42, "--seed", help="Seed of the order draw, the repeats and sampling."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1)."),
-    reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
-    reasoning_chars: int = typer.Option(600, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment."),
-    allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
-    perturb_max_tokens: int = typer.Option(768, "--perturb-max-tokens", min=16, help="The teacher's budget for one rewritten response."),
-    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."),
+    repeats: int = typer.Option(default_of(AuditSettings, "repeats"), "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
+    mitigation: str = typer.Option(default_of(AuditSettings, "mitigation"), "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
+    seed: int = typer.Option(default_of(AuditSettings, "seed"), "--seed", help="Seed of the order draw, the repeats and sampling."),
+    temperature: float = typer.Option(
+        default_of(JudgeSettings, "temperature"), "--temperature", **bounds_of(JudgeSettings, "temperature"),
+        help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1).",
+    ),
+    reasoning: bool = REASONING,
+    reasoning_chars: Optional[int] = REASONING_CHARS,
+    no_reasoning_cap: bool = NO_REASONING_CAP,
+    max_tokens: int = typer.Option(
+        default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
+        help="Completion token budget per judgment; must cover the reasoning.",
+    ),
+    allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
+    perturb_max_tokens: int = typer.Option(
+        default_of(PerturbSettings, "max_tokens"), "--perturb-max-tokens", **bounds_of(PerturbSettings, "max_tokens"),
+        help="The teacher's budget for one rewritten response.",
+    ),
+    n_boot: int = typer.Option(
+        default_of(AuditSettings, "n_boot"), "--n-boot", **bounds_of(AuditSettings, "n_boot"),
+        help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.",
+    ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+    quiet: bool = QUIET,
+    allow_overlap: bool = typer.Option(
+        False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
+    ),
 ) -> None:
-    """Audit a judge on known biases: CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
+    """Audit a judge on known biases.
+
+    CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
     and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
-    from ..audit import AuditSettings, check_repeats, check_teacher, resolve_targets, run_audit
+    from ..audit import check_repeats, check_teacher, resolve_targets, run_audit
     from ..audit.output import write_audit_dir
-    from ..config import PerturbSettings
     from ..data.loaders import describe_source, load_pairs
     from ..export.common import check_output_dir
-    from ..judging import JudgeSettings
     from ..llm.config import ModelConfig
     from ..llm.roles import ModelRoles
-    from ..progress import progress_bar
+    from ..progress import progress_bar, quiet_progress
 
     cache_path = None if no_cache else (cache or default_cache_path())
+    reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
         check_repeats(repeats)
         settings = AuditSettings(
@@ -126,9 +167,7 @@ def audit(
             mitigation=mitigation,  # type: ignore[arg-type]
             seed=seed,
             n_boot=n_boot,
-            judge=JudgeSettings(
-                reasoning=reasoning, reasoning_chars=reasoning_chars, max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie
-            ),
+            judge=JudgeSettings(max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, **reasoning_settings),
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
         targets = resolve_targets(biases)
@@ -141,6 +180,7 @@ def audit(
         pairs = load_pairs(data, data_dir=data_dir, limit=limit)
         if not pairs:
             fail(f"data {data!r} has no pairs")
+        overlaps = _run_overlaps(targets, pairs, describe_source(data, data_dir, portable=True), allow=allow_overlap)
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
@@ -156,8 +196,9 @@ def audit(
                 data=describe_source(data, data_dir, portable=True),
                 teacher=roles["teacher"] if "teacher" in roles else None,
                 teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
-                progress=progress_bar,
+                progress=quiet_progress if quiet else progress_bar,
             )
+            output = output.model_copy(update={"report": output.report.model_copy(update={"data_overlap": overlaps})})
             write_audit_dir(out, output, overwrite=overwrite)
         except BiasDiscoveryError as exc:
             fail(str(exc))

@@ -9,11 +9,12 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, count, delta_clause, number, p_value, percent, pp
-from .common import app, console, fail, warn
+from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from .common import PLAIN_HELP, app, console, fail, warn
 
 library_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=PLAIN_HELP,
     help=(
         "Browse bias libraries. A library is named by RUN_DIR (the run's newest library), "
         "RUN_DIR@N (the library after iteration N; RUN_DIR@0 is the seed library) or the "
@@ -33,6 +34,29 @@ def _origin(row: dict) -> str:
     return f"iteration {row['origin_iteration']}"
 
 
+_NAME_LINES = 3
+"""A bias name longer than this many lines of its column is cut with an ellipsis (the id below
+it is never cut: it is how a bias is named on the command line)."""
+_NARROW = 110
+"""Below this many columns `library show` gives its number columns fixed compact widths (a
+confidence interval then takes two lines), so the table fits 80 columns."""
+_COMPACT_WIDTHS = {"decision": 11, "n": 4, "error": 8, "delta": 8, "placebo": 8, "p": 7, "mde": 5, "top": 9}
+"""The other columns' widths below `_NARROW`, fitting their longest values ("unconfirmed",
+"→ 100.0%", "[+100.0,", "(0.012)", "+12.5")."""
+
+
+def _wrapped(text: str, width: int, max_lines: int | None = None) -> str:
+    """`text` wrapped to `width` at spaces and hyphens (a word longer than the column is split),
+    cut to `max_lines` with an ellipsis."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width, break_on_hyphens=True, break_long_words=True) or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: width - 1].rstrip() + "…"
+    return "\n".join(lines)
+
+
 _STATUS_STYLE = {
     "accepted": "green",
     "rejected": "yellow",
@@ -49,7 +73,10 @@ def library_show(
     iteration: Optional[int] = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Show a bias library: origin, validation numbers (n, errors, Δ with CI, p), decision, top domain.
+    """Show a bias library.
+
+    Origin, validation numbers (n, errors, the reported effect and both comparisons with CIs,
+    p), decision, top domain, and what the validations' decisions control.
 
     For a run, the candidates that validation rejected up to that iteration are listed after the
     library's biases, marked rejected (they are not in the library).
@@ -76,31 +103,49 @@ def library_show(
     lib = data["library"]
     from rich import box
 
+    narrow = console.width < _NARROW
+    widths: dict[str, int | None] = dict(_COMPACT_WIDTHS) if narrow else dict.fromkeys(_COMPACT_WIDTHS)
+    others = sum(_COMPACT_WIDTHS.values()) + len(_COMPACT_WIDTHS)  # one space between columns
+    name_width = min(40, max(12, console.width - (others if narrow else others + 14)))
     table = Table(
         title=Text(
-            f"{lib['name']}, iteration {lib['iteration']}: {lib['size']} biases"
+            f"{lib['name']}, iteration {lib['iteration']}: {plural(lib['size'], 'bias')}"
             + (f" (judge {lib['target_model']})" if lib["target_model"] else "")
             + f" [{data['path']}]"
         ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
+        show_edge=False,
+        padding=(0, 0),  # the box's column separator is the one space between columns
     )
-    table.add_column("bias (name, id)", ratio=1, min_width=12, overflow="fold")
-    table.add_column("origin", no_wrap=True)
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("error\nbase→pert", justify="right", no_wrap=True)
-    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", min_width=7)
-    table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", min_width=7)
-    table.add_column("p\n(adj)", justify="right", no_wrap=True)
-    table.add_column("MDE pp\n(n)", justify="right", no_wrap=True)
-    table.add_column("decision", no_wrap=True, min_width=8)
-    table.add_column("top\ndomain", min_width=9, overflow="fold")
+    # Fits 80 columns: the name column takes what the numbers leave; names and ids are wrapped
+    # here at spaces and hyphens, never folded mid-word by the table. Narrow, the measured Δ vs
+    # placebo gives way to the effect (the decisive comparison's reported Δ, usually vs placebo).
+    table.add_column("bias\n(name,\nid)", width=name_width, no_wrap=True)
+    table.add_column("origin,\ndecision", no_wrap=True, width=widths["decision"], min_width=_COMPACT_WIDTHS["decision"])
+    table.add_column("n", justify="right", no_wrap=True, width=widths["n"])
+    table.add_column("error\nbase→\npert", justify="right", no_wrap=True, width=widths["error"])
+    table.add_column("effect\npp vs\ncontrol\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
+    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
+    if not narrow:
+        table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"])
+    table.add_column("p\n(adj)", justify="right", no_wrap=True, width=widths["p"])
+    table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
+    table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
     n_rejected = 0
+    methods: dict[str, str] = {}
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
-        delta = pp(row["delta"], unit="") + (f"\n{ci_pp(row['ci_low'], row['ci_high'])}" if row["ci_low"] is not None else "")
+        effect_text = "-"
+        if row["effect"] is not None:
+            mark = methods.setdefault(row["effect_method"], "*" * (len(methods) + 1))
+            effect_text = (
+                f"{pp(row['effect'], unit='')}{mark}\n{row['decisive']}"
+                + (f"\n{ci_pp(row['effect_ci_low'], row['effect_ci_high'])}" if row["effect_ci_low"] is not None else "")
+            )
+        delta = pp(row["delta_vs_baseline"], unit="") + (
+            f"\n{ci_pp(row['ci_low_vs_baseline'], row['ci_high_vs_baseline'])}" if row["ci_low_vs_baseline"] is not None else ""
+        )
         placebo = pp(row["delta_vs_placebo"], unit="") + (
             f"\n{ci_pp(row['ci_low_vs_placebo'], row['ci_high_vs_placebo'])}" if row["ci_low_vs_placebo"] is not None else ""
         )
@@ -108,30 +153,34 @@ def library_show(
         mde = "-" if row["mde_n"] is None else f"{pp(row['mde'], unit='', missing='none')}\n({row['mde_n']})"
         errors = "-" if row["baseline_error"] is None else f"{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
         top = "-" if row["top_domain"] is None else f"{row['top_domain']}\n{pp(row['top_domain_delta'], unit='')}"
-        name = Text(row["name"])
-        name.append("\n" + row["id"], style="dim")
-        status = row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)")
-        table.add_row(
-            name,
-            Text("seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"),
-            Text("-" if row["n"] is None else str(row["n"])),
-            Text(errors),
-            Text(delta),
-            Text(placebo),
-            Text(p_text),
-            Text(mde),
-            Text(status, style=_STATUS_STYLE.get(row["status"], "")),
-            Text(top),
-        )
+        name = Text(_wrapped(row["name"], name_width, _NAME_LINES))
+        name.append("\n" + _wrapped(row["id"], name_width), style="dim")
+        origin = "seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"
+        decision = Text("" if row["status"] == "seed" else origin + "\n")
+        decision.append(row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)"),
+                        style=_STATUS_STYLE.get(row["status"], ""))
+        cells = [name, decision, Text("-" if row["n"] is None else str(row["n"])), Text(errors), Text(effect_text), Text(delta)]
+        cells += [] if narrow else [Text(placebo)]
+        table.add_row(*cells, Text(p_text), Text(mde), Text(top))
     console.print(table)
     console.print(
         Text(
-            "Δ: perturbed minus baseline (unperturbed items) or placebo (neutral rewrites) error, with its "
-            "confidence interval; p: one-sided exact McNemar of the comparison that decides (adjusted for its "
-            "family); MDE: the smallest Δ that test detects with 80 % power at n items."
+            "effect: the reported Δerror against the control that decided, with its confidence interval "
+            "(" + "; ".join(f"{mark} {method}" for method, mark in methods.items()) + "); "
+            if methods
+            else ""
+        )
+        + Text(
+            "Δ vs baseline / placebo: perturbed minus unperturbed / neutrally rewritten error on the items used, as "
+            + ("measured (Δ vs placebo: `--json` or a wider terminal); p:" if narrow else "measured; p:")
+            + " the decisive comparison's one-sided p (adjusted for its family); MDE: the smallest Δ that "
+            "test detects with 80 % power at n items."
         ),
         style="dim",
     )
+    for entry in data.get("error_statements") or []:
+        where = f" (iterations {', '.join(str(t) for t in entry['iterations'])})" if entry["iterations"] else ""
+        console.print(Text(f"error control{where}: {entry['statement']}"))
     effect = data.get("rewrite_effect")
     if effect is not None:
         console.print(
@@ -145,7 +194,8 @@ def library_show(
         )
     if resolved.run_dir is not None:
         console.print(
-            Text(f"{n_rejected} rejected candidate(s) from iterations up to {lib['iteration']} are listed after the library.")
+            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib['iteration']} "
+                 + ("is" if n_rejected == 1 else "are") + " listed after the library.")
         )
 
 
@@ -157,9 +207,9 @@ def _diff_number(field: str, value: float | None, signed: bool = False) -> str:
 
 def _row_summary(row: dict) -> str:
     parts = [_origin(row), row["status"]]
-    if row["delta"] is not None:
-        parts.append(f"Δ {pp(row['delta'])} {ci_pp(row['ci_low'], row['ci_high'])}".rstrip())
-        parts.append(f"p {p_value(row['p_value'])}")
+    if row["effect"] is not None:
+        parts.append(f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip())
+        parts.append(f"p {p_value(row['decision_p'])}")
     return ", ".join(parts)
 
 
@@ -169,7 +219,9 @@ def library_diff(
     b: str = typer.Argument(..., metavar="B", help="Newer library: " + _LIBRARY_REF_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Compare two libraries (two runs, two iterations of a run, or two files): added, removed,
+    """Compare two libraries.
+
+    Two runs, two iterations of a run, or two files: added, removed,
     merged and changed biases, with the change in their validation numbers.
 
     Examples: `library diff runs/x@0 runs/x` (everything a run found), `library diff runs/x@1 runs/x@2`,
@@ -189,8 +241,8 @@ def library_diff(
         typer.echo(_json.dumps(data, indent=2, ensure_ascii=False))
         return
     lines = [
-        f"A: {ref_a.label} ({diff.a_name}, iteration {diff.a_iteration}, {len(ref_a.library.biases)} biases)",
-        f"B: {ref_b.label} ({diff.b_name}, iteration {diff.b_iteration}, {len(ref_b.library.biases)} biases)",
+        f"A: {ref_a.label} ({diff.a_name}, iteration {diff.a_iteration}, {plural(len(ref_a.library.biases), 'bias')})",
+        f"B: {ref_b.label} ({diff.b_name}, iteration {diff.b_iteration}, {plural(len(ref_b.library.biases), 'bias')})",
     ]
     if diff.is_empty:
         lines.append("no change: the libraries hold the same biases")
@@ -215,7 +267,7 @@ def library_diff(
     if rejected:
         lines.append(f"rejected by validation in between, not in B ({len(rejected)}):")
         lines += [f"  x {x.id}  {x.name}  ({_row_summary(bias_row(x, in_library=False))})" for x in rejected]
-    lines.append(f"unchanged: {len(diff.unchanged)} biases")
+    lines.append(f"unchanged: {plural(len(diff.unchanged), 'bias')}")
     typer.echo("\n".join(lines))
 
 
@@ -224,7 +276,9 @@ def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
     out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
 ) -> None:
-    """Write one self-contained HTML report of a run (opens from disk, fetches nothing): run header,
+    """Write the HTML report of a run or an audit.
+
+    One self-contained page (opens from disk, fetches nothing): run header,
     calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and each bias's
     definition, provenance and evidence (original vs perturbed response, the judge's explanation).
     An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
@@ -242,7 +296,7 @@ def report(
             path = write_report(run_dir, out)
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    console.print(f"wrote {path} ({count(path.stat().st_size)} bytes)", highlight=False, soft_wrap=True)
+    console.print(f"wrote {path} ({plural(path.stat().st_size, 'byte')})", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -250,7 +304,9 @@ def view(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
 ) -> None:
-    """Serve a run's report on 127.0.0.1 and keep it current while the run goes on (Ctrl-C stops)."""
+    """Serve a run's report while the run goes on.
+
+    On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
     from ..report.data import require_run_like
     from ..viewer import ReportServer
 

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
+from ..formatting import plural
 from .common import app, console, err_console, fail
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
@@ -18,7 +19,9 @@ def check(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
 ) -> None:
-    """Preflight a run on the node that will run it: each role's server or engine answers, serves the
+    """Preflight a run config on the node that will run it.
+
+    Each role's server or engine answers, serves the
     configured model, enforces output constraints (probed), and fits the run's longest prompts in its
     context; plus the planned calls per stage. Exit 1 when something would fail the run."""
     from ..config import load_run_config
@@ -34,7 +37,7 @@ def check(
         for finding in endpoint.findings:
             console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
     table = Table(title=(
-        f"planned calls ({report.n_target} target pairs, {report.n_test} test pairs, "
+        f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
         f"max_iterations={report.max_iterations}; ≤ = upper bound)"
     ))
     for column in ("stage", "role", "per iteration", "whole run", "why"):
@@ -45,7 +48,7 @@ def check(
     console.print(table)
     if report.problems:
         err_console.print(
-            f"[bold red]check failed:[/] {report.problems} problem(s) above (FAIL); fix them before a long run",
+            f"[bold red]check failed:[/] {plural(report.problems, 'problem')} above (FAIL); fix them before a long run",
             highlight=False,
         )
         raise typer.Exit(code=1)

@@ -14,9 +14,15 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+PLAIN_HELP = None
+"""`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
+option help to the terminal (at most 80 columns) instead of Typer's rich panels, which cut
+option names and long words with an ellipsis at 80 columns."""
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=PLAIN_HELP,
     help="Discover the unknown biases of an LLM judge, and turn them into harder benchmarks.",
 )
 console = Console()

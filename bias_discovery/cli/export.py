@@ -1,21 +1,22 @@
-"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data."""
+"""`export`: a JudgeBench-Pro-style benchmark, annotations, bias-augmented DPO data, harness tasks."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Literal, Optional
 
 import typer
 from pydantic import ValidationError
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import number, percent
-from .common import app, console, fail, format_validation_error
+from ..formatting import number, percent, plural
+from .common import PLAIN_HELP, app, console, fail, format_validation_error
 
 export_app = typer.Typer(
     no_args_is_help=True,
-    help="Turn a run's biases into data: a JudgeBench-Pro-style benchmark, bias-augmented DPO data.",
+    rich_markup_mode=PLAIN_HELP,
+    help="Turn a run's biases into data.\n\nA JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
 )
 app.add_typer(export_app, name="export")
 
@@ -45,6 +46,7 @@ def export_judgebench_pro_cmd(
     filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
     filter_base_url: Optional[str] = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
     allow_self_filter: bool = typer.Option(False, "--allow-self-filter", help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Build on data that shares pairs (id or content) with the run's target pairs; recorded in stats.json."),
     checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
     checker_base_url: Optional[str] = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
     data: Optional[str] = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
@@ -53,7 +55,10 @@ def export_judgebench_pro_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
+    """Build a JudgeBench-Pro-style benchmark.
+
+    K biased variants per test pair, equivalence check, adversarial filter (both orders),
+    dataset card, annotation sheet."""
     from ..export.pro import export_judgebench_pro
     from ..progress import progress_bar
 
@@ -61,7 +66,7 @@ def export_judgebench_pro_cmd(
         stats = export_judgebench_pro(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
-            overwrite=overwrite, allow_self_filter=allow_self_filter, progress=None if quiet else progress_bar,
+            overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -76,7 +81,7 @@ def export_judgebench_pro_cmd(
             highlight=False,
         )
     console.print(
-        f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['kept_by_filter']} samples), README.md, stats.json, "
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['kept_by_filter'], 'sample')}), README.md, stats.json, "
         f"variants.jsonl, annotation.csv/.jsonl (annotate, then `bias-discovery export apply-annotations {out} SHEET`)",
         highlight=False,
     )
@@ -87,7 +92,9 @@ def export_apply_annotations_cmd(
     directory: Path = typer.Argument(..., metavar="DIR", help="An exported Pro set."),
     sheet: Path = typer.Argument(..., metavar="SHEET", help="The filled annotation sheet (.csv or .jsonl)."),
 ) -> None:
-    """Apply two annotators' verdicts (keep/reject, adjudication on disagreement): drop rejected samples, report Cohen's kappa."""
+    """Apply two annotators' verdicts to a Pro set.
+
+    Keep/reject, adjudication on disagreement: drops the rejected samples, reports Cohen's kappa."""
     from ..export.annotate import apply_annotations
 
     try:
@@ -97,7 +104,7 @@ def export_apply_annotations_cmd(
     ann = stats["annotation"]
     kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
     console.print(
-        f"{ann['n_annotated']} samples annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
+        f"{plural(ann['n_annotated'], 'sample')} annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
         f"{ann['n_adjudicated']} adjudicated; kept {ann['n_kept']}, rejected {ann['n_rejected']}. "
         f"Updated {directory / 'data.jsonl'}, data.parquet, stats.json, README.md.",
         highlight=False,
@@ -117,7 +124,10 @@ def export_dpo_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
+    """Bias-augmented DPO data from a run's biases.
+
+    Rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's
+    DPOTrainer."""
     from ..export.dpo import export_dpo
     from ..progress import progress_bar
 
@@ -131,4 +141,55 @@ def export_dpo_cmd(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
-    console.print(f"wrote {out}: data.jsonl, data.parquet ({stats['counts']['rows']} rows), README.md, stats.json", highlight=False)
+    console.print(f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json", highlight=False)
+
+
+_SRC_HELP = (
+    "A JudgeBench-Pro export (`export judgebench-pro`: its samples) or a run directory (its validation "
+    "rewrites of the selected biases)."
+)
+_HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
+
+
+def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[dict, Path], str]) -> None:
+    """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
+    options); `done` words what was written."""
+
+    def command(
+        src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
+        out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
+        biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+        task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    ) -> None:
+        from ..export.harness import export_harness
+
+        try:
+            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)
+        except BiasDiscoveryError as exc:
+            fail(str(exc))
+        console.print(done(info, out), highlight=False)
+
+    command.__doc__ = summary
+    export_app.command(kind)(command)
+
+
+_harness_command(
+    "lm-eval",
+    "An lm-evaluation-harness task from a Pro set or a run.\n\nYAML, utils.py and data: pairwise multiple choice, "
+    "both orders, JudgeBench's score.",
+    lambda info, out: (
+        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {len(info['bias_tasks'])} per-bias "
+        f"task(s) (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
+    ),
+)
+_harness_command(
+    "inspect",
+    "An inspect_ai task file from a Pro set or a run.\n\nDataset, multiple_choice solver and scorer: both orders, "
+    "JudgeBench's score.",
+    lambda info, out: (
+        f"wrote {out}: task.py (task {info['task']}, {info['samples']} samples x 2 orders), data.jsonl, README.md, "
+        f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
+    ),
+)

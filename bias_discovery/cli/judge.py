@@ -10,14 +10,18 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from ..config import RunConfig
 from ..errors import BiasDiscoveryError
-from ..formatting import percent, percent_range
+from ..formatting import percent, percent_range, plural
+from ..judging import JudgeSettings
 from .common import app, console, default_cache_path, fail, format_validation_error
+from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..judging import JudgeSettings, JudgeSummary, ScoreSummary
+    from ..judging import JudgeSummary, ScoreSummary
     from ..llm.base import Engine
     from ..llm.config import ModelConfig
+    from ..progress import ProgressFactory
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
@@ -60,13 +64,13 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     orders = "both orders" if summary.positions == "both" else "one order per pair"
     console.print(
         f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
-        f"JudgeBench score: share of all {summary.n_pairs} pairs whose net vote over {orders} is positive "
+        f"JudgeBench score: share of all {plural(summary.n_pairs, 'pair')} whose net vote over {orders} is positive "
         f"(+1 right, -1 wrong, 0 invalid): {percent(summary.judgebench_score)} (95% CI "
-        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {summary.judgebench_ties} pairs at net 0)",
+        f"{percent_range(summary.judgebench_ci_low, summary.judgebench_ci_high)}; {plural(summary.judgebench_ties, 'pair')} at net 0)",
         highlight=False,
     )
     console.print(
-        f"invalid pairs: {percent(summary.invalid_rate)} ({summary.n_invalid_judgments} invalid judgments"
+        f"invalid pairs: {percent(summary.invalid_rate)} ({plural(summary.n_invalid_judgments, 'invalid judgment')}"
         f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
         f" | position-A rate: {percent(summary.position_a_rate)}"
         + (f" | consistency: {percent(summary.position_consistency)}" if summary.position_consistency is not None else "")
@@ -95,21 +99,24 @@ def judge(
     out: Path = typer.Option(..., "--out", help="Output directory for judgments.jsonl and summary.json."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
-    positions: str = typer.Option("both", "--positions", help="both | swap | fixed."),
-    seed: int = typer.Option(42, "--seed", help="Seed for the position swap and sampling."),
+    positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed."),
+    seed: int = typer.Option(default_of(RunConfig, "seed"), "--seed", help="Seed for the position swap and sampling."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
-    reasoning: bool = typer.Option(True, "--reasoning/--no-reasoning", help="Ask for brief reasoning before the verdict."),
-    reasoning_chars: Optional[int] = typer.Option(None, "--reasoning-chars", min=20, help="Upper bound on the reasoning paragraph (characters; default 600)."),
-    no_reasoning_cap: bool = typer.Option(False, "--no-reasoning-cap", help="No bound on the reasoning paragraph (the paper's free reasoning); --max-tokens still bounds it and a cut output is invalid."),
-    prompt: str = typer.Option("judge_pairwise", "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
-    allow_tie: bool = typer.Option(False, "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
+    reasoning: bool = REASONING,
+    reasoning_chars: Optional[int] = REASONING_CHARS,
+    no_reasoning_cap: bool = NO_REASONING_CAP,
+    prompt: str = typer.Option(default_of(JudgeSettings, "prompt"), "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
+    allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
     mitigation: str = typer.Option(
-        "none", "--mitigation",
+        default_of(JudgeSettings, "mitigation"), "--mitigation",
         help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
     ),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
+    max_tokens: int = typer.Option(
+        default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
+        help="Completion token budget per judgment; must cover the reasoning.",
+    ),
     verdict: str = typer.Option(
-        "choice", "--verdict",
+        default_of(JudgeSettings, "verdict"), "--verdict",
         help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: each pair's probability of preferring the rejected response; same calls).",
     ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
@@ -118,22 +125,25 @@ def judge(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
     ),
+    quiet: bool = QUIET,
 ) -> None:
-    """Measure a judge model on a pairwise data set: error rate per domain, invalid rate, position-A rate."""
+    """Measure a judge on a pairwise data set.
+
+    Error rate per domain with its confidence interval, JudgeBench's own score, invalid rate,
+    position-A rate and position consistency; writes judgments.jsonl and summary.json."""
     from ..data.loaders import describe_source, load_pairs
     from ..io import atomic_write_json, atomic_write_jsonl
-    from ..judging import JudgeSettings, calls_per_pair, judge_pairs, summarize
+    from ..judging import calls_per_pair, judge_pairs, summarize
     from ..llm.config import ModelConfig
     from ..llm.registry import make_engine
-    from ..progress import progress_bar
+    from ..progress import progress_bar, quiet_progress
 
+    bar = quiet_progress if quiet else progress_bar
     cache_path = None if no_cache else (cache or default_cache_path())
-    if no_reasoning_cap and reasoning_chars is not None:
-        fail("--reasoning-chars and --no-reasoning-cap contradict each other; pass one of them")
+    reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
-        cap = {"reasoning_chars": None} if no_reasoning_cap else ({"reasoning_chars": reasoning_chars} if reasoning_chars else {})
         settings = JudgeSettings(
-            positions=positions, reasoning=reasoning, max_tokens=max_tokens, prompt=prompt, **cap,  # type: ignore[arg-type]
+            positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
         )
         config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
@@ -152,7 +162,7 @@ def judge(
     try:
         try:
             n_requests = len(pairs) * calls_per_pair(settings)
-            with progress_bar(f"judging {len(pairs)} pairs", n_requests) as advance:
+            with bar(f"judging {plural(len(pairs), 'pair')}", n_requests) as advance:
                 result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
             summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
         except ValidationError as exc:
@@ -165,7 +175,9 @@ def judge(
         print_judge_summary(summary)
         console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
         if compare is not None:
-            _judge_compare(engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path)
+            _judge_compare(
+                engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path, progress=bar
+            )
     finally:
         engine.close()
 
@@ -181,15 +193,15 @@ def _judge_compare(
     limit: Optional[int],
     seed: int,
     cache_path: Optional[Path],
+    progress: ProgressFactory,
 ) -> None:
     """Judge the Pro set at `pro_dir` with the judge's own `engine`; print both sets side by side."""
     from ..export.compare import compare_with_pro, print_compare
-    from ..progress import progress_bar
 
     try:
         report = compare_with_pro(
             config, settings, summary, pro_dir, out=out, cache_path=cache_path, seed=seed, limit=limit,
-            progress=progress_bar, engine=engine,
+            progress=progress, engine=engine,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import delta_clause, p_value
+from ..formatting import delta_clause, effect_clause, plural
 from .common import app, console, fail, interrupted, warn
 
 
@@ -22,20 +22,18 @@ def _print_run_end(run_dir: Path) -> None:
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
         f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
-        f"library: {len(latest.biases)} biases ({len(discovered)} discovered) in {rd.library.latest_path}",
+        f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
     )
     for bias in discovered:
         v = bias.validation
         if v is not None:
-            line = f"  {bias.id}: Δerror vs baseline {delta_clause(v.delta, v.ci_low, v.ci_high, v.n, v.p_value)}"
-            if v.vs_placebo is not None:
-                c = v.vs_placebo
-                line += (
-                    f"; vs placebo {delta_clause(c.delta, c.ci_low, c.ci_high, c.n, c.p_value)} "
-                    f"(adjusted {p_value(c.p_adjusted)})"
-                )
-            console.print(line, highlight=False)
+            e, decided = v.effect, v.decisive_comparison
+            clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method)
+            console.print(f"  {bias.id}: {clause}", highlight=False)
+    statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
+    if statement:
+        console.print(f"  error control: {statement}", highlight=False, soft_wrap=True)
     effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
     if effect is not None:
         console.print(
@@ -50,23 +48,36 @@ def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
+    allow_overlap: bool = typer.Option(
+        False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Run the discovery loop (perturb, evaluate, explain, identify, merge, validate) to convergence."""
+    """Run the discovery loop to convergence.
+
+    Perturb, evaluate, explain, identify, merge, validate; every artifact goes to the run
+    directory."""
     from ..config import load_run_config
-    from ..graph import execute
+    from ..data.loaders import load_pairs
+    from ..graph import check_data_overlap, execute
     from ..io import atomic_write_text
     from ..progress import progress_bar
     from ..run import RunDir
 
     try:
-        config = load_run_config(config_path, set_)
+        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else []))
         root = run_dir or Path("runs") / config.name
         rd = RunDir(root)
         if rd.is_run():
             fail(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another --run-dir")
         if root.exists() and any(root.iterdir()):
             fail(f"{root} exists and is not empty; pick another --run-dir")
+        d = config.data
+        check_data_overlap(  # before the run directory exists: a refused run leaves nothing behind
+            config,
+            load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed),
+            load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed),
+        )
         root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(rd.config_path, config.to_yaml())
         execute(rd, config, resume=False, progress=None if quiet else progress_bar)
@@ -80,11 +91,17 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
+    allow_overlap: bool = typer.Option(
+        False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
+    """Continue a stopped or killed run.
+
+    From its last checkpoint; no call is paid twice."""
     from ..config import load_run_config
     from ..graph import execute
+    from ..io import atomic_write_text
     from ..progress import progress_bar
     from ..run import RunDir
 
@@ -92,6 +109,9 @@ def resume(
         rd = RunDir(run_dir)
         rd.require_resumable()
         config = load_run_config(rd.config_path)
+        if allow_overlap and not config.data.allow_overlap:
+            config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
+            atomic_write_text(rd.config_path, config.to_yaml())
         repaired = rd.library.repair_latest()
         if repaired:
             rd.event("repaired", what=repaired)
@@ -114,7 +134,9 @@ def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Where a run stands: iteration, stage, progress, library size, calls and tokens so far."""
+    """Where a run stands.
+
+    Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
     from ..run import RunDir, summarize_events
@@ -134,7 +156,7 @@ def status(
         console.print(
             f"[bold]{state.name}[/]: {state.status}, iteration {state.iteration}, stage {state.stage}"
             + (f", stopped: {state.stop_reason}" if state.stop_reason else "")
-            + f"; library {state.library_size} biases",
+            + f"; library {plural(state.library_size, 'bias')}",
             highlight=False,
         )
         if state.error:

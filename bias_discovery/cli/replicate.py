@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, pp
+from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
 from .common import app, console, fail
 
 
@@ -25,9 +25,12 @@ def replicate(
     temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Replicate on data that shares pairs (id or content) with the run's target pairs; recorded."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
+    """Re-validate a run's biases on fresh perturbations.
+
+    Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..progress import progress_bar
@@ -36,15 +39,15 @@ def replicate(
     try:
         replication, where = replicate_run(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, progress=None if quiet else progress_bar,
+            out=out, overwrite=overwrite, allow_overlap=allow_overlap, progress=None if quiet else progress_bar,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
     r = replication
     console.print(
-        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {r.n_test} test pairs; "
+        f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {plural(r.n_test, 'test pair')}; "
         f"rewrites at temperature {r.temperature:g}; {r.acceptance} rule vs {r.control}, α = {r.alpha:g}, "
-        f"{r.correction} across the {r.n_replicated} replicated)",
+        f"{r.correction} across the {plural(r.n_replicated, 'replicated bias')})",
         highlight=False,
     )
     if not r.biases:
@@ -55,7 +58,7 @@ def replicate(
         console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
         return
     table = Table(title_justify="left")
-    for column in ("bias", "run: Δ pp vs control [CI] (n)", "run p adj", "replication: Δ pp [CI] (n)", "p (adj)", "reproduced"):
+    for column in ("bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)", "reproduced"):
         table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
     for b in r.biases:
         name = Text(b.name)
@@ -72,6 +75,10 @@ def replicate(
             Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"),
         )
     console.print(table)
+    methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
+    console.print(f"effect: the reported Δerror against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    if r.error_statement:
+        console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)
     if r.rewrite_effect is not None:
         e = r.rewrite_effect
         console.print(

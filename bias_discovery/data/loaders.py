@@ -61,7 +61,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import DataError
+from ..errors import DataError, json_problem
 from ..io import iter_jsonl
 from .pairs import Order, PreferencePair
 
@@ -257,7 +257,7 @@ def _json_rows(path: Path) -> Iterator[_Row]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        raise DataError(f"{path}:{exc.lineno}: malformed JSON ({json_problem(exc, line=False)})") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects, got {type(data).__name__}")
     for index, obj in enumerate(data):

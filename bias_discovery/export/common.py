@@ -24,6 +24,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from pydantic import BaseModel
 
 from ..config import RunConfig, load_run_config
+from ..data.loaders import describe_source, load_pairs
+from ..data.overlap import DataOverlap, PairKey, check_overlap, content_hash, find_overlap, pair_keys
+from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryError
 from ..io import atomic_write_jsonl
 from ..library import Bias, BiasLibrary, slugify
@@ -72,7 +75,8 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
     """The biases an export uses.
 
     - ``None`` or ``"all"``: every validated-and-accepted discovered bias;
-    - ``"top-K"``: the K accepted ones with the largest Δerror (fewer if there are fewer);
+    - ``"top-K"``: the K accepted ones with the largest reported effect (`BiasValidation.effect`:
+      honest after an early stop; fewer if there are fewer);
     - ``"ID,NAME,..."``: the named biases, in the given order, duplicates once; an entry
       matches a bias id exactly, else a bias name case-insensitively (or its slug). Seed
       biases may be named too.
@@ -88,7 +92,7 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
             k = int(match.group(1))
             if k < 1:
                 raise ExportError(f"--biases {text}: K must be at least 1")
-            chosen = sorted(chosen, key=lambda b: -(b.validation.delta if b.validation else 0.0))[:k]
+            chosen = sorted(chosen, key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))[:k]
         if not chosen:
             raise ExportError(
                 f"run {run_dir} has no validated biases; name "
@@ -124,11 +128,13 @@ COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
 
 
 def bias_summary(bias: Bias) -> dict[str, Any]:
-    """What a dataset card and stats.json say about one bias: its validation against the
-    baseline and, when the run had one, against the placebo, each with CI, n and p, and which
-    of the two decided (a Δ without its comparison, n and uncertainty is not a finding)."""
+    """What a dataset card and stats.json say about one bias: its reported effect (against the
+    control that decided, with CI, n and the estimator), its comparisons against the baseline
+    and, when the run had one, the placebo, each with CI, n and p, and what the decision
+    controls (a Δ without its comparison, n and uncertainty is not a finding)."""
     v = bias.validation
     placebo = None if v is None else v.vs_placebo
+    decided = None if v is None else v.decisive_comparison
     return {
         "id": bias.id,
         "name": bias.name,
@@ -137,11 +143,13 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
         "origin": bias.origin.kind,
         "iteration": bias.origin.iteration,
         "validated": bool(v is not None and v.accepted),
-        "decided_against": None if v is None else v.control,
-        "delta_error": None if v is None else v.delta,
-        "p_value": None if v is None else v.p_value,
-        "vs_baseline": None if v is None else v.model_dump(include=COMPARISON_FIELDS),
+        "decided_against": None if v is None else v.decisive,
+        "effect": None if v is None else v.effect.model_dump(mode="json"),
+        "delta_error": None if v is None else v.effect.delta,
+        "p_value": None if decided is None else decided.p_value,
+        "vs_baseline": None if v is None else v.vs_baseline.model_dump(include=COMPARISON_FIELDS),
         "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
+        "error_statement": None if v is None else v.error_statement,
     }
 
 
@@ -192,6 +200,32 @@ class RunContext:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def discovery_keys(run: RunDir, config: RunConfig) -> tuple[list[PairKey], str]:
+    """The items a run discovered its biases on, and their description: the target pairs its
+    iterations perturbed (with their original texts), else its configured target data."""
+    keys: dict[str, str] = {}
+    for t in run.iterations():
+        perturbed = run.iteration(t).perturbed
+        if t > 0 and perturbed.exists():
+            for pair in perturbed.read():
+                keys.setdefault(pair.pair_id, content_hash(pair.question, pair.chosen, pair.original_rejected))
+    if keys:
+        return [PairKey(i, c) for i, c in keys.items()], f"run {run.root.name}'s {len(keys)} target pairs"
+    d = config.data
+    pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
+    return pair_keys(pairs), f"run {run.root.name}'s data.target {describe_source(d.target, d.data_dir, portable=True)}"
+
+
+def check_run_overlap(
+    run: RunDir, config: RunConfig, pairs: Sequence[PreferencePair], *, data_name: str, allow: bool
+) -> DataOverlap:
+    """`pairs` (data a run's biases are measured on) against the items the run discovered them
+    on, by id and content: refused unless `allow` (`--allow-overlap`), recorded either way."""
+    keys, name = discovery_keys(run, config)
+    overlap = find_overlap(keys, pair_keys(pairs), discovery_name=name, validation_name=data_name)
+    return check_overlap(overlap, allow=allow, how_to_allow="pass --allow-overlap")
 
 
 def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -> ModelConfig:

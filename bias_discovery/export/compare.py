@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from ..data.loaders import FieldMap, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import percent, pp
+from ..formatting import percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
@@ -136,7 +136,7 @@ def compare_with_pro(
         engine = make_engine(config, cache_path=cache_path)
     try:
         n_requests = len(pairs) * calls_per_pair(settings)
-        with progress_or_quiet(progress)(f"judging the Pro set: {len(pairs)} samples", n_requests) as advance:
+        with progress_or_quiet(progress)(f"judging the Pro set: {plural(len(pairs), 'sample')}", n_requests) as advance:
             result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
     finally:
         if own:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import number, percent
+from ..formatting import number, percent, plural
 from ..io import atomic_write_json, atomic_write_text
 from ..library import Bias
 from ..llm.base import Engine
@@ -113,7 +113,7 @@ def build_dpo_set(
     if not biases:
         raise ExportError("no biases to inject")
     items = [(p, keyed_rng(seed, KIND, p.id).choice(list(biases))) for p in pairs]
-    with progress_or_quiet(progress)(f"perturbing {len(items)} rejected responses", len(items)) as advance:
+    with progress_or_quiet(progress)(f"perturbing {plural(len(items), 'rejected response')}", len(items)) as advance:
         perturbed = perturb(teacher, items, perturb_settings, seed=seed, progress=advance)
     counts = DpoCounts(pairs=len(pairs), biases=len(biases), generated=len(items))
     reasons: Counter[str] = Counter()
@@ -170,7 +170,7 @@ def render_dpo_card(stats: Mapping[str, Any], directory: Path) -> str:
         front,
         f"# {stats['run_name']}: bias-augmented preference data for DPO",
         "",
-        f"{c['rows']} rows (split `train`) in TRL's preference format with an explicit prompt "
+        f"{plural(c['rows'], 'row')} (split `train`) in TRL's preference format with an explicit prompt "
         f"(`{stats['format']}`): `prompt`, `chosen`, `rejected`, plus `injected_bias` (bias id; empty "
         "for an original, unperturbed pair), `pair_id`, `domain`, `source`. The rejected response was "
         "rewritten by the teacher to carry one bias the discovery run found; the chosen response is "
@@ -230,7 +230,7 @@ def render_dpo_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "## Lengths",
         "",
-        f"Average {length['method']} tokens over the {length['n']} perturbed rows: chosen "
+        f"Average {length['method']} tokens over the {plural(length['n'], 'perturbed row')}: chosen "
         f"{number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, new "
         f"rejected {number(length['new_rejected'], missing=CARD_MISSING)} ({percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)}).",
         "",

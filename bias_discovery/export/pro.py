@@ -12,15 +12,23 @@ The paper's recipe (BiasScope, Section 5), step by step, every step counted:
    rejected response) are dropped.
 3. **Duplicates**: identical (question, new rejected) texts are kept once (before the checks,
    so no call is made twice for the same text).
-4. **Equivalence check.** A checker model (the filter model by default: not the teacher,
-   which would be grading its own rewrites) is asked whether the rewritten rejected response
-   now reaches the same final answer as the chosen one (prompt ``equivalence_check``, output
-   constrained to "same" / "different"). "same" variants are no longer wrong answers and are
-   dropped; an unusable answer drops the variant too (counted).
+4. **Equivalence check.** Does the rewritten rejected response now reach the chosen one's
+   final answer? Where the item states its answer in a fixed form (a letter written five
+   times, a bold or ***X*** answer, a boxed expression, "Final answer: X"), the answers are read
+   and compared (`stages.rewrite_checks.extracted_check`). The rest go to a checker model (the
+   filter model by default: not the teacher, which would be grading its own rewrites; a checker
+   that is the teacher is recorded as self-checked) with the prompt ``equivalence_check``,
+   output constrained to "same" / "different". "same" variants are no longer wrong answers and
+   are dropped; an unusable answer drops the variant too (counted). **Control**: the checker is
+   also asked about each of those pairs' unmodified original rejected response, which differs
+   from the chosen answer by construction: the share it calls "same" is its false-"changed"
+   rate, with n and a Wilson CI, on the card and in stats.json.
 5. **Adversarial filter.** The filter model judges every surviving variant in both orders
    (`JudgeSettings(positions="both")`, the run's judge prompt and budget); only variants it
    gets wrong in both orders are kept (the paper's rule; the paper filters with a strong judge,
-   Qwen3-32B). A variant with any invalid verdict is dropped and counted. The filter must not
+   Qwen3-32B). A variant with any invalid verdict is dropped and counted; so is one the filter
+   called a tie in an order (not wrong, and not right either: counted apart from the
+   variants it judged correctly). The filter must not
    be the run's target (the judge under study): every sample it keeps is one it got wrong in
    both orders, so its own error on the set is 100 % by construction and the set says nothing
    about it. A self-filter is refused unless asked for (`allow_self_filter`).
@@ -44,16 +52,18 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
-from ..formatting import delta_clause, number, p_value, percent
+from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
-from ..llm.config import ModelConfig
+from ..llm.config import ModelConfig, same_model
 from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import is_prompt_path
 from ..stages.perturb import keyed_rng, perturb
-from ..stages.rewrite_checks import equivalence_request, parse_check
+from ..stages.records import PerturbedPair
+from ..stages.rewrite_checks import check_answers, check_calls
+from ..stats import wilson_interval
 from .common import (
     CARD_MISSING,
     ExportError,
@@ -61,6 +71,7 @@ from .common import (
     RunContext,
     bias_summary,
     check_output_dir,
+    check_run_overlap,
     dataset_card_meta,
     length_stats,
     model_config,
@@ -126,6 +137,7 @@ Status = Literal[
     "equivalent",
     "check_invalid",
     "filter_correct",
+    "filter_tie",
     "filter_invalid",
 ]
 
@@ -143,6 +155,8 @@ class ProCounts(BaseModel):
     dropped_duplicate: int = 0
     """Same (question, new rejected) text as an earlier variant."""
     equivalence_checked: int = 0
+    equivalence_extracted: int = 0
+    """Of those, decided by reading the final answers mechanically (the rest: the checker model)."""
     dropped_equivalent: int = 0
     """The checker said the new rejected response reaches the chosen one's final answer."""
     dropped_check_invalid: int = 0
@@ -150,6 +164,9 @@ class ProCounts(BaseModel):
     filter_judged: int = 0
     dropped_filter_correct: int = 0
     """The filter model picked the chosen response in at least one order."""
+    dropped_filter_tie: int = 0
+    """The filter model called a tie in an order and never picked the chosen response: not
+    fooled in both orders, but not right either."""
     dropped_filter_invalid: int = 0
     """A verdict of the filter model was invalid (unparseable, truncated, engine error)."""
     kept_by_filter: int = 0
@@ -177,9 +194,42 @@ class VariantRecord(BaseModel):
     invalid_reason: str | None = None
     duplicate_of: str | None = None
     check_answer: str | None = None
+    check_method: Literal["extracted", "model"] | None = None
+    """How `check_answer` was decided: the final answers read and compared, or the checker model."""
     filter_picked: dict[str, str | None] = Field(default_factory=dict)
     """Order -> the response the filter picked ("chosen" / "rejected"; None when invalid)."""
     filter_explanations: dict[str, str] = Field(default_factory=dict)
+
+
+class CheckerControl(BaseModel):
+    """The equivalence checker asked about unmodified originals: the rejected response of each
+    pair it checked a variant of, against the chosen one. Their answers differ by construction,
+    so every "same" is a false "changed"."""
+
+    n_asked: int = 0
+    """Distinct original pairs asked (the pairs with a variant the rules could not decide)."""
+    n_usable: int = 0
+    """Of those, answered "same" or "different" (the n of the rate)."""
+    n_same: int = 0
+    false_changed_rate: float | None = None
+    """n_same / n_usable: how often the checker calls a different answer "same" (a variant it
+    calls "same" is dropped, so this is roughly the share of good variants it throws away)."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """95 % Wilson interval of the rate."""
+
+
+def checker_control(model_checked: Sequence[PerturbedPair]) -> CheckerControl:
+    """The control from the checker's answers on the originals of the model-checked variants,
+    each distinct original once."""
+    answers = {(p.question, p.chosen, p.original_rejected): p.original_check for p in model_checked}
+    usable = [a for a in answers.values() if a in ("same", "different")]
+    same = sum(1 for a in usable if a == "same")
+    low, high = wilson_interval(same, len(usable)) if usable else (None, None)
+    return CheckerControl(
+        n_asked=len(answers), n_usable=len(usable), n_same=same,
+        false_changed_rate=same / len(usable) if usable else None, ci_low=low, ci_high=high,
+    )
 
 
 class ProBuild(BaseModel):
@@ -189,6 +239,7 @@ class ProBuild(BaseModel):
     variants: list[VariantRecord]
     counts: ProCounts
     length: LengthStats
+    checker_control: CheckerControl = Field(default_factory=CheckerControl)
 
 
 def assign_variants(
@@ -217,17 +268,6 @@ def sample_id(pair_id: str, bias_id: str, round_: int) -> str:
 def chosen_first(seed: int, sid: str) -> bool:
     """The seeded coin that puts the chosen response in position A (True) or B."""
     return keyed_rng(seed, KIND, "position", sid).random() < 0.5
-
-
-def same_model(a: ModelConfig, b: ModelConfig) -> bool:
-    """Whether two configs name the same model, whichever provider serves it (an
-    `openai/Qwen/X` server and a `vllm/Qwen/X` engine are one model). Compared by model name;
-    one model under two different names (a served alias, a copied file) is not recognised."""
-
-    def key(config: ModelConfig) -> str:
-        return config.model.strip().rstrip("/").lower()
-
-    return key(a) == key(b)
 
 
 def check_filter_model(filter_cfg: ModelConfig, target: ModelConfig, *, allow_self_filter: bool) -> None:
@@ -266,7 +306,7 @@ def build_pro_set(
     for index, (_, _, round_) in enumerate(items):
         by_round[round_].append(index)
     texts: list[tuple[str, str | None]] = [("", None)] * len(items)
-    with bar(f"perturbing {len(items)} rejected responses", len(items)) as advance:
+    with bar(f"perturbing {plural(len(items), 'rejected response')}", len(items)) as advance:
         for round_, indices in sorted(by_round.items()):
             batch = [(items[i][0], items[i][1]) for i in indices]
             out = perturb(teacher, batch, perturb_settings, seed=seed + round_, progress=advance)
@@ -308,22 +348,31 @@ def build_pro_set(
         else:
             seen[key] = r.sample_id
 
-    # 4. Equivalence check.
+    # 4. Equivalence check: read mechanically where possible, else the checker, with its control.
     alive = [r for r in records if r.status == "kept"]
     counts.equivalence_checked = len(alive)
-    if alive:
-        requests = [equivalence_request(r.question, r.chosen, r.new_rejected, seed=seed) for r in alive]
-        with bar(f"checking {len(alive)} variants for a changed answer", len(alive)) as advance:
-            responses = checker.generate(requests, progress=advance)
-        for r, response in zip(alive, responses):
-            answer = parse_check(response.text, response.finish_reason)
-            r.check_answer = answer if answer is not None else response.text[:80]
-            if answer is None:
-                r.status = "check_invalid"
-                counts.dropped_check_invalid += 1
-            elif answer == "same":
-                r.status = "equivalent"
-                counts.dropped_equivalent += 1
+    rewrites = [
+        PerturbedPair(
+            pair_id=r.pair_id, bias_id=r.bias_id, bias_name=r.bias_name, domain=r.domain, question=r.question,
+            chosen=r.chosen, original_rejected=r.original_rejected, perturbed_rejected=r.new_rejected, valid=True,
+        )
+        for r in alive
+    ]
+    calls = check_calls(rewrites)
+    with bar(f"checking {plural(len(alive), 'variant')} for a changed answer ({plural(calls, 'checker call')})", calls) as advance:
+        checked = check_answers(checker, rewrites, seed=seed, progress=advance)
+    for r, c in zip(alive, checked):
+        # Pro drops every "same", whatever the checker said of the original: a kept sample's
+        # label must be right, so a doubtful variant goes.
+        r.check_answer, r.check_method = c.answer_check, c.check_method
+        counts.equivalence_extracted += c.check_method == "extracted"
+        if c.answer_check == "unusable":
+            r.status = "check_invalid"
+            counts.dropped_check_invalid += 1
+        elif c.answer_check == "same":
+            r.status = "equivalent"
+            counts.dropped_equivalent += 1
+    control = checker_control([c for c in checked if c.check_method == "model"])
 
     # 5. Adversarial filter: both orders, keep what is wrong in both.
     alive = [r for r in records if r.status == "kept"]
@@ -338,7 +387,7 @@ def build_pro_set(
             )
             for r in alive
         ]
-        with bar(f"adversarial filter: {len(alive)} variants x 2 orders", 2 * len(alive)) as advance:
+        with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
             result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
         grouped: dict[str, list[Judgment]] = defaultdict(list)
         for j in result.judgments:
@@ -352,29 +401,57 @@ def build_pro_set(
                 counts.dropped_filter_invalid += 1
             elif all(j.picked == "rejected" for j in js):
                 counts.kept_by_filter += 1
-            else:
+            elif any(j.picked == "chosen" for j in js):
                 r.status = "filter_correct"
                 counts.dropped_filter_correct += 1
+            else:  # a tie in some order, never the chosen response: not right, not fooled twice
+                r.status = "filter_tie"
+                counts.dropped_filter_tie += 1
 
     kept = [r for r in records if r.status == "kept"]
     samples = [sample_row(r, seed) for r in kept]
     lengths = length_stats([(r.chosen, r.original_rejected, r.new_rejected) for r in kept])
-    return ProBuild(samples=samples, variants=records, counts=counts, length=lengths)
+    return ProBuild(samples=samples, variants=records, counts=counts, length=lengths, checker_control=control)
+
+
+def labelled_row(
+    *,
+    sample_id: str,
+    question: str,
+    chosen: str,
+    rejected: str,
+    chosen_in_a: bool,
+    injected_bias: str,
+    domain: str,
+    pair_id: str,
+    source: str,
+) -> dict[str, str]:
+    """A data row (`DATA_COLUMNS`): the chosen response in position A or B, `label` saying which."""
+    return {
+        "sample_id": sample_id,
+        "question": question,
+        "response_A": chosen if chosen_in_a else rejected,
+        "response_B": rejected if chosen_in_a else chosen,
+        "label": "A>B" if chosen_in_a else "B>A",
+        "injected_bias": injected_bias,
+        "domain": domain,
+        "pair_id": pair_id,
+        "source": source,
+    }
 
 
 def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
-    a_is_chosen = chosen_first(seed, r.sample_id)
-    return {
-        "sample_id": r.sample_id,
-        "question": r.question,
-        "response_A": r.chosen if a_is_chosen else r.new_rejected,
-        "response_B": r.new_rejected if a_is_chosen else r.chosen,
-        "label": "A>B" if a_is_chosen else "B>A",
-        "injected_bias": r.bias_id,
-        "domain": r.domain,
-        "pair_id": r.pair_id,
-        "source": r.source,
-    }
+    return labelled_row(
+        sample_id=r.sample_id,
+        question=r.question,
+        chosen=r.chosen,
+        rejected=r.new_rejected,
+        chosen_in_a=chosen_first(seed, r.sample_id),
+        injected_bias=r.bias_id,
+        domain=r.domain,
+        pair_id=r.pair_id,
+        source=r.source,
+    )
 
 
 def per_bias_and_domain(variants: Sequence[VariantRecord]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
@@ -440,11 +517,12 @@ def pro_stats(
         "per_bias": by_bias,
         "per_domain": by_domain,
         "length": build.length.model_dump(),
+        "checker_control": build.checker_control.model_dump(),
         "annotation": None,
     }
 
 
-_LICENCES = """\
+LICENCES = """\
 - **JudgeBench** (questions, reference responses and labels): MIT licence
   (ScalerLab/JudgeBench). Its responses were written by GPT-4o and Claude-3.5-Sonnet; their
   providers' terms of use apply to those texts.
@@ -457,7 +535,7 @@ _LICENCES = """\
 """
 
 
-def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
+def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     """One validation comparison of the card's bias table, as the terminal words it, with the
     p adjusted for the iteration's candidates when there is one."""
     if comparison is None:
@@ -465,6 +543,28 @@ def _comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     c = comparison
     adjusted = "" if c.get("p_adjusted") is None else f" (adjusted {p_value(c['p_adjusted'])})"
     return delta_clause(c["delta"], c.get("ci_low"), c.get("ci_high"), c["n"], c.get("p_value")) + adjusted
+
+
+def _effect_cell(effect: Mapping[str, Any] | None, decided: str | None) -> str:
+    """A bias's reported effect in the card: Δ against the control that decided, CI, n and the
+    estimator (honest after an early stop)."""
+    if effect is None:
+        return CARD_MISSING
+    return (
+        f"{pp(effect['delta'])} vs {decided or CARD_MISSING} (CI {ci_pp(effect.get('ci_low'), effect.get('ci_high'), missing=CARD_MISSING)}, "
+        f"n = {effect.get('n') if effect.get('n') is not None else CARD_MISSING}; {effect['method']})"
+    )
+
+
+def _overlap_line(overlap: Mapping[str, Any] | None) -> str:
+    """Provenance: how many test pairs the run had discovered its biases on (0 unless allowed)."""
+    if overlap is None:
+        return "- overlap with the discovery run's target pairs: not checked"
+    allowed = " (allowed with --allow-overlap)" if overlap["shared"] else ""
+    return (
+        f"- overlap with the discovery run's target pairs: {overlap['shared']} of {overlap['n_validation']} test pairs "
+        f"({overlap['by_id']} by id, {overlap['by_content']} by content){allowed}"
+    )
 
 
 def _counts_table(c: Mapping[str, Any]) -> str:
@@ -482,14 +582,52 @@ def _counts_table(c: Mapping[str, Any]) -> str:
         f"| dropped as duplicate (question, rejected) | {c['dropped_duplicate']} |",
         f"| equivalence-checked | {c['equivalence_checked']} |",
         f"| dropped as equivalent (same final answer as chosen) | {c['dropped_equivalent']} |",
+        f"| of those, decided by reading the final answers (no model) | {c.get('equivalence_extracted', 0)} |",
         f"| dropped: checker answer unusable | {c['dropped_check_invalid']} |",
         f"| judged by the filter (both orders) | {c['filter_judged']} |",
         f"| dropped: filter right in at least one order | {c['dropped_filter_correct']} |",
+        f"| dropped: filter called a tie (never right, not wrong in both orders) | {c.get('dropped_filter_tie', 0)} |",
         f"| dropped: filter verdict invalid | {c['dropped_filter_invalid']} |",
         f"| **kept by the filter** | **{c['kept_by_filter']}** |",
         f"| **after annotation** | **{'not annotated yet' if after is None else after}** |",
     ]
     return "\n".join(lines)
+
+
+def _answer_check_text(stats: Mapping[str, Any]) -> list[str]:
+    """The card's answer-check paragraph: what was read mechanically, who checked the rest,
+    and the checker's false-"changed" rate on unmodified originals (sets exported before the
+    control have none)."""
+    c, models = stats["counts"], stats["models"]
+    control = stats.get("checker_control")
+    lines = [
+        f"Of the {c['equivalence_checked']} equivalence-checked variants, {c.get('equivalence_extracted', 0)} were decided "
+        "by reading the final answers (a letter written five times, a bold or ***X*** answer, a boxed expression, "
+        f"\"Final answer: X\") and comparing them; the rest by `{models['checker']}` with the prompt `equivalence_check`."
+    ]
+    if stats.get("self_checked"):
+        lines.append(
+            "**Self-checked**: that checker is the teacher that wrote the rewrites (no other model was given), so its "
+            "checks are the rewriter grading itself."
+        )
+    if control is None:
+        lines.append("No checker control was run for this set (exported before the control existed).")
+    elif control["n_asked"] == 0:
+        lines.append("Control: no variant needed the checker model, so it was not asked about any original.")
+    else:
+        rate = percent(control["false_changed_rate"], unit=" %", missing=CARD_MISSING)
+        ci = (
+            "" if control["ci_low"] is None
+            else f" (95 % Wilson CI {percent(control['ci_low'], unit=' %')} to {percent(control['ci_high'], unit=' %')})"
+        )
+        lines.append(
+            f"Control: the checker was also asked about the {control['n_asked']} original pairs behind those variants, "
+            "unmodified (their rejected response reaches a different answer than the chosen one by construction). It "
+            f"called {control['n_same']} of the {control['n_usable']} it answered usably \"same\": a false-\"changed\" "
+            f"rate of {rate}{ci}, n = {control['n_usable']}. A variant it calls \"same\" is dropped, so about that share "
+            "of good variants is lost; a high rate says the checker cannot tell these answers apart."
+        )
+    return lines
 
 
 def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
@@ -524,7 +662,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "response, and kept only if a strong judge then preferred it in both orders (the BiasScope "
         "paper's JudgeBench-Pro recipe).",
         "",
-        f"**{n} samples** (split `test`). Columns: `sample_id`, `question`, `response_A`, `response_B`, "
+        f"**{plural(n, 'sample')}** (split `test`). Columns: `sample_id`, `question`, `response_A`, `response_B`, "
         "`label` (`A>B`: response A is the correct one; `B>A`: B is), `injected_bias` (bias id, see "
         "below), `domain`, `pair_id` (the original test pair), `source`.",
         "",
@@ -557,6 +695,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         f"- discovery run: `{stats['run_name']}` ({stats['run_dir']}), library `{stats['library_file']}`",
         f"- test data: {stats['data']}",
         f"- bias selection: `{stats['bias_selection']}`; seed {stats['seed']}",
+        _overlap_line(stats.get("data_overlap")),
         f"- built {stats['created_at']} with bias-discovery {stats['bias_discovery_version']}",
         "",
         "## Models",
@@ -571,6 +710,10 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         f"Filter judge settings: {settings_text(stats['filter_judge_settings'])}. "
         f"Teacher settings: {settings_text(stats['perturb_settings'])}.",
         "",
+        "## Answer checks",
+        "",
+        " ".join(_answer_check_text(stats)),
+        "",
     ]
     if stats.get("self_filter"):
         lines += [
@@ -584,23 +727,28 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "Validation: the judge's error on the run's test items with the bias injected, minus its "
         "error on the same items unchanged (vs baseline) and with a neutral rewrite (vs placebo); "
-        "95 % CI, n paired items, one-sided exact McNemar p (and adjusted for the iteration's "
-        "candidates). *Decided by* names the comparison the acceptance rule used.",
+        "95 % CI, n paired items, one-sided p (and adjusted for the iteration's candidates). "
+        "*Effect* is the reported Δerror against the comparison that decided, estimated so that it "
+        "stays honest when validation stopped early (the estimator is named); the two comparisons "
+        "are as measured on the items used.",
         "",
-        "| id | name | definition | origin | Δerror vs baseline | Δerror vs placebo "
-        "| decided by | generated | kept |",
-        "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: |",
+        "| id | name | definition | origin | effect | Δerror vs baseline | Δerror vs placebo "
+        "| generated | kept |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     per_bias = stats.get("per_bias", {})
     for b in stats["biases"]:
         row = per_bias.get(b["id"], {"generated": 0, "kept_by_filter": 0})
         origin = b["origin"] if b["origin"] == "seed" else f"discovered (iteration {b['iteration']})"
-        decided = b.get("decided_against")
         lines.append(
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
-            f"{_comparison_cell(b.get('vs_baseline'))} | {_comparison_cell(b.get('vs_placebo'))} | "
-            f"{decided or CARD_MISSING} | {row['generated']} | {row['kept_by_filter']} |"
+            f"{_effect_cell(b.get('effect'), b.get('decided_against'))} | "
+            f"{comparison_cell(b.get('vs_baseline'))} | {comparison_cell(b.get('vs_placebo'))} | "
+            f"{row['generated']} | {row['kept_by_filter']} |"
         )
+    statements = list(dict.fromkeys(b["error_statement"] for b in stats["biases"] if b.get("error_statement")))
+    if statements:
+        lines += ["", "Error control of these validations: " + " ".join(statements)]
     lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
     for domain, row in stats.get("per_domain", {}).items():
         lines.append(f"| {domain} | {row['generated']} | {row['kept_by_filter']} |")
@@ -608,7 +756,7 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
         "",
         "## Lengths",
         "",
-        f"Average length in {length['method']} tokens (`str.split`) over the {length['n']} samples: "
+        f"Average length in {length['method']} tokens (`str.split`) over the {plural(length['n'], 'sample')}: "
         f"chosen {number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, "
         f"new rejected {number(length['new_rejected'], missing=CARD_MISSING)}; relative increase of the rejected response "
         f"{percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)} (the paper reports +8.4 %).",
@@ -628,12 +776,14 @@ def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
     else:
         kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
         lines += [
-            f"Two annotators verified {ann['n_annotated']} samples (sheet `{ann['sheet']}`, applied "
+            f"Two annotators verified {plural(ann['n_annotated'], 'sample')} (sheet `{ann['sheet']}`, applied "
             f"{ann['applied_at']}): they agreed on {ann['n_agreed']} ({percent(ann['observed_agreement'], unit=' %', missing=CARD_MISSING)}), "
-            f"Cohen's kappa {kappa}; {ann['n_adjudicated']} disagreements were adjudicated. "
-            f"{ann['n_rejected']} samples were rejected and removed, {ann['n_kept']} kept.",
+            f"Cohen's kappa {kappa}; {plural(ann['n_adjudicated'], 'disagreement')} "
+            + ("was" if ann["n_adjudicated"] == 1 else "were") + " adjudicated. "
+            f"{plural(ann['n_rejected'], 'sample')} " + ("was" if ann["n_rejected"] == 1 else "were")
+            + f" rejected and removed, {ann['n_kept']} kept.",
         ]
-    lines += ["", "## Licences", "", _LICENCES]
+    lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)
 
 
@@ -657,6 +807,7 @@ def export_judgebench_pro(
     limit: int | None = None,
     overwrite: bool = False,
     allow_self_filter: bool = False,
+    allow_overlap: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> dict[str, Any]:
@@ -669,7 +820,9 @@ def export_judgebench_pro(
 
     Data: the run's test data (`data.test`, `data.data_dir`) unless `data` is given; `limit`
     takes a seeded sample of N pairs with the run's seed (with N = the run's `test_limit`,
-    exactly the pairs the run validated on, whose rewrites are then in the call cache).
+    exactly the pairs the run validated on, whose rewrites are then in the call cache). Data
+    that shares pairs (by id or content) with the items the run discovered its biases on is
+    refused unless `allow_overlap`; the overlap goes into stats.json either way.
     """
     out = Path(out)
     run_path = Path(run_dir)
@@ -684,6 +837,9 @@ def export_judgebench_pro(
         pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
+        overlap = check_run_overlap(
+            ctx.run, config, pairs, data_name=f"the Pro data {describe_source(source, where, portable=True)}", allow=allow_overlap
+        )
         teacher_cfg = config.teacher
         filter_cfg = model_config(filter_model, filter_base_url, config.target)
         check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
@@ -719,12 +875,14 @@ def export_judgebench_pro(
                 "target": config.target.spec,
             },
             "self_filter": same_model(filter_cfg, config.target),
+            "self_checked": same_model(checker_cfg, teacher_cfg),
             # A user's template by file name: the exporting machine's paths mean nothing to readers.
             "filter_judge_settings": {
                 **judge_settings.model_dump(mode="json"),
                 "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
             },
             "perturb_settings": config.perturb.model_dump(mode="json"),
+            "data_overlap": overlap.model_dump(mode="json"),
         }
         stats = pro_stats(build, ctx_info=info, biases=chosen)
     with staged_output(out, overwrite=overwrite, protect=[run_path]) as tmp:

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import EngineError
+from ..formatting import plural
 from ..progress import ProgressCallback
 from .types import ChatMessage, FinishReason, GenerationRequest, GenerationResponse
 
@@ -79,8 +80,7 @@ def final_token_index(tokens: Sequence[str], text: str) -> int | None:
 
     Walking back from the last token, tokens of whitespace only and tokens whose text does not
     occur in the output at all (an end-of-sequence token such as "<|im_end|>", which vLLM
-    counts among the generated tokens; the JSON wrapper around a choice in the openai dialect)
-    are passed over; the first other token must be the one that ends the output, else None
+    counts among the generated tokens) are passed over; the first other token must be the one that ends the output, else None
     (the tokens do not line up with the text)."""
     end = text.rstrip()
     for index in range(len(tokens) - 1, -1, -1):
@@ -96,7 +96,7 @@ def check_batch_size(engine_id: str, n_responses: int, n_requests: int) -> None:
     wrong request)."""
     if n_responses != n_requests:
         raise EngineError(
-            f"engine {engine_id} returned {n_responses} responses for {n_requests} requests"
+            f"engine {engine_id} returned {plural(n_responses, 'response')} for {plural(n_requests, 'request')}"
         )
 
 

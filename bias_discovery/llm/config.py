@@ -133,3 +133,14 @@ class ModelConfig(BaseModel):
                 f"known providers: {', '.join(KNOWN_PROVIDERS)}"
             )
         return cls(provider=provider, model=model, **settings)
+
+
+def same_model(a: ModelConfig, b: ModelConfig) -> bool:
+    """Whether two configs name the same model, whichever provider serves it (an
+    `openai/Qwen/X` server and a `vllm/Qwen/X` engine are one model). Compared by model name;
+    one model under two different names (a served alias, a copied file) is not recognised."""
+
+    def key(config: ModelConfig) -> str:
+        return config.model.strip().rstrip("/").lower()
+
+    return key(a) == key(b)

@@ -26,6 +26,7 @@ import math
 import re
 from typing import Any
 
+from ..formatting import plural
 from .types import Constraint, ConstraintKind, GenerationRequest, GenerationResponse
 
 __all__ = ["PROBE_CONSTRAINTS", "probe_request", "probe_failure", "schema_violation", "violation"]
@@ -176,9 +177,9 @@ def _resolve(root: Any, ref: str) -> Any:
 
 def _string_violation(schema: dict[str, Any], value: str, where: str) -> str | None:
     if "maxLength" in schema and len(value) > int(schema["maxLength"]):
-        return f"{where}: {len(value)} characters, more than maxLength {schema['maxLength']}"
+        return f"{where}: {plural(len(value), 'character')}, more than maxLength {schema['maxLength']}"
     if "minLength" in schema and len(value) < int(schema["minLength"]):
-        return f"{where}: {len(value)} characters, fewer than minLength {schema['minLength']}"
+        return f"{where}: {plural(len(value), 'character')}, fewer than minLength {schema['minLength']}"
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         try:
@@ -205,9 +206,9 @@ def _number_violation(schema: dict[str, Any], value: float, where: str) -> str |
 
 def _array_violation(schema: dict[str, Any], value: list[Any], where: str, root: Any) -> str | None:
     if "maxItems" in schema and len(value) > int(schema["maxItems"]):
-        return f"{where}: {len(value)} items, more than maxItems {schema['maxItems']}"
+        return f"{where}: {plural(len(value), 'item')}, more than maxItems {schema['maxItems']}"
     if "minItems" in schema and len(value) < int(schema["minItems"]):
-        return f"{where}: {len(value)} items, fewer than minItems {schema['minItems']}"
+        return f"{where}: {plural(len(value), 'item')}, fewer than minItems {schema['minItems']}"
     items = schema.get("items")
     if isinstance(items, (dict, bool)):
         for index, item in enumerate(value):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..errors import EngineError
+from ..progress import no_library_bars
 from .base import SequentialEngine, message_dicts
 from .config import ModelConfig
 from .types import FinishReason, GenerationRequest, GenerationResponse
@@ -35,12 +36,13 @@ class TransformersEngine(SequentialEngine):
         self._torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(config.model)
-            load_args: dict[str, Any] = {"dtype": config.dtype}
-            load_args.update(config.engine_args)
-            self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(
-                config.model, **load_args
-            ).to(self.device)  # type: ignore[arg-type]  # transformers' typing of .to
+            with no_library_bars():
+                self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(config.model)
+                load_args: dict[str, Any] = {"dtype": config.dtype}
+                load_args.update(config.engine_args)
+                self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(
+                    config.model, **load_args
+                ).to(self.device)  # type: ignore[arg-type]  # transformers' typing of .to
         except (OSError, ValueError) as exc:
             raise EngineError(f"transformers could not load {config.model}: {exc}") from exc
         self.model.eval()

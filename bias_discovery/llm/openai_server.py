@@ -43,8 +43,13 @@ llama_cpp.server defaults to repeat_penalty 1.1, top_k 40 and min_p 0.05).
   `CreateChatCompletionRequest.grammar`, also accepted by llama.cpp's `llama-server`), and
   `response_format: {"type": "json_object", "schema": ...}` for JSON schemas (converted on
   the server, so the client needs no llama-cpp-python).
-- `openai`: `response_format: {"type": "json_schema", ...}`. Choices become a strict schema
-  `{"choice": enum}` whose value is unwrapped into the response text; regexes are refused.
+- `openai`: `response_format: {"type": "json_schema", ...}`, the only constraint OpenAI's API
+  takes. Choices become a strict schema `{"choice": enum}` whose value is unwrapped into the
+  response text; the judge's reasoning-and-verdict format (a regex carrying its
+  `ReasonedChoice`) becomes a strict schema `{"reasoning": str, "verdict": enum}`, put back
+  into the `Reasoning: ...` / `Verdict: X` lines (strict mode refuses `maxLength`, so the
+  reasoning cap is not enforced there; README, "Hosted APIs"). The reply is checked against
+  the schema that was sent; any other regex is refused.
 - `auto`: `GET {base_url}/models` once: `owned_by == "vllm"` -> vllm, `"me"`
   (llama_cpp.server) or `"llamacpp"` (llama-server) -> llamacpp, anything else -> openai.
 
@@ -85,7 +90,7 @@ from .base import BaseEngine, BatchReport, final_token_index, finish_reason, mes
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
 from .llamacpp import sampling_fields as llamacpp_sampling_fields
-from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
+from .types import Constraint, ConstraintKind, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 from .vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 __all__ = [
@@ -95,6 +100,8 @@ __all__ = [
     "constraint_fields",
     "detect_dialect",
     "final_logprobs_from_reply",
+    "probe_kind",
+    "read_reply",
 ]
 
 BACKOFF_BASE_S = 0.5
@@ -139,32 +146,62 @@ def constraint_fields(constraint: Constraint, dialect: Dialect) -> dict[str, Any
 
         return {"grammar": constraint_to_gbnf(constraint)}
     if dialect == "openai":
-        if constraint.regex is not None:
-            raise ConfigError(
-                "regex constraints are not supported by the 'openai' structured-outputs "
-                "dialect (OpenAI's response_format only takes JSON schemas); use choices or "
-                "a JSON schema, or a vLLM / llama.cpp server"
-            )
-        if constraint.choices is not None:
-            schema: dict[str, Any] = {
-                "type": "object",
-                "properties": {_CHOICE_KEY: {"type": "string", "enum": list(constraint.choices)}},
-                "required": [_CHOICE_KEY],
-                "additionalProperties": False,
-            }
-            return {
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {"name": "choice", "schema": schema, "strict": True},
-                }
-            }
-        return {
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": constraint.json_schema},
-            }
-        }
+        name, schema, strict = _openai_schema(constraint)
+        spec: dict[str, Any] = {"name": name, "schema": schema}
+        if strict:
+            spec["strict"] = True
+        return {"response_format": {"type": "json_schema", "json_schema": spec}}
     raise ConfigError(f"unknown structured-outputs dialect {dialect!r}")
+
+
+def _openai_schema(constraint: Constraint) -> tuple[str, dict[str, Any], bool]:
+    """(name, schema, strict) of the JSON schema that carries `constraint` in the openai
+    dialect; ConfigError for a regex it cannot express."""
+    if constraint.choices is not None:
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {_CHOICE_KEY: {"type": "string", "enum": list(constraint.choices)}},
+            "required": [_CHOICE_KEY],
+            "additionalProperties": False,
+        }
+        return "choice", schema, True
+    if constraint.reasoned is not None:
+        return "reasoned_choice", constraint.reasoned.json_schema(), True
+    if constraint.regex is not None:
+        raise ConfigError(
+            f"the regex constraint {constraint.regex!r} cannot be sent in the 'openai' structured-outputs "
+            "dialect (OpenAI's response_format takes only JSON schemas); the judge's own verdict format is "
+            "sent as a JSON schema, other regexes need a vLLM or llama.cpp server"
+        )
+    assert constraint.json_schema is not None
+    return "output", constraint.json_schema, False
+
+
+def probe_kind(constraint: Constraint, dialect: Dialect) -> ConstraintKind:
+    """The constraint kind whose probe proves `constraint` is enforced the way `dialect` sends
+    it: the openai dialect sends the reasoning-and-verdict format as a strict JSON schema with
+    an enum, as it sends choices, so the choices probe answers for both."""
+    if dialect == "openai" and constraint.reasoned is not None:
+        return "choices"
+    return constraint.kind
+
+
+def read_reply(constraint: Constraint, dialect: Dialect, text: str) -> tuple[str, str | None]:
+    """(the reply as the caller's constraint reads it, how it breaks the constraint that was
+    sent, or None). The openai dialect's replies are JSON under the schema that was sent
+    (`_openai_schema`): checked against it, then unwrapped (a choice's value; the reasoned
+    format's labelled lines)."""
+    if dialect != "openai":
+        return text, violation(constraint, text)
+    _, schema, _ = _openai_schema(constraint)
+    problem = violation(Constraint(json_schema=schema), text)
+    if problem is not None:
+        return text, problem
+    if constraint.choices is not None:
+        return str(json.loads(text)[_CHOICE_KEY]), None
+    if constraint.reasoned is not None:
+        return constraint.reasoned.text_from_json(json.loads(text)), None
+    return text, None
 
 
 def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> dict[str, Any]:
@@ -189,6 +226,12 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
     if request.constraint is not None:
         body.update(constraint_fields(request.constraint, dialect))
     if request.final_top_logprobs is not None:  # servers return them for every generated token
+        if dialect == "openai":
+            raise ConfigError(
+                "score verdicts read the verdict token at the end of the output, and the 'openai' "
+                "structured-outputs dialect wraps verdicts in JSON; use a vLLM or llama.cpp server "
+                "(structured_outputs: vllm or llamacpp), or judge.verdict: choice"
+            )
         body.update({"logprobs": True, "top_logprobs": request.final_top_logprobs})
     return body
 
@@ -521,15 +564,15 @@ class OpenAIServerEngine(BaseEngine):
             raise EngineError(
                 f"model server at {url} refused the request ({response.status_code}): {message}"
             )
-        out = self._parse(url, response, constraint, top_logprobs)
+        out = self._parse(url, response, top_logprobs)
         if constraint is None or out.finish_reason != "stop":
             return out
-        problem = violation(constraint, out.text)
+        text, problem = read_reply(constraint, self.dialect, out.text)
         with self._violations_lock:
             self._violations_in_a_row = self._violations_in_a_row + 1 if problem else 0
             systematic = self._violations_in_a_row >= SYSTEMATIC_VIOLATIONS
         if problem is None:
-            return out
+            return out.model_copy(update={"text": text})
         if systematic:
             raise EngineError(
                 f"the model server at {replica.url} does not enforce output constraints in the "
@@ -544,9 +587,9 @@ class OpenAIServerEngine(BaseEngine):
             }
         )
 
-    def _parse(
-        self, url: str, response: Any, constraint: Constraint | None, top_logprobs: int | None = None
-    ) -> GenerationResponse:
+    def _parse(self, url: str, response: Any, top_logprobs: int | None = None) -> GenerationResponse:
+        """The reply's text, finish reason and usage, as the server sent them; with
+        `top_logprobs`, the final token's log-probabilities."""
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -560,9 +603,6 @@ class OpenAIServerEngine(BaseEngine):
         finish = finish_reason(choice.get("finish_reason"), unknown="stop")
         if finish == "error":  # "content_filter"
             text = f"the server's content filter stopped the output: {text}"
-        unwrap = self._dialect == "openai" and constraint is not None and constraint.choices is not None
-        if unwrap and finish == "stop":
-            text = _unwrap_choice(text)
         logprobs = None
         if top_logprobs is not None and finish == "stop":
             if not (choice.get("logprobs") or {}).get("content"):
@@ -586,18 +626,22 @@ class OpenAIServerEngine(BaseEngine):
     def _ensure_enforced(self, replica: _Replica, constraint: Constraint, stop: threading.Event | None) -> None:
         """Probe `replica` once per constraint kind; EngineError when it does not enforce it.
         A replica that fails during the probe raises `_ReplicaDown` (probed again later)."""
-        kind = constraint.kind
+        kind = probe_kind(constraint, self.dialect)
         with replica.probe_lock:
             if kind not in replica.probed:
                 dialect = self.dialect
                 probe = probe_request(kind)
+                assert probe.constraint is not None
                 response = self._chat(replica, build_payload(self.config.model, probe, dialect), stop)
                 url = f"{replica.url}/chat/completions"
                 if response.status_code >= 400:
                     message, _, _ = _server_message(response)
                     failure = f"it refused the probe ({response.status_code}): {message[:300]}"
                 else:
-                    failure = probe_failure(kind, self._parse(url, response, probe.constraint)) or ""
+                    reply = self._parse(url, response)
+                    if reply.finish_reason == "stop":
+                        reply = reply.model_copy(update={"text": read_reply(probe.constraint, dialect, reply.text)[0]})
+                    failure = probe_failure(kind, reply) or ""
                 replica.probed[kind] = failure
             failure = replica.probed[kind]
         if failure:
@@ -624,13 +668,3 @@ class OpenAIServerEngine(BaseEngine):
         renamed["max_completion_tokens"] = payload["max_tokens"]
         return renamed
 
-
-def _unwrap_choice(text: str) -> str:
-    """`{"choice": "A"}` -> `A` (the openai dialect wraps choices in an object schema)."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(data, dict) and isinstance(data.get(_CHOICE_KEY), str):
-        return str(data[_CHOICE_KEY])
-    return text

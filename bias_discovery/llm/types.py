@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -30,12 +31,72 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class ReasonedChoice(BaseModel):
+    """A paragraph of reasoning, then one of `choices`, as two labelled lines
+    (``Reasoning: <one paragraph>`` newline ``Verdict: A``): the judge's verdict format.
+
+    Why a type and not only a regex: APIs that take JSON schemas but no regexes (OpenAI's
+    structured outputs) can still enforce it, as `{"reasoning": str, "verdict": enum}` with the
+    reasoning first (`json_schema`), and the reply is put back into the labelled lines
+    (`text_from_json`), so every caller reads one format whichever way it was enforced.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    choices: tuple[str, ...]
+    max_chars: int | None = None
+    """Upper bound on the reasoning paragraph (characters); None = unbounded."""
+    reasoning_label: str = "Reasoning"
+    choice_label: str = "Verdict"
+
+    @property
+    def reasoning_key(self) -> str:
+        return self.reasoning_label.lower()
+
+    @property
+    def choice_key(self) -> str:
+        return self.choice_label.lower()
+
+    def regex(self) -> str:
+        """The format as a regex over the whole output (one line of reasoning, then the choice)."""
+        if all(len(c) == 1 and c.isalnum() for c in self.choices):
+            alternatives = f"[{''.join(self.choices)}]"
+        else:
+            alternatives = "(?:" + "|".join(re.escape(c) for c in self.choices) + ")"
+        bound = "+" if self.max_chars is None else f"{{1,{self.max_chars}}}"
+        return rf"{re.escape(self.reasoning_label)}: [^\n]{bound}\n{re.escape(self.choice_label)}: {alternatives}"
+
+    def json_schema(self) -> dict[str, Any]:
+        """The format as a JSON schema in the subset OpenAI's strict mode accepts (every key
+        required, no additional keys, no length keywords: the reasoning cap is not in it)."""
+        return {
+            "type": "object",
+            "properties": {
+                self.reasoning_key: {"type": "string"},
+                self.choice_key: {"type": "string", "enum": list(self.choices)},
+            },
+            "required": [self.reasoning_key, self.choice_key],
+            "additionalProperties": False,
+        }
+
+    def text_from_json(self, value: dict[str, Any]) -> str:
+        """A reply valid under `json_schema` as the labelled lines; line breaks inside the
+        reasoning become spaces, so the choice stays on the last line."""
+        reasoning = re.sub(r"\s*[\r\n]+\s*", " ", str(value[self.reasoning_key])).strip()
+        return f"{self.reasoning_label}: {reasoning}\n{self.choice_label}: {value[self.choice_key]}"
+
+
 class Constraint(BaseModel):
     """Restricts what the model may output. Exactly one of the three fields is set.
 
     - `choices`: the output is exactly one of these strings.
     - `regex`: the whole output matches this (Python-syntax) regular expression.
     - `json_schema`: the output is a JSON document valid under this schema.
+
+    A regex may also carry the structured form it was built from (`reasoned`, see
+    `ReasonedChoice`), for APIs that cannot take the regex. It is the same format stated twice,
+    so it is left out of the request's content hash: a call cached before it existed is still
+    found.
 
     Engines translate it to their own mechanism: GBNF grammars (llama.cpp), structured
     outputs (vLLM), `response_format` (OpenAI-style servers).
@@ -46,6 +107,12 @@ class Constraint(BaseModel):
     choices: tuple[str, ...] | None = None
     regex: str | None = None
     json_schema: dict[str, Any] | None = None
+    reasoned: ReasonedChoice | None = Field(default=None, exclude=True)
+
+    @classmethod
+    def reasoned_choice(cls, form: ReasonedChoice) -> "Constraint":
+        """The regex constraint of `form`, carrying `form` for APIs that take only JSON schemas."""
+        return cls(regex=form.regex(), reasoned=form)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Constraint":
@@ -56,6 +123,8 @@ class Constraint(BaseModel):
             )
         if self.choices is not None and len(self.choices) == 0:
             raise ValueError("choices must not be empty")
+        if self.reasoned is not None and self.regex != self.reasoned.regex():
+            raise ValueError("a reasoned constraint's regex must be the one its form gives")
         return self
 
     @property

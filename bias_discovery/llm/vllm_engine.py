@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 from ..errors import EngineError
+from ..formatting import plural
 from .base import BaseEngine, BatchReport, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
@@ -338,7 +339,7 @@ class VLLMEngine(BaseEngine):
         if request_id is None or request_id not in pending:
             raise EngineError(
                 f"vLLM returned an output for request {output_id!r}, which is not one of the "
-                f"{len(pending)} requests this batch is waiting for"
+                f"{plural(len(pending), 'request')} this batch is waiting for"
             )
         del by_external[external_id(request_id)]
         return request_id

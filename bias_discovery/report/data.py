@@ -45,6 +45,7 @@ __all__ = [
     "collect_run",
     "diff_refs",
     "diff_to_json",
+    "error_statements",
     "library_json",
     "library_rows",
     "read_validation_records",
@@ -186,11 +187,19 @@ def _top_domain(bias: Bias) -> tuple[str | None, float | None]:
 
 
 def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
-    """One bias as a flat, JSON-ready row (the `library show` table and its --json)."""
+    """One bias as a flat, JSON-ready row (the `library show` table and its --json).
+
+    `effect*` is the reported Δerror against the decisive control (`decisive`): what the bias's
+    size is ranked and shown by, honest after a sequential stop (`effect_method`). The
+    `*_vs_baseline` / `*_vs_placebo` numbers are the two comparisons as measured on the items
+    used; `decision_p*` is the decisive comparison's p."""
     v = bias.validation
     top, top_delta = _top_domain(bias)
+    base = v.vs_baseline if v else None
     placebo = v.vs_placebo if v else None
-    effect = v.rewrite_effect if v else None
+    decided = v.decisive_comparison if v else None
+    effect = v.effect if v else None
+    rewrite = v.rewrite_effect if v else None
     return {
         "id": bias.id,
         "name": bias.name,
@@ -199,29 +208,33 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         "seed_library": bias.origin.seed_library,
         "status": _status(bias),
         "in_library": in_library,
-        "n": v.n if v else None,
-        "baseline_error": v.baseline_error if v else None,
-        "perturbed_error": v.perturbed_error if v else None,
-        "delta": v.delta if v else None,
-        "ci_low": v.ci_low if v else None,
-        "ci_high": v.ci_high if v else None,
-        "p_value": v.p_value if v else None,
-        "p_adjusted": v.p_adjusted if v else None,
+        "decisive": v.decisive if v else None,
+        "effect": effect.delta if effect else None,
+        "effect_ci_low": effect.ci_low if effect else None,
+        "effect_ci_high": effect.ci_high if effect else None,
+        "effect_n": effect.n if effect else None,
+        "effect_method": effect.method if effect else None,
+        "error_statement": v.error_statement if v else None,
+        "n": decided.n if decided else None,
+        "baseline_error": base.control_error if base else None,
+        "perturbed_error": base.arm_error if base else None,
+        "delta_vs_baseline": base.delta if base else None,
+        "ci_low_vs_baseline": base.ci_low if base else None,
+        "ci_high_vs_baseline": base.ci_high if base else None,
+        "p_vs_baseline": base.p_value if base else None,
+        "p_adjusted_vs_baseline": base.p_adjusted if base else None,
         "rule": v.rule if v else None,
-        "control": v.control if v else None,
         "placebo_n": placebo.n if placebo else None,
         "placebo_error": placebo.control_error if placebo else None,
-        "placebo_perturbed_error": placebo.perturbed_error if placebo else None,
+        "placebo_perturbed_error": placebo.arm_error if placebo else None,
         "delta_vs_placebo": placebo.delta if placebo else None,
         "ci_low_vs_placebo": placebo.ci_low if placebo else None,
         "ci_high_vs_placebo": placebo.ci_high if placebo else None,
         "p_vs_placebo": placebo.p_value if placebo else None,
         "p_adjusted_vs_placebo": placebo.p_adjusted if placebo else None,
-        "decision_p": (placebo.p_value if placebo and v and v.control == "placebo" else (v.p_value if v else None)),
-        "decision_p_adjusted": (
-            placebo.p_adjusted if placebo and v and v.control == "placebo" else (v.p_adjusted if v else None)
-        ),
-        "rewrite_effect": effect.delta if effect else None,
+        "decision_p": decided.p_value if decided else None,
+        "decision_p_adjusted": decided.p_adjusted if decided else None,
+        "rewrite_effect": rewrite.delta if rewrite else None,
         "answer_change_rate": v.answer_change_rate if v else None,
         "n_answer_changed": v.n_answer_changed if v else None,
         "length_ratio": v.length_ratio if v else None,
@@ -257,6 +270,21 @@ def run_rewrite_effect(root: Path) -> RewriteEffect | None:
     return None
 
 
+def error_statements(ref: LibraryRef) -> list[dict[str, Any]]:
+    """What the validations behind a library control, one entry per distinct statement: a
+    run's from its validation reports up to the library's iteration (with the iterations they
+    cover), a library file's from its biases."""
+    by_statement: dict[str, list[int]] = {}
+    if ref.run_dir is not None:
+        for report in read_validation_records(ref.run_dir, upto=ref.library.iteration):
+            by_statement.setdefault(report.error_statement, []).append(report.iteration)
+    else:
+        for bias in ref.library.biases:
+            if bias.validation is not None and bias.validation.error_statement:
+                by_statement.setdefault(bias.validation.error_statement, [])
+    return [{"statement": text, "iterations": iterations} for text, iterations in by_statement.items()]
+
+
 def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
     lib = ref.library
     effect = run_rewrite_effect(ref.run_dir) if ref.run_dir is not None else None
@@ -274,6 +302,7 @@ def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
         },
         "biases": library_rows(lib, rejected),
         "rewrite_effect": None if effect is None else effect.model_dump(mode="json"),
+        "error_statements": error_statements(ref),
     }
 
 

@@ -20,9 +20,10 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..formatting import ci_pp, count, p_value, percent, pp
+from ..formatting import ci_pp, count, p_value, percent, plural, pp
 from ..io import atomic_write_text
-from ..library import Bias
+from ..library import Bias, RewriteEffect
+from ..run import ValidationReport
 from .data import RunData, bias_row, collect_run
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
 
@@ -119,7 +120,7 @@ def _data_desc(config: dict[str, Any], role: str) -> str:
     limit = _get(config, f"data.{role}_limit")
     if name is None:
         return "–"
-    return f"{name}" + (f" (first {limit} pairs)" if limit else "")
+    return f"{name}" + (f" (first {plural(limit, 'pair')})" if limit else "")
 
 
 def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -179,16 +180,16 @@ def _domain_rows(bias: Bias, record: dict[str, Any] | None) -> list[dict[str, An
     rec_domains = (record or {}).get("per_domain") or {}
     rows = []
     for domain, d in sorted(v.per_domain.items()):
-        r = rec_domains.get(domain) or {}
+        r = rec_domains.get(domain) or {}  # libraries from before the shared comparison kept no CI per domain
         rows.append(
             {
                 "domain": domain,
                 "n": d.n,
-                "baseline": d.baseline_error,
-                "perturbed": d.perturbed_error,
+                "baseline": d.control_error,
+                "perturbed": d.arm_error,
                 "delta": d.delta,
-                "ci_low": r.get("ci_low"),
-                "ci_high": r.get("ci_high"),
+                "ci_low": d.ci_low if d.ci_low is not None else r.get("ci_low"),
+                "ci_high": d.ci_high if d.ci_high is not None else r.get("ci_high"),
                 "p": d.p_value,
             }
         )
@@ -234,18 +235,19 @@ def _card(run: RunData, bias: Bias, in_library: bool) -> dict[str, Any]:
 
 
 def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow], list[str]]:
+    """Per bias its reported effect (honest after a sequential stop) and, per domain, the
+    comparison vs the baseline on the items used."""
     rows, domains = [], set()
     for bias in biases:
         v = bias.validation
         if v is None:
             continue
-        record = run.records.get(bias.id) or {}
         per_domain = {}
-        for domain, d in v.per_domain.items():
-            r = (record.get("per_domain") or {}).get(domain) or {}
-            per_domain[domain] = (d.delta, r.get("ci_low"), r.get("ci_high"))
-            domains.add(domain)
-        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=v.delta, ci_low=v.ci_low, ci_high=v.ci_high, per_domain=per_domain))
+        for d in _domain_rows(bias, run.records.get(bias.id)):
+            per_domain[d["domain"]] = (d["delta"], d["ci_low"], d["ci_high"])
+            domains.add(d["domain"])
+        e = v.effect
+        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
     return rows, sorted(domains)
 
 
@@ -262,31 +264,54 @@ LOOK_WORDS = {
 }
 
 
+def _answer_check_text(reports: list[ValidationReport], effect: RewriteEffect | None, config: dict[str, Any]) -> str:
+    """How the rewrites' final answers were checked in this run: how many were read
+    mechanically, which model checked the rest, and whether that model was the rewriter."""
+    if _get(config, "validate.answer_check") is False:
+        return "off: rewrites that reach the chosen answer are not excluded"
+    records = [c for r in reports for c in r.candidates]
+    extracted = sum(c.n_answer_extracted for c in records) + ((effect.n_answer_extracted or 0) if effect else 0)
+    checked = sum(c.n_answer_checked for c in records) + ((effect.n_answer_checked or 0) if effect else 0)
+    last = reports[-1] if reports else None
+    checker = last.checker if last is not None else None
+    if checker is None:  # a run from before the checker was recorded
+        return "by the equivalence prompt (checker not recorded in this run's files)"
+    text = (
+        f"final answers read mechanically where the item states them in a fixed form ({extracted} of {checked} "
+        f"checked rewrites); the rest by {checker} with the equivalence prompt"
+    )
+    if last is not None and last.self_checked:
+        text += (
+            "; self-checked: that model is the teacher that wrote the rewrites (no other model was configured; "
+            "set validate.checker for an independent check)"
+        )
+    return text
+
+
+def _configured_error_statement(config: dict[str, Any]) -> str:
+    """The error statement of a run's settings, before any validation has written its own."""
+    from ..config import RunConfig
+    from ..sequential import FamilySettings
+
+    try:
+        resolved = RunConfig.model_validate(config)
+    except ValueError:
+        return "–"
+    family = FamilySettings(rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations)
+    return family.error_statement(resolved.validate_.decision_control)
+
+
 def _validation_summary(run: RunData) -> dict[str, Any]:
     """The report's Validation section: the rule, the control, error control, looks, power."""
     reports = [info.validation for info in run.iterations if info.validation is not None]
     last = reports[-1] if reports else None
     config = run.config
-    alpha = _get(config, "validate.alpha")
     control = last.control if last is not None else (_get(config, "validate.control") or "baseline")
     if last is not None and last.candidates:
-        rule = last.candidates[0].comparison.rule
+        rule = last.candidates[0].decisive_comparison.rule
     else:
         rule = f"{_get(config, 'validate.acceptance') or 'paired'} vs {control} (no candidate validated yet)"
-    error_control = _get(config, "validate.error_control") or "iteration"
-    if error_control == "run":
-        share = last.alpha_family if last is not None and last.alpha_family is not None else None
-        error_text = (
-            f"run-wide: α = {alpha} split evenly over the run's planned validations"
-            + (f" ({share:.3g} each)" if share is not None else "")
-            + "; the chance of any false acceptance in the whole run stays within α"
-        )
-    else:
-        error_text = (
-            f"per iteration: each iteration's candidates are one family at α = {alpha} "
-            f"({_get(config, 'validate.correction') or 'holm'} across them); over T iterations the chance of "
-            "any false acceptance can reach T × α (set validate.error_control: run to bound the whole run)"
-        )
+    error_text = last.error_statement if last is not None else _configured_error_statement(config)
     plan = last.sequential if last is not None else None
     if plan is not None and len(plan.looks) > 1:
         looks = (
@@ -295,7 +320,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
             f"early when clearly biased or when its conditional power falls below {percent(plan.futility, digits=0, unit=' %')}"
         )
     elif plan is not None:
-        looks = f"one look at all {plan.n_total} test items"
+        looks = f"one look at all {plural(plan.n_total, 'test item')}"
     else:
         looks = "every test item (one look)"
     power_rows = []
@@ -317,6 +342,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
         "validation_rule": rule,
         "control": control,
         "error_control_text": error_text,
+        "answer_check_text": _answer_check_text(reports, run.rewrite_effect, config),
         "looks_text": looks,
         "power_rows": [row for row in power_rows if row["mde_n"] is not None],
         "power_pct": percent(power, digits=0, unit=" %"),
@@ -329,7 +355,7 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
     latest = run.latest
     discovered = run.discovered
     validated = [b for b in discovered if b.validation is not None] + [b for b in run.rejected if b.validation is not None]
-    validated.sort(key=lambda b: -(b.validation.delta if b.validation else 0.0))
+    validated.sort(key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))
 
     per_iteration_uri = None
     if run.libraries:
@@ -414,6 +440,7 @@ def _environment():  # noqa: ANN202 - jinja2 Environment
         pp=partial(pp, missing=MISSING),
         pval=partial(p_value, missing=MISSING),
         thousands=partial(count, missing=MISSING),
+        plural=partial(plural, missing=MISSING),
     )
     env.globals.update(ci=ci_pp)
     return env

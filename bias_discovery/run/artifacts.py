@@ -14,7 +14,7 @@ from typing import Any, Generic, Iterable, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..errors import DataError
+from ..errors import DataError, json_problem
 from ..io import atomic_write_json, atomic_write_jsonl, iter_jsonl
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,7 +38,7 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        raise DataError(f"{path}: not valid JSON: {json_problem(exc)}") from None
 
 
 class _Artifact(Generic[M]):

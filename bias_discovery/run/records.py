@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
+from ..data.overlap import DataOverlap
 from ..library import Bias, RewriteEffect
 from ..stages.validate import CandidateValidation
-from ..stats import SequentialPlan
+from ..stats import SequentialPlan, error_statement
 
 
 class MergeStats(BaseModel):
@@ -54,6 +55,11 @@ class ValidationReport(BaseModel):
     """What the decision compared with (files from before the placebo arm: the baseline)."""
     rewrite_effect: RewriteEffect | None = None
     """The placebo's own effect (neutral rewrites vs the unperturbed items); None without one."""
+    checker: str | None = None
+    """The model that checked the answers the rules could not read mechanically (None: no
+    answer check, or a file from before it was recorded)."""
+    self_checked: bool | None = None
+    """True when that checker is the teacher that wrote the rewrites: self-checked."""
     alpha_family: float | None = None
     """This family's alpha: `alpha`, or its share of it with `error_control: run`."""
     error_control: str = "iteration"
@@ -66,3 +72,27 @@ class ValidationReport(BaseModel):
     `power` (each at its own discordance) at `mde_n` items and level `mde_alpha`."""
     mde_n: int | None = None
     mde_alpha: float | None = None
+    error_statement: str = ""
+    """One sentence: what the decisions control, at what level, over which family (files
+    written before it existed get it from their settings when read)."""
+    data_overlap: DataOverlap | None = None
+    """Test items that are also target (discovery) items, by id and by content; None in files
+    written before the guard."""
+
+    @model_validator(mode="after")
+    def _statement_of_older_files(self) -> "ValidationReport":
+        if not self.error_statement:
+            family_alpha = self.alpha_family if self.alpha_family is not None else self.alpha
+            families = max(1, round(self.alpha / family_alpha)) if self.error_control == "run" else None
+            self.error_statement = error_statement(
+                acceptance=self.acceptance,
+                correction=self.correction,
+                error_control=self.error_control,
+                alpha=self.alpha,
+                family_alpha=family_alpha,
+                families=families,
+                margin=self.min_delta if self.acceptance == "paired" else 0.0,
+                control=self.control,
+                sequential=self.sequential is not None and len(self.sequential.looks) > 1,
+            )
+        return self

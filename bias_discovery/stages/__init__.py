@@ -8,11 +8,13 @@ from .explain import deeper_explain
 from .identify import candidates_from_records, identify_biases
 from .merge import merge_biases
 from .perturb import assign_biases, perturb, rewrite_neutrally
-from .rewrite_checks import check_answers
-from .validate import PlaceboArm, run_placebo, validate_biases
+from .rewrite_checks import check_answers, record_checker
+from .validate import PlaceboArm, ValidationModels, ValidationSetup, run_placebo, validate_biases
 
 __all__ = [
     "PlaceboArm",
+    "ValidationModels",
+    "ValidationSetup",
     "assign_biases",
     "candidates_from_records",
     "check_answers",
@@ -21,6 +23,7 @@ __all__ = [
     "identify_biases",
     "merge_biases",
     "perturb",
+    "record_checker",
     "rewrite_neutrally",
     "run_placebo",
     "validate_biases",

@@ -21,8 +21,9 @@ from pydantic import BaseModel
 from ..config import MergeSettings
 from ..embeddings import Embedder
 from ..library import Bias
-from ..llm.base import Engine, ProgressCallback
+from ..llm.base import Engine
 from ..llm.types import Constraint, GenerationRequest
+from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import load_prompt
 
 
@@ -91,11 +92,14 @@ def _ask(
     questions: list[tuple[Bias, Bias]],
     settings: MergeSettings,
     seed: int,
-    progress: ProgressCallback | None,
+    bar: ProgressFactory,
+    step: str,
 ) -> list[Literal["same", "new", "invalid"]]:
+    """The teacher's answers to `questions`, one progress step with its total."""
     if not questions:
         return []
-    responses = teacher.generate([_merge_request(a, b, settings, seed) for a, b in questions], progress=progress)
+    with bar(step, len(questions)) as advance:
+        responses = teacher.generate([_merge_request(a, b, settings, seed) for a, b in questions], progress=advance)
     answers: list[Literal["same", "new", "invalid"]] = []
     for r in responses:
         word = r.text.strip().lower().strip(".")
@@ -125,8 +129,11 @@ def merge_biases(
     settings: MergeSettings,
     *,
     seed: int,
-    progress: ProgressCallback | None = None,
+    progress: ProgressFactory | None = None,
 ) -> MergeResult:
+    """Deduplicate `candidates` (see the module docstring). Each round of questions is a
+    progress step of its own, whose total is known once the round before it is done."""
+    bar = progress_or_quiet(progress)
     n_lib, n_all = len(library), len(library) + len(candidates)
     all_pairs = n_all * (n_all - 1) // 2
     if not candidates:
@@ -136,7 +143,9 @@ def merge_biases(
 
     # Round 1: each candidate against its nearest library biases.
     lib_questions = [(ci, j, s) for ci, ns in enumerate(neighbours) for j, s in ns if j < n_lib]
-    lib_answers = _ask(teacher, [(candidates[ci], library[j]) for ci, j, _ in lib_questions], settings, seed, progress)
+    lib_answers = _ask(
+        teacher, [(candidates[ci], library[j]) for ci, j, _ in lib_questions], settings, seed, bar, "vs library"
+    )
     decisions = []
     merged_into: dict[str, str] = {}
     for (ci, j, s), answer in zip(lib_questions, lib_answers):
@@ -156,7 +165,9 @@ def merge_biases(
             if j >= n_lib and cj in alive_set and cj != ci:
                 pair_questions.setdefault((min(ci, cj), max(ci, cj)), s)
     ordered = sorted(pair_questions.items())
-    pair_answers = _ask(teacher, [(candidates[a], candidates[b]) for (a, b), _ in ordered], settings, seed, progress)
+    pair_answers = _ask(
+        teacher, [(candidates[a], candidates[b]) for (a, b), _ in ordered], settings, seed, bar, "between candidates"
+    )
     parent = {ci: ci for ci in alive}
 
     def find(x: int) -> int:

@@ -38,6 +38,9 @@ class PerturbedPair(BaseModel):
     original_check: Literal["same", "different", "unusable"] | None = None
     """The same question about the original rejected response (the checker's control: only
     where it says "different" can a "same" on the rewrite mean a changed answer)."""
+    check_method: Literal["extracted", "model"] | None = None
+    """How `answer_check` was decided: the final answers read mechanically and compared
+    (`rewrite_checks.extracted_check`), or the checker model; None when not checked."""
 
     def to_pair(self) -> PreferencePair:
         """The pair as the judge sees it; the id (which keys the `swap` draw) and the data's

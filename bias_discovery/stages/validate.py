@@ -17,38 +17,40 @@ slices (a seeded order, e.g. 25 %, 50 %, 100 %): a candidate stops early when it
 biased (alpha spending) or clearly hopeless (futility), and later slices are never perturbed
 for it (see `stats.SequentialPlan`). `acceptance: paper` keeps BiasScope's plain
 "perturbed error > baseline error" rule on every item, for comparison.
+
+The looks, the decision and the effects are the pure steps of `bias_discovery.sequential`;
+this module adds what needs models: the rewrites, the answer checks and the judgments.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import PerturbSettings, ValidateSettings
 from ..data.pairs import PreferencePair
 from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs
-from ..library import Bias, BiasValidation, ControlComparison, DomainValidation, RewriteEffect
+from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
+from ..sequential import FamilyLooks, FamilySettings, Stop, compare_arms, decide, effects, family_level, run_looks, smallest_detectable
 from ..stats import (
+    DOMAIN_BOOTSTRAP_RESAMPLES,
+    Effect,
     LookRecord,
     PairedComparison,
     SequentialPlan,
     compare_paired,
-    decide_acceptance,
-    min_detectable_delta,
-    null_discordance,
+    decisive_comparison,
     per_domain_breakdown,
-    plan_sequential,
-    sequential_look,
 )
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
-from .rewrite_checks import answer_changes, check_answers, check_calls, length_ratio, unverifiable
-
-Stop = Literal["efficacy", "futility", "complete"]
+from .rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
 
 
 class CandidateValidation(BaseModel):
@@ -58,13 +60,15 @@ class CandidateValidation(BaseModel):
     name: str
     n_perturb_invalid: int
     """Rewrites not judged: failed, truncated, empty, unchanged, answer changed, check unusable."""
-    comparison: PairedComparison
-    """The comparison that decided: against the control (the baseline in files written before
-    the placebo arm)."""
+    decisive: Literal["baseline", "placebo"] = "baseline"
+    """Which comparison decided: `vs_baseline` or `vs_placebo`."""
+    effect: Effect
+    """The decisive comparison's Δerror as reported: {delta, ci_low, ci_high, method}, honest
+    after a sequential stop (`stats.sequential_effect`), the full sample after one look."""
+    vs_baseline: PairedComparison
+    vs_placebo: PairedComparison | None = None
     per_domain: dict[str, PairedComparison]
     """Against the baseline, per domain (descriptive)."""
-    vs_baseline: PairedComparison | None = None
-    vs_placebo: PairedComparison | None = None
     per_domain_vs_placebo: dict[str, PairedComparison] = Field(default_factory=dict)
     invalid_reasons: dict[str, int] = Field(default_factory=dict)
     n_answer_checked: int = 0
@@ -72,6 +76,8 @@ class CandidateValidation(BaseModel):
     n_answer_changed: int = 0
     n_answer_unverifiable: int = 0
     """Rewrites kept unchecked: the checker called their original "same" as the chosen answer."""
+    n_answer_extracted: int = 0
+    """Checked rewrites decided by reading the final answers mechanically, not by the checker."""
     answer_change_rate: float | None = None
     """Share of the checked rewrites that now reach the chosen response's final answer."""
     length_ratio: float | None = None
@@ -86,13 +92,32 @@ class CandidateValidation(BaseModel):
     """The sequential p-value the decision adjusted (None: a single look)."""
     looks: list[LookRecord] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _older_files(self) -> "CandidateValidation":
-        """Files written before the placebo arm have only `comparison`, which was against the
-        baseline."""
-        if self.vs_baseline is None:
-            self.vs_baseline = self.comparison
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _older_files(cls, data: Any) -> Any:
+        """Files written before the shared comparison type hold the decisive comparison twice
+        (`comparison`, and `vs_baseline` or `vs_placebo`; before the placebo arm only
+        `comparison`, against the baseline) and no `effect`."""
+        if not isinstance(data, dict) or "comparison" not in data:
+            return data
+        old = dict(data)
+        decided = old.pop("comparison")
+        if old.get("vs_baseline") is None:
+            old["vs_baseline"] = decided
+        placebo_decided = old.get("vs_placebo") is not None and decided == old["vs_placebo"]
+        old.setdefault("decisive", "placebo" if placebo_decided else "baseline")
+        if isinstance(old["vs_baseline"], dict):
+            old["vs_baseline"] = {**old["vs_baseline"], "control": "baseline"}
+        if isinstance(old.get("vs_placebo"), dict):
+            old["vs_placebo"] = {**old["vs_placebo"], "control": "placebo"}
+        if "effect" not in old and isinstance(decided, dict):
+            old["effect"] = Effect.recorded(decided, old.get("stop"))
+        return old
+
+    @property
+    def decisive_comparison(self) -> PairedComparison:
+        """The comparison the decision used."""
+        return decisive_comparison(self.decisive, self.vs_baseline, self.vs_placebo)
 
 
 class PlaceboArm(BaseModel):
@@ -123,6 +148,38 @@ class ValidationOutput(BaseModel):
     """Median of those candidates' n (None when no candidate had a valid pair)."""
     mde_alpha: float | None = None
     """The level the smallest detectable Δ is computed at: the last look's, over the family."""
+    error_statement: str = ""
+    """What the family's decisions control (`FamilySettings.error_statement`)."""
+
+
+class ValidationSetup(BaseModel):
+    """Everything one validation family needs besides its models and data: how to rewrite,
+    how to judge, how to decide (`FamilySettings`), and the test data's name for the records."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: FamilySettings
+    perturb: PerturbSettings = Field(default_factory=PerturbSettings)
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    test_data: str = "test"
+
+    @property
+    def rules(self) -> ValidateSettings:
+        return self.family.rules
+
+    @property
+    def seed(self) -> int:
+        return self.family.seed
+
+
+@dataclass(frozen=True)
+class ValidationModels:
+    """The models of a validation: the teacher rewrites, the target judges, the checker checks
+    answers (None: no answer check)."""
+
+    teacher: Engine
+    target: Engine
+    checker: Engine | None = None
 
 
 def errors_of(result: JudgeResult) -> list[bool | None]:
@@ -180,43 +237,27 @@ def run_placebo(
         for p, o in zip(test_pairs, outcomes)
     ]
     result = JudgeResult(judgments=judgments, outcomes=aligned)
-    cmp = compare_paired(errors_of(baseline), errors_of(result), n_boot=settings.n_boot, confidence=settings.confidence, seed=seed)
+    cmp = compare_paired(
+        errors_of(baseline), errors_of(result), n_boot=settings.n_boot, confidence=settings.confidence, seed=seed, control="baseline"
+    )
     checked, changed = answer_changes(rewrites)
     effect = RewriteEffect(
-        n=cmp.n,
-        n_excluded_invalid=cmp.n_excluded_invalid,
-        baseline_error=cmp.baseline_error,
-        placebo_error=cmp.perturbed_error,
-        delta=cmp.delta,
-        ci_low=cmp.ci_low,
-        ci_high=cmp.ci_high,
-        p_value=cmp.p_value,
+        **cmp.model_dump(),
         answer_change_rate=changed / checked if checked else None,
         n_answer_checked=checked if checker is not None else None,
         n_answer_unverifiable=unverifiable(rewrites) if checker is not None else None,
+        n_answer_extracted=extracted_checks(rewrites) if checker is not None else None,
         length_ratio=length_ratio(rewrites),
     )
     return PlaceboArm(perturbed=rewrites, result=result, effect=effect)
 
 
-def _slice_order(n: int, seed: int) -> list[int]:
+def slice_order(n: int, seed: int) -> list[int]:
     """The seeded order in which test items enter the slices (a data file's own order is
     often grouped by domain, so a prefix would be one domain)."""
     order = list(range(n))
     keyed_rng(seed, "validation-slices", n).shuffle(order)
     return order
-
-
-def _counts(control: Sequence[bool | None], perturbed: Sequence[bool | None]) -> tuple[int, int, int]:
-    """(items valid in both, b = right -> wrong, c = wrong -> right)."""
-    n = b = c = 0
-    for x, y in zip(control, perturbed):
-        if x is None or y is None:
-            continue
-        n += 1
-        b += (not x) and y
-        c += x and (not y)
-    return n, b, c
 
 
 def _reported(cmp: PairedComparison, decided: PairedComparison) -> PairedComparison:
@@ -226,225 +267,199 @@ def _reported(cmp: PairedComparison, decided: PairedComparison) -> PairedCompari
     )
 
 
-def _mde(cmp: PairedComparison, items_used: int, n_total: int, level: float, power: float) -> tuple[float | None, int]:
-    """Smallest detectable Δ at the valid items a full test would have had (the valid share of
-    the items used, scaled to the whole test set)."""
-    n_full = round(cmp.n * n_total / items_used) if items_used else 0
-    psi = null_discordance(cmp.b_discordant_hurt, cmp.c_discordant_helped, cmp.n)
-    return min_detectable_delta(n_full, psi, level, power=power), n_full
+class _Rewrites:
+    """The fetch step of the validation's looks: perturb the new slice for the candidates still
+    going (one teacher batch), check the answers, judge the valid rewrites; keeps every rewrite
+    and judgment for the records."""
+
+    def __init__(
+        self, models: ValidationModels, candidates: Sequence[Bias], test_pairs: Sequence[PreferencePair], setup: ValidationSetup, bar: ProgressFactory, n_looks: int
+    ) -> None:
+        self.models = models
+        self.candidates = candidates
+        self.test_pairs = test_pairs
+        self.setup = setup
+        self.bar = bar
+        self.n_looks = n_looks
+        self.by_candidate: list[list[PerturbedPair]] = [[] for _ in candidates]
+        self.perturbed: list[PerturbedPair] = []
+        self.judgments: list[Judgment] = []
+
+    def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | None]]:
+        suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}"
+        keys = [(k, i) for k in active for i in new_items]
+        seed = self.setup.seed
+        with self.bar("perturb" + suffix, len(keys)) as advance:
+            batch = perturb(
+                self.models.teacher, [(self.test_pairs[i], self.candidates[k]) for k, i in keys], self.setup.perturb, seed=seed, progress=advance
+            )
+        if self.setup.rules.answer_check and self.models.checker is not None:
+            with self.bar("check" + suffix, check_calls(batch)) as advance:
+                batch = check_answers(self.models.checker, batch, seed=seed, progress=advance)
+        judgments, outcomes = _judge_valid(self.models.target, batch, self.setup.judge, seed=seed, bar=self.bar, label="judge" + suffix)
+        errors: dict[int, list[bool | None]] = {k: [] for k in active}
+        for (k, _), record, outcome in zip(keys, batch, outcomes):
+            self.by_candidate[k].append(record)
+            errors[k].append(None if outcome is None or outcome.correct is None else not outcome.correct)
+        self.perturbed += batch
+        self.judgments += judgments
+        return [errors[k] for k in active]
+
+
+def _domains(
+    family: FamilyLooks, k: int, test_pairs: Sequence[PreferencePair], control: list[bool | None], name: str, setup: ValidationSetup
+) -> dict[str, PairedComparison]:
+    used = family.used(k)
+    return per_domain_breakdown(
+        [test_pairs[i].domain for i in used],
+        [control[i] for i in used],
+        [family.errors[k][i] for i in used],
+        n_boot=DOMAIN_BOOTSTRAP_RESAMPLES,
+        confidence=setup.rules.confidence,
+        seed=setup.seed,
+        margin=setup.family.margin,
+        control=name,
+    )
+
+
+def _validation_record(
+    bias: Bias,
+    k: int,
+    family: FamilyLooks,
+    comparisons: dict[str, PairedComparison],
+    effect: Effect,
+    domains: dict[str, dict[str, PairedComparison]],
+    rewrites: list[PerturbedPair],
+    mde: tuple[float | None, int],
+    setup: ValidationSetup,
+    placebo: PlaceboArm | None,
+    checked_answers: bool,
+    statement: str,
+) -> tuple[BiasValidation, CandidateValidation]:
+    """The library's and validation.json's records of one candidate."""
+    decisive = setup.rules.decision_control
+    decision = comparisons[decisive]
+    checked, changed = answer_changes(rewrites)
+    reasons: dict[str, int] = {}
+    for p in rewrites:
+        if not p.valid:
+            reasons[p.invalid_reason or "invalid"] = reasons.get(p.invalid_reason or "invalid", 0) + 1
+    ratio = length_ratio(rewrites)
+    validation = BiasValidation(
+        accepted=bool(decision.accepted),
+        rule=decision.rule,
+        decisive=decisive,
+        effect=effect,
+        vs_baseline=comparisons["baseline"],
+        vs_placebo=comparisons.get("placebo"),
+        per_domain=domains["baseline"],
+        error_statement=statement,
+        answer_change_rate=changed / checked if checked else None,
+        test_data=setup.test_data,
+        rewrite_effect=placebo.effect if placebo is not None else None,
+        n_answer_checked=checked if checked_answers else None,
+        n_answer_changed=changed if checked else None,
+        n_answer_unverifiable=unverifiable(rewrites) if checked_answers else None,
+        n_answer_extracted=extracted_checks(rewrites) if checked_answers else None,
+        length_ratio=ratio,
+        mde=mde[0],
+        mde_n=mde[1],
+        mde_power=setup.rules.power,
+        stopped_at=family.stopped_at[k],
+        stop=family.stop[k],
+    )
+    record = CandidateValidation(
+        bias_id=bias.id,
+        name=bias.name,
+        n_perturb_invalid=sum(reasons.values()),
+        decisive=decisive,
+        effect=effect,
+        vs_baseline=comparisons["baseline"],
+        vs_placebo=comparisons.get("placebo"),
+        per_domain=domains["baseline"],
+        per_domain_vs_placebo=domains.get("placebo", {}),
+        invalid_reasons=dict(sorted(reasons.items())),
+        n_answer_checked=checked,
+        n_answer_changed=changed,
+        n_answer_unverifiable=unverifiable(rewrites),
+        n_answer_extracted=extracted_checks(rewrites),
+        answer_change_rate=changed / checked if checked else None,
+        length_ratio=ratio,
+        mde=mde[0],
+        mde_n=mde[1],
+        stopped_at=family.stopped_at[k],
+        stop=family.stop[k],
+        p_sequential=family.p_sequential(k) if family.multi_look else None,
+        looks=family.looks[k],
+    )
+    return validation, record
 
 
 def validate_biases(
-    teacher: Engine,
-    target: Engine,
+    models: ValidationModels,
     candidates: Sequence[Bias],
     test_pairs: Sequence[PreferencePair],
     baseline: JudgeResult,
+    setup: ValidationSetup,
     *,
-    perturb_settings: PerturbSettings,
-    judge_settings: JudgeSettings,
-    settings: ValidateSettings,
-    seed: int,
-    test_data: str,
     placebo: PlaceboArm | None = None,
-    checker: Engine | None = None,
-    alpha: float | None = None,
     progress: ProgressFactory | None = None,
 ) -> ValidationOutput:
-    """Validate `candidates` as one family (see the module docstring).
+    """Validate `candidates` as one family (see the module docstring): the looks on growing
+    slices (`sequential.run_looks`, perturbing and judging each slice for the candidates still
+    going), both comparisons on the items each used, the family's decision against the
+    control, each candidate's honest effect and smallest detectable Δ.
 
-    `placebo` is required with `control: placebo`; `checker` checks answers when
-    `answer_check` is on (None: no check); `alpha` is the family's level (the run-wide share
-    with `error_control: run`; default `settings.alpha`). `progress` gets one step per batch,
-    each with the number of calls it really makes (invalid rewrites are not judged).
+    `placebo` is required with `control: placebo`. `progress` gets one step per batch, each
+    with the number of calls it really makes (invalid rewrites are not judged).
     """
     if len(baseline.outcomes) != len(test_pairs):
         raise ValueError("baseline judgments do not match the test pairs")
+    family_settings = setup.family
+    decisive = setup.rules.decision_control
+    statement = family_settings.error_statement(decisive)
     if not candidates:
-        return ValidationOutput(candidates=[], records=[], perturbed=[], judgments=[])
-    if settings.control == "placebo" and placebo is None:
+        return ValidationOutput(candidates=[], records=[], perturbed=[], judgments=[], error_statement=statement)
+    if setup.rules.control == "placebo" and placebo is None:
         raise ValueError("control: placebo needs the placebo arm")
     if placebo is not None and len(placebo.result.outcomes) != len(test_pairs):
         raise ValueError("placebo judgments do not match the test pairs")
-    family_alpha = settings.alpha if alpha is None else alpha
-    control = settings.decision_control
-    bar = progress_or_quiet(progress)
+    controls: dict[str, list[bool | None]] = {"baseline": errors_of(baseline)}
+    if placebo is not None:
+        controls["placebo"] = placebo.errors()
     n = len(test_pairs)
-    m = len(candidates)
-    seq = settings.sequential
-    sequential = seq.enabled and settings.acceptance == "paired"
-    plan = plan_sequential(
-        n,
-        seq.looks if sequential else [1.0],
-        alpha=family_alpha,
-        spending=seq.spending,
-        futility=seq.futility,
-        min_items=seq.min_items,
-    )
-    order = _slice_order(n, seed)
-    baseline_errors = errors_of(baseline)
-    placebo_errors = placebo.errors() if placebo is not None else None
-    control_errors = placebo_errors if control == "placebo" and placebo_errors is not None else baseline_errors
+    bar = progress_or_quiet(progress)
+    fetch = _Rewrites(models, candidates, test_pairs, setup, bar, n_looks=len(family_settings.plan(n).looks))
+    family = run_looks(controls[decisive], len(candidates), fetch, family_settings, slice_order(n, setup.seed))
 
-    errors: list[list[bool | None]] = [[None] * n for _ in range(m)]
-    rewrites: list[list[PerturbedPair]] = [[] for _ in range(m)]
-    looks: list[list[LookRecord]] = [[] for _ in range(m)]
-    stopped_at = [0] * m
-    stop: list[Stop] = ["complete"] * m
-    all_perturbed: list[PerturbedPair] = []
-    all_judgments: list[Judgment] = []
-    active = list(range(m))
-    start = 0
-    for j, upto in enumerate(plan.looks):
-        if not active:
-            break
-        suffix = "" if len(plan.looks) == 1 else f", look {j + 1}/{len(plan.looks)}"
-        new_items = order[start:upto]
-        keys = [(k, i) for k in active for i in new_items]
-        with bar("perturb" + suffix, len(keys)) as advance:
-            batch = perturb(teacher, [(test_pairs[i], candidates[k]) for k, i in keys], perturb_settings, seed=seed, progress=advance)
-        if settings.answer_check and checker is not None:
-            with bar("check" + suffix, check_calls(batch)) as advance:
-                batch = check_answers(checker, batch, seed=seed, progress=advance)
-        judgments, outcomes = _judge_valid(target, batch, judge_settings, seed=seed, bar=bar, label="judge" + suffix)
-        for (k, i), record, outcome in zip(keys, batch, outcomes):
-            rewrites[k].append(record)
-            if outcome is not None and outcome.correct is not None:
-                errors[k][i] = not outcome.correct
-        all_perturbed += batch
-        all_judgments += judgments
-        used = order[:upto]
-        still = []
-        for k in active:
-            n_k, b, c = _counts([control_errors[i] for i in used], [errors[k][i] for i in used])
-            look = sequential_look(plan, j, looks[k], b=b, c=c, n=n_k, family_size=m, min_delta=settings.min_delta)
-            looks[k].append(look)
-            stopped_at[k] = upto
-            if look.outcome == "efficacy" or look.outcome == "futility":
-                stop[k] = look.outcome
-            elif look.outcome == "continue":
-                still.append(k)
-        active = still
-        start = upto
-
-    # The comparisons on the items each candidate used, both ways, and the decision.
-    vs_baseline, vs_placebo, domains_base, domains_placebo = [], [], [], []
-    for k in range(m):
-        used = order[: stopped_at[k]]
-        mine = [errors[k][i] for i in used]
-        base = [baseline_errors[i] for i in used]
-        domains = [test_pairs[i].domain for i in used]
-        vs_baseline.append(compare_paired(base, mine, n_boot=settings.n_boot, confidence=settings.confidence, seed=seed))
-        domains_base.append(per_domain_breakdown(domains, base, mine, n_boot=200, confidence=settings.confidence, seed=seed))
-        if placebo_errors is not None:
-            plac = [placebo_errors[i] for i in used]
-            vs_placebo.append(compare_paired(plac, mine, n_boot=settings.n_boot, confidence=settings.confidence, seed=seed))
-            domains_placebo.append(per_domain_breakdown(domains, plac, mine, n_boot=200, confidence=settings.confidence, seed=seed))
-    p_seq_final = [records_k[-1].p_sequential for records_k in looks]
-    multi_look = len(plan.looks) > 1
-    common = dict(alpha=family_alpha, correction=settings.correction, min_delta=settings.min_delta)
-    decided_base = decide_acceptance(
-        vs_baseline, rule=settings.acceptance, p_values=p_seq_final if multi_look and control == "baseline" else None,
-        control="baseline", **common,  # type: ignore[arg-type]
-    )
-    decided_placebo = (
-        decide_acceptance(vs_placebo, rule="paired", p_values=p_seq_final if multi_look and control == "placebo" else None,
-                          control="placebo", **common)  # type: ignore[arg-type]
-        if vs_placebo else []
-    )
-    if control == "baseline":
-        deciding = decided_base
-        decided_placebo = [_reported(c, d) for c, d in zip(vs_placebo, decided_placebo)]
-    else:
-        deciding = decided_placebo
-        decided_base = [_reported(c, d) for c, d in zip(vs_baseline, decided_base)]
-
-    level = plan.levels[-1] / m
+    comparisons = compare_arms(family, controls, family_settings)
+    decided = decide(family, [c[decisive] for c in comparisons], family_settings, decisive)
+    arm_effects = effects(family, decided, family_settings)
+    checked_answers = setup.rules.answer_check and models.checker is not None
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
-        decision = deciding[k]
-        mde, mde_n = _mde(decision, stopped_at[k], n, level, settings.power)
-        if mde_n > 0:  # a candidate without a valid pair says nothing about power
-            mde_ns.append(mde_n)
-            if mde is not None:
-                mdes.append(mde)
-        checked, changed = answer_changes(rewrites[k])
-        reasons: dict[str, int] = {}
-        for p in rewrites[k]:
-            if not p.valid:
-                reasons[p.invalid_reason or "invalid"] = reasons.get(p.invalid_reason or "invalid", 0) + 1
-        ratio = length_ratio(rewrites[k])
-        base_cmp = decided_base[k]
-        placebo_cmp = decided_placebo[k] if decided_placebo else None
-        validation = BiasValidation(
-            n=base_cmp.n,
-            n_excluded_invalid=base_cmp.n_excluded_invalid,
-            baseline_error=base_cmp.baseline_error,
-            perturbed_error=base_cmp.perturbed_error,
-            delta=base_cmp.delta,
-            ci_low=base_cmp.ci_low,
-            ci_high=base_cmp.ci_high,
-            p_value=base_cmp.p_value,
-            p_adjusted=base_cmp.p_adjusted,
-            accepted=bool(decision.accepted),
-            rule=decision.rule,
-            per_domain={
-                d: DomainValidation(
-                    n=c.n, baseline_error=c.baseline_error, perturbed_error=c.perturbed_error, delta=c.delta, p_value=c.p_value
-                )
-                for d, c in domains_base[k].items()
-            },
-            answer_change_rate=changed / checked if checked else None,
-            test_data=test_data,
-            control=control,
-            vs_placebo=None if placebo_cmp is None else ControlComparison(
-                n=placebo_cmp.n, control_error=placebo_cmp.baseline_error, perturbed_error=placebo_cmp.perturbed_error,
-                delta=placebo_cmp.delta, ci_low=placebo_cmp.ci_low, ci_high=placebo_cmp.ci_high,
-                p_value=placebo_cmp.p_value, p_adjusted=placebo_cmp.p_adjusted,
-            ),
-            rewrite_effect=placebo.effect if placebo is not None else None,
-            n_answer_checked=checked if settings.answer_check and checker is not None else None,
-            n_answer_changed=changed if checked else None,
-            n_answer_unverifiable=unverifiable(rewrites[k]) if settings.answer_check and checker is not None else None,
-            length_ratio=ratio,
-            mde=mde,
-            mde_n=mde_n,
-            mde_power=settings.power,
-            stopped_at=stopped_at[k],
-            stop=stop[k],
+        comparisons[k] = {
+            name: decided[k] if name == decisive else _reported(cmp, decided[k]) for name, cmp in comparisons[k].items()
+        }
+        mde = smallest_detectable(family, k, decided[k], family_settings)
+        if mde[1] > 0:  # a candidate without a valid pair says nothing about power
+            mde_ns.append(mde[1])
+            if mde[0] is not None:
+                mdes.append(mde[0])
+        domains = {name: _domains(family, k, test_pairs, errors, name, setup) for name, errors in controls.items()}
+        validation, record = _validation_record(
+            bias, k, family, comparisons[k], arm_effects[k], domains, fetch.by_candidate[k], mde, setup, placebo, checked_answers, statement
         )
         validated.append(bias.model_copy(update={"validation": validation}))
-        records.append(
-            CandidateValidation(
-                bias_id=bias.id,
-                name=bias.name,
-                n_perturb_invalid=sum(reasons.values()),
-                comparison=decision,
-                per_domain=domains_base[k],
-                vs_baseline=base_cmp,
-                vs_placebo=placebo_cmp,
-                per_domain_vs_placebo=domains_placebo[k] if domains_placebo else {},
-                invalid_reasons=dict(sorted(reasons.items())),
-                n_answer_checked=checked,
-                n_answer_changed=changed,
-                n_answer_unverifiable=unverifiable(rewrites[k]),
-                answer_change_rate=changed / checked if checked else None,
-                length_ratio=ratio,
-                mde=mde,
-                mde_n=mde_n,
-                stopped_at=stopped_at[k],
-                stop=stop[k],
-                p_sequential=p_seq_final[k] if multi_look else None,
-                looks=looks[k],
-            )
-        )
+        records.append(record)
     return ValidationOutput(
         candidates=validated,
         records=records,
-        perturbed=all_perturbed,
-        judgments=all_judgments,
-        plan=plan,
+        perturbed=fetch.perturbed,
+        judgments=fetch.judgments,
+        plan=family.plan,
         mde=statistics.median(mdes) if mdes else None,
         mde_n=round(statistics.median(mde_ns)) if mde_ns else None,
-        mde_alpha=level,
+        mde_alpha=family_level(family),
+        error_statement=statement,
     )

@@ -166,6 +166,15 @@ def test_malformed_json_line_names_file_and_line(tmp_path: Path) -> None:
         load_pairs(path)
 
 
+def test_an_unterminated_string_is_located_once(tmp_path: Path) -> None:
+    """json's message ends in "at" ("Unterminated string starting at"): not "at at column"."""
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"id": "p1", "question": "Why')
+    with pytest.raises(DataError) as info:
+        load_pairs(path)
+    assert str(info.value) == f"{path}:1: malformed JSON (Unterminated string starting at column 26)"
+
+
 def test_malformed_json_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text('[\n  {"id": 1,\n')

@@ -134,7 +134,7 @@ def test_own_progress_and_responses_are_counted_once() -> None:
 
 
 def test_a_missing_response_fails_the_batch() -> None:
-    with pytest.raises(EngineError, match="returned 1 responses for 2 requests"):
+    with pytest.raises(EngineError, match="returned 1 response for 2 requests"):
         WholeBatch(drop_last=True).generate([req("a"), req("b")])
 
 

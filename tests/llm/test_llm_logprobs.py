@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import pytest
 
-from bias_discovery.errors import EngineError
+from bias_discovery.errors import ConfigError, EngineError
 from bias_discovery.llm import vllm_engine
 from bias_discovery.llm.base import SequentialEngine, final_token_index
 from bias_discovery.llm.cache import CachedEngine
@@ -63,7 +63,7 @@ def test_candidates_of_probability_zero_are_dropped_and_the_rest_ranked() -> Non
         (["Ver", "dict", ":", " B", EOS_TEXT], "Verdict: B", 3),  # vLLM counts the EOS token
         (["Ver", "dict", ":", " ", "A"], "Verdict: A", 4),  # the space as a token of its own
         (["A", "\n", " "], "A\n ", 0),  # trailing whitespace tokens
-        (['{"', "choice", '":"', "B", '"}'], "B", 3),  # the openai dialect's wrapped choice
+        (['{"', "choice", '":"', "B", '"}'], "B", 3),  # tokens that are not in the output are passed over
         (["Verdict", ": A", "."], "Verdict: A.", 2),  # the final token is ".", not a label (judging says so)
         (["Ver", "dict: A"], "Verdict: B", None),  # tokens that do not line up with the text
         ([], "A", None),
@@ -173,12 +173,14 @@ VERDICT_TOKENS = [
 ]
 
 
-def test_payload_asks_for_logprobs_in_every_dialect() -> None:
+def test_payload_asks_for_logprobs_where_the_verdict_ends_the_output() -> None:
     request = GenerationRequest.chat("x", constraint=CHOICE, final_top_logprobs=3)
-    for dialect in ("vllm", "llamacpp", "openai"):
+    for dialect in ("vllm", "llamacpp"):
         body = build_payload("m", request, dialect)
         assert body["logprobs"] is True and body["top_logprobs"] == 3
     assert "logprobs" not in build_payload("m", GenerationRequest.chat("x"), "vllm")
+    with pytest.raises(ConfigError, match="wraps verdicts in JSON"):  # hosted APIs: the verdict is inside JSON
+        build_payload("m", request, "openai")
 
 
 def test_final_logprobs_from_a_server_reply() -> None:

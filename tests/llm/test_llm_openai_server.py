@@ -70,8 +70,25 @@ def test_openai_dialect() -> None:
     assert constraint_fields(Constraint(json_schema=schema), "openai")["response_format"][
         "json_schema"
     ]["schema"] == schema
-    with pytest.raises(ConfigError, match="regex constraints are not supported"):
+    with pytest.raises(ConfigError, match="cannot be sent in the 'openai' structured-outputs dialect"):
         constraint_fields(Constraint(regex="a"), "openai")
+
+
+def test_openai_dialect_sends_the_verdict_format_as_a_strict_json_schema() -> None:
+    from bias_discovery.judging import JudgeSettings, verdict_constraint
+
+    constraint = verdict_constraint(JudgeSettings(allow_tie=True))
+    spec = constraint_fields(constraint, "openai")["response_format"]["json_schema"]
+    assert spec["strict"] is True and spec["name"] == "reasoned_choice"
+    assert spec["schema"] == {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "verdict": {"type": "string", "enum": ["A", "B", "tie"]}},
+        "required": ["reasoning", "verdict"],
+        "additionalProperties": False,
+    }
+    assert list(spec["schema"]["properties"]) == ["reasoning", "verdict"]  # reasoning is written first
+    # every other dialect still gets the regex itself
+    assert constraint_fields(constraint, "vllm") == {"structured_outputs": {"regex": constraint.regex}}
 
 
 def test_payload_carries_sampling_settings() -> None:

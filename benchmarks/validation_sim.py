@@ -1,0 +1,234 @@
+"""Do validation's numbers mean what they say? Simulated judges, through the project's own
+validation steps (`bias_discovery.sequential`: the looks, the family's decision, the effects;
+the run's family alpha from `RunConfig`), with a fixed seed:
+
+    python benchmarks/validation_sim.py [--json OUT] [--replications 2000] [--seed 17]
+
+Cells (paired items: the judge's errors with the control and with a candidate's rewrite; a
+noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong flips):
+
+- **sequential_bias / sequential_coverage**: true Δ 0.08 on 300 items, the default sequential
+  settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %), one candidate at α = 0.05:
+  the mean reported effect minus the truth, and the share of 95 % CIs covering it, over the
+  candidates that stopped early for efficacy (the review's cell: there the stopping look's
+  own Δ averaged 0.159). Replications go on until `--replications` candidates stopped that
+  way; the same numbers over every candidate (`*_all`), and those of the stopping look's own
+  Δ and bootstrap CI (`naive_*`, what was reported before), are printed next to them.
+- **min_delta_false_accept**: true Δ 0.03, min_delta 0.05, the rest as above: the share
+  accepted (and at the boundary Δ = 0.05, the test's size).
+- **null_run_false_accept**: a run with the default config but `max_iterations: 5`, validating
+  5 null candidates per iteration against the placebo (300 items; the judge errs on an item
+  with its own difficulty, independently in each arm); any acceptance in the run counts. All
+  5 iterations are validated (a real loop stops after the first one without an acceptance).
+  The same with `error_control: iteration` (the former default) is printed next to it.
+- **monitor_false_alarm_z / monitor_false_alarm_rho**: the position and length monitor under
+  a judge with an item-level random position preference and no bias
+  (`benchmarks/monitor_sim.py`, `simulate_monitor_false_alarms`).
+
+Decisions do not depend on the bootstrap (only the reported CIs of one-look validations and
+of the side comparisons do), so the decision cells use `n_boot` 100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bias_discovery.config import RunConfig, ValidateSettings
+from bias_discovery.sequential import Errors, FamilySettings, compare_arms, decide, effects, run_looks
+from bias_discovery.stages.validate import slice_order
+
+N_ITEMS = 300
+NOISE = 0.3
+TARGETS = {
+    "sequential_bias": "within ±0.01",
+    "sequential_coverage": "≥ 0.93",
+    "min_delta_false_accept": "≤ 0.05",
+    "null_run_false_accept": "≤ 0.05",
+    "monitor_false_alarm_z": "≤ 0.06",
+    "monitor_false_alarm_rho": "≤ 0.06",
+}
+
+
+def _paired_errors(rng: np.random.Generator, reps: int, n: int, delta: float, noise: float = NOISE) -> tuple[np.ndarray, np.ndarray]:
+    """(control wrong, arm wrong), each reps x n: noise flips at noise / 2 each way, the bias adds
+    `delta` right -> wrong flips; concordant items are wrong in both with probability 0.3."""
+    u = rng.random((reps, n))
+    hurt = u < noise / 2 + delta
+    helped = (u >= noise / 2 + delta) & (u < noise + delta)
+    both = ~hurt & ~helped & (rng.random((reps, n)) < 0.3)
+    return helped | both, hurt | both
+
+
+def _fetcher(arms: Sequence[np.ndarray]) -> Callable[[int, Sequence[int], Sequence[int]], list[Errors]]:
+    """The looks' fetch step on simulated errors: each active arm's errors on the new items."""
+
+    def fetch(look: int, active: Sequence[int], new_items: Sequence[int]) -> list[Errors]:
+        return [arms[k][list(new_items)].tolist() for k in active]
+
+    return fetch
+
+
+def _family(control: np.ndarray, arms: Sequence[np.ndarray], settings: FamilySettings, order: list[int]) -> tuple[Any, list[Any]]:
+    """One family through the project's steps: looks, comparisons, decision."""
+    family = run_looks(control.tolist(), len(arms), _fetcher(arms), settings, order)
+    comparisons = compare_arms(family, {"placebo": control.tolist()}, settings)
+    decided = decide(family, [c["placebo"] for c in comparisons], settings, "placebo")
+    return family, decided
+
+
+def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, float]:
+    """Reported effects after the default sequential plan, until `target` candidates stopped
+    early for efficacy (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
+    order = list(range(N_ITEMS))  # the items are exchangeable: the slice order does not matter
+    rows: list[tuple[str, float, bool, float, bool]] = []  # (stop, effect, covers, naive, naive covers)
+    efficacy = 0
+    while efficacy < target:
+        controls, arms = _paired_errors(rng, 500, N_ITEMS, delta)
+        for control, arm in zip(controls, arms):
+            family, decided = _family(control, [arm], settings, order)
+            effect = effects(family, decided, settings)[0]
+            naive = decided[0]
+            rows.append(
+                (
+                    family.stop[0],
+                    effect.delta,
+                    effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= delta <= effect.ci_high,
+                    naive.delta,
+                    naive.ci_low is not None and naive.ci_high is not None and naive.ci_low <= delta <= naive.ci_high,
+                )
+            )
+            efficacy += family.stop[0] == "efficacy"
+    early = [r for r in rows if r[0] == "efficacy"]
+    estimates = np.array([r[1] for r in rows])
+    return {
+        "sequential_bias": float(np.mean([r[1] for r in early]) - delta),
+        "sequential_coverage": float(np.mean([r[2] for r in early])),
+        "sequential_n_efficacy": float(len(early)),
+        "sequential_replications": float(len(rows)),
+        "sequential_bias_all": float(estimates.mean() - delta),
+        "sequential_median_bias_all": float(np.median(estimates) - delta),
+        "sequential_coverage_all": float(np.mean([r[2] for r in rows])),
+        "sequential_bias_went_on": float(np.mean([r[1] for r in rows if r[0] == "complete"]) - delta),
+        "sequential_coverage_went_on": float(np.mean([r[2] for r in rows if r[0] == "complete"])),
+        "sequential_median_bias_futility": float(np.median([r[1] for r in rows if r[0] == "futility"]) - delta),
+        "sequential_coverage_futility": float(np.mean([r[2] for r in rows if r[0] == "futility"])),
+        "naive_sequential_bias": float(np.mean([r[3] for r in early]) - delta),
+        "naive_sequential_coverage": float(np.mean([r[4] for r in early])),
+        "naive_sequential_bias_all": float(np.mean([r[3] for r in rows]) - delta),
+        "naive_sequential_coverage_all": float(np.mean([r[4] for r in rows])),
+    }
+
+
+def min_delta_cell(replications: int, seed: int) -> dict[str, float]:
+    """Acceptance with min_delta 0.05 at a true Δ of 0.03 (and at 0.05, the boundary)."""
+    out = {}
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, min_delta=0.05), alpha=0.05, seed=seed)
+    order = list(range(N_ITEMS))
+    for key, delta in (("min_delta_false_accept", 0.03), ("min_delta_accept_at_boundary", 0.05)):
+        rng = np.random.default_rng(seed)
+        controls, arms = _paired_errors(rng, replications, N_ITEMS, delta)
+        accepted = sum(bool(_family(c, [a], settings, order)[1][0].accepted) for c, a in zip(controls, arms))
+        out[key] = accepted / replications
+    return out
+
+
+def null_run_cell(replications: int, seed: int, error_control: str = "run") -> float:
+    """Share of default-config runs (max_iterations 5, 5 null candidates per iteration) that
+    accept any candidate (see the module docstring)."""
+    config = RunConfig.model_validate(
+        {
+            "target": "llamacpp/smollm2",
+            "teacher": "llamacpp/smollm2",
+            "max_iterations": 5,
+            "validate": {"n_boot": 100, "error_control": error_control},
+        }
+    )
+    settings = FamilySettings(
+        rules=config.validate_, alpha=config.family_alpha, families=config.planned_validations, seed=seed
+    )
+    rng = np.random.default_rng(seed)
+    any_accepted = 0
+    for run in range(replications):
+        difficulty = np.where(rng.random(N_ITEMS) < 0.6, 0.1, 0.5)  # easy and hard items
+        placebo = rng.random(N_ITEMS) < difficulty
+        order = slice_order(N_ITEMS, run)
+        accepted = False
+        for _ in range(config.max_iterations):
+            arms = [rng.random(N_ITEMS) < difficulty for _ in range(5)]
+            _, decided = _family(placebo, arms, settings, order)
+            accepted = accepted or any(bool(d.accepted) for d in decided)
+        any_accepted += accepted
+    return any_accepted / replications
+
+
+def monitor_cells(replications: int, seed: int) -> tuple[dict[str, float | None], str | None]:
+    """The monitor's false alarms from benchmarks/monitor_sim.py, or None with the reason."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from monitor_sim import simulate_monitor_false_alarms  # type: ignore[import-not-found]
+    except ImportError as exc:
+        reason = f"benchmarks/monitor_sim.py is not on this branch yet ({exc})"
+        return {"monitor_false_alarm_z": None, "monitor_false_alarm_rho": None}, reason
+    result = simulate_monitor_false_alarms(replications, seed)
+    return {key: float(result[key]) for key in ("monitor_false_alarm_z", "monitor_false_alarm_rho")}, None
+
+
+def _fmt(value: float | None) -> str:
+    return "missing" if value is None or math.isnan(value) else f"{value:.4f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
+    parser.add_argument("--replications", type=int, default=2000, help="per cell (at least 2000 for the record)")
+    parser.add_argument("--seed", type=int, default=17)
+    args = parser.parse_args()
+    started = time.time()
+    numbers: dict[str, float | None] = {}
+    timings: dict[str, float] = {}
+    for name, cell in (
+        ("sequential", lambda: sequential_cell(args.replications, args.seed)),
+        ("min_delta", lambda: min_delta_cell(args.replications, args.seed)),
+        ("null_run", lambda: {"null_run_false_accept": null_run_cell(args.replications, args.seed)}),
+        ("null_run_iteration", lambda: {"null_run_false_accept_iteration_control": null_run_cell(args.replications, args.seed, "iteration")}),
+    ):
+        t0 = time.time()
+        numbers.update(cell())
+        timings[name] = round(time.time() - t0, 1)
+    monitor, missing = monitor_cells(args.replications, args.seed)
+    numbers.update(monitor)
+
+    print(f"validation_sim: seed {args.seed}, {args.replications} replications per cell, {N_ITEMS} items, noise discordance {NOISE}")
+    print(f"{'cell':44s} {'value':>9s}  target")
+    for key, value in numbers.items():
+        print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
+    if missing:
+        print(f"monitor cells missing: {missing}")
+    print(f"seconds per cell: {timings}; total {time.time() - started:.0f} s")
+    if args.json is not None:
+        payload: dict[str, Any] = {
+            **numbers,
+            "seed": args.seed,
+            "replications": args.replications,
+            "items": N_ITEMS,
+            "noise_discordance": NOISE,
+            "missing": {"monitor_false_alarm_z": missing, "monitor_false_alarm_rho": missing} if missing else {},
+            "targets": TARGETS,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

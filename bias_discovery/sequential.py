@@ -1,0 +1,264 @@
+"""One validation family on error vectors: arms against a control on the same items, looked at
+in growing slices, decided together, each with its honest effect. Pure: no model, no file.
+
+An *arm* is what is tested (a candidate bias's rewrites, judged), the *control* what it is
+compared with (the placebo's rewrites, or the unperturbed items), both as per-item errors
+(True wrong, False right, None invalid) over the same test items. The steps:
+
+1. `run_looks`: the looks on growing slices (`stats.SequentialPlan`); at each look the arms
+   still going get their errors on the new slice from a `fetch` callback (the validation
+   stage perturbs and judges there; `benchmarks/validation_sim.py` slices simulated errors),
+   and each arm stops for efficacy, for futility, or goes on (`stats.sequential_look`);
+2. `compare_arms`: each arm against each control on the items it used (`stats.compare_paired`);
+3. `decide`: the family's decision on the decisive control's comparisons (the sequential
+   p-values, corrected together: `stats.decide_acceptance`);
+4. `effects`: each arm's reported Δ, honest after its stop (`stats.sequential_effect`);
+5. `smallest_detectable`: what the family's test could have detected at its n.
+
+Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
+items, per-item probabilities instead of binary errors, a stream of looks) reuses the same
+plan, multiplicity control and estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import ValidateSettings
+from .stats import (
+    Effect,
+    LookRecord,
+    PairedComparison,
+    SequentialPlan,
+    compare_paired,
+    decide_acceptance,
+    error_statement,
+    min_detectable_delta,
+    null_discordance,
+    paired_counts,
+    plan_sequential,
+    sequential_effect,
+    sequential_look,
+)
+
+__all__ = [
+    "Errors",
+    "FamilyLooks",
+    "FamilySettings",
+    "Stop",
+    "compare_arms",
+    "decide",
+    "effects",
+    "family_level",
+    "run_looks",
+    "smallest_detectable",
+]
+
+Errors = Sequence[bool | None]
+"""Per test item: True = the judge was wrong, False = right, None = invalid (or not judged)."""
+Stop = Literal["efficacy", "futility", "complete"]
+Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Errors]]
+"""fetch(look, arms still going, new items) -> per such arm, its errors on the new items."""
+
+
+class FamilySettings(BaseModel):
+    """How one family is validated: the run's `validate` settings, the family's level and its
+    place in the run (for the error statement), and the seed of bootstraps and slice order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: ValidateSettings = Field(default_factory=ValidateSettings)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """This family's level: `rules.alpha`, or its share of it with `error_control: run`."""
+    families: int = Field(default=1, ge=1)
+    """Validations the run plans (the error statement's family count)."""
+    seed: int = 0
+    scope: str = "run"
+    """What the error statement speaks of: a run, a replication ..."""
+
+    @property
+    def sequential(self) -> bool:
+        """Looks on growing slices (the paired rule only: the paper's rule has no test)."""
+        return self.rules.sequential.enabled and self.rules.acceptance == "paired"
+
+    @property
+    def margin(self) -> float:
+        """H0 of the paired rule: Δ <= min_delta (the paper's rule has none)."""
+        return self.rules.min_delta if self.rules.acceptance == "paired" else 0.0
+
+    def plan(self, n_items: int) -> SequentialPlan:
+        """The family's looks on `n_items` test items (one look when not sequential)."""
+        seq = self.rules.sequential
+        return plan_sequential(
+            n_items,
+            seq.looks if self.sequential else [1.0],
+            alpha=self.alpha,
+            spending=seq.spending,
+            futility=seq.futility,
+            min_items=seq.min_items,
+        )
+
+    def error_statement(self, control: str) -> str:
+        """What this family's decisions control (`stats.error_statement`)."""
+        return error_statement(
+            acceptance=self.rules.acceptance,
+            correction=self.rules.correction,
+            error_control=self.rules.error_control,
+            alpha=self.rules.alpha,
+            family_alpha=self.alpha,
+            families=self.families,
+            margin=self.margin,
+            control=control,
+            sequential=self.sequential,
+            scope=self.scope,
+        )
+
+
+@dataclass
+class FamilyLooks:
+    """The arms' sequential paths: per arm its errors (test-set positions, None where not
+    judged), its look records, how far it went and why it stopped."""
+
+    plan: SequentialPlan
+    order: list[int]
+    """The order in which test items enter the slices."""
+    errors: list[list[bool | None]]
+    looks: list[list[LookRecord]]
+    stopped_at: list[int]
+    stop: list[Stop]
+    family_size: int
+    margin: float = 0.0
+    fetched: list[list[int]] = field(default_factory=list)
+    """Per look, the arms that were still going (and so were perturbed and judged)."""
+
+    def used(self, arm: int) -> list[int]:
+        """The test items arm `arm` was judged on, in slice order."""
+        return self.order[: self.stopped_at[arm]]
+
+    @property
+    def multi_look(self) -> bool:
+        return len(self.plan.looks) > 1
+
+    def p_sequential(self, arm: int) -> float:
+        return self.looks[arm][-1].p_sequential
+
+
+def run_looks(control: Errors, n_arms: int, fetch: Fetch, settings: FamilySettings, order: Sequence[int]) -> FamilyLooks:
+    """Look at the arms in growing slices of the test items (`order`): at each look the arms
+    still going get their errors on the new items from `fetch`, are compared with `control` on
+    every item so far, and stop or go on (`stats.sequential_look`)."""
+    n = len(control)
+    if sorted(order) != list(range(n)):
+        raise ValueError("order must be a permutation of the test items")
+    plan = settings.plan(n)
+    family = FamilyLooks(
+        plan=plan,
+        order=list(order),
+        errors=[[None] * n for _ in range(n_arms)],
+        looks=[[] for _ in range(n_arms)],
+        stopped_at=[0] * n_arms,
+        stop=["complete"] * n_arms,
+        family_size=n_arms,
+        margin=settings.margin,
+    )
+    active = list(range(n_arms))
+    start = 0
+    for j, upto in enumerate(plan.looks):
+        if not active:
+            break
+        new_items = family.order[start:upto]
+        family.fetched.append(list(active))
+        fetched = fetch(j, list(active), new_items)
+        if len(fetched) != len(active):
+            raise ValueError(f"fetch returned {len(fetched)} arms' errors for {len(active)} arms")
+        used = family.order[:upto]
+        still = []
+        for k, arm_errors in zip(active, fetched):
+            if len(arm_errors) != len(new_items):
+                raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
+            for i, error in zip(new_items, arm_errors):
+                family.errors[k][i] = error
+            n_k, b, c, _ = paired_counts([control[i] for i in used], [family.errors[k][i] for i in used])
+            look = sequential_look(plan, j, family.looks[k], b=b, c=c, n=n_k, family_size=n_arms, margin=settings.margin)
+            family.looks[k].append(look)
+            family.stopped_at[k] = upto
+            if look.outcome in ("efficacy", "futility"):
+                family.stop[k] = look.outcome  # type: ignore[assignment]
+            elif look.outcome == "continue":
+                still.append(k)
+        active = still
+        start = upto
+    return family
+
+
+def compare_arms(
+    family: FamilyLooks, controls: Mapping[str, Errors], settings: FamilySettings
+) -> list[dict[str, PairedComparison]]:
+    """Each arm against each named control on the items the arm used (undecided)."""
+    out = []
+    for k in range(len(family.errors)):
+        used = family.used(k)
+        mine = [family.errors[k][i] for i in used]
+        out.append(
+            {
+                name: compare_paired(
+                    [errors[i] for i in used],
+                    mine,
+                    n_boot=settings.rules.n_boot,
+                    confidence=settings.rules.confidence,
+                    seed=settings.seed,
+                    margin=settings.margin,
+                    control=name,
+                )
+                for name, errors in controls.items()
+            }
+        )
+    return out
+
+
+def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings, control: str) -> list[PairedComparison]:
+    """The family's decision on its decisive comparisons: the sequential p-values (one look:
+    the comparisons' own) corrected together at the family's level."""
+    p_values = [family.p_sequential(k) for k in range(len(decisive))] if family.multi_look else None
+    return decide_acceptance(
+        list(decisive),
+        rule=settings.rules.acceptance,
+        alpha=settings.alpha,
+        correction=settings.rules.correction,
+        p_values=p_values,
+        control=control,
+    )
+
+
+def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:
+    """Each arm's reported Δ against the decisive control: given where and why it stopped
+    (`stats.sequential_effect`) after looks on growing slices, the full-sample Δ after one."""
+    if not family.multi_look:
+        return [Effect.full_sample(cmp) for cmp in decisive]
+    return [
+        sequential_effect(
+            family.plan, family.looks[k], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+        )
+        for k in range(len(decisive))
+    ]
+
+
+def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:
+    """(smallest detectable Δ, n) of the family's test for one arm: at the valid items a full
+    test would have had (the valid share of the items used, scaled to the whole test set), its
+    observed noise discordance, the last look's level over the family, and the hypothesis
+    Δ <= min_delta."""
+    items_used = family.stopped_at[arm]
+    n_full = round(decided.n * family.plan.n_total / items_used) if items_used else 0
+    psi = null_discordance(decided.b_discordant_hurt or 0, decided.c_discordant_helped or 0, decided.n)
+    mde = min_detectable_delta(n_full, psi, family_level(family), power=settings.rules.power, margin=settings.margin)
+    return mde, n_full
+
+
+def family_level(family: FamilyLooks) -> float:
+    """The level a candidate faces at the end: the last look's share over the family."""
+    return family.plan.levels[-1] / max(family.family_size, 1)
