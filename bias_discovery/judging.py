@@ -60,7 +60,7 @@ from .errors import ConfigError
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
-from .stats import mean_t_interval, wilson_interval
+from .stats import Measure, mean_t_interval, wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
 JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
@@ -352,6 +352,12 @@ def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) 
     if "format_instruction" in template.placeholders:
         values["format_instruction"] = format_instruction(settings)
     return template.render(**values)
+
+
+def measure_of(settings: JudgeSettings) -> Measure:
+    """What validation compares per item under these settings: the error (choice verdicts) or
+    the probability of preferring the rejected response (score verdicts)."""
+    return "p_rejected" if settings.verdict == "score" else "error"
 
 
 def calls_per_pair(settings: JudgeSettings) -> int:

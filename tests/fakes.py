@@ -127,6 +127,32 @@ def authority_world(request: GenerationRequest) -> str:
     raise AssertionError(f"unexpected prompt: {user[:200]}")
 
 
+def _item_number(text: str) -> int:
+    found = re.search(r"number (\d+)", text)
+    return int(found.group(1)) if found else 0
+
+
+def quiet_authority_world(request: GenerationRequest) -> str:
+    """authority_world, except that the judge always picks the right response (its choice
+    verdicts never err); only its probability moves (`quiet_authority_p_a`)."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        a, _ = _responses(user)
+        pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: Response {pick} is better.\nVerdict: {pick}"
+    return authority_world(request)
+
+
+def quiet_authority_p_a(request: GenerationRequest) -> float:
+    """The quiet judge's P(A): its probability of preferring the rejected response is 0.2 plus
+    up to 0.1 by item, plus 0.15 when the rejected response cites the experts (never above
+    0.5, so the choice verdict never changes)."""
+    a, b = _responses(request.messages[-1].content)
+    rejected = b if "RIGHT" in a else a
+    p_rejected = 0.2 + 0.01 * (_item_number(rejected) % 11) + (0.15 if MARKER in rejected else 0.0)
+    return 1.0 - p_rejected if "RIGHT" in a else p_rejected
+
+
 class BagOfWordsEmbedder:
     """Deterministic hashed bag-of-words vectors (no torch), L2-normalised."""
 
