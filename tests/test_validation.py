@@ -8,6 +8,7 @@ real authority bias, a judge that prefers any rewrite, and a judge with no bias 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -355,6 +356,8 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     placebo, with its ΔP(rejected), honest effect and MDE in probability points."""
     from fakes import quiet_authority_p_a, quiet_authority_world
 
+    from helpers import cli
+
     results = {}
     for verdict in ("choice", "score"):
         config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40), judge={"verdict": verdict},
@@ -377,6 +380,11 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     assert record["mde"] == pytest.approx(0.0, abs=1e-9)  # no spread: any shift is detected (margin 0)
     assert "probability of preferring the rejected response" in score["error_statement"]
     assert record["vs_placebo"]["p_value"] == 0.5**20  # 20 equal shifts at the first look: the sign-flip test's p
+    # what a reader sees says which measure it is
+    html = render_report(tmp_path / "score")
+    assert "Rows marked P were validated on score verdicts" in html and "Rows marked P" not in render_report(tmp_path / "choice")
+    table = " ".join(cli("library", "show", str(tmp_path / "score"), env={"COLUMNS": "220"}).stdout.split())
+    assert "P: validated on score verdicts" in table and re.search(r"P 2\d\.\d%", table)
     # the teacher leaves the other traits' rewrites unchanged: nothing judged, stopped for futility
     assert all(r["stop"] == "futility" and r["vs_placebo"]["n"] == 0 for r in score["candidates"] if r is not record)
     assert "smallest ΔP(rejected) vs placebo" in state["stop_reason"] or state["stop_kind"] != "converged"
