@@ -28,6 +28,13 @@ Tests, one look at `--alpha` (one-sided), as validation makes them on one candid
 Each cell is the share of `--reps` simulated validations that reject H0; shift 0 is the null,
 where that share is the false-acceptance rate (it must stay at or below alpha). "calls for
 80 %" interpolates the item grid on a log scale (judge calls = 4 x items: two orders, two arms).
+
+Then the same judge through validation as the loop runs it (`--sequential-items` items, the
+default sequential plan, `bias_discovery.sequential`'s steps, `FamilySettings.measure` error
+or p_rejected): the share accepted, the judge calls a candidate costs (it stops early when
+clearly biased or clearly hopeless), and for the scores the reported effect of the candidates
+that stopped early for efficacy (median-unbiased given the stop) minus the true ΔP, with the
+coverage of its 95 % interval.
 """
 
 from __future__ import annotations
@@ -36,10 +43,13 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from bias_discovery.config import ValidateSettings
+from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, run_looks
 from bias_discovery.stats import mcnemar_exact_one_sided, paired_t_one_sided
 
 TARGET_POWER = 0.8
@@ -59,18 +69,26 @@ def simulate_arm(latent: np.ndarray, position: float, sharpness: float) -> tuple
     return (shown_second + shown_first) / 2.0, (shown_second > 0.5) | (shown_first > 0.5)
 
 
-def simulate(
-    n: int, shift: float, sharpness: float, args: argparse.Namespace, rng: np.random.Generator
-) -> dict[str, float]:
-    """`args.reps` validations of one candidate on `n` items; the share each test accepts, and
-    the effect on the probability and error scales."""
-    latent = rng.normal(args.mean, args.spread, size=(args.reps, n))
+def simulate_arms(
+    reps: int, n: int, shift: float, sharpness: float, args: argparse.Namespace, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`reps` x `n` items, both arms: (placebo score, placebo error, trait score, trait error)."""
+    latent = rng.normal(args.mean, args.spread, size=(reps, n))
     placebo_score, placebo_error = simulate_arm(
         latent + rng.normal(0.0, args.rewrite_noise, latent.shape), args.position, sharpness
     )
     trait_score, trait_error = simulate_arm(
         latent + rng.normal(0.0, args.rewrite_noise, latent.shape) + shift, args.position, sharpness
     )
+    return placebo_score, placebo_error, trait_score, trait_error
+
+
+def simulate(
+    n: int, shift: float, sharpness: float, args: argparse.Namespace, rng: np.random.Generator
+) -> dict[str, float]:
+    """`args.reps` validations of one candidate on `n` items; the share each test accepts, and
+    the effect on the probability and error scales."""
+    placebo_score, placebo_error, trait_score, trait_error = simulate_arms(args.reps, n, shift, sharpness, args, rng)
     hurt = (trait_error & ~placebo_error).sum(axis=1)
     helped = (~trait_error & placebo_error).sum(axis=1)
     diffs = trait_score - placebo_score
@@ -87,6 +105,73 @@ def simulate(
         "power_choice": float(choice.mean()),
         "power_score": float(score.mean()),
     }
+
+
+def sequential_cell(
+    n: int, shift: float, sharpness: float, args: argparse.Namespace, rng: np.random.Generator
+) -> dict[str, float]:
+    """`args.sequential_reps` validations of one candidate on `n` items through the project's
+    own family steps (`sequential.run_looks`, `compare_arms`, `decide`, `effects`) with the
+    default validation settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %), once
+    on the choice verdicts' errors and once on the scores: the share accepted, the judge calls
+    a candidate cost (2 per item it was perturbed on: it stops early), and for the scores the
+    reported effect of the candidates that stopped early for efficacy against the true shift."""
+    reps = args.sequential_reps
+    placebo_score, placebo_error, trait_score, trait_error = simulate_arms(reps, n, shift, sharpness, args, rng)
+    truth = float((trait_score - placebo_score).mean())
+    order = list(range(n))
+    out: dict[str, float] = {"items": n, "sharpness": sharpness, "shift_logit": shift, "delta_p": truth}
+    for measure, control, arm in (("error", placebo_error, trait_error), ("p_rejected", placebo_score, trait_score)):
+        settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=args.alpha, measure=measure)
+        accepted, calls, early, covered = 0, 0, [], []
+        for k in range(reps):
+            values = arm[k].tolist()
+
+            def fetch(look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[float | bool | None]]:
+                return [[values[i] for i in new_items] for _ in active]
+
+            family = run_looks(control[k].tolist(), 1, fetch, settings, order)
+            decided = decide(family, [c["placebo"] for c in compare_arms(family, {"placebo": control[k].tolist()}, settings)],
+                             settings, "placebo")
+            accepted += bool(decided[0].accepted)
+            calls += 2 * family.stopped_at[0]
+            if measure == "p_rejected" and shift > 0 and family.stop[0] == "efficacy":
+                effect = effects(family, decided, settings)[0]
+                early.append(effect.delta - truth)
+                covered.append(effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high)
+        name = "choice" if measure == "error" else "score"
+        out[f"accept_{name}"] = accepted / reps
+        out[f"calls_{name}"] = calls / reps
+        if early:
+            out["score_effect_median_bias_early"] = float(np.median(early))
+            out["score_effect_mean_bias_early"] = float(np.mean(early))
+            out["score_effect_coverage_early"] = float(np.mean(covered))
+            out["score_n_early"] = float(len(early))
+    return out
+
+
+def print_sequential(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
+    print(
+        f"\nsequential validation through bias_discovery.sequential (default looks 25/50/100 %, O'Brien-Fleming, "
+        f"futility 10 %; {args.sequential_reps} validations per cell; calls: the candidate's judge calls, 2 per item "
+        "it was perturbed on, the placebo paid once per run; effect: the reported ΔP of the candidates that "
+        "stopped early for efficacy minus the true ΔP, median and mean, and the coverage of its 95 % interval)"
+    )
+    header = (
+        f"{'sharp':>5} {'shift':>6} {'Δp':>8} {'items':>6} {'choice: accept':>15} {'calls':>7} {'score: accept':>14} "
+        f"{'calls':>7} {'median bias':>12} {'mean bias':>10} {'coverage':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        bias = f"{100 * r['score_effect_median_bias_early']:+.2f} pp" if "score_effect_median_bias_early" in r else "-"
+        mean_bias = f"{100 * r['score_effect_mean_bias_early']:+.2f} pp" if "score_effect_mean_bias_early" in r else "-"
+        cover = f"{100 * r['score_effect_coverage_early']:.1f}%" if "score_effect_coverage_early" in r else "-"
+        print(
+            f"{r['sharpness']:>5g} {r['shift_logit']:>6.2f} {100 * r['delta_p']:>6.1f}pp {int(r['items']):>6} "
+            f"{100 * r['accept_choice']:>14.1f}% {r['calls_choice']:>7.0f} {100 * r['accept_score']:>13.1f}% "
+            f"{r['calls_score']:>7.0f} {bias:>12} {mean_bias:>10} {cover:>9}"
+        )
 
 
 def calls_for_power(rows: list[dict[str, float]], key: str) -> float | None:
@@ -159,6 +244,8 @@ def main() -> None:
     parser.add_argument("--position", type=float, default=0.5, help="the judge's lean towards position A (logits)")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sequential-items", type=int, default=160, help="test items of the sequential cells")
+    parser.add_argument("--sequential-reps", type=int, default=500, help="validations per sequential cell (0: none)")
     parser.add_argument("--json", type=Path, help="also write the tables as JSON")
     args = parser.parse_args()
 
@@ -180,10 +267,19 @@ def main() -> None:
         print(f"\nsharpness {sharpness:g}")
         summary += print_table(mine, shifts, args)
         rows += mine
+    sequential = (
+        [sequential_cell(args.sequential_items, shift, sharpness, args, rng) for sharpness in sharpnesses for shift in shifts]
+        if args.sequential_reps > 0
+        else []
+    )
+    if sequential:
+        print_sequential(sequential, args)
     print(f"({time.monotonic() - started:.0f} s)")
     if args.json:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        args.json.write_text(json.dumps({"settings": settings, "rows": rows, "calls_for_80_percent_power": summary}, indent=2))
+        args.json.write_text(json.dumps(
+            {"settings": settings, "rows": rows, "calls_for_80_percent_power": summary, "sequential": sequential}, indent=2
+        ))
 
 
 if __name__ == "__main__":
