@@ -16,8 +16,10 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 5. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
-items, per-item probabilities instead of binary errors, a stream of looks) reuses the same
-plan, multiplicity control and estimator.
+items, a stream of looks) reuses the same plan, multiplicity control and estimator. Its
+`measure` says what the per-item values are: errors, or (score verdicts) the judge's
+probability of preferring the rejected response, compared by the paired t-test of the mean
+shift (`stats.compare_paired_scores`, `stats.sequential_shift_look`).
 """
 
 from __future__ import annotations

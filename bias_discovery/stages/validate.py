@@ -18,6 +18,10 @@ biased (alpha spending) or clearly hopeless (futility), and later slices are nev
 for it (see `stats.SequentialPlan`). `acceptance: paper` keeps BiasScope's plain
 "perturbed error > baseline error" rule on every item, for comparison.
 
+With `judge.verdict: score` the per-item values compared are the judge's probability of
+preferring the rejected response instead of its error (`FamilySettings.measure`), by the
+one-sided paired t-test of the mean shift, with the same plan, correction and effect.
+
 The looks, the decision and the effects are the pure steps of `bias_discovery.sequential`;
 this module adds what needs models: the rewrites, the answer checks and the judgments.
 """
