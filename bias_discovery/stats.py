@@ -1098,26 +1098,7 @@ def sequential_look(
     `n` are valid in both arms with b hurt and c helped; `earlier` are its previous looks.
     The record holds the slice's p-value of H0: Δ <= margin (`paired_p_value`), the
     sequential p-value so far and what the candidate does next (`look_outcome`)."""
-    if len(earlier) != look:
-        raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
-    p = paired_p_value(b, c, n, margin)
-    p_seq = sequential_p_value([r.p_value for r in earlier] + [p], plan)
-    items = plan.looks[look]
-    outcome, power = look_outcome(
-        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin
-    )
-    return LookRecord(
-        look=look + 1,
-        items=items,
-        n=n,
-        b_discordant_hurt=b,
-        c_discordant_helped=c,
-        p_value=p,
-        level=plan.levels[look],
-        p_sequential=p_seq,
-        conditional_power=power,
-        outcome=outcome,
-    )
+    return _record_look(plan, look, earlier, p=paired_p_value(b, c, n, margin), b=b, c=c, n=n, family_size=family_size, margin=margin)
 
 
 def sequential_shift_look(
@@ -1132,19 +1113,38 @@ def sequential_shift_look(
     """`sequential_look` for score verdicts: `differences` are the per-item shifts of the
     probability of preferring the rejected response (arm minus control) on the items of the
     slice valid in both; the slice's p-value is the paired t-test's of H0: Δ <= margin, the
-    futility rule its conditional power. Same plan, sequential p-value and stopping rules."""
-    if len(earlier) != look:
-        raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
+    futility rule its conditional power. Same plan, sequential p-value and stopping rules. The
+    record's `mean_difference` and `sd_difference` (0 without a valid item) mark it as a
+    score look."""
     n = len(differences)
     mean, sd = mean_and_sd(differences) if n else (0.0, 0.0)
     b = sum(1 for d in differences if d > 0.0)
     c = sum(1 for d in differences if d < 0.0)
     p = paired_t_one_sided(differences, margin)
+    return _record_look(plan, look, earlier, p=p, b=b, c=c, n=n, family_size=family_size, margin=margin, shift=(mean, sd))
+
+
+def _record_look(
+    plan: SequentialPlan,
+    look: int,
+    earlier: Sequence[LookRecord],
+    *,
+    p: float,
+    b: int,
+    c: int,
+    n: int,
+    family_size: int,
+    margin: float,
+    shift: tuple[float, float] | None = None,
+) -> LookRecord:
+    """The record of look `look` with the slice's p-value `p`: the sequential p-value so far
+    and the outcome (`look_outcome`; `shift` = the score look's mean and sd)."""
+    if len(earlier) != look:
+        raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
     p_seq = sequential_p_value([r.p_value for r in earlier] + [p], plan)
     items = plan.looks[look]
     outcome, power = look_outcome(
-        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin,
-        shift=(mean, sd),
+        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin, shift=shift
     )
     return LookRecord(
         look=look + 1,
@@ -1152,8 +1152,8 @@ def sequential_shift_look(
         n=n,
         b_discordant_hurt=b,
         c_discordant_helped=c,
-        mean_difference=mean if n else None,
-        sd_difference=sd if n else None,
+        mean_difference=None if shift is None else shift[0],
+        sd_difference=None if shift is None else shift[1],
         p_value=p,
         level=plan.levels[look],
         p_sequential=p_seq,
