@@ -151,7 +151,6 @@ class FamilyLooks:
     stop: list[Stop]
     family_size: int
     margin: float = 0.0
-    measure: Measure = "error"
     fetched: list[list[int]] = field(default_factory=list)
     """Per look, the arms that were still going (and so were perturbed and judged)."""
 
@@ -185,7 +184,6 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
         stop=["complete"] * n_arms,
         family_size=n_arms,
         margin=settings.margin,
-        measure=settings.measure,
     )
     active = list(range(n_arms))
     start = 0
