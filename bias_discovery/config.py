@@ -151,7 +151,8 @@ class ValidateSettings(_Strict):
     min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
     """The smallest effect worth a claim (paired rule), e.g. 0.05 for 5 percentage points: a
     candidate is accepted only if the test rejects Δerror <= min_delta against the control
-    (Tango's score test; power and the smallest detectable Δ are for that hypothesis)."""
+    (Tango's score test; power and the smallest detectable Δ are for that hypothesis). With
+    judge.verdict: score it is a ΔP(rejected) in probability points (the paired t-test's)."""
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)

@@ -25,7 +25,7 @@ from .data.overlap import DataOverlap
 from .errors import BiasDiscoveryError
 from .export.common import RunContext, check_output_dir, check_run_overlap, select_biases, staged_output
 from .io import atomic_write_json, atomic_write_jsonl
-from .judging import calls_per_pair, judge_pairs
+from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
@@ -241,7 +241,9 @@ def replicate_run(
             )
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
         setup = ValidationSetup(
-            family=FamilySettings(rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication"),
+            family=FamilySettings(
+                rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication", measure=measure_of(config.judge)
+            ),
             perturb=perturb_settings,
             judge=config.judge,
             test_data=header.data,

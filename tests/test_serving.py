@@ -98,6 +98,7 @@ def test_script_check_accepts_the_default_split() -> None:
     assert "fits" in err and "check only: nothing started" in err
     assert "teacher#0 on :8000: CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve Qwen/Qwen2.5-72B-Instruct" in err
     assert "--tensor-parallel-size 4" in err and "--generation-config vllm" in err
+    assert "--logprobs-mode raw_logprobs" in err  # score verdicts: the same probabilities as the offline engine
     for i, gpu in enumerate(range(4, 8)):
         assert f"target#{i} on :{8001 + i}: CUDA_VISIBLE_DEVICES={gpu} vllm serve Qwen/Qwen2.5-7B-Instruct" in err
 

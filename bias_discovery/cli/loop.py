@@ -27,6 +27,7 @@ def _skipped_rows_line(state: RunState | None) -> str | None:
 
 def _print_run_end(run_dir: Path) -> None:
     from ..run import RunDir
+    from ..stats import MEASURE_LABELS
 
     rd = RunDir(run_dir)
     state = rd.read_state()
@@ -46,7 +47,10 @@ def _print_run_end(run_dir: Path) -> None:
         v = bias.validation
         if v is not None:
             e, decided = v.effect, v.decisive_comparison
-            clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method)
+            clause = effect_clause(
+                e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method,
+                label=MEASURE_LABELS[e.measure],
+            )
             console.print(f"  {bias.id}: {clause}", highlight=False)
     statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
     if statement:

@@ -36,6 +36,7 @@ def replicate(
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..progress import progress_bar
     from ..replicate import replicate_run
+    from ..stats import MEASURE_LABELS
 
     try:
         replication, where = replicate_run(
@@ -80,7 +81,8 @@ def replicate(
         )
     console.print(table)
     methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
-    console.print(f"effect: the reported Δerror against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    labels = " / ".join(dict.fromkeys(MEASURE_LABELS[b.record.effect.measure] for b in r.biases))
+    console.print(f"effect: the reported {labels} against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
     if r.error_statement:
         console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)
     if r.rewrite_effect is not None:

@@ -60,6 +60,10 @@ first constrained request of each kind a probe (`conformance.probe_request`) pro
 enforces that kind, and a replica that does not, or 8 broken replies in a row, fail the batch
 with an EngineError.
 
+**Log-probabilities** (`final_top_logprobs`, score verdicts) go out as `logprobs: true,
+top_logprobs: k`; servers return them for every generated token, and the final token's are
+kept. A reply without them is an EngineError naming the server (it ignored the fields).
+
 The output budget goes out as `max_tokens`, which every server above reads. OpenAI's
 reasoning models refuse it ("Unsupported parameter: 'max_tokens' ... Use
 'max_completion_tokens' instead"); on that refusal the request is resent with
@@ -82,11 +86,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..errors import ConfigError, EngineError
-from .base import BaseEngine, BatchReport, finish_reason, message_dicts
+from .base import BaseEngine, BatchReport, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
 from .llamacpp import sampling_fields as llamacpp_sampling_fields
-from .types import Constraint, ConstraintKind, GenerationRequest, GenerationResponse
+from .types import Constraint, ConstraintKind, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 from .vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 __all__ = [
@@ -95,6 +99,7 @@ __all__ = [
     "build_payload",
     "constraint_fields",
     "detect_dialect",
+    "final_logprobs_from_reply",
     "probe_kind",
     "read_reply",
 ]
@@ -220,7 +225,27 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
         body.update(llamacpp_sampling_fields(request.temperature))
     if request.constraint is not None:
         body.update(constraint_fields(request.constraint, dialect))
+    if request.final_top_logprobs is not None:  # servers return them for every generated token
+        if dialect == "openai":
+            raise ConfigError(
+                "score verdicts read the verdict token at the end of the output, and the 'openai' "
+                "structured-outputs dialect wraps verdicts in JSON; use a vLLM or llama.cpp server "
+                "(structured_outputs: vllm or llamacpp), or judge.verdict: choice"
+            )
+        body.update({"logprobs": True, "top_logprobs": request.final_top_logprobs})
     return body
+
+
+def final_logprobs_from_reply(choice: dict[str, Any], text: str, k: int) -> FinalTokenLogprobs | None:
+    """The final token's log-probabilities from a chat completion choice's `logprobs.content`
+    (one {token, logprob, top_logprobs: [{token, logprob}]} per generated token)."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    index = final_token_index([str(entry.get("token") or "") for entry in content], text)
+    if index is None:
+        return None
+    entry = content[index]
+    candidates = [(str(c.get("token") or ""), float(c["logprob"])) for c in entry.get("top_logprobs") or []]
+    return FinalTokenLogprobs.from_candidates(str(entry.get("token") or ""), float(entry["logprob"]), candidates, k)
 
 
 def detect_dialect(models_reply: Any) -> Dialect:
@@ -457,7 +482,7 @@ class OpenAIServerEngine(BaseEngine):
             if constraint is not None and self.config.constraint_probe:
                 self._ensure_enforced(replica, constraint, stop)
             response = self._chat(replica, payload, stop)
-            return self._to_response(replica, response, constraint)
+            return self._to_response(replica, response, constraint, top_logprobs=payload.get("top_logprobs"))
 
         return self._with_failover(attempt, stop, "/chat/completions")
 
@@ -523,7 +548,9 @@ class OpenAIServerEngine(BaseEngine):
         except ValueError:
             return None
 
-    def _to_response(self, replica: _Replica, response: Any, constraint: Constraint | None) -> GenerationResponse:
+    def _to_response(
+        self, replica: _Replica, response: Any, constraint: Constraint | None, top_logprobs: int | None = None
+    ) -> GenerationResponse:
         """The GenerationResponse for a server reply; a constrained reply that breaks its
         constraint becomes an error response."""
         url = f"{replica.url}/chat/completions"
@@ -537,7 +564,7 @@ class OpenAIServerEngine(BaseEngine):
             raise EngineError(
                 f"model server at {url} refused the request ({response.status_code}): {message}"
             )
-        out = self._parse(url, response)
+        out = self._parse(url, response, top_logprobs)
         if constraint is None or out.finish_reason != "stop":
             return out
         text, problem = read_reply(constraint, self.dialect, out.text)
@@ -560,8 +587,9 @@ class OpenAIServerEngine(BaseEngine):
             }
         )
 
-    def _parse(self, url: str, response: Any) -> GenerationResponse:
-        """The reply's text, finish reason and usage, as the server sent them."""
+    def _parse(self, url: str, response: Any, top_logprobs: int | None = None) -> GenerationResponse:
+        """The reply's text, finish reason and usage, as the server sent them; with
+        `top_logprobs`, the final token's log-probabilities."""
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -575,11 +603,24 @@ class OpenAIServerEngine(BaseEngine):
         finish = finish_reason(choice.get("finish_reason"), unknown="stop")
         if finish == "error":  # "content_filter"
             text = f"the server's content filter stopped the output: {text}"
+        logprobs = None
+        if top_logprobs is not None and finish == "stop":
+            if not (choice.get("logprobs") or {}).get("content"):
+                raise EngineError(
+                    f"model server at {url} sent no logprobs although the request asked for them "
+                    "(logprobs: true, top_logprobs): score verdicts need a server that returns them "
+                    "(vLLM; llama_cpp.server with logits_all, its default)"
+                )
+            try:
+                logprobs = final_logprobs_from_reply(choice, text, top_logprobs)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise EngineError(f"model server at {url} sent logprobs in an unknown shape: {exc!r}") from exc
         return GenerationResponse(
             text=text,
             finish_reason=finish,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
+            final_logprobs=logprobs,
         )
 
     def _ensure_enforced(self, replica: _Replica, constraint: Constraint, stop: threading.Event | None) -> None:
