@@ -313,21 +313,11 @@ class _Replicas:
             # one woken but beaten to the slot keeps its place at the front
             self._waiters.appendleft(waiter) if woken else self._waiters.append(waiter)
             try:
-                # a replica coming back from its cool-down frees slots without a release
-                await asyncio.wait_for(waiter, timeout=REPLICA_COOLDOWN_S)
-            except asyncio.TimeoutError:
-                pass
+                await waiter
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # pass the wake-up on
-                raise
-            finally:
-                if not waiter.done():
-                    waiter.cancel()
-                try:
-                    self._waiters.remove(waiter)
-                except ValueError:
-                    pass
+                    self._wake(1)  # it was woken: pass the wake-up on
+                raise  # a cancelled waiter left in the queue is skipped by `_wake`
             woken = True
 
     def release(self, replica: _Replica, failed: bool) -> None:
@@ -336,17 +326,20 @@ class _Replicas:
             replica.failures += 1
             cooldown = min(REPLICA_COOLDOWN_CAP_S, REPLICA_COOLDOWN_S * 2 ** (replica.failures - 1))
             replica.down_until = time.monotonic() + cooldown
+            # its slots come back when the cool-down ends, without a release
+            asyncio.get_running_loop().call_later(cooldown, self._wake, self.capacity)
         else:
             replica.failures = 0
             replica.down_until = 0.0
-        self._wake_one()
+        self._wake(1)
 
-    def _wake_one(self) -> None:
-        while self._waiters:
+    def _wake(self, n: int) -> None:
+        """Wake the first `n` waiters still waiting."""
+        while n > 0 and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
+                n -= 1
 
 
 @dataclass
@@ -378,7 +371,9 @@ class _Waiting:
 # The engine
 # --------------------------------------------------------------------------------------
 
-_DONE, _NOTE, _FAILED = 0, 1, 2  # what a batch's inbox carries
+_DONE, _NOTE, _FAILED = 0, 1, 2
+_Item = tuple[int, int, Any]
+"""What a batch hands its caller: (_DONE, index, response), (_NOTE, -1, text) or (_FAILED, index, exception)."""
 
 
 class OpenAIServerEngine(BaseEngine):
@@ -446,8 +441,8 @@ class OpenAIServerEngine(BaseEngine):
     async def complete(self, request: GenerationRequest) -> GenerationResponse:
         """One request, on the event loop: replica choice, retries within the deadline,
         probe, constraint check. Raises EngineError for what fails more than this request."""
-        dialect = await self._detect_dialect()
-        return await self._complete(build_payload(self.config.model, request, dialect), request.constraint)
+        await self._detect_dialect()
+        return await self._complete(request)
 
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport
@@ -455,34 +450,30 @@ class OpenAIServerEngine(BaseEngine):
         """Send the batch on the event loop, at most `max_concurrency` in flight per replica;
         each response is reported in this thread as it arrives, and the loop's wait notes go to
         the progress bar (`progress.show_wait`)."""
-        dialect = self.dialect
-        payloads = [build_payload(self.config.model, r, dialect) for r in requests]
-        constraints = [r.constraint for r in requests]
         results: list[GenerationResponse | None] = [None] * len(requests)
-        inbox: SimpleQueue[tuple[int, int, Any]] = SimpleQueue()
-        batch = aio.submit(self._batch(payloads, constraints, inbox))
+        inbox: SimpleQueue[list[_Item]] = SimpleQueue()
+        batch = aio.submit(self._batch(requests, inbox))
         noted = False
         try:
             remaining = len(requests)
             while remaining:
                 try:
-                    kind, index, value = inbox.get(timeout=1.0)
+                    items = inbox.get(timeout=1.0)
                 except Empty:
-                    if batch.done() and batch.exception() is not None:
-                        raise batch.exception()  # type: ignore[misc]
                     continue
-                if kind == _DONE:
-                    results[index] = value
-                    report.done(index, value)
-                    remaining -= 1
-                    if noted:
-                        show_wait(None)
-                        noted = False
-                elif kind == _NOTE:
-                    show_wait(value)
-                    noted = True
-                else:
-                    raise value
+                for kind, index, value in items:
+                    if kind == _DONE:
+                        results[index] = value
+                        report.done(index, value)
+                        remaining -= 1
+                        if noted:
+                            show_wait(None)
+                            noted = False
+                    elif kind == _NOTE:
+                        show_wait(value)
+                        noted = True
+                    else:
+                        raise value
         except BaseException:
             batch.cancel()  # requests still queued or in flight are dropped now
             raise
@@ -499,24 +490,42 @@ class OpenAIServerEngine(BaseEngine):
 
     # ------------------------------------------------------------------ on the event loop
 
-    async def _batch(
-        self, payloads: Sequence[dict[str, Any]], constraints: Sequence[Constraint | None], inbox: SimpleQueue
-    ) -> None:
-        """One task per request, each putting its response (or the error that fails the batch)
-        into `inbox`; a watcher adds a note while no answer has come for a while."""
+    async def _batch(self, requests: Sequence[GenerationRequest], inbox: SimpleQueue[list[_Item]]) -> None:
+        """One task per request, each handing its response (or the error that fails the batch)
+        to the caller through `inbox`; a watcher adds a note while no answer has come for a
+        while. What one turn of the loop finished goes over as one bundle: a wake-up of the
+        waiting thread per response would cost more than the response."""
+        bundle: list[_Item] = []
+        loop = asyncio.get_running_loop()
+
+        def hand_over() -> None:
+            inbox.put(bundle[:])
+            bundle.clear()
+
+        def deliver(item: _Item) -> None:
+            bundle.append(item)
+            if len(bundle) == 1:
+                loop.call_soon(hand_over)
+
+        watcher = asyncio.ensure_future(self._watch(deliver))
+        try:
+            await self._detect_dialect()  # once, before any request is built
+        except BaseException as exc:
+            watcher.cancel()
+            deliver((_FAILED, -1, exc))
+            return
 
         async def one(index: int) -> None:
             try:
-                response = await self._complete(payloads[index], constraints[index])
+                response = await self._complete(requests[index])
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # handed to the caller, who fails the batch
-                inbox.put((_FAILED, index, exc))
+                deliver((_FAILED, index, exc))
             else:
-                inbox.put((_DONE, index, response))
+                deliver((_DONE, index, response))
 
-        tasks = [asyncio.ensure_future(one(i)) for i in range(len(payloads))]
-        watcher = asyncio.ensure_future(self._watch(inbox))
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(requests))]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -524,7 +533,7 @@ class OpenAIServerEngine(BaseEngine):
             for task in tasks:
                 task.cancel()
 
-    async def _watch(self, inbox: SimpleQueue) -> None:
+    async def _watch(self, deliver: Callable[[_Item], None]) -> None:
         """Every second: when no answer has come for WAIT_NOTE_AFTER_S, say what the oldest
         request in flight is waiting on."""
         while True:
@@ -534,8 +543,8 @@ class OpenAIServerEngine(BaseEngine):
                 continue
             oldest = min(self._waiting.values(), key=lambda w: w.started)
             if now - oldest.started >= WAIT_NOTE_AFTER_S:
-                inbox.put((_NOTE, -1, f"waiting on {oldest.url}: {now - oldest.started:.0f} s, "
-                                      f"attempt {oldest.attempt}/{oldest.attempts}"))
+                deliver((_NOTE, -1, f"waiting on {oldest.url}: {now - oldest.started:.0f} s, "
+                                    f"attempt {oldest.attempt}/{oldest.attempts}"))
 
     async def _client(self) -> Any:
         """The aiohttp session (made on the loop on first use)."""
@@ -559,10 +568,16 @@ class OpenAIServerEngine(BaseEngine):
                     self._replicas.capacity = self.max_concurrency
         return self._dialect
 
-    async def _complete(self, payload: dict[str, Any], constraint: Constraint | None) -> GenerationResponse:
+    async def _complete(self, request: GenerationRequest) -> GenerationResponse:
+        constraint = request.constraint
+        payload: dict[str, Any] = {}
+
         async def attempt(replica: _Replica, deadline: float) -> GenerationResponse:
             if constraint is not None and self.config.constraint_probe:
                 await self._ensure_enforced(replica, constraint, deadline)
+            if not payload:  # built once a slot is taken: the work spreads over the batch's waits
+                assert self._dialect is not None
+                payload.update(build_payload(self.config.model, request, self._dialect))
             response = await self._chat(replica, payload, deadline)
             return self._to_response(replica, response, constraint)
 

@@ -1,0 +1,238 @@
+"""Client ceiling: how many requests per second the `openai/` engine sustains, through the call
+cache as the loop uses it, next to a bare aiohttp client, against a stub server that is never
+the limit.
+
+    python benchmarks/client_ceiling.py --json /tmp/client_ceiling.json
+    python benchmarks/client_ceiling.py --inflight 256 2048 --latencies 0 --rounds 2 --with-httpx
+
+For each latency (0 s: an instant server, so the client's own cost per request is the limit;
+2 s: a GPU server's pace, so the question is whether the client keeps `inflight` requests
+really in flight) the stub (tests/stub_openai.py) runs in a process of its own and answers
+every chat completion after that latency with a reply that satisfies the request's
+constraint. At each in-flight level the same request bodies (judge requests with the verdict
+regex, built by the engine's own `build_payload`) are sent by
+
+- **ours**: `ModelRoles` -> meter -> call cache (a fresh SQLite file per run, so every request
+  is a miss and is stored) -> the engine's replica choice, deadline, constraint probe and
+  check of every reply;
+- **bare**: one aiohttp session, a semaphore of `inflight`, `json=` bodies, the reply parsed;
+- **bare httpx** (`--with-httpx`): the same with `httpx.AsyncClient`, to show why aiohttp.
+
+Rounds alternate which side goes first. Per run: requests/s, CPU ms per request in this
+process, the stub's peak in flight (counted by the stub) and req/s x latency, and the stub's
+CPU as a share of one core over the run (it must stay well below 100 %). `errors` counts
+requests that failed, came back invalid, or were sent more than once (the stub counts what
+it answered). Writes `ratio_l0_2048`, `ratio_l2_2048` (ours / bare, req/s summed over rounds),
+`inflight_l2_2048` (ours: req/s x latency) and `errors` to `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the stub server lives with the tests that use it too
+
+from stub_openai import launch, stats  # noqa: E402
+
+MODEL = "served"
+
+
+def make_requests(n: int) -> list[Any]:
+    """`n` distinct judge requests (demo pairs in both orders, a new seed per copy)."""
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, build_tasks
+
+    settings = JudgeSettings(positions="both", reasoning=True, max_tokens=256)
+    base = [t.request for t in build_tasks(load_pairs("demo"), settings, seed=42)]
+    return [base[i % len(base)].model_copy(update={"seed": i}) for i in range(n)]
+
+
+class Run:
+    def __init__(self, side: str, requests: int, seconds: float, cpu_s: float, bad: int, stub: dict[str, Any],
+                 stub_cpu_s: float) -> None:
+        self.side, self.requests, self.seconds, self.cpu_s, self.bad = side, requests, seconds, cpu_s, bad
+        self.peak = int(stub["peak_in_flight"])
+        self.sent = int(stub["requests"])
+        self.stub_cpu_s = stub_cpu_s
+
+
+def measure(side: str, url: str, n: int, go: Callable[[], int]) -> Run:
+    before = stats(url, reset=True)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    bad = go()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    after = stats(url)
+    return Run(side, n, seconds, cpu, bad, after, after["cpu_s"] - before["cpu_s"])
+
+
+def ours(url: str, requests: list[Any], inflight: int, cache_dir: Path) -> int:
+    """The engine as the loop uses it; the number of invalid responses (a failed batch: all)."""
+    from bias_discovery.errors import BiasDiscoveryError
+    from bias_discovery.llm.config import ModelConfig
+    from bias_discovery.llm.roles import ModelRoles
+
+    config = ModelConfig.from_spec(f"openai/{MODEL}", base_url=url, max_concurrency=inflight, structured_outputs="vllm")
+    cache = Path(tempfile.mkdtemp(dir=cache_dir)) / "calls.sqlite"
+    with ModelRoles({"target": config}, cache_path=cache) as roles:
+        try:
+            responses = roles["target"].generate(requests)
+        except BiasDiscoveryError as exc:
+            print(f"    ours failed: {exc}", file=sys.stderr)
+            return len(requests)
+    return sum(r.finish_reason == "error" for r in responses)
+
+
+def run_loop(coro: Any) -> Any:
+    """Run a bare side on the same kind of event loop as the engine's (uvloop where installed)."""
+    from bias_discovery.llm.aio import new_event_loop
+
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def bare_aiohttp(url: str, bodies: list[dict[str, Any]], inflight: int) -> int:
+    import aiohttp
+
+    async def main() -> int:
+        limit = asyncio.Semaphore(inflight)
+        connector = aiohttp.TCPConnector(limit=inflight)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+            async def one(body: dict[str, Any]) -> int:
+                async with limit:
+                    try:
+                        async with session.post(f"{url}/chat/completions", json=body) as reply:
+                            data = await reply.json()
+                            return 0 if reply.status == 200 and data["choices"][0]["message"]["content"] else 1
+                    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
+                        return 1
+
+            return sum(await asyncio.gather(*(one(b) for b in bodies)))
+
+    return run_loop(main())
+
+
+def bare_httpx(url: str, bodies: list[dict[str, Any]], inflight: int) -> int:
+    import httpx
+
+    async def main() -> int:
+        limit = asyncio.Semaphore(inflight)
+        limits = httpx.Limits(max_connections=inflight, max_keepalive_connections=inflight)
+        async with httpx.AsyncClient(limits=limits, timeout=600) as client:
+            async def one(body: dict[str, Any]) -> int:
+                async with limit:
+                    try:
+                        reply = await client.post(f"{url}/chat/completions", json=body)
+                        return 0 if reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] else 1
+                    except (httpx.HTTPError, KeyError, ValueError):
+                        return 1
+
+            return sum(await asyncio.gather(*(one(b) for b in bodies)))
+
+    return run_loop(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the headline numbers and every run here")
+    parser.add_argument("--inflight", type=int, nargs="+", default=[256, 1024, 2048])
+    parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 2.0])
+    parser.add_argument("--rounds", type=int, default=2, help="runs per side and setting, alternating who goes first")
+    parser.add_argument("--waves", type=int, default=3, help="requests per run = waves x inflight")
+    parser.add_argument("--with-httpx", action="store_true", help="also run a bare httpx.AsyncClient side")
+    args = parser.parse_args()
+
+    from bias_discovery.llm.openai_server import build_payload
+
+    requests = make_requests(args.waves * max(args.inflight))
+    bodies = [build_payload(MODEL, r, "vllm") for r in requests]
+    cache_dir = Path(tempfile.mkdtemp(prefix="client-ceiling-"))
+    sides = ["bare", "ours"] + (["httpx"] if args.with_httpx else [])
+    rows: list[dict[str, Any]] = []
+    errors = 0
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {len(requests)} distinct judge requests "
+          f"(verdict regex); {args.rounds} rounds per setting, alternating order; stub: tests/stub_openai.py")
+    for latency in args.latencies:
+        with launch(latency) as (url, _):
+            ours(url, requests[:64], 64, cache_dir)  # warm-up: imports, the first session, the regex cache
+            bare_aiohttp(url, bodies[:64], 64)
+            for inflight in args.inflight:
+                n = args.waves * inflight
+                runs: dict[str, list[Run]] = {s: [] for s in sides}
+                for round_ in range(args.rounds):
+                    order = sides if round_ % 2 == 0 else sides[::-1]
+                    for side in order:
+                        go: Callable[[], int] = {
+                            "ours": lambda: ours(url, requests[:n], inflight, cache_dir),
+                            "bare": lambda: bare_aiohttp(url, bodies[:n], inflight),
+                            "httpx": lambda: bare_httpx(url, bodies[:n], inflight),
+                        }[side]
+                        run = measure(side, url, n, go)
+                        # every request answered exactly once (ours adds one constraint probe)
+                        extra = run.sent - n - (1 if side == "ours" else 0)
+                        run_errors = run.bad + max(0, extra) + max(0, -extra)
+                        errors += run_errors
+                        runs[side].append(run)
+                        rows.append({
+                            "latency_s": latency, "inflight": inflight, "side": side, "round": round_,
+                            "requests": n, "seconds": round(run.seconds, 3), "req_per_s": round(n / run.seconds, 1),
+                            "cpu_ms_per_request": round(1000 * run.cpu_s / n, 3), "stub_peak_in_flight": run.peak,
+                            "achieved_in_flight": round(n / run.seconds * latency, 1) if latency else None,
+                            "stub_cpu_share": round(run.stub_cpu_s / run.seconds, 3), "errors": run_errors,
+                        })
+                rate = {s: sum(r.requests for r in rs) / sum(r.seconds for r in rs) for s, rs in runs.items()}
+                line = (f"latency {latency:g} s, {inflight:5d} in flight, {n} requests x {args.rounds}: "
+                        + ", ".join(f"{s} {rate[s]:7.0f} req/s" for s in sides)
+                        + f"; ratio ours/bare {rate['ours'] / rate['bare']:.2f}")
+                if latency:
+                    line += "; achieved in flight " + ", ".join(f"{s} {rate[s] * latency:.0f}" for s in sides)
+                peak = {s: max(r.peak for r in rs) for s, rs in runs.items()}
+                cpu = {s: max(r.stub_cpu_s / r.seconds for r in rs) for s, rs in runs.items()}
+                line += ("; stub peak in flight " + ", ".join(f"{s} {peak[s]}" for s in sides)
+                         + "; stub CPU (max share of a core) " + ", ".join(f"{s} {cpu[s]:.0%}" for s in sides)
+                         + "; CPU ms/request ours "
+                         + f"{1000 * sum(r.cpu_s for r in runs['ours']) / sum(r.requests for r in runs['ours']):.2f}"
+                         + f", bare {1000 * sum(r.cpu_s for r in runs['bare']) / sum(r.requests for r in runs['bare']):.2f}")
+                print(line, flush=True)
+                rows.append({"latency_s": latency, "inflight": inflight, "side": "summary",
+                             **{f"req_per_s_{s}": round(rate[s], 1) for s in sides},
+                             "ratio": round(rate["ours"] / rate["bare"], 3),
+                             "achieved_in_flight_ours": round(rate["ours"] * latency, 1) if latency else None})
+
+    def summary(latency: float, inflight: int) -> dict[str, Any] | None:
+        return next((r for r in rows if r["side"] == "summary" and r["latency_s"] == latency and r["inflight"] == inflight), None)
+
+    s0, s2 = summary(0.0, 2048), summary(2.0, 2048)
+    result = {
+        "ratio_l0_2048": s0["ratio"] if s0 else None,
+        "ratio_l2_2048": s2["ratio"] if s2 else None,
+        "inflight_l2_2048": s2["achieved_in_flight_ours"] if s2 else None,
+        "errors": errors,
+        "targets": {"ratio_l0_2048": ">= 0.5", "ratio_l2_2048": ">= 0.9", "inflight_l2_2048": ">= 1800", "errors": "== 0"},
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg()[0],
+        "rounds": args.rounds,
+        "runs": rows,
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
