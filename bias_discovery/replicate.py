@@ -130,17 +130,19 @@ def replicate_run(
     overwrite: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[Replication, Path]:
     """Re-validate a run's accepted biases (or `biases`: ids or names, seeds too) on fresh
     rewrites; returns the replication and the directory it was written to.
 
     `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
-    `engines` ({"target", "teacher", "checker"}) replaces the models (tests).
+    `engines` ({"target", "teacher", "checker"}) replaces the models (tests); `timeout_s`
+    each model's request deadline (None: the run's).
     """
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
-    with RunContext(run_path, engines=engines) as ctx:
+    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         seed = config.seed + 1 if seed is None else seed
         if temperature is None:

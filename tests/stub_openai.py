@@ -9,7 +9,8 @@ first of the choices, the shortest string a regex matches, the smallest JSON val
 allows. `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
 `GET /stats` reports requests answered, in flight, the peak in flight and the process's CPU
 seconds (so a benchmark can show the stub is not its limit); `POST /stats/reset` zeroes the
-counts. With `--hang` it accepts connections and never answers (a hung server).
+counts. With `--hang` it accepts connections, reads every /v1 request and never answers (a
+hung server); /stats still answers, with the time the first /v1 request arrived.
 
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
@@ -201,10 +202,14 @@ class Stub:
         self.owned_by = owned_by
         self.hang = hang
         self.stats = Stats()
+        self.first_request_at: float | None = None
+        """Wall-clock time of the first /v1 request (a hung server's clients count from there)."""
         self.loop = asyncio.get_running_loop()
 
     def handle(self, conn: StubProtocol, method: str, path: str, body: bytes) -> None:
-        if self.hang:
+        if path.startswith("/v1/") and self.first_request_at is None:
+            self.first_request_at = time.time()
+        if self.hang and path.startswith("/v1/"):
             return  # accepted, read, never answered
         if method == "GET" and path.endswith("/models"):
             conn.send(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]})
@@ -213,7 +218,7 @@ class Stub:
                 self.stats = Stats()
             s = self.stats
             conn.send(200, {"requests": s.requests, "in_flight": s.in_flight, "peak_in_flight": s.peak,
-                            "cpu_s": time.process_time()})
+                            "cpu_s": time.process_time(), "first_request_at": self.first_request_at})
         elif method == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body)
             s = self.stats

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import count
-from .common import app, console, default_cache_path, fail, format_validation_error
+from .common import app, console, default_cache_path, fail, format_validation_error, timeout_option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..audit import AuditReport, SchemeAudit
@@ -103,6 +103,7 @@ def audit(
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Audit a judge on known biases: CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
@@ -132,11 +133,11 @@ def audit(
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
         targets = resolve_targets(biases)
-        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))}
+        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)}
         check_teacher(targets, has_teacher=teacher is not None)
         if teacher is not None and any(t.needs_teacher for t in targets):
             url = teacher_base_url or base_url
-            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
+            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {})).with_timeout(timeout)
         check_output_dir(out, overwrite=overwrite)
         pairs = load_pairs(data, data_dir=data_dir, limit=limit)
         if not pairs:

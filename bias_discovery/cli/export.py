@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent
-from .common import app, console, fail, format_validation_error
+from .common import app, console, fail, format_validation_error, timeout_option
 
 export_app = typer.Typer(
     no_args_is_help=True,
@@ -52,6 +52,7 @@ def export_judgebench_pro_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Build a JudgeBench-Pro-style set: K biased variants per test pair, equivalence check, adversarial filter (both orders), dataset card, annotation sheet."""
     from ..export.pro import export_judgebench_pro
@@ -62,6 +63,7 @@ def export_judgebench_pro_cmd(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
             overwrite=overwrite, allow_self_filter=allow_self_filter, progress=None if quiet else progress_bar,
+            timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -116,6 +118,7 @@ def export_dpo_cmd(
     include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Bias-augmented DPO data: rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's DPOTrainer."""
     from ..export.dpo import export_dpo
@@ -125,6 +128,7 @@ def export_dpo_cmd(
         stats = export_dpo(
             run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
             include_original=include_original, overwrite=overwrite, progress=None if quiet else progress_bar,
+            timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range
-from .common import app, console, default_cache_path, fail, format_validation_error
+from .common import app, console, default_cache_path, fail, format_validation_error, timeout_option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSettings, JudgeSummary
@@ -89,6 +89,7 @@ def judge(
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion token budget per judgment; must cover the reasoning."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
+    timeout: Optional[float] = timeout_option(),
     compare: Optional[Path] = typer.Option(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
@@ -111,7 +112,7 @@ def judge(
             positions=positions, reasoning=reasoning, max_tokens=max_tokens, prompt=prompt, **cap,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation,  # type: ignore[arg-type]
         )
-        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
+        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)
         if out.exists() and not out.is_dir():
             fail(f"--out {out} exists and is not a directory")
         pairs = load_pairs(data, data_dir=data_dir, limit=limit)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import delta_clause, p_value
-from .common import app, console, fail, interrupted, warn
+from .common import app, console, fail, interrupted, timeout_option, warn
 
 
 def _print_run_end(run_dir: Path) -> None:
@@ -51,6 +51,7 @@ def run(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Run the discovery loop (perturb, evaluate, explain, identify, merge, validate) to convergence."""
     from ..config import load_run_config
@@ -60,7 +61,7 @@ def run(
     from ..run import RunDir
 
     try:
-        config = load_run_config(config_path, set_)
+        config = load_run_config(config_path, set_).with_timeout(timeout)
         root = run_dir or Path("runs") / config.name
         rd = RunDir(root)
         if rd.is_run():
@@ -81,6 +82,7 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Continue a run that was stopped or killed, from its last checkpoint (no call is paid twice)."""
     from ..config import load_run_config
@@ -91,7 +93,7 @@ def resume(
     try:
         rd = RunDir(run_dir)
         rd.require_resumable()
-        config = load_run_config(rd.config_path)
+        config = load_run_config(rd.config_path).with_timeout(timeout)  # this session only: config.yaml keeps the run's
         repaired = rd.library.repair_latest()
         if repaired:
             rd.event("repaired", what=repaired)

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, pp
-from .common import app, console, fail
+from .common import app, console, fail, timeout_option
 
 
 @app.command()
@@ -26,6 +26,7 @@ def replicate(
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Re-validate every accepted bias of a run with fresh perturbations (a new seed, or new data),
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
@@ -36,7 +37,7 @@ def replicate(
     try:
         replication, where = replicate_run(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, progress=None if quiet else progress_bar,
+            out=out, overwrite=overwrite, progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))

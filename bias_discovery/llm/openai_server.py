@@ -632,8 +632,8 @@ class OpenAIServerEngine(BaseEngine):
         )
         if tried < attempts:
             raise EngineError(
-                f"cannot reach {where} within the {self.config.timeout_s:g} s deadline (timeout_s, "
-                f"--timeout) after {tried} of {attempts} attempts: {reason}"
+                f"cannot reach {where} within the {self.config.timeout_s:g} s deadline (timeout_s, or "
+                f"--timeout; {tried} of {attempts} attempts): {reason}"
             )
         raise EngineError(f"cannot reach {where} after {attempts} attempts: {reason}")
 
@@ -646,7 +646,7 @@ class OpenAIServerEngine(BaseEngine):
 
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _ReplicaDown(f"no answer within {self.config.timeout_s:g} s (timeout_s)")
+            raise _ReplicaDown("timed out")
         timeout = aiohttp.ClientTimeout(total=left, connect=min(left, CONNECT_TIMEOUT_S))
         session = await self._client()
         try:
@@ -654,7 +654,7 @@ class OpenAIServerEngine(BaseEngine):
                 content = await reply.read()
                 status = reply.status
         except asyncio.TimeoutError as exc:
-            raise _ReplicaDown(f"no answer within {self.config.timeout_s:g} s (timeout_s)") from exc
+            raise _ReplicaDown("timed out") from exc
         except aiohttp.ClientError as exc:
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
         except OSError as exc:

@@ -151,6 +151,7 @@ class ScriptedServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client that gave up (deadline)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
@@ -484,3 +485,20 @@ def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> 
     assert base_url in message
     assert "after 3 attempts" in message
     assert time.monotonic() - started < 30  # bounded: backoff is short and capped
+
+
+def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  # type: ignore[no-untyped-def]
+    def slow_failure(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        time.sleep(0.8)
+        return 503, {"error": {"message": "overloaded"}}
+
+    server = scripted(slow_failure)
+    engine = engine_for(server, max_retries=10, timeout_s=2.0, structured_outputs="vllm")
+    started = time.monotonic()
+    with pytest.raises(EngineError, match=r"within the 2 s deadline .*of 11 attempts\): (HTTP 503: overloaded|timed out)"):
+        engine.generate([GenerationRequest.chat("x")])
+    took = time.monotonic() - started
+    # 11 attempts of 0.8 s would take ~9 s; the deadline cuts them at 2 s
+    assert took < 2.0 + 1.0, took
+    assert 2 <= len(server.posts()) <= 3
+    engine.close()
