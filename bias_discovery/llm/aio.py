@@ -75,14 +75,15 @@ def submit(coro: Coroutine[Any, Any, _T]) -> Future[_T]:
     return asyncio.run_coroutine_threadsafe(coro, shared_loop())
 
 
-def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run `coro` on the shared loop and wait for its result in this thread."""
+def run_sync(coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+    """Run `coro` on the shared loop and wait for its result in this thread (at most
+    `timeout` seconds: then TimeoutError, and the coroutine is cancelled)."""
     if on_loop_thread():
         coro.close()
         raise RuntimeError("run_sync called on the event loop's own thread: await the coroutine instead")
     future = submit(coro)
     try:
-        return future.result()
+        return future.result(timeout)
     except BaseException:
         future.cancel()  # Ctrl-C while waiting: stop the work too
         raise

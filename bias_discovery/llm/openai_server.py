@@ -87,6 +87,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
@@ -115,6 +116,8 @@ REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
 REPLICA_COOLDOWN_CAP_S = 60.0
 """...up to this: a replica that comes back is used again within a minute."""
+CLOSE_TIMEOUT_S = 10.0
+"""Longest wait for the connections to close."""
 CONNECT_TIMEOUT_S = 10.0
 """Longest wait for a TCP connection (within the request's deadline)."""
 WAIT_NOTE_AFTER_S = 5.0
@@ -484,9 +487,12 @@ class OpenAIServerEngine(BaseEngine):
 
     def _release(self) -> None:
         """Close the HTTP connections."""
-        if self._session is not None:
-            aio.run_sync(self._session.close())
-            self._session = None
+        session, self._session = self._session, None
+        if session is not None:
+            try:  # bounded: closing must never hang (e.g. at interpreter exit, the loop's thread gone)
+                aio.run_sync(session.close(), timeout=CLOSE_TIMEOUT_S)
+            except (FutureTimeout, RuntimeError):
+                pass
 
     # ------------------------------------------------------------------ on the event loop
 
