@@ -323,7 +323,14 @@ class _Replicas:
                 raise  # a cancelled waiter left in the queue is skipped by `_wake`
             woken = True
 
+    def give_back(self, replica: _Replica) -> None:
+        """Return a slot that was not used: no news about the replica."""
+        replica.in_flight -= 1
+        self._wake(1)
+
     def release(self, replica: _Replica, failed: bool) -> None:
+        """Return a slot after a request: a failure starts (or doubles) its cool-down, a
+        success ends it."""
         replica.in_flight -= 1
         if failed:
             replica.failures += 1
@@ -462,7 +469,9 @@ class OpenAIServerEngine(BaseEngine):
             while remaining:
                 try:
                     items = inbox.get(timeout=1.0)
-                except Empty:
+                except Empty:  # (a batch that ended normally may still have a bundle on its way)
+                    if batch.done() and (batch.cancelled() or batch.exception() is not None):
+                        raise EngineError(f"the request loop of {self.engine_id} stopped: {batch.exception()!r}")
                     continue
                 for kind, index, value in items:
                     if kind == _DONE:
@@ -612,7 +621,7 @@ class OpenAIServerEngine(BaseEngine):
                     deadline = now + self.config.timeout_s
                     self._waiting[token] = _Waiting(replica.url, now, attempt, attempts)
                 elif now >= deadline:
-                    self._replicas.release(replica, failed=False)
+                    self._replicas.give_back(replica)
                     break
                 else:
                     waiting = self._waiting[token]

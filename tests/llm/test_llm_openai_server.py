@@ -502,3 +502,35 @@ def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  
     assert took < 2.0 + 1.0, took
     assert 2 <= len(server.posts()) <= 3
     engine.close()
+
+
+def test_a_failed_batch_drops_its_other_requests_and_frees_their_slots(scripted) -> None:  # type: ignore[no-untyped-def]
+    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        text = body["messages"][-1]["content"]
+        if text == "refused":
+            return 401, {"error": {"message": "invalid api key"}}
+        time.sleep(0.5)
+        return 200, completion("re:" + text)
+
+    server = scripted(handler)
+    engine = engine_for(server, structured_outputs="vllm", max_concurrency=3)
+    requests = [GenerationRequest.chat("refused")] + [GenerationRequest.chat(f"q{i}") for i in range(20)]
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="401.*invalid api key"):
+        engine.generate(requests)
+    assert time.monotonic() - started < 2.0  # failed at once, not after the queued requests
+    # the requests still queued were never sent, and every slot came back
+    time.sleep(0.7)
+    assert len(server.posts()) <= 3
+    assert [r.in_flight for r in engine._replicas.replicas] == [0]
+    out = engine.generate([GenerationRequest.chat("again")])
+    assert out[0].text == "re:again"
+    engine.close()
+
+
+def test_submit_answers_one_request_on_its_own(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
+    engine = engine_for(server, structured_outputs="vllm")
+    futures = [engine.submit(GenerationRequest.chat(f"q{i}")) for i in range(3)]
+    assert [f.result(timeout=30).text for f in futures] == ["re:q0", "re:q1", "re:q2"]
+    engine.close()
