@@ -14,12 +14,14 @@ its own loop on first use (a loop does not survive a fork).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 from concurrent.futures import Future
-from typing import Any, Coroutine, TypeVar
+from contextlib import contextmanager
+from typing import Any, Coroutine, Iterator, TypeVar
 
-__all__ = ["ensure_open_files", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit"]
+__all__ = ["ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit"]
 
 _T = TypeVar("_T")
 
@@ -106,3 +108,32 @@ def ensure_open_files(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError):
             pass
+
+
+_frozen_lock = threading.Lock()
+_frozen_depth = 0
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Leave the objects that exist now out of the garbage collector's scans until the block
+    ends (`gc.freeze`, then `gc.unfreeze`: nothing is kept from collection for good).
+
+    Why: thousands of requests in flight keep many objects alive across collections, so the
+    collector's full (oldest-generation) pass runs every second or so, and each pass scans the
+    whole heap: with a run's models and data loaded, most of the client's time went there
+    (measured: 3.5-5 s of a 10 s batch of 8192 requests at 2048 in flight, in a heap of 175k
+    objects). Frozen, a pass scans only the batch's own objects. Nested and concurrent blocks
+    share one freeze."""
+    global _frozen_depth
+    with _frozen_lock:
+        _frozen_depth += 1
+        if _frozen_depth == 1:
+            gc.freeze()
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
