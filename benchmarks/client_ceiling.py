@@ -193,7 +193,9 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 2.0])
     parser.add_argument("--rounds", type=int, default=2, help="runs per side and setting, alternating who goes first")
-    parser.add_argument("--waves", type=int, default=8, help="requests per run = waves x inflight (enough waves that ramp-up and tail are a small part)")
+    parser.add_argument("--waves", type=int, default=16, help="requests per run = waves x inflight (enough that a run's "
+                        "ramp-up and tail, about a second, are a small part of it)")
+    parser.add_argument("--min-requests", type=int, default=16384, help="at latency 0, at least this many per run")
     parser.add_argument("--with-httpx", action="store_true", help="also run a bare httpx.AsyncClient side")
     args = parser.parse_args()
 
@@ -206,12 +208,12 @@ def main() -> None:
     errors = 0
     batches = 0  # each run gets requests no other run sent: every one is a cache miss for ours
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; judge requests (verdict regex), "
-          f"{args.waves} x in-flight per run; {args.rounds} rounds per setting, alternating order; event loop: "
+          f"{args.waves} x in-flight per run (at latency 0 at least {args.min_requests}); {args.rounds} rounds per setting, alternating order; event loop: "
           f"{loop_kind()}; stub: tests/stub_openai.py")
     for latency in args.latencies:
         with launch(latency) as (url, _):
             for inflight in args.inflight:
-                n = args.waves * inflight
+                n = args.waves * inflight if latency else max(args.waves * inflight, args.min_requests)
                 clients: dict[str, Any] = {"bare": BareAiohttp(url, inflight), "ours": Ours(url, inflight, cache_dir)}
                 if args.with_httpx:
                     clients["httpx"] = BareHttpx(url, inflight)

@@ -22,9 +22,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
@@ -249,8 +251,8 @@ class Stub:
 def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, "subprocess.Popen[str]"]]:
     """Start the stub in a process of its own; yields (base URL ".../v1", process). Stopped on exit."""
     process = subprocess.Popen(
-        [sys.executable, __file__, "--latency", str(latency), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, __file__, "--latency", str(latency), "--exit-with-stdin", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert process.stdout is not None
@@ -297,7 +299,10 @@ def main() -> None:
     parser.add_argument("--owned-by", default="vllm")
     parser.add_argument("--hang", action="store_true", help="accept connections, never answer")
     parser.add_argument("--no-uvloop", action="store_true")
+    parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()
+    if args.exit_with_stdin:  # a parent killed without cleaning up leaves no stub behind
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     runner: Any = asyncio.run
     if not args.no_uvloop:
         try:

@@ -112,6 +112,12 @@ def ensure_open_files(needed: int) -> None:
 
 _frozen_lock = threading.Lock()
 _frozen_depth = 0
+_thresholds: tuple[int, ...] = gc.get_threshold()
+BATCH_GC_THRESHOLD = 20_000
+"""Allocations between young-generation collections inside `frozen_heap` (CPython's default:
+700). Measured on 8192 requests at 2048 in flight: ~1000 young collections at 700, each
+promoting the objects of the requests in flight towards the full passes; ~125 at 20000, and
+the collector's time per batch fell from ~2 s to ~0.25 s."""
 
 
 @contextmanager
@@ -123,17 +129,21 @@ def frozen_heap() -> Iterator[None]:
     collector's full (oldest-generation) pass runs every second or so, and each pass scans the
     whole heap: with a run's models and data loaded, most of the client's time went there
     (measured: 3.5-5 s of a 10 s batch of 8192 requests at 2048 in flight, in a heap of 175k
-    objects). Frozen, a pass scans only the batch's own objects. Nested and concurrent blocks
-    share one freeze."""
-    global _frozen_depth
+    objects). Frozen, a pass scans only the batch's own objects; and young collections run
+    every `BATCH_GC_THRESHOLD` allocations instead of 700. Nested and concurrent blocks share
+    one freeze."""
+    global _frozen_depth, _thresholds
     with _frozen_lock:
         _frozen_depth += 1
         if _frozen_depth == 1:
             gc.freeze()
+            _thresholds = gc.get_threshold()
+            gc.set_threshold(max(_thresholds[0], BATCH_GC_THRESHOLD), *_thresholds[1:])
     try:
         yield
     finally:
         with _frozen_lock:
             _frozen_depth -= 1
             if _frozen_depth == 0:
+                gc.set_threshold(*_thresholds)
                 gc.unfreeze()

@@ -101,3 +101,27 @@ def test_a_full_group_is_one_transaction(tmp_path: Path, monkeypatch) -> None:  
     # two full groups, then the rest when the batch ended (the final call stores nothing new)
     assert [c for c in commits if c] == [cache_module.FLUSH_ROWS, cache_module.FLUSH_ROWS, 5]
     assert engine.stats()["entries"] == n
+
+
+def test_frozen_heap_nests_and_always_unfreezes() -> None:
+    import gc
+
+    from bias_discovery.llm.aio import BATCH_GC_THRESHOLD, frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
+    with frozen_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0  # what existed before the block is out of the collector's scans
+        assert gc.get_threshold()[0] >= BATCH_GC_THRESHOLD
+        with frozen_heap():  # a concurrent batch shares the freeze
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0  # everything is collectable again
+    assert gc.get_threshold() == thresholds
+    try:
+        with frozen_heap():
+            raise RuntimeError("a failed batch")
+    except RuntimeError:
+        pass
+    assert gc.get_freeze_count() == 0
