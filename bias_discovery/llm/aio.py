@@ -21,7 +21,9 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Coroutine, Iterator, TypeVar
 
-__all__ = ["ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit"]
+__all__ = [
+    "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",
+]
 
 _T = TypeVar("_T")
 
@@ -32,8 +34,8 @@ _pid: int | None = None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (it roughly halves the loop's own cost per request),
-    else asyncio's."""
+    """uvloop's loop where it is installed (a faster implementation of the same loop), else
+    asyncio's."""
     try:
         import uvloop
     except ImportError:
@@ -43,7 +45,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def loop_kind() -> str:
     """Which loop `new_event_loop` makes ("uvloop" or "asyncio"), for benchmark reports."""
-    return "uvloop" if type(new_event_loop()).__module__.startswith("uvloop") else "asyncio"
+    loop = new_event_loop()
+    try:
+        return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+    finally:
+        loop.close()
 
 
 def shared_loop() -> asyncio.AbstractEventLoop:

@@ -479,7 +479,8 @@ class OpenAIServerEngine(BaseEngine):
                     items = inbox.get(timeout=1.0)
                 except Empty:  # (a batch that ended normally may still have a bundle on its way)
                     if batch.done() and (batch.cancelled() or batch.exception() is not None):
-                        raise EngineError(f"the request loop of {self.engine_id} stopped: {batch.exception()!r}")
+                        why = "cancelled" if batch.cancelled() else repr(batch.exception())
+                        raise EngineError(f"the request loop of {self.engine_id} stopped: {why}")
                     continue
                 for kind, index, value in items:
                     if kind == _DONE:
