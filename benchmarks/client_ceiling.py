@@ -116,13 +116,37 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return new_event_loop()
 
 
-class BareAiohttp:
-    """One aiohttp session and a semaphore of `inflight`, kept warm across runs."""
+class _Bare:
+    """A bare client: `inflight` requests at a time through `_send`, on its own event loop
+    (the same kind as the engine's), kept warm across runs."""
+
+    def __init__(self, url: str, inflight: int) -> None:
+        self.url, self.inflight, self.loop = url, inflight, new_loop()
+
+    async def _send(self, body: dict[str, Any]) -> int:
+        """POST one body; 0 for a usable reply, 1 for a failure."""
+        raise NotImplementedError
+
+    def run(self, requests: list[Any], bodies: list[dict[str, Any]]) -> int:
+        async def main() -> int:
+            limit = asyncio.Semaphore(self.inflight)
+
+            async def one(body: dict[str, Any]) -> int:
+                async with limit:
+                    return await self._send(body)
+
+            return sum(await asyncio.gather(*(one(b) for b in bodies)))
+
+        return int(self.loop.run_until_complete(main()))
+
+
+class BareAiohttp(_Bare):
+    """One aiohttp session and a semaphore of `inflight`."""
 
     def __init__(self, url: str, inflight: int) -> None:
         import aiohttp
 
-        self.url, self.inflight, self.loop = url, inflight, new_loop()
+        super().__init__(url, inflight)
 
         async def open_session() -> Any:
             connector = aiohttp.TCPConnector(limit=inflight)
@@ -130,57 +154,39 @@ class BareAiohttp:
 
         self.session = self.loop.run_until_complete(open_session())
 
-    def run(self, requests: list[Any], bodies: list[dict[str, Any]]) -> int:
+    async def _send(self, body: dict[str, Any]) -> int:
         import aiohttp
 
-        async def main() -> int:
-            limit = asyncio.Semaphore(self.inflight)
-
-            async def one(body: dict[str, Any]) -> int:
-                async with limit:
-                    try:
-                        async with self.session.post(f"{self.url}/chat/completions", json=body) as reply:
-                            data = await reply.json()
-                            return 0 if reply.status == 200 and data["choices"][0]["message"]["content"] else 1
-                    except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
-                        return 1
-
-            return sum(await asyncio.gather(*(one(b) for b in bodies)))
-
-        return int(self.loop.run_until_complete(main()))
+        try:
+            async with self.session.post(f"{self.url}/chat/completions", json=body) as reply:
+                data = await reply.json()
+                return 0 if reply.status == 200 and data["choices"][0]["message"]["content"] else 1
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
+            return 1
 
     def close(self) -> None:
         self.loop.run_until_complete(self.session.close())
         self.loop.close()
 
 
-class BareHttpx:
+class BareHttpx(_Bare):
     """The same with `httpx.AsyncClient` (a pool of `inflight` connections)."""
 
     def __init__(self, url: str, inflight: int) -> None:
         import httpx
 
-        self.url, self.inflight, self.loop = url, inflight, new_loop()
+        super().__init__(url, inflight)
         limits = httpx.Limits(max_connections=inflight, max_keepalive_connections=inflight)
         self.client = httpx.AsyncClient(limits=limits, timeout=600)
 
-    def run(self, requests: list[Any], bodies: list[dict[str, Any]]) -> int:
+    async def _send(self, body: dict[str, Any]) -> int:
         import httpx
 
-        async def main() -> int:
-            limit = asyncio.Semaphore(self.inflight)
-
-            async def one(body: dict[str, Any]) -> int:
-                async with limit:
-                    try:
-                        reply = await self.client.post(f"{self.url}/chat/completions", json=body)
-                        return 0 if reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] else 1
-                    except (httpx.HTTPError, KeyError, ValueError):
-                        return 1
-
-            return sum(await asyncio.gather(*(one(b) for b in bodies)))
-
-        return int(self.loop.run_until_complete(main()))
+        try:
+            reply = await self.client.post(f"{self.url}/chat/completions", json=body)
+            return 0 if reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] else 1
+        except (httpx.HTTPError, KeyError, ValueError):
+            return 1
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())
