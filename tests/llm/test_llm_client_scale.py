@@ -114,9 +114,11 @@ def test_frozen_heap_nests_and_always_unfreezes() -> None:
         frozen = gc.get_freeze_count()
         assert frozen > 0  # what existed before the block is out of the collector's scans
         assert gc.get_threshold()[0] >= BATCH_GC_THRESHOLD
-        with frozen_heap():  # a concurrent batch shares the freeze
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+        made = [{} for _ in range(1000)]  # tracked objects made inside the block
+        with frozen_heap():  # a concurrent batch shares the freeze: nothing more is frozen
+            # (frozen objects can still be freed by reference counting, so the count may drop)
+            assert gc.get_freeze_count() <= frozen
+        assert len(made) == 1000
     assert gc.get_freeze_count() == 0  # everything is collectable again
     assert gc.get_threshold() == thresholds
     try:
