@@ -237,6 +237,7 @@ class RunConfig(_Strict):
     def self_checked(self) -> bool:
         """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
         return same_model(self.answer_checker(), self.teacher)
+
     @property
     def planned_validations(self) -> int:
         """The validations the run plans: one per iteration (one at the end with `when: late`),
@@ -251,6 +252,19 @@ class RunConfig(_Strict):
         within alpha."""
         v = self.validate_
         return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
+
+    def with_timeout(self, timeout_s: float | None) -> "RunConfig":
+        """This config with every model's request deadline set to `timeout_s` (None: unchanged).
+        The deadline changes no call's content, so the call cache and a resumed run are
+        unaffected."""
+        if timeout_s is None:
+            return self
+        checker = self.validate_.checker
+        return self.model_copy(update={
+            "target": self.target.with_timeout(timeout_s),
+            "teacher": self.teacher.with_timeout(timeout_s),
+            "validate_": self.validate_.model_copy(update={"checker": checker.with_timeout(timeout_s) if checker else None}),
+        })
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)

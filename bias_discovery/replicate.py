@@ -150,19 +150,21 @@ def replicate_run(
     skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[Replication, Path]:
     """Re-validate a run's accepted biases (or `biases`: ids or names, seeds too) on fresh
     rewrites; returns the replication and the directory it was written to.
 
     `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
-    `engines` ({"target", "teacher", "checker"}) replaces the models (tests). Data that shares
-    pairs (by id or content) with the run's target pairs is refused unless `allow_overlap`.
-    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
+    `engines` ({"target", "teacher", "checker"}) replaces the models (tests); `timeout_s`
+    each model's request deadline (None: the run's). Data that shares pairs (by id or
+    content) with the run's target pairs is refused unless `allow_overlap`. `skip_bad_rows`
+    (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
     """
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
-    with RunContext(run_path, engines=engines) as ctx:
+    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         seed = config.seed + 1 if seed is None else seed
         if temperature is None:

@@ -14,7 +14,7 @@ from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, warn
+from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -126,6 +126,7 @@ def judge(
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
+    timeout: Optional[float] = timeout_option(),
     compare: Optional[Path] = typer.Option(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
@@ -151,7 +152,7 @@ def judge(
             positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
         )
-        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
+        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)
         if out.exists() and not out.is_dir():
             fail(f"--out {out} exists and is not a directory")
         probe_writable(out, what="--out")  # before any call is paid for, not after all of them

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from .common import app, console, fail, interrupted, warn
+from .common import app, console, fail, interrupted, timeout_option, warn
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..run import Liveness, RunState
@@ -77,6 +77,7 @@ def run(
         False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -91,7 +92,7 @@ def run(
 
     root = run_dir or Path("runs")
     try:
-        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else []))
+        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else [])).with_timeout(timeout)
         root = run_dir or Path("runs") / config.name
         rd = RunDir(root)
         probe_writable(root, what="--run-dir")
@@ -123,6 +124,7 @@ def resume(
         False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Continue a stopped or killed run.
 
@@ -141,6 +143,7 @@ def resume(
         if allow_overlap and not config.data.allow_overlap:
             config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
             atomic_write_text(rd.config_path, config.to_yaml())
+        config = config.with_timeout(timeout)  # this session only: config.yaml keeps the run's
         repaired = rd.library.repair_latest()
         if repaired:
             rd.event("repaired", what=repaired)

