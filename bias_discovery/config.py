@@ -155,7 +155,8 @@ class ValidateSettings(_Strict):
     min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
     """The smallest effect worth a claim (paired rule), e.g. 0.05 for 5 percentage points: a
     candidate is accepted only if the test rejects Δerror <= min_delta against the control
-    (Tango's score test; power and the smallest detectable Δ are for that hypothesis)."""
+    (Tango's score test; power and the smallest detectable Δ are for that hypothesis). With
+    judge.verdict: score it is a ΔP(rejected) in probability points (the paired t-test's)."""
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)
@@ -235,6 +236,7 @@ class RunConfig(_Strict):
     def self_checked(self) -> bool:
         """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
         return same_model(self.answer_checker(), self.teacher)
+
     @property
     def planned_validations(self) -> int:
         """The validations the run plans: one per iteration (one at the end with `when: late`),
@@ -249,6 +251,19 @@ class RunConfig(_Strict):
         within alpha."""
         v = self.validate_
         return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
+
+    def with_timeout(self, timeout_s: float | None) -> "RunConfig":
+        """This config with every model's request deadline set to `timeout_s` (None: unchanged).
+        The deadline changes no call's content, so the call cache and a resumed run are
+        unaffected."""
+        if timeout_s is None:
+            return self
+        checker = self.validate_.checker
+        return self.model_copy(update={
+            "target": self.target.with_timeout(timeout_s),
+            "teacher": self.teacher.with_timeout(timeout_s),
+            "validate_": self.validate_.model_copy(update={"checker": checker.with_timeout(timeout_s) if checker else None}),
+        })
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)

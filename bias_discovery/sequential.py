@@ -16,8 +16,10 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 5. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
-items, per-item probabilities instead of binary errors, a stream of looks) reuses the same
-plan, multiplicity control and estimator.
+items, a stream of looks) reuses the same plan, multiplicity control and estimator. Its
+`measure` says what the per-item values are: errors, or (score verdicts) the judge's
+probability of preferring the rejected response, compared by the paired t-test of the mean
+shift (`stats.compare_paired_scores`, `stats.sequential_shift_look`).
 """
 
 from __future__ import annotations
@@ -32,21 +34,28 @@ from .config import ValidateSettings
 from .stats import (
     Effect,
     LookRecord,
+    Measure,
     PairedComparison,
     SequentialPlan,
     compare_paired,
+    compare_paired_scores,
     decide_acceptance,
     error_statement,
     min_detectable_delta,
+    min_detectable_shift,
     null_discordance,
     paired_counts,
+    paired_values,
     plan_sequential,
     sequential_effect,
     sequential_look,
+    sequential_shift_look,
 )
 
 __all__ = [
     "Errors",
+    "Values",
+    "compare",
     "FamilyLooks",
     "FamilySettings",
     "Stop",
@@ -61,9 +70,12 @@ __all__ = [
 
 Errors = Sequence[bool | None]
 """Per test item: True = the judge was wrong, False = right, None = invalid (or not judged)."""
+Values = Sequence[bool | float | None]
+"""Per test item, the family's measure: errors, or (score verdicts) the probability of
+preferring the rejected response; None = invalid (or not judged)."""
 Stop = Literal["efficacy", "futility", "complete"]
-Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Errors]]
-"""fetch(look, arms still going, new items) -> per such arm, its errors on the new items."""
+Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Values]]
+"""fetch(look, arms still going, new items) -> per such arm, its values on the new items."""
 
 
 class FamilySettings(BaseModel):
@@ -80,6 +92,11 @@ class FamilySettings(BaseModel):
     seed: int = 0
     scope: str = "run"
     """What the error statement speaks of: a run, a replication, a matrix ..."""
+    measure: Measure = "error"
+    """What the per-item values are: the judge's errors (choice verdicts; exact McNemar / Tango)
+    or its probability of preferring the rejected response (score verdicts, `judge.verdict:
+    score`; the paired t-test of the mean shift, its conditional power, its MDE in probability
+    points). Same plan, multiplicity control and effect estimator either way."""
     unit: str = "candidate"
     """What the error statement calls the family's members (a matrix: its cells)."""
     members: str | None = None
@@ -120,6 +137,7 @@ class FamilySettings(BaseModel):
             control=control,
             sequential=self.sequential,
             scope=self.scope,
+            measure=self.measure,
             unit=self.unit,
             members=self.members,
         )
@@ -133,7 +151,8 @@ class FamilyLooks:
     plan: SequentialPlan
     order: list[int]
     """The order in which test items enter the slices."""
-    errors: list[list[bool | None]]
+    errors: list[list[bool | float | None]]
+    """Per arm and test item, the family's measure (errors, or probabilities: `measure`)."""
     looks: list[list[LookRecord]]
     stopped_at: list[int]
     stop: list[Stop]
@@ -155,7 +174,7 @@ class FamilyLooks:
 
 
 def run_looks(
-    control: Errors,
+    control: Values,
     n_arms: int,
     fetch: Fetch,
     settings: FamilySettings,
@@ -164,8 +183,9 @@ def run_looks(
     family_size: int | None = None,
 ) -> FamilyLooks:
     """Look at the arms in growing slices of the test items (`order`): at each look the arms
-    still going get their errors on the new items from `fetch`, are compared with `control` on
-    every item so far, and stop or go on (`stats.sequential_look`).
+    still going get their values on the new items from `fetch`, are compared with `control` on
+    every item so far, and stop or go on (`stats.sequential_look`; for probabilities
+    `stats.sequential_shift_look`).
 
     `family_size`: the family the arms belong to, when it holds more than these arms (a
     matrix's rows, each against its own control, are one family); default `n_arms`."""
@@ -203,8 +223,7 @@ def run_looks(
                 raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
             for i, error in zip(new_items, arm_errors):
                 family.errors[k][i] = error
-            n_k, b, c, _ = paired_counts([control[i] for i in used], [family.errors[k][i] for i in used])
-            look = sequential_look(plan, j, family.looks[k], b=b, c=c, n=n_k, family_size=size, margin=settings.margin)
+            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], size, settings)
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
@@ -216,28 +235,53 @@ def run_looks(
     return family
 
 
+def _look(
+    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, family_size: int,
+    settings: FamilySettings,
+) -> LookRecord:
+    """One arm's look on the items so far, in the family's measure."""
+    if settings.measure == "p_rejected":
+        base, mine = paired_values(_floats(control), _floats(arm))
+        differences = [y - x for x, y in zip(base, mine)]
+        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
+    n, b, c, _ = paired_counts(_bools(control), _bools(arm))
+    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=family_size, margin=settings.margin)
+
+
+def _floats(values: Values) -> list[float | None]:
+    return [None if v is None else float(v) for v in values]
+
+
+def _bools(values: Values) -> list[bool | None]:
+    return [None if v is None else bool(v) for v in values]
+
+
+def compare(control: Values, arm: Values, settings: FamilySettings, name: str) -> PairedComparison:
+    """One arm against one control on the same items, in the family's measure (undecided)."""
+    if settings.measure == "p_rejected":
+        return compare_paired_scores(
+            _floats(control), _floats(arm), confidence=settings.rules.confidence, margin=settings.margin, control_name=name
+        )
+    return compare_paired(
+        _bools(control),
+        _bools(arm),
+        n_boot=settings.rules.n_boot,
+        confidence=settings.rules.confidence,
+        seed=settings.seed,
+        margin=settings.margin,
+        control=name,
+    )
+
+
 def compare_arms(
-    family: FamilyLooks, controls: Mapping[str, Errors], settings: FamilySettings
+    family: FamilyLooks, controls: Mapping[str, Values], settings: FamilySettings
 ) -> list[dict[str, PairedComparison]]:
     """Each arm against each named control on the items the arm used (undecided)."""
     out = []
     for k in range(len(family.errors)):
         used = family.used(k)
         mine = [family.errors[k][i] for i in used]
-        out.append(
-            {
-                name: compare_paired(
-                    [errors[i] for i in used],
-                    mine,
-                    n_boot=settings.rules.n_boot,
-                    confidence=settings.rules.confidence,
-                    seed=settings.seed,
-                    margin=settings.margin,
-                    control=name,
-                )
-                for name, errors in controls.items()
-            }
-        )
+        out.append({name: compare([values[i] for i in used], mine, settings, name) for name, values in controls.items()})
     return out
 
 
@@ -296,6 +340,9 @@ def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison
     Δ <= min_delta."""
     items_used = family.stopped_at[arm]
     n_full = round(decided.n * family.plan.n_total / items_used) if items_used else 0
+    if decided.measure == "p_rejected":  # in probability points, at the per-item differences' observed sd
+        shift = min_detectable_shift(n_full, decided.sd_difference, family_level(family), power=settings.rules.power, margin=settings.margin)
+        return shift, n_full
     psi = null_discordance(decided.b_discordant_hurt or 0, decided.c_discordant_helped or 0, decided.n)
     mde = min_detectable_delta(n_full, psi, family_level(family), power=settings.rules.power, margin=settings.margin)
     return mde, n_full

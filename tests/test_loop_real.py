@@ -218,3 +218,34 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
 def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path):
     result = cli("resume", str(tmp_path), check=False)
     assert result.returncode == 2 and "not a run directory" in result.stderr
+
+
+def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_path: Path):
+    """Validation on score verdicts with SmolLM2: a copy of the run switched to
+    judge.verdict: score replicates the seed Authority Bias on 3 test pairs: the verdict tokens'
+    probabilities arrive, every comparison is on P(rejected) (the paired t-test), and the
+    effect and smallest detectable Δ are in probability points."""
+    import yaml
+
+    copy = tmp_path / "run"
+    shutil.copytree(small_real_run, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["judge"]["verdict"] = "score"
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
+                 "--out", str(tmp_path / "rep"), "--quiet", env={"COLUMNS": "200"})
+    data = json.loads((tmp_path / "rep" / "replication.json").read_text())
+    [bias] = data["biases"]
+    record = bias["record"]
+    for name in ("vs_baseline", "vs_placebo"):
+        cmp = record[name]
+        assert cmp["measure"] == "p_rejected" and 0.0 <= cmp["control_error"] <= 1.0 and 0.0 <= cmp["arm_error"] <= 1.0
+    placebo = record["vs_placebo"]
+    assert placebo["n"] + placebo["n_excluded_invalid"] == 3 and placebo["p_value"] is not None
+    assert "paired t-test of ΔP(rejected)" in placebo["rule"]
+    assert record["effect"]["measure"] == "p_rejected"
+    judged = [json.loads(line) for line in (tmp_path / "rep" / "validation_judgments.jsonl").read_text().splitlines()]
+    assert judged and all(j["p_rejected"] is not None for j in judged if j["invalid_reason"] is None)
+    assert any(j["invalid_reason"] is None for j in judged)
+    assert "probability of preferring the rejected response" in data["error_statement"]
+    assert "effect: the reported ΔP(rejected) against the control" in " ".join(result.stdout.split())

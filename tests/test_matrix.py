@@ -17,7 +17,7 @@ from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
 from bias_discovery.matrix.run import _Arm, jury_errors
 
-from fakes import ScriptedEngine, authority_world, fair_world
+from fakes import ScriptedEngine, authority_world, quiet_authority_world
 from helpers import cli
 from test_loop import RecordingProgress, write_pairs
 
@@ -53,7 +53,7 @@ def config(tmp_path: Path, judges: list[str], **overrides) -> MatrixConfig:
     return MatrixConfig.model_validate(raw)
 
 
-WORLDS = {"biased": authority_world, "biased-too": authority_world, "fair": fair_world}
+WORLDS = {"biased": authority_world, "biased-too": authority_world, "fair": quiet_authority_world}
 
 
 def engines(judges: list[str]) -> dict[str, ScriptedEngine]:
@@ -195,7 +195,7 @@ def test_a_killed_matrix_resumes_without_paying_twice(tmp_path):
         calls["n"] += 1
         if calls["n"] == 30:
             raise KeyboardInterrupt
-        return fair_world(request)
+        return quiet_authority_world(request)
 
     fakes = engines(judges)
     fakes[judge_role("fair")] = ScriptedEngine(dies, "fake/fair")
@@ -228,7 +228,7 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
     assert [j.name for j in cfg.judges] == ["llamacpp/smollm2", "mitigated"]
     assert [j.judge.prompt for j in cfg.judges] == ["judge_pairwise", "judge_pairwise_mitigated"]
     assert all(j.judge.positions == "swap" for j in cfg.judges)
-    shared = ScriptedEngine(fair_world, "fake/one-model")
+    shared = ScriptedEngine(quiet_authority_world, "fake/one-model")
     result = run_matrix(cfg.model_copy(update={"biases": ["authority-bias"]}), tmp_path / "m",
                         engines={"teacher": shared})
     prompts = {r.messages[0].content for r in shared.sent if "[Response A]" in r.messages[-1].content}
@@ -247,6 +247,7 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
         ({"judges": []}, "at least 1"),
         ({"validate": {"sequential": {"enabled": True}}}, "sequential looks do not apply"),
         ({"validate": {"seeds": True}}, "a setting of the discovery loop"),
+        ({"judges": [{"name": "a", "model": "openai/x", "verdict": "score"}]}, "compares the judges' choice verdicts"),
     ],
 )
 def test_bad_matrix_configs_are_refused_naming_the_field(tmp_path, change, message):

@@ -16,7 +16,7 @@ from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, warn
+from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -144,6 +144,7 @@ def audit(
         False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
     ),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -172,11 +173,11 @@ def audit(
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
         targets = resolve_targets(biases)
-        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))}
+        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)}
         check_teacher(targets, has_teacher=teacher is not None)
         if teacher is not None and any(t.needs_teacher for t in targets):
             url = teacher_base_url or base_url
-            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {}))
+            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {})).with_timeout(timeout)
         check_output_dir(out, overwrite=overwrite)
         bad_rows: list[str] | None = [] if skip_bad_rows else None
         pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)

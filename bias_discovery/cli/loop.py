@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from .common import app, console, fail, interrupted, warn
+from .common import app, console, fail, interrupted, timeout_option, warn
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..run import Liveness, RunState
@@ -27,21 +27,30 @@ def _skipped_rows_line(state: RunState | None) -> str | None:
 
 def _print_run_end(run_dir: Path) -> None:
     from ..run import RunDir
+    from ..stats import MEASURE_LABELS
 
     rd = RunDir(run_dir)
     state = rd.read_state()
     latest = rd.library.load_latest()
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
-        f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
+        f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
         f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
         highlight=False,
+        soft_wrap=True,
     )
     for bias in discovered:
         v = bias.validation
         if v is not None:
             e, decided = v.effect, v.decisive_comparison
-            clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method)
+            clause = effect_clause(
+                e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method,
+                label=MEASURE_LABELS[e.measure],
+            )
             console.print(f"  {bias.id}: {clause}", highlight=False)
     statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
     if statement:
@@ -55,6 +64,7 @@ def _print_run_end(run_dir: Path) -> None:
             "  rewrite effect (placebo vs baseline): Δerror "
             + delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value),
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -67,6 +77,7 @@ def run(
         False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -81,7 +92,7 @@ def run(
 
     root = run_dir or Path("runs")
     try:
-        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else []))
+        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else [])).with_timeout(timeout)
         root = run_dir or Path("runs") / config.name
         rd = RunDir(root)
         probe_writable(root, what="--run-dir")
@@ -113,6 +124,7 @@ def resume(
         False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Continue a stopped or killed run.
 
@@ -131,6 +143,7 @@ def resume(
         if allow_overlap and not config.data.allow_overlap:
             config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
             atomic_write_text(rd.config_path, config.to_yaml())
+        config = config.with_timeout(timeout)  # this session only: config.yaml keeps the run's
         repaired = rd.library.repair_latest()
         if repaired:
             rd.event("repaired", what=repaired)

@@ -157,11 +157,15 @@ class RunContext:
     """A finished (or stopped) run directory, read for an export: its config, its newest
     library, and its models (`roles`), every one through the run's call cache."""
 
-    def __init__(self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None) -> None:
-        """`engines` replaces roles by ready engines (tests use scripted fakes)."""
+    def __init__(
+        self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None, timeout_s: float | None = None
+    ) -> None:
+        """`engines` replaces roles by ready engines (tests use scripted fakes); `timeout_s`
+        (`--timeout`) replaces every model's request deadline (None: the run's)."""
         self.run = RunDir(run_dir)
         self.run.require_run()
-        self.config: RunConfig = load_run_config(self.run.config_path)
+        self.timeout_s = timeout_s
+        self.config: RunConfig = load_run_config(self.run.config_path).with_timeout(timeout_s)
         self.library: BiasLibrary = self.run.library.load_latest()
         self._engines = dict(engines or {})
         self._roles: ModelRoles | None = None
@@ -183,6 +187,7 @@ class RunContext:
         config share one engine (the teacher doubling as equivalence checker is loaded once)."""
         if self._roles is not None:
             raise RuntimeError("RunContext.roles is called once per export")
+        configs = {role: config.with_timeout(self.timeout_s) for role, config in configs.items()}
         self._roles = ModelRoles(configs, cache_path=self.run.cache_path, engines=self._engines)
         return self._roles
 

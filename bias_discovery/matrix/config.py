@@ -196,7 +196,12 @@ class MatrixConfig(_Strict):
     @model_validator(mode="after")
     def _distinct_judges(self) -> "MatrixConfig":
         seen: dict[str, MatrixJudge] = {}
-        for judge in self.judges:
+        for index, judge in enumerate(self.judges):
+            if judge.judge.verdict != "choice":
+                raise ValueError(
+                    f"judges.{index} ({judge.name}): verdict: {judge.judge.verdict}: the matrix compares the judges' "
+                    "choice verdicts (errors), so every judge uses verdict: choice"
+                )
             if judge.name in seen:
                 raise ValueError(
                     f"judges: two judges are named {judge.name!r}; give each its own `name` "

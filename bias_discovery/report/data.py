@@ -189,7 +189,9 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     """One bias as a flat, JSON-ready row (the `library show` table and its --json).
 
     `effect*` is the reported Δerror against the decisive control (`decisive`): what the bias's
-    size is ranked and shown by, honest after a sequential stop (`effect_method`). The
+    size is ranked and shown by, honest after a sequential stop (`effect_method`). With
+    `measure` p_rejected (score verdicts) the "errors" are mean probabilities of preferring the
+    rejected response and every Δ, CI, p and MDE is in probability points. The
     `*_vs_baseline` / `*_vs_placebo` numbers are the two comparisons as measured on the items
     used; `decision_p*` is the decisive comparison's p."""
     v = bias.validation
@@ -208,6 +210,7 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         "status": _status(bias),
         "in_library": in_library,
         "decisive": v.decisive if v else None,
+        "measure": decided.measure if decided else None,
         "effect": effect.delta if effect else None,
         "effect_ci_low": effect.ci_low if effect else None,
         "effect_ci_high": effect.ci_high if effect else None,

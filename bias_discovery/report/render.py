@@ -287,13 +287,17 @@ def _answer_check_text(reports: list[ValidationReport], effect: RewriteEffect | 
 def _configured_error_statement(config: dict[str, Any]) -> str:
     """The error statement of a run's settings, before any validation has written its own."""
     from ..config import RunConfig
+    from ..judging import measure_of
     from ..sequential import FamilySettings
 
     try:
         resolved = RunConfig.model_validate(config)
     except ValueError:
         return "–"
-    family = FamilySettings(rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations)
+    family = FamilySettings(
+        rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations,
+        measure=measure_of(resolved.judge),
+    )
     return family.error_statement(resolved.validate_.decision_control)
 
 
