@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.errors import ConfigError, DataError
-from bias_discovery.matrix import MatrixConfig, judge_role, run_matrix
+from bias_discovery.judging import JudgeSettings
+from bias_discovery.matrix import MatrixConfig, MatrixJudge, judge_role, run_matrix
 from bias_discovery.matrix.run import _Arm, jury_errors
 
 from fakes import ScriptedEngine, authority_world, quiet_authority_world
@@ -213,6 +214,23 @@ def test_a_killed_matrix_resumes_without_paying_twice(tmp_path):
     assert [c.model_dump() for c in resumed.jury] == [c.model_dump() for c in whole.jury]
 
 
+def test_shared_judge_settings_keep_the_matrix_positions():
+    """A `judge:` section that sets other keys keeps the matrix's positions (swap) for the
+    section itself and for every judge, so the jury counts the same orders the judges judged."""
+    cfg = MatrixConfig.model_validate(
+        {"judge": {"max_tokens": 99}, "judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/y", "max_tokens": 50}]}
+    )
+    assert cfg.judge.positions == "swap" and cfg.judge.max_tokens == 99
+    assert [(j.judge.positions, j.judge.max_tokens) for j in cfg.judges] == [("swap", 99), ("swap", 50)]
+    both = MatrixConfig.model_validate({"judge": {"positions": "both"}, "judges": [{"name": "a", "model": "openai/x"}]})
+    assert both.judge.positions == both.judges[0].judge.positions == "both"
+    with pytest.raises(ValueError, match="positions is shared by every judge"):
+        MatrixConfig.model_validate({"judges": [{"name": "a", "model": "openai/x", "judge": {"positions": "both"}}]})
+    built = MatrixJudge(name="a", model="openai/x", judge=JudgeSettings(positions="both"))  # the Python API's way
+    with pytest.raises(ValueError, match="every judge shows each item in the same orders"):
+        MatrixConfig(judges=[built])
+
+
 def test_two_configurations_of_one_model_are_two_judges(tmp_path):
     """One model, two prompts: two names, two sets of cache keys (the prompts differ); the
     model is loaded once (one engine for both roles)."""
@@ -226,6 +244,7 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
         }
     )
     assert [j.name for j in cfg.judges] == ["llamacpp/smollm2", "mitigated"]
+    assert cfg.judge.positions == "swap"  # the shared default, which every judge has
     assert [j.judge.prompt for j in cfg.judges] == ["judge_pairwise", "judge_pairwise_mitigated"]
     assert all(j.judge.positions == "swap" for j in cfg.judges)
     shared = ScriptedEngine(quiet_authority_world, "fake/one-model")

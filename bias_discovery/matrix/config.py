@@ -136,12 +136,12 @@ class MatrixConfig(_Strict):
     def _judges_on_shared_settings(cls, raw: Any) -> Any:
         """Each judge's own settings, written next to its `name` and `model`, go on top of the
         shared `judge` settings; a judge without a name is named by its model spec."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("judges"), list):
+        if not isinstance(raw, dict) or not isinstance(raw.get("judge") or {}, dict):
             return raw
-        shared = raw.get("judge") or {}
-        if not isinstance(shared, dict):
+        shared = {"positions": "swap", **(raw.get("judge") or {})}  # the field's default, also when other keys are set
+        raw = {**raw, "judge": shared}
+        if not isinstance(raw.get("judges"), list):
             return raw
-        shared = {"positions": "swap", **shared}
         judges = []
         for index, entry in enumerate(raw["judges"]):
             if isinstance(entry, str):
@@ -197,6 +197,11 @@ class MatrixConfig(_Strict):
     def _distinct_judges(self) -> "MatrixConfig":
         seen: dict[str, MatrixJudge] = {}
         for index, judge in enumerate(self.judges):
+            if judge.judge.positions != self.judge.positions:
+                raise ValueError(
+                    f"judges.{index} ({judge.name}): positions {judge.judge.positions} differs from judge.positions "
+                    f"{self.judge.positions}: every judge shows each item in the same orders (the jury needs them)"
+                )
             if judge.judge.verdict != "choice":
                 raise ValueError(
                     f"judges.{index} ({judge.name}): verdict: {judge.judge.verdict}: the matrix compares the judges' "
