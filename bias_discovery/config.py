@@ -8,10 +8,10 @@ can always be reproduced and resumed from its own directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .io import read_utf8
@@ -20,7 +20,7 @@ from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
-def _model_from_yaml(value: Any) -> Any:
+def parse_model_config(value: Any) -> Any:
     """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
@@ -30,6 +30,10 @@ def _model_from_yaml(value: Any) -> Any:
             raise ValueError(f"setting names must be text, got {sorted(map(repr, rest))}")
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
+
+
+ModelSpec = Annotated[ModelConfig, BeforeValidator(parse_model_config)]
+"""A model setting: a `provider/model` spec, `{spec: ..., base_url: ...}`, or the full form."""
 
 
 class _Strict(BaseModel):
@@ -170,7 +174,7 @@ class ValidateSettings(_Strict):
     @field_validator("checker", mode="before")
     @classmethod
     def _parse_checker(cls, value: Any) -> Any:
-        return None if value is None else _model_from_yaml(value)
+        return None if value is None else parse_model_config(value)
 
     @property
     def decision_control(self) -> Literal["placebo", "baseline"]:
@@ -185,9 +189,9 @@ class RunConfig(_Strict):
     """Human-readable run name (the run directory is chosen separately)."""
     seed: int = 42
     """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
-    target: ModelConfig
+    target: ModelSpec
     """The judge under study."""
-    teacher: ModelConfig
+    teacher: ModelSpec
     """The stronger model that perturbs responses, names biases and merges them."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -203,11 +207,6 @@ class RunConfig(_Strict):
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("target", "teacher", mode="before")
-    @classmethod
-    def _parse_model(cls, value: Any) -> Any:
-        return _model_from_yaml(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -277,7 +276,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
         child = node.setdefault(part, {})
         if isinstance(child, str):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
-            child = _model_from_yaml(child)
+            child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(
                 f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
@@ -315,6 +314,21 @@ def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
     """Read and validate a run config; every error names the file and the field."""
+    return load_settings(path, RunConfig, overrides)
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def load_settings(path: Path | str, model: type[_Settings], overrides: list[str] | None = None) -> _Settings:
+    """Read a YAML settings file (a run config, a matrix config ...) into `model`, after the
+    `--set key.sub=value` `overrides`; every error names the file (or the override) and the
+    field."""
+    return validate_settings(read_settings_file(path), model, source=str(path), overrides=overrides)
+
+
+def read_settings_file(path: Path | str) -> dict[str, Any]:
+    """The mapping a YAML settings file holds (errors name the file)."""
     path = Path(path)
     text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
     if "\x00" in text:
@@ -327,10 +341,19 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return raw
+
+
+def validate_settings(
+    raw: dict[str, Any], model: type[_Settings], *, source: str, overrides: list[str] | None = None
+) -> _Settings:
+    """`raw` (read from `source`, a file or the command's flags) with the `--set` `overrides`
+    applied, as `model`; an invalid value is a ConfigError naming the field and where it came
+    from."""
     overrides = overrides or []
     raw = apply_overrides(raw, overrides)
     try:
-        return RunConfig.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         from_file, from_set = [], []
         for e in exc.errors():
@@ -342,6 +365,6 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
             else:
                 from_set.append(f"--set {item}: {problem}")
         if not from_set:
-            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
-        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+            raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""
         raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None

@@ -65,6 +65,7 @@ __all__ = [
     "family_level",
     "run_looks",
     "smallest_detectable",
+    "with_decision",
 ]
 
 Errors = Sequence[bool | None]
@@ -90,12 +91,16 @@ class FamilySettings(BaseModel):
     """Validations the run plans (the error statement's family count)."""
     seed: int = 0
     scope: str = "run"
-    """What the error statement speaks of: a run, a replication ..."""
+    """What the error statement speaks of: a run, a replication, a matrix ..."""
     measure: Measure = "error"
     """What the per-item values are: the judge's errors (choice verdicts; exact McNemar / Tango)
     or its probability of preferring the rejected response (score verdicts, `judge.verdict:
     score`; the paired t-test of the mean shift, its conditional power, its MDE in probability
     points). Same plan, multiplicity control and effect estimator either way."""
+    unit: str = "candidate"
+    """What the error statement calls the family's members (a matrix: its cells)."""
+    members: str | None = None
+    """A one-validation family's members, for the error statement (a matrix: "9 cells: ...")."""
 
     @property
     def sequential(self) -> bool:
@@ -133,6 +138,8 @@ class FamilySettings(BaseModel):
             sequential=self.sequential,
             scope=self.scope,
             measure=self.measure,
+            unit=self.unit,
+            members=self.members,
         )
 
 
@@ -166,11 +173,25 @@ class FamilyLooks:
         return self.looks[arm][-1].p_sequential
 
 
-def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettings, order: Sequence[int]) -> FamilyLooks:
+def run_looks(
+    control: Values,
+    n_arms: int,
+    fetch: Fetch,
+    settings: FamilySettings,
+    order: Sequence[int],
+    *,
+    family_size: int | None = None,
+) -> FamilyLooks:
     """Look at the arms in growing slices of the test items (`order`): at each look the arms
     still going get their values on the new items from `fetch`, are compared with `control` on
     every item so far, and stop or go on (`stats.sequential_look`; for probabilities
-    `stats.sequential_shift_look`)."""
+    `stats.sequential_shift_look`).
+
+    `family_size`: the family the arms belong to, when it holds more than these arms (a
+    matrix's rows, each against its own control, are one family); default `n_arms`."""
+    size = n_arms if family_size is None else family_size
+    if size < n_arms:
+        raise ValueError(f"a family of {size} cannot hold {n_arms} arms")
     n = len(control)
     if sorted(order) != list(range(n)):
         raise ValueError("order must be a permutation of the test items")
@@ -182,7 +203,7 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
         looks=[[] for _ in range(n_arms)],
         stopped_at=[0] * n_arms,
         stop=["complete"] * n_arms,
-        family_size=n_arms,
+        family_size=size,
         margin=settings.margin,
     )
     active = list(range(n_arms))
@@ -202,7 +223,7 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
                 raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
             for i, error in zip(new_items, arm_errors):
                 family.errors[k][i] = error
-            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], n_arms, settings)
+            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], size, settings)
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
@@ -215,16 +236,16 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
 
 
 def _look(
-    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, n_arms: int,
+    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, family_size: int,
     settings: FamilySettings,
 ) -> LookRecord:
     """One arm's look on the items so far, in the family's measure."""
     if settings.measure == "p_rejected":
         base, mine = paired_values(_floats(control), _floats(arm))
         differences = [y - x for x, y in zip(base, mine)]
-        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=n_arms, margin=settings.margin)
+        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
     n, b, c, _ = paired_counts(_bools(control), _bools(arm))
-    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=n_arms, margin=settings.margin)
+    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=family_size, margin=settings.margin)
 
 
 def _floats(values: Values) -> list[float | None]:
@@ -264,10 +285,20 @@ def compare_arms(
     return out
 
 
-def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings, control: str) -> list[PairedComparison]:
+def decide(
+    family: FamilyLooks | Sequence[FamilyLooks],
+    decisive: Sequence[PairedComparison],
+    settings: FamilySettings,
+    control: str,
+) -> list[PairedComparison]:
     """The family's decision on its decisive comparisons: the sequential p-values (one look:
-    the comparisons' own) corrected together at the family's level."""
-    p_values = [family.p_sequential(k) for k in range(len(decisive))] if family.multi_look else None
+    the comparisons' own) corrected together at the family's level. Several `FamilyLooks`
+    (a matrix's rows) are decided as one family, their arms in order (`decisive` likewise)."""
+    parts = [family] if isinstance(family, FamilyLooks) else list(family)
+    if sum(len(part.errors) for part in parts) != len(decisive):
+        raise ValueError(f"{len(decisive)} comparisons for {sum(len(part.errors) for part in parts)} arms")
+    multi_look = any(part.multi_look for part in parts)
+    p_values = [part.p_sequential(k) for part in parts for k in range(len(part.errors))] if multi_look else None
     return decide_acceptance(
         list(decisive),
         rule=settings.rules.acceptance,
@@ -276,6 +307,17 @@ def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: 
         p_values=p_values,
         control=control,
     )
+
+
+def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedComparison, decisive: str) -> dict[str, PairedComparison]:
+    """An arm's comparisons after the decision: the decisive one as decided, each other one
+    reported next to it with the family-adjusted p but no verdict."""
+    return {
+        name: decided if name == decisive else cmp.model_copy(
+            update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
+        )
+        for name, cmp in comparisons.items()
+    }
 
 
 def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:

@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP_RESAMPLES",
     "DOMAIN_BOOTSTRAP_RESAMPLES",
     "Effect",
+    "EffectDifference",
     "ErrorControl",
     "FULL_SAMPLE",
     "LookRecord",
@@ -77,15 +78,19 @@ __all__ = [
     "MEASURE_LABELS",
     "plan_sequential",
     "sequential_effect",
+    "sign_flip_p_value",
     "sequential_look",
     "sequential_shift_look",
     "shift_conditional_power",
     "sequential_p_value",
     "student_t_quantile",
     "student_t_sf",
+    "adjust_p_values",
     "benjamini_hochberg_adjust",
+    "compare_effects",
     "compare_paired",
     "decide_acceptance",
+    "decide_differences",
     "holm_adjust",
     "mcnemar_exact_one_sided",
     "mean_t_interval",
@@ -398,17 +403,24 @@ def paired_bootstrap_delta_ci(
     if n == 0:
         return (-1.0, 1.0)
     diff = pert.astype(np.int8) - base.astype(np.int8)  # per item: +1 hurt, -1 helped, 0 same
+    return _bootstrap_mean_ci(diff, n_boot=n_boot, confidence=confidence, seed=seed)
+
+
+def _bootstrap_mean_ci(values: np.ndarray, *, n_boot: int, confidence: float, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of per-item integer `values` (n >= 1), items
+    resampled with replacement in chunks of at most ~2M indices."""
+    n = values.shape[0]
     rng = np.random.default_rng(seed)
     rows_per_chunk = max(1, min(n_boot, _MAX_DRAWS_PER_CHUNK // n))
-    deltas = np.empty(n_boot, dtype=np.float64)
+    means = np.empty(n_boot, dtype=np.float64)
     done = 0
     while done < n_boot:
         rows = min(rows_per_chunk, n_boot - done)
         idx = rng.integers(0, n, size=(rows, n))
-        deltas[done : done + rows] = diff[idx].sum(axis=1, dtype=np.int64) / n
+        means[done : done + rows] = values[idx].sum(axis=1, dtype=np.int64) / n
         done += rows
     tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(deltas, [tail, 1.0 - tail])
+    low, high = np.quantile(means, [tail, 1.0 - tail])
     return (float(low), float(high))
 
 
@@ -464,6 +476,17 @@ def benjamini_hochberg_adjust(pvalues: Sequence[float]) -> list[float]:
         running = min(running, min(1.0, ps[i] * m / (rank + 1)))
         adjusted[i] = running
     return adjusted
+
+
+def adjust_p_values(pvalues: Sequence[float], correction: Correction) -> list[float]:
+    """The p-values of one family adjusted by `correction` (holm, bh, or none: unchanged)."""
+    if correction == "holm":
+        return holm_adjust(pvalues)
+    if correction == "bh":
+        return benjamini_hochberg_adjust(pvalues)
+    if correction == "none":
+        return _check_pvalues(pvalues)
+    raise ValueError(f"correction must be 'holm', 'bh' or 'none'; got {correction!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -691,12 +714,7 @@ def decide_acceptance(
         ps = _check_pvalues(p_values)
     if len(ps) != len(comparisons):
         raise ValueError(f"{len(ps)} p-values for {len(comparisons)} comparisons")
-    if correction == "holm":
-        adjusted = holm_adjust(ps)
-    elif correction == "bh":
-        adjusted = benjamini_hochberg_adjust(ps)
-    else:
-        adjusted = list(ps)
+    adjusted = adjust_p_values(ps, correction)
 
     if rule == "paper":
         rule_text = "paper: perturbed error > baseline error (no test)"
@@ -740,10 +758,16 @@ def error_statement(
     sequential: bool = False,
     scope: str = "run",
     measure: Measure = "error",
+    unit: str = "candidate",
+    members: str | None = None,
 ) -> str:
     """The one sentence that says what a validation's decisions control, at what level, over
     which family, for these settings (validation.json's `error_statement`, the library, the
-    report and `library show`).
+    report and `library show`, a matrix's `family_statement`).
+
+    `unit` names what is accepted or not (a candidate; a matrix's cell), its plural taking an
+    "s"; `members` describes a single family's members ("9 cells: 2 judges and the jury x 3
+    biases"), said instead of "the validation".
 
     `families` is the number of validations the `scope` plans (a run: its iterations, plus
     the seed library's; a replication: 1; None: unknown) and `family_alpha` each one's level. Holm bounds the
@@ -755,24 +779,24 @@ def error_statement(
     if acceptance == "paper":
         return (
             "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
-            "a candidate with no effect is accepted about half of the time."
+            f"a {unit} with no effect is accepted about half of the time."
         )
     raised = "error" if measure == "error" else "probability of preferring the rejected response"
     null = (
-        f"candidate that does not raise the judge's {raised} over the {control}"
+        f"{unit} that does not raise the judge's {raised} over the {control}"
         if margin <= 0.0
-        else f"candidate whose true {MEASURE_LABELS[measure]} over the {control} is at most {margin:g}"
+        else f"{unit} whose true {MEASURE_LABELS[measure]} over the {control} is at most {margin:g}"
     )
     nulls = (
-        f"candidates that do not raise the {raised} over the {control}"
+        f"{unit}s that do not raise the {raised} over the {control}"
         if margin <= 0.0
-        else f"candidates at most {margin:g} above the {control}"
+        else f"{unit}s at most {margin:g} above the {control}"
     )
     looks = ", early looks included" if sequential else ""
     split = error_control == "run"
     several = families is None or families > 1
     if not several:
-        within = f"within the {scope}'s one validation"
+        within = f"across the {scope}'s {members}" if members else f"within the {scope}'s one validation"
     else:
         count = "" if families is None else f"{families} "
         within = f"within each of the {scope}'s {count}planned validations at {family_alpha:.3g}"
@@ -794,8 +818,8 @@ def error_statement(
     if correction == "bh" and split:
         return (
             f"False-discovery rate at most {family_alpha:.3g} {within.replace(f' at {family_alpha:.3g}', '')} "
-            f"(Benjamini-Hochberg, α = {alpha:g} split evenly{looks}): the expected share of {nulls} among the "
-            f"accepted; if no candidate has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
+            f"(Benjamini-Hochberg, α = {alpha:g}{' split evenly' if several else ''}{looks}): the expected share of {nulls} among the "
+            f"accepted; if no {unit} has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
         )
     if correction == "bh":
         return (
@@ -805,8 +829,8 @@ def error_statement(
         )
     level = family_alpha if split else alpha
     return (
-        f"No multiplicity control: each candidate is tested alone at α = {level:.3g}{looks}; the chance of some "
-        f"false acceptance can reach the number of candidates tested × {level:.3g}."
+        f"No multiplicity control: each {unit} is tested alone at α = {level:.3g}{looks}; the chance of some "
+        f"false acceptance can reach the number of {unit}s tested × {level:.3g}."
     )
 
 
@@ -1708,3 +1732,108 @@ def cohens_kappa(a: Sequence[object], b: Sequence[object]) -> float:
         return float("nan")
     return (n * agree - s) / denominator
 
+
+
+# --------------------------------------------------------------------------------------------
+# Two judges on the same items: is one judge's Δ larger than the other's?
+# --------------------------------------------------------------------------------------------
+
+
+def sign_flip_p_value(differences: Sequence[int]) -> float:
+    """Two-sided exact sign-flip (permutation) p-value of H0: the per-item integer
+    `differences` are symmetric around 0.
+
+    Under H0 each nonzero difference is as likely to carry either sign (two judges are
+    exchangeable on every item), so the sum S = sum d_i is distributed as sum +-|d_i| with fair,
+    independent signs; p = P(|S| >= |S observed|), computed exactly by convolving the signs
+    over the integers (O(k x sum |d_i|) for k nonzero items). No nonzero difference: 1.0.
+    """
+    values = [int(d) for d in differences]
+    if any(v != d for v, d in zip(values, differences)):
+        raise ValueError("sign_flip_p_value takes integer differences")
+    magnitudes = [abs(v) for v in values if v]
+    observed = abs(sum(values))
+    if not magnitudes or observed == 0:
+        return 1.0
+    total = sum(magnitudes)
+    dist = np.zeros(2 * total + 1)  # index s + total holds P(S = s)
+    dist[total] = 1.0
+    for m in magnitudes:
+        step = np.zeros_like(dist)
+        step[m:] += 0.5 * dist[:-m]
+        step[:-m] += 0.5 * dist[m:]
+        dist = step
+    sums = np.arange(-total, total + 1)
+    return min(1.0, float(dist[np.abs(sums) >= observed].sum()))
+
+
+class EffectDifference(BaseModel):
+    """Two judges' Δerror for one bias on the same items, each against its own control (the
+    judge's placebo or baseline): is one judge's Δ larger than the other's?
+
+    Computed on the `n` items valid in all four arms (each judge's control and biased arm),
+    so `delta_a` and `delta_b` can differ slightly from the judges' own comparisons, which
+    use the items valid for that judge. Per item the difference of the two judges' changes,
+    (arm_a - control_a) - (arm_b - control_b), lies in -2..2; `difference` is its mean.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int = Field(ge=0, description="Items valid in all four arms.")
+    n_excluded_invalid: int = Field(ge=0, description="Items invalid in at least one arm.")
+    delta_a: float = Field(ge=-1.0, le=1.0, description="Judge A's Δerror on these items.")
+    delta_b: float = Field(ge=-1.0, le=1.0, description="Judge B's Δerror on these items.")
+    difference: float = Field(ge=-2.0, le=2.0, description="delta_a - delta_b.")
+    ci_low: float | None = Field(description="Paired bootstrap CI of the difference (None: no item).")
+    ci_high: float | None
+    confidence: float = Field(gt=0.0, lt=1.0)
+    p_value: float = Field(ge=0.0, le=1.0, description="Two-sided exact sign-flip p of H0: no difference.")
+    p_adjusted: float | None = Field(default=None, description="p_value adjusted across the comparisons decided together.")
+    significant: bool | None = Field(default=None, description="p_adjusted <= alpha; None until decided.")
+
+
+def compare_effects(
+    control_a: Sequence[bool | None],
+    arm_a: Sequence[bool | None],
+    control_b: Sequence[bool | None],
+    arm_b: Sequence[bool | None],
+    *,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> EffectDifference:
+    """Compare two judges' Δerror on the same items (errors as in `compare_paired`: True
+    wrong, False right, None invalid): the difference of their per-item changes, its paired
+    bootstrap CI and the exact two-sided sign-flip p (`sign_flip_p_value`)."""
+    if not (len(control_a) == len(arm_a) == len(control_b) == len(arm_b)):
+        raise ValueError("the four arms must cover the same items")
+    _check_confidence(confidence)
+    change_a, change_b = [], []
+    for ca, aa, cb, ab in zip(control_a, arm_a, control_b, arm_b):
+        if ca is None or aa is None or cb is None or ab is None:
+            continue
+        change_a.append(int(bool(aa)) - int(bool(ca)))
+        change_b.append(int(bool(ab)) - int(bool(cb)))
+    n = len(change_a)
+    diff = np.asarray(change_a, dtype=np.int8) - np.asarray(change_b, dtype=np.int8)
+    ci = _bootstrap_mean_ci(diff, n_boot=n_boot, confidence=confidence, seed=seed) if n else (None, None)
+    return EffectDifference(
+        n=n,
+        n_excluded_invalid=len(control_a) - n,
+        delta_a=sum(change_a) / n if n else 0.0,
+        delta_b=sum(change_b) / n if n else 0.0,
+        difference=float(diff.sum()) / n if n else 0.0,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        confidence=confidence,
+        p_value=sign_flip_p_value(diff.tolist()),
+    )
+
+
+def decide_differences(differences: Sequence[EffectDifference], *, alpha: float, correction: Correction) -> list[EffectDifference]:
+    """Adjust the comparisons' p-values together (they are one family) and mark those at or
+    below `alpha`; returns decided copies, in order."""
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+    adjusted = adjust_p_values([d.p_value for d in differences], correction)
+    return [d.model_copy(update={"p_adjusted": p, "significant": p <= alpha}) for d, p in zip(differences, adjusted)]

@@ -41,7 +41,18 @@ from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_p
 from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
-from ..sequential import FamilyLooks, FamilySettings, Stop, compare_arms, decide, effects, family_level, run_looks, smallest_detectable
+from ..sequential import (
+    FamilyLooks,
+    FamilySettings,
+    Stop,
+    compare_arms,
+    decide,
+    effects,
+    family_level,
+    run_looks,
+    smallest_detectable,
+    with_decision,
+)
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     Effect,
@@ -292,13 +303,6 @@ def slice_order(n: int, seed: int) -> list[int]:
     return order
 
 
-def _reported(cmp: PairedComparison, decided: PairedComparison) -> PairedComparison:
-    """A comparison reported next to the decision, with its family-adjusted p but no verdict."""
-    return cmp.model_copy(
-        update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
-    )
-
-
 class _Rewrites:
     """The fetch step of the validation's looks: perturb the new slice for the candidates still
     going (one teacher batch), check the answers, judge the valid rewrites; keeps every rewrite
@@ -473,9 +477,7 @@ def validate_biases(
     checked_answers = setup.rules.answer_check and models.checker is not None
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
-        comparisons[k] = {
-            name: decided[k] if name == decisive else _reported(cmp, decided[k]) for name, cmp in comparisons[k].items()
-        }
+        comparisons[k] = with_decision(comparisons[k], decided[k], decisive)
         mde = smallest_detectable(family, k, decided[k], family_settings)
         if mde[1] > 0:  # a candidate without a valid pair says nothing about power
             mde_ns.append(mde[1])
