@@ -53,6 +53,9 @@ from bias_discovery.sequential import FamilySettings, compare_arms, decide, effe
 from bias_discovery.stats import mcnemar_exact_one_sided, paired_t_one_sided
 
 TARGET_POWER = 0.8
+JUDGE_DEFAULTS = {"mean": -1.5, "spread": 1.5, "rewrite_noise": 0.5, "position": 0.5}
+"""The simulated judge of the command line's defaults (benchmarks/validation_sim.py's score
+cells use it too: `argparse.Namespace(**JUDGE_DEFAULTS)`)."""
 CALLS_PER_ITEM = 4
 """Judge calls per test item: both orders, for the placebo and for the candidate."""
 
@@ -238,10 +241,10 @@ def main() -> None:
     parser.add_argument("--items", default="10,20,40,80,160,320", help="test items per validation (comma-separated)")
     parser.add_argument("--shifts", default="0,0.25,0.5,1", help="the trait's shift of the latent logit (0 = no bias)")
     parser.add_argument("--sharpness", default="1,4", help="factors on every logit before the sigmoid (one table each)")
-    parser.add_argument("--mean", type=float, default=-1.5, help="mean latent logit of preferring the rejected response")
-    parser.add_argument("--spread", type=float, default=1.5, help="its standard deviation across items")
-    parser.add_argument("--rewrite-noise", type=float, default=0.5, help="sd of the logit change any rewrite causes")
-    parser.add_argument("--position", type=float, default=0.5, help="the judge's lean towards position A (logits)")
+    parser.add_argument("--mean", type=float, default=JUDGE_DEFAULTS["mean"], help="mean latent logit of preferring the rejected response")
+    parser.add_argument("--spread", type=float, default=JUDGE_DEFAULTS["spread"], help="its standard deviation across items")
+    parser.add_argument("--rewrite-noise", type=float, default=JUDGE_DEFAULTS["rewrite_noise"], help="sd of the logit change any rewrite causes")
+    parser.add_argument("--position", type=float, default=JUDGE_DEFAULTS["position"], help="the judge's lean towards position A (logits)")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequential-items", type=int, default=160, help="test items of the sequential cells")

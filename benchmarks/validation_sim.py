@@ -25,6 +25,15 @@ noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong
   a judge with an item-level random position preference and no bias
   (`benchmarks/monitor_sim.py`, `simulate_monitor_false_alarms`).
 
+Then, not a target but what the estimator is judged by (it is median-unbiased with its
+coverage *given the way a candidate stopped*): the reported effect per way of stopping
+(efficacy, futility, complete) at true Δ 0, 0.04, 0.08 and 0.15 (choice verdicts, the cells
+above) and for score verdicts (`benchmarks/score_power.py`'s judge at shifts of 0, 0.25, 0.5
+and 1 logit, 160 items, the true ΔP its simulated mean): `--replications` validations per
+true Δ, and per group its mean and median minus the truth, the share of estimates at or
+above it, the coverage of the 95 % CI, the share with an end cut at the edge of [-1, 1]
+(`Effect.clipped`) and the mean bias of the stopping look's own Δ (JSON: `by_stop_type`).
+
 Decisions do not depend on the bootstrap (only the reported CIs of one-look validations and
 of the side comparisons do), so the decision cells use `n_boot` 100.
 """
@@ -32,6 +41,7 @@ of the side comparisons do), so the decision cells use `n_boot` 100.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -45,9 +55,14 @@ import numpy as np
 from bias_discovery.config import RunConfig, ValidateSettings
 from bias_discovery.sequential import Errors, FamilySettings, compare_arms, decide, effects, run_looks
 from bias_discovery.stages.validate import slice_order
+from bias_discovery.stats import MEASURE_LABELS
 
 N_ITEMS = 300
 NOISE = 0.3
+STOP_TYPE_DELTAS = (0.0, 0.04, 0.08, 0.15)
+SCORE_SHIFTS = (0.0, 0.25, 0.5, 1.0)
+"""Shifts of the latent logit of benchmarks/score_power.py's judge (0 to about 14 pp of P(rejected))."""
+SCORE_ITEMS = 160
 TARGETS = {
     "sequential_bias": "within ±0.01",
     "sequential_coverage": "≥ 0.93",
@@ -172,11 +187,88 @@ def null_run_cell(replications: int, seed: int, error_control: str = "run") -> f
     return any_accepted / replications
 
 
+def _sibling(name: str) -> Any:
+    """Another benchmark of this directory, as a module."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    return importlib.import_module(name)
+
+
+def _by_stop(measure: str, truth: float, rows: list[tuple[str, float, bool, bool, float]]) -> list[dict[str, Any]]:
+    """Per way of stopping (and over all), the reported effect against the truth."""
+    out = []
+    for stop in ("efficacy", "futility", "complete", "all"):
+        group = [r for r in rows if stop in (r[0], "all")]
+        if not group:
+            continue
+        estimates = np.array([r[1] for r in group])
+        out.append(
+            {
+                "measure": measure,
+                "true_delta": truth,
+                "stop": stop,
+                "n": len(group),
+                "share": len(group) / len(rows),
+                "mean_bias": float(estimates.mean() - truth),
+                "median_bias": float(np.median(estimates) - truth),
+                "share_at_or_above": float(np.mean(estimates >= truth)),
+                "coverage": float(np.mean([r[2] for r in group])),
+                "clipped": float(np.mean([r[3] for r in group])),
+                "naive_mean_bias": float(np.mean([r[4] for r in group]) - truth),
+            }
+        )
+    return out
+
+
+def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings, truth: float) -> tuple[str, float, bool, bool, float]:
+    """One candidate through the family's steps: (stop, reported Δ, CI covers the truth, an end
+    clipped, the stopping look's own Δ)."""
+    family, decided = _family(control, [arm], settings, list(range(len(control))))
+    effect = effects(family, decided, settings)[0]
+    covers = effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
+    return family.stop[0], effect.delta, covers, effect.clipped is not None, decided[0].delta
+
+
+def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
+    """The reported effect per way of stopping, choice and score verdicts (module docstring)."""
+    out = []
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=0.05, seed=seed)
+    for delta in STOP_TYPE_DELTAS:
+        controls, arms = _paired_errors(np.random.default_rng(seed), replications, N_ITEMS, delta)
+        out += _by_stop("error", delta, [_reported(c, a, settings, delta) for c, a in zip(controls, arms)])
+    score_power = _sibling("score_power")
+    judge = argparse.Namespace(**score_power.JUDGE_DEFAULTS)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=0.05, seed=seed, measure="p_rejected")
+    for shift in SCORE_SHIFTS:
+        placebo, _, trait, _ = score_power.simulate_arms(replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed))
+        truth = float((trait - placebo).mean())
+        out += _by_stop("p_rejected", truth, [_reported(c, a, settings, truth) for c, a in zip(placebo, trait)])
+    return out
+
+
+def print_stop_types(rows: list[dict[str, Any]]) -> None:
+    print(
+        "\nthe reported effect per way of stopping (default sequential settings, one candidate at α = 0.05; choice "
+        f"verdicts on {N_ITEMS} items, scores on {SCORE_ITEMS}; bias = estimate - truth in pp; ≥ truth: share of estimates "
+        "at or above it; cut: share with an end at the edge of [-1, 1]; naive: the stopping look's own Δ)"
+    )
+    header = (
+        f"{'measure':>13} {'true Δ':>7} {'stop':>9} {'n':>5} {'share':>6} {'mean bias':>10} {'median bias':>12} "
+        f"{'≥ truth':>8} {'coverage':>9} {'cut':>6} {'naive mean bias':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{MEASURE_LABELS[r['measure']]:>13} {100 * r['true_delta']:>5.1f}pp {r['stop']:>9} {r['n']:>5} {r['share']:>6.1%} "
+            f"{100 * r['mean_bias']:>+8.2f}pp {100 * r['median_bias']:>+10.2f}pp {r['share_at_or_above']:>8.1%} "
+            f"{r['coverage']:>9.1%} {r['clipped']:>6.1%} {100 * r['naive_mean_bias']:>+14.2f}pp"
+        )
+
+
 def monitor_cells(replications: int, seed: int) -> tuple[dict[str, float | None], str | None]:
     """The monitor's false alarms from benchmarks/monitor_sim.py, or None with the reason."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     try:
-        from monitor_sim import simulate_monitor_false_alarms  # type: ignore[import-not-found]
+        simulate_monitor_false_alarms = _sibling("monitor_sim").simulate_monitor_false_alarms
     except ImportError as exc:
         reason = f"benchmarks/monitor_sim.py is not on this branch yet ({exc})"
         return {"monitor_false_alarm_z": None, "monitor_false_alarm_rho": None}, reason
@@ -208,6 +300,9 @@ def main() -> None:
         timings[name] = round(time.time() - t0, 1)
     monitor, missing = monitor_cells(args.replications, args.seed)
     numbers.update(monitor)
+    t0 = time.time()
+    by_stop = stop_type_cells(args.replications, args.seed)
+    timings["by_stop_type"] = round(time.time() - t0, 1)
 
     print(f"validation_sim: seed {args.seed}, {args.replications} replications per cell, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
@@ -215,6 +310,7 @@ def main() -> None:
         print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
     if missing:
         print(f"monitor cells missing: {missing}")
+    print_stop_types(by_stop)
     print(f"seconds per cell: {timings}; total {time.time() - started:.0f} s")
     if args.json is not None:
         payload: dict[str, Any] = {
@@ -225,6 +321,7 @@ def main() -> None:
             "noise_discordance": NOISE,
             "missing": {"monitor_false_alarm_z": missing, "monitor_false_alarm_rho": missing} if missing else {},
             "targets": TARGETS,
+            "by_stop_type": by_stop,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")

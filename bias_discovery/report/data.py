@@ -189,7 +189,8 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     """One bias as a flat, JSON-ready row (the `library show` table and its --json).
 
     `effect*` is the reported Δerror against the decisive control (`decisive`): what the bias's
-    size is ranked and shown by, honest after a sequential stop (`effect_method`). With
+    size is ranked and shown by, honest after a sequential stop (`effect_method`; `effect_clipped`
+    says which of its ends the data left at the edge of [-1, 1], after a close stop). With
     `measure` p_rejected (score verdicts) the "errors" are mean probabilities of preferring the
     rejected response and every Δ, CI, p and MDE is in probability points. The
     `*_vs_baseline` / `*_vs_placebo` numbers are the two comparisons as measured on the items
@@ -216,6 +217,7 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         "effect_ci_high": effect.ci_high if effect else None,
         "effect_n": effect.n if effect else None,
         "effect_method": effect.method if effect else None,
+        "effect_clipped": effect.clipped if effect else None,
         "error_statement": v.error_statement if v else None,
         "n": decided.n if decided else None,
         "baseline_error": base.control_error if base else None,
