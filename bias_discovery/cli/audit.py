@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from ..audit.runner import AuditSettings
+from ..auditing.runner import AuditSettings
 from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
@@ -20,7 +20,7 @@ from .common import app, console, default_cache_path, fail, format_validation_er
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..audit import AuditReport, AuditTarget, SchemeAudit
+    from ..auditing import AuditReport, AuditTarget, SchemeAudit
     from ..data.overlap import DataOverlap
     from ..data.pairs import PreferencePair
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..audit.display import EXCLUDED_MEANING, ROWS, metric_rows
+    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
     console.print(
@@ -151,8 +151,8 @@ def audit(
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
     and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
-    from ..audit import check_repeats, check_teacher, resolve_targets, run_audit
-    from ..audit.output import write_audit_dir
+    from ..auditing import check_repeats, check_teacher, resolve_targets, run_audit
+    from ..auditing.output import write_audit_dir
     from ..data.loaders import describe_source, load_pairs
     from ..export.common import check_output_dir
     from ..llm.config import ModelConfig

@@ -35,7 +35,7 @@ def replicate(
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..progress import progress_bar
-    from ..replicate import replicate_run
+    from ..replication import replicate_run
 
     try:
         replication, where = replicate_run(
