@@ -9,10 +9,9 @@ from typing import Any, Mapping, Sequence
 from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
 from ..auditing.output import write_audit_dir
 from ..config import load_run_config
-from ..data.loaders import describe_source, load_pairs, skipped_rows_message
+from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
-from ..errors import DataError
 from ..export.common import check_output_dir, check_run_overlap
 from ..formatting import plural
 from ..llm.base import Engine
@@ -20,7 +19,7 @@ from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
 from ..progress import ProgressFactory
 from ..run import RunDir
-from .common import WarningHandler, cache_path_of, model_config_of, python_warning, settings_of, spec_list
+from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of, spec_list
 
 __all__ = ["audit"]
 
@@ -67,12 +66,7 @@ def audit(
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         check_output_dir(out_dir, overwrite=overwrite)
-    bad_rows: list[str] | None = [] if skip_bad_rows else None
-    pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
-    if bad_rows:
-        warn(skipped_rows_message(bad_rows, data))
-    if not pairs:
-        raise DataError(f"data {str(data)!r} has no pairs")
+    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
     data_name = describe_source(data, data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=allow_overlap)
     with ModelRoles(configs, cache_path=cache_path_of(cache), engines=engines) as roles:

@@ -9,10 +9,15 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import BiasDiscoveryWarning
+from ..data.loaders import load_pairs, skipped_rows_message
+from ..data.pairs import PreferencePair
+from ..errors import BiasDiscoveryWarning, DataError
 from ..llm.config import ModelConfig
 
-__all__ = ["WarningHandler", "cache_path_of", "default_cache_path", "model_config_of", "python_warning", "settings_of", "spec_list"]
+__all__ = [
+    "WarningHandler", "cache_path_of", "default_cache_path", "load_data", "model_config_of", "python_warning", "settings_of",
+    "spec_list",
+]
 
 WarningHandler = Callable[[str], None]
 """Where a function's warnings go (bad rows skipped, a damaged file rewritten ...): one line each."""
@@ -65,3 +70,17 @@ def spec_list(value: str | Path | Sequence[str | Path]) -> str:
     if isinstance(value, (str, Path)):
         return str(value)
     return ",".join(str(item) for item in value)
+
+
+def load_data(
+    data: str | Path, *, data_dir: str | Path | None, limit: int | None, skip_bad_rows: bool, warn: WarningHandler
+) -> tuple[list[PreferencePair], list[str]]:
+    """The pairs of `data` and the bad rows skipped (`skip_bad_rows`: named in a warning;
+    otherwise the first bad row is a DataError naming it). No pairs at all is a DataError."""
+    bad_rows: list[str] | None = [] if skip_bad_rows else None
+    pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
+    if bad_rows:
+        warn(skipped_rows_message(bad_rows, data))
+    if not pairs:
+        raise DataError(f"data {str(data)!r} has no pairs")
+    return pairs, bad_rows or []

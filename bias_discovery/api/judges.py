@@ -9,8 +9,8 @@ from typing import Any, ClassVar, Mapping
 from pydantic import BaseModel
 
 from ..config import DEFAULT_SEED
-from ..data.loaders import describe_source, load_pairs, skipped_rows_message
-from ..errors import DataError, OutputError
+from ..data.loaders import describe_source
+from ..errors import OutputError
 from ..export.compare import CompareReport, check_pro_dir, compare_with_pro
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
@@ -19,7 +19,7 @@ from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
 from ..tables import Tabular
-from .common import WarningHandler, cache_path_of, model_config_of, python_warning, settings_of
+from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of
 
 __all__ = ["JudgeOutput", "judge"]
 
@@ -80,12 +80,7 @@ def judge(
             raise OutputError(f"--out {out_dir} exists and is not a directory")
         probe_writable(out_dir, what="--out")  # before any call is paid for, not after all of them
     pro_dir = check_pro_dir(Path(compare)) if compare is not None else None
-    bad_rows: list[str] | None = [] if skip_bad_rows else None
-    pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
-    if bad_rows:
-        warn(skipped_rows_message(bad_rows, data))
-    if not pairs:
-        raise DataError(f"data {str(data)!r} has no pairs")
+    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
     cache_path = cache_path_of(cache)
     own_engine = engine is None
     if engine is None:
@@ -99,7 +94,7 @@ def judge(
         with bar(f"judging {plural(len(pairs), 'pair')}", len(pairs) * calls_per_pair(judge_settings)) as advance:
             result = judge_pairs(engine, pairs, judge_settings, seed=seed, progress=advance)
         summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=judge_settings, seed=seed)
-        summary.skipped_rows = len(bad_rows or [])
+        summary.skipped_rows = len(bad_rows)
         output = JudgeOutput(summary=summary, judgments=result.judgments, outcomes=result.outcomes, out=out_dir)
         if out_dir is not None:
             _write(out_dir, output, cache_path)
