@@ -78,7 +78,9 @@ def run(
     try:
         config = load_run_config(config_path, set_)
         root = run_dir or Path("runs") / config.name
-        run_ = discover(config, run_dir=root, allow_overlap=allow_overlap, progress=None if quiet else progress_bar, on_warning=warn)
+        run_ = discover(
+            config, run_dir=root, allow_overlap=allow_overlap, progress=None if quiet else progress_bar, on_warning=warn
+        )
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
