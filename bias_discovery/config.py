@@ -8,10 +8,10 @@ can always be reproduced and resumed from its own directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .io import read_utf8
@@ -21,10 +21,10 @@ from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
 DEFAULT_SEED = 42
-"""The seed of a run, a judge and an audit when none is given."""
+"""The seed of a run, a judge, an audit and a matrix when none is given."""
 
 
-def _model_from_yaml(value: Any) -> Any:
+def parse_model_config(value: Any) -> Any:
     """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
@@ -34,6 +34,10 @@ def _model_from_yaml(value: Any) -> Any:
             raise ValueError(f"setting names must be text, got {sorted(map(repr, rest))}")
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
+
+
+ModelSpec = Annotated[ModelConfig, BeforeValidator(parse_model_config)]
+"""A model setting: a `provider/model` spec, `{spec: ..., base_url: ...}`, or the full form."""
 
 
 class _Strict(BaseModel):
@@ -155,7 +159,8 @@ class ValidateSettings(_Strict):
     min_delta: float = Field(default=0.0, ge=0.0, lt=1.0)
     """The smallest effect worth a claim (paired rule), e.g. 0.05 for 5 percentage points: a
     candidate is accepted only if the test rejects Δerror <= min_delta against the control
-    (Tango's score test; power and the smallest detectable Δ are for that hypothesis)."""
+    (Tango's score test; power and the smallest detectable Δ are for that hypothesis). With
+    judge.verdict: score it is a ΔP(rejected) in probability points (the paired t-test's)."""
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)
@@ -173,7 +178,7 @@ class ValidateSettings(_Strict):
     @field_validator("checker", mode="before")
     @classmethod
     def _parse_checker(cls, value: Any) -> Any:
-        return None if value is None else _model_from_yaml(value)
+        return None if value is None else parse_model_config(value)
 
     @property
     def decision_control(self) -> Literal["placebo", "baseline"]:
@@ -188,9 +193,9 @@ class RunConfig(_Strict):
     """Human-readable run name (the run directory is chosen separately)."""
     seed: int = DEFAULT_SEED
     """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
-    target: ModelConfig
+    target: ModelSpec
     """The judge under study."""
-    teacher: ModelConfig
+    teacher: ModelSpec
     """The stronger model that perturbs responses, names biases and merges them."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -206,11 +211,6 @@ class RunConfig(_Strict):
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("target", "teacher", mode="before")
-    @classmethod
-    def _parse_model(cls, value: Any) -> Any:
-        return _model_from_yaml(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -240,6 +240,7 @@ class RunConfig(_Strict):
     def self_checked(self) -> bool:
         """Whether the answer checker is the model that wrote the rewrites (the teacher)."""
         return same_model(self.answer_checker(), self.teacher)
+
     @property
     def planned_validations(self) -> int:
         """The validations the run plans: one per iteration (one at the end with `when: late`),
@@ -255,6 +256,19 @@ class RunConfig(_Strict):
         v = self.validate_
         return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
 
+    def with_timeout(self, timeout_s: float | None) -> "RunConfig":
+        """This config with every model's request deadline set to `timeout_s` (None: unchanged).
+        The deadline changes no call's content, so the call cache and a resumed run are
+        unaffected."""
+        if timeout_s is None:
+            return self
+        checker = self.validate_.checker
+        return self.model_copy(update={
+            "target": self.target.with_timeout(timeout_s),
+            "teacher": self.teacher.with_timeout(timeout_s),
+            "validate_": self.validate_.model_copy(update={"checker": checker.with_timeout(timeout_s) if checker else None}),
+        })
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
 
@@ -266,7 +280,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
         child = node.setdefault(part, {})
         if isinstance(child, str):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
-            child = _model_from_yaml(child)
+            child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(
                 f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
@@ -304,6 +318,21 @@ def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
     """Read and validate a run config; every error names the file and the field."""
+    return load_settings(path, RunConfig, overrides)
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def load_settings(path: Path | str, model: type[_Settings], overrides: list[str] | None = None) -> _Settings:
+    """Read a YAML settings file (a run config, a matrix config ...) into `model`, after the
+    `--set key.sub=value` `overrides`; every error names the file (or the override) and the
+    field."""
+    return validate_settings(read_settings_file(path), model, source=str(path), overrides=overrides)
+
+
+def read_settings_file(path: Path | str) -> dict[str, Any]:
+    """The mapping a YAML settings file holds (errors name the file)."""
     path = Path(path)
     text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
     if "\x00" in text:
@@ -316,10 +345,19 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return raw
+
+
+def validate_settings(
+    raw: dict[str, Any], model: type[_Settings], *, source: str, overrides: list[str] | None = None
+) -> _Settings:
+    """`raw` (read from `source`, a file or the command's flags) with the `--set` `overrides`
+    applied, as `model`; an invalid value is a ConfigError naming the field and where it came
+    from."""
     overrides = overrides or []
     raw = apply_overrides(raw, overrides)
     try:
-        return RunConfig.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         from_file, from_set = [], []
         for e in exc.errors():
@@ -331,6 +369,6 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
             else:
                 from_set.append(f"--set {item}: {problem}")
         if not from_set:
-            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
-        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+            raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""
         raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None

@@ -77,12 +77,14 @@ def effect_clause(
     *,
     control: str,
     method: str,
+    label: str = "Δerror",
 ) -> str:
-    """A bias's reported effect in a sentence: against what, with its CI, n, how it was
-    estimated and the decision's adjusted p: ``Δerror vs placebo +8.0 pp (CI [-2.1, +17.9],
-    n = 150; median-unbiased given the stopping look), adjusted p = 0.004``."""
+    """A bias's reported effect in a sentence: what (`label`: Δerror, or ΔP(rejected) for score
+    verdicts) against what, with its CI, n, how it was estimated and the decision's adjusted p:
+    ``Δerror vs placebo +8.0 pp (CI [-2.1, +17.9], n = 150; median-unbiased given the stopping
+    look), adjusted p = 0.004``."""
     return (
-        f"Δerror vs {control} {pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}; {method}), "
+        f"{label} vs {control} {pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}; {method}), "
         f"adjusted {p_clause(p_adjusted)}"
     )
 

@@ -255,7 +255,7 @@ def make_plan(
         per_token = shape.kv_bytes_per_token(spec.tp, kv_bytes)
         budget = spec.mem * gpu_gib
         room = budget - weights - overhead_gib
-        tokens = int(room * GIB / per_token) if room > 0 else 0
+        tokens = kv_room_tokens(shape, tp=spec.tp, mem=spec.mem, gpu_gib=gpu_gib, overhead_gib=overhead_gib, kv_bytes=kv_bytes)
         how = (
             f"{shape.weight_bytes_measured / GIB:.1f} GiB of safetensors"
             if shape.weight_bytes_measured
@@ -303,6 +303,22 @@ def make_plan(
                 "lower the fractions, or use more GPUs"
             )
     return plan
+
+
+def kv_room_tokens(shape: ModelShape, *, tp: int, mem: float, gpu_gib: float,
+                   overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_bytes: int = 2) -> int:
+    """KV tokens one server holds: its memory fraction less weights and overhead, per GPU of
+    its TP group, over the KV bytes of one token there (the arithmetic `make_plan` prints)."""
+    room = mem * gpu_gib - shape.weight_bytes() / tp / GIB - overhead_gib
+    return int(room * GIB / shape.kv_bytes_per_token(tp, kv_bytes)) if room > 0 else 0
+
+
+def requests_in_flight(shape: ModelShape, *, tp: int, mem: float, gpu_gib: float, tokens_per_request: int,
+                       overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> int:
+    """About how many requests of `tokens_per_request` (prompt + output) a server's KV cache
+    holds at once: a `max_concurrency` that keeps vLLM's batch full without a queue (queue time
+    counts against the request deadline). Derived from memory, not measured on a GPU."""
+    return kv_room_tokens(shape, tp=tp, mem=mem, gpu_gib=gpu_gib, overhead_gib=overhead_gib) // tokens_per_request
 
 
 def _bytes_per_param(shape: ModelShape) -> float:

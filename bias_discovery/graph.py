@@ -27,13 +27,14 @@ from .data.pairs import PreferencePair
 from .embeddings import Embedder
 from .errors import ConfigError, DataError
 from .formatting import percent, pp
-from .judging import JudgeResult, calls_per_pair, judge_pairs, summarize
+from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of, summarize
 from .library import Bias, load_seed_library
 from .llm.base import Engine, ProgressCallback
 from .llm.roles import ModelRoles
 from .progress import ProgressFactory, progress_or_quiet
 from .run import IterationRecord, MergeStats, RunBusyError, RunDir, RunState, ValidationReport
 from .sequential import FamilySettings
+from .stats import MEASURE_LABELS
 from .stages import (
     PlaceboArm,
     ValidationModels,
@@ -124,8 +125,8 @@ def mde_phrase(report: ValidationReport) -> str | None:
     power = percent(report.power, digits=0, unit=" %") if report.power is not None else "80 %"
     size = "none (too few items)" if report.mde is None else f"≈ {pp(report.mde, unit=' pp').lstrip('+')}"
     return (
-        f"smallest Δerror vs {report.control} detectable with {power} power: {size} at n = {report.mde_n} "
-        f"(one-sided α = {report.mde_alpha:.3g} per candidate)"
+        f"smallest {MEASURE_LABELS[report.measure]} vs {report.control} detectable with {power} power: {size} at n = "
+        f"{report.mde_n} (one-sided α = {report.mde_alpha:.3g} per candidate)"
     )
 
 
@@ -450,7 +451,10 @@ class Discovery:
         placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
         alpha = self.config.family_alpha
         setup = ValidationSetup(
-            family=FamilySettings(rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed),
+            family=FamilySettings(
+                rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed,
+                measure=measure_of(self.config.judge),
+            ),
             perturb=self.config.perturb,
             judge=self.config.judge,
             test_data=describe_source(self.config.data.test, self.config.data.data_dir),
@@ -483,6 +487,7 @@ class Discovery:
             min_delta=cfg.min_delta,
             sequential=out.plan,
             power=cfg.power,
+            measure=setup.family.measure,
             mde=out.mde,
             mde_n=out.mde_n,
             mde_alpha=out.mde_alpha,

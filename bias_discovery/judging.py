@@ -22,6 +22,12 @@ Position modes (which response is shown as A):
   response_A/B), else chosen first. A rewritten pair keeps its original's order, so a baseline
   item and its perturbed twin are shown the same way round.
 
+Verdicts (`verdict`): `choice` reads the sampled verdict letter. `score` also reads the verdict
+token's probabilities: P(A) and P(B) from its top log-probabilities, renormalised over the two
+labels, give each judged order the probability that the judge prefers the rejected response
+(`p_rejected`), and a pair the mean over its judged orders; the choice fields stay filled from
+the sampled token. The servers return these probabilities at no extra call.
+
 Ties: with `allow_tie` the judge may also answer "tie" (Chen et al.'s third option); a tie
 is never correct. Mitigations (`mitigation`, see `bias_discovery.mitigation`) make several
 calls per verdict and combine them; the first order is then the position mode's (`both`
@@ -31,21 +37,30 @@ draws it with the seeded coin of `swap`, since the mitigation shows both orders 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .data.pairs import Order, PreferencePair
 from .llm.base import Engine, ProgressCallback
-from .llm.types import ChatMessage, Constraint, GenerationRequest, GenerationResponse, ReasonedChoice
+from .llm.types import (
+    MAX_TOP_LOGPROBS,
+    ChatMessage,
+    Constraint,
+    FinalTokenLogprobs,
+    GenerationRequest,
+    GenerationResponse,
+    ReasonedChoice,
+)
 from .errors import ConfigError
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
-from .stats import wilson_interval
+from .stats import Measure, mean_t_interval, wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
 JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
@@ -54,7 +69,11 @@ JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction"})
 """Placeholders a judge template may have: the verdict format, worded to match the settings."""
 MAX_REASONING_CHARS = 4000
 Verdict = Literal["A", "B", "tie"]
-InvalidReason = Literal["truncated", "engine_error", "no_verdict"]
+VerdictMode = Literal["choice", "score"]
+InvalidReason = Literal["truncated", "engine_error", "no_verdict", "no_score"]
+"""Why a judgment is invalid. `no_score` (score verdicts only): the verdict token's top
+log-probabilities hold neither label, or the engine could not place the verdict token."""
+LABELS = ("A", "B")
 
 
 class JudgeSettings(BaseModel):
@@ -90,6 +109,24 @@ class JudgeSettings(BaseModel):
     """Position-bias mitigation: none (one call per judged order), swap (both orders; a
     disagreement is a tie), shuffle3 (three alternating orders, majority), votes6 (Chen et
     al.'s six position-shuffled votes). See `bias_discovery.mitigation`."""
+    verdict: VerdictMode = "choice"
+    """choice: the sampled verdict letter. score: also the verdict token's probability of each
+    label (from its top log-probabilities, renormalised over A and B), giving every judged
+    order a probability of preferring the rejected response and every pair the mean over its
+    calls; a verdict token whose top log-probabilities hold neither label is invalid
+    (`no_score`). Same calls as choice; needs llamacpp, vllm, or a vLLM / llama.cpp server."""
+    score_top_logprobs: int = Field(default=5, ge=2, le=MAX_TOP_LOGPROBS)
+    """Score verdicts: how many of the most likely tokens the engine reports at the verdict
+    position; a label outside them counts as probability 0 (both outside: invalid)."""
+
+    @model_validator(mode="after")
+    def _score_has_two_labels(self) -> "JudgeSettings":
+        if self.verdict == "score" and self.allow_tie:
+            raise ValueError(
+                "verdict: score reads P(A) against P(B) at the verdict token; it cannot be "
+                "combined with allow_tie (a tie verdict spans several tokens)"
+            )
+        return self
 
     @field_validator("prompt")
     @classmethod
@@ -128,6 +165,12 @@ class Judgment(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     cached: bool = False
+    p_rejected: float | None = None
+    """Score verdicts: the verdict token's probability of the rejected response's label,
+    renormalised over the two labels (P(label) / (P(A) + P(B)))."""
+    labels_in_top: int | None = None
+    """Score verdicts: how many of the two labels were among the verdict token's top
+    log-probabilities (1: the other one counts as probability 0)."""
 
 
 class PairOutcome(BaseModel):
@@ -145,6 +188,19 @@ class PairOutcome(BaseModel):
     """With a mitigation: the share of the valid votes that agree with `preference`."""
     position_consistent: bool | None = None
     """With a mitigation: every valid vote picked the same response."""
+    p_rejected: float | None = None
+    """Score verdicts: the mean of the pair's judgments' `p_rejected` (None when any of them
+    is invalid, as `correct`)."""
+
+
+class ScoreSummary(BaseModel):
+    """Score verdicts over a set of pairs: the mean probability of preferring the rejected
+    response over the n pairs with a score, with a 95 % Student-t CI over pairs."""
+
+    n: int
+    mean_p_rejected: float | None
+    ci_low: float | None
+    ci_high: float | None
 
 
 class DomainSummary(BaseModel):
@@ -155,6 +211,8 @@ class DomainSummary(BaseModel):
     ci_high: float | None
     judgebench_score: float | None = None
     """JudgeBench's own score on this domain's n pairs (see `JudgeSummary.judgebench_score`)."""
+    score: ScoreSummary | None = None
+    """Score verdicts: this domain's mean probability of preferring the rejected response."""
 
 
 class JudgeSummary(BaseModel):
@@ -209,6 +267,13 @@ class JudgeSummary(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     cached_calls: int
+    verdict: VerdictMode = "choice"
+    score: ScoreSummary | None = None
+    """Score verdicts: the mean probability of preferring the rejected response over the
+    valid pairs (each pair: the mean over its judged orders), with a 95 % CI."""
+    score_one_label: int = 0
+    """Score verdicts: judgments whose verdict token's top log-probabilities held only one of
+    the labels (the other counted as probability 0, which pushes p_rejected to 0 or 1)."""
 
 
 _VERDICT_PATTERNS = (
@@ -294,6 +359,12 @@ def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) 
     return template.render(**values)
 
 
+def measure_of(settings: JudgeSettings) -> Measure:
+    """What validation compares per item under these settings: the error (choice verdicts) or
+    the probability of preferring the rejected response (score verdicts)."""
+    return "p_rejected" if settings.verdict == "score" else "error"
+
+
 def calls_per_pair(settings: JudgeSettings) -> int:
     """Model calls one pair costs under `settings` (progress totals, cost reports)."""
     if settings.mitigation != "none":
@@ -318,6 +389,7 @@ def judge_request(pair: PreferencePair, order: Order, settings: JudgeSettings, s
         temperature=settings.temperature,
         seed=seed,
         constraint=verdict_constraint(settings),
+        final_top_logprobs=settings.score_top_logprobs if settings.verdict == "score" else None,
     )
 
 
@@ -354,12 +426,33 @@ def extract_explanation(text: str) -> str:
     return re.sub(r"^\s*reasoning\s*:\s*", "", body, flags=re.I).strip()
 
 
+def label_probabilities(logprobs: FinalTokenLogprobs | None) -> dict[str, float] | None:
+    """P(A) and P(B) at the verdict token, renormalised over the two labels, from its top
+    log-probabilities (tokens that are a label up to spaces, e.g. "A" and " A", add up; a label
+    outside the top counts as 0). None when the verdict token is not a label or neither label
+    is among the top."""
+    if logprobs is None or logprobs.token.strip() not in LABELS:
+        return None
+    mass = dict.fromkeys(LABELS, 0.0)
+    for candidate in logprobs.top:
+        label = candidate.token.strip()
+        if label in mass:
+            mass[label] += math.exp(candidate.logprob)
+    total = sum(mass.values())
+    if total <= 0.0:
+        return None
+    return {label: value / total for label, value in mass.items()}
+
+
 def to_judgment(
-    pair: PreferencePair, order: Order, response: GenerationResponse, *, allow_tie: bool = False
+    pair: PreferencePair, order: Order, response: GenerationResponse, *, allow_tie: bool = False,
+    score: bool = False,
 ) -> Judgment:
-    """Score one response. Anything not finished cleanly is invalid, whatever it contains."""
+    """Score one response. Anything not finished cleanly is invalid, whatever it contains;
+    with `score`, so is a verdict whose token's probabilities hold neither label."""
     verdict: Verdict | None = None
     reason: InvalidReason | None = None
+    probabilities: dict[str, float] | None = None
     if response.finish_reason == "error":
         reason = "engine_error"
     elif response.finish_reason == "length":
@@ -368,6 +461,10 @@ def to_judgment(
         verdict = parse_verdict(response.text, allow_tie=allow_tie)
         if verdict is None:
             reason = "no_verdict"
+        elif score:
+            probabilities = label_probabilities(response.final_logprobs)
+            if probabilities is None:
+                verdict, reason = None, "no_score"
     picked: Preference | None = None
     if verdict == "tie":
         picked = "tie"
@@ -387,6 +484,8 @@ def to_judgment(
         prompt_tokens=response.prompt_tokens,
         completion_tokens=response.completion_tokens,
         cached=response.cached,
+        p_rejected=None if probabilities is None else probabilities["B" if order == "chosen_first" else "A"],
+        labels_in_top=None if probabilities is None else sum(1 for p in probabilities.values() if p > 0.0),
     )
 
 
@@ -394,6 +493,8 @@ def combine(pair: PreferencePair, judgments: Sequence[Judgment], mitigation: Mit
     """Without a mitigation a pair is correct only when every judged order picked the chosen
     response; with one, when the mitigation's combined verdict is the chosen response."""
     orders = [j.order for j in judgments]
+    scores = [j.p_rejected for j in judgments if j.p_rejected is not None]
+    p_rejected = sum(scores) / len(scores) if scores and len(scores) == len(judgments) else None
     if mitigation != "none":
         verdict = combine_votes(mitigation, [j.picked for j in judgments])
         return PairOutcome(
@@ -404,12 +505,13 @@ def combine(pair: PreferencePair, judgments: Sequence[Judgment], mitigation: Mit
             preference=verdict.preference,
             confidence=verdict.confidence,
             position_consistent=verdict.position_consistent,
+            p_rejected=p_rejected,
         )
     if any(j.correct is None for j in judgments):
         correct = None
     else:
         correct = all(j.correct for j in judgments)
-    return PairOutcome(pair_id=pair.id, domain=pair.domain, correct=correct, orders=orders)
+    return PairOutcome(pair_id=pair.id, domain=pair.domain, correct=correct, orders=orders, p_rejected=p_rejected)
 
 
 class JudgeResult(BaseModel):
@@ -433,8 +535,10 @@ def judge_pairs(
     """Judge every pair in one batch call to the engine."""
     tasks = build_tasks(pairs, settings, seed=seed)
     responses = engine.generate([t.request for t in tasks], progress=progress)
+    score = settings.verdict == "score"
     judgments = [
-        to_judgment(pairs[t.pair_index], t.order, r, allow_tie=settings.allow_tie) for t, r in zip(tasks, responses)
+        to_judgment(pairs[t.pair_index], t.order, r, allow_tie=settings.allow_tie, score=score)
+        for t, r in zip(tasks, responses)
     ]
     grouped: dict[int, list[Judgment]] = defaultdict(list)
     for t, j in zip(tasks, judgments):
@@ -461,8 +565,19 @@ def net_votes(result: JudgeResult) -> list[int]:
     return votes
 
 
+def score_summary(outcomes: Sequence[PairOutcome]) -> ScoreSummary:
+    """The mean `p_rejected` over the outcomes that have one, with a 95 % Student-t CI over
+    pairs, clipped to [0, 1] (one pair: [0, 1])."""
+    values = [o.p_rejected for o in outcomes if o.p_rejected is not None]
+    if not values:
+        return ScoreSummary(n=0, mean_p_rejected=None, ci_low=None, ci_high=None)
+    low, high = mean_t_interval(values)
+    return ScoreSummary(n=len(values), mean_p_rejected=sum(values) / len(values), ci_low=low, ci_high=high)
+
+
 def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:
     outcomes, judgments = result.outcomes, result.judgments
+    score = settings.verdict == "score"
     valid = [o for o in outcomes if o.correct is not None]
     errors = sum(1 for o in valid if not o.correct)
     invalid_pairs = len(outcomes) - len(valid)
@@ -481,6 +596,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         per_domain[domain] = DomainSummary(
             n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high,
             judgebench_score=_rate(sum(1 for o, v in zip(outcomes, votes) if o.domain == domain and v > 0), len(d_all)),
+            score=score_summary(d_all) if score else None,
         )
 
     verdicts = [j.verdict for j in judgments if j.verdict is not None]
@@ -531,4 +647,7 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         prompt_tokens=sum(j.prompt_tokens for j in judgments),
         completion_tokens=sum(j.completion_tokens for j in judgments),
         cached_calls=sum(1 for j in judgments if j.cached),
+        verdict=settings.verdict,
+        score=score_summary(outcomes) if score else None,
+        score_one_label=sum(1 for j in judgments if j.labels_in_top == 1),
     )

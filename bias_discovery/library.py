@@ -400,6 +400,18 @@ class BiasLibrary(_Model):
         """The bias with this id, or None."""
         return next((b for b in self.biases if b.id == bias_id), None)
 
+    def find(self, entry: str) -> Bias | None:
+        """The bias a user names by `entry`: its id exactly, else its name case-insensitively
+        (or the name's slug); None when no bias matches."""
+        exact = self.get(entry)
+        if exact is not None:
+            return exact
+        wanted = entry.strip().lower()
+        slug = slugify(entry)
+        return next((b for b in self.biases if b.name.strip().lower() == wanted), None) or next(
+            (b for b in self.biases if slugify(b.name) == slug), None
+        )
+
     # -- change -------------------------------------------------------------------------
 
     def add(self, bias: Bias) -> None:

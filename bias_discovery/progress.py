@@ -6,10 +6,17 @@ factory instead of drawing bars itself, so it stays free of the terminal (and of
 `quiet_progress` is the factory that shows nothing, `progress_bar` the CLI's rich bar with ETA
 on stderr (stdout stays machine-readable). Libraries that draw bars of their own while loading
 a model are silenced where the model is loaded (`no_library_bars`).
+
+`show_wait` is how the model layer says what it is waiting on ("waiting on http://...: 45 s,
+attempt 2/5") while a server is slow or hung: the innermost open `progress_bar` shows it next
+to its description until it is cleared. It is a process-wide channel rather than a method
+of the increment callback, because the callback passes through wrappers (meter, call cache,
+stage bookkeeping) that each wrap it in a function of their own.
 """
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Callable, ContextManager, Iterator
 
@@ -18,6 +25,34 @@ ProgressCallback = Callable[[int], None]
 
 ProgressFactory = Callable[[str, "int | None"], ContextManager[ProgressCallback]]
 """`(description, total) -> context manager yielding an increment callback`."""
+
+
+WaitDisplay = Callable[["str | None"], None]
+"""Shows a wait note (None: clears it)."""
+
+_wait_displays: list[WaitDisplay] = []
+_wait_lock = threading.Lock()
+
+
+def show_wait(note: str | None) -> None:
+    """Show `note` on the innermost open progress bar (None clears it); nothing when no bar
+    is open (quiet)."""
+    with _wait_lock:
+        display = _wait_displays[-1] if _wait_displays else None
+    if display is not None:
+        display(note)
+
+
+@contextmanager
+def wait_display(display: WaitDisplay) -> Iterator[None]:
+    """Route `show_wait` notes to `display` while the block runs (bars nest: the innermost wins)."""
+    with _wait_lock:
+        _wait_displays.append(display)
+    try:
+        yield
+    finally:
+        with _wait_lock:
+            _wait_displays.remove(display)
 
 
 def quiet_progress(description: str, total: int | None) -> ContextManager[ProgressCallback]:
@@ -50,6 +85,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallba
     """A rich progress bar on stderr; `total=None` shows a running count without an ETA ("3/?"),
     so a step whose total can be known opens its bar once it is (merge: one step per round)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -74,4 +110,9 @@ def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallba
         def advance(n: int) -> None:
             bar.advance(task, n)
 
-        yield advance
+        def note(text: str | None) -> None:
+            shown = description if text is None else f"{description} [yellow]({escape(text)})[/]"
+            bar.update(task, description=shown)
+
+        with wait_display(note):
+            yield advance

@@ -25,7 +25,7 @@ from .data.overlap import DataOverlap
 from .errors import BiasDiscoveryError
 from .export.common import RunContext, check_output_dir, check_run_overlap, select_biases, staged_output
 from .io import atomic_write_json, atomic_write_jsonl
-from .judging import calls_per_pair, judge_pairs
+from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
@@ -160,19 +160,21 @@ def replicate_run(
     skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[Replication, Path]:
     """Re-validate a run's accepted biases (or `biases`: ids or names, seeds too) on fresh
     rewrites; returns the replication and the directory it was written to.
 
     `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
     the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
-    `engines` ({"target", "teacher", "checker"}) replaces the models (tests). Data that shares
-    pairs (by id or content) with the run's target pairs is refused unless `allow_overlap`.
-    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
+    `engines` ({"target", "teacher", "checker"}) replaces the models (tests); `timeout_s`
+    each model's request deadline (None: the run's). Data that shares pairs (by id or
+    content) with the run's target pairs is refused unless `allow_overlap`. `skip_bad_rows`
+    (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
     """
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
-    with RunContext(run_path, engines=engines) as ctx:
+    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         seed = config.seed + 1 if seed is None else seed
         if temperature is None:
@@ -252,7 +254,9 @@ def replicate_run(
             )
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
         setup = ValidationSetup(
-            family=FamilySettings(rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication"),
+            family=FamilySettings(
+                rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication", measure=measure_of(config.judge)
+            ),
             perturb=perturb_settings,
             judge=config.judge,
             test_data=header.data,

@@ -16,8 +16,10 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 5. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
-items, per-item probabilities instead of binary errors, a stream of looks) reuses the same
-plan, multiplicity control and estimator.
+items, a stream of looks) reuses the same plan, multiplicity control and estimator. Its
+`measure` says what the per-item values are: errors, or (score verdicts) the judge's
+probability of preferring the rejected response, compared by the paired t-test of the mean
+shift (`stats.compare_paired_scores`, `stats.sequential_shift_look`).
 """
 
 from __future__ import annotations
@@ -32,21 +34,28 @@ from .config import ValidateSettings
 from .stats import (
     Effect,
     LookRecord,
+    Measure,
     PairedComparison,
     SequentialPlan,
     compare_paired,
+    compare_paired_scores,
     decide_acceptance,
     error_statement,
     min_detectable_delta,
+    min_detectable_shift,
     null_discordance,
     paired_counts,
+    paired_values,
     plan_sequential,
     sequential_effect,
     sequential_look,
+    sequential_shift_look,
 )
 
 __all__ = [
     "Errors",
+    "Values",
+    "compare",
     "FamilyLooks",
     "FamilySettings",
     "Stop",
@@ -56,13 +65,17 @@ __all__ = [
     "family_level",
     "run_looks",
     "smallest_detectable",
+    "with_decision",
 ]
 
 Errors = Sequence[bool | None]
 """Per test item: True = the judge was wrong, False = right, None = invalid (or not judged)."""
+Values = Sequence[bool | float | None]
+"""Per test item, the family's measure: errors, or (score verdicts) the probability of
+preferring the rejected response; None = invalid (or not judged)."""
 Stop = Literal["efficacy", "futility", "complete"]
-Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Errors]]
-"""fetch(look, arms still going, new items) -> per such arm, its errors on the new items."""
+Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Values]]
+"""fetch(look, arms still going, new items) -> per such arm, its values on the new items."""
 
 
 class FamilySettings(BaseModel):
@@ -78,7 +91,16 @@ class FamilySettings(BaseModel):
     """Validations the run plans (the error statement's family count)."""
     seed: int = 0
     scope: str = "run"
-    """What the error statement speaks of: a run, a replication ..."""
+    """What the error statement speaks of: a run, a replication, a matrix ..."""
+    measure: Measure = "error"
+    """What the per-item values are: the judge's errors (choice verdicts; exact McNemar / Tango)
+    or its probability of preferring the rejected response (score verdicts, `judge.verdict:
+    score`; the paired t-test of the mean shift, its conditional power, its MDE in probability
+    points). Same plan, multiplicity control and effect estimator either way."""
+    unit: str = "candidate"
+    """What the error statement calls the family's members (a matrix: its cells)."""
+    members: str | None = None
+    """A one-validation family's members, for the error statement (a matrix: "9 cells: ...")."""
 
     @property
     def sequential(self) -> bool:
@@ -115,6 +137,9 @@ class FamilySettings(BaseModel):
             control=control,
             sequential=self.sequential,
             scope=self.scope,
+            measure=self.measure,
+            unit=self.unit,
+            members=self.members,
         )
 
 
@@ -126,7 +151,8 @@ class FamilyLooks:
     plan: SequentialPlan
     order: list[int]
     """The order in which test items enter the slices."""
-    errors: list[list[bool | None]]
+    errors: list[list[bool | float | None]]
+    """Per arm and test item, the family's measure (errors, or probabilities: `measure`)."""
     looks: list[list[LookRecord]]
     stopped_at: list[int]
     stop: list[Stop]
@@ -147,10 +173,25 @@ class FamilyLooks:
         return self.looks[arm][-1].p_sequential
 
 
-def run_looks(control: Errors, n_arms: int, fetch: Fetch, settings: FamilySettings, order: Sequence[int]) -> FamilyLooks:
+def run_looks(
+    control: Values,
+    n_arms: int,
+    fetch: Fetch,
+    settings: FamilySettings,
+    order: Sequence[int],
+    *,
+    family_size: int | None = None,
+) -> FamilyLooks:
     """Look at the arms in growing slices of the test items (`order`): at each look the arms
-    still going get their errors on the new items from `fetch`, are compared with `control` on
-    every item so far, and stop or go on (`stats.sequential_look`)."""
+    still going get their values on the new items from `fetch`, are compared with `control` on
+    every item so far, and stop or go on (`stats.sequential_look`; for probabilities
+    `stats.sequential_shift_look`).
+
+    `family_size`: the family the arms belong to, when it holds more than these arms (a
+    matrix's rows, each against its own control, are one family); default `n_arms`."""
+    size = n_arms if family_size is None else family_size
+    if size < n_arms:
+        raise ValueError(f"a family of {size} cannot hold {n_arms} arms")
     n = len(control)
     if sorted(order) != list(range(n)):
         raise ValueError("order must be a permutation of the test items")
@@ -162,7 +203,7 @@ def run_looks(control: Errors, n_arms: int, fetch: Fetch, settings: FamilySettin
         looks=[[] for _ in range(n_arms)],
         stopped_at=[0] * n_arms,
         stop=["complete"] * n_arms,
-        family_size=n_arms,
+        family_size=size,
         margin=settings.margin,
     )
     active = list(range(n_arms))
@@ -182,8 +223,7 @@ def run_looks(control: Errors, n_arms: int, fetch: Fetch, settings: FamilySettin
                 raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
             for i, error in zip(new_items, arm_errors):
                 family.errors[k][i] = error
-            n_k, b, c, _ = paired_counts([control[i] for i in used], [family.errors[k][i] for i in used])
-            look = sequential_look(plan, j, family.looks[k], b=b, c=c, n=n_k, family_size=n_arms, margin=settings.margin)
+            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], size, settings)
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
@@ -195,35 +235,70 @@ def run_looks(control: Errors, n_arms: int, fetch: Fetch, settings: FamilySettin
     return family
 
 
+def _look(
+    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, family_size: int,
+    settings: FamilySettings,
+) -> LookRecord:
+    """One arm's look on the items so far, in the family's measure."""
+    if settings.measure == "p_rejected":
+        base, mine = paired_values(_floats(control), _floats(arm))
+        differences = [y - x for x, y in zip(base, mine)]
+        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
+    n, b, c, _ = paired_counts(_bools(control), _bools(arm))
+    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=family_size, margin=settings.margin)
+
+
+def _floats(values: Values) -> list[float | None]:
+    return [None if v is None else float(v) for v in values]
+
+
+def _bools(values: Values) -> list[bool | None]:
+    return [None if v is None else bool(v) for v in values]
+
+
+def compare(control: Values, arm: Values, settings: FamilySettings, name: str) -> PairedComparison:
+    """One arm against one control on the same items, in the family's measure (undecided)."""
+    if settings.measure == "p_rejected":
+        return compare_paired_scores(
+            _floats(control), _floats(arm), confidence=settings.rules.confidence, margin=settings.margin, control_name=name
+        )
+    return compare_paired(
+        _bools(control),
+        _bools(arm),
+        n_boot=settings.rules.n_boot,
+        confidence=settings.rules.confidence,
+        seed=settings.seed,
+        margin=settings.margin,
+        control=name,
+    )
+
+
 def compare_arms(
-    family: FamilyLooks, controls: Mapping[str, Errors], settings: FamilySettings
+    family: FamilyLooks, controls: Mapping[str, Values], settings: FamilySettings
 ) -> list[dict[str, PairedComparison]]:
     """Each arm against each named control on the items the arm used (undecided)."""
     out = []
     for k in range(len(family.errors)):
         used = family.used(k)
         mine = [family.errors[k][i] for i in used]
-        out.append(
-            {
-                name: compare_paired(
-                    [errors[i] for i in used],
-                    mine,
-                    n_boot=settings.rules.n_boot,
-                    confidence=settings.rules.confidence,
-                    seed=settings.seed,
-                    margin=settings.margin,
-                    control=name,
-                )
-                for name, errors in controls.items()
-            }
-        )
+        out.append({name: compare([values[i] for i in used], mine, settings, name) for name, values in controls.items()})
     return out
 
 
-def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings, control: str) -> list[PairedComparison]:
+def decide(
+    family: FamilyLooks | Sequence[FamilyLooks],
+    decisive: Sequence[PairedComparison],
+    settings: FamilySettings,
+    control: str,
+) -> list[PairedComparison]:
     """The family's decision on its decisive comparisons: the sequential p-values (one look:
-    the comparisons' own) corrected together at the family's level."""
-    p_values = [family.p_sequential(k) for k in range(len(decisive))] if family.multi_look else None
+    the comparisons' own) corrected together at the family's level. Several `FamilyLooks`
+    (a matrix's rows) are decided as one family, their arms in order (`decisive` likewise)."""
+    parts = [family] if isinstance(family, FamilyLooks) else list(family)
+    if sum(len(part.errors) for part in parts) != len(decisive):
+        raise ValueError(f"{len(decisive)} comparisons for {sum(len(part.errors) for part in parts)} arms")
+    multi_look = any(part.multi_look for part in parts)
+    p_values = [part.p_sequential(k) for part in parts for k in range(len(part.errors))] if multi_look else None
     return decide_acceptance(
         list(decisive),
         rule=settings.rules.acceptance,
@@ -232,6 +307,17 @@ def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: 
         p_values=p_values,
         control=control,
     )
+
+
+def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedComparison, decisive: str) -> dict[str, PairedComparison]:
+    """An arm's comparisons after the decision: the decisive one as decided, each other one
+    reported next to it with the family-adjusted p but no verdict."""
+    return {
+        name: decided if name == decisive else cmp.model_copy(
+            update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
+        )
+        for name, cmp in comparisons.items()
+    }
 
 
 def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:
@@ -254,6 +340,9 @@ def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison
     Δ <= min_delta."""
     items_used = family.stopped_at[arm]
     n_full = round(decided.n * family.plan.n_total / items_used) if items_used else 0
+    if decided.measure == "p_rejected":  # in probability points, at the per-item differences' observed sd
+        shift = min_detectable_shift(n_full, decided.sd_difference, family_level(family), power=settings.rules.power, margin=settings.margin)
+        return shift, n_full
     psi = null_discordance(decided.b_discordant_hurt or 0, decided.c_discordant_helped or 0, decided.n)
     mde = min_detectable_delta(n_full, psi, family_level(family), power=settings.rules.power, margin=settings.margin)
     return mde, n_full

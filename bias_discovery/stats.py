@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_BOOTSTRAP_RESAMPLES",
     "DOMAIN_BOOTSTRAP_RESAMPLES",
     "Effect",
+    "EffectDifference",
     "ErrorControl",
     "FULL_SAMPLE",
     "LookRecord",
@@ -64,19 +65,35 @@ __all__ = [
     "expected_final_n",
     "look_outcome",
     "min_detectable_delta",
+    "min_detectable_shift",
     "null_discordance",
     "paired_counts",
     "paired_p_value",
     "paired_power",
+    "paired_t_one_sided",
+    "compare_paired_scores",
+    "mean_and_sd",
+    "paired_values",
+    "Measure",
+    "MEASURE_LABELS",
     "plan_sequential",
     "sequential_effect",
+    "sign_flip_p_value",
     "sequential_look",
+    "sequential_shift_look",
+    "shift_conditional_power",
     "sequential_p_value",
+    "student_t_quantile",
+    "student_t_sf",
+    "adjust_p_values",
     "benjamini_hochberg_adjust",
+    "compare_effects",
     "compare_paired",
     "decide_acceptance",
+    "decide_differences",
     "holm_adjust",
     "mcnemar_exact_one_sided",
+    "mean_t_interval",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
     "tango_restricted_helped_rate",
@@ -84,6 +101,12 @@ __all__ = [
     "wilson_interval",
     "cohens_kappa",
 ]
+
+Measure = Literal["error", "p_rejected"]
+"""What a comparison's per-item values are: the judge's errors (choice verdicts: True wrong,
+False right) or its probability of preferring the rejected response (score verdicts)."""
+MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)"}
+"""How a difference of each measure is named wherever it is printed."""
 
 AcceptanceRule = Literal["paired", "paper"]
 """`paired`: the adjusted p-value of H0: Delta <= min_delta is <= alpha (default; exact one-sided
@@ -139,6 +162,110 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     low = 0.0 if k == 0 else max(0.0, center - half)
     high = 1.0 if k == n else min(1.0, center + half)
     return (low, high)
+
+
+def _regularized_incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz; Numerical Recipes' betacf),
+    evaluated where it converges fast (x < (a + 1) / (a + b + 2)), by symmetry elsewhere."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _regularized_incomplete_beta(1.0 - x, b, a)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def student_t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom (no scipy)."""
+    if df <= 0:
+        raise ValueError(f"df must be > 0; got {df!r}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _regularized_incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+    return tail if t >= 0 else 1.0 - tail
+
+
+def student_t_quantile(q: float, df: float) -> float:
+    """The t with P(T <= t) = q, by bisection on `student_t_sf` (monotone)."""
+    if not (0.0 < q < 1.0):
+        raise ValueError(f"q must be in (0, 1); got {q!r}")
+    low, high = -1.0, 1.0
+    while student_t_sf(low, df) < 1.0 - q:
+        low *= 2.0
+    while student_t_sf(high, df) > 1.0 - q:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if student_t_sf(mid, df) > 1.0 - q:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * max(1.0, abs(mid)):
+            break
+    return (low + high) / 2.0
+
+
+def mean_t_interval(
+    values: Sequence[float], confidence: float = 0.95, bounds: tuple[float, float] = (0.0, 1.0)
+) -> tuple[float, float]:
+    """Student-t interval of the mean of `values` (mean +- t * sd / sqrt(n)), clipped to
+    `bounds` (the range the values live in, e.g. probabilities). With fewer than two values
+    nothing is known about the spread: the interval is `bounds`. Used where n can be small
+    (a domain of a few pairs), where a percentile bootstrap would collapse to a point."""
+    _check_confidence(confidence)
+    n = len(values)
+    if n < 2:
+        return bounds
+    mean, sd = mean_and_sd(values)
+    half = student_t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    return (max(bounds[0], mean - half), min(bounds[1], mean + half))
+
+
+def paired_t_one_sided(differences: Sequence[float], margin: float = 0.0) -> float:
+    """One-sided paired t-test p-value of H0: mean difference <= margin (per item: the score
+    under the arm minus under the control, on the same item).
+
+    Differences that all sit at the same distance from the margin (no spread) are decided as
+    the sign-flip test would: n of them above give 0.5 ** n, otherwise 1.0. Fewer than two
+    items: 1.0."""
+    n = len(differences)
+    if n < 2:
+        return 1.0
+    mean, sd = mean_and_sd(differences)
+    if sd <= _NO_SPREAD * max(1.0, abs(mean)):  # equal up to rounding: the sign-flip test's p
+        return 0.5**n if mean > margin else 1.0
+    return student_t_sf((mean - margin) / (sd / math.sqrt(n)), n - 1)
+
+
+_NO_SPREAD = 1e-12
+"""A standard deviation this small (relative to the mean) is rounding: the values are equal."""
+
+
+def mean_and_sd(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n - 1; 0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = math.fsum(values) / n
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
 
 
 def _binom_half_upper_tail_exact(b: int, m: int) -> float:
@@ -276,17 +403,24 @@ def paired_bootstrap_delta_ci(
     if n == 0:
         return (-1.0, 1.0)
     diff = pert.astype(np.int8) - base.astype(np.int8)  # per item: +1 hurt, -1 helped, 0 same
+    return _bootstrap_mean_ci(diff, n_boot=n_boot, confidence=confidence, seed=seed)
+
+
+def _bootstrap_mean_ci(values: np.ndarray, *, n_boot: int, confidence: float, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of per-item integer `values` (n >= 1), items
+    resampled with replacement in chunks of at most ~2M indices."""
+    n = values.shape[0]
     rng = np.random.default_rng(seed)
     rows_per_chunk = max(1, min(n_boot, _MAX_DRAWS_PER_CHUNK // n))
-    deltas = np.empty(n_boot, dtype=np.float64)
+    means = np.empty(n_boot, dtype=np.float64)
     done = 0
     while done < n_boot:
         rows = min(rows_per_chunk, n_boot - done)
         idx = rng.integers(0, n, size=(rows, n))
-        deltas[done : done + rows] = diff[idx].sum(axis=1, dtype=np.int64) / n
+        means[done : done + rows] = values[idx].sum(axis=1, dtype=np.int64) / n
         done += rows
     tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(deltas, [tail, 1.0 - tail])
+    low, high = np.quantile(means, [tail, 1.0 - tail])
     return (float(low), float(high))
 
 
@@ -344,6 +478,17 @@ def benjamini_hochberg_adjust(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def adjust_p_values(pvalues: Sequence[float], correction: Correction) -> list[float]:
+    """The p-values of one family adjusted by `correction` (holm, bh, or none: unchanged)."""
+    if correction == "holm":
+        return holm_adjust(pvalues)
+    if correction == "bh":
+        return benjamini_hochberg_adjust(pvalues)
+    if correction == "none":
+        return _check_pvalues(pvalues)
+    raise ValueError(f"correction must be 'holm', 'bh' or 'none'; got {correction!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # Paired comparison and acceptance
 # --------------------------------------------------------------------------------------------
@@ -369,6 +514,11 @@ class PairedComparison(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     control: str | None = Field(default=None, description="What the arm is compared with: baseline, placebo ...")
+    measure: Measure = Field(
+        default="error",
+        description="error: control_error and arm_error are error rates (choice verdicts); p_rejected: they are "
+        "the mean probability of preferring the rejected response (score verdicts), tested by the paired t-test.",
+    )
     n: int = Field(ge=0, description="Items valid in both arms (the paired sample).")
     n_excluded_invalid: int = Field(
         default=0, ge=0, description="Items excluded because the verdict was invalid in either arm."
@@ -381,6 +531,9 @@ class PairedComparison(BaseModel):
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0, description="Level of the CI.")
     b_discordant_hurt: int | None = Field(default=None, ge=0, description="Right with the control, wrong with the arm.")
     c_discordant_helped: int | None = Field(default=None, ge=0, description="Wrong with the control, right with the arm.")
+    sd_difference: float | None = Field(
+        default=None, ge=0.0, description="p_rejected: the standard deviation of the per-item differences."
+    )
     margin: float = Field(default=0.0, ge=0.0, lt=1.0, description="The null hypothesis is Δ <= margin (min_delta).")
     p_value: float | None = Field(
         default=None, ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin (see `paired_p_value`)."
@@ -467,6 +620,49 @@ def compare_paired(
     )
 
 
+def paired_values(control: Sequence[float | None], arm: Sequence[float | None]) -> tuple[list[float], list[float]]:
+    """The items valid in both of two per-item value vectors (None = invalid), as two lists."""
+    if len(control) != len(arm):
+        raise ValueError(f"control and arm must cover the same items; got {len(control)} and {len(arm)}")
+    both = [(float(x), float(y)) for x, y in zip(control, arm) if x is not None and y is not None]
+    return [x for x, _ in both], [y for _, y in both]
+
+
+def compare_paired_scores(
+    control: Sequence[float | None],
+    arm: Sequence[float | None],
+    *,
+    confidence: float = 0.95,
+    margin: float = 0.0,
+    control_name: str | None = None,
+) -> PairedComparison:
+    """Compare a judge's probability of preferring the rejected response (score verdicts) on
+    the same items with a control and with an arm: Δ = mean(arm - control) over the items
+    valid in both (an invalid score on either side drops the item from both, as
+    `compare_paired` does), a Student-t CI of Δ, and the one-sided paired t-test of
+    H0: Δ <= margin (`paired_t_one_sided`; the CI and the test are the same t statistic)."""
+    base, mine = paired_values(control, arm)
+    n = len(base)
+    diffs = [y - x for x, y in zip(base, mine)]
+    mean, sd = mean_and_sd(diffs) if n else (0.0, 0.0)
+    low, high = mean_t_interval(diffs, confidence, bounds=(-1.0, 1.0)) if n else (-1.0, 1.0)
+    return PairedComparison(
+        control=control_name,
+        measure="p_rejected",
+        n=n,
+        n_excluded_invalid=len(control) - n,
+        control_error=math.fsum(base) / n if n else 0.0,
+        arm_error=math.fsum(mine) / n if n else 0.0,
+        delta=max(-1.0, min(1.0, mean)),
+        ci_low=low,
+        ci_high=high,
+        confidence=confidence,
+        sd_difference=sd if n > 1 else None,
+        margin=margin,
+        p_value=paired_t_one_sided(diffs, margin),
+    )
+
+
 def decide_acceptance(
     comparisons: list[PairedComparison],
     *,
@@ -518,19 +714,16 @@ def decide_acceptance(
         ps = _check_pvalues(p_values)
     if len(ps) != len(comparisons):
         raise ValueError(f"{len(ps)} p-values for {len(comparisons)} comparisons")
-    if correction == "holm":
-        adjusted = holm_adjust(ps)
-    elif correction == "bh":
-        adjusted = benjamini_hochberg_adjust(ps)
-    else:
-        adjusted = list(ps)
+    adjusted = adjust_p_values(ps, correction)
 
     if rule == "paper":
         rule_text = "paper: perturbed error > baseline error (no test)"
     else:
         corr_text = {"holm": "Holm-adjusted", "bh": "BH-adjusted", "none": "unadjusted"}[correction]
         margin = max((cmp.margin for cmp in comparisons), default=0.0)
-        if margin > 0.0:
+        if any(cmp.measure == "p_rejected" for cmp in comparisons):
+            kind = "one-sided paired t-test of ΔP(rejected)" + (f" <= {margin:g}" if margin > 0.0 else "")
+        elif margin > 0.0:
             kind = f"Tango score test of Δ <= {margin:g}"
         else:
             kind = "exact one-sided McNemar"
@@ -564,10 +757,17 @@ def error_statement(
     control: str = "placebo",
     sequential: bool = False,
     scope: str = "run",
+    measure: Measure = "error",
+    unit: str = "candidate",
+    members: str | None = None,
 ) -> str:
     """The one sentence that says what a validation's decisions control, at what level, over
     which family, for these settings (validation.json's `error_statement`, the library, the
-    report and `library show`).
+    report and `library show`, a matrix's `family_statement`).
+
+    `unit` names what is accepted or not (a candidate; a matrix's cell), its plural taking an
+    "s"; `members` describes a single family's members ("9 cells: 2 judges and the jury x 3
+    biases"), said instead of "the validation".
 
     `families` is the number of validations the `scope` plans (a run: its iterations, plus
     the seed library's; a replication: 1; None: unknown) and `family_alpha` each one's level. Holm bounds the
@@ -579,23 +779,24 @@ def error_statement(
     if acceptance == "paper":
         return (
             "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
-            "a candidate with no effect is accepted about half of the time."
+            f"a {unit} with no effect is accepted about half of the time."
         )
+    raised = "error" if measure == "error" else "probability of preferring the rejected response"
     null = (
-        f"candidate that does not raise the judge's error over the {control}"
+        f"{unit} that does not raise the judge's {raised} over the {control}"
         if margin <= 0.0
-        else f"candidate whose true Δerror over the {control} is at most {margin:g}"
+        else f"{unit} whose true {MEASURE_LABELS[measure]} over the {control} is at most {margin:g}"
     )
     nulls = (
-        f"candidates that do not raise the error over the {control}"
+        f"{unit}s that do not raise the {raised} over the {control}"
         if margin <= 0.0
-        else f"candidates at most {margin:g} above the {control}"
+        else f"{unit}s at most {margin:g} above the {control}"
     )
     looks = ", early looks included" if sequential else ""
     split = error_control == "run"
     several = families is None or families > 1
     if not several:
-        within = f"within the {scope}'s one validation"
+        within = f"across the {scope}'s {members}" if members else f"within the {scope}'s one validation"
     else:
         count = "" if families is None else f"{families} "
         within = f"within each of the {scope}'s {count}planned validations at {family_alpha:.3g}"
@@ -617,8 +818,8 @@ def error_statement(
     if correction == "bh" and split:
         return (
             f"False-discovery rate at most {family_alpha:.3g} {within.replace(f' at {family_alpha:.3g}', '')} "
-            f"(Benjamini-Hochberg, α = {alpha:g} split evenly{looks}): the expected share of {nulls} among the "
-            f"accepted; if no candidate has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
+            f"(Benjamini-Hochberg, α = {alpha:g}{' split evenly' if several else ''}{looks}): the expected share of {nulls} among the "
+            f"accepted; if no {unit} has an effect, the chance that the {scope} accepts any is at most {alpha:g}."
         )
     if correction == "bh":
         return (
@@ -628,23 +829,25 @@ def error_statement(
         )
     level = family_alpha if split else alpha
     return (
-        f"No multiplicity control: each candidate is tested alone at α = {level:.3g}{looks}; the chance of some "
-        f"false acceptance can reach the number of candidates tested × {level:.3g}."
+        f"No multiplicity control: each {unit} is tested alone at α = {level:.3g}{looks}; the chance of some "
+        f"false acceptance can reach the number of {unit}s tested × {level:.3g}."
     )
 
 
 def per_domain_breakdown(
     domains: Sequence[str],
-    baseline: Sequence[bool | None],
-    perturbed: Sequence[bool | None],
+    baseline: Sequence[bool | float | None],
+    perturbed: Sequence[bool | float | None],
     *,
     n_boot: int = DOMAIN_BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
     margin: float = 0.0,
     control: str | None = None,
+    measure: Measure = "error",
 ) -> dict[str, PairedComparison]:
-    """`compare_paired` within each domain (e.g. JudgeBench's knowledge/reasoning/math/code).
+    """`compare_paired` (`compare_paired_scores` for the `p_rejected` measure) within each
+    domain (e.g. JudgeBench's knowledge/reasoning/math/code).
 
     Descriptive, not a decision: the paper reports effects per domain (math moves most), and
     a candidate can be strong in one domain and null in another. The records stay
@@ -661,10 +864,18 @@ def per_domain_breakdown(
     groups: dict[str, list[int]] = {}
     for i, d in enumerate(domains):
         groups.setdefault(d, []).append(i)
+    if measure == "p_rejected":
+        return {
+            d: compare_paired_scores(
+                [baseline[i] for i in groups[d]], [perturbed[i] for i in groups[d]], confidence=confidence, margin=margin,
+                control_name=control,
+            )
+            for d in sorted(groups)
+        }
     return {
         d: compare_paired(
-            [baseline[i] for i in groups[d]],
-            [perturbed[i] for i in groups[d]],
+            [None if baseline[i] is None else bool(baseline[i]) for i in groups[d]],
+            [None if perturbed[i] is None else bool(perturbed[i]) for i in groups[d]],
             n_boot=n_boot,
             confidence=confidence,
             seed=seed,
@@ -812,8 +1023,26 @@ def conditional_power(b: float, c: float, n_seen: int, n_total: int, level: floa
     return 1.0 - NormalDist().cdf(needed / math.sqrt(var_rest))
 
 
+def shift_conditional_power(mean: float, sd: float, n_seen: int, n_total: int, level: float, margin: float = 0.0) -> float:
+    """`conditional_power` for score verdicts: the chance that the final paired t-test of
+    H0: Δ <= margin at `level` rejects if the remaining items' differences have the `mean`
+    and `sd` of the `n_seen` seen so far (normal approximation of their sum; the final
+    statistic (S - N margin) / (sd sqrt(N)))."""
+    if n_seen <= 0 or n_seen > n_total:
+        raise ValueError(f"need 0 < n_seen <= n_total; got {n_seen} and {n_total}")
+    _check_margin(margin)
+    z = NormalDist().inv_cdf(1.0 - level)
+    rest = n_total - n_seen
+    needed = z * sd * math.sqrt(n_total) + n_total * margin - n_total * mean
+    if rest == 0 or sd <= 0.0:
+        return 1.0 if needed < 0.0 else 0.0
+    return 1.0 - NormalDist().cdf(needed / (sd * math.sqrt(rest)))
+
+
 class LookRecord(BaseModel):
-    """One look of a sequential validation at one candidate (validation.json)."""
+    """One look of a sequential validation at one candidate (validation.json). On score
+    verdicts (`mean_difference` set) b and c count the items whose probability of preferring
+    the rejected response rose / fell, and the p-value is the paired t-test's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -822,6 +1051,8 @@ class LookRecord(BaseModel):
     n: int = Field(ge=0, description="Of those, items valid in both conditions.")
     b_discordant_hurt: int = Field(ge=0)
     c_discordant_helped: int = Field(ge=0)
+    mean_difference: float | None = Field(default=None, description="Score verdicts: ΔP(rejected) on the slice.")
+    sd_difference: float | None = Field(default=None, ge=0.0, description="Score verdicts: the sd of its per-item differences.")
     p_value: float = Field(ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin on the slice (`paired_p_value`).")
     level: float = Field(ge=0.0, le=1.0, description="Alpha spent at this look.")
     p_sequential: float = Field(ge=0.0, le=1.0, description="Sequential p-value up to this look.")
@@ -840,6 +1071,7 @@ def look_outcome(
     items: int,
     family_size: int,
     margin: float = 0.0,
+    shift: tuple[float, float] | None = None,
 ) -> tuple[LookOutcome, float | None]:
     """What one candidate does after look `look` (0-based): stop for efficacy, stop for
     futility, go on, or (last look) be decided with the family.
@@ -850,7 +1082,8 @@ def look_outcome(
     of the final look (at its own level, without the family correction: the most lenient
     the candidate could face) below `plan.futility`, or no valid pair at all in the slice.
     Returns the outcome and the conditional power (None when not computed).
-    `sequential_effect` integrates over exactly these two rules.
+    `sequential_effect` integrates over exactly these two rules. `shift` = (mean, sd) of the
+    per-item differences of score verdicts: their conditional power (`shift_conditional_power`).
     """
     if look == len(plan.looks) - 1:
         return "final", None
@@ -860,7 +1093,11 @@ def look_outcome(
         return "continue", None
     if n == 0:
         return "futility", 0.0  # no valid pair in the slice (e.g. every rewrite failed): nothing to go on
-    power = conditional_power(b, c, n, expected_final_n(n, items, plan.n_total), plan.levels[-1], margin)
+    n_final = expected_final_n(n, items, plan.n_total)
+    if shift is None:
+        power = conditional_power(b, c, n, n_final, plan.levels[-1], margin)
+    else:
+        power = shift_conditional_power(shift[0], shift[1], n, n_final, plan.levels[-1], margin)
     return ("futility" if power < plan.futility else "continue"), power
 
 
@@ -885,13 +1122,53 @@ def sequential_look(
     `n` are valid in both arms with b hurt and c helped; `earlier` are its previous looks.
     The record holds the slice's p-value of H0: Δ <= margin (`paired_p_value`), the
     sequential p-value so far and what the candidate does next (`look_outcome`)."""
+    return _record_look(plan, look, earlier, p=paired_p_value(b, c, n, margin), b=b, c=c, n=n, family_size=family_size, margin=margin)
+
+
+def sequential_shift_look(
+    plan: SequentialPlan,
+    look: int,
+    earlier: Sequence[LookRecord],
+    *,
+    differences: Sequence[float],
+    family_size: int,
+    margin: float = 0.0,
+) -> LookRecord:
+    """`sequential_look` for score verdicts: `differences` are the per-item shifts of the
+    probability of preferring the rejected response (arm minus control) on the items of the
+    slice valid in both; the slice's p-value is the paired t-test's of H0: Δ <= margin, the
+    futility rule its conditional power. Same plan, sequential p-value and stopping rules. The
+    record's `mean_difference` and `sd_difference` (0 without a valid item) mark it as a
+    score look."""
+    n = len(differences)
+    mean, sd = mean_and_sd(differences) if n else (0.0, 0.0)
+    b = sum(1 for d in differences if d > 0.0)
+    c = sum(1 for d in differences if d < 0.0)
+    p = paired_t_one_sided(differences, margin)
+    return _record_look(plan, look, earlier, p=p, b=b, c=c, n=n, family_size=family_size, margin=margin, shift=(mean, sd))
+
+
+def _record_look(
+    plan: SequentialPlan,
+    look: int,
+    earlier: Sequence[LookRecord],
+    *,
+    p: float,
+    b: int,
+    c: int,
+    n: int,
+    family_size: int,
+    margin: float,
+    shift: tuple[float, float] | None = None,
+) -> LookRecord:
+    """The record of look `look` with the slice's p-value `p`: the sequential p-value so far
+    and the outcome (`look_outcome`; `shift` = the score look's mean and sd)."""
     if len(earlier) != look:
         raise ValueError(f"look {look} needs {look} earlier looks, got {len(earlier)}")
-    p = paired_p_value(b, c, n, margin)
     p_seq = sequential_p_value([r.p_value for r in earlier] + [p], plan)
     items = plan.looks[look]
     outcome, power = look_outcome(
-        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin
+        plan, look, p_sequential=p_seq, b=b, c=c, n=n, items=items, family_size=family_size, margin=margin, shift=shift
     )
     return LookRecord(
         look=look + 1,
@@ -899,6 +1176,8 @@ def sequential_look(
         n=n,
         b_discordant_hurt=b,
         c_discordant_helped=c,
+        mean_difference=None if shift is None else shift[0],
+        sd_difference=None if shift is None else shift[1],
         p_value=p,
         level=plan.levels[look],
         p_sequential=p_seq,
@@ -920,7 +1199,8 @@ RECORDED_AT_STOP = "recorded Δ of the stopping look (written before early stops
 
 
 class Effect(BaseModel):
-    """The Δerror a candidate reports, and how it was estimated (validation.json's `effect`).
+    """The Δerror (score verdicts: ΔP(rejected), `measure`) a candidate reports, and how it was
+    estimated (validation.json's `effect`).
 
     After a validation on growing slices, the Δ of the look where a candidate stopped is
     biased: a candidate stops for efficacy when its slice happens to look strong, for
@@ -937,6 +1217,7 @@ class Effect(BaseModel):
     method: str
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
     n: int | None = Field(default=None, ge=0, description="Paired items at the look the estimate is taken at.")
+    measure: Measure = "error"
 
     @model_validator(mode="after")
     def _ci_ordered(self) -> "Effect":
@@ -947,7 +1228,10 @@ class Effect(BaseModel):
     @classmethod
     def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> "Effect":
         """A comparison's own Δ and CI (one look, or a record from before the estimator)."""
-        return cls(delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n)
+        return cls(
+            delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n,
+            measure=cmp.measure,
+        )
 
     @classmethod
     def recorded(cls, comparison: Mapping[str, Any], stop: str | None) -> dict[str, Any]:
@@ -1157,11 +1441,19 @@ def sequential_effect(
         raise ValueError("no look to estimate from")
     last = looks[-1]
     n = last.n
+    measure: Measure = "p_rejected" if last.mean_difference is not None else "error"
     if n == 0:
-        return Effect(delta=0.0, ci_low=None, ci_high=None, method=f"{CONDITIONAL}: no valid pair", confidence=confidence, n=0)
-    psi, variance = _smoothed_variance(last.b_discordant_hurt, last.c_discordant_helped, n)
+        return Effect(
+            delta=0.0, ci_low=None, ci_high=None, method=f"{CONDITIONAL}: no valid pair", confidence=confidence, n=0,
+            measure=measure,
+        )
+    if last.mean_difference is not None:  # score verdicts: the t statistic's spread is the sample's
+        psi, variance = 0.0, _shift_variance(last)
+        null_sd = math.sqrt(variance)
+    else:
+        psi, variance = _smoothed_variance(last.b_discordant_hurt, last.c_discordant_helped, n)
+        null_sd = math.sqrt(max(psi - margin * margin, 1e-12))
     sigma = math.sqrt(variance)
-    null_sd = math.sqrt(max(psi - margin * margin, 1e-12))
     sizes: list[int] = []
     upper: list[float] = []
     lower: list[float] = []
@@ -1187,22 +1479,47 @@ def sequential_effect(
         region = (max(region[0], low), min(region[1], u))  # it went on there, and then stopped here
     sizes.append(n)
     information = [size / variance for size in sizes]
-    z = (last.b_discordant_hurt - last.c_discordant_helped) / (sigma * math.sqrt(n))
+    total = last.mean_difference * n if last.mean_difference is not None else last.b_discordant_hurt - last.c_discordant_helped
+    z = total / (sigma * math.sqrt(n))
     estimate, low_end, high_end = conditional_interval(information, upper, lower, z, region, confidence)
+    # The three roots of one increasing tail are ordered up to the solver's tolerance; a stop on
+    # a knife's edge (z a hair below a futility boundary) can leave them 1e-8 apart the wrong way.
+    low_end, estimate, high_end = sorted((low_end, estimate, high_end))
 
     def clip(x: float) -> float:
         return min(1.0, max(-1.0, x))
 
-    return Effect(delta=clip(estimate), ci_low=clip(low_end), ci_high=clip(high_end), method=CONDITIONAL, confidence=confidence, n=n)
+    return Effect(
+        delta=clip(estimate), ci_low=clip(low_end), ci_high=clip(high_end), method=CONDITIONAL, confidence=confidence, n=n,
+        measure=measure,
+    )
+
+
+_SHIFT_SD_FLOOR = 1e-3
+"""Score verdicts: the smallest standard deviation of the per-item differences the effect's
+model uses (0.1 pp), so a slice of equal differences still has an interval."""
+
+
+def _shift_variance(record: LookRecord) -> float:
+    """The variance of one item's difference for score verdicts: the sample variance the
+    t-test used (not smoothed as the binary one is: half an item at +-1, the binary path's
+    smoothing, would swamp shifts of a few probability points), floored at `_SHIFT_SD_FLOOR`."""
+    return max(record.sd_difference or 0.0, _SHIFT_SD_FLOOR) ** 2
 
 
 def _efficacy_z(record: LookRecord, family_size: int, margin: float, sigma: float, null_sd: float) -> float:
     """The Z_j above which look j stopped for efficacy: p_j <= level_j / family_size, i.e. the
-    test statistic (S_j - n_j margin) / (null_sd sqrt(n_j)) above z_{1 - level_j / m}."""
+    test statistic (S_j - n_j margin) / (null_sd sqrt(n_j)) above z_{1 - level_j / m} (for
+    score verdicts the t-test's critical value on n_j - 1 degrees of freedom)."""
     level = record.level / max(family_size, 1)
     if level <= 0.0:
         return math.inf
-    critical = NormalDist().inv_cdf(1.0 - min(level, 0.5))
+    if record.mean_difference is not None:
+        if record.n < 2:
+            return math.inf
+        critical = student_t_quantile(1.0 - min(level, 0.5), record.n - 1)
+    else:
+        critical = NormalDist().inv_cdf(1.0 - min(level, 0.5))
     return (critical * null_sd + math.sqrt(record.n) * margin) / sigma
 
 
@@ -1218,6 +1535,8 @@ def _futility_z(record: LookRecord, plan: SequentialPlan, margin: float, sigma: 
         return -math.inf
 
     def power_at(z: float) -> float:
+        if record.mean_difference is not None:  # score verdicts: the shift's own conditional power
+            return shift_conditional_power(z * sigma / math.sqrt(n), sigma, n, n_final, plan.levels[-1], margin)
         delta = max(-psi, min(psi, z * sigma / math.sqrt(n)))
         return conditional_power(n * (psi + delta) / 2.0, n * (psi - delta) / 2.0, n, n_final, plan.levels[-1], margin)
 
@@ -1343,6 +1662,25 @@ def min_detectable_delta(
     return high
 
 
+def min_detectable_shift(
+    n: int, sd: float | None, alpha: float, *, power: float = 0.8, margin: float = 0.0
+) -> float | None:
+    """The smallest ΔP(rejected) (score verdicts) the one-sided paired t-test of
+    H0: Δ <= margin at `alpha` detects with `power` on `n` items whose per-item differences
+    have standard deviation `sd`: margin + (t_{1-alpha} + t_{power}) sd / sqrt(n) on n - 1
+    degrees of freedom (the usual approximation of the noncentral t). The sd observed is
+    taken as the noise (the spread the mean shift does not explain). None with fewer than two
+    items, without an sd, or when it exceeds the largest possible shift (1)."""
+    if not (0.0 < power < 1.0):
+        raise ValueError(f"power must be in (0, 1); got {power!r}")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+    if n < 2 or sd is None:
+        return None
+    shift = margin + (student_t_quantile(1.0 - alpha, n - 1) + student_t_quantile(power, n - 1)) * sd / math.sqrt(n)
+    return shift if shift <= 1.0 else None
+
+
 def null_discordance(b: int, c: int, n: int) -> float:
     """The discordance the observed effect does not explain: (b + c - max(0, b - c)) / n, i.e.
     twice the smaller discordant count. Under H0 it estimates b + c; under a real effect it
@@ -1394,3 +1732,108 @@ def cohens_kappa(a: Sequence[object], b: Sequence[object]) -> float:
         return float("nan")
     return (n * agree - s) / denominator
 
+
+
+# --------------------------------------------------------------------------------------------
+# Two judges on the same items: is one judge's Δ larger than the other's?
+# --------------------------------------------------------------------------------------------
+
+
+def sign_flip_p_value(differences: Sequence[int]) -> float:
+    """Two-sided exact sign-flip (permutation) p-value of H0: the per-item integer
+    `differences` are symmetric around 0.
+
+    Under H0 each nonzero difference is as likely to carry either sign (two judges are
+    exchangeable on every item), so the sum S = sum d_i is distributed as sum +-|d_i| with fair,
+    independent signs; p = P(|S| >= |S observed|), computed exactly by convolving the signs
+    over the integers (O(k x sum |d_i|) for k nonzero items). No nonzero difference: 1.0.
+    """
+    values = [int(d) for d in differences]
+    if any(v != d for v, d in zip(values, differences)):
+        raise ValueError("sign_flip_p_value takes integer differences")
+    magnitudes = [abs(v) for v in values if v]
+    observed = abs(sum(values))
+    if not magnitudes or observed == 0:
+        return 1.0
+    total = sum(magnitudes)
+    dist = np.zeros(2 * total + 1)  # index s + total holds P(S = s)
+    dist[total] = 1.0
+    for m in magnitudes:
+        step = np.zeros_like(dist)
+        step[m:] += 0.5 * dist[:-m]
+        step[:-m] += 0.5 * dist[m:]
+        dist = step
+    sums = np.arange(-total, total + 1)
+    return min(1.0, float(dist[np.abs(sums) >= observed].sum()))
+
+
+class EffectDifference(BaseModel):
+    """Two judges' Δerror for one bias on the same items, each against its own control (the
+    judge's placebo or baseline): is one judge's Δ larger than the other's?
+
+    Computed on the `n` items valid in all four arms (each judge's control and biased arm),
+    so `delta_a` and `delta_b` can differ slightly from the judges' own comparisons, which
+    use the items valid for that judge. Per item the difference of the two judges' changes,
+    (arm_a - control_a) - (arm_b - control_b), lies in -2..2; `difference` is its mean.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int = Field(ge=0, description="Items valid in all four arms.")
+    n_excluded_invalid: int = Field(ge=0, description="Items invalid in at least one arm.")
+    delta_a: float = Field(ge=-1.0, le=1.0, description="Judge A's Δerror on these items.")
+    delta_b: float = Field(ge=-1.0, le=1.0, description="Judge B's Δerror on these items.")
+    difference: float = Field(ge=-2.0, le=2.0, description="delta_a - delta_b.")
+    ci_low: float | None = Field(description="Paired bootstrap CI of the difference (None: no item).")
+    ci_high: float | None
+    confidence: float = Field(gt=0.0, lt=1.0)
+    p_value: float = Field(ge=0.0, le=1.0, description="Two-sided exact sign-flip p of H0: no difference.")
+    p_adjusted: float | None = Field(default=None, description="p_value adjusted across the comparisons decided together.")
+    significant: bool | None = Field(default=None, description="p_adjusted <= alpha; None until decided.")
+
+
+def compare_effects(
+    control_a: Sequence[bool | None],
+    arm_a: Sequence[bool | None],
+    control_b: Sequence[bool | None],
+    arm_b: Sequence[bool | None],
+    *,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> EffectDifference:
+    """Compare two judges' Δerror on the same items (errors as in `compare_paired`: True
+    wrong, False right, None invalid): the difference of their per-item changes, its paired
+    bootstrap CI and the exact two-sided sign-flip p (`sign_flip_p_value`)."""
+    if not (len(control_a) == len(arm_a) == len(control_b) == len(arm_b)):
+        raise ValueError("the four arms must cover the same items")
+    _check_confidence(confidence)
+    change_a, change_b = [], []
+    for ca, aa, cb, ab in zip(control_a, arm_a, control_b, arm_b):
+        if ca is None or aa is None or cb is None or ab is None:
+            continue
+        change_a.append(int(bool(aa)) - int(bool(ca)))
+        change_b.append(int(bool(ab)) - int(bool(cb)))
+    n = len(change_a)
+    diff = np.asarray(change_a, dtype=np.int8) - np.asarray(change_b, dtype=np.int8)
+    ci = _bootstrap_mean_ci(diff, n_boot=n_boot, confidence=confidence, seed=seed) if n else (None, None)
+    return EffectDifference(
+        n=n,
+        n_excluded_invalid=len(control_a) - n,
+        delta_a=sum(change_a) / n if n else 0.0,
+        delta_b=sum(change_b) / n if n else 0.0,
+        difference=float(diff.sum()) / n if n else 0.0,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        confidence=confidence,
+        p_value=sign_flip_p_value(diff.tolist()),
+    )
+
+
+def decide_differences(differences: Sequence[EffectDifference], *, alpha: float, correction: Correction) -> list[EffectDifference]:
+    """Adjust the comparisons' p-values together (they are one family) and mark those at or
+    below `alpha`; returns decided copies, in order."""
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+    adjusted = adjust_p_values([d.p_value for d in differences], correction)
+    return [d.model_copy(update={"p_adjusted": p, "significant": p <= alpha}) for d, p in zip(differences, adjusted)]

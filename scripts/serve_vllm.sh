@@ -13,6 +13,8 @@
 # is refused with the arithmetic. Every server runs with `--generation-config vllm`, so the
 # model's generation_config.json (Qwen's sets a repetition penalty, top_k, top_p and a
 # temperature) never changes what "greedy" means; the client also sends every sampling field.
+# `--logprobs-mode raw_logprobs` (vLLM's default, spelled out): score verdicts read the model's
+# own probabilities, before temperature and top-k/top-p, as the offline engine does.
 #
 # Settings (environment):
 #   TEACHER, TARGET              models (hub ids or local directories)
@@ -125,7 +127,7 @@ for launch in "${launches[@]}"; do
   if [ "$role" = teacher ]; then model="$TEACHER"; name="$TEACHER_NAME"; else model="$TARGET"; name="$TARGET_NAME"; fi
   if [ "${VLLM_CMD[-1]}" = serve ]; then cmd=("${VLLM_CMD[@]}" "$model"); else cmd=("${VLLM_CMD[@]}" --model "$model"); fi
   cmd+=(--served-model-name "$name" --host "$HOST" --port "$port" --max-model-len "$MAX_LEN"
-        --seed 42 --generation-config vllm)
+        --seed 42 --generation-config vllm --logprobs-mode raw_logprobs)
   if [ "$DEVICE" = gpu ]; then
     cmd+=(--tensor-parallel-size "$tp" --gpu-memory-utilization "$mem")
     prefix="CUDA_VISIBLE_DEVICES=$gpus"

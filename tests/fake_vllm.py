@@ -23,7 +23,11 @@ the same points on the real one):
 - a prompt left with fewer tokens of context than `max_tokens` is cut at the context (finish
   "length"), as vLLM clamps max_tokens;
 - JSON-schema outputs without the engine-level `disable_any_whitespace` can loop on newlines
-  until `max_tokens` (finish "length"), as SmolLM2 did.
+  until `max_tokens` (finish "length"), as SmolLM2 did;
+- `SamplingParams(logprobs=k)`: per generated token a {token id: Logprob(logprob, rank,
+  decoded_token)} dict of the top k plus the sampled token, and the end-of-sequence token
+  "<|im_end|>" counted among the generated tokens (vLLM's `raw_logprobs` under structured
+  outputs: tokens the constraint forbids get -inf). A choice's other options share 0.3.
 
 The "model" echoes the last user message in upper case, one token per word; a prompt counts
 one token per word plus 3 for the chat template.
@@ -42,8 +46,9 @@ from bias_discovery.llm.vllm_engine import VLLMAPI
 KNOWN_ENGINE_ARGS = {
     "model", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "max_model_len",
     "enforce_eager", "kv_cache_memory_bytes", "structured_outputs_config", "seed",
-    "max_num_seqs", "generation_config",
+    "max_num_seqs", "generation_config", "logprobs_mode",
 }
+EOS_ID, EOS_TEXT = 2, "<|im_end|>"
 TEMPLATE_TOKENS = 3
 
 
@@ -56,10 +61,18 @@ class FakeVLLMValidationError(FakeVLLMClientError):
 
 
 @dataclass
+class FakeLogprob:
+    logprob: float
+    rank: int | None
+    decoded_token: str | None
+
+
+@dataclass
 class FakeCompletion:
     text: str
     token_ids: list[int]
     finish_reason: str | None
+    logprobs: list[dict[int, FakeLogprob]] | None = None
 
 
 @dataclass
@@ -83,6 +96,7 @@ class FakeSamplingParams:
     seed: int | None = None
     stop: list[str] | None = None
     structured_outputs: Any = None
+    logprobs: int | None = None
 
 
 @dataclass
@@ -250,7 +264,33 @@ class FakeLLM:
         words = text.split() or [""]
         if len(words) > max_tokens:
             words, finish = words[:max_tokens], "length"
-        return FakeRequestOutput(request_id, list(range(n)), [FakeCompletion(" ".join(words), [9] * len(words), finish)])
+        completion = FakeCompletion(" ".join(words), [9] * len(words), finish)
+        if p.logprobs is not None:
+            others = [c for c in so.choice if c != text] if so is not None and so.choice is not None else []
+            completion = _with_logprobs(words, finish, others, p.logprobs)
+        return FakeRequestOutput(request_id, list(range(n)), [completion])
+
+
+def _with_logprobs(words: list[str], finish: str, others: list[str], k: int) -> FakeCompletion:
+    """A completion of `words` (one token each, ids 100, 101, ...; " " before every word but
+    the first) with per-token logprobs: the sampled token at log 0.7, `others` (a choice's other
+    options, at the last token) sharing 0.3, a forbidden token at -inf; then the EOS token."""
+    import math
+
+    pieces = [w if i == 0 else f" {w}" for i, w in enumerate(words)]
+    ids = [100 + i for i in range(len(pieces))]
+    steps: list[dict[int, FakeLogprob]] = []
+    for i, (token, piece) in enumerate(zip(ids, pieces)):
+        step = {token: FakeLogprob(math.log(0.7), 1, piece)}
+        alternatives = others if i == len(pieces) - 1 else []
+        for rank, other in enumerate(alternatives, start=2):
+            step[500 + rank] = FakeLogprob(math.log(0.3 / len(alternatives)), rank, other)
+        step[499] = FakeLogprob(float("-inf"), len(step) + 1, "<|endoftext|>")
+        steps.append({t: lp for t, lp in step.items() if lp.rank is None or lp.rank <= k or t == token})
+    if finish == "stop":
+        ids.append(EOS_ID)
+        steps.append({EOS_ID: FakeLogprob(0.0, 1, EOS_TEXT)})
+    return FakeCompletion(" ".join(words), ids, finish, steps)
 
 
 FAKE_API = VLLMAPI(

@@ -8,33 +8,55 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from typing import Callable, Sequence
 
 import numpy as np
 
 from bias_discovery.llm.base import SequentialEngine
-from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+from bias_discovery.llm.types import FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 MARKER = "As leading experts confirm."
 
 
 class ScriptedEngine(SequentialEngine):
     """Answers with `respond(request)`; records every request it is sent. On the engines' own
-    base class, so it reports responses and progress exactly as the real engines do."""
+    base class, so it reports responses and progress exactly as the real engines do.
+
+    `probability_of_a(request)`, when given, is the judge's P(A) at the verdict token: a request
+    asking for `final_top_logprobs` gets the output's last character as the final token (" A"
+    or " B") and the two labels at log P(A), log(1 - P(A)) as its top tokens (None: no
+    log-probabilities, as an engine that cannot place the verdict token)."""
 
     name = "scripted"
     thread_safe = True
 
-    def __init__(self, respond: Callable[[GenerationRequest], str], engine_id: str = "fake/scripted") -> None:
+    def __init__(
+        self,
+        respond: Callable[[GenerationRequest], str],
+        engine_id: str = "fake/scripted",
+        probability_of_a: Callable[[GenerationRequest], float | None] | None = None,
+    ) -> None:
         super().__init__(engine_id)
         self.respond = respond
+        self.probability_of_a = probability_of_a
         self.sent: list[GenerationRequest] = []
 
     def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
         self.sent.append(request)
         text = self.respond(request)
-        return GenerationResponse(text=text, finish_reason="stop", prompt_tokens=10, completion_tokens=len(text.split()))
+        final = None
+        p_a = self.probability_of_a(request) if self.probability_of_a and request.final_top_logprobs else None
+        if p_a is not None:
+            token = f" {text[-1:]}"
+            logs = {t: math.log(p) if p > 0 else float("-inf") for t, p in ((" A", p_a), (" B", 1.0 - p_a))}
+            final = FinalTokenLogprobs.from_candidates(
+                token, logs.get(token, 0.0), logs.items(), request.final_top_logprobs or 1
+            )
+        return GenerationResponse(
+            text=text, finish_reason="stop", prompt_tokens=10, completion_tokens=len(text.split()), final_logprobs=final
+        )
 
 
 def _responses(prompt: str) -> tuple[str, str]:
@@ -103,6 +125,32 @@ def authority_world(request: GenerationRequest) -> str:
         both = all(("authority" in n.lower() or "expert" in n.lower()) for n in names)
         return "same" if both else "new"
     raise AssertionError(f"unexpected prompt: {user[:200]}")
+
+
+def _item_number(text: str) -> int:
+    found = re.search(r"number (\d+)", text)
+    return int(found.group(1)) if found else 0
+
+
+def quiet_authority_world(request: GenerationRequest) -> str:
+    """authority_world, except that the judge always picks the right response (its choice
+    verdicts never err); only its probability moves (`quiet_authority_p_a`)."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        a, _ = _responses(user)
+        pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: Response {pick} is better.\nVerdict: {pick}"
+    return authority_world(request)
+
+
+def quiet_authority_p_a(request: GenerationRequest) -> float:
+    """The quiet judge's P(A): its probability of preferring the rejected response is 0.2 plus
+    up to 0.1 by item, plus 0.15 when the rejected response cites the experts (never above
+    0.5, so the choice verdict never changes)."""
+    a, b = _responses(request.messages[-1].content)
+    rejected = b if "RIGHT" in a else a
+    p_rejected = 0.2 + 0.01 * (_item_number(rejected) % 11) + (0.15 if MARKER in rejected else 0.0)
+    return 1.0 - p_rejected if "RIGHT" in a else p_rejected
 
 
 class BagOfWordsEmbedder:

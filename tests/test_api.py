@@ -191,13 +191,13 @@ def test_table_columns_are_the_documented_ones():
     """The column lists README's "Python API" section documents: other code reads them."""
     assert JudgeOutput.columns() == (
         "pair_id", "domain", "order", "verdict", "picked", "correct", "invalid_reason", "explanation", "raw_output",
-        "prompt_tokens", "completion_tokens", "cached",
+        "prompt_tokens", "completion_tokens", "cached", "p_rejected", "labels_in_top",
     )
     assert AuditOutput.columns() == (
         "bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "n_excluded", "ci_low", "ci_high", "p_value",
     )
     assert Run.columns() == (
-        "id", "name", "origin", "origin_iteration", "seed_library", "status", "in_library", "decisive", "effect",
+        "id", "name", "origin", "origin_iteration", "seed_library", "status", "in_library", "decisive", "measure", "effect",
         "effect_ci_low", "effect_ci_high", "effect_n", "effect_method", "error_statement", "n", "baseline_error",
         "perturbed_error", "delta_vs_baseline", "ci_low_vs_baseline", "ci_high_vs_baseline", "p_vs_baseline",
         "p_adjusted_vs_baseline", "rule", "placebo_n", "placebo_error", "placebo_perturbed_error", "delta_vs_placebo",

@@ -84,7 +84,7 @@ def test_judge_help_names_every_option_in_full() -> None:
         assert flag in text
 
 
-@pytest.mark.parametrize("path", [("judge",), ("audit",), ("run",), ("resume",), ("replicate",),
+@pytest.mark.parametrize("path", [("judge",), ("audit",), ("run",), ("resume",), ("replicate",), ("matrix",),
                                   ("export", "judgebench-pro"), ("export", "dpo")])
 def test_every_command_that_draws_progress_bars_takes_quiet(path: tuple[str, ...]) -> None:
     assert "--quiet" in help_text(path)

@@ -45,6 +45,17 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
 
 
 @pytest.mark.model
+def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path):
+    result = cli("judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "1", "--reasoning-chars", "120",
+                 "--max-tokens", "64", "--verdict", "score", "--out", str(tmp_path / "s"))
+    judgments, summary = read_outputs(tmp_path / "s")
+    assert summary["verdict"] == "score" and summary["score"]["n"] == 1
+    assert summary["score"]["mean_p_rejected"] == pytest.approx(sum(j["p_rejected"] for j in judgments) / 2)
+    assert (summary["score"]["ci_low"], summary["score"]["ci_high"]) == (0.0, 1.0)  # one pair: no spread known
+    assert "P(rejected)" in result.stdout and "verdict: score" in " ".join(result.stdout.split())
+
+
+@pytest.mark.model
 def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm2_gguf_path):
     cli("judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "2", "--no-reasoning", "--max-tokens", "4",
         "--allow-tie", "--mitigation", "swap", "--out", str(tmp_path / "m"))
@@ -158,6 +169,9 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert str(template) in message and "missing ${response_b}" in message and "unknown ${answer_b}" in message
     message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(tmp_path / "none.txt"))
     assert "none.txt not found" in message
+    assert "'choice' or 'score'" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--verdict", "sure")
+    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--verdict", "score", "--allow-tie")
+    assert "verdict: score" in message and "allow_tie" in message
 
 
 def test_a_server_that_is_down_fails_clearly(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -21,9 +22,9 @@ from bias_discovery.judging import (
     summarize,
     to_judgment,
 )
-from bias_discovery.llm.types import GenerationResponse
+from bias_discovery.llm.types import FinalTokenLogprobs, GenerationResponse
 from bias_discovery.prompts import load_prompt
-from bias_discovery.stats import wilson_interval
+from bias_discovery.stats import mean_t_interval, wilson_interval
 
 from fakes import ScriptedEngine, _responses
 
@@ -353,3 +354,90 @@ def test_judgebench_net_vote_counts_a_tie_as_zero():
     assert net_votes(result) == [-1]
     summary = summarize(result, model="f", data="d", settings=settings, seed=42)
     assert summary.judgebench_score == 0.0 and summary.error_rate == 1.0
+
+
+# ---------------------------------------------------------------- score verdicts
+
+
+def _final(token: str, top: list[tuple[str, float]]) -> FinalTokenLogprobs:
+    candidates = [(t, math.log(p)) for t, p in top]
+    out = FinalTokenLogprobs.from_candidates(token, dict(candidates).get(token, math.log(0.5)), candidates, k=5)
+    assert out is not None
+    return out
+
+
+def _scored(text: str, final: FinalTokenLogprobs | None) -> GenerationResponse:
+    return GenerationResponse(text=text, finish_reason="stop", final_logprobs=final)
+
+
+def test_score_settings_ask_for_the_verdict_tokens_logprobs_and_refuse_ties():
+    score = JudgeSettings(verdict="score", score_top_logprobs=7)
+    [task] = build_tasks([pair(1)], score.model_copy(update={"positions": "fixed"}), seed=0)
+    assert task.request.final_top_logprobs == 7
+    [choice] = build_tasks([pair(1)], JudgeSettings(positions="fixed"), seed=0)
+    assert choice.request.final_top_logprobs is None
+    assert choice.request.model_copy(update={"final_top_logprobs": 7}) == task.request
+    with pytest.raises(ValidationError, match="allow_tie"):
+        JudgeSettings(verdict="score", allow_tie=True)
+
+
+def test_p_rejected_is_the_rejected_labels_share_of_the_two_labels():
+    final = _final(" A", [(" A", 0.6), (" ", 0.2), (" B", 0.15), ("A", 0.05)])  # "A" and " A" add up
+    first = to_judgment(pair(1), "chosen_first", _scored("Reasoning: x\nVerdict: A", final), score=True)
+    assert first.verdict == "A" and first.correct is True and first.invalid_reason is None
+    assert first.p_rejected == pytest.approx(0.15 / 0.8) and first.labels_in_top == 2
+    second = to_judgment(pair(1), "rejected_first", _scored("Reasoning: x\nVerdict: A", final), score=True)
+    assert second.correct is False and second.p_rejected == pytest.approx(0.65 / 0.8)
+    # choice mode ignores the probabilities
+    assert to_judgment(pair(1), "chosen_first", _scored("Verdict: A", final)).p_rejected is None
+
+
+def test_a_verdict_token_without_both_labels():
+    one = to_judgment(pair(1), "chosen_first", _scored("Verdict: A", _final(" A", [(" A", 0.7), (" The", 0.2)])), score=True)
+    assert one.p_rejected == 0.0 and one.labels_in_top == 1 and one.correct is True
+    for final in (
+        _final(" A", [(" The", 0.5), (" C", 0.3)]),  # neither label among the top (A itself is not there)
+        _final(".", [(".", 0.9), (" A", 0.1)]),  # the final token is not the verdict
+        None,  # the engine could not place the verdict token
+    ):
+        judgment = to_judgment(pair(1), "chosen_first", _scored("Verdict: A", final), score=True)
+        assert judgment.invalid_reason == "no_score"
+        assert judgment.verdict is None and judgment.correct is None and judgment.p_rejected is None
+
+
+def test_pairs_average_their_orders_and_the_summary_has_a_t_interval():
+    """P(A) = 0.9 when the right answer is shown first, 0.3 when second: p_rejected is 0.1 in
+    one order and 0.3 in the other, so 0.2 per pair."""
+    def p_a(request):
+        a, _ = _responses(request.messages[-1].content)
+        return 0.9 if "RIGHT" in a else 0.3 if request.seed == 0 else None
+
+    def respond(request):
+        return "Reasoning: ok\nVerdict: A"
+
+    engine = ScriptedEngine(respond, probability_of_a=p_a)
+    settings = JudgeSettings(verdict="score")
+    pairs = [pair(i, domain="math" if i < 3 else "code") for i in range(4)]
+    result = judge_pairs(engine, pairs, settings, seed=0)
+    assert all(r.final_top_logprobs == 5 for r in engine.sent)
+    assert [o.p_rejected for o in result.outcomes] == pytest.approx([0.2] * 4)
+    summary = summarize(result, model="m", data="d", settings=settings, seed=0)
+    assert summary.verdict == "score" and summary.score is not None
+    assert summary.score.n == 4 and summary.score.mean_p_rejected == pytest.approx(0.2)
+    assert (summary.score.ci_low, summary.score.ci_high) == pytest.approx((0.2, 0.2))  # no spread
+    assert summary.per_domain["code"].score is not None and summary.per_domain["code"].score.n == 1
+    assert (summary.per_domain["code"].score.ci_low, summary.per_domain["code"].score.ci_high) == (0.0, 1.0)
+    # with a seed where the second order has no probabilities, those pairs have no score
+    broken = judge_pairs(engine, pairs, settings, seed=1)
+    assert [o.p_rejected for o in broken.outcomes] == [None] * 4
+    assert [o.correct for o in broken.outcomes] == [None] * 4
+    summary = summarize(broken, model="m", data="d", settings=settings, seed=1)
+    assert summary.invalid_reasons == {"no_score": 4} and summary.score is not None and summary.score.n == 0
+
+
+def test_the_mean_t_interval_by_hand():
+    """p_rejected 0.2, 0.4, 0.6: mean 0.4, sd 0.2, t(0.975, 2) = 4.302653: 0.4 +- 0.4968."""
+    low, high = mean_t_interval([0.2, 0.4, 0.6], bounds=(-1.0, 1.0))
+    assert (low, high) == pytest.approx((0.4 - 4.302653 * 0.2 / math.sqrt(3), 0.4 + 4.302653 * 0.2 / math.sqrt(3)), abs=1e-6)
+    assert mean_t_interval([0.2, 0.4, 0.6]) == pytest.approx((0.0, 0.4 + 4.302653 * 0.2 / math.sqrt(3)), abs=1e-6)
+    assert mean_t_interval([0.3]) == (0.0, 1.0)

@@ -7,20 +7,17 @@ run, SIGKILLs it in the middle of an iteration, resumes it, and compares.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bias_discovery.run import RunDir
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli, sigkill_when
 
 pytestmark = pytest.mark.model
 
@@ -173,25 +170,19 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Kill once the evaluate stage has stored its first judge call: mid-stage, mid-iteration.
-    # The trigger is progress, not time: on a loaded machine a call can take many seconds.
-    deadline = time.monotonic() + 1200
-    try:
-        while True:
-            started = _stage_start_time(run_dir, "evaluate")
-            if started is not None and _calls_stored_since(run_dir, started) > 0:
-                break
-            assert process.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no evaluate call was stored within 1200 s"
-            time.sleep(0.05)
-        # While it runs: `status` names the live process, and a second loop on it is refused.
-        alive = " ".join(cli("status", str(run_dir)).stdout.split())
-        second = cli("resume", str(run_dir), "--quiet", check=False)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    def evaluating() -> bool:
+        started = _stage_start_time(run_dir, "evaluate")
+        return started is not None and _calls_stored_since(run_dir, started) > 0
+
+    seen: dict[str, object] = {}
+
+    def while_alive() -> None:  # `status` names the live process, and a second loop on it is refused
+        seen["alive"] = " ".join(cli("status", str(run_dir)).stdout.split())
+        seen["second"] = cli("resume", str(run_dir), "--quiet", check=False)
+
+    sigkill_when(process, evaluating, timeout=1200, what="an evaluate call was stored", before_kill=while_alive)
+    alive, second = str(seen["alive"]), seen["second"]
+    assert isinstance(second, subprocess.CompletedProcess)
     assert f"running (pid {process.pid} on this host" in alive, alive
     assert second.returncode == 2 and f"is being run by pid {process.pid} on this host" in " ".join(second.stderr.split())
     started = _stage_start_time(run_dir, "evaluate")
@@ -227,3 +218,34 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
 def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path):
     result = cli("resume", str(tmp_path), check=False)
     assert result.returncode == 2 and "not a run directory" in result.stderr
+
+
+def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_path: Path):
+    """Validation on score verdicts with SmolLM2: a copy of the run switched to
+    judge.verdict: score replicates the seed Authority Bias on 3 test pairs: the verdict tokens'
+    probabilities arrive, every comparison is on P(rejected) (the paired t-test), and the
+    effect and smallest detectable Δ are in probability points."""
+    import yaml
+
+    copy = tmp_path / "run"
+    shutil.copytree(small_real_run, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["judge"]["verdict"] = "score"
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
+                 "--out", str(tmp_path / "rep"), "--quiet", env={"COLUMNS": "200"})
+    data = json.loads((tmp_path / "rep" / "replication.json").read_text())
+    [bias] = data["biases"]
+    record = bias["record"]
+    for name in ("vs_baseline", "vs_placebo"):
+        cmp = record[name]
+        assert cmp["measure"] == "p_rejected" and 0.0 <= cmp["control_error"] <= 1.0 and 0.0 <= cmp["arm_error"] <= 1.0
+    placebo = record["vs_placebo"]
+    assert placebo["n"] + placebo["n_excluded_invalid"] == 3 and placebo["p_value"] is not None
+    assert "paired t-test of ΔP(rejected)" in placebo["rule"]
+    assert record["effect"]["measure"] == "p_rejected"
+    judged = [json.loads(line) for line in (tmp_path / "rep" / "validation_judgments.jsonl").read_text().splitlines()]
+    assert judged and all(j["p_rejected"] is not None for j in judged if j["invalid_reason"] is None)
+    assert any(j["invalid_reason"] is None for j in judged)
+    assert "probability of preferring the rejected response" in data["error_statement"]
+    assert "effect: the reported ΔP(rejected) against the control" in " ".join(result.stdout.split())

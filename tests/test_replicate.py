@@ -12,7 +12,7 @@ import pytest
 from bias_discovery.replication import ReplicationError, replicate_run
 from bias_discovery.stats import CONDITIONAL
 
-from fakes import MARKER, ScriptedEngine, _responses, authority_world, rewrite_world
+from fakes import MARKER, ScriptedEngine, authority_world, quiet_authority_world, rewrite_world
 from helpers import cli
 from test_loop import make_config, run_fake
 from test_validation import _data
@@ -42,18 +42,9 @@ def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
 def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_path):
     """Replicated on a judge without the authority bias (it ignores the marker), neither the
     discovered bias nor the seed it came from is accepted again."""
-
-    def unbiased(request):
-        user = request.messages[-1].content
-        if "[Response A]" in user and len(request.messages) <= 2:
-            a, _ = _responses(user)
-            pick = "A" if "RIGHT" in a else "B"
-            return f"Reasoning: the right one.\nVerdict: {pick}"
-        return authority_world(request)
-
     replication, _ = replicate_run(
         authority_run.root, seed=9, biases="d1-expert-citation-bias,Authority Bias", out=tmp_path / "rep",
-        engines={"target": ScriptedEngine(unbiased)},
+        engines={"target": ScriptedEngine(quiet_authority_world)},  # always picks the right response
     )
     assert [b.id for b in replication.biases] == ["d1-expert-citation-bias", "authority-bias"]
     assert [b.reproduced for b in replication.biases] == [False, False]

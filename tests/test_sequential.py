@@ -4,6 +4,8 @@ runs (modest replication counts; benchmarks/validation_sim.py runs the full cell
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -111,3 +113,37 @@ def test_a_default_run_keeps_its_chance_of_any_false_acceptance_within_alpha():
         false_runs += accepted
     assert false_runs / runs <= 0.05
     assert "Family-wise error over the run" in settings.error_statement("placebo")
+
+
+def test_rows_of_a_matrix_are_one_family():
+    """Two sets of arms, each against its own control, decided as one family: the correction
+    sees every arm, and the smallest detectable Δ is at the whole family's level."""
+    from bias_discovery.sequential import smallest_detectable
+
+    rng = np.random.default_rng(5)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
+    rows = []
+    for _ in range(2):
+        control, strong = _paired(rng, 120, 0.3)
+        _, null = _paired(rng, 120, 0.0)
+        arms = [strong, null]
+
+        def fetch(look, active, items, arms=arms):
+            return [arms[k][list(items)].tolist() for k in active]
+
+        family = run_looks(control.tolist(), 2, fetch, settings, list(range(120)), family_size=4)
+        rows.append((family, compare_arms(family, {"placebo": control.tolist()}, settings)))
+    families = [f for f, _ in rows]
+    decided = decide(families, [c["placebo"] for _, cs in rows for c in cs], settings, "placebo")
+    assert len(decided) == 4 and all("family of 4" in d.rule for d in decided)
+    alone = decide(families[0], [c["placebo"] for c in rows[0][1]], settings, "placebo")
+    assert decided[0].p_adjusted >= alone[0].p_adjusted and "family of 2" in alone[0].rule
+    assert families[0].family_size == 4
+    # the level over 4 arms is stricter than over 2: a larger Δ is needed to be detected
+    wide, n = smallest_detectable(families[0], 1, decided[1], settings)
+    narrow, _ = smallest_detectable(dataclasses.replace(families[0], family_size=2), 1, decided[1], settings)
+    assert n == decided[1].n and wide is not None and narrow is not None and wide > narrow
+    with pytest.raises(ValueError):
+        decide(families, [c["placebo"] for c in rows[0][1]], settings, "placebo")
+    with pytest.raises(ValueError):
+        run_looks(rows[0][0].errors[0], 3, lambda *a: [], settings, list(range(120)), family_size=2)

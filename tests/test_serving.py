@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.config import load_run_config
-from bias_discovery.gpu_plan import KNOWN_SHAPES, PlanError, ServerSpec, make_plan, parse_server
+from bias_discovery.gpu_plan import KNOWN_SHAPES, PlanError, ServerSpec, make_plan, parse_server, requests_in_flight
 
 from helpers import REPO
 
@@ -30,6 +30,19 @@ def test_kv_and_weight_arithmetic_of_known_models() -> None:
     assert qwen72.kv_bytes_per_token(tp=16) == 2 * 80 * 1 * 128 * 2  # replicated past 8
     awq = KNOWN_SHAPES["Qwen/Qwen2.5-32B-Instruct-AWQ"]
     assert 17 < awq.weight_bytes() / 2**30 < 19  # 4-bit linear layers, 16-bit embeddings
+
+
+def test_requests_in_flight_from_kv_room() -> None:
+    # The README's max_concurrency per GPU class, by hand: Qwen2.5-7B at 0.90 of an 80 GB GPU
+    # (79.6 GiB): 0.90 x 79.6 - 7.61e9 x 2 B / 2^30 (14.17) - 3 = 54.47 GiB of KV room; one token
+    # takes 2 x 28 x 4 x 128 x 2 B = 57344 B, so 54.47 GiB / 57344 B = 1,019,8xx tokens, /2048 = 497.
+    seven = KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]
+    assert requests_in_flight(seven, tp=1, mem=0.90, gpu_gib=79.6, tokens_per_request=2048) == 497
+    # the 72B teacher at TP 4: 0.90 x 79.6 - 33.85 - 3 = 34.79 GiB / 81920 B = 455,9xx tokens, /3584 = 127
+    big = KNOWN_SHAPES["Qwen/Qwen2.5-72B-Instruct"]
+    assert requests_in_flight(big, tp=4, mem=0.90, gpu_gib=79.6, tokens_per_request=3584) == 127
+    # no room left after the weights: nothing in flight (and make_plan refuses that split)
+    assert requests_in_flight(big, tp=1, mem=0.90, gpu_gib=79.6, tokens_per_request=3584) == 0
 
 
 def test_plans_that_fit_and_plans_that_do_not() -> None:
@@ -98,6 +111,7 @@ def test_script_check_accepts_the_default_split() -> None:
     assert "fits" in err and "check only: nothing started" in err
     assert "teacher#0 on :8000: CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve Qwen/Qwen2.5-72B-Instruct" in err
     assert "--tensor-parallel-size 4" in err and "--generation-config vllm" in err
+    assert "--logprobs-mode raw_logprobs" in err  # score verdicts: the same probabilities as the offline engine
     for i, gpu in enumerate(range(4, 8)):
         assert f"target#{i} on :{8001 + i}: CUDA_VISIBLE_DEVICES={gpu} vllm serve Qwen/Qwen2.5-7B-Instruct" in err
 

@@ -837,3 +837,85 @@ def test_error_statement_names_min_delta_and_the_paper_rule():
         acceptance="paper", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1
     )
     assert paper.startswith("No error control")
+
+
+def test_error_statement_for_a_matrix_names_its_cells():
+    """One family of cells (a matrix): the statement says what the unit is and who is in the
+    family, and BH over one family is not "split" over anything."""
+    holm = stats.error_statement(
+        acceptance="paired", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
+        scope="matrix", unit="cell", members="9 cells: 2 judges and the jury × 3 biases",
+    )
+    assert holm == (
+        "Family-wise error over the matrix: the chance that the matrix accepts any cell that does not raise the "
+        "judge's error over the placebo is at most α = 0.05 (Holm across the matrix's 9 cells: 2 judges and the "
+        "jury × 3 biases)."
+    )
+    bh = stats.error_statement(
+        acceptance="paired", correction="bh", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
+        scope="matrix", unit="cell", members="9 cells",
+    )
+    assert "split evenly" not in bh and "cells that do not raise" in bh and "if no cell has an effect" in bh
+    several = stats.error_statement(
+        acceptance="paired", correction="bh", error_control="run", alpha=0.05, family_alpha=0.0125, families=4,
+    )
+    assert "split evenly" in several
+
+
+# ------------------------------------------------------------------------------------------
+# Two judges on the same items
+# ------------------------------------------------------------------------------------------
+
+
+def test_sign_flip_p_value_by_hand():
+    # three items, each +1: of the 8 sign patterns, 2 reach |S| >= 3
+    assert stats.sign_flip_p_value([1, 1, 1]) == pytest.approx(2 / 8)
+    # +2 and +1 (S = 3): patterns give 3, 1, -1, -3 -> 2 of 4
+    assert stats.sign_flip_p_value([2, 1, 0, 0]) == pytest.approx(2 / 4)
+    # five +1 and one -1 (S = 4): |S| >= 4 needs at most one sign against the majority: 2 x (1 + 6) / 64
+    assert stats.sign_flip_p_value([1, 1, 1, 1, 1, -1]) == pytest.approx(14 / 64)
+    assert stats.sign_flip_p_value([]) == 1.0 and stats.sign_flip_p_value([0, 0]) == 1.0
+    assert stats.sign_flip_p_value([1, -1]) == 1.0
+    # exact against brute force over every sign pattern
+    values = [2, 1, 1, -2, 1, 2, -1, 1, 1]
+    observed = abs(sum(values))
+    hits = 0
+    for mask in range(2 ** len(values)):
+        total = sum(abs(v) * (1 if mask >> i & 1 else -1) for i, v in enumerate(values))
+        hits += abs(total) >= observed
+    assert stats.sign_flip_p_value(values) == pytest.approx(hits / 2 ** len(values))
+    with pytest.raises(ValueError):
+        stats.sign_flip_p_value([0.5])
+
+
+def test_compare_effects_on_the_items_valid_in_all_four_arms():
+    # judge A: 3 items hurt by the bias; judge B: 1 hurt, 1 helped; item 5 invalid for B's arm
+    control_a = [False, False, False, False, True, False]
+    arm_a = [True, True, True, False, True, True]
+    control_b = [False, False, True, False, False, False]
+    arm_b = [True, False, False, False, False, None]
+    d = stats.compare_effects(control_a, arm_a, control_b, arm_b, n_boot=500, seed=1)
+    assert (d.n, d.n_excluded_invalid) == (5, 1)
+    assert d.delta_a == pytest.approx(3 / 5) and d.delta_b == pytest.approx(0.0) and d.difference == pytest.approx(3 / 5)
+    # per item A - B: 0, +1, +2, 0, 0 -> S = 3 of a maximum 3: 2 of 4 sign patterns
+    assert d.p_value == pytest.approx(0.5)
+    assert d.ci_low <= d.difference <= d.ci_high
+    empty = stats.compare_effects([None], [True], [False], [True])
+    assert empty.n == 0 and empty.ci_low is None and empty.p_value == 1.0
+    decided = stats.decide_differences([d, empty], alpha=0.05, correction="holm")
+    assert [x.p_adjusted for x in decided] == [1.0, 1.0] and [x.significant for x in decided] == [False, False]
+    strong = stats.compare_effects([False] * 12, [True] * 12, [False] * 12, [False] * 12)
+    assert strong.p_value == pytest.approx(2 / 2**12)
+    [decided_strong] = stats.decide_differences([strong], alpha=0.05, correction="none")
+    assert decided_strong.significant and decided_strong.p_adjusted == strong.p_value
+    with pytest.raises(ValueError):
+        stats.compare_effects([True], [True, False], [True], [True])
+
+
+def test_adjust_p_values_is_the_correction_decide_acceptance_uses():
+    ps = [0.01, 0.04, 0.03]
+    assert stats.adjust_p_values(ps, "holm") == stats.holm_adjust(ps)
+    assert stats.adjust_p_values(ps, "bh") == stats.benjamini_hochberg_adjust(ps)
+    assert stats.adjust_p_values(ps, "none") == ps
+    with pytest.raises(ValueError):
+        stats.adjust_p_values(ps, "bonferroni")  # type: ignore[arg-type]

@@ -8,7 +8,10 @@ real authority bias, a judge that prefers any rewrite, and a judge with no bias 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from bias_discovery.graph import execute
 from bias_discovery.llm.cache import CachedEngine
@@ -341,3 +344,47 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     assert "placebo" in table and "confirmed" in table and "MDE" in table
     assert "rewrite effect (placebo vs baseline): Δerror +0.0 pp (CI [+0.0, +0.0], n = 100), p = 1.000" in table
     assert "answer changed in 0.0% of 100 checked rewrites" in " ".join(table.split())
+
+
+# -- score verdicts --------------------------------------------------------------------------------
+
+
+def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
+    """A judge that always picks the right response, but whose probability of preferring the
+    rejected one rises by 0.15 when it cites experts: with choice verdicts no seed bias is
+    confirmed (no verdict ever changes), with score verdicts Authority Bias is, against the
+    placebo, with its ΔP(rejected), honest effect and MDE in probability points."""
+    from fakes import quiet_authority_p_a, quiet_authority_world
+
+    from helpers import cli
+
+    results = {}
+    for verdict in ("choice", "score"):
+        config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40), judge={"verdict": verdict},
+                             validate={"n_boot": 200, "seeds": True})
+        engine = ScriptedEngine(quiet_authority_world, probability_of_a=quiet_authority_p_a)
+        rd, state, _ = run_fake(tmp_path, config, name=verdict, engine=engine)
+        results[verdict] = (_validation(rd, 0), state)
+    choice, _ = results["choice"]
+    assert choice["measure"] == "error" and choice["accepted"] == []
+    score, state = results["score"]
+    assert score["measure"] == "p_rejected" and score["accepted"] == ["authority-bias"]
+    record = next(r for r in score["candidates"] if r["bias_id"] == "authority-bias")
+    placebo = record["vs_placebo"]
+    assert placebo["measure"] == "p_rejected" and placebo["control"] == "placebo"
+    assert placebo["delta"] == pytest.approx(0.15) and placebo["sd_difference"] == pytest.approx(0.0, abs=1e-9)
+    assert "paired t-test of ΔP(rejected)" in placebo["rule"]
+    assert [look["mean_difference"] for look in record["looks"]] == pytest.approx([0.15])  # stopped at the first look
+    assert record["stop"] == "efficacy" and record["effect"]["measure"] == "p_rejected"
+    assert record["effect"]["ci_low"] <= 0.15 <= record["effect"]["ci_high"]
+    assert record["mde"] == pytest.approx(0.0, abs=1e-9)  # no spread: any shift is detected (margin 0)
+    assert "probability of preferring the rejected response" in score["error_statement"]
+    assert record["vs_placebo"]["p_value"] == 0.5**20  # 20 equal shifts at the first look: the sign-flip test's p
+    # what a reader sees says which measure it is
+    html = render_report(tmp_path / "score")
+    assert "Rows marked P were validated on score verdicts" in html and "Rows marked P" not in render_report(tmp_path / "choice")
+    table = " ".join(cli("library", "show", str(tmp_path / "score"), env={"COLUMNS": "220"}).stdout.split())
+    assert "P: validated on score verdicts" in table and re.search(r"P 2\d\.\d%", table)
+    # the teacher leaves the other traits' rewrites unchanged: nothing judged, stopped for futility
+    assert all(r["stop"] == "futility" and r["vs_placebo"]["n"] == 0 for r in score["candidates"] if r is not record)
+    assert "smallest ΔP(rejected) vs placebo" in state["stop_reason"] or state["stop_kind"] != "converged"

@@ -40,6 +40,7 @@ def audit(
     overwrite: bool = False,
     allow_overlap: bool = False,
     skip_bad_rows: bool = False,
+    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     on_warning: WarningHandler | None = None,
@@ -53,16 +54,17 @@ def audit(
     `out`: a directory for audit.json, audit.csv, judgments.jsonl and perturbed.jsonl, written
     whole at the end (an existing non-empty one needs `overwrite`; None: nothing is written).
     A run's biases measured on data that shares pairs with its target pairs are refused unless
-    `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
+    `allow_overlap`. `timeout_s`: each request's deadline (None: the model configs'). `engines`
+    ({"target", "teacher"}) replaces the models (tests).
     """
     warn = on_warning or python_warning
     audit_settings = settings_of(settings, AuditSettings)
     check_repeats(audit_settings.repeats)
     targets = resolve_targets(spec_list(biases))
-    configs = {"target": model_config_of(model, base_url)}
+    configs = {"target": model_config_of(model, base_url, timeout_s)}
     check_teacher(targets, has_teacher=teacher is not None)
     if teacher is not None and any(t.needs_teacher for t in targets):
-        configs["teacher"] = model_config_of(teacher, teacher_base_url or base_url)
+        configs["teacher"] = model_config_of(teacher, teacher_base_url or base_url, timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         check_output_dir(out_dir, overwrite=overwrite)

@@ -57,12 +57,15 @@ def settings_of(value: _Settings | Mapping[str, Any] | None, model: type[_Settin
     return model.model_validate(value)
 
 
-def model_config_of(model: str | ModelConfig, base_url: str | None = None) -> ModelConfig:
+def model_config_of(model: str | ModelConfig, base_url: str | None = None, timeout_s: float | None = None) -> ModelConfig:
     """A model as the API takes it: a spec (``llamacpp/smollm2``, ``openai/NAME``) or a
-    ModelConfig; `base_url` sets (or replaces) the server of either."""
+    ModelConfig; `base_url` sets (or replaces) the server of either, `timeout_s` its request
+    deadline (None: unchanged)."""
     if isinstance(model, ModelConfig):
-        return ModelConfig.model_validate({**model.model_dump(), "base_url": base_url}) if base_url else model
-    return ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
+        config = ModelConfig.model_validate({**model.model_dump(), "base_url": base_url}) if base_url else model
+    else:
+        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {}))
+    return config.with_timeout(timeout_s)
 
 
 def spec_list(value: str | Path | Sequence[str | Path]) -> str:

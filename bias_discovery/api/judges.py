@@ -56,6 +56,7 @@ def judge(
     cache: str | Path | bool = True,
     skip_bad_rows: bool = False,
     compare: str | Path | None = None,
+    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engine: Engine | None = None,
     on_warning: WarningHandler | None = None,
@@ -67,13 +68,14 @@ def judge(
     mitigation ...). `out`: a directory for judgments.jsonl and summary.json, proved writable
     before the first call (None: nothing is written). `cache`: True for the shared call cache,
     False for none, or a SQLite file. `compare`: an exported Pro set, judged with the same
-    engine after `data` (its files go to `out`). `engine` replaces the model (tests; it is not
+    engine after `data` (its files go to `out`). `timeout_s`: each request's deadline, retries
+    included (None: the model config's). `engine` replaces the model (tests; it is not
     closed here). Raises BiasDiscoveryError subclasses with a one-line message, and pydantic's
     ValidationError for settings that do not validate.
     """
     warn = on_warning or python_warning
     judge_settings = settings_of(settings, JudgeSettings)
-    config = model_config_of(model, base_url)
+    config = model_config_of(model, base_url, timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():

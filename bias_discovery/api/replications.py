@@ -28,6 +28,7 @@ def replicate(
     overwrite: bool = False,
     allow_overlap: bool = False,
     skip_bad_rows: bool = False,
+    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
 ) -> Replication:
@@ -35,7 +36,8 @@ def replicate(
     the run's own rule, control and models on fresh rewrites: a new `seed` (default the run's
     + 1), or other `data`. Writes replication.json into `out` (default
     ``RUN_DIR/replications/seed-S``; `Replication.out`); every call goes through the run's call
-    cache. `engines` ({"target", "teacher", "checker"}) replaces the models (tests).
+    cache. `timeout_s`: each request's deadline (None: the run's). `engines` ({"target",
+    "teacher", "checker"}) replaces the models (tests).
     """
     replication, _ = replicate_run(
         run.root if isinstance(run, Run) else run,
@@ -51,5 +53,6 @@ def replicate(
         skip_bad_rows=skip_bad_rows,
         progress=progress,
         engines=engines,
+        timeout_s=timeout_s,
     )
     return replication

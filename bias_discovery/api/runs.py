@@ -145,6 +145,7 @@ def discover(
     resume: bool = False,
     overrides: Sequence[str] = (),
     allow_overlap: bool = False,
+    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     embedder: Embedder | None = None,
@@ -157,7 +158,8 @@ def discover(
     twice; `config` may then be omitted (the run's own ``config.yaml``) or must be the same
     settings, and when `run_dir` holds no run yet, it is started (so one notebook cell both
     starts and continues a run). Test data that shares pairs with the target data is refused
-    unless `allow_overlap` (recorded in the config). `engines` ({"target", "teacher"}) and
+    unless `allow_overlap` (recorded in the config). `timeout_s` sets every model's request
+    deadline (a fresh run records it; a resume uses it for this session only). `engines` ({"target", "teacher"}) and
     `embedder` replace the configured models (tests). A live run in `run_dir` is refused
     (RunBusyError); Ctrl-C raises KeyboardInterrupt with the run resumable.
     """
@@ -168,12 +170,12 @@ def discover(
             raise ConfigError("resume needs run_dir: the directory of the run to continue")
         if config is None or RunDir(run_dir).config_path.is_file():
             return _resume(
-                Path(run_dir), config, [*overrides, *extra], allow_overlap=allow_overlap, progress=progress,
-                engines=engines, embedder=embedder, warn=warn,
+                Path(run_dir), config, [*overrides, *extra], allow_overlap=allow_overlap, timeout_s=timeout_s,
+                progress=progress, engines=engines, embedder=embedder, warn=warn,
             )
     if config is None:
         raise ConfigError("discover needs a config: a RunConfig, a YAML file or a dict of settings")
-    settings = run_config_of(config, [*overrides, *extra])
+    settings = run_config_of(config, [*overrides, *extra]).with_timeout(timeout_s)
     root = Path(run_dir) if run_dir is not None else Path("runs") / settings.name
     rd = RunDir(root)
     probe_writable(root, what="--run-dir")
@@ -207,6 +209,7 @@ def _resume(
     overrides: list[str],
     *,
     allow_overlap: bool,
+    timeout_s: float | None,
     progress: ProgressFactory | None,
     engines: Mapping[str, Engine] | None,
     embedder: Embedder | None,
@@ -221,7 +224,7 @@ def _resume(
         stored = settings.model_dump(mode="json")
         for tree in (given, stored):
             tree["data"].pop("allow_overlap")
-        changed = _differences(stored, given)
+        changed = [key for key in _differences(stored, given) if not key.endswith("timeout_s")]
         if changed:
             raise ConfigError(
                 f"the config differs from {rd.config_path} in {', '.join(changed)}: a resumed run keeps its own "
@@ -230,6 +233,7 @@ def _resume(
     if allow_overlap and not settings.data.allow_overlap:
         settings = settings.model_copy(update={"data": settings.data.model_copy(update={"allow_overlap": True})})
         atomic_write_text(rd.config_path, settings.to_yaml())
+    settings = settings.with_timeout(timeout_s)  # this session only: config.yaml keeps the run's
     repaired = rd.library.repair_latest()
     if repaired:
         rd.event("repaired", what=repaired)

@@ -16,7 +16,7 @@ from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, warn
+from .common import app, console, fail, format_validation_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -126,6 +126,7 @@ def audit(
         False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
     ),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -150,7 +151,7 @@ def audit(
             model, data, biases, out=out, teacher=teacher, settings=settings, base_url=base_url,
             teacher_base_url=teacher_base_url, data_dir=data_dir, limit=limit,
             cache=False if no_cache else (cache or True), overwrite=overwrite, allow_overlap=allow_overlap,
-            skip_bad_rows=skip_bad_rows, progress=None if quiet else progress_bar, on_warning=warn,
+            skip_bad_rows=skip_bad_rows, timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

@@ -133,9 +133,11 @@ def library_show(
     table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
     table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
     n_rejected = 0
+    any_scored = False
     methods: dict[str, str] = {}
     for row in data["biases"]:
         n_rejected += row["status"] == "rejected" and not row["in_library"]
+        any_scored = any_scored or row["measure"] == "p_rejected"
         effect_text = "-"
         if row["effect"] is not None:
             mark = methods.setdefault(row["effect_method"], "*" * (len(methods) + 1))
@@ -151,7 +153,10 @@ def library_show(
         )
         p_text = p_value(row["decision_p"]) + (f"\n({p_value(row['decision_p_adjusted'])})" if row["decision_p_adjusted"] is not None else "")
         mde = "-" if row["mde_n"] is None else f"{pp(row['mde'], unit='', missing='none')}\n({row['mde_n']})"
-        errors = "-" if row["baseline_error"] is None else f"{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
+        scored = row["measure"] == "p_rejected"
+        errors = "-" if row["baseline_error"] is None else (
+            f"{'P ' if scored else ''}{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
+        )
         top = "-" if row["top_domain"] is None else f"{row['top_domain']}\n{pp(row['top_domain_delta'], unit='')}"
         name = Text(_wrapped(row["name"], name_width, _NAME_LINES))
         name.append("\n" + _wrapped(row["id"], name_width), style="dim")
@@ -175,6 +180,13 @@ def library_show(
             + ("measured (Δ vs placebo: `--json` or a wider terminal); p:" if narrow else "measured; p:")
             + " the decisive comparison's one-sided p (adjusted for its family); MDE: the smallest Δ that "
             "test detects with 80 % power at n items."
+            + (
+                " P: validated on score verdicts: the judge's mean probability of preferring the rejected "
+                "response instead of its error, every Δ, CI, p and MDE of the row in probability points "
+                "(one-sided paired t-test)."
+                if any_scored
+                else ""
+            )
         ),
         style="dim",
     )

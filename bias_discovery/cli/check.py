@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import plural
-from .common import app, console, err_console, fail
+from .common import app, console, err_console, fail, timeout_option
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 
@@ -18,6 +19,7 @@ _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]F
 def check(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Preflight a run config on the node that will run it.
 
@@ -28,7 +30,7 @@ def check(
     from ..preflight import run_preflight
 
     try:
-        config = load_run_config(config_path, set_)
+        config = load_run_config(config_path, set_).with_timeout(timeout)
         report = run_preflight(config)
     except BiasDiscoveryError as exc:
         fail(str(exc))

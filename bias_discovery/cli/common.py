@@ -8,7 +8,7 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -33,6 +33,20 @@ err_console = Console(stderr=True)
 @app.callback()
 def _group() -> None:
     """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
+
+
+def timeout_option() -> Any:
+    """`--timeout SECONDS` for every command that calls a model: each request's deadline,
+    retries included (ModelConfig.timeout_s; unset keeps the config's, whose default is read
+    from the model)."""
+    from ..llm.config import ModelConfig
+
+    default = ModelConfig.model_fields["timeout_s"].default
+    return typer.Option(
+        None, "--timeout", metavar="SECONDS", min=0.1,
+        help=f"Deadline of each request to a model server, retries and backoff included: a server that "
+        f"accepts and never answers fails after this long (default: the config's timeout_s, {default:g} s).",
+    )
 
 
 def default_cache_path() -> Path:

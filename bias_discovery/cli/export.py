@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
-from .common import PLAIN_HELP, app, console, fail, format_validation_error
+from .common import PLAIN_HELP, app, console, fail, format_validation_error, timeout_option
 
 export_app = typer.Typer(
     no_args_is_help=True,
@@ -60,6 +60,7 @@ def export_judgebench_pro_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Build a JudgeBench-Pro-style benchmark.
 
@@ -73,7 +74,7 @@ def export_judgebench_pro_cmd(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
             overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
-            progress=None if quiet else progress_bar,
+            progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -132,6 +133,7 @@ def export_dpo_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Bias-augmented DPO data from a run's biases.
 
@@ -144,7 +146,7 @@ def export_dpo_cmd(
         stats = export_dpo(
             run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
             include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows,
-            progress=None if quiet else progress_bar,
+            progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

@@ -14,29 +14,50 @@ from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, warn
+from .common import app, console, fail, format_validation_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..judging import JudgeSummary
+    from ..judging import JudgeSummary, ScoreSummary
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
     mitigation = f", mitigation: {summary.mitigation}" if summary.mitigation != "none" else ""
     prompt = f", prompt: {summary.prompt}" if summary.prompt else ""
-    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation}{prompt})")
-    for column in ("domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"):
+    verdict = ", verdict: score" if summary.score is not None else ""
+    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation}{verdict}{prompt})")
+    columns = ["domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"]
+    if summary.score is not None:
+        columns += ["P(rejected)", "95% CI"]
+    for column in columns:
         table.add_column(column, justify="right" if column != "domain" else "left")
+
+    def score_cells(score: ScoreSummary | None) -> list[str]:
+        if summary.score is None:
+            return []
+        if score is None:
+            return ["-", "-"]
+        return [percent(score.mean_p_rejected), percent_range(score.ci_low, score.ci_high)]
+
     for domain, d in summary.per_domain.items():
         table.add_row(
             domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high),
-            percent(d.judgebench_score),
+            percent(d.judgebench_score), *score_cells(d.score),
         )
     table.add_row(
         "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high), percent(summary.judgebench_score), style="bold",
+        percent_range(summary.error_ci_low, summary.error_ci_high), percent(summary.judgebench_score),
+        *score_cells(summary.score), style="bold",
     )
     console.print(table)
+    if summary.score is not None:
+        console.print(
+            f"P(rejected): the judge's mean probability of preferring the rejected response over the "
+            f"{summary.score.n} valid pairs (verdict token's P(A), P(B) renormalised; mean over the judged "
+            f"orders), 95% Student-t CI over pairs; {summary.score_one_label} judgments had only one label "
+            "among the verdict token's top log-probabilities",
+            highlight=False,
+        )
     orders = "both orders" if summary.positions == "both" else "one order per pair"
     console.print(
         f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
@@ -95,9 +116,14 @@ def judge(
         default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
         help="Completion token budget per judgment; must cover the reasoning.",
     ),
+    verdict: str = typer.Option(
+        default_of(JudgeSettings, "verdict"), "--verdict",
+        help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: each pair's probability of preferring the rejected response; same calls).",
+    ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
+    timeout: Optional[float] = timeout_option(),
     compare: Optional[Path] = typer.Option(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
@@ -116,12 +142,12 @@ def judge(
     try:
         settings = JudgeSettings(
             positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
-            allow_tie=allow_tie, mitigation=mitigation,  # type: ignore[arg-type]
+            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
         )
         output = judge_model(
             model, data, out=out, settings=settings, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
             cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare,
-            progress=None if quiet else progress_bar, on_warning=warn,
+            timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))

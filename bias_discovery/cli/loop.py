@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from .common import app, console, fail, interrupted, warn
+from .common import app, console, fail, interrupted, timeout_option, warn
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import Run
@@ -27,19 +27,29 @@ def _skipped_rows_line(state: RunState | None) -> str | None:
 
 
 def _print_run_end(run: Run) -> None:
+    from ..stats import MEASURE_LABELS
+
     state = run.state
     latest = run.library
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
-        f"run {run.root}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}; "
+        f"run {run.root}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(
         f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {run.record.library.latest_path}",
         highlight=False,
+        soft_wrap=True,
     )
     for bias in discovered:
         v = bias.validation
         if v is not None:
             e, decided = v.effect, v.decisive_comparison
-            clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method)
+            clause = effect_clause(
+                e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method,
+                label=MEASURE_LABELS[e.measure],
+            )
             console.print(f"  {bias.id}: {clause}", highlight=False)
     statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
     if statement:
@@ -53,6 +63,7 @@ def _print_run_end(run: Run) -> None:
             "  rewrite effect (placebo vs baseline): Δerror "
             + delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value),
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -65,6 +76,7 @@ def run(
         False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -79,7 +91,8 @@ def run(
         config = load_run_config(config_path, set_)
         root = run_dir or Path("runs") / config.name
         run_ = discover(
-            config, run_dir=root, allow_overlap=allow_overlap, progress=None if quiet else progress_bar, on_warning=warn
+            config, run_dir=root, allow_overlap=allow_overlap, timeout_s=timeout, progress=None if quiet else progress_bar,
+            on_warning=warn,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
@@ -95,6 +108,7 @@ def resume(
         False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Continue a stopped or killed run.
 
@@ -104,7 +118,8 @@ def resume(
 
     try:
         run_ = discover(
-            run_dir=run_dir, resume=True, allow_overlap=allow_overlap, progress=None if quiet else progress_bar, on_warning=warn
+            run_dir=run_dir, resume=True, allow_overlap=allow_overlap, timeout_s=timeout,
+            progress=None if quiet else progress_bar, on_warning=warn,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
-from .common import app, console, fail
+from .common import app, console, fail, timeout_option
 
 
 @app.command()
@@ -28,6 +28,7 @@ def replicate(
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Replicate on data that shares pairs (id or content) with the run's target pairs; recorded."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    timeout: Optional[float] = timeout_option(),
 ) -> None:
     """Re-validate a run's biases on fresh perturbations.
 
@@ -36,12 +37,13 @@ def replicate(
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..api import replicate as replicate_biases
     from ..progress import progress_bar
+    from ..stats import MEASURE_LABELS
 
     try:
         r = replicate_biases(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
             out=out, overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
-            progress=None if quiet else progress_bar,
+            progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
@@ -81,7 +83,8 @@ def replicate(
         )
     console.print(table)
     methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
-    console.print(f"effect: the reported Δerror against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    labels = " / ".join(dict.fromkeys(MEASURE_LABELS[b.record.effect.measure] for b in r.biases))
+    console.print(f"effect: the reported {labels} against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
     if r.error_statement:
         console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)
     if r.rewrite_effect is not None:

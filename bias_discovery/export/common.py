@@ -29,7 +29,7 @@ from ..data.overlap import DataOverlap, PairKey, check_overlap, content_hash, fi
 from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryError
 from ..io import atomic_write_jsonl, probe_writable
-from ..library import Bias, BiasLibrary, slugify
+from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
@@ -102,14 +102,9 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
     entries = [part.strip() for part in text.split(",") if part.strip()]
     if not entries:
         raise ExportError(f"--biases {spec!r} names no bias; available: {_available(library)}")
-    by_id = {b.id: b for b in library.biases}
-    by_name: dict[str, Bias] = {}
-    for b in library.biases:
-        by_name.setdefault(b.name.strip().lower(), b)
-        by_name.setdefault(slugify(b.name), b)
     chosen, seen, unknown = [], set(), []
     for entry in entries:
-        bias = by_id.get(entry) or by_name.get(entry.lower()) or by_name.get(slugify(entry))
+        bias = library.find(entry)
         if bias is None:
             unknown.append(entry)
         elif bias.id not in seen:
@@ -162,11 +157,15 @@ class RunContext:
     """A finished (or stopped) run directory, read for an export: its config, its newest
     library, and its models (`roles`), every one through the run's call cache."""
 
-    def __init__(self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None) -> None:
-        """`engines` replaces roles by ready engines (tests use scripted fakes)."""
+    def __init__(
+        self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None, timeout_s: float | None = None
+    ) -> None:
+        """`engines` replaces roles by ready engines (tests use scripted fakes); `timeout_s`
+        (`--timeout`) replaces every model's request deadline (None: the run's)."""
         self.run = RunDir(run_dir)
         self.run.require_run()
-        self.config: RunConfig = load_run_config(self.run.config_path)
+        self.timeout_s = timeout_s
+        self.config: RunConfig = load_run_config(self.run.config_path).with_timeout(timeout_s)
         self.library: BiasLibrary = self.run.library.load_latest()
         self._engines = dict(engines or {})
         self._roles: ModelRoles | None = None
@@ -188,6 +187,7 @@ class RunContext:
         config share one engine (the teacher doubling as equivalence checker is loaded once)."""
         if self._roles is not None:
             raise RuntimeError("RunContext.roles is called once per export")
+        configs = {role: config.with_timeout(self.timeout_s) for role, config in configs.items()}
         self._roles = ModelRoles(configs, cache_path=self.run.cache_path, engines=self._engines)
         return self._roles
 

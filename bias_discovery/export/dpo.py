@@ -259,16 +259,18 @@ def export_dpo(
     skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Perturb the rejected responses of `data` with the run's biases and write DPO data to
     `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed);
-    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows."""
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
+    `timeout_s` replaces the teacher's request deadline (None: the run's)."""
     out = Path(out)
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path])
     if fmt not in ("standard", "conversational"):
         raise ExportError(f"--format must be standard or conversational, got {fmt!r}")
-    with RunContext(run_path, engines=engines) as ctx:
+    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         where = data_dir if data_dir is not None else config.data.data_dir

@@ -811,9 +811,11 @@ def export_judgebench_pro(
     skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Build a Pro set from a run and write it to `out` (see the module docstring); returns
-    stats.json's content. `engines` ({"teacher", "checker", "filter"}) replaces models (tests).
+    stats.json's content. `engines` ({"teacher", "checker", "filter"}) replaces models (tests);
+    `timeout_s` every model's request deadline (None: the run's).
 
     Models: the filter is `filter_model`, else the run's target, which is refused (see
     `check_filter_model`) unless `allow_self_filter`; the equivalence checker is
@@ -830,7 +832,7 @@ def export_judgebench_pro(
     check_output_dir(out, overwrite=overwrite, protect=[run_path])
     if variants < 1:
         raise ExportError(f"--variants must be at least 1, got {variants}")
-    with RunContext(run_path, engines=engines) as ctx:
+    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
         source = data or config.data.test

@@ -74,6 +74,23 @@ def message_dicts(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+def final_token_index(tokens: Sequence[str], text: str) -> int | None:
+    """Which of the generated `tokens` (their decoded texts, in order) ends the output `text`:
+    the verdict token of a judge, whose formats all end with the verdict ("... Verdict: A").
+
+    Walking back from the last token, tokens of whitespace only and tokens whose text does not
+    occur in the output at all (an end-of-sequence token such as "<|im_end|>", which vLLM
+    counts among the generated tokens) are passed over; the first other token must be the one that ends the output, else None
+    (the tokens do not line up with the text)."""
+    end = text.rstrip()
+    for index in range(len(tokens) - 1, -1, -1):
+        piece = tokens[index].strip()
+        if not piece or piece not in end:
+            continue
+        return index if end.endswith(piece) else None
+    return None
+
+
 def check_batch_size(engine_id: str, n_responses: int, n_requests: int) -> None:
     """One response per request, or the batch fails (a response must never land on the
     wrong request)."""

@@ -7,6 +7,13 @@ inside the batch sent once. Responses that report an error are never stored, so 
 retries them. One SQLite file (WAL mode) can be shared by several engines and threads of a
 process: database access is serialised by a lock, and a request already in flight in
 another thread is waited for instead of being sent again.
+
+Fresh responses are written in small groups, one transaction each (at 2000 responses a
+second, a transaction per response would make the cache the client's limit): a group is
+committed when it holds `FLUSH_ROWS` responses or its oldest has waited `FLUSH_SECONDS`,
+and whatever is pending when the batch ends or fails. So a SIGKILL loses at most the
+responses of the group still open (under `FLUSH_ROWS`, at most `FLUSH_SECONDS` old) besides
+the requests in flight; `resume` pays for those again, nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import EngineError
 from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size
@@ -36,6 +43,43 @@ CREATE TABLE IF NOT EXISTS calls (
 # `paid` counts how often the response for a key was generated and stored: 1 unless the
 # same call was paid for twice (which the cache exists to prevent; tests assert it).
 _LOOKUP_CHUNK = 500  # stays below SQLite's limit on bound variables
+FLUSH_ROWS = 64
+"""A group of fresh responses is committed when it holds this many..."""
+FLUSH_SECONDS = 0.2
+"""...or when its oldest response has waited this long (what a SIGKILL can lose, at most)."""
+
+_Row = tuple[str, GenerationRequest, GenerationResponse]
+
+
+class _WriteGroup:
+    """Fresh responses waiting for their transaction: committed at `FLUSH_ROWS`, by a timer
+    `FLUSH_SECONDS` after the first one arrived, and by `flush()` at the end of a batch."""
+
+    def __init__(self, store: Callable[[list[_Row]], None]) -> None:
+        self._store = store
+        self._rows: list[_Row] = []
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def add(self, row: _Row) -> None:
+        with self._lock:
+            self._rows.append(row)
+            full = len(self._rows) >= FLUSH_ROWS
+            if not full and self._timer is None:
+                self._timer = threading.Timer(FLUSH_SECONDS, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if rows:  # under the lock: groups are committed in arrival order
+                self._store(rows)
 
 
 class CachedEngine(BaseEngine):
@@ -92,9 +136,10 @@ class CachedEngine(BaseEngine):
     ) -> list[GenerationResponse]:
         """Answer from the cache where possible; send the rest to the engine in one batch.
 
-        Each fresh response is stored the moment the engine hands it over, so a run killed
-        mid-batch keeps every call it finished. The responses are reported (`on_response`)
-        when the whole batch is done."""
+        Each fresh response is stored within `FLUSH_SECONDS` of the engine handing it over
+        (in groups, see the module docstring), so a run killed mid-batch keeps nearly every
+        call it finished. The responses are reported (`on_response`) when the whole batch is
+        done."""
         progress = report.advance
         keys = [r.content_hash(self.engine_id) for r in requests]
         found = self._lookup(set(keys))
@@ -182,12 +227,16 @@ class CachedEngine(BaseEngine):
         with self._db_lock:
             self.misses += len(keys)
         stored: set[int] = set()
+        group = _WriteGroup(self._store)
 
-        def store_now(index: int, response: GenerationResponse) -> None:
-            self._store([(keys[index], batch[keys[index]], response)])
+        def store_soon(index: int, response: GenerationResponse) -> None:
+            group.add((keys[index], batch[keys[index]], response))
             stored.add(index)
 
-        responses = self.engine.generate([batch[k] for k in keys], progress, on_response=store_now)
+        try:
+            responses = self.engine.generate([batch[k] for k in keys], progress, on_response=store_soon)
+        finally:  # a failed batch keeps every response that arrived
+            group.flush()
         check_batch_size(self.engine_id, len(responses), len(keys))
         # Engines that do not report responses one by one are stored here, in one go.
         self._store([(k, batch[k], r) for i, (k, r) in enumerate(zip(keys, responses)) if i not in stored])
@@ -221,9 +270,7 @@ class CachedEngine(BaseEngine):
                 continue
         return found
 
-    def _store(
-        self, items: list[tuple[str, GenerationRequest, GenerationResponse]]
-    ) -> None:
+    def _store(self, items: list[_Row]) -> None:
         now = time.time()
         rows = [
             (

@@ -53,10 +53,13 @@ class ModelConfig(BaseModel):
     answers it with free text is an error, never a source of verdicts."""
 
     timeout_s: float = Field(default=300.0, gt=0)
-    """Per-request timeout against a server."""
+    """Deadline of one request to a server, from its first send: every attempt, retry and
+    backoff counts against it, so a server that accepts connections and never answers fails
+    within this many seconds (the CLI's `--timeout`)."""
 
     max_retries: int = Field(default=4, ge=0)
-    """Retries with exponential backoff for connection errors, 429 and 5xx replies."""
+    """Retries with exponential backoff for connection errors, timeouts, 429 and 5xx replies,
+    all within `timeout_s`."""
 
     n_ctx: int = Field(default=8192, ge=256)
     """Context window for llama.cpp (prompt + completion tokens)."""
@@ -113,6 +116,12 @@ class ModelConfig(BaseModel):
         if not v.strip():
             raise ValueError("model must not be empty")
         return v
+
+    def with_timeout(self, timeout_s: float | None) -> "ModelConfig":
+        """This config with another request deadline (None: unchanged); validated."""
+        if timeout_s is None:
+            return self
+        return ModelConfig.model_validate({**self.model_dump(), "timeout_s": timeout_s})
 
     @property
     def spec(self) -> str:

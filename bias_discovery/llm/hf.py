@@ -53,6 +53,11 @@ class TransformersEngine(SequentialEngine):
             raise EngineError(
                 "constraints are not supported by the hf provider; use llamacpp, openai or vllm"
             )
+        if any(r.final_top_logprobs is not None for r in requests):
+            raise EngineError(
+                "log-probabilities (score verdicts) are not supported by the hf provider; use "
+                "llamacpp, openai or vllm"
+            )
 
     def _release(self) -> None:
         """Drop the model and free GPU memory."""

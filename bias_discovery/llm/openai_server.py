@@ -1,15 +1,26 @@
 """Any OpenAI-compatible chat server: `vllm serve`, `llama_cpp.server`, llama.cpp's
 `llama-server`, hosted APIs.
 
-Plain httpx, no `openai` package: one POST to `{base_url}/chat/completions` per request,
-`max_concurrency` of them in flight per server, each response handed on (to the call cache)
-the moment it arrives, results in request order. Connection errors, timeouts, 408, 429 and
-5xx are retried with exponential backoff and jitter; after `max_retries` retries the batch
-fails with an EngineError naming the URL, so a server that is down fails clearly and in
-bounded time. A request the server refuses because it does not fit the context window
-(vLLM: HTTP 400 with `param: "input_tokens"`; llama.cpp: "exceed context window") gets a
-`finish_reason="error"` response, and the rest of the batch survives; any other 4xx fails
-the batch with the server's message.
+asyncio and aiohttp, no `openai` package: one POST to `{base_url}/chat/completions` per
+request, all of them coroutines on the process's one event loop (`llm.aio`), at most
+`max_concurrency` in flight per server, each response handed on (to the call cache) the
+moment it arrives, results in request order. No thread per request: 2048 in flight cost one
+loop (a thread-per-request httpx client stalled at 1000+ threads, its pool bookkeeping
+growing with the square of the pool). The batch interface (`generate`) stays synchronous:
+the calling thread waits for the loop's responses and reports each one; `submit` and
+`complete` answer single requests, for callers that stream work item by item.
+
+**Deadline.** `timeout_s` bounds each request as a whole: every attempt, retry and backoff
+after its first send counts against it (waiting for a free slot does not: that is the
+client's own queue). Connection errors, timeouts, 408, 429 and 5xx are retried with
+exponential backoff and jitter within that deadline; after `max_retries` retries, or when
+the deadline passes, the batch fails with an EngineError naming the URL, so a server that is
+down, or accepts connections and never answers, fails clearly within `timeout_s`. While no
+answer has come for `WAIT_NOTE_AFTER_S`, the progress line says what the oldest request is
+waiting on ("waiting on http://...: 45 s, attempt 2/5"). A request the server refuses because
+it does not fit the context window (vLLM: HTTP 400 with `param: "input_tokens"`; llama.cpp:
+"exceed context window") gets a `finish_reason="error"` response, and the rest of the batch
+survives; any other 4xx fails the batch with the server's message.
 
 **Replicas.** `base_url` may list several servers of the same model (nodes, or vLLM
 data-parallel deployments behind each URL). Each request goes to the live replica with the
@@ -21,8 +32,8 @@ a response only when one arrives, whichever replica sent it.
 
 **Concurrency.** `max_concurrency` unset means `DEFAULT_CONCURRENCY[dialect]`: 1024 for vLLM
 (its default `max_num_seqs` for the OpenAI server on an H100/H200-class GPU, 256 on smaller
-ones: fewer in flight leaves its batch part-empty, more only wait in its queue, and queue
-time counts against `timeout_s`), 4 for llama.cpp (llama-server's automatic slot count;
+ones: fewer in flight leaves its batch part-empty, more only wait in its queue, and the
+server's queue time counts against `timeout_s`), 4 for llama.cpp (llama-server's automatic slot count;
 llama_cpp.server serves one request at a time), 16 for hosted APIs (their rate limits).
 
 **Sampling.** A vLLM server fills every sampling field a request leaves out from the
@@ -60,6 +71,10 @@ first constrained request of each kind a probe (`conformance.probe_request`) pro
 enforces that kind, and a replica that does not, or 8 broken replies in a row, fail the batch
 with an EngineError.
 
+**Log-probabilities** (`final_top_logprobs`, score verdicts) go out as `logprobs: true,
+top_logprobs: k`; servers return them for every generated token, and the final token's are
+kept. A reply without them is an EngineError naming the server (it ignored the fields).
+
 The output budget goes out as `max_tokens`, which every server above reads. OpenAI's
 reasoning models refuse it ("Unsupported parameter: 'max_tokens' ... Use
 'max_completion_tokens' instead"); on that refusal the request is resent with
@@ -71,22 +86,30 @@ servers) and is only ever put in the Authorization header: never logged, never s
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import random
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TypeVar
+from queue import Empty, SimpleQueue
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from ..errors import ConfigError, EngineError
-from .base import BaseEngine, BatchReport, finish_reason, message_dicts
+from ..progress import show_wait
+from . import aio
+from .base import BaseEngine, BatchReport, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .conformance import probe_failure, probe_request, violation
 from .llamacpp import sampling_fields as llamacpp_sampling_fields
-from .types import Constraint, ConstraintKind, GenerationRequest, GenerationResponse
+from .types import Constraint, ConstraintKind, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 from .vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 __all__ = [
@@ -95,6 +118,7 @@ __all__ = [
     "build_payload",
     "constraint_fields",
     "detect_dialect",
+    "final_logprobs_from_reply",
     "probe_kind",
     "read_reply",
 ]
@@ -105,6 +129,14 @@ REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
 REPLICA_COOLDOWN_CAP_S = 60.0
 """...up to this: a replica that comes back is used again within a minute."""
+FREEZE_HEAP_FROM = 256
+"""Batches of at least this many requests run under `aio.frozen_heap`."""
+CLOSE_TIMEOUT_S = 10.0
+"""Longest wait for the connections to close."""
+CONNECT_TIMEOUT_S = 10.0
+"""Longest wait for a TCP connection (within the request's deadline)."""
+WAIT_NOTE_AFTER_S = 5.0
+"""With no answer for this long, the progress line says what the oldest request waits on."""
 SYSTEMATIC_VIOLATIONS = 8
 """This many constrained replies in a row that break their constraint fail the batch."""
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -220,7 +252,27 @@ def build_payload(model: str, request: GenerationRequest, dialect: Dialect) -> d
         body.update(llamacpp_sampling_fields(request.temperature))
     if request.constraint is not None:
         body.update(constraint_fields(request.constraint, dialect))
+    if request.final_top_logprobs is not None:  # servers return them for every generated token
+        if dialect == "openai":
+            raise ConfigError(
+                "score verdicts read the verdict token at the end of the output, and the 'openai' "
+                "structured-outputs dialect wraps verdicts in JSON; use a vLLM or llama.cpp server "
+                "(structured_outputs: vllm or llamacpp), or judge.verdict: choice"
+            )
+        body.update({"logprobs": True, "top_logprobs": request.final_top_logprobs})
     return body
+
+
+def final_logprobs_from_reply(choice: dict[str, Any], text: str, k: int) -> FinalTokenLogprobs | None:
+    """The final token's log-probabilities from a chat completion choice's `logprobs.content`
+    (one {token, logprob, top_logprobs: [{token, logprob}]} per generated token)."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    index = final_token_index([str(entry.get("token") or "") for entry in content], text)
+    if index is None:
+        return None
+    entry = content[index]
+    candidates = [(str(c.get("token") or ""), float(c["logprob"])) for c in entry.get("top_logprobs") or []]
+    return FinalTokenLogprobs.from_candidates(str(entry.get("token") or ""), float(entry["logprob"]), candidates, k)
 
 
 def detect_dialect(models_reply: Any) -> Dialect:
@@ -269,12 +321,6 @@ class _ReplicaDown(Exception):
     """This replica did not answer usably (transport error, timeout, 408/429/5xx)."""
 
 
-def _check_stop(stop: threading.Event | None) -> None:
-    """Refuse to send more once another request of the batch has failed it."""
-    if stop is not None and stop.is_set():
-        raise EngineError("batch aborted after another request failed")
-
-
 @dataclass(eq=False)
 class _Replica:
     url: str
@@ -285,16 +331,21 @@ class _Replica:
     last_used: int = 0
     probed: dict[str, str] = field(default_factory=dict)
     """Constraint kind -> "" (enforced) or why the probe failed."""
-    probe_lock: threading.Lock = field(default_factory=threading.Lock)
+    probe_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class _Replicas:
-    """The servers of one role: least-loaded choice, per-replica capacity, cool-downs."""
+    """The servers of one role: least-loaded choice, per-replica capacity (a counting
+    semaphore per replica, `capacity` slots each), cool-downs. Used on the event loop only.
+
+    Waiters for a slot queue in FIFO order and a release wakes one of them, so a full client
+    with thousands of requests waiting costs O(1) per completion (waking every waiter on every
+    release would cost O(waiters))."""
 
     def __init__(self, urls: Sequence[str], capacity: int) -> None:
         self.replicas = [_Replica(url) for url in urls]
         self.capacity = capacity
-        self._cond = threading.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._ticket = 0
 
     def live(self, now: float | None = None) -> list[_Replica]:
@@ -302,53 +353,102 @@ class _Replicas:
         return [r for r in self.replicas if r.down_until <= now]
 
     def any_live(self) -> bool:
-        with self._cond:
-            return bool(self.live())
+        return bool(self.live())
 
-    def acquire(self, stop: threading.Event | None, avoid: _Replica | None = None) -> _Replica:
+    def _choose(self, avoid: _Replica | None) -> _Replica | None:
+        now = time.monotonic()
+        live = self.live(now)
+        if avoid is not None and len(live) > 1:
+            live = [r for r in live if r is not avoid]
+        if not live:  # all cooling down: try the one that recovers first
+            return min(self.replicas, key=lambda r: (r.down_until, r.in_flight))
+        free = [r for r in live if r.in_flight < self.capacity]
+        return min(free, key=lambda r: (r.in_flight, r.last_used)) if free else None
+
+    async def acquire(self, avoid: _Replica | None = None) -> _Replica:
         """The live replica with the fewest requests in flight (waiting for a free slot);
         when every replica is cooling down, the one that comes back first. `avoid` (the one
         that just failed) is taken only when nothing else is left."""
-        with self._cond:
-            while True:
-                _check_stop(stop)
-                now = time.monotonic()
-                live = self.live(now)
-                if avoid is not None and len(live) > 1:
-                    live = [r for r in live if r is not avoid]
-                if not live:  # all cooling down: try the one that recovers first
-                    chosen = min(self.replicas, key=lambda r: (r.down_until, r.in_flight))
-                else:
-                    free = [r for r in live if r.in_flight < self.capacity]
-                    if not free:
-                        self._cond.wait(timeout=0.5)
-                        continue
-                    chosen = min(free, key=lambda r: (r.in_flight, r.last_used))
+        woken = False
+        while True:
+            chosen = self._choose(avoid)
+            if chosen is not None:
                 self._ticket += 1
                 chosen.in_flight += 1
                 chosen.last_used = self._ticket
                 return chosen
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            # one woken but beaten to the slot keeps its place at the front
+            self._waiters.appendleft(waiter) if woken else self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake(1)  # it was woken: pass the wake-up on
+                raise  # a cancelled waiter left in the queue is skipped by `_wake`
+            woken = True
+
+    def give_back(self, replica: _Replica) -> None:
+        """Return a slot that was not used: no news about the replica."""
+        replica.in_flight -= 1
+        self._wake(1)
 
     def release(self, replica: _Replica, failed: bool) -> None:
-        with self._cond:
-            replica.in_flight -= 1
-            if failed:
-                replica.failures += 1
-                cooldown = min(REPLICA_COOLDOWN_CAP_S, REPLICA_COOLDOWN_S * 2 ** (replica.failures - 1))
-                replica.down_until = time.monotonic() + cooldown
-            else:
-                replica.failures = 0
-                replica.down_until = 0.0
-            self._cond.notify_all()
+        """Return a slot after a request: a failure starts (or doubles) its cool-down, a
+        success ends it."""
+        replica.in_flight -= 1
+        if failed:
+            replica.failures += 1
+            cooldown = min(REPLICA_COOLDOWN_CAP_S, REPLICA_COOLDOWN_S * 2 ** (replica.failures - 1))
+            replica.down_until = time.monotonic() + cooldown
+            # its slots come back when the cool-down ends, without a release
+            asyncio.get_running_loop().call_later(cooldown, self._wake, self.capacity)
+        else:
+            replica.failures = 0
+            replica.down_until = 0.0
+        self._wake(1)
 
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+    def _wake(self, n: int) -> None:
+        """Wake the first `n` waiters still waiting."""
+        while n > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                n -= 1
+
+
+@dataclass
+class _Reply:
+    """A server's reply, read in full (what `_parse` and `_server_message` read)."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+@dataclass
+class _Waiting:
+    """A request in flight, for the wait note ("waiting on URL: 45 s, attempt 2/5")."""
+
+    url: str
+    started: float
+    attempt: int
+    attempts: int
 
 
 # --------------------------------------------------------------------------------------
 # The engine
 # --------------------------------------------------------------------------------------
+
+_DONE, _NOTE, _FAILED = 0, 1, 2
+_Item = tuple[int, int, Any]
+"""What a batch hands its caller: (_DONE, index, response), (_NOTE, -1, text) or (_FAILED, index, exception)."""
 
 
 class OpenAIServerEngine(BaseEngine):
@@ -356,7 +456,7 @@ class OpenAIServerEngine(BaseEngine):
     `config.model`."""
 
     name = "OpenAI server"
-    thread_safe = True  # several threads' batches share the connection pool
+    thread_safe = True  # several threads' batches share the event loop and the connections
 
     def __init__(self, config: ModelConfig) -> None:
         if not config.base_urls:
@@ -365,41 +465,36 @@ class OpenAIServerEngine(BaseEngine):
                 "(the address of an OpenAI-compatible server such as `vllm serve` or "
                 "`python -m llama_cpp.server`)"
             )
-        import httpx
-
-        self._httpx = httpx
         self.config = config
         self.base_urls = config.base_urls
         self.base_url = self.base_urls[0]
         super().__init__(f"openai/{config.model}@{','.join(self.base_urls)}")
-        headers = {"Content-Type": "application/json"}
+        self._headers: dict[str, str] = {}
         api_key = os.environ.get(config.api_key_env)
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        timeout = httpx.Timeout(config.timeout_s, connect=min(config.timeout_s, 10.0))
-        # In-flight requests are bounded by the replicas' capacity, not by the pool.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        self._client = httpx.Client(headers=headers, timeout=timeout, limits=limits)
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: Any = None  # aiohttp.ClientSession, made on the loop at first use
         self._dialect: Dialect | None = (
             None if config.structured_outputs == "auto" else config.structured_outputs
         )
-        self._dialect_lock = threading.Lock()
+        self._dialect_lock: asyncio.Lock | None = None
         self._replicas = _Replicas(self.base_urls, config.max_concurrency or 1)
         if self._dialect is not None:
             self._replicas.capacity = self.max_concurrency
         self._use_max_completion_tokens = False
         self._violations_lock = threading.Lock()
         self._violations_in_a_row = 0
+        self._waiting: dict[int, _Waiting] = {}
+        self._tokens = itertools.count()
+        self._last_answer = time.monotonic()
 
     @property
     def dialect(self) -> Dialect:
         """The structured-outputs dialect, asking the server once when it is `auto`."""
-        with self._dialect_lock:
-            if self._dialect is None:
-                data = self._models_reply(None)
-                self._dialect = detect_dialect(data) if data is not None else "openai"
-                self._replicas.capacity = self.max_concurrency
-            return self._dialect
+        if self._dialect is None:
+            aio.run_sync(self._detect_dialect())
+        assert self._dialect is not None
+        return self._dialect
 
     @property
     def max_concurrency(self) -> int:
@@ -411,111 +506,287 @@ class OpenAIServerEngine(BaseEngine):
     def list_models(self) -> Any:
         """The parsed `GET /models` reply of the first live replica (EngineError when no
         replica answers; None when it answers with an error status or not JSON)."""
-        return self._models_reply(None)
+        return aio.run_sync(self._models_reply())
+
+    def submit(self, request: GenerationRequest) -> "Future[GenerationResponse]":
+        """One request, answered on its own: the Future completes when its response arrives
+        (for callers that feed requests one by one and act on each as it completes)."""
+        return aio.submit(self.complete(request))
+
+    async def complete(self, request: GenerationRequest) -> GenerationResponse:
+        """One request, on the event loop: replica choice, retries within the deadline,
+        probe, constraint check. Raises EngineError for what fails more than this request."""
+        await self._detect_dialect()
+        return await self._complete(request)
 
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        """Send the batch with bounded concurrency; each response is reported as it arrives
-        (collected with `as_completed`: O(1) per completion)."""
-        dialect = self.dialect
-        payloads = [build_payload(self.config.model, r, dialect) for r in requests]
+        """Send the batch on the event loop, at most `max_concurrency` in flight per replica;
+        each response is reported in this thread as it arrives, and the loop's wait notes go to
+        the progress bar (`progress.show_wait`). A large batch runs with the heap that was
+        there before it left out of the garbage collector's scans (`aio.frozen_heap`)."""
+        with aio.frozen_heap() if len(requests) >= FREEZE_HEAP_FROM else nullcontext():
+            return self._run_batch(requests, report)
+
+    def _run_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         results: list[GenerationResponse | None] = [None] * len(requests)
-        stop = threading.Event()
-        workers = min(self.max_concurrency * len(self.base_urls), len(requests))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai-engine")
-        failed = False
+        inbox: SimpleQueue[list[_Item]] = SimpleQueue()
+        batch = aio.submit(self._batch(requests, inbox))
+        noted = False
         try:
-            futures: dict[Future[GenerationResponse], int] = {
-                pool.submit(self._complete, payload, request.constraint, stop): i
-                for i, (payload, request) in enumerate(zip(payloads, requests))
-            }
-            for future in as_completed(futures):
-                index = futures[future]
-                response = results[index] = future.result()
-                report.done(index, response)
+            remaining = len(requests)
+            while remaining:
+                try:
+                    items = inbox.get(timeout=1.0)
+                except Empty:  # (a batch that ended normally may still have a bundle on its way)
+                    if batch.done() and (batch.cancelled() or batch.exception() is not None):
+                        why = "cancelled" if batch.cancelled() else repr(batch.exception())
+                        raise EngineError(f"the request loop of {self.engine_id} stopped: {why}")
+                    continue
+                for kind, index, value in items:
+                    if kind == _DONE:
+                        results[index] = value
+                        report.done(index, value)
+                        remaining -= 1
+                        if noted:
+                            show_wait(None)
+                            noted = False
+                    elif kind == _NOTE:
+                        show_wait(value)
+                        noted = True
+                    else:
+                        raise value
         except BaseException:
-            failed = True
-            stop.set()  # queued requests are dropped, sleeping retries give up
-            self._replicas.wake()
+            batch.cancel()  # requests still queued or in flight are dropped now
             raise
         finally:
-            # On failure, do not wait for requests still in flight: fail now.
-            pool.shutdown(wait=not failed, cancel_futures=True)
+            if noted:
+                show_wait(None)
         return [r for r in results if r is not None]
 
     def _release(self) -> None:
         """Close the HTTP connections."""
-        self._client.close()
+        session, self._session = self._session, None
+        if session is not None:
+            try:  # bounded: closing must never hang (e.g. at interpreter exit, the loop's thread gone)
+                aio.run_sync(session.close(), timeout=CLOSE_TIMEOUT_S)
+            except (FutureTimeout, RuntimeError):
+                pass
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ on the event loop
 
-    def _complete(
-        self, payload: dict[str, Any], constraint: Constraint | None, stop: threading.Event
-    ) -> GenerationResponse:
-        def attempt(replica: _Replica) -> GenerationResponse:
+    async def _batch(self, requests: Sequence[GenerationRequest], inbox: SimpleQueue[list[_Item]]) -> None:
+        """One task per request, each handing its response (or the error that fails the batch)
+        to the caller through `inbox`; a watcher adds a note while no answer has come for a
+        while. What one turn of the loop finished goes over as one bundle: a wake-up of the
+        waiting thread per response would cost more than the response."""
+        bundle: list[_Item] = []
+        loop = asyncio.get_running_loop()
+
+        def hand_over() -> None:
+            inbox.put(bundle[:])
+            bundle.clear()
+
+        def deliver(item: _Item) -> None:
+            bundle.append(item)
+            if len(bundle) == 1:
+                loop.call_soon(hand_over)
+
+        watcher = asyncio.ensure_future(self._watch(deliver))
+        try:
+            await self._detect_dialect()  # once, before any request is built
+        except BaseException as exc:
+            watcher.cancel()
+            deliver((_FAILED, -1, exc))
+            return
+
+        failed: list[BaseException] = []
+
+        async def one(index: int) -> None:
+            try:
+                response = await self._complete(requests[index])
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # handed to the caller, who fails the batch
+                failed.append(exc)  # and nothing more is started
+                deliver((_FAILED, index, exc))
+            else:
+                deliver((_DONE, index, response))
+
+        # A task per request only while it can have a slot: thousands of idle tasks waiting
+        # for one would only be more objects for the garbage collector to scan.
+        todo = iter(range(len(requests)))
+        running: set[asyncio.Future[None]] = set()
+        finished = loop.create_future()
+
+        def start_next(_: object = None) -> None:
+            index = None if failed else next(todo, None)
+            if index is not None:
+                task = asyncio.ensure_future(one(index))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                task.add_done_callback(start_next)
+            elif not running and not finished.done():
+                finished.set_result(None)
+
+        try:
+            for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls))):
+                start_next()
+            await finished
+        finally:
+            watcher.cancel()
+            for task in list(running):
+                task.cancel()
+
+    async def _watch(self, deliver: Callable[[_Item], None]) -> None:
+        """Every second: when no answer has come for WAIT_NOTE_AFTER_S, say what the oldest
+        request in flight is waiting on."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            if not self._waiting or now - self._last_answer < WAIT_NOTE_AFTER_S:
+                continue
+            oldest = min(self._waiting.values(), key=lambda w: w.started)
+            if now - oldest.started >= WAIT_NOTE_AFTER_S:
+                deliver((_NOTE, -1, f"waiting on {oldest.url}: {now - oldest.started:.0f} s, "
+                                    f"attempt {oldest.attempt}/{oldest.attempts}"))
+
+    async def _client(self) -> Any:
+        """The aiohttp session (made on the loop on first use)."""
+        if self._session is None:
+            import aiohttp
+
+            aio.ensure_open_files(self.max_concurrency * len(self.base_urls) + 256)
+            # In-flight requests are bounded by the replicas' capacity, not by the pool.
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self._session
+
+    async def _detect_dialect(self) -> Dialect:
+        if self._dialect is None:
+            if self._dialect_lock is None:
+                self._dialect_lock = asyncio.Lock()
+            async with self._dialect_lock:
+                if self._dialect is None:
+                    data = await self._models_reply()
+                    self._dialect = detect_dialect(data) if data is not None else "openai"
+                    self._replicas.capacity = self.max_concurrency
+        return self._dialect
+
+    async def _complete(self, request: GenerationRequest) -> GenerationResponse:
+        constraint = request.constraint
+        payload: dict[str, Any] = {}
+
+        async def attempt(replica: _Replica, deadline: float) -> GenerationResponse:
             if constraint is not None and self.config.constraint_probe:
-                self._ensure_enforced(replica, constraint, stop)
-            response = self._chat(replica, payload, stop)
-            return self._to_response(replica, response, constraint)
+                await self._ensure_enforced(replica, constraint, deadline)
+            if not payload:  # built once a slot is taken: the work spreads over the batch's waits
+                assert self._dialect is not None
+                payload.update(build_payload(self.config.model, request, self._dialect))
+            response = await self._chat(replica, payload, deadline)
+            return self._to_response(replica, response, constraint, top_logprobs=payload.get("top_logprobs"))
 
-        return self._with_failover(attempt, stop, "/chat/completions")
+        response = await self._with_failover(attempt, "/chat/completions")
+        self._last_answer = time.monotonic()
+        return response
 
-    def _with_failover(self, work: Callable[[_Replica], _T], stop: threading.Event | None, path: str) -> _T:
+    async def _with_failover(self, work: Callable[[_Replica, float], Awaitable[_T]], path: str) -> _T:
         """Run `work` on a replica; on `_ReplicaDown`, again on another (at once) or, when
-        every replica is down, on the first to recover after a backoff."""
+        every replica is down, on the first to recover after a backoff. Every attempt and
+        backoff counts against one deadline, `timeout_s` from the first send."""
         attempts = self.config.max_retries + 1
         reason = ""
         failed: _Replica | None = None
-        for attempt in range(attempts):
-            if attempt and not self._replicas.any_live():
-                delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-                time.sleep(delay * (0.5 + random.random()))
-            replica = self._replicas.acquire(stop, avoid=failed)  # raises if the batch stopped
-            down = False
-            try:
-                return work(replica)
-            except _ReplicaDown as exc:
-                down = True
-                reason = f"{exc}" if len(self.base_urls) == 1 else f"{replica.url}: {exc}"
-                failed = replica
-            finally:
-                self._replicas.release(replica, failed=down)
+        deadline: float | None = None
+        token = next(self._tokens)
+        tried = 0
+        try:
+            for attempt in range(1, attempts + 1):
+                if attempt > 1 and not self._replicas.any_live():
+                    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 2)) * (0.5 + random.random())
+                    await asyncio.sleep(max(0.0, min(delay, (deadline or 0.0) - time.monotonic())))
+                replica = await self._replicas.acquire(avoid=failed)
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.config.timeout_s
+                    self._waiting[token] = _Waiting(replica.url, now, attempt, attempts)
+                elif now >= deadline:
+                    self._replicas.give_back(replica)
+                    break
+                else:
+                    waiting = self._waiting[token]
+                    waiting.url, waiting.attempt = replica.url, attempt
+                down = False
+                tried = attempt
+                try:
+                    return await work(replica, deadline)
+                except _ReplicaDown as exc:
+                    down = True
+                    reason = f"{exc}" if len(self.base_urls) == 1 else f"{replica.url}: {exc}"
+                    failed = replica
+                finally:
+                    self._replicas.release(replica, failed=down)
+                if time.monotonic() >= deadline:
+                    break
+        finally:
+            self._waiting.pop(token, None)
         where = (
             f"model server at {self.base_url}{path}"
             if len(self.base_urls) == 1
             else f"any of the model servers {', '.join(self.base_urls)}"
         )
+        if tried < attempts:
+            raise EngineError(
+                f"cannot reach {where} within the {self.config.timeout_s:g} s deadline (timeout_s, or "
+                f"--timeout; {tried} of {attempts} attempts): {reason}"
+            )
         raise EngineError(f"cannot reach {where} after {attempts} attempts: {reason}")
 
-    def _send(self, replica: _Replica, method: str, path: str, payload: dict[str, Any] | None) -> Any:
-        """One HTTP call; `_ReplicaDown` for what another attempt may fix."""
-        httpx = self._httpx
+    async def _send(
+        self, replica: _Replica, method: str, path: str, payload: dict[str, Any] | None, deadline: float
+    ) -> _Reply:
+        """One HTTP call, bounded by what is left of the deadline; `_ReplicaDown` for what
+        another attempt may fix."""
+        import aiohttp
+
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _ReplicaDown("timed out")
+        timeout = aiohttp.ClientTimeout(total=left, connect=min(left, CONNECT_TIMEOUT_S))
+        session = await self._client()
         try:
-            response = self._client.request(method, f"{replica.url}{path}", json=payload)
-        except httpx.TimeoutException as exc:
-            raise _ReplicaDown(f"timed out ({type(exc).__name__}, timeout {self.config.timeout_s:g}s)") from exc
-        except httpx.TransportError as exc:
+            async with session.request(method, f"{replica.url}{path}", json=payload, timeout=timeout) as reply:
+                content = await reply.read()
+                status = reply.status
+        except asyncio.TimeoutError as exc:
+            raise _ReplicaDown("timed out") from exc
+        except aiohttp.ClientError as exc:
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code in _RETRY_STATUS or response.status_code >= 500:
+        except OSError as exc:
+            raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
+        response = _Reply(status, content)
+        if status in _RETRY_STATUS or status >= 500:
             message, _, _ = _server_message(response)
-            raise _ReplicaDown(f"HTTP {response.status_code}: {message[:300]}")
+            raise _ReplicaDown(f"HTTP {status}: {message[:300]}")
         return response
 
-    def _chat(self, replica: _Replica, payload: dict[str, Any], stop: threading.Event | None) -> Any:
+    async def _chat(self, replica: _Replica, payload: dict[str, Any], deadline: float) -> _Reply:
         """POST one chat completion, renaming `max_tokens` once if the server asks for it."""
-        _check_stop(stop)
         body = self._with_token_field(payload)
-        response = self._send(replica, "POST", "/chat/completions", body)
+        response = await self._send(replica, "POST", "/chat/completions", body, deadline)
         if response.status_code == 400 and "max_tokens" in body:
             message, _, _ = _server_message(response)
             if _WANTS_MAX_COMPLETION_TOKENS.search(message):
                 self._use_max_completion_tokens = True  # for every later request too
-                response = self._send(replica, "POST", "/chat/completions", self._with_token_field(payload))
+                response = await self._send(replica, "POST", "/chat/completions", self._with_token_field(payload), deadline)
         return response
 
-    def _models_reply(self, stop: threading.Event | None) -> Any:
-        response = self._with_failover(lambda r: self._send(r, "GET", "/models", None), stop, "/models")
+    async def _models_reply(self) -> Any:
+        async def get(replica: _Replica, deadline: float) -> _Reply:
+            return await self._send(replica, "GET", "/models", None, deadline)
+
+        response = await self._with_failover(get, "/models")
         if response.status_code >= 400:
             return None
         try:
@@ -523,7 +794,9 @@ class OpenAIServerEngine(BaseEngine):
         except ValueError:
             return None
 
-    def _to_response(self, replica: _Replica, response: Any, constraint: Constraint | None) -> GenerationResponse:
+    def _to_response(
+        self, replica: _Replica, response: Any, constraint: Constraint | None, top_logprobs: int | None = None
+    ) -> GenerationResponse:
         """The GenerationResponse for a server reply; a constrained reply that breaks its
         constraint becomes an error response."""
         url = f"{replica.url}/chat/completions"
@@ -537,7 +810,7 @@ class OpenAIServerEngine(BaseEngine):
             raise EngineError(
                 f"model server at {url} refused the request ({response.status_code}): {message}"
             )
-        out = self._parse(url, response)
+        out = self._parse(url, response, top_logprobs)
         if constraint is None or out.finish_reason != "stop":
             return out
         text, problem = read_reply(constraint, self.dialect, out.text)
@@ -560,8 +833,9 @@ class OpenAIServerEngine(BaseEngine):
             }
         )
 
-    def _parse(self, url: str, response: Any) -> GenerationResponse:
-        """The reply's text, finish reason and usage, as the server sent them."""
+    def _parse(self, url: str, response: Any, top_logprobs: int | None = None) -> GenerationResponse:
+        """The reply's text, finish reason and usage, as the server sent them; with
+        `top_logprobs`, the final token's log-probabilities."""
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -575,38 +849,52 @@ class OpenAIServerEngine(BaseEngine):
         finish = finish_reason(choice.get("finish_reason"), unknown="stop")
         if finish == "error":  # "content_filter"
             text = f"the server's content filter stopped the output: {text}"
+        logprobs = None
+        if top_logprobs is not None and finish == "stop":
+            if not (choice.get("logprobs") or {}).get("content"):
+                raise EngineError(
+                    f"model server at {url} sent no logprobs although the request asked for them "
+                    "(logprobs: true, top_logprobs): score verdicts need a server that returns them "
+                    "(vLLM; llama_cpp.server with logits_all, its default)"
+                )
+            try:
+                logprobs = final_logprobs_from_reply(choice, text, top_logprobs)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise EngineError(f"model server at {url} sent logprobs in an unknown shape: {exc!r}") from exc
         return GenerationResponse(
             text=text,
             finish_reason=finish,
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
+            final_logprobs=logprobs,
         )
 
-    def _ensure_enforced(self, replica: _Replica, constraint: Constraint, stop: threading.Event | None) -> None:
+    async def _ensure_enforced(self, replica: _Replica, constraint: Constraint, deadline: float) -> None:
         """Probe `replica` once per constraint kind; EngineError when it does not enforce it.
         A replica that fails during the probe raises `_ReplicaDown` (probed again later)."""
-        kind = probe_kind(constraint, self.dialect)
-        with replica.probe_lock:
-            if kind not in replica.probed:
-                dialect = self.dialect
-                probe = probe_request(kind)
-                assert probe.constraint is not None
-                response = self._chat(replica, build_payload(self.config.model, probe, dialect), stop)
-                url = f"{replica.url}/chat/completions"
-                if response.status_code >= 400:
-                    message, _, _ = _server_message(response)
-                    failure = f"it refused the probe ({response.status_code}): {message[:300]}"
-                else:
-                    reply = self._parse(url, response)
-                    if reply.finish_reason == "stop":
-                        reply = reply.model_copy(update={"text": read_reply(probe.constraint, dialect, reply.text)[0]})
-                    failure = probe_failure(kind, reply) or ""
-                replica.probed[kind] = failure
-            failure = replica.probed[kind]
+        dialect = await self._detect_dialect()
+        kind = probe_kind(constraint, dialect)
+        if kind not in replica.probed:
+            async with replica.probe_lock:
+                if kind not in replica.probed:
+                    probe = probe_request(kind)
+                    assert probe.constraint is not None
+                    response = await self._chat(replica, build_payload(self.config.model, probe, dialect), deadline)
+                    url = f"{replica.url}/chat/completions"
+                    if response.status_code >= 400:
+                        message, _, _ = _server_message(response)
+                        failure = f"it refused the probe ({response.status_code}): {message[:300]}"
+                    else:
+                        reply = self._parse(url, response)
+                        if reply.finish_reason == "stop":
+                            reply = reply.model_copy(update={"text": read_reply(probe.constraint, dialect, reply.text)[0]})
+                        failure = probe_failure(kind, reply) or ""
+                    replica.probed[kind] = failure
+        failure = replica.probed[kind]
         if failure:
             raise EngineError(
                 f"the model server at {replica.url} does not enforce {kind} constraints in the "
-                f"{self.dialect!r} structured-outputs dialect: {failure}. {self._dialect_hint()}"
+                f"{self._dialect!r} structured-outputs dialect: {failure}. {self._dialect_hint()}"
             )
 
     def _dialect_hint(self) -> str:

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant"]
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives per position vLLM (`max_logprobs`) and OpenAI's API return."""
+ZERO_PROBABILITY_LOGPROB = -9999.0
+"""vLLM's server reports a probability of 0 (-inf) as this; at or below it a token counts as
+impossible."""
 ConstraintKind = Literal["choices", "regex", "json_schema"]
 
 
@@ -142,6 +148,10 @@ class GenerationRequest(BaseModel):
     seed: int | None = 0
     stop: tuple[str, ...] = ()
     constraint: Constraint | None = None
+    final_top_logprobs: int | None = Field(default=None, ge=1, le=MAX_TOP_LOGPROBS)
+    """Ask for the k most likely tokens, with their log-probabilities, at the position of the
+    output's final token (the last generated token whose text ends the output: every judge
+    format ends with its verdict). None: no log-probabilities (the default)."""
 
     @classmethod
     def chat(
@@ -158,13 +168,60 @@ class GenerationRequest(BaseModel):
         return cls(messages=tuple(messages), **settings)
 
     def content_hash(self, engine_id: str) -> str:
-        """A stable key for the call cache: engine identity plus every field of the request."""
-        payload = {"engine": engine_id, "request": self.model_dump(mode="json")}
+        """A stable key for the call cache: engine identity plus every field of the request.
+        `final_top_logprobs` enters only when set, so the keys of requests without it stay
+        those of caches written before the field existed, and a request for log-probabilities
+        never shares a key with one that did not ask for them."""
+        exclude = {"final_top_logprobs"} if self.final_top_logprobs is None else None
+        payload = {"engine": engine_id, "request": self.model_dump(mode="json", exclude=exclude)}
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 FinishReason = Literal["stop", "length", "error"]
+
+
+class TokenLogprob(BaseModel):
+    """A candidate token at one generated position and its log-probability."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    token: str
+    logprob: float = Field(allow_inf_nan=False)
+
+
+class FinalTokenLogprobs(BaseModel):
+    """The output's final token and the most likely tokens at its position
+    (`GenerationRequest.final_top_logprobs`).
+
+    The log-probabilities are the model's distribution before temperature, penalties and
+    top-k/top-p: llama.cpp's raw logits, also before the grammar (a token the constraint
+    forbids can be among the `top`); vLLM's `raw_logprobs`, after its structured-outputs mask
+    (forbidden tokens have probability 0 and are left out here). Tokens of probability 0
+    (vLLM's -inf, reported as -9999 by its server) are left out.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    token: str
+    """The generated token's text (as the engine decodes it, e.g. " A")."""
+    logprob: float = Field(allow_inf_nan=False)
+    top: tuple[TokenLogprob, ...]
+    """The most likely tokens at that position, most likely first (at most k)."""
+
+    @classmethod
+    def from_candidates(
+        cls, token: str, logprob: float, candidates: Iterable[tuple[str, float]], k: int
+    ) -> "FinalTokenLogprobs | None":
+        """Keep the k most likely of `candidates` that have a probability above 0; None when
+        the generated token itself has none (nothing to report)."""
+        if not math.isfinite(logprob) or logprob <= ZERO_PROBABILITY_LOGPROB:
+            return None
+        kept = sorted(
+            ((t, lp) for t, lp in candidates if math.isfinite(lp) and lp > ZERO_PROBABILITY_LOGPROB),
+            key=lambda item: -item[1],
+        )[:k]
+        return cls(token=token, logprob=logprob, top=tuple(TokenLogprob(token=t, logprob=lp) for t, lp in kept))
 
 
 class GenerationResponse(BaseModel):
@@ -182,3 +239,6 @@ class GenerationResponse(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
+    final_logprobs: FinalTokenLogprobs | None = None
+    """When the request asked for `final_top_logprobs` and the engine could place the final
+    token: that token and its position's most likely tokens."""

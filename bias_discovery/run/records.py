@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, model_validator
 from ..data.overlap import DataOverlap
 from ..library import Bias, RewriteEffect
 from ..stages.validate import CandidateValidation
-from ..stats import SequentialPlan, error_statement
+from ..stats import Measure, SequentialPlan, error_statement
 
 
 class MergeStats(BaseModel):
@@ -67,9 +67,13 @@ class ValidationReport(BaseModel):
     sequential: SequentialPlan | None = None
     """The looks (cumulative test items) and the alpha spent at each."""
     power: float | None = None
+    measure: Measure = "error"
+    """What was compared per item: the judge's errors, or (judge.verdict: score) its
+    probability of preferring the rejected response; every Δ, CI and MDE is in that measure."""
     mde: float | None = None
-    """Median over the candidates of the smallest Δerror against the control detectable with
-    `power` (each at its own discordance) at `mde_n` items and level `mde_alpha`."""
+    """Median over the candidates of the smallest Δerror (score verdicts: ΔP(rejected)) against
+    the control detectable with `power` (each at its own discordance, or sd of the per-item
+    differences) at `mde_n` items and level `mde_alpha`."""
     mde_n: int | None = None
     mde_alpha: float | None = None
     error_statement: str = ""
@@ -94,5 +98,6 @@ class ValidationReport(BaseModel):
                 margin=self.min_delta if self.acceptance == "paired" else 0.0,
                 control=self.control,
                 sequential=self.sequential is not None and len(self.sequential.looks) > 1,
+                measure=self.measure,
             )
         return self

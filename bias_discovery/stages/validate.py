@@ -18,6 +18,10 @@ biased (alpha spending) or clearly hopeless (futility), and later slices are nev
 for it (see `stats.SequentialPlan`). `acceptance: paper` keeps BiasScope's plain
 "perturbed error > baseline error" rule on every item, for comparison.
 
+With `judge.verdict: score` the per-item values compared are the judge's probability of
+preferring the rejected response instead of its error (`FamilySettings.measure`), by the
+one-sided paired t-test of the mean shift, with the same plan, correction and effect.
+
 The looks, the decision and the effects are the pure steps of `bias_discovery.sequential`;
 this module adds what needs models: the rewrites, the answer checks and the judgments.
 """
@@ -33,15 +37,27 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import PerturbSettings, ValidateSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs
+from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs, measure_of
 from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
-from ..sequential import FamilyLooks, FamilySettings, Stop, compare_arms, decide, effects, family_level, run_looks, smallest_detectable
+from ..sequential import (
+    FamilyLooks,
+    FamilySettings,
+    Stop,
+    compare_arms,
+    decide,
+    effects,
+    family_level,
+    run_looks,
+    smallest_detectable,
+    with_decision,
+)
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     Effect,
     LookRecord,
+    Measure,
     PairedComparison,
     SequentialPlan,
     compare_paired,
@@ -133,6 +149,9 @@ class PlaceboArm(BaseModel):
     def errors(self) -> list[bool | None]:
         return errors_of(self.result)
 
+    def values(self, measure: Measure) -> list[bool | float | None]:
+        return values_of(self.result, measure)
+
 
 class ValidationOutput(BaseModel):
     candidates: list[Bias]
@@ -163,6 +182,15 @@ class ValidationSetup(BaseModel):
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     test_data: str = "test"
 
+    @model_validator(mode="after")
+    def _measure_follows_the_verdict(self) -> "ValidationSetup":
+        if self.family.measure != measure_of(self.judge):
+            raise ValueError(
+                f"judge.verdict {self.judge.verdict} validates on the measure {measure_of(self.judge)}, "
+                f"but the family's measure is {self.family.measure}"
+            )
+        return self
+
     @property
     def rules(self) -> ValidateSettings:
         return self.family.rules
@@ -185,6 +213,21 @@ class ValidationModels:
 def errors_of(result: JudgeResult) -> list[bool | None]:
     """Per pair: True = wrong, False = right, None = invalid."""
     return [None if o.correct is None else not o.correct for o in result.outcomes]
+
+
+def value_of(outcome: PairOutcome | None, measure: Measure) -> bool | float | None:
+    """One pair's value in a family's measure: its error, or (score verdicts) its probability
+    of preferring the rejected response; None when invalid or not judged."""
+    if outcome is None:
+        return None
+    if measure == "p_rejected":
+        return outcome.p_rejected
+    return None if outcome.correct is None else not outcome.correct
+
+
+def values_of(result: JudgeResult, measure: Measure) -> list[bool | float | None]:
+    """Per pair, `value_of` (errors, or probabilities of preferring the rejected response)."""
+    return [value_of(o, measure) for o in result.outcomes]
 
 
 def _judge_valid(
@@ -260,13 +303,6 @@ def slice_order(n: int, seed: int) -> list[int]:
     return order
 
 
-def _reported(cmp: PairedComparison, decided: PairedComparison) -> PairedComparison:
-    """A comparison reported next to the decision, with its family-adjusted p but no verdict."""
-    return cmp.model_copy(
-        update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
-    )
-
-
 class _Rewrites:
     """The fetch step of the validation's looks: perturb the new slice for the candidates still
     going (one teacher batch), check the answers, judge the valid rewrites; keeps every rewrite
@@ -285,7 +321,7 @@ class _Rewrites:
         self.perturbed: list[PerturbedPair] = []
         self.judgments: list[Judgment] = []
 
-    def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | None]]:
+    def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | float | None]]:
         suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}"
         keys = [(k, i) for k in active for i in new_items]
         seed = self.setup.seed
@@ -297,17 +333,18 @@ class _Rewrites:
             with self.bar("check" + suffix, check_calls(batch)) as advance:
                 batch = check_answers(self.models.checker, batch, seed=seed, progress=advance)
         judgments, outcomes = _judge_valid(self.models.target, batch, self.setup.judge, seed=seed, bar=self.bar, label="judge" + suffix)
-        errors: dict[int, list[bool | None]] = {k: [] for k in active}
+        values: dict[int, list[bool | float | None]] = {k: [] for k in active}
         for (k, _), record, outcome in zip(keys, batch, outcomes):
             self.by_candidate[k].append(record)
-            errors[k].append(None if outcome is None or outcome.correct is None else not outcome.correct)
+            values[k].append(value_of(outcome, self.setup.family.measure))
         self.perturbed += batch
         self.judgments += judgments
-        return [errors[k] for k in active]
+        return [values[k] for k in active]
 
 
 def _domains(
-    family: FamilyLooks, k: int, test_pairs: Sequence[PreferencePair], control: list[bool | None], name: str, setup: ValidationSetup
+    family: FamilyLooks, k: int, test_pairs: Sequence[PreferencePair], control: list[bool | float | None], name: str,
+    setup: ValidationSetup,
 ) -> dict[str, PairedComparison]:
     used = family.used(k)
     return per_domain_breakdown(
@@ -319,6 +356,7 @@ def _domains(
         seed=setup.seed,
         margin=setup.family.margin,
         control=name,
+        measure=setup.family.measure,
     )
 
 
@@ -424,9 +462,10 @@ def validate_biases(
         raise ValueError("control: placebo needs the placebo arm")
     if placebo is not None and len(placebo.result.outcomes) != len(test_pairs):
         raise ValueError("placebo judgments do not match the test pairs")
-    controls: dict[str, list[bool | None]] = {"baseline": errors_of(baseline)}
+    measure = family_settings.measure
+    controls: dict[str, list[bool | float | None]] = {"baseline": values_of(baseline, measure)}
     if placebo is not None:
-        controls["placebo"] = placebo.errors()
+        controls["placebo"] = placebo.values(measure)
     n = len(test_pairs)
     bar = progress_or_quiet(progress)
     fetch = _Rewrites(models, candidates, test_pairs, setup, bar, n_looks=len(family_settings.plan(n).looks))
@@ -438,9 +477,7 @@ def validate_biases(
     checked_answers = setup.rules.answer_check and models.checker is not None
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
-        comparisons[k] = {
-            name: decided[k] if name == decisive else _reported(cmp, decided[k]) for name, cmp in comparisons[k].items()
-        }
+        comparisons[k] = with_decision(comparisons[k], decided[k], decisive)
         mde = smallest_detectable(family, k, decided[k], family_settings)
         if mde[1] > 0:  # a candidate without a valid pair says nothing about power
             mde_ns.append(mde[1])

@@ -168,3 +168,45 @@ def test_smollm2_follows_the_default_prompt_and_the_uncapped_verdict_format(engi
             assert judgment.verdict is None and judgment.invalid_reason == "truncated"
     print("uncapped, max_tokens 160:", finished, "of", len(outputs), "finished;", [o.completion_tokens for o in outputs])
     assert finished >= 1
+
+
+def test_score_verdicts_read_the_verdict_tokens_raw_probabilities(engine, smollm2_gguf_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Score verdicts on the real model: the verdict token (the last one, after the reasoning)
+    comes back with its top log-probabilities, equal to llama-cpp-python's own `logprobs`
+    (which need a model built with logits_all); they give each judged order a probability of
+    preferring the rejected response that agrees with the greedy verdict."""
+    import llama_cpp
+
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.llm.base import message_dicts
+    from bias_discovery.llm.llamacpp import sampling_fields
+    from bias_discovery.judging import JudgeSettings, judge_pairs, judge_request
+
+    settings = JudgeSettings(positions="both", reasoning_chars=120, max_tokens=64, verdict="score")
+    pairs = load_pairs("demo:test", limit=2)
+    result = judge_pairs(engine, pairs, settings, seed=0)
+    for judgment in result.judgments:
+        assert judgment.invalid_reason is None, judgment
+        assert judgment.p_rejected is not None and 0.0 < judgment.p_rejected < 1.0
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment  # greedy picks the likelier label
+    for outcome, (first, second) in zip(result.outcomes, zip(result.judgments[::2], result.judgments[1::2])):
+        assert outcome.p_rejected == pytest.approx((first.p_rejected + second.p_rejected) / 2)
+
+    request = judge_request(pairs[0], "chosen_first", settings, 0)
+    [ours] = engine.generate([request])
+    assert ours.final_logprobs is not None and ours.final_logprobs.token.strip() == ours.text[-1]
+    reference = llama_cpp.Llama(model_path=str(smollm2_gguf_path), n_ctx=1024, logits_all=True, verbose=False,
+                                n_threads=engine.config.n_threads or 1)
+    try:
+        out = reference.create_chat_completion(
+            messages=message_dicts(request.messages), temperature=0.0, top_p=1.0, **sampling_fields(0.0), seed=0,
+            max_tokens=64, grammar=engine._grammar(request.constraint), logprobs=True, top_logprobs=5,
+        )
+    finally:
+        reference.close()
+    assert out["choices"][0]["message"]["content"] == ours.text
+    last = out["choices"][0]["logprobs"]["content"][-1]
+    assert last["token"] == ours.final_logprobs.token
+    assert {t["token"]: t["logprob"] for t in last["top_logprobs"]} == pytest.approx(
+        {t.token: t.logprob for t in ours.final_logprobs.top}, abs=1e-4
+    )

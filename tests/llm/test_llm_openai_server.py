@@ -168,6 +168,7 @@ class ScriptedServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client that gave up (deadline)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
@@ -501,3 +502,52 @@ def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> 
     assert base_url in message
     assert "after 3 attempts" in message
     assert time.monotonic() - started < 30  # bounded: backoff is short and capped
+
+
+def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  # type: ignore[no-untyped-def]
+    def slow_failure(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        time.sleep(0.8)
+        return 503, {"error": {"message": "overloaded"}}
+
+    server = scripted(slow_failure)
+    engine = engine_for(server, max_retries=10, timeout_s=2.0, structured_outputs="vllm")
+    started = time.monotonic()
+    with pytest.raises(EngineError, match=r"within the 2 s deadline .*of 11 attempts\): (HTTP 503: overloaded|timed out)"):
+        engine.generate([GenerationRequest.chat("x")])
+    took = time.monotonic() - started
+    # 11 attempts of 0.8 s would take ~9 s; the deadline cuts them at 2 s
+    assert took < 2.0 + 1.0, took
+    assert 2 <= len(server.posts()) <= 3
+    engine.close()
+
+
+def test_a_failed_batch_drops_its_other_requests_and_frees_their_slots(scripted) -> None:  # type: ignore[no-untyped-def]
+    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        text = body["messages"][-1]["content"]
+        if text == "refused":
+            return 401, {"error": {"message": "invalid api key"}}
+        time.sleep(0.5)
+        return 200, completion("re:" + text)
+
+    server = scripted(handler)
+    engine = engine_for(server, structured_outputs="vllm", max_concurrency=3)
+    requests = [GenerationRequest.chat("refused")] + [GenerationRequest.chat(f"q{i}") for i in range(20)]
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="401.*invalid api key"):
+        engine.generate(requests)
+    assert time.monotonic() - started < 2.0  # failed at once, not after the queued requests
+    # the requests still queued were never sent, and every slot came back
+    time.sleep(0.7)
+    assert len(server.posts()) <= 3
+    assert [r.in_flight for r in engine._replicas.replicas] == [0]
+    out = engine.generate([GenerationRequest.chat("again")])
+    assert out[0].text == "re:again"
+    engine.close()
+
+
+def test_submit_answers_one_request_on_its_own(scripted) -> None:  # type: ignore[no-untyped-def]
+    server = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
+    engine = engine_for(server, structured_outputs="vllm")
+    futures = [engine.submit(GenerationRequest.chat(f"q{i}")) for i in range(3)]
+    assert [f.result(timeout=30).text for f in futures] == ["re:q0", "re:q1", "re:q2"]
+    engine.close()

@@ -64,3 +64,18 @@ def test_oversize_prompt_through_the_server_is_a_per_request_error(llama_server:
     assert out[0].finish_reason == "error", out[0]
     assert out[1].finish_reason in ("stop", "length")
     engine.close()
+
+
+def test_score_verdicts_through_the_llama_cpp_server(llama_server: str) -> None:
+    """llama_cpp.server returns the logprobs of every generated token (logits_all is its
+    default); the engine finds the verdict token at the end and the judge reads P(A), P(B)."""
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, judge_pairs
+
+    engine = make_engine(ModelConfig.from_spec("openai/smollm2", base_url=llama_server))
+    settings = JudgeSettings(positions="swap", reasoning_chars=120, max_tokens=64, verdict="score")
+    result = judge_pairs(engine, load_pairs("demo:test", limit=2), settings, seed=0)
+    engine.close()
+    for judgment in result.judgments:
+        assert judgment.invalid_reason is None and judgment.p_rejected is not None, judgment
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment

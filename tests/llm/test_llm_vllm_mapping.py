@@ -58,6 +58,7 @@ def test_llm_kwargs_from_config() -> None:
         "dtype": "float16",  # engine_args win
         "enforce_eager": True,
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+        "logprobs_mode": "raw_logprobs",
     }
     assert "max_model_len" not in llm_kwargs(ModelConfig.from_spec("vllm/m"))
 

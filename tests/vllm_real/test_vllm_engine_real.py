@@ -14,7 +14,7 @@ import pytest
 
 from bias_discovery.config import IdentifySettings, PerturbSettings
 from bias_discovery.data.loaders import load_pairs
-from bias_discovery.judging import JudgeSettings, judge_pairs, verdict_constraint
+from bias_discovery.judging import JudgeSettings, build_tasks, judge_pairs, verdict_constraint
 from bias_discovery.library import load_seed_library
 from bias_discovery.llm.types import ChatMessage, GenerationRequest, GenerationResponse
 from bias_discovery.llm.vllm_engine import (
@@ -295,3 +295,25 @@ def test_offline_sampling_equals_what_a_server_builds_from_the_same_fields(vllm_
         assert getattr(served, name) == getattr(offline, name), name
     bare = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0)
     assert bare.to_sampling_params(32, generation_config).repetition_penalty == 1.3  # what we avoid
+
+
+def test_score_verdicts_read_the_verdict_tokens_logprobs(vllm_engine: VLLMEngine) -> None:
+    """`SamplingParams(logprobs=k)` under a regex constraint: the verdict token, the last one
+    before vLLM's end-of-sequence token, comes back with its top log-probabilities. vLLM 0.32's
+    `raw_logprobs` are taken after the structured-outputs bitmask, so the only tokens of
+    non-zero probability there are the ones the verdict grammar allows (a label, or a bare
+    space before one). They give each order a probability of preferring the rejected
+    response that agrees with the greedy verdict."""
+    assert vllm_engine._llm.llm_engine.model_config.logprobs_mode == "raw_logprobs"
+    pairs = load_pairs("demo", limit=3)
+    settings = JudgeSettings(positions="both", reasoning=True, reasoning_chars=120, max_tokens=64, verdict="score")
+    result = judge_pairs(vllm_engine, pairs, settings, seed=0)
+    scored = [j for j in result.judgments if j.invalid_reason != "truncated"]
+    assert scored, "every judgment was cut at max_tokens"
+    for judgment in scored:
+        assert judgment.invalid_reason is None and judgment.p_rejected is not None, judgment
+        assert judgment.labels_in_top == 2
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
+    [response] = vllm_engine.generate([build_tasks(pairs[:1], settings, seed=0)[0].request])
+    assert response.final_logprobs is not None
+    assert {t.token.strip() for t in response.final_logprobs.top} <= {"A", "B", ""}, response.final_logprobs

@@ -1,5 +1,5 @@
-"""Whole processes on the real vLLM: a kill mid-batch loses only the requests in flight (every
-finished one is in the call cache) and a rerun pays no call twice; a discovery run with
+"""Whole processes on the real vLLM: a kill mid-batch keeps the finished responses the call cache
+had committed (all but the last 0.2 s of them) and a rerun pays no call twice; a discovery run with
 `vllm/<HF SmolLM2>` as target and teacher finishes the quick-start config. Both start vLLM in a
 process of their own, so they run before the session engine exists (`vllm_subprocess`,
 tests/vllm_real/conftest.py)."""

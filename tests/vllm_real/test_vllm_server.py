@@ -247,3 +247,16 @@ def test_a_discovery_run_through_the_vllm_server_finishes_the_quickstart(vllm_se
     judgments = (run_dir / "iter_001" / "judgments.jsonl").read_text().splitlines()
     assert judgments and not any("did not enforce" in line for line in judgments)
     assert re.search(r"library: \d+ biases", result.stdout)
+
+
+def test_score_verdicts_through_the_vllm_server(vllm_server: str) -> None:
+    """`logprobs: true, top_logprobs: k` on the server: the engine finds the verdict token at
+    the end of every generated token's logprobs and the judge reads P(A), P(B) from it."""
+    settings = JudgeSettings(positions="both", reasoning=True, reasoning_chars=120, max_tokens=64, verdict="score")
+    result = judge_pairs(engine_for(vllm_server), demo_pairs(2), settings, seed=0)
+    scored = [j for j in result.judgments if j.invalid_reason != "truncated"]
+    assert scored, "every judgment was cut at max_tokens"
+    for judgment in scored:
+        assert judgment.invalid_reason is None and judgment.p_rejected is not None, judgment
+        assert judgment.labels_in_top == 2  # the server's raw logprobs are masked by the grammar, as offline
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment

@@ -1,0 +1,129 @@
+"""The server client at GPU scale: 2048 requests really in flight at once on one event loop
+(no thread per request), against the stub server in a process of its own; and the call
+cache's grouped writes."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from stub_openai import launch, stats
+
+from bias_discovery.judging import JudgeSettings, verdict_constraint
+from bias_discovery.llm import cache as cache_module
+from bias_discovery.llm.base import SequentialEngine
+from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.registry import make_engine
+from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+
+IN_FLIGHT = 2048
+LATENCY_S = 5.0  # longer than it takes to hand 2048 requests to the server on a busy machine
+
+
+def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
+    verdict = verdict_constraint(JudgeSettings())  # the judge's regex: every reply is checked against it
+    requests = [GenerationRequest.chat(f"question {i}", max_tokens=64, constraint=verdict) for i in range(IN_FLIGHT)]
+    threads: list[int] = []
+    with launch(LATENCY_S) as (url, _):
+        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=IN_FLIGHT, max_retries=0)
+        engine = make_engine(config, cache_path=tmp_path / "calls.sqlite")
+        threads_before = threading.active_count()
+        out = engine.generate(requests, progress=lambda n: threads.append(threading.active_count()))
+        served = stats(url)
+        engine.close()
+    assert len(out) == IN_FLIGHT
+    assert [r.finish_reason for r in out] == ["stop"] * IN_FLIGHT  # no error, every reply passed its check
+    assert all(r.text.startswith("Reasoning: ") for r in out)
+    # one probe of the regex kind, then each request once: nothing was retried (max_retries=0)
+    assert served["requests"] == IN_FLIGHT + 1
+    assert served["peak_in_flight"] >= 0.95 * IN_FLIGHT, served
+    # no thread per request: the event loop's thread and the cache's flush timer at most
+    assert max(threads) <= threads_before + 3, (threads_before, max(threads))
+    with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*), MAX(paid) FROM calls").fetchone() == (IN_FLIGHT, 1)
+
+
+class _Trickle(SequentialEngine):
+    """Answers one request every `gap` seconds."""
+
+    def __init__(self, gap: float) -> None:
+        super().__init__("trickle")
+        self.gap = gap
+
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        time.sleep(self.gap)
+        return GenerationResponse(text="ok " + request.messages[-1].content, finish_reason="stop")
+
+
+def test_cache_writes_are_grouped_and_committed_within_the_window(tmp_path: Path) -> None:
+    path = tmp_path / "calls.sqlite"
+    engine = CachedEngine(_Trickle(gap=0.6), path)
+    seen_while_running: list[int] = []
+
+    def rows() -> int:
+        with sqlite3.connect(path) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def on_progress(n: int) -> None:  # right after each response: stored within FLUSH_SECONDS?
+        time.sleep(cache_module.FLUSH_SECONDS + 0.3)
+        seen_while_running.append(rows())
+
+    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(3)], progress=on_progress)
+    assert [r.text for r in out] == ["ok q0", "ok q1", "ok q2"]
+    # each response was committed by the timer while the batch was still running
+    assert seen_while_running == [1, 2, 3]
+
+
+def test_a_full_group_is_one_transaction(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    commits: list[int] = []
+
+    class _Instant(SequentialEngine):
+        def __init__(self) -> None:
+            super().__init__("instant")
+
+        def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+            return GenerationResponse(text="ok", finish_reason="stop")
+
+    engine = CachedEngine(_Instant(), tmp_path / "calls.sqlite")
+    real_store = engine._store
+
+    def counting_store(items: Sequence) -> None:  # type: ignore[type-arg]
+        commits.append(len(items))
+        real_store(list(items))
+
+    monkeypatch.setattr(engine, "_store", counting_store)
+    n = 2 * cache_module.FLUSH_ROWS + 5
+    engine.generate([GenerationRequest.chat(f"q{i}") for i in range(n)])
+    # two full groups, then the rest when the batch ended (the final call stores nothing new)
+    assert [c for c in commits if c] == [cache_module.FLUSH_ROWS, cache_module.FLUSH_ROWS, 5]
+    assert engine.stats()["entries"] == n
+
+
+def test_frozen_heap_nests_and_always_unfreezes() -> None:
+    import gc
+
+    from bias_discovery.llm.aio import BATCH_GC_THRESHOLD, frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
+    with frozen_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0  # what existed before the block is out of the collector's scans
+        assert gc.get_threshold()[0] >= BATCH_GC_THRESHOLD
+        made = [{} for _ in range(1000)]  # tracked objects made inside the block
+        with frozen_heap():  # a concurrent batch shares the freeze: nothing more is frozen
+            # (frozen objects can still be freed by reference counting, so the count may drop)
+            assert gc.get_freeze_count() <= frozen
+        assert len(made) == 1000
+    assert gc.get_freeze_count() == 0  # everything is collectable again
+    assert gc.get_threshold() == thresholds
+    try:
+        with frozen_heap():
+            raise RuntimeError("a failed batch")
+    except RuntimeError:
+        pass
+    assert gc.get_freeze_count() == 0

@@ -1,0 +1,321 @@
+"""A fast OpenAI-compatible stub server, run as a process of its own, for client tests and
+benchmarks at thousands of requests in flight.
+
+    python tests/stub_openai.py --latency 2.0      # prints "PORT <n>" once it listens
+
+It answers `POST /v1/chat/completions` after `--latency` seconds with a reply that satisfies
+the request's constraint (vLLM's `structured_outputs` or OpenAI's `response_format`): the
+first of the choices, the shortest string a regex matches, the smallest JSON value a schema
+allows. `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
+`GET /stats` reports requests answered, in flight, the peak in flight and the process's CPU
+seconds (so a benchmark can show the stub is not its limit); `POST /stats/reset` zeroes the
+counts. With `--hang` it accepts connections, reads every /v1 request and never answers (a
+hung server); /stats still answers, with the time the first /v1 request arrived.
+
+It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
+request, so at 2048 in flight it costs a few percent of a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+try:  # the private name since Python 3.11, the public one before
+    import re._parser as sre_parse  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover
+    import sre_parse  # type: ignore[no-redef]
+
+_CATEGORY_EXAMPLE = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ",
+                     "CATEGORY_NOT_DIGIT": "a", "CATEGORY_NOT_WORD": " ", "CATEGORY_NOT_SPACE": "a"}
+
+
+def regex_example(pattern: str) -> str:
+    """The shortest-ish string that `re.fullmatch(pattern, ...)` accepts (checked)."""
+    text = _example(sre_parse.parse(pattern))
+    if re.fullmatch(pattern, text) is None:
+        raise ValueError(f"no example found for the regex {pattern!r} (tried {text!r})")
+    return text
+
+
+def _example(parsed: Any) -> str:
+    out = []
+    for op, arg in parsed:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(arg))
+        elif name == "NOT_LITERAL":
+            out.append("a" if chr(arg) != "a" else "b")
+        elif name == "ANY":
+            out.append("a")
+        elif name == "IN":
+            out.append(_in_example(arg))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _high, sub = arg
+            out.append(_example(sub) * low)
+        elif name == "SUBPATTERN":
+            out.append(_example(arg[-1]))
+        elif name == "ATOMIC_GROUP":
+            out.append(_example(arg))
+        elif name == "BRANCH":
+            out.append(_example(arg[1][0]))
+        elif name == "CATEGORY":
+            out.append(_CATEGORY_EXAMPLE.get(str(arg), "a"))
+        elif name == "AT":
+            continue
+        else:
+            raise ValueError(f"regex construct {name} is not supported by the stub")
+    return "".join(out)
+
+
+def _in_example(items: Any) -> str:
+    negate = any(str(op) == "NEGATE" for op, _ in items)
+    if negate:
+        banned = {chr(a) for op, a in items if str(op) == "LITERAL"}
+        return next(c for c in "aZ0 _-" if c not in banned)
+    for op, arg in items:
+        if str(op) == "LITERAL":
+            return chr(arg)
+        if str(op) == "RANGE":
+            return chr(arg[0])
+        if str(op) == "CATEGORY":
+            return _CATEGORY_EXAMPLE.get(str(arg), "a")
+    return "a"
+
+
+def schema_example(schema: Any) -> Any:
+    """A small value valid under the JSON-schema subset our constraints use."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return schema_example(schema[key][0])
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {name: schema_example(props.get(name, {})) for name in schema.get("required") or list(props)}
+    if kind == "array":
+        return [schema_example(schema.get("items") or {}) for _ in range(int(schema.get("minItems") or 0))]
+    if kind == "string":
+        if isinstance(schema.get("pattern"), str):
+            return regex_example(schema["pattern"])
+        return "x" * max(1, int(schema.get("minLength") or 1))
+    if kind in ("integer", "number"):
+        return int(schema.get("minimum") or 0)
+    if kind == "boolean":
+        return True
+    return None
+
+
+_replies: dict[str, str] = {}
+
+
+def reply_text(body: dict[str, Any]) -> str:
+    """What a server enforcing the request's constraint could answer (cached per constraint)."""
+    so = body.get("structured_outputs")
+    rf = body.get("response_format")
+    key = json.dumps([so, rf], sort_keys=True)
+    text = _replies.get(key)
+    if text is None:
+        if so:
+            if "choice" in so:
+                text = str(so["choice"][0])
+            elif "regex" in so:
+                text = regex_example(so["regex"])
+            else:
+                text = json.dumps(schema_example(so.get("json")))
+        elif rf and rf.get("type") == "json_schema":
+            text = json.dumps(schema_example(rf["json_schema"]["schema"]))
+        elif rf and rf.get("type") == "json_object":
+            text = json.dumps(schema_example(rf.get("schema") or {"type": "object"}))
+        else:
+            text = "Hello from the stub."
+        _replies[key] = text
+    return text
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.in_flight = 0
+        self.peak = 0
+
+
+class StubProtocol(asyncio.Protocol):
+    """HTTP/1.1 with keep-alive, one request at a time per connection (what clients send)."""
+
+    def __init__(self, server: "Stub") -> None:
+        self.server = server
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1")
+            lines = head.split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            self.server.handle(self, method, path, body)
+
+    def send(self, status: int, payload: Any) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        data = json.dumps(payload).encode()
+        reason = {200: "OK", 404: "Not Found", 400: "Bad Request"}.get(status, "OK")
+        self.transport.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode() + data
+        )
+
+
+class Stub:
+    def __init__(self, latency: float, model: str, owned_by: str, hang: bool) -> None:
+        self.latency = latency
+        self.model = model
+        self.owned_by = owned_by
+        self.hang = hang
+        self.stats = Stats()
+        self.first_request_at: float | None = None
+        """Wall-clock time of the first /v1 request (a hung server's clients count from there)."""
+        self.loop = asyncio.get_running_loop()
+
+    def handle(self, conn: StubProtocol, method: str, path: str, body: bytes) -> None:
+        if path.startswith("/v1/") and self.first_request_at is None:
+            self.first_request_at = time.time()
+        if self.hang and path.startswith("/v1/"):
+            return  # accepted, read, never answered
+        if method == "GET" and path.endswith("/models"):
+            conn.send(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]})
+        elif path.startswith("/stats"):
+            if method == "POST":
+                self.stats = Stats()
+            s = self.stats
+            conn.send(200, {"requests": s.requests, "in_flight": s.in_flight, "peak_in_flight": s.peak,
+                            "cpu_s": time.process_time(), "first_request_at": self.first_request_at})
+        elif method == "POST" and path.endswith("/chat/completions"):
+            request = json.loads(body)
+            s = self.stats
+            s.in_flight += 1
+            s.peak = max(s.peak, s.in_flight)
+            text = reply_text(request)
+            reply = {
+                "id": "stub", "object": "chat.completion", "model": self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": max(1, len(text.split()))},
+            }
+            stats = s
+
+            def answer() -> None:
+                stats.in_flight -= 1
+                stats.requests += 1
+                conn.send(200, reply)
+
+            if self.latency > 0:
+                self.loop.call_later(self.latency, answer)
+            else:
+                answer()
+        else:
+            conn.send(404, {"error": {"message": f"no route {method} {path}"}})
+
+
+@contextlib.contextmanager
+def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, "subprocess.Popen[str]"]]:
+    """Start the stub in a process of its own; yields (base URL ".../v1", process). Stopped on exit."""
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--latency", str(latency), "--exit-with-stdin", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"the stub server did not start: {line}{process.communicate(timeout=10)[1]}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
+    """The stub's counters (`reset`: and zero them)."""
+    import urllib.request
+
+    root = base_url.rsplit("/v1", 1)[0]
+    request = urllib.request.Request(f"{root}/stats", method="POST" if reset else "GET", data=b"" if reset else None)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return dict(json.loads(reply.read()))
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stub = Stub(args.latency, args.model, args.owned_by, args.hang)
+    server = await asyncio.get_running_loop().create_server(
+        lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
+    )
+    port = server.sockets[0].getsockname()[1]
+    print(f"PORT {port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each chat completion is answered")
+    parser.add_argument("--model", default="served")
+    parser.add_argument("--owned-by", default="vllm")
+    parser.add_argument("--hang", action="store_true", help="accept connections, never answer")
+    parser.add_argument("--no-uvloop", action="store_true")
+    parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
+    args = parser.parse_args()
+    if args.exit_with_stdin:  # a parent killed without cleaning up leaves no stub behind
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    runner: Any = asyncio.run
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            runner = uvloop.run
+        except ImportError:
+            pass
+    try:
+        runner(serve(args))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
