@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel
 
-from bias_discovery import audit, discover, judge, load_run, replicate
-from bias_discovery.api import AuditOutput, JudgeOutput, Replication, Run
+from bias_discovery import audit, discover, judge, load_run, matrix, replicate
+from bias_discovery.api import AuditOutput, JudgeOutput, MatrixResult, Replication, Run
 from bias_discovery.auditing.records import CSV_COLUMNS
 from bias_discovery.errors import BiasDiscoveryWarning, ConfigError, DataError
 from bias_discovery.judging import Judgment
@@ -53,10 +53,10 @@ def pairs_file(path: Path, n: int, *, bad: int = 0) -> Path:
 def test_the_package_hands_out_the_api_without_importing_a_heavy_module():
     code = (
         "import sys\n"
-        "from bias_discovery import discover, judge, audit, replicate, load_run, Run\n"
-        "import bias_discovery.auditing, bias_discovery.replication\n"  # the modules behind two of them
-        "from bias_discovery import audit as a, replicate as r\n"
-        "assert a is audit and r is replicate and all(callable(f) for f in (discover, judge, audit, replicate, load_run))\n"
+        "from bias_discovery import discover, judge, audit, matrix, replicate, load_run, Run\n"
+        "import bias_discovery.auditing, bias_discovery.judge_matrix, bias_discovery.replication\n"  # the modules behind three
+        "from bias_discovery import audit as a, matrix as m, replicate as r\n"
+        "assert (a, m, r) == (audit, matrix, replicate) and all(callable(f) for f in (discover, judge, audit, matrix, replicate, load_run))\n"
         "print(','.join(m for m in ('torch', 'vllm', 'llama_cpp', 'sentence_transformers', 'transformers', 'pandas', 'datasets') "
         "if m in sys.modules))\n"
     )
@@ -174,6 +174,30 @@ def test_replicate_returns_the_replication_with_its_directory(authority_run, tmp
     assert frame.delta.tolist() == [replication.biases[0].delta] and frame.n.tolist() == [replication.biases[0].n]
 
 
+def test_matrix_takes_a_config_object_or_a_dict_with_flags_on_top(tmp_path: Path):
+    from test_matrix import config as matrix_config, engines as matrix_engines
+
+    settings = matrix_config(tmp_path, ["biased", "fair"])
+    result = matrix(settings, out=tmp_path / "m", engines=matrix_engines(["biased", "fair"]))
+    assert isinstance(result, MatrixResult) and result.judges == ["biased", "fair"]
+    with (tmp_path / "m" / "matrix.csv").open() as f:
+        written = list(csv.DictReader(f))
+    frame = result.to_pandas()
+    assert list(frame.columns) == list(MatrixResult.columns()) == list(written[0])
+    assert frame[["kind", "judge", "bias"]].values.tolist() == [[r["kind"], r["judge"], r["bias"]] for r in written]
+    assert frame.kind.tolist() == ["judge"] * 4 + ["jury"] * 2
+    biased = frame[(frame.judge == "biased") & (frame.bias == "authority-bias")].iloc[0]
+    cell = next(c for c in result.cells if (c.judge, c.bias) == ("biased", "authority-bias"))
+    assert (biased.delta, biased.n, biased.accepted) == (cell.delta, cell.n, cell.accepted)
+
+    # The same settings as a dict, one bias picked as the --biases flag does: every call is in
+    # the directory's call cache already.
+    raw = settings.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    again = matrix(raw, out=tmp_path / "m", biases=["authority-bias"], engines=matrix_engines(["biased", "fair"]))
+    assert again.judges == ["biased", "fair"] and again.biases == ["authority-bias"] and len(again.to_pandas()) == 3
+    assert again.calls.teacher == 0 and sum(again.calls.judges.values()) == 0
+
+
 def test_an_empty_result_keeps_its_columns_and_their_types():
     empty = Replication(
         run_name="r", run_dir="r", created_at="2026-01-01T00:00:00Z", seed=1, run_seed=0, data="demo", limit=None,
@@ -211,7 +235,11 @@ def test_table_columns_are_the_documented_ones():
         "original_p_adjusted", "original_accepted",
     )
     readme = " ".join((REPO / "README.md").read_text().split())
-    for result in (JudgeOutput, AuditOutput, Run, Replication):
+    assert MatrixResult.columns() == (
+        "kind", "judge", "bias", "bias_name", "control", "delta", "ci_low", "ci_high", "p_value", "p_adjusted", "accepted",
+        "n", "n_excluded_invalid", "mde", "control_error", "arm_error",
+    )
+    for result in (JudgeOutput, AuditOutput, Run, Replication, MatrixResult):
         assert ", ".join(f"`{c}`" for c in result.columns()) in readme, result.__name__
 
 

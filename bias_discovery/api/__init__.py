@@ -1,12 +1,14 @@
 """The Python API: what a notebook or a script calls instead of the CLI (the CLI calls it too).
 
-    from bias_discovery import discover, judge, audit, replicate, load_run
+    from bias_discovery import discover, judge, audit, matrix, replicate, load_run
 
 - `discover(config, run_dir=..., resume=False) -> Run`: the discovery loop; a `Run` has
   `.library`, `.validations`, `.accepted`, `.report_path`, `.config`, `.state`.
 - `load_run(RUN_DIR) -> Run`: a run already made (finished, stopped or running).
 - `judge(model, data, ...) -> JudgeOutput`: a judge's error, per domain, with its CI.
 - `audit(model, data, biases, ...) -> AuditOutput`: known biases with the published measures.
+- `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
+  the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
 
 Every result converts to a pandas DataFrame (`.to_pandas()`) and a `datasets.Dataset`
@@ -20,11 +22,13 @@ returns; no function draws progress bars unless given `progress` (e.g.
 
 from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
+from ..judge_matrix import MatrixConfig, MatrixResult
 from ..judging import JudgeSettings
 from ..replication import Replication
 from .audits import audit
 from .common import WarningHandler
 from .judges import JudgeOutput, judge
+from .matrices import matrix
 from .replications import replicate
 from .runs import Run, discover, load_run, run_config_of
 
@@ -33,6 +37,8 @@ __all__ = [
     "AuditSettings",
     "JudgeOutput",
     "JudgeSettings",
+    "MatrixConfig",
+    "MatrixResult",
     "Replication",
     "Run",
     "RunConfig",
@@ -41,6 +47,7 @@ __all__ = [
     "discover",
     "judge",
     "load_run",
+    "matrix",
     "replicate",
     "run_config_of",
 ]

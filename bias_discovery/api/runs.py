@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ..config import RunConfig, apply_overrides, load_run_config
+from ..config import RunConfig, load_run_config, validate_settings
 from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
@@ -130,12 +130,7 @@ def run_config_of(config: RunConfigLike, overrides: Sequence[str] = ()) -> RunCo
         raw: dict[str, Any] = config.model_dump(mode="json", by_alias=True)
     else:
         raw = copy.deepcopy(dict(config))
-    raw = apply_overrides(raw, list(overrides))
-    try:
-        return RunConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid config: {problems}") from None
+    return validate_settings(raw, RunConfig, source="the config given", overrides=list(overrides))
 
 
 def discover(
