@@ -15,6 +15,7 @@ from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
 from ..export.common import validated_biases
+from ..formatting import plural
 from ..graph import check_data_overlap, execute
 from ..io import atomic_write_text, probe_writable
 from ..library import Bias, BiasLibrary
@@ -61,8 +62,8 @@ class Run(Tabular):
 
     @property
     def status(self) -> str:
-        """running, finished, stopped, failed or not_responding (a stopped run whose process
-        died says stopped, not running)."""
+        """running or not_responding (a live process holds the run), finished, or stopped
+        (killed, crashed, interrupted or failed: `discover(..., resume=True)` continues it)."""
         state = self.state
         return effective_status(state.status if state else None, self.record.liveness())
 
@@ -105,7 +106,10 @@ class Run(Tabular):
         problems: list[str] = []
         path = write_report(self.root, out, problems)
         if problems:
-            self._warn(f"{len(problems)} unreadable entries left out of the report (listed on the page too): " + "; ".join(problems[:5]))
+            self._warn(
+                f"{plural(len(problems), 'unreadable entry', 'unreadable entries')} left out of the report "
+                "(listed on the page too): " + "; ".join(problems[:5])
+            )
         return path
 
     def table_rows(self) -> list[dict[str, Any]]:
@@ -154,9 +158,10 @@ def discover(
     settings, and when `run_dir` holds no run yet, it is started (so one notebook cell both
     starts and continues a run). Test data that shares pairs with the target data is refused
     unless `allow_overlap` (recorded in the config). `timeout_s` sets every model's request
-    deadline (a fresh run records it; a resume uses it for this session only). `engines` ({"target", "teacher"}) and
-    `embedder` replace the configured models (tests). A live run in `run_dir` is refused
-    (RunBusyError); Ctrl-C raises KeyboardInterrupt with the run resumable.
+    deadline (a fresh run records it; a resume uses it for this session only). `engines`
+    ({"target", "teacher"}) and `embedder` replace the configured models (tests). A live run
+    in `run_dir` is refused (RunBusyError); Ctrl-C raises KeyboardInterrupt with the run
+    resumable.
     """
     warn = on_warning or python_warning
     extra = ["data.allow_overlap=true"] if allow_overlap else []
