@@ -20,6 +20,10 @@ from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
+DEFAULT_SEED = 42
+"""The seed of a run, a judge, an audit and a matrix when none is given."""
+
+
 def parse_model_config(value: Any) -> Any:
     """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
@@ -187,7 +191,7 @@ class ValidateSettings(_Strict):
 class RunConfig(_Strict):
     name: str = "run"
     """Human-readable run name (the run directory is chosen separately)."""
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
     target: ModelSpec
     """The judge under study."""

@@ -9,7 +9,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from bias_discovery.audit.runner import AuditSettings
+from bias_discovery.auditing.runner import AuditSettings
 from bias_discovery.cli import app
 from bias_discovery.config import PerturbSettings, RunConfig
 from bias_discovery.judging import JudgeSettings

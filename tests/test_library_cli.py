@@ -137,9 +137,10 @@ def test_corrupted_library_and_validation_files(hostile_run: Path):
 
 
 def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, capsys: pytest.CaptureFixture[str]):
+    from bias_discovery import load_run
     from bias_discovery.cli.loop import _print_run_end
 
-    _print_run_end(hostile_run)
+    _print_run_end(load_run(hostile_run))
     out = " ".join(capsys.readouterr().out.split())
     assert "library: 4 biases (2 discovered)" in out
     assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30; full sample), adjusted p = 0.012" in out

@@ -88,7 +88,7 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
         decided = record["vs_" + record["decisive"]]
         assert record["effect"] == {
             "delta": decided["delta"], "ci_low": decided["ci_low"], "ci_high": decided["ci_high"],
-            "method": "full sample", "confidence": 0.95, "n": decided["n"],
+            "method": "full sample", "confidence": 0.95, "n": decided["n"], "measure": "error", "clipped": None,
         }
     assert validation["error_statement"].startswith("Family-wise error over the run")
     assert validation["data_overlap"]["shared"] == 0 and validation["data_overlap"]["n_validation"] == 6

@@ -15,8 +15,8 @@ import pytest
 
 from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.judging import JudgeSettings
-from bias_discovery.matrix import MatrixConfig, MatrixJudge, judge_role, run_matrix
-from bias_discovery.matrix.run import _Arm, jury_errors
+from bias_discovery.judge_matrix import MatrixConfig, MatrixJudge, judge_role, run_matrix
+from bias_discovery.judge_matrix.run import _Arm, jury_errors
 
 from fakes import ScriptedEngine, authority_world, quiet_authority_world
 from helpers import cli

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bias_discovery.replicate import ReplicationError, replicate_run
+from bias_discovery.replication import ReplicationError, replicate_run
 from bias_discovery.stats import CONDITIONAL
 
 from fakes import MARKER, ScriptedEngine, authority_world, quiet_authority_world, rewrite_world

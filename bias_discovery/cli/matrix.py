@@ -11,12 +11,12 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
-from ..matrix.config import MatrixData  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
+from ..judge_matrix.config import MatrixData  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
 from .common import app, console, fail
 from .options import QUIET, bounds_of
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..matrix import MatrixResult
+    from ..judge_matrix import MatrixResult
 
 
 def print_matrix(result: MatrixResult, out: Path) -> None:
@@ -94,17 +94,15 @@ def matrix(
     jury row (the judges' majority); per bias, the judges compared pairwise. Writes
     matrix.json, matrix.csv and matrix.html into --out, whose call cache makes a rerun free and
     a judge added later pay only its own calls."""
-    from ..matrix import run_matrix
-    from ..matrix.config import matrix_settings
+    from ..api import matrix as validate_matrix
     from ..progress import progress_bar
 
     try:
-        settings = matrix_settings(
-            config, overrides=overrides, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir,
-            limit=limit, teacher=teacher, allow_overlap=allow_overlap or None,
-            skip_bad_rows=skip_bad_rows or None,
+        result = validate_matrix(
+            config, out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
+            teacher=teacher, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, overrides=overrides,
+            progress=None if quiet else progress_bar,
         )
-        result = run_matrix(settings, out, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_matrix(result, out)

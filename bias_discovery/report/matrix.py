@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formatting import ci_pp, count, p_value, percent, pp
-from ..matrix.records import MatrixCell, MatrixResult
+from ..judge_matrix.records import MatrixCell, MatrixResult
 from .render import MISSING, _environment
 
 __all__ = ["cell_colour", "render_matrix"]

@@ -7,13 +7,14 @@ ci_high, p_adjusted, accepted, n, mde), `jury` (the same per bias), `family_stat
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.overlap import DataOverlap
 from ..judging import Judgment
 from ..stats import EffectDifference, PairedComparison
+from ..tables import Tabular, columns_of
 
 __all__ = [
     "CSV_COLUMNS",
@@ -23,6 +24,7 @@ __all__ = [
     "MatrixCell",
     "MatrixJudgment",
     "MatrixResult",
+    "MatrixRow",
     "MatrixSettingsRecord",
     "RewriteSummary",
     "csv_rows",
@@ -66,6 +68,21 @@ class MatrixCell(_Record):
     arm_error: float
     comparisons: dict[str, PairedComparison] = Field(default_factory=dict)
     """Every comparison made (`placebo`, `baseline`), the decisive one decided."""
+
+
+class _RowKind(_Record):
+    kind: Literal["judge", "jury"]
+    """judge: one judge's cell; jury: the jury row's cell."""
+
+
+class MatrixRow(MatrixCell, _RowKind):
+    """A row of matrix.csv (and of `MatrixResult.to_pandas()`): `kind`, then a cell's fields
+    but `CSV_EXCLUDED` (pydantic orders fields from the last base to the first: `kind` first)."""
+
+
+CSV_EXCLUDED = ("effect_method", "comparisons")
+"""The cell fields matrix.csv leaves out: the estimator (the same full-sample one in every cell)
+and the nested comparisons (in matrix.json)."""
 
 
 class JudgeComparison(EffectDifference):
@@ -144,8 +161,12 @@ class MatrixJudgment(Judgment):
     """`baseline` (the unchanged pair), `placebo`, or the id of the bias in the rejected response."""
 
 
-class MatrixResult(_Record):
-    """matrix.json."""
+class MatrixResult(_Record, Tabular):
+    """matrix.json. As a table (`to_pandas()`, `to_dataset()`): matrix.csv's rows, one per
+    judge x bias (`kind` judge), then the jury's (`kind` jury)."""
+
+    row_model: ClassVar[type[BaseModel]] = MatrixRow
+    row_exclude: ClassVar[tuple[str, ...]] = CSV_EXCLUDED
 
     kind: Literal["matrix"] = "matrix"
     name: str
@@ -184,11 +205,11 @@ class MatrixResult(_Record):
     """What the judge comparisons control."""
     calls: MatrixCalls
 
+    def table_rows(self) -> list[dict[str, Any]]:
+        return csv_rows(self)
 
-CSV_COLUMNS = (
-    "kind", "judge", "bias", "bias_name", "control", "delta", "ci_low", "ci_high", "p_value", "p_adjusted",
-    "accepted", "n", "n_excluded_invalid", "mde", "control_error", "arm_error",
-)
+
+CSV_COLUMNS: tuple[str, ...] = columns_of(MatrixRow, CSV_EXCLUDED)
 """matrix.csv: one row per judge x bias (`kind` judge), then the jury's (`kind` jury)."""
 
 

@@ -10,13 +10,15 @@ orders from all of them.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import (
+    DEFAULT_SEED,
     ModelSpec,
     PerturbSettings,
     SequentialSettings,
@@ -105,7 +107,7 @@ class MatrixConfig(_Strict):
     perturbed and placebo items."""
 
     name: str = "matrix"
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     """One seed for everything: the test sample, the position swaps, every model's sampling.
     The same seed gives every judge the same rewrites (and the call cache answers them)."""
     teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec("llamacpp/smollm2"))
@@ -252,7 +254,7 @@ def load_matrix_config(path: Path | str, overrides: list[str] | None = None) -> 
 
 
 def matrix_settings(
-    path: Path | str | None,
+    path: Path | str | Mapping[str, Any] | None,
     *,
     overrides: list[str] | None = None,
     judges: str | None = None,
@@ -267,8 +269,14 @@ def matrix_settings(
 ) -> MatrixConfig:
     """The `matrix` command's settings: the config file (if any), the command's flags on top
     (`judges`: SPEC,SPEC,... model specs or per-judge YAML files; `biases`: ID,NAME,...), then
-    the `--set` overrides."""
-    raw: dict[str, Any] = read_settings_file(path) if path is not None else {}
+    the `--set` overrides. `path` may also be the settings themselves (a dict, as the API
+    takes them)."""
+    if isinstance(path, Mapping):
+        raw: dict[str, Any] = copy.deepcopy(dict(path))
+        where = "the config given"
+    else:
+        raw = read_settings_file(path) if path is not None else {}
+        where = str(path)
     if judges is not None:
         entries = [e for e in judges.split(",") if e.strip()]
         if not entries:
@@ -287,7 +295,7 @@ def matrix_settings(
             raw["data"] = {**(section if isinstance(section, dict) else {}), key: value}
     if teacher is not None:
         raw["teacher"] = teacher
-    source = f"{path} (with the command's flags)" if path is not None else "the command's flags"
+    source = f"{where} (with the command's flags)" if path is not None else "the command's flags"
     return validate_settings(raw, MatrixConfig, source=source, overrides=overrides)
 
 
