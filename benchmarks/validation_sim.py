@@ -41,8 +41,9 @@ the mean bias of the stopping look's own Δ (JSON: `by_stop_type`, `estimator` c
 for every group, and held_out for the efficacy stops and over all, as `effect: held_out`
 reports them: futility stops and complete candidates are the conditional rows).
 
-Decisions do not depend on the bootstrap (only the reported CIs of one-look validations and
-of the side comparisons do), so the decision cells use `n_boot` 100.
+Decisions do not depend on the bootstrap (only the reported CIs of one-look validations, of
+the held-out items and of the side comparisons do), so the decision cells use `n_boot` 100,
+and the cells that report effects 500.
 """
 
 from __future__ import annotations
@@ -261,13 +262,13 @@ def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings) ->
 def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
     """The reported effect per way of stopping, choice and score verdicts (module docstring)."""
     out = []
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=0.05, seed=seed)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
     for delta in STOP_TYPE_DELTAS:
         controls, arms = _paired_errors(np.random.default_rng(seed), replications, N_ITEMS, delta)
         out += _by_stop("error", delta, [_reported(c, a, settings) for c, a in zip(controls, arms)])
     score_power = _sibling("score_power")
     judge = argparse.Namespace(**score_power.JUDGE_DEFAULTS)
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=0.05, seed=seed, measure="p_rejected")
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed, measure="p_rejected")
     for shift in SCORE_SHIFTS:
         placebo, _, trait, _ = score_power.simulate_arms(replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed))
         truth = float((trait - placebo).mean())
