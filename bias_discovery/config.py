@@ -120,6 +120,14 @@ class SequentialSettings(_Strict):
     behave like those seen (conditional power), is below this; 0 never stops for futility."""
     min_items: int = Field(default=20, ge=1)
     """A look on fewer test items than this is skipped (too little data to stop on)."""
+    effect: Literal["held_out", "conditional"] = "held_out"
+    """The effect a candidate accepted before the last look reports. held_out: after the
+    family's decision its remaining test items are perturbed and judged too (one more round,
+    for those candidates only), and the effect is the plain Δ and CI on those items, which the
+    decision never saw: unbiased, with its nominal coverage, at the price of the calls the early
+    stop had saved. conditional: no extra call; the median-unbiased estimate given the stopping
+    look, which after a close call lies far out (even below 0 for an accepted candidate).
+    Futility stops and candidates that reach the last look use the conditional one either way."""
 
     @field_validator("looks")
     @classmethod

@@ -271,7 +271,8 @@ class BiasValidation(_Model):
     mde_n: int | None = Field(default=None, ge=0)
     mde_power: Probability | None = None
     stopped_at: int | None = Field(default=None, ge=0)
-    """Test items perturbed when validation stopped (all of them unless it stopped early)."""
+    """Test items the decision used (all of them unless it stopped early; a bias accepted early
+    was then measured on the rest: `effect.method`)."""
     stop: Literal["efficacy", "futility", "complete"] | None = None
     """Why validation stopped: clearly biased, clearly hopeless, or after the whole test set."""
 

@@ -12,8 +12,12 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 2. `compare_arms`: each arm against each control on the items it used (`stats.compare_paired`);
 3. `decide`: the family's decision on the decisive control's comparisons (the sequential
    p-values, corrected together: `stats.decide_acceptance`);
-4. `effects`: each arm's reported Δ, honest after its stop (`stats.sequential_effect`);
-5. `smallest_detectable`: what the family's test could have detected at its n.
+4. `held_out_round`: with `sequential.effect: held_out` (the default), one more `fetch` for
+   the arms accepted before the last look, on the test items after their stop;
+5. `effects`: each arm's reported Δ, honest after its stop: on those held-out items (which
+   the decision never saw) for an arm accepted early, else given the stop
+   (`stats.sequential_effect`);
+6. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
 items, a stream of looks) reuses the same plan, multiplicity control and estimator. Its
@@ -41,6 +45,7 @@ from .stats import (
     compare_paired_scores,
     decide_acceptance,
     error_statement,
+    held_out_method,
     min_detectable_delta,
     min_detectable_shift,
     null_discordance,
@@ -63,6 +68,7 @@ __all__ = [
     "decide",
     "effects",
     "family_level",
+    "held_out_round",
     "run_looks",
     "smallest_detectable",
     "with_decision",
@@ -75,7 +81,9 @@ Values = Sequence[bool | float | None]
 preferring the rejected response; None = invalid (or not judged)."""
 Stop = Literal["efficacy", "futility", "complete"]
 Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Values]]
-"""fetch(look, arms still going, new items) -> per such arm, its values on the new items."""
+"""fetch(look, arms, new items) -> per such arm, its values on the new items. `look` is the
+0-based look for the arms still going, or `len(plan.looks)` for the held-out round after the
+decision (`held_out_round`: the arms accepted early, on the items after their stop)."""
 
 
 class FamilySettings(BaseModel):
@@ -106,6 +114,12 @@ class FamilySettings(BaseModel):
     def sequential(self) -> bool:
         """Looks on growing slices (the paired rule only: the paper's rule has no test)."""
         return self.rules.sequential.enabled and self.rules.acceptance == "paired"
+
+    @property
+    def held_out_effect(self) -> bool:
+        """An arm accepted before the last look reports its effect on the items after its stop
+        (`sequential.effect: held_out`), fetched by `held_out_round`."""
+        return self.sequential and self.rules.sequential.effect == "held_out"
 
     @property
     def margin(self) -> float:
@@ -146,7 +160,8 @@ class FamilySettings(BaseModel):
 @dataclass
 class FamilyLooks:
     """The arms' sequential paths: per arm its errors (test-set positions, None where not
-    judged), its look records, how far it went and why it stopped."""
+    judged), its look records, how far it went and why it stopped; after `held_out_round`,
+    the values of the arms accepted early on the items after their stop."""
 
     plan: SequentialPlan
     order: list[int]
@@ -160,6 +175,11 @@ class FamilyLooks:
     margin: float = 0.0
     fetched: list[list[int]] = field(default_factory=list)
     """Per look, the arms that were still going (and so were perturbed and judged)."""
+    control: list[bool | float | None] = field(default_factory=list)
+    """Per test item, the control the looks compared the arms with."""
+    held_out: dict[int, list[int]] = field(default_factory=dict)
+    """Per arm measured after the decision (`held_out_round`): the test items after its
+    stopping look, in slice order (their values are in `errors`; `used` stays the decision's)."""
 
     def used(self, arm: int) -> list[int]:
         """The test items arm `arm` was judged on, in slice order."""
@@ -205,6 +225,7 @@ def run_looks(
         stop=["complete"] * n_arms,
         family_size=size,
         margin=settings.margin,
+        control=list(control),
     )
     active = list(range(n_arms))
     start = 0
@@ -320,17 +341,77 @@ def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedCo
     }
 
 
+def _accepted_early(family: FamilyLooks, arm: int, decided: PairedComparison) -> bool:
+    """Accepted at a look before the last, with test items left after it."""
+    return family.stop[arm] == "efficacy" and bool(decided.accepted) and family.stopped_at[arm] < family.plan.n_total
+
+
+def held_out_round(family: FamilyLooks, decided: Sequence[PairedComparison], fetch: Fetch, settings: FamilySettings) -> None:
+    """After the family's decision (`decided`), with `sequential.effect: held_out`: fetch the
+    test items after the stopping look of every arm accepted before the last look, so that
+    `effects` can measure it where the decision did not look. One `fetch` (look index
+    `len(plan.looks)`) per stopping look, for the arms that stopped there, on exactly their
+    remaining items: nothing for the arms rejected or still going at the end. Their values go
+    into `family.errors`, their items into `family.held_out`; an arm already there is not
+    fetched again. Decisions, looks and `used` do not change."""
+    if not settings.held_out_effect or not family.multi_look:
+        return
+    if len(decided) != len(family.errors):
+        raise ValueError(f"{len(decided)} decisions for {len(family.errors)} arms")
+    by_stop: dict[int, list[int]] = {}
+    for k, d in enumerate(decided):
+        if _accepted_early(family, k, d) and k not in family.held_out:
+            by_stop.setdefault(family.stopped_at[k], []).append(k)
+    for start in sorted(by_stop):
+        arms, items = by_stop[start], family.order[start:]
+        fetched = fetch(len(family.plan.looks), arms, items)
+        if len(fetched) != len(arms):
+            raise ValueError(f"fetch returned {len(fetched)} arms' values for {len(arms)} arms")
+        for k, values in zip(arms, fetched):
+            if len(values) != len(items):
+                raise ValueError(f"fetch returned {len(values)} values for {len(items)} items")
+            for i, value in zip(items, values):
+                family.errors[k][i] = value
+            family.held_out[k] = list(items)
+
+
 def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:
-    """Each arm's reported Δ against the decisive control: given where and why it stopped
-    (`stats.sequential_effect`) after looks on growing slices, the full-sample Δ after one."""
+    """Each arm's reported Δ against the decisive control (`decisive`, decided): after one look
+    the full sample's; after looks on growing slices, for an arm accepted early with
+    `sequential.effect: held_out`, the plain Δ and CI on its held-out items (`held_out_round`
+    must have fetched them), else the estimate given where and why it stopped
+    (`stats.sequential_effect`)."""
     if not family.multi_look:
         return [Effect.full_sample(cmp) for cmp in decisive]
-    return [
-        sequential_effect(
-            family.plan, family.looks[k], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+    out = []
+    for k, cmp in enumerate(decisive):
+        if settings.held_out_effect and _accepted_early(family, k, cmp):
+            if k not in family.held_out:
+                raise ValueError(f"arm {k} was accepted early: fetch its held-out items (held_out_round) before its effect")
+            out.append(_held_out_effect(family, k, cmp.control or "control", settings))
+        else:
+            out.append(_conditional_effect(family, k, settings))
+    return out
+
+
+def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings) -> Effect:
+    return sequential_effect(
+        family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+    )
+
+
+def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings) -> Effect:
+    """The arm against the control on its held-out items, valid in both (`compare`): the
+    decision never saw them, so the plain Δ is unbiased and its CI has its nominal coverage.
+    None of them valid: the estimate given the stop, saying why."""
+    items = family.held_out[arm]
+    held = compare([family.control[i] for i in items], [family.errors[arm][i] for i in items], settings, name)
+    if held.n == 0:
+        given_stop = _conditional_effect(family, arm, settings)
+        return given_stop.model_copy(
+            update={"method": f"{given_stop.method} (none of the {len(items)} held-out items was valid in both arms)"}
         )
-        for k in range(len(decisive))
-    ]
+    return Effect.full_sample(held, method=held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks)))
 
 
 def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:

@@ -52,6 +52,7 @@ __all__ = [
     "EffectDifference",
     "ErrorControl",
     "FULL_SAMPLE",
+    "HELD_OUT",
     "LookRecord",
     "PairedComparison",
     "SequentialPlan",
@@ -65,6 +66,7 @@ __all__ = [
     "decisive_comparison",
     "error_statement",
     "expected_final_n",
+    "held_out_method",
     "look_outcome",
     "min_detectable_delta",
     "min_detectable_shift",
@@ -1199,6 +1201,15 @@ CONDITIONAL = "median-unbiased given the stopping look (conditional, truncated-l
 """`Effect.method` of a validation on growing slices (`sequential_effect`)."""
 RECORDED_AT_STOP = "recorded Δ of the stopping look (written before early stops were adjusted for)"
 """`Effect.method` read from a record written before the estimator, whose validation stopped early."""
+HELD_OUT = "held-out items"
+"""`Effect.method` of a candidate accepted before the last look with `sequential.effect:
+held_out`: the plain Δ and CI on the test items after its stopping look (`held_out_method`)."""
+
+
+def held_out_method(items: int, look: int, looks: int) -> str:
+    """`Effect.method` of an effect measured on the `items` test items after stopping look
+    `look` (1-based) of `looks`: items the decision never saw."""
+    return f"{HELD_OUT}: the {items} test items after the stopping look ({look} of {looks}), which the decision did not see"
 
 
 class Effect(BaseModel):
@@ -1208,8 +1219,9 @@ class Effect(BaseModel):
     After a validation on growing slices, the Δ of the look where a candidate stopped is
     biased: a candidate stops for efficacy when its slice happens to look strong, for
     futility when it happens to look weak, and one that went on to the end is the rest.
-    `method` names the estimator that corrects for that (`CONDITIONAL`), or `FULL_SAMPLE`
-    when there was one look.
+    `method` names the estimator that corrects for that (`CONDITIONAL`), the held-out items'
+    plain Δ of a candidate accepted early (`HELD_OUT`, `sequential.effect: held_out`, the
+    default), or `FULL_SAMPLE` when there was one look.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -1219,7 +1231,7 @@ class Effect(BaseModel):
     ci_high: float | None = Field(default=None, ge=-1.0, le=1.0)
     method: str
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
-    n: int | None = Field(default=None, ge=0, description="Paired items at the look the estimate is taken at.")
+    n: int | None = Field(default=None, ge=0, description="Paired items the estimate is taken on: at the stopping look, or the held-out items valid in both arms.")
     measure: Measure = "error"
     clipped: str | None = Field(
         default=None,

@@ -249,3 +249,64 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     assert any(j["invalid_reason"] is None for j in judged)
     assert "probability of preferring the rejected response" in data["error_statement"]
     assert "effect: the reported ΔP(rejected) against the control" in " ".join(result.stdout.split())
+
+
+def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Path):
+    """The held-out round with SmolLM2 as teacher and checker (through the call cache) on 16
+    demo test pairs, looks at 8 and 16: the judge is scripted to err on every rewritten
+    rejected response (so the candidate is surely accepted at the first look, which SmolLM2 as
+    a judge cannot promise), against the baseline. After the decision the real teacher
+    rewrites, and the checker checks, the 8 items after the stop; the effect is measured on
+    those valid in both arms; run again on the same cache, the validation pays no teacher call
+    and reports the same record."""
+    from bias_discovery.config import PerturbSettings, ValidateSettings
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, judge_pairs
+    from bias_discovery.library import Bias, BiasOrigin
+    from bias_discovery.llm.registry import make_engine
+    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
+    from bias_discovery.stats import held_out_method
+
+    from fakes import ScriptedEngine, _responses
+
+    pairs = load_pairs("demo:test", limit=16)
+    originals = {p.rejected.strip() for p in pairs}
+    chosen = {p.chosen.strip() for p in pairs}
+
+    def judge(request):  # prefers any rejected response that is not the original: a bias of rewriting
+        a, b = (text.strip() for text in _responses(request.messages[-1].content))
+        rejected, letter = (b, "B") if a in chosen else (a, "A")
+        pick = letter if rejected not in originals else ("A" if letter == "B" else "B")
+        return f"Reasoning: scripted.\nVerdict: {pick}"
+
+    judge_settings = JudgeSettings(reasoning=False, max_tokens=16)
+    target = ScriptedEngine(judge)
+    baseline = judge_pairs(target, pairs, judge_settings, seed=42)
+    rules = ValidateSettings(
+        control="baseline", n_boot=200, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
+    )
+    setup = ValidationSetup(
+        family=FamilySettings(rules=rules, alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
+        judge=judge_settings, test_data="demo:test",
+    )
+    bias = Bias(id="d1-expert-citation", name="Expert Citation", definition="The judge favours answers that cite experts.",
+                manifestations=["As leading experts confirm, ..."], origin=BiasOrigin(kind="discovered", iteration=1))
+    records = []
+    for _ in range(2):
+        teacher = make_engine("llamacpp/smollm2", cache_path=tmp_path / "calls.sqlite")
+        out = validate_biases(ValidationModels(teacher, target, checker=teacher), [bias], pairs, baseline, setup)
+        records.append((out.records[0], teacher))
+    (record, first), (again, second) = records
+    assert record.stop == "efficacy" and record.stopped_at == 8 and out.candidates[0].validation.accepted
+    rewrites = [p for p in out.perturbed if p.bias_id == bias.id]
+    assert len(rewrites) == 16 and len({p.pair_id for p in rewrites}) == 16  # every item once: 8 looked at, 8 held out
+    looked_at = {pairs[i].id for i in range(16)} - {p.pair_id for p in rewrites[8:]}
+    assert {p.pair_id for p in rewrites[:8]} == looked_at
+    valid_held_out = sum(p.valid for p in rewrites[8:])
+    assert record.effect.method == held_out_method(8, 1, 2) and record.effect.n == valid_held_out
+    assert all(o.correct for o in baseline.outcomes)  # the judge never errs on an original ...
+    assert valid_held_out == 0 or record.effect.delta == 1.0  # ... and always on a valid rewrite
+    assert record.vs_baseline.n + record.vs_baseline.n_excluded_invalid == 8  # the decision's own items
+    assert first.misses > 0 and second.misses == 0 and second.hits > 0  # the rerun paid no call
+    assert again == record

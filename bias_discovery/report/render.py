@@ -154,6 +154,7 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("", _get(config, "validate.sequential.looks") if sequential else "off"),
                 ("spending", _get(config, "validate.sequential.spending") if sequential else None),
                 ("futility <", _get(config, "validate.sequential.futility") if sequential else None),
+                ("effect after an early acceptance", _get(config, "validate.sequential.effect") if sequential else None),
             ),
         ),
     ]
