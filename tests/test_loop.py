@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,9 +95,18 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
     rd.config_path.write_text(config.to_yaml())
     calls = {"n": 0}
 
+    def step_logged() -> bool:
+        events = rd.read_events()
+        return any(e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb" for e in events)
+
     def dies_in_seed_rewrites(request):
         calls["n"] += 1
         if calls["n"] == 150:  # after the baseline and placebo, inside validate_seeds (perturb)
+            # once the step's count is on record: streamed, the loop logs it a moment after the
+            # responses it counts, and these answer at once
+            deadline = time.monotonic() + 30
+            while not step_logged() and time.monotonic() < deadline:
+                time.sleep(0.01)
             raise KeyboardInterrupt
         return authority_world(request)
 

@@ -23,27 +23,8 @@ from test_loop import RecordingProgress, make_config, write_pairs
 
 TEACHER = "llamacpp/teacher-unused-in-these-tests.gguf"
 """A teacher config other than the target's, so the two roles get engines of their own."""
-UNTIMED = {"events.jsonl", "run.json", "lock.json", "config.yaml"}
-"""Files that record when things happened (or the config, which names the pipeline)."""
-
-
-def artifacts(root: Path) -> dict[str, bytes]:
-    """Every file a run wrote, by relative path, except the databases and `UNTIMED`; the
-    libraries without their `created_at` time."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        name = str(path.relative_to(root))
-        if not path.is_file() or path.name in UNTIMED or ".sqlite" in path.name:
-            continue
-        data = path.read_bytes()
-        if path.parent.name == "library":
-            data = re.sub(rb'"created_at": "[^"]*"', b'"created_at": ""', data)
-        out[name] = data
-    return out
-
-
 def uncached(files: dict[str, bytes]) -> dict[str, bytes]:
-    """`artifacts` without the `cached` flags and counts (a resumed run finds its earlier calls
+    """`RunDir.outputs` without the `cached` flags and counts (a resumed run finds its earlier calls
     in the cache, and says so)."""
     return {
         name: re.sub(rb'"cached_calls": \d+', b'"cached_calls": _', re.sub(rb'"cached": (true|false)', b'"cached": _', data))
@@ -109,7 +90,7 @@ def test_streamed_and_staged_runs_write_the_same_files(tmp_path):
         judge={"positions": "both"}, validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 10}},
     )
     (staged, staged_bars), (streamed, streamed_bars) = runs["staged"], runs["streamed"]
-    a, b = artifacts(staged.root), artifacts(streamed.root)
+    a, b = staged.outputs(), streamed.outputs()
     assert sorted(a) == sorted(b)
     assert {"iter_001/judgments.jsonl", "iter_001/identified.jsonl", "iter_002/validation.json", "placebo/result.json"} <= set(a)
     for name in a:
@@ -129,7 +110,7 @@ def test_score_verdicts_without_deeper_explanations_stream_the_same_files(tmp_pa
         judge={"positions": "swap", "verdict": "score"}, deeper_explain={"enabled": False},
         validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 6}},
     )
-    a, b = artifacts(runs["staged"][0].root), artifacts(runs["streamed"][0].root)
+    a, b = runs["staged"][0].outputs(), runs["streamed"][0].outputs()
     assert a == b
     seeds = runs["streamed"][0].root / "iter_000"  # the quiet judge never errs: only the seeds are validated
     judged = [json.loads(line) for line in (seeds / "validation_judgments.jsonl").read_text().splitlines()]
@@ -223,5 +204,5 @@ def test_a_failing_request_fails_the_stream_and_resume_pays_nothing_twice(tmp_pa
     execute(rd, config, resume=True, engines={"target": target, "teacher": teacher}, embedder=BagOfWordsEmbedder())
     target.close()
     teacher.close()
-    assert uncached(artifacts(rd.root)) == uncached(artifacts(reference.root))
+    assert uncached(rd.outputs()) == uncached(reference.outputs())
     assert max(paid_counts(rd.cache_path)) == 1

@@ -246,12 +246,14 @@ def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     test_rewrites = {"count": 0, "fail": True}
+    raised = []
 
     def failing(request):
         user = request.messages[-1].content
         if "Trait:" in user and "Test question" in user:
             test_rewrites["count"] += 1
             if test_rewrites["fail"] and test_rewrites["count"] > 50:  # look 1: 2 candidates x 25 items
+                raised.append(request)
                 raise RuntimeError("teacher fell over")
         return _strong_and_null_world(request)
 
@@ -269,8 +271,9 @@ def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
     def keys(requests):
         return {r.content_hash("fake") for r in requests}
 
-    # the one request that raised was never answered, so it is asked again; nothing else is
-    assert keys(first.sent) & keys(healthy.sent) == keys(first.sent[-1:]), "a call was paid twice"
+    # the requests that raised were never answered, so they are asked again; nothing else is
+    # (streamed, the teacher may take one or two more queued rewrites before the failure stops them)
+    assert raised and keys(first.sent) & keys(healthy.sent) == keys(raised), "a call was paid twice"
     report = _validation(rd)
     null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
     assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]

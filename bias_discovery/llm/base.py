@@ -168,6 +168,15 @@ async def ask(engine: Engine, request: GenerationRequest) -> GenerationResponse:
     return await asyncio.wrap_future(engine.submit(request))
 
 
+def flush(engine: Engine) -> None:
+    """Commit what `engine` holds of the responses to its submissions (the call cache writes
+    them in groups): a caller that stops submitting, done or failed, makes them durable, as the
+    end of a batch does. Engines without such writes (`BaseEngine.flush`) do nothing."""
+    commit = getattr(engine, "flush", None)
+    if commit is not None:
+        commit()
+
+
 # --------------------------------------------------------------------------------------
 # Requests submitted one by one
 # --------------------------------------------------------------------------------------
@@ -310,6 +319,10 @@ class BaseEngine(ABC):
                 self._submissions = SubmitQueue(self)
             queue = self._submissions
         return queue.put(request)
+
+    def flush(self) -> None:
+        """Commit what is pending of the submissions' responses (`llm.base.flush`): nothing,
+        except in the call cache and the wrappers around it."""
 
     def close(self) -> None:
         """Release the model or connections (idempotent); `generate` and `submit` refuse

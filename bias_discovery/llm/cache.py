@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import EngineError
-from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size
+from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size, flush
 from .types import GenerationRequest, GenerationResponse
 
 __all__ = ["CachedEngine"]
@@ -172,6 +172,11 @@ class CachedEngine(BaseEngine):
         # arrives anyway is still stored: it is paid for)
         answer.add_done_callback(lambda done: sent.cancel() if done.cancelled() else None)
         return answer
+
+    def flush(self) -> None:
+        """Commit the submissions' responses now (and the inner engine's, if it holds any)."""
+        self._submitted.flush()
+        flush(self.engine)
 
     # ------------------------------------------------------------------ internals
 

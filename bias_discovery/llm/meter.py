@@ -10,7 +10,7 @@ from typing import Sequence
 from pydantic import BaseModel
 
 from ..progress import ProgressCallback
-from .base import BaseEngine, BatchReport, Engine, ResponseCallback
+from .base import BaseEngine, BatchReport, Engine, ResponseCallback, flush
 from .types import GenerationRequest, GenerationResponse
 
 
@@ -61,6 +61,9 @@ class MeteredEngine(BaseEngine):
         future.add_done_callback(lambda done: self._book_done(stage, done))
         return future
 
+    def flush(self) -> None:
+        flush(self.engine)
+
     def book(self, stage: str, responses: Sequence[GenerationResponse]) -> None:
         with self._usage_lock:
             usage = self.usage[stage]
@@ -106,6 +109,9 @@ class StageEngine:
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
         return self.meter.submit_booked(request, self.stage)
+
+    def flush(self) -> None:
+        self.meter.flush()
 
     def close(self) -> None:
         """Nothing to release (the meter's roles close the engine)."""

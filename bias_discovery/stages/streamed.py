@@ -30,7 +30,7 @@ from ..config import ExplainSettings, IdentifySettings, PerturbSettings
 from ..data.pairs import PreferencePair
 from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, build_tasks, calls_per_pair, judge_pair
 from ..library import Bias
-from ..llm.base import Engine, ask
+from ..llm.base import Engine, ask, flush
 from ..llm.types import GenerationRequest, GenerationResponse
 from ..progress import ProgressCallback
 from .evaluate import misjudged_case
@@ -184,9 +184,11 @@ async def _judged(
     return judge_pair(pair, list(zip(tasks, responses)), settings)
 
 
-async def _gather_all(flows: Sequence[Awaitable[None]]) -> None:
+async def _gather_all(flows: Sequence[Awaitable[None]], askers: Sequence[_Asker]) -> None:
     """Run every item's flow; the first failure cancels the rest (and waits for them) and is
-    raised. (asyncio.TaskGroup does this from Python 3.11; the package runs on 3.10.)"""
+    raised. (asyncio.TaskGroup does this from Python 3.11; the package runs on 3.10.) Either
+    way, the responses that arrived are committed before this returns (`llm.base.flush`), as
+    at the end of a batch."""
     tasks = [asyncio.ensure_future(flow) for flow in flows]
     try:
         await asyncio.gather(*tasks)
@@ -195,6 +197,9 @@ async def _gather_all(flows: Sequence[Awaitable[None]]) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        for asker in askers:
+            flush(asker.engine)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +303,7 @@ async def _front_half(
                 identified[i] = await _identified(identifying, case, identify, seed)
             passes.through(IDENTIFY)
 
-        await _gather_all([flow(i) for i in range(n)])
+        await _gather_all([flow(i) for i in range(n)], [rewrite, judging, explaining, identifying])
 
     kept = [entry for entry in judged if entry is not None]
     return FrontHalf(
@@ -413,7 +418,7 @@ async def _rewrites(
                 judged[i] = await _judged(judging, record.to_pair(), judge, seed)
             passes.through(judge_step)
 
-        await _gather_all([flow(i) for i in range(n)])
+        await _gather_all([flow(i) for i in range(n)], [a for a in (rewriting, checking, judging) if a is not None])
 
     judgments = [j for entry in judged if entry is not None for j in entry[0]]
     return [r for r in records if r is not None], judgments, [entry[1] if entry else None for entry in judged]
