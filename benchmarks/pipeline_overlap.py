@@ -66,7 +66,7 @@ def run_config(pipeline: str, urls: dict[str, str], data: dict[str, str], concur
                 "max_concurrency": concurrency[role]}
 
     return RunConfig.model_validate({
-        "name": f"overlap-{pipeline}", "pipeline": pipeline, "max_iterations": 1,
+        "name": "overlap", "pipeline": pipeline, "max_iterations": 1,
         "target": model("target"), "teacher": model("teacher"), "data": data,
         "merge": {"similarity_threshold": 0.99}, "validate": {"n_boot": 200},
     })
@@ -104,8 +104,8 @@ def one_run(pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write overlap_ratio, identical and every run here")
-    parser.add_argument("--target-items", type=int, default=64, help="target pairs perturbed in the iteration")
-    parser.add_argument("--test-items", type=int, default=48, help="test pairs of the baseline, the placebo and validation")
+    parser.add_argument("--target-items", type=int, default=256, help="target pairs perturbed in the iteration")
+    parser.add_argument("--test-items", type=int, default=128, help="test pairs of the baseline, the placebo and validation")
     parser.add_argument("--target-token-latency", type=float, default=0.005, help="the judge's seconds per token")
     parser.add_argument("--teacher-token-latency", type=float, default=0.005, help="the teacher's seconds per token")
     parser.add_argument("--target-capacity", type=int, default=16, help="sequences the judge's server decodes at once")

@@ -6,7 +6,7 @@ benchmarks at thousands of requests in flight.
 It answers `POST /v1/chat/completions` after `--latency` seconds with a reply that satisfies
 the request's constraint (vLLM's `structured_outputs` or OpenAI's `response_format`): the
 first of the choices, the shortest string a regex matches, the smallest JSON value a schema
-allows. `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
+allows; without a constraint, "Hello from the stub (<digest of the prompt>).". `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
 `GET /stats` reports requests answered, in flight, the peak in flight and the process's CPU
 seconds (so a benchmark can show the stub is not its limit); `POST /stats/reset` zeroes the
 counts. With `--hang` it accepts connections, reads every /v1 request and never answers (a
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -134,7 +135,8 @@ _replies: dict[str, str] = {}
 
 
 def reply_text(body: dict[str, Any]) -> str:
-    """What a server enforcing the request's constraint could answer (cached per constraint)."""
+    """What a server enforcing the request's constraint could answer (cached per constraint;
+    free text names a digest of the prompt)."""
     so = body.get("structured_outputs")
     rf = body.get("response_format")
     key = json.dumps([so, rf], sort_keys=True)
@@ -151,8 +153,9 @@ def reply_text(body: dict[str, Any]) -> str:
             text = json.dumps(schema_example(rf["json_schema"]["schema"]))
         elif rf and rf.get("type") == "json_object":
             text = json.dumps(schema_example(rf.get("schema") or {"type": "object"}))
-        else:
-            text = "Hello from the stub."
+        else:  # free text: a reply of its own per prompt (a rewrite differs from every other)
+            digest = hashlib.sha1(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()[:8]
+            return f"Hello from the stub ({digest})."
         _replies[key] = text
     return text
 

@@ -4,14 +4,16 @@ progress events, counted on from where a resumed step stopped)."""
 
 from __future__ import annotations
 
+import functools
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import DataError
 from ..llm.roles import ModelRoles
 from ..progress import ProgressCallback, ProgressFactory, progress_or_quiet
 from ..run import RunBusyError, RunDir, RunState
+from ..stages.streamed import Opener
 
 StepKey = tuple[int, str, str | None, int | None]
 """(iteration, stage, step name, total) of one progress step."""
@@ -128,3 +130,20 @@ class RunBook:
         """A stage of one progress step (`stage`, then its step): perturb, evaluate, ..."""
         with self.stage(name, iteration, total) as stage, stage.step(total) as progress:
             yield progress
+
+    def stage_steps(self, name: str, iteration: int, steps: Sequence[str]) -> list[tuple[str, Opener]]:
+        """The steps of stage `name` as a `StepChain` opens them one after another: the first
+        starts the stage (`stage`), each is a step of it, the last one's end ends the stage."""
+        held = ExitStack()
+        current: list[StageProgress] = []
+
+        @contextmanager
+        def opened(step: str, total: int) -> Iterator[ProgressCallback]:
+            if step == steps[0]:
+                current.append(held.enter_context(self.stage(name, iteration, None)))
+            with current[-1].step(total, step) as progress:
+                yield progress
+            if step == steps[-1]:
+                held.close()
+
+        return [(step, functools.partial(opened, step)) for step in steps]

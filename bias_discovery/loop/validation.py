@@ -3,6 +3,8 @@ candidates validated against them (each iteration, or the seed library at iterat
 
 from __future__ import annotations
 
+import functools
+
 from ..data.loaders import describe_source
 from ..errors import DataError
 from ..formatting import percent, pp
@@ -11,6 +13,8 @@ from ..library import Bias
 from ..run import ValidationReport
 from ..sequential import FamilySettings
 from ..stages import PlaceboArm, ValidationModels, ValidationSetup, record_checker, run_placebo, validate_biases
+from ..stages.streamed import Opener
+from ..stages.validate import baseline_and_placebo
 from ..stats import MEASURE_LABELS
 from .bookkeeping import RunBook
 from .resources import LoopResources
@@ -39,6 +43,29 @@ class LoopValidation:
         self.config = resources.config
         self.run = resources.run
 
+    def controls(self, with_placebo: bool) -> tuple[JudgeResult, PlaceboArm | None]:
+        """The baseline, and the placebo (`with_placebo`, and `validate.control: placebo`), each
+        computed once per run. Streamed, when neither is on file yet, both at once: the target
+        judges the test set while the teacher rewrites it (`stages.baseline_and_placebo`)."""
+        run, r, c = self.run, self.resources, self.config
+        both = with_placebo and c.validate_.control == "placebo"
+        if not (both and c.pipeline == "streamed" and not run.baseline.result.exists() and not run.placebo.exists()):
+            baseline = self.baseline()
+            return baseline, self.placebo(baseline) if with_placebo else None
+        checker = r.booked("checker", "placebo") if r.checker is not None else None
+        models = ValidationModels(teacher=r.booked("teacher", "placebo"), target=r.booked("target", "placebo"), checker=checker)
+        steps: list[tuple[str, Opener]] = [
+            ("baseline", functools.partial(self.book.single_step, "baseline", 0)),
+            *self.book.stage_steps("placebo", 0, ["rewrite", *(["check"] if checker is not None else []), "judge"]),
+        ]
+        baseline, arm = baseline_and_placebo(
+            r.booked("target", "baseline"), models, r.test_pairs, perturb_settings=c.perturb, judge_settings=c.judge,
+            settings=c.validate_, seed=c.seed, steps=steps,
+        )
+        self._write_baseline(baseline)
+        run.placebo.write(arm)
+        return baseline, arm
+
     def baseline(self) -> JudgeResult:
         """The target's judgments on the unperturbed test set (computed once per run)."""
         baseline = self.run.baseline
@@ -48,6 +75,10 @@ class LoopValidation:
         n = len(pairs) * calls_per_pair(self.config.judge)
         with self.book.single_step("baseline", 0, n) as progress:
             result = judge_pairs(self.resources.target, pairs, self.config.judge, seed=self.config.seed, progress=progress)
+        self._write_baseline(result)
+        return result
+
+    def _write_baseline(self, result: JudgeResult) -> None:
         summary = summarize(
             result,
             model=self.config.target.spec,
@@ -55,9 +86,8 @@ class LoopValidation:
             settings=self.config.judge,
             seed=self.config.seed,
         )
-        baseline.summary.write(summary)
-        baseline.result.write(result)
-        return result
+        self.run.baseline.summary.write(summary)
+        self.run.baseline.result.write(result)
 
     def placebo(self, baseline: JudgeResult) -> PlaceboArm | None:
         """The placebo arm (neutral rewrites of the test set, judged; once per run), or None
@@ -101,8 +131,7 @@ class LoopValidation:
             keep = {b.id for b in ranked[: cfg.max_candidates]}
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
-        baseline = self.baseline()
-        placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
+        baseline, placebo = self.controls(with_placebo=bool(candidates))  # the placebo: paid for when a candidate needs it
         alpha = config.family_alpha
         setup = ValidationSetup(
             family=FamilySettings(

@@ -45,7 +45,9 @@ __all__ = [
     "FrontHalfEngines",
     "Opener",
     "StepChain",
+    "Rewrites",
     "run",
+    "stream_baseline_and_placebo",
     "stream_front_half",
     "stream_rewrites",
 ]
@@ -184,7 +186,7 @@ async def _judged(
     return judge_pair(pair, list(zip(tasks, responses)), settings)
 
 
-async def _gather_all(flows: Sequence[Awaitable[None]], askers: Sequence[_Asker]) -> None:
+async def _gather_all(flows: Sequence[Awaitable[Any]], askers: Sequence[_Asker]) -> None:
     """Run every item's flow; the first failure cancels the rest (and waits for them) and is
     raised. (asyncio.TaskGroup does this from Python 3.11; the package runs on 3.10.) Either
     way, the responses that arrived are committed before this returns (`llm.base.flush`), as
@@ -334,6 +336,11 @@ async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySett
 # --------------------------------------------------------------------------------------------
 
 
+Rewrites = tuple[list[PerturbedPair], list[Judgment], list[PairOutcome | None]]
+"""What a batch of rewrites gives: the records in item order, the judgments of the valid
+ones, and their outcomes aligned with the items (None: not judged)."""
+
+
 def stream_rewrites(
     teacher: Engine,
     target: Engine,
@@ -344,14 +351,66 @@ def stream_rewrites(
     judge: JudgeSettings,
     seed: int,
     steps: Sequence[tuple[str, Opener]],
-) -> tuple[list[PerturbedPair], list[Judgment], list[PairOutcome | None]]:
+) -> Rewrites:
     """The teacher rewrites each (pair, bias) item (bias None: neutrally, the placebo), the
     checker checks its answer (None: no check), the target judges it if still valid, item by
     item. `steps`: the progress of the rewrite, the check (only with a checker) and the judge
-    steps, in that order. Returns what the staged order returns: the records in item order,
-    the judgments of the valid ones, and their outcomes aligned with the items (None: not
-    judged)."""
-    return run(_rewrites(_Models(teacher, target, checker), items, perturb, judge, seed, steps))
+    steps, in that order. Returns what the staged order returns (`Rewrites`)."""
+    models = _Models(teacher, target, checker)
+
+    async def main() -> Rewrites:
+        with StepChain(steps) as chain:
+            return await _rewrites(models, items, perturb, judge, seed, chain, [name for name, _ in steps])
+
+    return run(main())
+
+
+def stream_baseline_and_placebo(
+    baseline_judge: Engine,
+    teacher: Engine,
+    target: Engine,
+    checker: Engine | None,
+    pairs: Sequence[PreferencePair],
+    *,
+    perturb: PerturbSettings,
+    judge: JudgeSettings,
+    seed: int,
+    steps: Sequence[tuple[str, Opener]],
+) -> tuple[JudgeResult, Rewrites]:
+    """The target judges the unperturbed `pairs` (the baseline, through `baseline_judge`)
+    while the teacher rewrites them neutrally and each rewrite is checked and judged (the
+    placebo, as `stream_rewrites`): the two controls of validation at once. `steps`: the
+    baseline's, then the placebo's."""
+    models = _Models(teacher, target, checker)
+    names = [name for name, _ in steps]
+
+    async def main() -> tuple[JudgeResult, Rewrites]:
+        with StepChain(steps) as chain:
+            baseline = asyncio.ensure_future(_judge_all(baseline_judge, pairs, judge, seed, chain, names[0]))
+            placebo = asyncio.ensure_future(
+                _rewrites(models, [(pair, None) for pair in pairs], perturb, judge, seed, chain, names[1:])
+            )
+            await _gather_all([baseline, placebo], [])
+            return baseline.result(), placebo.result()
+
+    return run(main())
+
+
+async def _judge_all(
+    engine: Engine, pairs: Sequence[PreferencePair], settings: JudgeSettings, seed: int, chain: StepChain, step: str
+) -> JudgeResult:
+    """Every pair judged (what `judge_pairs` returns), item by item."""
+    chain.set_total(step, len(pairs) * calls_per_pair(settings))
+    judging = _Asker(engine, chain, step)
+    judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * len(pairs)
+
+    async def flow(i: int) -> None:
+        judged[i] = await _judged(judging, pairs[i], settings, seed)
+
+    await _gather_all([flow(i) for i in range(len(pairs))], [judging])
+    chain.finish(step)
+    kept = [entry for entry in judged if entry is not None]
+    return JudgeResult(judgments=[j for js, _ in kept for j in js], outcomes=[o for _, o in kept])
 
 
 @dataclass(frozen=True)
@@ -367,58 +426,55 @@ async def _rewrites(
     perturb: PerturbSettings,
     judge: JudgeSettings,
     seed: int,
-    steps: Sequence[tuple[str, Opener]],
-) -> tuple[list[PerturbedPair], list[Judgment], list[PairOutcome | None]]:
-    names = [name for name, _ in steps]
+    chain: StepChain,
+    names: Sequence[str],
+) -> Rewrites:
     rewrite, check, judge_step = (names[0], names[1], names[2]) if models.checker is not None else (names[0], None, names[1])
     n = len(items)
     records: list[PerturbedPair | None] = [None] * n
     judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * n
+    chain.set_total(rewrite, n)
 
-    with StepChain(steps) as chain:
-        chain.set_total(rewrite, n)
+    def complete(step: str) -> None:
+        done = [r for r in records if r is not None]
+        if step == rewrite and check is not None:
+            chain.set_total(check, check_calls(done))
+        elif step == (check or rewrite):
+            chain.set_total(judge_step, sum(1 for r in done if r.valid) * calls_per_pair(judge))
+        chain.finish(step)
 
-        def complete(step: str) -> None:
-            done = [r for r in records if r is not None]
-            if step == rewrite and check is not None:
-                chain.set_total(check, check_calls(done))
-            elif step == (check or rewrite):
-                chain.set_total(judge_step, sum(1 for r in done if r.valid) * calls_per_pair(judge))
-            chain.finish(step)
+    passes = _Passes(n, [rewrite, *([check] if check is not None else []), judge_step], complete)
+    rewriting = _Asker(models.teacher, chain, rewrite)
+    checking = _Asker(models.checker, chain, check) if models.checker is not None and check is not None else None
+    judging = _Asker(models.target, chain, judge_step)
 
-        passes = _Passes(n, names, complete)
-        rewriting = _Asker(models.teacher, chain, rewrite)
-        checking = _Asker(models.checker, chain, check) if models.checker is not None and check is not None else None
-        judging = _Asker(models.target, chain, judge_step)
+    async def checked(record: PerturbedPair) -> PerturbedPair:
+        assert checking is not None
+        mechanical = extracted_update(record)
+        if mechanical is not None:
+            return mechanical
+        # the control question about the pair's original, once per pair (as a batch asks it)
+        original, reply = await asyncio.gather(
+            checking(original_check_request(record, seed), once=True), checking(rewrite_check_request(record, seed))
+        )
+        return model_checked(record, reply, original)
 
-        async def checked(record: PerturbedPair) -> PerturbedPair:
-            assert checking is not None
-            mechanical = extracted_update(record)
-            if mechanical is not None:
-                return mechanical
-            # the control question about the pair's original, once per pair (as a batch asks it)
-            original, reply = await asyncio.gather(
-                checking(original_check_request(record, seed), once=True), checking(rewrite_check_request(record, seed))
-            )
-            return model_checked(record, reply, original)
-
-        async def flow(i: int) -> None:
-            pair, bias = items[i]
-            if bias is None:
-                record = neutral_record(pair, await rewriting(build_neutral_request(pair, perturb, seed)))
-            else:
-                record = perturbed_record(pair, bias, await rewriting(build_perturb_request(pair, bias, perturb, seed)))
-            records[i] = record
-            passes.through(rewrite)
-            if check is not None:
-                if record.valid:
-                    record = records[i] = await checked(record)
-                passes.through(check)
+    async def flow(i: int) -> None:
+        pair, bias = items[i]
+        if bias is None:
+            record = neutral_record(pair, await rewriting(build_neutral_request(pair, perturb, seed)))
+        else:
+            record = perturbed_record(pair, bias, await rewriting(build_perturb_request(pair, bias, perturb, seed)))
+        records[i] = record
+        passes.through(rewrite)
+        if check is not None:
             if record.valid:
-                judged[i] = await _judged(judging, record.to_pair(), judge, seed)
-            passes.through(judge_step)
+                record = records[i] = await checked(record)
+            passes.through(check)
+        if record.valid:
+            judged[i] = await _judged(judging, record.to_pair(), judge, seed)
+        passes.through(judge_step)
 
-        await _gather_all([flow(i) for i in range(n)], [a for a in (rewriting, checking, judging) if a is not None])
-
+    await _gather_all([flow(i) for i in range(n)], [a for a in (rewriting, checking, judging) if a is not None])
     judgments = [j for entry in judged if entry is not None for j in entry[0]]
     return [r for r in records if r is not None], judgments, [entry[1] if entry else None for entry in judged]

@@ -58,7 +58,7 @@ from ..stats import (
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
 from .rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
-from .streamed import Opener, stream_rewrites
+from .streamed import Opener, Rewrites, stream_baseline_and_placebo, stream_rewrites
 
 
 class CandidateValidation(BaseModel):
@@ -254,7 +254,7 @@ def rewrite_check_judge(
     bar: ProgressFactory,
     labels: tuple[str, str, str],
     pipeline: Pipeline,
-) -> tuple[list[PerturbedPair], list[Judgment], list[PairOutcome | None]]:
+) -> Rewrites:
     """The teacher rewrites every (pair, bias) item (bias None: neutrally, the placebo; one
     kind per call), the checker checks the answers (None: no check), the target judges the
     valid rewrites: staged (a batch per step) or streamed (item by item, `stream_rewrites`),
@@ -302,7 +302,7 @@ def run_placebo(
     the `pipeline`'s order), and measure the rewrite effect against the baseline."""
     if len(baseline.outcomes) != len(test_pairs):
         raise ValueError("baseline judgments do not match the test pairs")
-    rewrites, judgments, outcomes = rewrite_check_judge(
+    rewrites = rewrite_check_judge(
         ValidationModels(teacher=teacher, target=target, checker=checker),
         [(pair, None) for pair in test_pairs],
         perturb_settings=perturb_settings,
@@ -312,6 +312,21 @@ def run_placebo(
         labels=("rewrite", "check", "judge"),
         pipeline=pipeline,
     )
+    return placebo_arm(test_pairs, baseline, rewrites, settings, seed=seed, checked=checker is not None)
+
+
+def placebo_arm(
+    test_pairs: Sequence[PreferencePair],
+    baseline: JudgeResult,
+    rewrites: Rewrites,
+    settings: ValidateSettings,
+    *,
+    seed: int,
+    checked: bool,
+) -> PlaceboArm:
+    """The placebo arm from its rewrites, judgments and outcomes (`rewrite_check_judge`), with
+    the rewrite effect against the baseline; `checked`: whether the answers were checked."""
+    records, judgments, outcomes = rewrites
     aligned = [
         o if o is not None else PairOutcome(pair_id=p.id, domain=p.domain, correct=None, orders=[])
         for p, o in zip(test_pairs, outcomes)
@@ -320,16 +335,38 @@ def run_placebo(
     cmp = compare_paired(
         errors_of(baseline), errors_of(result), n_boot=settings.n_boot, confidence=settings.confidence, seed=seed, control="baseline"
     )
-    checked, changed = answer_changes(rewrites)
+    n_checked, changed = answer_changes(records)
     effect = RewriteEffect(
         **cmp.model_dump(),
-        answer_change_rate=changed / checked if checked else None,
-        n_answer_checked=checked if checker is not None else None,
-        n_answer_unverifiable=unverifiable(rewrites) if checker is not None else None,
-        n_answer_extracted=extracted_checks(rewrites) if checker is not None else None,
-        length_ratio=length_ratio(rewrites),
+        answer_change_rate=changed / n_checked if n_checked else None,
+        n_answer_checked=n_checked if checked else None,
+        n_answer_unverifiable=unverifiable(records) if checked else None,
+        n_answer_extracted=extracted_checks(records) if checked else None,
+        length_ratio=length_ratio(records),
     )
-    return PlaceboArm(perturbed=rewrites, result=result, effect=effect)
+    return PlaceboArm(perturbed=records, result=result, effect=effect)
+
+
+def baseline_and_placebo(
+    baseline_judge: Engine,
+    models: ValidationModels,
+    test_pairs: Sequence[PreferencePair],
+    *,
+    perturb_settings: PerturbSettings,
+    judge_settings: JudgeSettings,
+    settings: ValidateSettings,
+    seed: int,
+    steps: Sequence[tuple[str, Opener]],
+) -> tuple[JudgeResult, PlaceboArm]:
+    """Both controls at once, streamed: the target judges the test set (the baseline, through
+    `baseline_judge`) while the teacher rewrites it neutrally, each rewrite checked and judged
+    (the placebo). The same files as the baseline, then `run_placebo`. `steps`: the baseline's
+    progress, then the placebo's rewrite, check (with a checker) and judge steps."""
+    baseline, rewrites = stream_baseline_and_placebo(
+        baseline_judge, models.teacher, models.target, models.checker, test_pairs,
+        perturb=perturb_settings, judge=judge_settings, seed=seed, steps=steps,
+    )
+    return baseline, placebo_arm(test_pairs, baseline, rewrites, settings, seed=seed, checked=models.checker is not None)
 
 
 def slice_order(n: int, seed: int) -> list[int]:
