@@ -206,3 +206,83 @@ def test_a_failing_request_fails_the_stream_and_resume_pays_nothing_twice(tmp_pa
     teacher.close()
     assert uncached(rd.outputs()) == uncached(reference.outputs())
     assert max(paid_counts(rd.cache_path)) == 1
+
+
+KILLED_RUN = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
+from bias_discovery.config import load_run_config
+from bias_discovery.graph import execute
+from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.run import RunDir
+
+class Slow(ScriptedEngine):
+    def _generate_one(self, request):
+        time.sleep({seconds})
+        return super()._generate_one(request)
+
+rd = RunDir({root!r})
+config = load_run_config(rd.config_path)
+engines = {{"target": CachedEngine(Slow(authority_world, "fake/target"), rd.cache_path),
+           "teacher": CachedEngine(Slow(authority_world, "fake/teacher"), rd.cache_path)}}
+execute(rd, config, resume=False, engines=engines, embedder=BagOfWordsEmbedder())
+"""
+
+
+def _stored(cache: Path, what: str) -> int:
+    """Calls in the cache whose request contains `what` (0 before the table exists)."""
+    import sqlite3
+
+    if not cache.exists():
+        return 0
+    try:
+        with sqlite3.connect(cache, timeout=30) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM calls WHERE request LIKE ?", (f"%{what}%",)).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_a_sigkilled_stream_resumes_paying_nothing_twice_with_the_same_files(tmp_path):
+    """A streamed run SIGKILLed while the teacher is still rewriting and the judge already
+    judging (both engines at work in iteration 1's front half), then resumed: it finishes with
+    the files of an uninterrupted run (the `cached` flags aside) and no call paid twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "ref").mkdir()
+    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, 24, 12))["streamed"][0]
+    config = make_config(tmp_path, teacher=TEACHER, max_iterations=1, data=data(tmp_path, 24, 12))
+    rd = RunDir(tmp_path / "killed")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    script = KILLED_RUN.format(tests=str(Path(__file__).parent), seconds=0.05, root=str(rd.root))
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def mid_stream() -> bool:  # judgments stored while rewrites are still to come
+        return _stored(rd.cache_path, "[Response A]") > 0 and _stored(rd.cache_path, "Trait:") < 24
+
+    deadline = time.monotonic() + 120
+    try:
+        while not mid_stream():
+            assert process.poll() is None, process.communicate()[1].decode()[-2000:]
+            assert time.monotonic() < deadline, "no judgment was stored mid-stream within 120 s"
+            time.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert 0 < _stored(rd.cache_path, "Trait:") < 24 and rd.read_state().stage in ("perturb", "evaluate")
+    assert not rd.iteration(1).perturbed.exists()  # the stream writes its files at its end
+    target = CachedEngine(ScriptedEngine(authority_world, "fake/target"), rd.cache_path)
+    teacher = CachedEngine(ScriptedEngine(authority_world, "fake/teacher"), rd.cache_path)
+    execute(rd, config, resume=True, engines={"target": target, "teacher": teacher}, embedder=BagOfWordsEmbedder())
+    target.close()
+    teacher.close()
+    assert rd.read_state().status == "finished"
+    assert uncached(rd.outputs()) == uncached(reference.outputs())
+    assert max(paid_counts(rd.cache_path)) == 1
