@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def model_cache_dir() -> Path:
@@ -77,6 +78,33 @@ def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool =
     if check and result.returncode != 0:
         raise AssertionError(f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def sigkill_when(
+    process: subprocess.Popen,
+    ready: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    before_kill: Callable[[], None] | None = None,
+) -> None:
+    """SIGKILL `process` as soon as `ready()` holds (a progress trigger, not a time: on a
+    loaded machine a call can take many seconds), after `before_kill()` (checks on the live
+    process); fails if it ends first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert process.poll() is None, f"the process ended before {what}"
+            assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+            time.sleep(0.05)
+        if before_kill is not None:
+            before_kill()
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 @contextlib.contextmanager

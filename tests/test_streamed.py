@@ -169,17 +169,34 @@ def test_streamed_target_and_teacher_work_at_the_same_time(tmp_path):
     assert busy["streamed"] > 0.05, busy
 
 
+def interrupted_setup(tmp_path: Path, name: str, n_target: int):  # type: ignore[no-untyped-def]
+    """(an uninterrupted streamed run to compare with, the config, the run directory to
+    interrupt): one iteration on `n_target` target and 12 test pairs, target and teacher apart."""
+    (tmp_path / "ref").mkdir()
+    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, n_target, 12))["streamed"][0]
+    config = make_config(tmp_path, teacher=TEACHER, max_iterations=1, data=data(tmp_path, n_target, 12))
+    rd = RunDir(tmp_path / name)
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    return reference, config, rd
+
+
+def resume_with_healthy_engines(rd: RunDir, config) -> None:  # type: ignore[no-untyped-def]
+    target = CachedEngine(ScriptedEngine(authority_world, "fake/target"), rd.cache_path)
+    teacher = CachedEngine(ScriptedEngine(authority_world, "fake/teacher"), rd.cache_path)
+    try:
+        execute(rd, config, resume=True, engines={"target": target, "teacher": teacher}, embedder=BagOfWordsEmbedder())
+    finally:
+        target.close()
+        teacher.close()
+
+
 def test_a_failing_request_fails_the_stream_and_resume_pays_nothing_twice(tmp_path):
     """An engine error mid-stream (the second judge call) fails the run (status failed, the
     error named); resumed, it finishes with the files of an uninterrupted run (the `cached`
     flags aside: they say which calls the resume found in the cache), and the call cache paid
     each call once."""
-    (tmp_path / "ref").mkdir()
-    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, 12, 12))["streamed"][0]
-    config = make_config(tmp_path, teacher=TEACHER, max_iterations=1, data=data(tmp_path, 12, 12))
-    rd = RunDir(tmp_path / "failing")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
+    reference, config, rd = interrupted_setup(tmp_path, "failing", 12)
     judged = {"n": 0}
     lock = threading.Lock()
 
@@ -199,11 +216,7 @@ def test_a_failing_request_fails_the_stream_and_resume_pays_nothing_twice(tmp_pa
     teacher.close()
     state = rd.read_state()
     assert state.status == "failed" and "fell over" in (state.error or "") and state.stage in ("perturb", "evaluate")
-    target = CachedEngine(ScriptedEngine(authority_world, "fake/target"), rd.cache_path)
-    teacher = CachedEngine(ScriptedEngine(authority_world, "fake/teacher"), rd.cache_path)
-    execute(rd, config, resume=True, engines={"target": target, "teacher": teacher}, embedder=BagOfWordsEmbedder())
-    target.close()
-    teacher.close()
+    resume_with_healthy_engines(rd, config)
     assert uncached(rd.outputs()) == uncached(reference.outputs())
     assert max(paid_counts(rd.cache_path)) == 1
 
@@ -247,42 +260,22 @@ def test_a_sigkilled_stream_resumes_paying_nothing_twice_with_the_same_files(tmp
     """A streamed run SIGKILLed while the teacher is still rewriting and the judge already
     judging (both engines at work in iteration 1's front half), then resumed: it finishes with
     the files of an uninterrupted run (the `cached` flags aside) and no call paid twice."""
-    import os
-    import signal
     import subprocess
     import sys
 
-    (tmp_path / "ref").mkdir()
-    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, 24, 12))["streamed"][0]
-    config = make_config(tmp_path, teacher=TEACHER, max_iterations=1, data=data(tmp_path, 24, 12))
-    rd = RunDir(tmp_path / "killed")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
+    from helpers import sigkill_when
+
+    reference, config, rd = interrupted_setup(tmp_path, "killed", 24)
     script = KILLED_RUN.format(tests=str(Path(__file__).parent), seconds=0.05, root=str(rd.root))
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def mid_stream() -> bool:  # judgments stored while rewrites are still to come
         return _stored(rd.cache_path, "[Response A]") > 0 and _stored(rd.cache_path, "Trait:") < 24
 
-    deadline = time.monotonic() + 120
-    try:
-        while not mid_stream():
-            assert process.poll() is None, process.communicate()[1].decode()[-2000:]
-            assert time.monotonic() < deadline, "no judgment was stored mid-stream within 120 s"
-            time.sleep(0.02)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    sigkill_when(process, mid_stream, timeout=120, what="a judgment stored mid-stream")
     assert 0 < _stored(rd.cache_path, "Trait:") < 24 and rd.read_state().stage in ("perturb", "evaluate")
     assert not rd.iteration(1).perturbed.exists()  # the stream writes its files at its end
-    target = CachedEngine(ScriptedEngine(authority_world, "fake/target"), rd.cache_path)
-    teacher = CachedEngine(ScriptedEngine(authority_world, "fake/teacher"), rd.cache_path)
-    execute(rd, config, resume=True, engines={"target": target, "teacher": teacher}, embedder=BagOfWordsEmbedder())
-    target.close()
-    teacher.close()
+    resume_with_healthy_engines(rd, config)
     assert rd.read_state().status == "finished"
     assert uncached(rd.outputs()) == uncached(reference.outputs())
     assert max(paid_counts(rd.cache_path)) == 1

@@ -247,19 +247,25 @@ def stream_front_half(
     `explain.enabled`) and identify each misjudged one, item by item (module docstring).
     `steps`: the progress of each stage (`PERTURB`, `EVALUATE`, `EXPLAIN`, `IDENTIFY`)."""
     order = [PERTURB, EVALUATE, *([EXPLAIN] if explain.enabled else []), IDENTIFY]
-    return run(_front_half(engines, items, perturb, judge, explain, identify, seed, [(s, steps[s]) for s in order]))
+    return run(_front_half(engines, items, _FrontSettings(perturb, judge, explain, identify, seed), [(s, steps[s]) for s in order]))
+
+
+@dataclass(frozen=True)
+class _FrontSettings:
+    perturb: PerturbSettings
+    judge: JudgeSettings
+    explain: ExplainSettings
+    identify: IdentifySettings
+    seed: int
 
 
 async def _front_half(
-    engines: FrontHalfEngines,
-    items: Sequence[tuple[PreferencePair, Bias]],
-    perturb: PerturbSettings,
-    judge: JudgeSettings,
-    explain: ExplainSettings,
-    identify: IdentifySettings,
-    seed: int,
+    engines: FrontHalfEngines, items: Sequence[tuple[PreferencePair, Bias]], settings: _FrontSettings,
     steps: Sequence[tuple[str, Opener]],
 ) -> FrontHalf:
+    perturb, judge, explain, identify, seed = (
+        settings.perturb, settings.judge, settings.explain, settings.identify, settings.seed
+    )
     n = len(items)
     perturbed: list[PerturbedPair | None] = [None] * n
     judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * n
