@@ -232,6 +232,11 @@ class SubmitQueue:
                     return taken
                 self._ready.wait()
 
+    @property
+    def stopped(self) -> bool:
+        """The engine is closing: an engine serving many requests at once aborts them."""
+        return self._stopped
+
     def stop(self) -> None:
         """Refuse new submissions, fail the queued ones, and wait for the one being served."""
         with self._ready:

@@ -309,13 +309,16 @@ class VLLMEngine(BaseEngine):
         """Submitted requests: vLLM's scheduler admits new requests between steps, so those
         submitted while these run are enqueued at the next step (`_drive`'s `more`), and the
         engine keeps its batch full for as long as submissions come. A batch of another
-        thread's `generate` waits until the queue is drained (the lock)."""
+        thread's `generate` waits until the queue is drained (the lock). Closing the engine
+        aborts what is still running (hundreds of requests need not run out first)."""
         served = list(batch)
 
         def deliver(index: int, response: GenerationResponse) -> None:
             served[index].future.set_result(response)
 
         def more() -> list[GenerationRequest]:
+            if queue.stopped:
+                raise EngineError("the vLLM engine is closed")
             new = queue.take(wait=False)
             served.extend(new)
             return [item.request for item in new]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -394,3 +395,23 @@ def test_submitted_requests_join_the_running_batch_at_the_next_step(fake_vllm: N
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.submit(GenerationRequest.chat("after"))
+
+
+def test_closing_aborts_submitted_requests_still_running(fake_vllm: None) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    real_step = fake.step
+    stepping = threading.Event()
+
+    def slow_step() -> list[FakeRequestOutput]:
+        stepping.set()
+        time.sleep(0.02)
+        return real_step()
+
+    fake.step = slow_step  # type: ignore[method-assign]
+    long = engine.submit(GenerationRequest.chat(" ".join(["w"] * 200), max_tokens=200))
+    stepping.wait(timeout=10)
+    engine.close()
+    with pytest.raises(EngineError, match="closed"):
+        long.result(timeout=10)
+    assert fake.aborted and not fake.has_unfinished_requests()
