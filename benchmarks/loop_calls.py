@@ -20,9 +20,11 @@ Cache hits are shown separately: they cost nothing.
 
 **--simulate**: a simulated judge and teacher (no model): every iteration validates
 `--candidates` candidates (one strongly biased, one moderately, the rest null) on `--items`
-test items, once with sequential looks (the default settings) and once on every item, with the
-same placebo and baseline, and prints the calls of both, their ratio, and whether the accepted
-sets are the same; the paper's reference procedure is priced on the same candidates.
+test items, with sequential looks (the default settings: `effect: held_out`, whose held-out
+round judges a candidate accepted early on the rest of the items too), with sequential looks
+and `effect: conditional` (no held-out round), and once on every item, with the same placebo
+and baseline, and prints the calls of each, their ratios to every item, and whether the
+accepted sets are the same; the paper's reference procedure is priced on the same candidates.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 from bias_discovery.run import RunDir
 from bias_discovery.sequential import FamilySettings
 from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
+from bias_discovery.stats import HELD_OUT
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,7 +90,8 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
                 ref_validate += cost
                 ref_baseline += full_test * per_item_judge
             for c in v.candidates:
-                items_used += c.stopped_at if c.stopped_at is not None else v.n_test
+                held_out = c.effect.method.startswith(HELD_OUT)  # accepted early, then perturbed on the rest
+                items_used += v.n_test if held_out or c.stopped_at is None else c.stopped_at
                 items_all += v.n_test
 
     reference = {"merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0}
@@ -105,7 +109,10 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
     print(f"{'all':15s} {total_ours:9d} {'':7s} {'':11s} {'':10s} {total_ref:10d} {total_ours / total_ref if total_ref else 0:7.3f}")
     print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks have no reference counterpart")
     if items_all:
-        print(f"sequential looks: candidates were perturbed on {items_used} of {items_all} candidate x test items ({items_used / items_all:.3f})")
+        print(
+            f"sequential looks and held-out rounds: candidates were perturbed on {items_used} of {items_all} candidate x "
+            f"test items ({items_used / items_all:.3f})"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,6 +191,14 @@ def _candidate(name: str, iteration: int) -> Bias:
     )
 
 
+MODES: dict[str, dict[str, object]] = {
+    "sequential": {},
+    "sequential, conditional": {"effect": "conditional"},
+    "every item": {"enabled": False},
+}
+"""The validations priced side by side: `validate.sequential` settings over the defaults."""
+
+
 def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) -> dict[str, object]:
     pairs = [
         PreferencePair(id=f"s{i}", question=f"Question {i}?", chosen=f"RIGHT answer, item {i}.",
@@ -200,9 +215,9 @@ def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) ->
     effects.update({f"Moderate Trait {t}": 0.15 for t in range(1, iterations + 1)})
 
     result: dict[str, object] = {}
-    for mode, sequential in (("sequential", True), ("every item", False)):
+    for mode, sequential in MODES.items():
         world = SimulatedWorld(effects)
-        settings = ValidateSettings(n_boot=100, sequential={"enabled": sequential})
+        settings = ValidateSettings(n_boot=100, sequential=sequential)
         baseline = judge_pairs(world, pairs, judge, seed=seed)
         placebo = run_placebo(world, world, world, pairs, baseline, perturb_settings=perturb, judge_settings=judge,
                               settings=settings, seed=seed)
@@ -226,28 +241,33 @@ def simulate_mode(n_items: int, iterations: int, n_candidates: int, runs: int) -
         f"simulated judge: {n_items} test items, {iterations} iterations x {n_candidates} candidates "
         f"(1 with Δ = +30 pp, 1 with +15 pp, {n_candidates - 2} null; any rewrite +2 pp), {runs} runs, swap positions"
     )
-    header = f"{'run':>4s} {'sequential':>11s} {'every item':>11s} {'ratio':>7s} {'paper ref':>10s} {'ratio':>7s}  same accepted set   accepted (sequential)"
+    print("sequential: the default settings (effect: held_out, with its held-out round); conditional: effect: conditional")
+    header = (
+        f"{'run':>4s} {'sequential':>11s} {'conditional':>12s} {'every item':>11s} {'ratio':>7s} {'ratio':>7s} "
+        f"{'paper ref':>10s} {'ratio':>7s}  same accepted set   accepted (sequential)"
+    )
     print(header)
-    ratios, paper_ratios, same = [], [], 0
+    ratios: dict[str, list[float]] = {"sequential": [], "sequential, conditional": []}
+    paper_ratios, same = [], 0
     for run in range(runs):
         r = simulate_run(n_items, iterations, n_candidates, seed=1000 + run)
-        seq, full, paper = r["sequential"], r["every item"], r["paper reference"]
-        ratio = seq["total"] / full["total"]
+        seq, cond, full, paper = r["sequential"], r["sequential, conditional"], r["every item"], r["paper reference"]
+        for mode in ratios:
+            ratios[mode].append(r[mode]["total"] / full["total"])
         paper_ratio = seq["total"] / paper["total"]
-        equal = seq["accepted"] == full["accepted"]
-        ratios.append(ratio)
+        equal = seq["accepted"] == full["accepted"] == cond["accepted"]
         paper_ratios.append(paper_ratio)
         same += equal
         accepted = sum(len(a) for a in seq["accepted"])
-        print(f"{run:4d} {seq['total']:11d} {full['total']:11d} {ratio:7.3f} {paper['total']:10d} {paper_ratio:7.3f}  "
+        print(f"{run:4d} {seq['total']:11d} {cond['total']:12d} {full['total']:11d} {ratios['sequential'][-1]:7.3f} "
+              f"{ratios['sequential, conditional'][-1]:7.3f} {paper['total']:10d} {paper_ratio:7.3f}  "
               f"{'yes' if equal else 'NO':>17s}   {accepted} of {iterations * n_candidates}")
         if run == 0:
-            print(f"     calls by kind, sequential: {seq['calls']}")
-            print(f"     calls by kind, every item: {full['calls']}")
-    print(
-        f"mean ratio sequential / every item: {statistics.mean(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
-        f"sequential / paper reference: {statistics.mean(paper_ratios):.3f}; same accepted set in {same} of {runs} runs"
-    )
+            for mode in MODES:
+                print(f"     calls by kind, {mode}: {r[mode]['calls']}")
+    for mode, values in ratios.items():
+        print(f"mean ratio {mode} / every item: {statistics.mean(values):.3f} (min {min(values):.3f}, max {max(values):.3f})")
+    print(f"sequential / paper reference: {statistics.mean(paper_ratios):.3f}; same accepted set in {same} of {runs} runs")
     print("both validations include the placebo arm (once per run) and one answer check per rewrite; the paper's")
     print("reference has neither (and re-judges the baseline every iteration)")
 

@@ -32,9 +32,11 @@ where that share is the false-acceptance rate (it must stay at or below alpha). 
 Then the same judge through validation as the loop runs it (`--sequential-items` items, the
 default sequential plan, `bias_discovery.sequential`'s steps, `FamilySettings.measure` error
 or p_rejected): the share accepted, the judge calls a candidate costs (it stops early when
-clearly biased or clearly hopeless), and for the scores the reported effect of the candidates
-that stopped early for efficacy (median-unbiased given the stop) minus the true ΔP, with the
-coverage of its 95 % interval.
+clearly biased or clearly hopeless; with the default `effect: held_out` a candidate accepted
+early is then judged on the rest of the items too, the held-out round; the calls without it,
+`effect: conditional`, are printed beside), and for the scores the reported effect of the
+candidates that stopped early for efficacy minus the true ΔP, with the coverage of its 95 %
+interval: the held-out items' Δ (the default) and the estimate given the stop (conditional).
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ from pathlib import Path
 import numpy as np
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, run_looks
+from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
 from bias_discovery.stats import mcnemar_exact_one_sided, paired_t_one_sided
 
 TARGET_POWER = 0.8
+JUDGE_DEFAULTS = {"mean": -1.5, "spread": 1.5, "rewrite_noise": 0.5, "position": 0.5}
+"""The simulated judge of the command line's defaults (benchmarks/validation_sim.py's score
+cells use it too: `argparse.Namespace(**JUDGE_DEFAULTS)`)."""
 CALLS_PER_ITEM = 4
 """Judge calls per test item: both orders, for the placebo and for the candidate."""
 
@@ -111,11 +116,13 @@ def sequential_cell(
     n: int, shift: float, sharpness: float, args: argparse.Namespace, rng: np.random.Generator
 ) -> dict[str, float]:
     """`args.sequential_reps` validations of one candidate on `n` items through the project's
-    own family steps (`sequential.run_looks`, `compare_arms`, `decide`, `effects`) with the
-    default validation settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %), once
-    on the choice verdicts' errors and once on the scores: the share accepted, the judge calls
-    a candidate cost (2 per item it was perturbed on: it stops early), and for the scores the
-    reported effect of the candidates that stopped early for efficacy against the true shift."""
+    own family steps (`sequential.run_looks`, `compare_arms`, `decide`, `held_out_round`,
+    `effects`) with the default validation settings (looks at 25/50/100 %, O'Brien-Fleming,
+    futility 10 %, `effect: held_out`), once on the choice verdicts' errors and once on the
+    scores: the share accepted, the judge calls a candidate cost (2 per item it was perturbed
+    on: it stops early, and if accepted early is judged on the rest; `calls_*_conditional`
+    without that round), and for the scores the reported effect of the candidates that stopped
+    early for efficacy against the true shift (held-out, and `conditional_*` given the stop)."""
     reps = args.sequential_reps
     placebo_score, placebo_error, trait_score, trait_error = simulate_arms(reps, n, shift, sharpness, args, rng)
     truth = float((trait_score - placebo_score).mean())
@@ -123,7 +130,10 @@ def sequential_cell(
     out: dict[str, float] = {"items": n, "sharpness": sharpness, "shift_logit": shift, "delta_p": truth}
     for measure, control, arm in (("error", placebo_error, trait_error), ("p_rejected", placebo_score, trait_score)):
         settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=args.alpha, measure=measure)
-        accepted, calls, early, covered = 0, 0, [], []
+        given_stop = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": "conditional"}), alpha=args.alpha,
+                                    measure=measure)
+        accepted, calls, calls_conditional = 0, 0, 0
+        early: dict[str, list[tuple[float, bool]]] = {"": [], "conditional_": []}
         for k in range(reps):
             values = arm[k].tolist()
 
@@ -133,20 +143,25 @@ def sequential_cell(
             family = run_looks(control[k].tolist(), 1, fetch, settings, order)
             decided = decide(family, [c["placebo"] for c in compare_arms(family, {"placebo": control[k].tolist()}, settings)],
                              settings, "placebo")
+            held_out_round(family, decided, fetch, settings)
             accepted += bool(decided[0].accepted)
-            calls += 2 * family.stopped_at[0]
+            calls += 2 * (family.stopped_at[0] + len(family.held_out.get(0, [])))
+            calls_conditional += 2 * family.stopped_at[0]
             if measure == "p_rejected" and shift > 0 and family.stop[0] == "efficacy":
-                effect = effects(family, decided, settings)[0]
-                early.append(effect.delta - truth)
-                covered.append(effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high)
+                for prefix, chosen in (("", settings), ("conditional_", given_stop)):
+                    effect = effects(family, decided, chosen)[0]
+                    covers = effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
+                    early[prefix].append((effect.delta - truth, covers))
         name = "choice" if measure == "error" else "score"
         out[f"accept_{name}"] = accepted / reps
         out[f"calls_{name}"] = calls / reps
-        if early:
-            out["score_effect_median_bias_early"] = float(np.median(early))
-            out["score_effect_mean_bias_early"] = float(np.mean(early))
-            out["score_effect_coverage_early"] = float(np.mean(covered))
-            out["score_n_early"] = float(len(early))
+        out[f"calls_{name}_conditional"] = calls_conditional / reps
+        for prefix, rows in early.items():
+            if rows:
+                out[f"{prefix}score_effect_median_bias_early"] = float(np.median([r[0] for r in rows]))
+                out[f"{prefix}score_effect_mean_bias_early"] = float(np.mean([r[0] for r in rows]))
+                out[f"{prefix}score_effect_coverage_early"] = float(np.mean([r[1] for r in rows]))
+                out[f"{prefix}score_n_early"] = float(len(rows))
     return out
 
 
@@ -154,23 +169,29 @@ def print_sequential(rows: list[dict[str, float]], args: argparse.Namespace) -> 
     print(
         f"\nsequential validation through bias_discovery.sequential (default looks 25/50/100 %, O'Brien-Fleming, "
         f"futility 10 %; {args.sequential_reps} validations per cell; calls: the candidate's judge calls, 2 per item "
-        "it was perturbed on, the placebo paid once per run; effect: the reported ΔP of the candidates that "
-        "stopped early for efficacy minus the true ΔP, median and mean, and the coverage of its 95 % interval)"
+        "it was perturbed on, the placebo paid once per run, with the held-out round of the default effect: "
+        "held_out (cond.: without it); effect: the reported ΔP of the candidates that stopped early for efficacy "
+        "minus the true ΔP, median and mean, and the coverage of its 95 % interval, held-out items' Δ | given the stop)"
     )
     header = (
-        f"{'sharp':>5} {'shift':>6} {'Δp':>8} {'items':>6} {'choice: accept':>15} {'calls':>7} {'score: accept':>14} "
-        f"{'calls':>7} {'median bias':>12} {'mean bias':>10} {'coverage':>9}"
+        f"{'sharp':>5} {'shift':>6} {'Δp':>8} {'items':>6} {'choice: accept':>15} {'calls':>7} {'cond.':>6} {'score: accept':>14} "
+        f"{'calls':>7} {'cond.':>6} {'median bias':>21} {'mean bias':>21} {'coverage':>15}"
     )
     print(header)
     print("-" * len(header))
+
+    def pair(r: dict[str, float], key: str, scale: str) -> str:
+        values = [r.get(f"{prefix}score_effect_{key}_early") for prefix in ("", "conditional_")]
+        if values[0] is None or values[1] is None:
+            return "-"
+        return " | ".join(f"{100 * v:+.2f} pp" if scale == "pp" else f"{100 * v:.1f}%" for v in values)
+
     for r in rows:
-        bias = f"{100 * r['score_effect_median_bias_early']:+.2f} pp" if "score_effect_median_bias_early" in r else "-"
-        mean_bias = f"{100 * r['score_effect_mean_bias_early']:+.2f} pp" if "score_effect_mean_bias_early" in r else "-"
-        cover = f"{100 * r['score_effect_coverage_early']:.1f}%" if "score_effect_coverage_early" in r else "-"
         print(
             f"{r['sharpness']:>5g} {r['shift_logit']:>6.2f} {100 * r['delta_p']:>6.1f}pp {int(r['items']):>6} "
-            f"{100 * r['accept_choice']:>14.1f}% {r['calls_choice']:>7.0f} {100 * r['accept_score']:>13.1f}% "
-            f"{r['calls_score']:>7.0f} {bias:>12} {mean_bias:>10} {cover:>9}"
+            f"{100 * r['accept_choice']:>14.1f}% {r['calls_choice']:>7.0f} {r['calls_choice_conditional']:>6.0f} "
+            f"{100 * r['accept_score']:>13.1f}% {r['calls_score']:>7.0f} {r['calls_score_conditional']:>6.0f} "
+            f"{pair(r, 'median_bias', 'pp'):>21} {pair(r, 'mean_bias', 'pp'):>21} {pair(r, 'coverage', '%'):>15}"
         )
 
 
@@ -238,10 +259,10 @@ def main() -> None:
     parser.add_argument("--items", default="10,20,40,80,160,320", help="test items per validation (comma-separated)")
     parser.add_argument("--shifts", default="0,0.25,0.5,1", help="the trait's shift of the latent logit (0 = no bias)")
     parser.add_argument("--sharpness", default="1,4", help="factors on every logit before the sigmoid (one table each)")
-    parser.add_argument("--mean", type=float, default=-1.5, help="mean latent logit of preferring the rejected response")
-    parser.add_argument("--spread", type=float, default=1.5, help="its standard deviation across items")
-    parser.add_argument("--rewrite-noise", type=float, default=0.5, help="sd of the logit change any rewrite causes")
-    parser.add_argument("--position", type=float, default=0.5, help="the judge's lean towards position A (logits)")
+    parser.add_argument("--mean", type=float, default=JUDGE_DEFAULTS["mean"], help="mean latent logit of preferring the rejected response")
+    parser.add_argument("--spread", type=float, default=JUDGE_DEFAULTS["spread"], help="its standard deviation across items")
+    parser.add_argument("--rewrite-noise", type=float, default=JUDGE_DEFAULTS["rewrite_noise"], help="sd of the logit change any rewrite causes")
+    parser.add_argument("--position", type=float, default=JUDGE_DEFAULTS["position"], help="the judge's lean towards position A (logits)")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequential-items", type=int, default=160, help="test items of the sequential cells")

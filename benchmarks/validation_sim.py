@@ -8,12 +8,16 @@ Cells (paired items: the judge's errors with the control and with a candidate's 
 noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong flips):
 
 - **sequential_bias / sequential_coverage**: true Δ 0.08 on 300 items, the default sequential
-  settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %), one candidate at α = 0.05:
-  the mean reported effect minus the truth, and the share of 95 % CIs covering it, over the
-  candidates that stopped early for efficacy (the review's cell: there the stopping look's
-  own Δ averaged 0.159). Replications go on until `--replications` candidates stopped that
-  way; the same numbers over every candidate (`*_all`), and those of the stopping look's own
-  Δ and bootstrap CI (`naive_*`, what was reported before), are printed next to them.
+  settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %, `effect: held_out`), one
+  candidate at α = 0.05: the mean reported effect minus the truth, and the share of 95 % CIs
+  covering it, over the candidates that stopped early for efficacy (the review's cell: there
+  the stopping look's own Δ averaged 0.159). Those report the plain Δ on the items after
+  their stop (the held-out round, `sequential.held_out_round`). Replications go on until
+  `--replications` candidates stopped that way; the same numbers over every candidate
+  (`*_all`), those of the estimate given the stop on the same candidates (`conditional_*`,
+  `effect: conditional`), and those of the stopping look's own Δ and bootstrap CI (`naive_*`,
+  what was reported before either), are printed next to them, with the mean CI width, the
+  share of accepted candidates whose estimate is below 0, and the held-out items' mean n.
 - **min_delta_false_accept**: true Δ 0.03, min_delta 0.05, the rest as above: the share
   accepted (and at the boundary Δ = 0.05, the test's size).
 - **null_run_false_accept**: a run with the default config but `max_iterations: 5`, validating
@@ -25,13 +29,27 @@ noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong
   a judge with an item-level random position preference and no bias
   (`benchmarks/monitor_sim.py`, `simulate_monitor_false_alarms`).
 
-Decisions do not depend on the bootstrap (only the reported CIs of one-look validations and
-of the side comparisons do), so the decision cells use `n_boot` 100.
+Then, not a target but what the estimators are judged by (the conditional one is
+median-unbiased with its coverage *given the way a candidate stopped*; the held-out one is
+unbiased outright): the reported effect per way of stopping (efficacy, futility, complete) at
+true Δ 0, 0.04, 0.08 and 0.15 (choice verdicts, the cells above) and for score verdicts
+(`benchmarks/score_power.py`'s judge at shifts of 0, 0.25, 0.5 and 1 logit, 160 items, the
+true ΔP its simulated mean): `--replications` validations per true Δ, and per group its mean
+and median minus the truth, the share of estimates at or above it, the coverage of the 95 %
+CI, its mean width, the share with an end cut at the edge of [-1, 1] (`Effect.clipped`) and
+the mean bias of the stopping look's own Δ (JSON: `by_stop_type`, `estimator` conditional
+for every group, and held_out for the efficacy stops and over all, as `effect: held_out`
+reports them: futility stops and complete candidates are the conditional rows).
+
+Decisions do not depend on the bootstrap (only the reported CIs of one-look validations, of
+the held-out items and of the side comparisons do), so the decision cells use `n_boot` 100,
+and the cells that report effects 500.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -43,11 +61,16 @@ from typing import Any
 import numpy as np
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.sequential import Errors, FamilySettings, compare_arms, decide, effects, run_looks
+from bias_discovery.sequential import Errors, FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
 from bias_discovery.stages.validate import slice_order
+from bias_discovery.stats import MEASURE_LABELS
 
 N_ITEMS = 300
 NOISE = 0.3
+STOP_TYPE_DELTAS = (0.0, 0.04, 0.08, 0.15)
+SCORE_SHIFTS = (0.0, 0.25, 0.5, 1.0)
+"""Shifts of the latent logit of benchmarks/score_power.py's judge (0 to about 14 pp of P(rejected))."""
+SCORE_ITEMS = 160
 TARGETS = {
     "sequential_bias": "within ±0.01",
     "sequential_coverage": "≥ 0.93",
@@ -78,11 +101,29 @@ def _fetcher(arms: Sequence[np.ndarray]) -> Callable[[int, Sequence[int], Sequen
 
 
 def _family(control: np.ndarray, arms: Sequence[np.ndarray], settings: FamilySettings, order: list[int]) -> tuple[Any, list[Any]]:
-    """One family through the project's steps: looks, comparisons, decision."""
-    family = run_looks(control.tolist(), len(arms), _fetcher(arms), settings, order)
+    """One family through the project's steps: looks, comparisons, decision, the held-out
+    round (with `effect: held_out`: the items after the stop of the arms accepted early)."""
+    fetch = _fetcher(arms)
+    family = run_looks(control.tolist(), len(arms), fetch, settings, order)
     comparisons = compare_arms(family, {"placebo": control.tolist()}, settings)
     decided = decide(family, [c["placebo"] for c in comparisons], settings, "placebo")
+    held_out_round(family, decided, fetch, settings)
     return family, decided
+
+
+def _conditional(settings: FamilySettings) -> FamilySettings:
+    """The same family settings with `effect: conditional` (the estimate given the stop for
+    every arm): its effects on a family the held-out round already measured."""
+    sequential = settings.rules.sequential.model_copy(update={"effect": "conditional"})
+    return settings.model_copy(update={"rules": settings.rules.model_copy(update={"sequential": sequential})})
+
+
+def _covers(effect: Any, truth: float) -> bool:
+    return effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
+
+
+def _width(effect: Any) -> float:
+    return effect.ci_high - effect.ci_low if effect.ci_low is not None and effect.ci_high is not None else 2.0
 
 
 def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, float]:
@@ -90,44 +131,41 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
     early for efficacy (see the module docstring)."""
     rng = np.random.default_rng(seed)
     settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
+    assert settings.held_out_effect, "the default settings measure an early acceptance on its held-out items"
+    given_stop = _conditional(settings)
     order = list(range(N_ITEMS))  # the items are exchangeable: the slice order does not matter
-    rows: list[tuple[str, float, bool, float, bool]] = []  # (stop, effect, covers, naive, naive covers)
+    rows: list[dict[str, Any]] = []
     efficacy = 0
     while efficacy < target:
         controls, arms = _paired_errors(rng, 500, N_ITEMS, delta)
         for control, arm in zip(controls, arms):
             family, decided = _family(control, [arm], settings, order)
-            effect = effects(family, decided, settings)[0]
-            naive = decided[0]
-            rows.append(
-                (
-                    family.stop[0],
-                    effect.delta,
-                    effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= delta <= effect.ci_high,
-                    naive.delta,
-                    naive.ci_low is not None and naive.ci_high is not None and naive.ci_low <= delta <= naive.ci_high,
-                )
-            )
+            [reported], [conditional], naive = effects(family, decided, settings), effects(family, decided, given_stop), decided[0]
+            rows.append({"stop": family.stop[0], "reported": reported, "conditional": conditional, "naive": naive})
             efficacy += family.stop[0] == "efficacy"
-    early = [r for r in rows if r[0] == "efficacy"]
-    estimates = np.array([r[1] for r in rows])
-    return {
-        "sequential_bias": float(np.mean([r[1] for r in early]) - delta),
-        "sequential_coverage": float(np.mean([r[2] for r in early])),
-        "sequential_n_efficacy": float(len(early)),
-        "sequential_replications": float(len(rows)),
-        "sequential_bias_all": float(estimates.mean() - delta),
-        "sequential_median_bias_all": float(np.median(estimates) - delta),
-        "sequential_coverage_all": float(np.mean([r[2] for r in rows])),
-        "sequential_bias_went_on": float(np.mean([r[1] for r in rows if r[0] == "complete"]) - delta),
-        "sequential_coverage_went_on": float(np.mean([r[2] for r in rows if r[0] == "complete"])),
-        "sequential_median_bias_futility": float(np.median([r[1] for r in rows if r[0] == "futility"]) - delta),
-        "sequential_coverage_futility": float(np.mean([r[2] for r in rows if r[0] == "futility"])),
-        "naive_sequential_bias": float(np.mean([r[3] for r in early]) - delta),
-        "naive_sequential_coverage": float(np.mean([r[4] for r in early])),
-        "naive_sequential_bias_all": float(np.mean([r[3] for r in rows]) - delta),
-        "naive_sequential_coverage_all": float(np.mean([r[4] for r in rows])),
-    }
+    early = [r for r in rows if r["stop"] == "efficacy"]
+    out: dict[str, float] = {}
+    for prefix, key in (("", "reported"), ("conditional_", "conditional"), ("naive_", "naive")):
+        mine = np.array([r[key].delta for r in early])
+        everyone = np.array([r[key].delta for r in rows])
+        out.update({
+            f"{prefix}sequential_bias": float(mine.mean() - delta),
+            f"{prefix}sequential_coverage": float(np.mean([_covers(r[key], delta) for r in early])),
+            f"{prefix}sequential_median_bias": float(np.median(mine) - delta),
+            f"{prefix}sequential_ci_width": float(np.mean([_width(r[key]) for r in early])),
+            f"{prefix}sequential_share_below_zero": float(np.mean(mine < 0.0)),
+            f"{prefix}sequential_bias_all": float(everyone.mean() - delta),
+            f"{prefix}sequential_median_bias_all": float(np.median(everyone) - delta),
+            f"{prefix}sequential_coverage_all": float(np.mean([_covers(r[key], delta) for r in rows])),
+        })
+    out["sequential_n_efficacy"], out["sequential_replications"] = float(len(early)), float(len(rows))
+    out["sequential_held_out_mean_n"] = float(np.mean([r["reported"].n for r in early]))
+    for stop, name in (("complete", "went_on"), ("futility", "futility")):
+        group = [r for r in rows if r["stop"] == stop]
+        out[f"sequential_bias_{name}"] = float(np.mean([r["reported"].delta for r in group]) - delta)
+        out[f"sequential_median_bias_{name}"] = float(np.median([r["reported"].delta for r in group]) - delta)
+        out[f"sequential_coverage_{name}"] = float(np.mean([_covers(r["reported"], delta) for r in group]))
+    return out
 
 
 def min_delta_cell(replications: int, seed: int) -> dict[str, float]:
@@ -172,11 +210,98 @@ def null_run_cell(replications: int, seed: int, error_control: str = "run") -> f
     return any_accepted / replications
 
 
+def _sibling(name: str) -> Any:
+    """Another benchmark of this directory, as a module."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    return importlib.import_module(name)
+
+
+ESTIMATOR_GROUPS = {"conditional": ("efficacy", "futility", "complete", "all"), "held_out": ("efficacy", "all")}
+"""The `by_stop_type` rows per `sequential.effect`: held_out differs from conditional only for
+the efficacy stops (and so over all)."""
+
+
+def _by_stop(measure: str, truth: float, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per estimator and way of stopping (and over all), the reported effect against the truth."""
+    out = []
+    for estimator, stops in ESTIMATOR_GROUPS.items():
+        for stop in stops:
+            group = [r for r in rows if stop in (r["stop"], "all")]
+            if not group:
+                continue
+            reported = [r[estimator] for r in group]
+            estimates = np.array([e.delta for e in reported])
+            out.append(
+                {
+                    "measure": measure,
+                    "estimator": estimator,
+                    "true_delta": truth,
+                    "stop": stop,
+                    "n": len(group),
+                    "share": len(group) / len(rows),
+                    "mean_bias": float(estimates.mean() - truth),
+                    "median_bias": float(np.median(estimates) - truth),
+                    "share_at_or_above": float(np.mean(estimates >= truth)),
+                    "coverage": float(np.mean([_covers(e, truth) for e in reported])),
+                    "ci_width": float(np.mean([_width(e) for e in reported])),
+                    "clipped": float(np.mean([e.clipped is not None for e in reported])),
+                    "naive_mean_bias": float(np.mean([r["naive"] for r in group]) - truth),
+                }
+            )
+    return out
+
+
+def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings) -> dict[str, Any]:
+    """One candidate through the family's steps: how it stopped, its effect with `effect:
+    held_out` (`settings`) and with `effect: conditional`, and the stopping look's own Δ."""
+    family, decided = _family(control, [arm], settings, list(range(len(control))))
+    [held_out], [conditional] = effects(family, decided, settings), effects(family, decided, _conditional(settings))
+    return {"stop": family.stop[0], "held_out": held_out, "conditional": conditional, "naive": decided[0].delta}
+
+
+def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
+    """The reported effect per way of stopping, choice and score verdicts (module docstring)."""
+    out = []
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
+    for delta in STOP_TYPE_DELTAS:
+        controls, arms = _paired_errors(np.random.default_rng(seed), replications, N_ITEMS, delta)
+        out += _by_stop("error", delta, [_reported(c, a, settings) for c, a in zip(controls, arms)])
+    score_power = _sibling("score_power")
+    judge = argparse.Namespace(**score_power.JUDGE_DEFAULTS)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed, measure="p_rejected")
+    for shift in SCORE_SHIFTS:
+        placebo, _, trait, _ = score_power.simulate_arms(replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed))
+        truth = float((trait - placebo).mean())
+        out += _by_stop("p_rejected", truth, [_reported(c, a, settings) for c, a in zip(placebo, trait)])
+    return out
+
+
+def print_stop_types(rows: list[dict[str, Any]]) -> None:
+    print(
+        "\nthe reported effect per way of stopping (default sequential settings, one candidate at α = 0.05; choice "
+        f"verdicts on {N_ITEMS} items, scores on {SCORE_ITEMS}; estimator: conditional = given the stop, held_out = the "
+        "held-out items' Δ for the efficacy stops (the default; the other stops as conditional); bias = estimate - truth "
+        "in pp; ≥ truth: share of estimates at or above it; width: mean CI width; cut: share with an end at the edge of "
+        "[-1, 1]; naive: the stopping look's own Δ)"
+    )
+    header = (
+        f"{'measure':>13} {'true Δ':>7} {'estimator':>11} {'stop':>9} {'n':>5} {'share':>6} {'mean bias':>10} "
+        f"{'median bias':>12} {'≥ truth':>8} {'coverage':>9} {'width':>8} {'cut':>6} {'naive mean bias':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{MEASURE_LABELS[r['measure']]:>13} {100 * r['true_delta']:>5.1f}pp {r['estimator']:>11} {r['stop']:>9} {r['n']:>5} "
+            f"{r['share']:>6.1%} {100 * r['mean_bias']:>+8.2f}pp {100 * r['median_bias']:>+10.2f}pp {r['share_at_or_above']:>8.1%} "
+            f"{r['coverage']:>9.1%} {100 * r['ci_width']:>6.1f}pp {r['clipped']:>6.1%} {100 * r['naive_mean_bias']:>+14.2f}pp"
+        )
+
+
 def monitor_cells(replications: int, seed: int) -> tuple[dict[str, float | None], str | None]:
     """The monitor's false alarms from benchmarks/monitor_sim.py, or None with the reason."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     try:
-        from monitor_sim import simulate_monitor_false_alarms  # type: ignore[import-not-found]
+        simulate_monitor_false_alarms = _sibling("monitor_sim").simulate_monitor_false_alarms
     except ImportError as exc:
         reason = f"benchmarks/monitor_sim.py is not on this branch yet ({exc})"
         return {"monitor_false_alarm_z": None, "monitor_false_alarm_rho": None}, reason
@@ -208,6 +333,9 @@ def main() -> None:
         timings[name] = round(time.time() - t0, 1)
     monitor, missing = monitor_cells(args.replications, args.seed)
     numbers.update(monitor)
+    t0 = time.time()
+    by_stop = stop_type_cells(args.replications, args.seed)
+    timings["by_stop_type"] = round(time.time() - t0, 1)
 
     print(f"validation_sim: seed {args.seed}, {args.replications} replications per cell, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
@@ -215,6 +343,7 @@ def main() -> None:
         print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
     if missing:
         print(f"monitor cells missing: {missing}")
+    print_stop_types(by_stop)
     print(f"seconds per cell: {timings}; total {time.time() - started:.0f} s")
     if args.json is not None:
         payload: dict[str, Any] = {
@@ -225,6 +354,7 @@ def main() -> None:
             "noise_discordance": NOISE,
             "missing": {"monitor_false_alarm_z": missing, "monitor_false_alarm_rho": missing} if missing else {},
             "targets": TARGETS,
+            "by_stop_type": by_stop,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")

@@ -8,10 +8,10 @@ can always be reproduced and resumed from its own directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .io import read_utf8
@@ -20,7 +20,11 @@ from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
-def _model_from_yaml(value: Any) -> Any:
+DEFAULT_SEED = 42
+"""The seed of a run, a judge, an audit and a matrix when none is given."""
+
+
+def parse_model_config(value: Any) -> Any:
     """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
@@ -30,6 +34,10 @@ def _model_from_yaml(value: Any) -> Any:
             raise ValueError(f"setting names must be text, got {sorted(map(repr, rest))}")
         return ModelConfig.from_spec(str(value["spec"]), **rest).model_dump()
     return value
+
+
+ModelSpec = Annotated[ModelConfig, BeforeValidator(parse_model_config)]
+"""A model setting: a `provider/model` spec, `{spec: ..., base_url: ...}`, or the full form."""
 
 
 class _Strict(BaseModel):
@@ -112,6 +120,14 @@ class SequentialSettings(_Strict):
     behave like those seen (conditional power), is below this; 0 never stops for futility."""
     min_items: int = Field(default=20, ge=1)
     """A look on fewer test items than this is skipped (too little data to stop on)."""
+    effect: Literal["held_out", "conditional"] = "held_out"
+    """The effect a candidate accepted before the last look reports. held_out: after the
+    family's decision its remaining test items are perturbed and judged too (one more round,
+    for those candidates only), and the effect is the plain Δ and CI on those items, which the
+    decision never saw: unbiased, with its nominal coverage, at the price of the calls the early
+    stop had saved. conditional: no extra call; the median-unbiased estimate given the stopping
+    look, which after a close call lies far out (even below 0 for an accepted candidate).
+    Futility stops and candidates that reach the last look use the conditional one either way."""
 
     @field_validator("looks")
     @classmethod
@@ -170,7 +186,7 @@ class ValidateSettings(_Strict):
     @field_validator("checker", mode="before")
     @classmethod
     def _parse_checker(cls, value: Any) -> Any:
-        return None if value is None else _model_from_yaml(value)
+        return None if value is None else parse_model_config(value)
 
     @property
     def decision_control(self) -> Literal["placebo", "baseline"]:
@@ -187,11 +203,11 @@ Pipeline = Literal["staged", "streamed"]
 class RunConfig(_Strict):
     name: str = "run"
     """Human-readable run name (the run directory is chosen separately)."""
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     """The run's one seed: bias sampling, position swaps, subsampling and every model's sampling."""
-    target: ModelConfig
+    target: ModelSpec
     """The judge under study."""
-    teacher: ModelConfig
+    teacher: ModelSpec
     """The stronger model that perturbs responses, names biases and merges them."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -213,11 +229,6 @@ class RunConfig(_Strict):
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("target", "teacher", mode="before")
-    @classmethod
-    def _parse_model(cls, value: Any) -> Any:
-        return _model_from_yaml(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -287,7 +298,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
         child = node.setdefault(part, {})
         if isinstance(child, str):
             # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
-            child = _model_from_yaml(child)
+            child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(
                 f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
@@ -325,6 +336,21 @@ def _override_of(loc: tuple[str, ...], overrides: list[str]) -> str | None:
 
 def load_run_config(path: Path | str, overrides: list[str] | None = None) -> RunConfig:
     """Read and validate a run config; every error names the file and the field."""
+    return load_settings(path, RunConfig, overrides)
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def load_settings(path: Path | str, model: type[_Settings], overrides: list[str] | None = None) -> _Settings:
+    """Read a YAML settings file (a run config, a matrix config ...) into `model`, after the
+    `--set key.sub=value` `overrides`; every error names the file (or the override) and the
+    field."""
+    return validate_settings(read_settings_file(path), model, source=str(path), overrides=overrides)
+
+
+def read_settings_file(path: Path | str) -> dict[str, Any]:
+    """The mapping a YAML settings file holds (errors name the file)."""
     path = Path(path)
     text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
     if "\x00" in text:
@@ -337,10 +363,19 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return raw
+
+
+def validate_settings(
+    raw: dict[str, Any], model: type[_Settings], *, source: str, overrides: list[str] | None = None
+) -> _Settings:
+    """`raw` (read from `source`, a file or the command's flags) with the `--set` `overrides`
+    applied, as `model`; an invalid value is a ConfigError naming the field and where it came
+    from."""
     overrides = overrides or []
     raw = apply_overrides(raw, overrides)
     try:
-        return RunConfig.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         from_file, from_set = [], []
         for e in exc.errors():
@@ -352,6 +387,6 @@ def load_run_config(path: Path | str, overrides: list[str] | None = None) -> Run
             else:
                 from_set.append(f"--set {item}: {problem}")
         if not from_set:
-            raise ConfigError(f"{path}: invalid config: {'; '.join(from_file)}") from None
-        in_file = f"; {path}: {'; '.join(from_file)}" if from_file else ""
+            raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
+        in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""
         raise ConfigError(f"invalid config: {'; '.join(from_set)}{in_file}") from None

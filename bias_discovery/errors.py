@@ -29,6 +29,11 @@ class LibraryError(BiasDiscoveryError):
     """A bias library file does not parse or breaks the schema."""
 
 
+class BiasDiscoveryWarning(UserWarning):
+    """Something was wrong and is said, not fatal (bad rows skipped, a damaged file rewritten):
+    what the Python API warns with; the CLI prints the same text as `warning: ...`."""
+
+
 def json_problem(exc: json.JSONDecodeError, *, line: bool = True) -> str:
     """A JSON decode error and where it is: "Expecting value at line 2, column 7" (the column
     only with `line=False`, for a message that names the line already). Some of json's

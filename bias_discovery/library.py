@@ -271,7 +271,8 @@ class BiasValidation(_Model):
     mde_n: int | None = Field(default=None, ge=0)
     mde_power: Probability | None = None
     stopped_at: int | None = Field(default=None, ge=0)
-    """Test items perturbed when validation stopped (all of them unless it stopped early)."""
+    """Test items the decision used (all of them unless it stopped early; a bias accepted early
+    was then measured on the rest: `effect.method`)."""
     stop: Literal["efficacy", "futility", "complete"] | None = None
     """Why validation stopped: clearly biased, clearly hopeless, or after the whole test set."""
 
@@ -399,6 +400,18 @@ class BiasLibrary(_Model):
     def get(self, bias_id: str) -> Bias | None:
         """The bias with this id, or None."""
         return next((b for b in self.biases if b.id == bias_id), None)
+
+    def find(self, entry: str) -> Bias | None:
+        """The bias a user names by `entry`: its id exactly, else its name case-insensitively
+        (or the name's slug); None when no bias matches."""
+        exact = self.get(entry)
+        if exact is not None:
+            return exact
+        wanted = entry.strip().lower()
+        slug = slugify(entry)
+        return next((b for b in self.biases if b.name.strip().lower() == wanted), None) or next(
+            (b for b in self.biases if slugify(b.name) == slug), None
+        )
 
     # -- change -------------------------------------------------------------------------
 

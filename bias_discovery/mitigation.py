@@ -36,6 +36,7 @@ __all__ = [
     "combine_votes",
     "derive_seed",
     "flip",
+    "jury_verdict",
     "plan",
 ]
 
@@ -85,13 +86,30 @@ class MitigatedVerdict(BaseModel):
     n_valid_votes: int
 
 
-def _majority(votes: Sequence[Preference]) -> Preference:
+def _leaders(votes: Sequence[Preference]) -> list[Preference]:
+    """The preferences with the most votes (one, or several sharing the top count)."""
     counts: dict[Preference, int] = {}
     for v in votes:
         counts[v] = counts.get(v, 0) + 1
     best = max(counts.values())
-    leaders = [v for v, c in counts.items() if c == best]
+    return [v for v, c in counts.items() if c == best]
+
+
+def _majority(votes: Sequence[Preference]) -> Preference:
+    leaders = _leaders(votes)
     return leaders[0] if len(leaders) == 1 else "tie"  # no single majority: a tie, never an arbitrary pick
+
+
+def jury_verdict(votes: Sequence[Preference | None]) -> Preference | None:
+    """A jury's verdict from its judges' verdicts on one item shown in one order: the
+    preference most judges gave. A tie of votes (two preferences share the top count, e.g. one
+    judge for each response) is invalid (None), not a "tie" verdict: the jury did not decide;
+    so is an item no judge gave a valid verdict on. Invalid votes are left out."""
+    valid = [v for v in votes if v is not None]
+    if not valid:
+        return None
+    leaders = _leaders(valid)
+    return leaders[0] if len(leaders) == 1 else None
 
 
 def combine_votes(mitigation: Mitigation, votes: Sequence[Preference | None]) -> MitigatedVerdict:

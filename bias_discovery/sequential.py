@@ -12,8 +12,12 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 2. `compare_arms`: each arm against each control on the items it used (`stats.compare_paired`);
 3. `decide`: the family's decision on the decisive control's comparisons (the sequential
    p-values, corrected together: `stats.decide_acceptance`);
-4. `effects`: each arm's reported Δ, honest after its stop (`stats.sequential_effect`);
-5. `smallest_detectable`: what the family's test could have detected at its n.
+4. `held_out_round`: with `sequential.effect: held_out` (the default), one more `fetch` for
+   the arms accepted before the last look, on the test items after their stop;
+5. `effects`: each arm's reported Δ, honest after its stop: on those held-out items (which
+   the decision never saw) for an arm accepted early, else given the stop
+   (`stats.sequential_effect`);
+6. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
 items, a stream of looks) reuses the same plan, multiplicity control and estimator. Its
@@ -41,6 +45,7 @@ from .stats import (
     compare_paired_scores,
     decide_acceptance,
     error_statement,
+    held_out_method,
     min_detectable_delta,
     min_detectable_shift,
     null_discordance,
@@ -63,8 +68,10 @@ __all__ = [
     "decide",
     "effects",
     "family_level",
+    "held_out_round",
     "run_looks",
     "smallest_detectable",
+    "with_decision",
 ]
 
 Errors = Sequence[bool | None]
@@ -74,7 +81,9 @@ Values = Sequence[bool | float | None]
 preferring the rejected response; None = invalid (or not judged)."""
 Stop = Literal["efficacy", "futility", "complete"]
 Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Values]]
-"""fetch(look, arms still going, new items) -> per such arm, its values on the new items."""
+"""fetch(look, arms, new items) -> per such arm, its values on the new items. `look` is the
+0-based look for the arms still going, or `len(plan.looks)` for the held-out round after the
+decision (`held_out_round`: the arms accepted early, on the items after their stop)."""
 
 
 class FamilySettings(BaseModel):
@@ -90,17 +99,27 @@ class FamilySettings(BaseModel):
     """Validations the run plans (the error statement's family count)."""
     seed: int = 0
     scope: str = "run"
-    """What the error statement speaks of: a run, a replication ..."""
+    """What the error statement speaks of: a run, a replication, a matrix ..."""
     measure: Measure = "error"
     """What the per-item values are: the judge's errors (choice verdicts; exact McNemar / Tango)
     or its probability of preferring the rejected response (score verdicts, `judge.verdict:
     score`; the paired t-test of the mean shift, its conditional power, its MDE in probability
     points). Same plan, multiplicity control and effect estimator either way."""
+    unit: str = "candidate"
+    """What the error statement calls the family's members (a matrix: its cells)."""
+    members: str | None = None
+    """A one-validation family's members, for the error statement (a matrix: "9 cells: ...")."""
 
     @property
     def sequential(self) -> bool:
         """Looks on growing slices (the paired rule only: the paper's rule has no test)."""
         return self.rules.sequential.enabled and self.rules.acceptance == "paired"
+
+    @property
+    def held_out_effect(self) -> bool:
+        """An arm accepted before the last look reports its effect on the items after its stop
+        (`sequential.effect: held_out`), fetched by `held_out_round`."""
+        return self.sequential and self.rules.sequential.effect == "held_out"
 
     @property
     def margin(self) -> float:
@@ -133,13 +152,16 @@ class FamilySettings(BaseModel):
             sequential=self.sequential,
             scope=self.scope,
             measure=self.measure,
+            unit=self.unit,
+            members=self.members,
         )
 
 
 @dataclass
 class FamilyLooks:
     """The arms' sequential paths: per arm its errors (test-set positions, None where not
-    judged), its look records, how far it went and why it stopped."""
+    judged), its look records, how far it went and why it stopped; after `held_out_round`,
+    the values of the arms accepted early on the items after their stop."""
 
     plan: SequentialPlan
     order: list[int]
@@ -153,6 +175,11 @@ class FamilyLooks:
     margin: float = 0.0
     fetched: list[list[int]] = field(default_factory=list)
     """Per look, the arms that were still going (and so were perturbed and judged)."""
+    control: list[bool | float | None] = field(default_factory=list)
+    """Per test item, the control the looks compared the arms with."""
+    held_out: dict[int, list[int]] = field(default_factory=dict)
+    """Per arm measured after the decision (`held_out_round`): the test items after its
+    stopping look, in slice order (their values are in `errors`; `used` stays the decision's)."""
 
     def used(self, arm: int) -> list[int]:
         """The test items arm `arm` was judged on, in slice order."""
@@ -166,11 +193,25 @@ class FamilyLooks:
         return self.looks[arm][-1].p_sequential
 
 
-def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettings, order: Sequence[int]) -> FamilyLooks:
+def run_looks(
+    control: Values,
+    n_arms: int,
+    fetch: Fetch,
+    settings: FamilySettings,
+    order: Sequence[int],
+    *,
+    family_size: int | None = None,
+) -> FamilyLooks:
     """Look at the arms in growing slices of the test items (`order`): at each look the arms
     still going get their values on the new items from `fetch`, are compared with `control` on
     every item so far, and stop or go on (`stats.sequential_look`; for probabilities
-    `stats.sequential_shift_look`)."""
+    `stats.sequential_shift_look`).
+
+    `family_size`: the family the arms belong to, when it holds more than these arms (a
+    matrix's rows, each against its own control, are one family); default `n_arms`."""
+    size = n_arms if family_size is None else family_size
+    if size < n_arms:
+        raise ValueError(f"a family of {size} cannot hold {n_arms} arms")
     n = len(control)
     if sorted(order) != list(range(n)):
         raise ValueError("order must be a permutation of the test items")
@@ -182,8 +223,9 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
         looks=[[] for _ in range(n_arms)],
         stopped_at=[0] * n_arms,
         stop=["complete"] * n_arms,
-        family_size=n_arms,
+        family_size=size,
         margin=settings.margin,
+        control=list(control),
     )
     active = list(range(n_arms))
     start = 0
@@ -202,7 +244,7 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
                 raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
             for i, error in zip(new_items, arm_errors):
                 family.errors[k][i] = error
-            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], n_arms, settings)
+            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], size, settings)
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
@@ -215,16 +257,16 @@ def run_looks(control: Values, n_arms: int, fetch: Fetch, settings: FamilySettin
 
 
 def _look(
-    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, n_arms: int,
+    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, family_size: int,
     settings: FamilySettings,
 ) -> LookRecord:
     """One arm's look on the items so far, in the family's measure."""
     if settings.measure == "p_rejected":
         base, mine = paired_values(_floats(control), _floats(arm))
         differences = [y - x for x, y in zip(base, mine)]
-        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=n_arms, margin=settings.margin)
+        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
     n, b, c, _ = paired_counts(_bools(control), _bools(arm))
-    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=n_arms, margin=settings.margin)
+    return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=family_size, margin=settings.margin)
 
 
 def _floats(values: Values) -> list[float | None]:
@@ -264,10 +306,20 @@ def compare_arms(
     return out
 
 
-def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings, control: str) -> list[PairedComparison]:
+def decide(
+    family: FamilyLooks | Sequence[FamilyLooks],
+    decisive: Sequence[PairedComparison],
+    settings: FamilySettings,
+    control: str,
+) -> list[PairedComparison]:
     """The family's decision on its decisive comparisons: the sequential p-values (one look:
-    the comparisons' own) corrected together at the family's level."""
-    p_values = [family.p_sequential(k) for k in range(len(decisive))] if family.multi_look else None
+    the comparisons' own) corrected together at the family's level. Several `FamilyLooks`
+    (a matrix's rows) are decided as one family, their arms in order (`decisive` likewise)."""
+    parts = [family] if isinstance(family, FamilyLooks) else list(family)
+    if sum(len(part.errors) for part in parts) != len(decisive):
+        raise ValueError(f"{len(decisive)} comparisons for {sum(len(part.errors) for part in parts)} arms")
+    multi_look = any(part.multi_look for part in parts)
+    p_values = [part.p_sequential(k) for part in parts for k in range(len(part.errors))] if multi_look else None
     return decide_acceptance(
         list(decisive),
         rule=settings.rules.acceptance,
@@ -278,17 +330,88 @@ def decide(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: 
     )
 
 
+def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedComparison, decisive: str) -> dict[str, PairedComparison]:
+    """An arm's comparisons after the decision: the decisive one as decided, each other one
+    reported next to it with the family-adjusted p but no verdict."""
+    return {
+        name: decided if name == decisive else cmp.model_copy(
+            update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
+        )
+        for name, cmp in comparisons.items()
+    }
+
+
+def _accepted_early(family: FamilyLooks, arm: int, decided: PairedComparison) -> bool:
+    """Accepted at a look before the last, with test items left after it."""
+    return family.stop[arm] == "efficacy" and bool(decided.accepted) and family.stopped_at[arm] < family.plan.n_total
+
+
+def held_out_round(family: FamilyLooks, decided: Sequence[PairedComparison], fetch: Fetch, settings: FamilySettings) -> None:
+    """After the family's decision (`decided`), with `sequential.effect: held_out`: fetch the
+    test items after the stopping look of every arm accepted before the last look, so that
+    `effects` can measure it where the decision did not look. One `fetch` (look index
+    `len(plan.looks)`) per stopping look, for the arms that stopped there, on exactly their
+    remaining items: nothing for the arms rejected or still going at the end. Their values go
+    into `family.errors`, their items into `family.held_out`; an arm already there is not
+    fetched again. Decisions, looks and `used` do not change."""
+    if not settings.held_out_effect or not family.multi_look:
+        return
+    if len(decided) != len(family.errors):
+        raise ValueError(f"{len(decided)} decisions for {len(family.errors)} arms")
+    by_stop: dict[int, list[int]] = {}
+    for k, d in enumerate(decided):
+        if _accepted_early(family, k, d) and k not in family.held_out:
+            by_stop.setdefault(family.stopped_at[k], []).append(k)
+    for start in sorted(by_stop):
+        arms, items = by_stop[start], family.order[start:]
+        fetched = fetch(len(family.plan.looks), arms, items)
+        if len(fetched) != len(arms):
+            raise ValueError(f"fetch returned {len(fetched)} arms' values for {len(arms)} arms")
+        for k, values in zip(arms, fetched):
+            if len(values) != len(items):
+                raise ValueError(f"fetch returned {len(values)} values for {len(items)} items")
+            for i, value in zip(items, values):
+                family.errors[k][i] = value
+            family.held_out[k] = list(items)
+
+
 def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:
-    """Each arm's reported Δ against the decisive control: given where and why it stopped
-    (`stats.sequential_effect`) after looks on growing slices, the full-sample Δ after one."""
+    """Each arm's reported Δ against the decisive control (`decisive`, decided): after one look
+    the full sample's; after looks on growing slices, for an arm accepted early with
+    `sequential.effect: held_out`, the plain Δ and CI on its held-out items (`held_out_round`
+    must have fetched them), else the estimate given where and why it stopped
+    (`stats.sequential_effect`)."""
     if not family.multi_look:
         return [Effect.full_sample(cmp) for cmp in decisive]
-    return [
-        sequential_effect(
-            family.plan, family.looks[k], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+    out = []
+    for k, cmp in enumerate(decisive):
+        if settings.held_out_effect and _accepted_early(family, k, cmp):
+            if k not in family.held_out:
+                raise ValueError(f"arm {k} was accepted early: fetch its held-out items (held_out_round) before its effect")
+            out.append(_held_out_effect(family, k, cmp.control or "control", settings))
+        else:
+            out.append(_conditional_effect(family, k, settings))
+    return out
+
+
+def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings) -> Effect:
+    return sequential_effect(
+        family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+    )
+
+
+def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings) -> Effect:
+    """The arm against the control on its held-out items, valid in both (`compare`): the
+    decision never saw them, so the plain Δ is unbiased and its CI has its nominal coverage.
+    None of them valid: the estimate given the stop, saying why."""
+    items = family.held_out[arm]
+    held = compare([family.control[i] for i in items], [family.errors[arm][i] for i in items], settings, name)
+    if held.n == 0:
+        given_stop = _conditional_effect(family, arm, settings)
+        return given_stop.model_copy(
+            update={"method": f"{given_stop.method} (none of the {len(items)} held-out items was valid in both arms)"}
         )
-        for k in range(len(decisive))
-    ]
+    return Effect.full_sample(held, method=held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks)))
 
 
 def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:

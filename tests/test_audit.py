@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.audit import AuditSettings, resolve_targets, run_audit
-from bias_discovery.audit.display import metric_rows
-from bias_discovery.audit.output import read_audit, write_audit_dir
+from bias_discovery.auditing import AuditSettings, resolve_targets, run_audit
+from bias_discovery.auditing.display import metric_rows
+from bias_discovery.auditing.output import read_audit, write_audit_dir
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library

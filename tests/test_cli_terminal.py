@@ -9,7 +9,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from bias_discovery.audit.runner import AuditSettings
+from bias_discovery.auditing.runner import AuditSettings
 from bias_discovery.cli import app
 from bias_discovery.config import PerturbSettings, RunConfig
 from bias_discovery.judging import JudgeSettings
@@ -84,7 +84,7 @@ def test_judge_help_names_every_option_in_full() -> None:
         assert flag in text
 
 
-@pytest.mark.parametrize("path", [("judge",), ("audit",), ("run",), ("resume",), ("replicate",),
+@pytest.mark.parametrize("path", [("judge",), ("audit",), ("run",), ("resume",), ("replicate",), ("matrix",),
                                   ("export", "judgebench-pro"), ("export", "dpo")])
 def test_every_command_that_draws_progress_bars_takes_quiet(path: tuple[str, ...]) -> None:
     assert "--quiet" in help_text(path)

@@ -78,6 +78,7 @@ def test_show_json(hostile_run: Path):
     # an old library: its effect is the recorded Δ of the decisive comparison, said so
     assert citation["decisive"] == "baseline" and citation["effect"] == pytest.approx(0.2)
     assert citation["effect_method"] == "full sample" and citation["effect_ci_high"] == pytest.approx(0.3)
+    assert citation["effect_clipped"] is None  # nothing of a full-sample effect is cut at the edge of [-1, 1]
     assert citation["top_domain"] == "knowledge" and citation["top_domain_delta"] == pytest.approx(0.3)
     assert rows["d1-politeness-bias"]["status"] == "rejected" and not rows["d1-politeness-bias"]["in_library"]
 
@@ -136,9 +137,10 @@ def test_corrupted_library_and_validation_files(hostile_run: Path):
 
 
 def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, capsys: pytest.CaptureFixture[str]):
+    from bias_discovery import load_run
     from bias_discovery.cli.loop import _print_run_end
 
-    _print_run_end(hostile_run)
+    _print_run_end(load_run(hostile_run))
     out = " ".join(capsys.readouterr().out.split())
     assert "library: 4 biases (2 discovered)" in out
     assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30; full sample), adjusted p = 0.012" in out
@@ -217,6 +219,7 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
         assert row["status"] == ("accepted" if v["accepted"] else "rejected")
         assert row["n"] == v["vs_" + v["decisive"]]["n"]
         assert row["effect"] == v["effect"]["delta"] and row["effect_method"] == v["effect"]["method"]
+        assert row["effect_clipped"] == v["effect"].get("clipped")
     assert "error control (iterations 1): Family-wise error over the run" in " ".join(out.split())
     assert sum(1 for r in data["biases"] if r["in_library"]) == len(json.loads((small_real_run / "library" / "iter_001.json").read_text())["biases"])
 

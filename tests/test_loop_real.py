@@ -7,20 +7,17 @@ run, SIGKILLs it in the middle of an iteration, resumes it, and compares.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bias_discovery.run import RunDir
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli, sigkill_when
 
 pytestmark = pytest.mark.model
 
@@ -91,7 +88,7 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
         decided = record["vs_" + record["decisive"]]
         assert record["effect"] == {
             "delta": decided["delta"], "ci_low": decided["ci_low"], "ci_high": decided["ci_high"],
-            "method": "full sample", "confidence": 0.95, "n": decided["n"],
+            "method": "full sample", "confidence": 0.95, "n": decided["n"], "measure": "error", "clipped": None,
         }
     assert validation["error_statement"].startswith("Family-wise error over the run")
     assert validation["data_overlap"]["shared"] == 0 and validation["data_overlap"]["n_validation"] == 6
@@ -173,25 +170,19 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Kill once the evaluate stage has stored its first judge call: mid-stage, mid-iteration.
-    # The trigger is progress, not time: on a loaded machine a call can take many seconds.
-    deadline = time.monotonic() + 1200
-    try:
-        while True:
-            started = _stage_start_time(run_dir, "evaluate")
-            if started is not None and _calls_stored_since(run_dir, started) > 0:
-                break
-            assert process.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no evaluate call was stored within 1200 s"
-            time.sleep(0.05)
-        # While it runs: `status` names the live process, and a second loop on it is refused.
-        alive = " ".join(cli("status", str(run_dir)).stdout.split())
-        second = cli("resume", str(run_dir), "--quiet", check=False)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    def evaluating() -> bool:
+        started = _stage_start_time(run_dir, "evaluate")
+        return started is not None and _calls_stored_since(run_dir, started) > 0
+
+    seen: dict[str, object] = {}
+
+    def while_alive() -> None:  # `status` names the live process, and a second loop on it is refused
+        seen["alive"] = " ".join(cli("status", str(run_dir)).stdout.split())
+        seen["second"] = cli("resume", str(run_dir), "--quiet", check=False)
+
+    sigkill_when(process, evaluating, timeout=1200, what="an evaluate call was stored", before_kill=while_alive)
+    alive, second = str(seen["alive"]), seen["second"]
+    assert isinstance(second, subprocess.CompletedProcess)
     assert f"running (pid {process.pid} on this host" in alive, alive
     assert second.returncode == 2 and f"is being run by pid {process.pid} on this host" in " ".join(second.stderr.split())
     started = _stage_start_time(run_dir, "evaluate")
@@ -258,3 +249,64 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     assert any(j["invalid_reason"] is None for j in judged)
     assert "probability of preferring the rejected response" in data["error_statement"]
     assert "effect: the reported ΔP(rejected) against the control" in " ".join(result.stdout.split())
+
+
+def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Path):
+    """The held-out round with SmolLM2 as teacher and checker (through the call cache) on 16
+    demo test pairs, looks at 8 and 16: the judge is scripted to err on every rewritten
+    rejected response (so the candidate is surely accepted at the first look, which SmolLM2 as
+    a judge cannot promise), against the baseline. After the decision the real teacher
+    rewrites, and the checker checks, the 8 items after the stop; the effect is measured on
+    those valid in both arms; run again on the same cache, the validation pays no teacher call
+    and reports the same record."""
+    from bias_discovery.config import PerturbSettings, ValidateSettings
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, judge_pairs
+    from bias_discovery.library import Bias, BiasOrigin
+    from bias_discovery.llm.registry import make_engine
+    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
+    from bias_discovery.stats import held_out_method
+
+    from fakes import ScriptedEngine, _responses
+
+    pairs = load_pairs("demo:test", limit=16)
+    originals = {p.rejected.strip() for p in pairs}
+    chosen = {p.chosen.strip() for p in pairs}
+
+    def judge(request):  # prefers any rejected response that is not the original: a bias of rewriting
+        a, b = (text.strip() for text in _responses(request.messages[-1].content))
+        rejected, letter = (b, "B") if a in chosen else (a, "A")
+        pick = letter if rejected not in originals else ("A" if letter == "B" else "B")
+        return f"Reasoning: scripted.\nVerdict: {pick}"
+
+    judge_settings = JudgeSettings(reasoning=False, max_tokens=16)
+    target = ScriptedEngine(judge)
+    baseline = judge_pairs(target, pairs, judge_settings, seed=42)
+    rules = ValidateSettings(
+        control="baseline", n_boot=200, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
+    )
+    setup = ValidationSetup(
+        family=FamilySettings(rules=rules, alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
+        judge=judge_settings, test_data="demo:test",
+    )
+    bias = Bias(id="d1-expert-citation", name="Expert Citation", definition="The judge favours answers that cite experts.",
+                manifestations=["As leading experts confirm, ..."], origin=BiasOrigin(kind="discovered", iteration=1))
+    records = []
+    for _ in range(2):
+        teacher = make_engine("llamacpp/smollm2", cache_path=tmp_path / "calls.sqlite")
+        out = validate_biases(ValidationModels(teacher, target, checker=teacher), [bias], pairs, baseline, setup)
+        records.append((out.records[0], teacher))
+    (record, first), (again, second) = records
+    assert record.stop == "efficacy" and record.stopped_at == 8 and out.candidates[0].validation.accepted
+    rewrites = [p for p in out.perturbed if p.bias_id == bias.id]
+    assert len(rewrites) == 16 and len({p.pair_id for p in rewrites}) == 16  # every item once: 8 looked at, 8 held out
+    looked_at = {pairs[i].id for i in range(16)} - {p.pair_id for p in rewrites[8:]}
+    assert {p.pair_id for p in rewrites[:8]} == looked_at
+    valid_held_out = sum(p.valid for p in rewrites[8:])
+    assert record.effect.method == held_out_method(8, 1, 2) and record.effect.n == valid_held_out
+    assert all(o.correct for o in baseline.outcomes)  # the judge never errs on an original ...
+    assert valid_held_out == 0 or record.effect.delta == 1.0  # ... and always on a valid rewrite
+    assert record.vs_baseline.n + record.vs_baseline.n_excluded_invalid == 8  # the decision's own items
+    assert first.misses > 0 and second.misses == 0 and second.hits > 0  # the rerun paid no call
+    assert again == record

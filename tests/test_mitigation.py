@@ -49,3 +49,15 @@ def test_combine_votes(mitigation, votes, preference, confidence, consistent):
 def test_combine_needs_the_plans_number_of_votes():
     with pytest.raises(ValueError, match="swap combines 2 votes"):
         combine_votes("swap", [C])
+
+
+def test_jury_verdict_is_the_majority_and_a_split_is_invalid():
+    from bias_discovery.mitigation import jury_verdict
+
+    assert jury_verdict(["chosen", "chosen", "rejected"]) == "chosen"
+    assert jury_verdict(["rejected", None, "rejected", "chosen"]) == "rejected"
+    assert jury_verdict(["chosen", "rejected"]) is None  # a tie of votes: the jury did not decide
+    assert jury_verdict(["chosen", "tie", None]) is None
+    assert jury_verdict(["tie", "tie", "chosen"]) == "tie"  # most judges said tie: a verdict (never correct)
+    assert jury_verdict([None, None]) is None and jury_verdict([]) is None
+    assert jury_verdict(["chosen"]) == "chosen"

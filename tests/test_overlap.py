@@ -10,7 +10,7 @@ import pytest
 from bias_discovery.data.overlap import PairKey, check_overlap, content_hash, find_overlap
 from bias_discovery.errors import DataError
 from bias_discovery.graph import execute
-from bias_discovery.replicate import replicate_run
+from bias_discovery.replication import replicate_run
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world

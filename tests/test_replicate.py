@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from bias_discovery.replicate import ReplicationError, replicate_run
-from bias_discovery.stats import CONDITIONAL
+from bias_discovery.replication import ReplicationError, replicate_run
+from bias_discovery.stats import held_out_method
 
 from fakes import MARKER, ScriptedEngine, authority_world, quiet_authority_world, rewrite_world
 from helpers import cli
@@ -26,10 +26,11 @@ def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     assert data["reproduction_rate"] == 1.0 and data["n_replicated"] == 1
     [bias] = data["biases"]
     assert bias["id"] == "d1-expert-citation-bias" and bias["reproduced"] is True
-    # the reported effects: each stopped for efficacy at the first look, estimated given that stop
+    # the reported effects: each stopped for efficacy at the first look (40 items, a 20-item first
+    # look: clear at once), measured on the 20 items after it, on which every marked item flips too
     assert bias["delta"] == pytest.approx(1.0) and bias["original_delta"] == pytest.approx(1.0) and bias["control"] == "placebo"
-    assert bias["method"] == bias["original_method"] == CONDITIONAL and bias["original_ci_low"] < 1.0
-    assert bias["n"] == bias["original_n"] == 20  # 40 items, 20-item first look: clear at once
+    assert bias["method"] == bias["original_method"] == held_out_method(20, 1, 2) and bias["original_ci_low"] == 1.0
+    assert bias["n"] == bias["original_n"] == 20
     assert data["seed"] == 7 and data["run_seed"] == 42 and data["temperature"] == 0.7
     for name in ("validation_perturbed.jsonl", "validation_judgments.jsonl", "baseline_result.json", "placebo_result.json"):
         assert (where / name).is_file(), name

@@ -489,5 +489,6 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     assert 'id="error-statement"' in html and str(escape(statement)) in html
     for bias in validated:
         assert f'id="effect-{bias.id}"' in html and str(escape(bias.validation.effect.method)) in html
+        assert bias.validation.effect.clipped is None or str(escape(bias.validation.effect.clipped)) in html
     assert "<script" not in _text_only(html)
     assert not (small_real_run / "report.html").exists()  # --out respected; the fixture is read-only

@@ -4,12 +4,14 @@ runs (modest replication counts; benchmarks/validation_sim.py runs the full cell
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, run_looks
-from bias_discovery.stats import CONDITIONAL, FULL_SAMPLE
+from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stats import CONDITIONAL, FULL_SAMPLE, HELD_OUT, sequential_effect
 
 
 def _paired(rng: np.random.Generator, n: int, delta: float, noise: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
@@ -24,7 +26,7 @@ def _paired(rng: np.random.Generator, n: int, delta: float, noise: float = 0.3) 
 
 def _validate(control: np.ndarray, arms: list[np.ndarray], settings: FamilySettings, with_effects: bool = True):
     """The family's steps as the validation stage runs them: looks, comparisons, decision,
-    effects (skipped where only the decision is checked)."""
+    the held-out round and effects (skipped where only the decision is checked)."""
     fetched: list[tuple[int, list[int], int]] = []
 
     def fetch(look, active, new_items):
@@ -34,7 +36,13 @@ def _validate(control: np.ndarray, arms: list[np.ndarray], settings: FamilySetti
     family = run_looks(control.tolist(), len(arms), fetch, settings, list(range(len(control))))
     comparisons = compare_arms(family, {"placebo": control.tolist()}, settings)
     decided = decide(family, [c["placebo"] for c in comparisons], settings, "placebo")
-    return family, decided, effects(family, decided, settings) if with_effects else [], fetched
+    if not with_effects:
+        return family, decided, [], fetched
+    held_out_round(family, decided, fetch, settings)
+    return family, decided, effects(family, decided, settings), fetched
+
+
+CONDITIONAL_EFFECT = ValidateSettings(n_boot=100, sequential={"effect": "conditional"})
 
 
 def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample():
@@ -43,23 +51,89 @@ def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample()
     _, null = _paired(rng, 200, 0.0)
     family, decided, reported, fetched = _validate(control, [strong, null], FamilySettings(rules=ValidateSettings(n_boot=100)))
     assert family.plan.looks == (50, 100, 200)
-    stopped = len(family.looks[0])  # the strong arm stops early, and is never fetched again
+    stopped = len(family.looks[0])  # the strong arm stops early, and is never fetched again by the looks
     assert family.stop[0] == "efficacy" and stopped < 3 and family.stopped_at[0] == family.plan.looks[stopped - 1]
-    assert fetched[0] == (0, [0, 1], 50) and all(0 not in active for look, active, _ in fetched if look >= stopped)
-    assert decided[0].accepted and reported[0].method == CONDITIONAL
+    looks, [held_out] = fetched[:-1], fetched[-1:]
+    assert looks[0] == (0, [0, 1], 50) and all(0 not in active for look, active, _ in looks if look >= stopped)
+    # ... but after the decision, once, on the items after its stop (look index 3: after the last look)
+    assert held_out == (3, [0], 200 - family.stopped_at[0]) and family.held_out == {0: list(range(family.stopped_at[0], 200))}
+    assert family.used(0) == list(range(family.stopped_at[0]))  # the decision's items do not change
+    rest = slice(family.stopped_at[0], 200)
+    assert decided[0].accepted and reported[0].method.startswith(HELD_OUT) and reported[0].n == 200 - family.stopped_at[0]
+    assert reported[0].delta == pytest.approx(strong[rest].mean() - control[rest].mean())
+    assert reported[0].ci_low < reported[0].delta < reported[0].ci_high
+    # the null arm was not accepted early: its effect is the one given its stop, and it paid no held-out item
+    assert family.stop[1] != "efficacy" and reported[1].method == CONDITIONAL and 1 not in family.held_out
+    conditional = FamilySettings(rules=CONDITIONAL_EFFECT)
+    family, decided, given_stop, fetched = _validate(control, [strong, null], conditional)
+    assert all(look < 3 for look, _, _ in fetched) and family.held_out == {}
+    assert [e.method for e in given_stop] == [CONDITIONAL, CONDITIONAL]
+    assert given_stop[0] == sequential_effect(family.plan, family.looks[0], family_size=2)
     one_look = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
     family, decided, reported, fetched = _validate(control, [strong, null], one_look)
     assert [f[2] for f in fetched] == [200] and reported[0].method == FULL_SAMPLE
     assert reported[0].delta == decided[0].delta and reported[0].ci_low == decided[0].ci_low
 
 
+def test_held_out_rounds_fetch_each_early_arm_from_its_own_stop():
+    """Two arms accepted at different looks: one held-out fetch per stopping look, each on
+    exactly the items after it; an arm rejected at the end pays none. Without the round the
+    effects refuse rather than fall back."""
+    n = 200
+    control = np.zeros(n, dtype=bool)  # the judge is right on every item with the control
+    at_once = np.ones(n, dtype=bool)  # wrong on every item: stops at the first look
+    later = np.zeros(n, dtype=bool)
+    later[[0, 10, 20, 30]] = True  # 4 of the first 50: goes on ...
+    later[50:] = True  # ... and stops at the second look
+    null = np.zeros(n, dtype=bool)
+    null[::25] = True
+    control[1::25] = True  # as many helped as hurt: never accepted
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0}))
+    family, decided, reported, fetched = _validate(control, [at_once, later, null], settings)
+    assert family.stopped_at == [50, 100, 200] and family.stop == ["efficacy", "efficacy", "complete"]
+    assert [bool(d.accepted) for d in decided] == [True, True, False]
+    assert fetched[-2:] == [(3, [0], 150), (3, [1], 100)]
+    assert family.held_out == {0: list(range(50, 200)), 1: list(range(100, 200))}
+    assert [e.method.startswith(HELD_OUT) for e in reported] == [True, True, False]
+    assert "the 150 test items after the stopping look (1 of 3)" in reported[0].method
+    assert "the 100 test items after the stopping look (2 of 3)" in reported[1].method
+    assert reported[1].delta == pytest.approx(1.0 - control[100:].mean()) and reported[1].n == 100
+    family = run_looks(control.tolist(), 3, lambda look, active, items: [[bool(x) for x in [at_once, later, null][k][list(items)]] for k in active],
+                       settings, list(range(n)))
+    decided = decide(family, [c["placebo"] for c in compare_arms(family, {"placebo": control.tolist()}, settings)], settings, "placebo")
+    with pytest.raises(ValueError, match="held_out_round"):
+        effects(family, decided, settings)
+
+
+def test_the_held_out_effect_after_an_efficacy_stop_is_unbiased_and_covers():
+    """True Δ 0.15 on 200 items, the default sequential plan (effect: held_out): among the
+    candidates accepted early, the stopping look's own Δ overstates the effect; the held-out
+    items' Δ does not, and its 95 % CI covers the truth."""
+    rng = np.random.default_rng(2025)
+    delta, reps = 0.15, 300
+    settings = FamilySettings(rules=ValidateSettings(n_boot=400))
+    early = []
+    for _ in range(reps):
+        control, arm = _paired(rng, 200, delta)
+        family, decided, reported, _ = _validate(control, [arm], settings)
+        if family.stop[0] == "efficacy":
+            effect = reported[0]
+            assert effect.method.startswith(HELD_OUT) and effect.n == 200 - family.stopped_at[0]  # every item valid here
+            early.append((effect.delta, effect.ci_low <= delta <= effect.ci_high, decided[0].delta))
+    arr = np.array(early)
+    assert len(early) > 80
+    assert arr[:, 2].mean() - delta > 0.04  # the naive Δ of the stopping look
+    assert abs(arr[:, 0].mean() - delta) < 0.02 and arr[:, 1].mean() >= 0.9
+
+
 def test_the_reported_effect_after_an_early_stop_is_unbiased_and_covers():
-    """True Δ 0.15 on 200 items, the default sequential plan: among the candidates that stopped
-    early for efficacy, the stopping look's own Δ overstates the effect; the reported effect
-    (given the stop) does not, and its 95 % CI covers the truth; over every candidate too."""
+    """effect: conditional. True Δ 0.15 on 200 items, the default sequential plan: among the
+    candidates that stopped early for efficacy, the stopping look's own Δ overstates the effect;
+    the reported effect (given the stop) does not, and its 95 % CI covers the truth; over every
+    candidate too."""
     rng = np.random.default_rng(2024)
     delta, reps = 0.15, 300
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100))
+    settings = FamilySettings(rules=CONDITIONAL_EFFECT)
     early, everyone = [], []
     for _ in range(reps):
         control, arm = _paired(rng, 200, delta)
@@ -111,3 +185,65 @@ def test_a_default_run_keeps_its_chance_of_any_false_acceptance_within_alpha():
         false_runs += accepted
     assert false_runs / runs <= 0.05
     assert "Family-wise error over the run" in settings.error_statement("placebo")
+
+
+def test_rows_of_a_matrix_are_one_family():
+    """Two sets of arms, each against its own control, decided as one family: the correction
+    sees every arm, and the smallest detectable Δ is at the whole family's level."""
+    from bias_discovery.sequential import smallest_detectable
+
+    rng = np.random.default_rng(5)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
+    rows = []
+    for _ in range(2):
+        control, strong = _paired(rng, 120, 0.3)
+        _, null = _paired(rng, 120, 0.0)
+        arms = [strong, null]
+
+        def fetch(look, active, items, arms=arms):
+            return [arms[k][list(items)].tolist() for k in active]
+
+        family = run_looks(control.tolist(), 2, fetch, settings, list(range(120)), family_size=4)
+        rows.append((family, compare_arms(family, {"placebo": control.tolist()}, settings)))
+    families = [f for f, _ in rows]
+    decided = decide(families, [c["placebo"] for _, cs in rows for c in cs], settings, "placebo")
+    assert len(decided) == 4 and all("family of 4" in d.rule for d in decided)
+    alone = decide(families[0], [c["placebo"] for c in rows[0][1]], settings, "placebo")
+    assert decided[0].p_adjusted >= alone[0].p_adjusted and "family of 2" in alone[0].rule
+    assert families[0].family_size == 4
+    # the level over 4 arms is stricter than over 2: a larger Δ is needed to be detected
+    wide, n = smallest_detectable(families[0], 1, decided[1], settings)
+    narrow, _ = smallest_detectable(dataclasses.replace(families[0], family_size=2), 1, decided[1], settings)
+    assert n == decided[1].n and wide is not None and narrow is not None and wide > narrow
+    with pytest.raises(ValueError):
+        decide(families, [c["placebo"] for c in rows[0][1]], settings, "placebo")
+    with pytest.raises(ValueError):
+        run_looks(rows[0][0].errors[0], 3, lambda *a: [], settings, list(range(120)), family_size=2)
+
+
+@pytest.mark.parametrize("estimator", ["held_out", "conditional"])
+def test_the_score_effect_is_median_unbiased_and_covers_given_each_way_of_stopping(estimator):
+    """Score verdicts (the per-item shift of P(rejected), true ΔP 0.02 on 160 items, the
+    default sequential plan): within each way of stopping (efficacy, futility, complete) the
+    reported effect is above the truth about half of the time and its 95 % CI covers it, and
+    every interval is ordered, inside [-1, 1] and of non-zero width, however close the stop;
+    with either estimator for the efficacy stops (held_out: the held-out items' t interval)."""
+    rng = np.random.default_rng(19)
+    delta, reps, n = 0.02, 400, 160
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": estimator}), measure="p_rejected")
+    rows = []
+    for _ in range(reps):
+        control = rng.uniform(0.3, 0.6, n)
+        arm = np.clip(control + delta + rng.normal(0.0, 0.1, n), 0.0, 1.0)
+        family, _, reported, _ = _validate(control, [arm], settings)
+        effect = reported[0]
+        assert effect.measure == "p_rejected" and effect.ci_low is not None and effect.ci_high is not None
+        assert -1.0 <= effect.ci_low <= effect.delta <= effect.ci_high <= 1.0 and effect.ci_high > effect.ci_low
+        rows.append((family.stop[0], effect.delta >= delta, effect.ci_low <= delta <= effect.ci_high))
+        held_out = family.stop[0] == "efficacy" and estimator == "held_out"
+        assert effect.method.startswith(HELD_OUT) == held_out and (not held_out or effect.n == n - family.stopped_at[0])
+    for stop in ("efficacy", "futility", "complete"):
+        group = [r for r in rows if r[0] == stop]
+        assert len(group) >= 40, (stop, len(group))
+        assert abs(np.mean([r[1] for r in group]) - 0.5) < 0.15 and np.mean([r[2] for r in group]) >= 0.88, stop
+    assert np.mean([r[2] for r in rows]) >= 0.92

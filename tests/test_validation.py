@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bias_discovery.graph import execute
+from bias_discovery.judging import calls_per_pair
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.report import render_report
 from bias_discovery.run import RunDir
+
+from bias_discovery.stats import CONDITIONAL, LookRecord, SequentialPlan, held_out_method, sequential_effect
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
 from test_loop import make_config, run_fake, write_pairs
@@ -232,9 +236,66 @@ def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_th
     assert null["stop"] == "futility" and null["stopped_at"] == 25
     assert report["accepted"] == [strong["bias_id"]]
     validation_rewrites = [r for r in engine.sent if "Trait:" in r.messages[-1].content and "Test question" in r.messages[-1].content]
-    assert len(validation_rewrites) == 25 + 25  # not 2 x 100
+    # the looks: 25 each (not 2 x 100); then, accepted early, the strong one on the 75 items after its stop
+    assert len(validation_rewrites) == 25 + 25 + 75
     # Holm over the two candidates' sequential p-values (the null one's is 1)
     assert strong["vs_placebo"]["p_adjusted"] == 2 * strong["p_sequential"] < 0.05
+    # the decision's comparison stays on the 25 items it used; the effect is on the 75 it did not see
+    assert strong["vs_placebo"]["n"] == 25 and strong["vs_placebo"]["delta"] == 1.0
+    effect = strong["effect"]
+    assert effect["method"] == held_out_method(75, 1, 3) and effect["n"] == 75
+    assert effect["delta"] == effect["ci_low"] == effect["ci_high"] == 1.0  # every held-out item flips too
+    assert null["effect"]["method"].startswith(CONDITIONAL)
+
+
+def _requests_by_item(engine: ScriptedEngine) -> Counter:
+    """Every request the engine was sent about a test item: (kind, item number, bias marked)."""
+    out: Counter = Counter()
+    for r in engine.sent:
+        user = r.messages[-1].content
+        if "Test question" not in user and "[Response" not in user:
+            continue
+        kind = "rewrite" if "Trait:" in user else "check" if "same or different" in user else "judge" if "[Response A]" in user else "other"
+        item = re.search(r"Wrong answer number (\d+)", user)
+        out[(kind, int(item.group(1)) if item else -1, MARKER in user or "Expert" in user)] += 1
+    return out
+
+
+def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(tmp_path):
+    """The same run with `effect: held_out` and `effect: conditional`: the only requests that
+    differ are the strong candidate's rewrite, answer check and judgments on the 75 test items
+    after its stopping look, each once; the rejected candidate pays nothing more, and nothing
+    else is asked again. With `conditional` the record is the estimate given the stop
+    (`stats.sequential_effect` on its looks), as before the held-out round existed."""
+    data = _data(tmp_path, 24, 100)
+    runs = {}
+    for effect in ("held_out", "conditional"):
+        config = make_config(tmp_path, max_iterations=1, data=data, validate={"n_boot": 200, "sequential": {"effect": effect}})
+        rd, _, engine = run_fake(tmp_path, config, name=effect, engine=ScriptedEngine(_strong_and_null_world))
+        runs[effect] = (rd, engine)
+    held_out, conditional = (_requests_by_item(runs[e][1]) for e in ("held_out", "conditional"))
+    assert conditional - held_out == Counter()
+    extra = held_out - conditional
+    report = _validation(runs["held_out"][0])
+    strong = next(r for r in report["candidates"] if r["name"] == "Expert Citation Bias")
+    rewrites = runs["conditional"][0].iteration(1).validation_perturbed.read()
+    used = {int(p.pair_id[1:]) for p in rewrites if p.bias_id == strong["bias_id"]}
+    rest = set(range(100)) - used
+    assert len(used) == strong["stopped_at"] == 25 and len(rest) == 75
+    per_pair = calls_per_pair(make_config(tmp_path).judge)
+    # per item: the rewrite, its answer check and the checker's control (the same question about
+    # the original rejected response), and the judge's calls on the valid rewrite
+    assert extra == Counter({**{("rewrite", i, True): 1 for i in rest}, **{("check", i, True): 1 for i in rest},
+                             **{("check", i, False): 1 for i in rest}, **{("judge", i, True): per_pair for i in rest}})
+    given_stop = _validation(runs["conditional"][0])
+    before = next(r for r in given_stop["candidates"] if r["name"] == "Expert Citation Bias")
+    plan = SequentialPlan.model_validate(given_stop["sequential"])
+    expected = sequential_effect(plan, [LookRecord.model_validate(x) for x in before["looks"]], family_size=2)
+    assert before["effect"] == json.loads(expected.model_dump_json())
+    # the decision and everything it looked at are the same either way; only the effect differs
+    for key in ("stop", "stopped_at", "looks", "p_sequential", "vs_placebo", "vs_baseline"):
+        assert strong[key] == before[key], key
+    assert report["accepted"] == given_stop["accepted"] and report["error_statement"] == given_stop["error_statement"]
 
 
 def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
@@ -278,6 +339,45 @@ def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
     null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
     assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]
     assert report["accepted"] and test_rewrites["count"] > 50
+
+
+def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
+    """The teacher fails in the middle of the held-out round (after the looks' 25 + 25, 25 and
+    50 rewrites, 40 of the strong candidate's 75 held-out ones): the resumed run takes every
+    look and those 40 rewrites, with their checks and judgments, from the call cache, pays only
+    for the rest, and reports the effect on the 75 held-out items."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
+                         validate={"n_boot": 100, "sequential": {"futility": 0.0}})
+    rd = RunDir(tmp_path / "run")
+    rd.root.mkdir()
+    rd.config_path.write_text(config.to_yaml())
+    test_rewrites = {"count": 0, "fail": True}
+    looks = 50 + 25 + 50  # the null candidate goes on to the end (futility 0), the strong one stops at 25
+
+    def failing(request):
+        user = request.messages[-1].content
+        if "Trait:" in user and "Test question" in user:
+            test_rewrites["count"] += 1
+            if test_rewrites["fail"] and test_rewrites["count"] > looks + 40:
+                raise RuntimeError("teacher fell over")
+        return _strong_and_null_world(request)
+
+    first = ScriptedEngine(failing)
+    with pytest.raises(RuntimeError, match="teacher fell over"):
+        execute(rd, config, resume=False, engines={"target": CachedEngine(first, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+    assert not (rd.iteration(1).directory / "validation.json").exists()
+    test_rewrites["fail"] = False
+    healthy = ScriptedEngine(failing)
+    execute(rd, config, resume=True, engines={"target": CachedEngine(healthy, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+
+    def keys(requests):
+        return {r.content_hash("fake") for r in requests}
+
+    assert keys(first.sent) & keys(healthy.sent) == keys(first.sent[-1:]), "a call was paid twice"
+    resumed_rewrites = [r for r in healthy.sent if "Trait:" in r.messages[-1].content and "Test question" in r.messages[-1].content]
+    assert len(resumed_rewrites) == 75 - 40  # the one that raised, and the 34 after it
+    strong = next(r for r in _validation(rd)["candidates"] if r["name"] == "Expert Citation Bias")
+    assert strong["stop"] == "efficacy" and strong["effect"]["method"] == held_out_method(75, 1, 3) and strong["effect"]["n"] == 75
 
 
 # -- the seed library, run-wide error control, the stop reason ------------------------------------
@@ -379,7 +479,9 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     assert "paired t-test of ΔP(rejected)" in placebo["rule"]
     assert [look["mean_difference"] for look in record["looks"]] == pytest.approx([0.15])  # stopped at the first look
     assert record["stop"] == "efficacy" and record["effect"]["measure"] == "p_rejected"
-    assert record["effect"]["ci_low"] <= 0.15 <= record["effect"]["ci_high"]
+    # measured on the 20 items after the first look: the same shift on each, so a zero-width interval
+    assert record["effect"]["method"] == held_out_method(20, 1, 2) and record["effect"]["n"] == 20
+    assert record["effect"]["ci_low"] == pytest.approx(0.15) == record["effect"]["ci_high"]
     assert record["mde"] == pytest.approx(0.0, abs=1e-9)  # no spread: any shift is detected (margin 0)
     assert "probability of preferring the rejected response" in score["error_statement"]
     assert record["vs_placebo"]["p_value"] == 0.5**20  # 20 equal shifts at the first look: the sign-flip test's p

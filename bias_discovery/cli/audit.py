@@ -11,24 +11,22 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from ..audit.runner import AuditSettings
+from ..auditing.runner import AuditSettings
 from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, timeout_option, warn
+from .common import app, console, fail, format_validation_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..audit import AuditReport, AuditTarget, SchemeAudit
-    from ..data.overlap import DataOverlap
-    from ..data.pairs import PreferencePair
+    from ..auditing import AuditReport, SchemeAudit
 
 
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..audit.display import EXCLUDED_MEANING, ROWS, metric_rows
+    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
     console.print(
@@ -80,22 +78,6 @@ def print_audit(report: AuditReport) -> None:
     )
     for note in report.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
-
-
-def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:
-    """Each run whose biases are audited, checked for overlap between its target pairs and the
-    audit's pairs (`export.common.check_run_overlap`)."""
-    from ..config import load_run_config
-    from ..export.common import check_run_overlap
-    from ..run import RunDir
-
-    overlaps = []
-    for run_dir in dict.fromkeys(t.run_dir for t in targets if t.run_dir is not None):
-        run = RunDir(run_dir)
-        overlaps.append(
-            check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the audit data {data_name}", allow=allow)
-        )
-    return overlaps
 
 
 @app.command()
@@ -152,18 +134,11 @@ def audit(
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
     and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
-    from ..audit import check_repeats, check_teacher, resolve_targets, run_audit
-    from ..audit.output import write_audit_dir
-    from ..data.loaders import describe_source, load_pairs
-    from ..export.common import check_output_dir
-    from ..llm.config import ModelConfig
-    from ..llm.roles import ModelRoles
-    from ..progress import progress_bar, quiet_progress
+    from ..api import audit as audit_judge
+    from ..progress import progress_bar
 
-    cache_path = None if no_cache else (cache or default_cache_path())
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
-        check_repeats(repeats)
         settings = AuditSettings(
             repeats=repeats,
             mitigation=mitigation,  # type: ignore[arg-type]
@@ -172,44 +147,15 @@ def audit(
             judge=JudgeSettings(max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, **reasoning_settings),
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
-        targets = resolve_targets(biases)
-        configs = {"target": ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)}
-        check_teacher(targets, has_teacher=teacher is not None)
-        if teacher is not None and any(t.needs_teacher for t in targets):
-            url = teacher_base_url or base_url
-            configs["teacher"] = ModelConfig.from_spec(teacher, **({"base_url": url} if url else {})).with_timeout(timeout)
-        check_output_dir(out, overwrite=overwrite)
-        bad_rows: list[str] | None = [] if skip_bad_rows else None
-        pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
-        if bad_rows:
-            warn(skipped_rows_message(bad_rows, data))
-        if not pairs:
-            fail(f"data {data!r} has no pairs")
-        overlaps = _run_overlaps(targets, pairs, describe_source(data, data_dir, portable=True), allow=allow_overlap)
+        output = audit_judge(
+            model, data, biases, out=out, teacher=teacher, settings=settings, base_url=base_url,
+            teacher_base_url=teacher_base_url, data_dir=data_dir, limit=limit,
+            cache=False if no_cache else (cache or True), overwrite=overwrite, allow_overlap=allow_overlap,
+            skip_bad_rows=skip_bad_rows, timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
+        )
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    with ModelRoles(configs, cache_path=cache_path) as roles:
-        try:
-            output = run_audit(
-                roles["target"],
-                pairs,
-                targets,
-                settings,
-                model=configs["target"].spec,
-                data=describe_source(data, data_dir, portable=True),
-                teacher=roles["teacher"] if "teacher" in roles else None,
-                teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
-                progress=quiet_progress if quiet else progress_bar,
-            )
-            output = output.model_copy(update={"report": output.report.model_copy(update={"data_overlap": overlaps})})
-            if bad_rows:
-                output.report.notes.append(
-                    f"{plural(len(bad_rows), 'bad data row')} skipped at load (--skip-bad-rows), not among the {plural(len(pairs), 'pair')}"
-                )
-            write_audit_dir(out, output, overwrite=overwrite)
-        except BiasDiscoveryError as exc:
-            fail(str(exc))
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)

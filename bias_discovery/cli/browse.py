@@ -294,7 +294,7 @@ def report(
     calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and each bias's
     definition, provenance and evidence (original vs perturbed response, the judge's explanation).
     An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
-    from ..audit.output import is_audit_dir
+    from ..auditing.output import is_audit_dir
     from ..io import probe_writable
     from ..report.render import write_report
 

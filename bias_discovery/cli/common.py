@@ -14,7 +14,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from ..formatting import plural
 
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
@@ -63,12 +62,6 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
         loc = ".".join(str(part) for part in error["loc"]) or "(root)"
         lines.append(f"  {where}{loc}: {error['msg']}")
     return "invalid settings:\n" + "\n".join(lines)
-
-
-def skipped_rows_message(bad_rows: list[str], data: str) -> str:
-    """The warning for rows `--skip-bad-rows` skipped: how many, and the first few by name."""
-    shown = "; ".join(bad_rows[:3]) + (f"; and {len(bad_rows) - 3} more" if len(bad_rows) > 3 else "")
-    return f"skipped {plural(len(bad_rows), 'bad row')} of {data} (--skip-bad-rows): {shown}"
 
 
 def warn(message: str) -> None:

@@ -14,14 +14,11 @@ from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
-from .common import app, console, default_cache_path, fail, format_validation_error, skipped_rows_message, timeout_option, warn
+from .common import app, console, fail, format_validation_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSummary, ScoreSummary
-    from ..llm.base import Engine
-    from ..llm.config import ModelConfig
-    from ..progress import ProgressFactory
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
@@ -137,88 +134,27 @@ def judge(
 
     Error rate per domain with its confidence interval, JudgeBench's own score, invalid rate,
     position-A rate and position consistency; writes judgments.jsonl and summary.json."""
-    from ..data.loaders import describe_source, load_pairs
-    from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
-    from ..judging import calls_per_pair, judge_pairs, summarize
-    from ..llm.config import ModelConfig
-    from ..llm.registry import make_engine
-    from ..progress import progress_bar, quiet_progress
+    from ..api import judge as judge_model
+    from ..export.compare import print_compare
+    from ..progress import progress_bar
 
-    bar = quiet_progress if quiet else progress_bar
-    cache_path = None if no_cache else (cache or default_cache_path())
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
         settings = JudgeSettings(
             positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
         )
-        config = ModelConfig.from_spec(model, **({"base_url": base_url} if base_url else {})).with_timeout(timeout)
-        if out.exists() and not out.is_dir():
-            fail(f"--out {out} exists and is not a directory")
-        probe_writable(out, what="--out")  # before any call is paid for, not after all of them
-        bad_rows: list[str] | None = [] if skip_bad_rows else None
-        pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
-        if bad_rows:
-            warn(skipped_rows_message(bad_rows, data))
-        if not pairs:
-            fail(f"data {data!r} has no pairs")
-        engine = make_engine(config, cache_path=cache_path)
+        output = judge_model(
+            model, data, out=out, settings=settings, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
+            cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare,
+            timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
+        )
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    # One engine for the data set and the Pro set (--compare): a model is loaded once (with
-    # vLLM, a second `LLM()` in one process would not fit), and closed once, on any exit.
-    try:
-        try:
-            n_requests = len(pairs) * calls_per_pair(settings)
-            with bar(f"judging {plural(len(pairs), 'pair')}", n_requests) as advance:
-                result = judge_pairs(engine, pairs, settings, seed=seed, progress=advance)
-            summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=settings, seed=seed)
-            summary.skipped_rows = len(bad_rows or [])
-        except ValidationError as exc:
-            fail(format_validation_error(exc))
-        except BiasDiscoveryError as exc:
-            fail(str(exc))
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_jsonl(out / "judgments.jsonl", result.judgments)
-            atomic_write_json(out / "summary.json", summary)
-        except OSError as exc:  # the probe passed, then the disk filled up or the folder went
-            rerun = f" (the calls are in the call cache {cache_path}: a rerun is free)" if cache_path else ""
-            fail(f"cannot write to --out {out}: {exc.strerror or exc}{rerun}")
-        print_judge_summary(summary)
-        console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
-        if compare is not None:
-            _judge_compare(
-                engine, config, settings, summary, compare, out=out, limit=limit, seed=seed, cache_path=cache_path, progress=bar
-            )
-    finally:
-        engine.close()
-
-
-def _judge_compare(
-    engine: Engine,
-    config: ModelConfig,
-    settings: JudgeSettings,
-    summary: JudgeSummary,
-    pro_dir: Path,
-    *,
-    out: Path,
-    limit: Optional[int],
-    seed: int,
-    cache_path: Optional[Path],
-    progress: ProgressFactory,
-) -> None:
-    """Judge the Pro set at `pro_dir` with the judge's own `engine`; print both sets side by side."""
-    from ..export.compare import compare_with_pro, print_compare
-
-    try:
-        report = compare_with_pro(
-            config, settings, summary, pro_dir, out=out, cache_path=cache_path, seed=seed, limit=limit,
-            progress=progress, engine=engine,
-        )
-    except BiasDiscoveryError as exc:
-        fail(str(exc))
-    print_compare(report, console)
-    console.print(f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}", highlight=False)
+    print_judge_summary(output.summary)
+    console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
+    if output.compare is not None:
+        print_compare(output.compare, console)
+        console.print(f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}", highlight=False)

@@ -14,6 +14,7 @@ from ..formatting import delta_clause, duration, effect_clause, plural
 from .common import app, console, fail, interrupted, timeout_option, warn
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from ..api import Run
     from ..run import Liveness, RunState
 
 
@@ -25,21 +26,19 @@ def _skipped_rows_line(state: RunState | None) -> str | None:
     return f"skipped bad data rows (data.skip_bad_rows): {counts}; each is named in events.jsonl"
 
 
-def _print_run_end(run_dir: Path) -> None:
-    from ..run import RunDir
+def _print_run_end(run: Run) -> None:
     from ..stats import MEASURE_LABELS
 
-    rd = RunDir(run_dir)
-    state = rd.read_state()
-    latest = rd.library.load_latest()
+    state = run.state
+    latest = run.library
     discovered = [b for b in latest.biases if b.origin.kind == "discovered"]
     console.print(
-        f"run {run_dir}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}",
+        f"run {run.root}: {state.status if state else '?'}; stop reason: {state.stop_reason if state else '?'}",
         highlight=False,
         soft_wrap=True,
     )
     console.print(
-        f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {rd.library.latest_path}",
+        f"library: {plural(len(latest.biases), 'bias')} ({len(discovered)} discovered) in {run.record.library.latest_path}",
         highlight=False,
         soft_wrap=True,
     )
@@ -83,38 +82,23 @@ def run(
 
     Perturb, evaluate, explain, identify, merge, validate; every artifact goes to the run
     directory."""
+    from ..api import discover
     from ..config import load_run_config
-    from ..data.loaders import load_pairs
-    from ..graph import check_data_overlap, execute
-    from ..io import atomic_write_text, probe_writable
     from ..progress import progress_bar
-    from ..run import RunDir
 
     root = run_dir or Path("runs")
     try:
-        config = load_run_config(config_path, set_ + (["data.allow_overlap=true"] if allow_overlap else [])).with_timeout(timeout)
+        config = load_run_config(config_path, set_)
         root = run_dir or Path("runs") / config.name
-        rd = RunDir(root)
-        probe_writable(root, what="--run-dir")
-        rd.lock.refuse_if_held(root)
-        if rd.is_run():
-            fail(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another --run-dir")
-        if root.exists() and any(root.iterdir()):
-            fail(f"{root} exists and is not empty; pick another --run-dir")
-        d = config.data
-        check_data_overlap(  # before the run directory exists: a refused run leaves nothing behind
-            config,
-            load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed),
-            load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed),
+        run_ = discover(
+            config, run_dir=root, allow_overlap=allow_overlap, timeout_s=timeout, progress=None if quiet else progress_bar,
+            on_warning=warn,
         )
-        root.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(rd.config_path, config.to_yaml())
-        execute(rd, config, resume=False, progress=None if quiet else progress_bar)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(root)
-    _print_run_end(root)
+    _print_run_end(run_)
 
 
 @app.command()
@@ -129,36 +113,19 @@ def resume(
     """Continue a stopped or killed run.
 
     From its last checkpoint; no call is paid twice."""
-    from ..config import load_run_config
-    from ..graph import execute
-    from ..io import atomic_write_text
+    from ..api import discover
     from ..progress import progress_bar
-    from ..run import RunDir
 
     try:
-        rd = RunDir(run_dir)
-        rd.require_resumable()
-        rd.lock.refuse_if_held(run_dir)  # before anything below writes
-        config = load_run_config(rd.config_path)
-        if allow_overlap and not config.data.allow_overlap:
-            config = config.model_copy(update={"data": config.data.model_copy(update={"allow_overlap": True})})
-            atomic_write_text(rd.config_path, config.to_yaml())
-        config = config.with_timeout(timeout)  # this session only: config.yaml keeps the run's
-        repaired = rd.library.repair_latest()
-        if repaired:
-            rd.event("repaired", what=repaired)
-            warn(f"{repaired}; rewrote it from the iteration files")
-        if not rd.checkpoint_path.is_file():
-            warn(
-                f"{rd.checkpoint_path} is missing: the loop restarts from iteration 1; "
-                "every call it already paid for comes from the call cache"
-            )
-        execute(rd, config, resume=True, progress=None if quiet else progress_bar)
+        run_ = discover(
+            run_dir=run_dir, resume=True, allow_overlap=allow_overlap, timeout_s=timeout,
+            progress=None if quiet else progress_bar, on_warning=warn,
+        )
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(run_dir)
-    _print_run_end(run_dir)
+    _print_run_end(run_)
 
 
 @app.command()

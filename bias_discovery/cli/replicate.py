@@ -35,19 +35,20 @@ def replicate(
     Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
+    from ..api import replicate as replicate_biases
     from ..progress import progress_bar
-    from ..replicate import replicate_run
     from ..stats import MEASURE_LABELS
 
     try:
-        replication, where = replicate_run(
+        r = replicate_biases(
             run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
             out=out, overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
             progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    r = replication
+    where = r.out
+    assert where is not None  # replicate() always writes replication.json somewhere
     console.print(
         f"replication of {r.run_name} (seed {r.seed}, run seed {r.run_seed}; {r.data}, {plural(r.n_test, 'test pair')}"
         + (f" ({plural(r.skipped_rows, 'bad row')} skipped)" if r.skipped_rows else "")

@@ -67,6 +67,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import DataError, json_problem
+from ..formatting import plural
 from ..io import read_utf8, scan_jsonl
 from .pairs import Order, PreferencePair
 
@@ -796,6 +797,12 @@ def _take(pairs: list[PreferencePair], limit: int | None, seed: int | None) -> l
     return [pairs[i] for i in keep]
 
 
+def skipped_rows_message(bad_rows: list[str], data: str | Path) -> str:
+    """The warning for the rows `skip_bad_rows` skipped: how many, and the first few by name."""
+    shown = "; ".join(bad_rows[:3]) + (f"; and {len(bad_rows) - 3} more" if len(bad_rows) > 3 else "")
+    return f"skipped {plural(len(bad_rows), 'bad row')} of {data} (--skip-bad-rows): {shown}"
+
+
 def describe_source(source: str | Path, data_dir: Path | str | None = None, *, portable: bool = False) -> str:
     """A short human description of where `source` is read from, for summaries and logs.
 
@@ -841,4 +848,5 @@ __all__ = [
     "judgebench_domain",
     "load_pairs",
     "resolve_data_dir",
+    "skipped_rows_message",
 ]

@@ -29,7 +29,7 @@ from ..data.overlap import DataOverlap, PairKey, check_overlap, content_hash, fi
 from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryError
 from ..io import atomic_write_jsonl, probe_writable
-from ..library import Bias, BiasLibrary, slugify
+from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
@@ -102,14 +102,9 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
     entries = [part.strip() for part in text.split(",") if part.strip()]
     if not entries:
         raise ExportError(f"--biases {spec!r} names no bias; available: {_available(library)}")
-    by_id = {b.id: b for b in library.biases}
-    by_name: dict[str, Bias] = {}
-    for b in library.biases:
-        by_name.setdefault(b.name.strip().lower(), b)
-        by_name.setdefault(slugify(b.name), b)
     chosen, seen, unknown = [], set(), []
     for entry in entries:
-        bias = by_id.get(entry) or by_name.get(entry.lower()) or by_name.get(slugify(entry))
+        bias = library.find(entry)
         if bias is None:
             unknown.append(entry)
         elif bias.id not in seen:

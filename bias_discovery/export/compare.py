@@ -118,7 +118,7 @@ def compare_with_pro(
     original: JudgeSummary,
     pro_dir: Path,
     *,
-    out: Path,
+    out: Path | None,
     cache_path: Path | None,
     seed: int,
     limit: int | None = None,
@@ -126,7 +126,7 @@ def compare_with_pro(
     engine: Any = None,
 ) -> CompareReport:
     """Judge the Pro set at `pro_dir` with `config`/`settings`, write ``pro_judgments.jsonl``,
-    ``pro_summary.json`` and ``compare.json`` into `out`, and return the report."""
+    ``pro_summary.json`` and ``compare.json`` into `out` (None: nowhere), and return the report."""
     check_pro_dir(pro_dir)
     pairs = load_pro_pairs(pro_dir, limit)
     own = engine is None
@@ -150,6 +150,8 @@ def compare_with_pro(
         original=original,
         pro=pro,
     )
+    if out is None:
+        return report
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(out / "pro_judgments.jsonl", result.judgments)
     atomic_write_json(out / "pro_summary.json", pro)

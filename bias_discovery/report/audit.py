@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..audit.display import metric_rows
-from ..audit.output import read_audit
-from ..audit.records import AuditReport, BiasAudit
+from ..auditing.display import metric_rows
+from ..auditing.output import read_audit
+from ..auditing.records import AuditReport, BiasAudit
 from ..formatting import count
 from ..io import atomic_write_text, read_jsonl
 from .render import MISSING, _environment, word_diff

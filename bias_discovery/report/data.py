@@ -21,9 +21,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel
 
 from ..errors import ConfigError
 from ..library import (
@@ -35,8 +36,11 @@ from ..library import (
     load_library,
 )
 from ..run import RunDir, RunState, ValidationReport, effective_status, summarize_events
+from ..stats import Measure
 
 __all__ = [
+    "LIBRARY_COLUMNS",
+    "BiasRow",
     "LibraryRef",
     "RunData",
     "IterationInfo",
@@ -167,7 +171,10 @@ def rejected_candidates(root: Path, upto: int | None = None) -> list[Bias]:
 # --------------------------------------------------------------------------------------------
 
 
-def _status(bias: Bias) -> str:
+BiasStatus = Literal["seed", "unvalidated", "accepted", "rejected", "confirmed", "unconfirmed"]
+
+
+def _status(bias: Bias) -> BiasStatus:
     """seed / unvalidated; accepted / rejected (candidates); confirmed / unconfirmed (seeds
     validated on the judge with `validate.seeds`: they stay in the library either way)."""
     if bias.validation is None:
@@ -185,15 +192,93 @@ def _top_domain(bias: Bias) -> tuple[str | None, float | None]:
     return domain, numbers.delta
 
 
-def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
-    """One bias as a flat, JSON-ready row (the `library show` table and its --json).
+class BiasRow(BaseModel):
+    """One bias as a flat row: the `library show` table and its --json, the report's tables,
+    and `Run.to_pandas()` (the columns, in this order, are the fields).
 
     `effect*` is the reported Δerror against the decisive control (`decisive`): what the bias's
-    size is ranked and shown by, honest after a sequential stop (`effect_method`). With
+    size is ranked and shown by, honest after a sequential stop (`effect_method`; `effect_clipped`
+    says which of its ends the data left at the edge of [-1, 1], after a close stop). With
     `measure` p_rejected (score verdicts) the "errors" are mean probabilities of preferring the
     rejected response and every Δ, CI, p and MDE is in probability points. The
     `*_vs_baseline` / `*_vs_placebo` numbers are the two comparisons as measured on the items
-    used; `decision_p*` is the decisive comparison's p."""
+    used; `decision_p*` is the decisive comparison's p. Every number is None for a bias not
+    validated (a seed without `validate.seeds`, a candidate skipped by `max_candidates`)."""
+
+    id: str
+    name: str
+    origin: Literal["seed", "discovered"]
+    origin_iteration: int
+    """The iteration that discovered it (0: a seed)."""
+    seed_library: str | None
+    status: BiasStatus
+    """accepted / rejected (candidates); confirmed / unconfirmed (seeds validated on the judge,
+    in the library either way); seed / unvalidated (no validation)."""
+    in_library: bool
+    """False for a candidate validation rejected (listed beside the library, not in it)."""
+    decisive: Literal["baseline", "placebo"] | None
+    """The control the decision compared with."""
+    measure: Measure | None
+    """error (choice verdicts), or p_rejected (score verdicts: the "errors" are mean
+    probabilities of preferring the rejected response, every Δ, CI, p and MDE in probability
+    points)."""
+    effect: float | None
+    """The reported Δ against `decisive` (with the bias − with the control)."""
+    effect_ci_low: float | None
+    effect_ci_high: float | None
+    effect_n: int | None
+    effect_method: str | None
+    """The estimator of `effect` and its CI (full sample, or conditional after an early stop)."""
+    effect_clipped: str | None
+    """Which end of the effect's CI the data do not bound (set to the parameter space's edge)."""
+    error_statement: str | None
+    """What the decision controls, at what level, over which family."""
+    n: int | None
+    """Paired test items of the decisive comparison."""
+    baseline_error: float | None
+    perturbed_error: float | None
+    delta_vs_baseline: float | None
+    ci_low_vs_baseline: float | None
+    ci_high_vs_baseline: float | None
+    p_vs_baseline: float | None
+    p_adjusted_vs_baseline: float | None
+    rule: str | None
+    """The acceptance rule, in words."""
+    placebo_n: int | None
+    placebo_error: float | None
+    placebo_perturbed_error: float | None
+    delta_vs_placebo: float | None
+    ci_low_vs_placebo: float | None
+    ci_high_vs_placebo: float | None
+    p_vs_placebo: float | None
+    p_adjusted_vs_placebo: float | None
+    decision_p: float | None
+    decision_p_adjusted: float | None
+    rewrite_effect: float | None
+    """The placebo's own Δerror against the unperturbed items (the same for every bias of a run)."""
+    answer_change_rate: float | None
+    n_answer_changed: int | None
+    length_ratio: float | None
+    mde: float | None
+    """Smallest Δ the test detects with `mde_power` at `mde_n` items."""
+    mde_n: int | None
+    mde_power: float | None
+    stopped_at: int | None
+    stop: Literal["efficacy", "futility", "complete"] | None
+    top_domain: str | None
+    """The test domain with the largest Δ against the baseline (descriptive)."""
+    top_domain_delta: float | None
+    n_evidence: int
+    merged_from: list[str]
+    definition: str
+
+
+LIBRARY_COLUMNS: tuple[str, ...] = tuple(BiasRow.model_fields)
+"""The columns of `bias_row` (and `Run.to_pandas()`), in order."""
+
+
+def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
+    """One bias as a flat, JSON-ready row: a `BiasRow`, dumped."""
     v = bias.validation
     top, top_delta = _top_domain(bias)
     base = v.vs_baseline if v else None
@@ -201,56 +286,57 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     decided = v.decisive_comparison if v else None
     effect = v.effect if v else None
     rewrite = v.rewrite_effect if v else None
-    return {
-        "id": bias.id,
-        "name": bias.name,
-        "origin": bias.origin.kind,
-        "origin_iteration": bias.origin.iteration,
-        "seed_library": bias.origin.seed_library,
-        "status": _status(bias),
-        "in_library": in_library,
-        "decisive": v.decisive if v else None,
-        "measure": decided.measure if decided else None,
-        "effect": effect.delta if effect else None,
-        "effect_ci_low": effect.ci_low if effect else None,
-        "effect_ci_high": effect.ci_high if effect else None,
-        "effect_n": effect.n if effect else None,
-        "effect_method": effect.method if effect else None,
-        "error_statement": v.error_statement if v else None,
-        "n": decided.n if decided else None,
-        "baseline_error": base.control_error if base else None,
-        "perturbed_error": base.arm_error if base else None,
-        "delta_vs_baseline": base.delta if base else None,
-        "ci_low_vs_baseline": base.ci_low if base else None,
-        "ci_high_vs_baseline": base.ci_high if base else None,
-        "p_vs_baseline": base.p_value if base else None,
-        "p_adjusted_vs_baseline": base.p_adjusted if base else None,
-        "rule": v.rule if v else None,
-        "placebo_n": placebo.n if placebo else None,
-        "placebo_error": placebo.control_error if placebo else None,
-        "placebo_perturbed_error": placebo.arm_error if placebo else None,
-        "delta_vs_placebo": placebo.delta if placebo else None,
-        "ci_low_vs_placebo": placebo.ci_low if placebo else None,
-        "ci_high_vs_placebo": placebo.ci_high if placebo else None,
-        "p_vs_placebo": placebo.p_value if placebo else None,
-        "p_adjusted_vs_placebo": placebo.p_adjusted if placebo else None,
-        "decision_p": decided.p_value if decided else None,
-        "decision_p_adjusted": decided.p_adjusted if decided else None,
-        "rewrite_effect": rewrite.delta if rewrite else None,
-        "answer_change_rate": v.answer_change_rate if v else None,
-        "n_answer_changed": v.n_answer_changed if v else None,
-        "length_ratio": v.length_ratio if v else None,
-        "mde": v.mde if v else None,
-        "mde_n": v.mde_n if v else None,
-        "mde_power": v.mde_power if v else None,
-        "stopped_at": v.stopped_at if v else None,
-        "stop": v.stop if v else None,
-        "top_domain": top,
-        "top_domain_delta": top_delta,
-        "n_evidence": len(bias.evidence),
-        "merged_from": list(bias.merged_from),
-        "definition": bias.definition,
-    }
+    return BiasRow(
+        id=bias.id,
+        name=bias.name,
+        origin=bias.origin.kind,
+        origin_iteration=bias.origin.iteration,
+        seed_library=bias.origin.seed_library,
+        status=_status(bias),
+        in_library=in_library,
+        decisive=v.decisive if v else None,
+        measure=decided.measure if decided else None,
+        effect=effect.delta if effect else None,
+        effect_ci_low=effect.ci_low if effect else None,
+        effect_ci_high=effect.ci_high if effect else None,
+        effect_n=effect.n if effect else None,
+        effect_method=effect.method if effect else None,
+        effect_clipped=effect.clipped if effect else None,
+        error_statement=v.error_statement if v else None,
+        n=decided.n if decided else None,
+        baseline_error=base.control_error if base else None,
+        perturbed_error=base.arm_error if base else None,
+        delta_vs_baseline=base.delta if base else None,
+        ci_low_vs_baseline=base.ci_low if base else None,
+        ci_high_vs_baseline=base.ci_high if base else None,
+        p_vs_baseline=base.p_value if base else None,
+        p_adjusted_vs_baseline=base.p_adjusted if base else None,
+        rule=v.rule if v else None,
+        placebo_n=placebo.n if placebo else None,
+        placebo_error=placebo.control_error if placebo else None,
+        placebo_perturbed_error=placebo.arm_error if placebo else None,
+        delta_vs_placebo=placebo.delta if placebo else None,
+        ci_low_vs_placebo=placebo.ci_low if placebo else None,
+        ci_high_vs_placebo=placebo.ci_high if placebo else None,
+        p_vs_placebo=placebo.p_value if placebo else None,
+        p_adjusted_vs_placebo=placebo.p_adjusted if placebo else None,
+        decision_p=decided.p_value if decided else None,
+        decision_p_adjusted=decided.p_adjusted if decided else None,
+        rewrite_effect=rewrite.delta if rewrite else None,
+        answer_change_rate=v.answer_change_rate if v else None,
+        n_answer_changed=v.n_answer_changed if v else None,
+        length_ratio=v.length_ratio if v else None,
+        mde=v.mde if v else None,
+        mde_n=v.mde_n if v else None,
+        mde_power=v.mde_power if v else None,
+        stopped_at=v.stopped_at if v else None,
+        stop=v.stop if v else None,
+        top_domain=top,
+        top_domain_delta=top_delta,
+        n_evidence=len(bias.evidence),
+        merged_from=list(bias.merged_from),
+        definition=bias.definition,
+    ).model_dump()
 
 
 def library_rows(library: BiasLibrary, rejected: Sequence[Bias] = ()) -> list[dict[str, Any]]:

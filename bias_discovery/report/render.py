@@ -154,6 +154,7 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("", _get(config, "validate.sequential.looks") if sequential else "off"),
                 ("spending", _get(config, "validate.sequential.spending") if sequential else None),
                 ("futility <", _get(config, "validate.sequential.futility") if sequential else None),
+                ("effect after an early acceptance", _get(config, "validate.sequential.effect") if sequential else None),
             ),
         ),
     ]
@@ -434,9 +435,13 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
 
 @lru_cache(maxsize=1)
 def _environment():  # noqa: ANN202 - jinja2 Environment
-    from jinja2 import Environment, StrictUndefined
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    # The loader serves the templates' shared stylesheet (`{% include "page.css" %}`): our own
+    # file, included as template source; model text still only ever arrives as values.
+    env = Environment(
+        autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, loader=FileSystemLoader(TEMPLATE.parent)
+    )
     env.filters.update(
         pct=partial(percent, missing=MISSING),
         pp=partial(pp, missing=MISSING),

@@ -15,8 +15,10 @@ Both comparisons are always reported; the decision uses the control's: exact one
 McNemar on the discordant items, a bootstrap CI of Δerror, and a correction across the
 candidates validated together. With `sequential` on, the test items are looked at in growing
 slices (a seeded order, e.g. 25 %, 50 %, 100 %): a candidate stops early when it is clearly
-biased (alpha spending) or clearly hopeless (futility), and later slices are never perturbed
-for it (see `stats.SequentialPlan`). `acceptance: paper` keeps BiasScope's plain
+biased (alpha spending) or clearly hopeless (futility), and later slices are not perturbed
+for it (see `stats.SequentialPlan`), except that after the decision a candidate accepted
+early is perturbed and judged on the rest, for an effect the decision did not see
+(`sequential.effect: held_out`, `sequential.held_out_round`). `acceptance: paper` keeps BiasScope's plain
 "perturbed error > baseline error" rule on every item, for comparison.
 
 With `judge.verdict: score` the per-item values compared are the judge's probability of
@@ -43,7 +45,19 @@ from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_p
 from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
-from ..sequential import FamilyLooks, FamilySettings, Stop, compare_arms, decide, effects, family_level, run_looks, smallest_detectable
+from ..sequential import (
+    FamilyLooks,
+    FamilySettings,
+    Stop,
+    compare_arms,
+    decide,
+    effects,
+    family_level,
+    held_out_round,
+    run_looks,
+    smallest_detectable,
+    with_decision,
+)
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     Effect,
@@ -67,12 +81,15 @@ class CandidateValidation(BaseModel):
     bias_id: str
     name: str
     n_perturb_invalid: int
-    """Rewrites not judged: failed, truncated, empty, unchanged, answer changed, check unusable."""
+    """Rewrites not judged: failed, truncated, empty, unchanged, answer changed, check unusable.
+    This and the answer-check counts are over every rewrite of the candidate, those of the
+    held-out round included."""
     decisive: Literal["baseline", "placebo"] = "baseline"
     """Which comparison decided: `vs_baseline` or `vs_placebo`."""
     effect: Effect
     """The decisive comparison's Δerror as reported: {delta, ci_low, ci_high, method}, honest
-    after a sequential stop (`stats.sequential_effect`), the full sample after one look."""
+    after a sequential stop (accepted early: on the held-out items after the stop, with
+    `sequential.effect: held_out`; else `stats.sequential_effect`), the full sample after one look."""
     vs_baseline: PairedComparison
     vs_placebo: PairedComparison | None = None
     per_domain: dict[str, PairedComparison]
@@ -94,7 +111,8 @@ class CandidateValidation(BaseModel):
     """Smallest Δerror against the control detectable with `power` at `mde_n` items."""
     mde_n: int | None = None
     stopped_at: int | None = None
-    """Test items perturbed when validation stopped."""
+    """Test items perturbed when the decision stopped (a candidate accepted early with
+    `sequential.effect: held_out` was then perturbed on the rest for its effect)."""
     stop: Stop | None = None
     p_sequential: float | None = None
     """The sequential p-value the decision adjusted (None: a single look)."""
@@ -377,13 +395,6 @@ def slice_order(n: int, seed: int) -> list[int]:
     return order
 
 
-def _reported(cmp: PairedComparison, decided: PairedComparison) -> PairedComparison:
-    """A comparison reported next to the decision, with its family-adjusted p but no verdict."""
-    return cmp.model_copy(
-        update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
-    )
-
-
 class _Rewrites:
     """The fetch step of the validation's looks: perturb the new slice for the candidates still
     going, check the answers, judge the valid rewrites (`rewrite_check_judge`); keeps every
@@ -403,7 +414,7 @@ class _Rewrites:
         self.judgments: list[Judgment] = []
 
     def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | float | None]]:
-        suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}"
+        suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}" if look < self.n_looks else ", held-out items"
         keys = [(k, i) for k in active for i in new_items]
         checker = self.models.checker if self.setup.rules.answer_check else None
         batch, judgments, outcomes = rewrite_check_judge(
@@ -529,7 +540,8 @@ def validate_biases(
     """Validate `candidates` as one family (see the module docstring): the looks on growing
     slices (`sequential.run_looks`, perturbing and judging each slice for the candidates still
     going), both comparisons on the items each used, the family's decision against the
-    control, each candidate's honest effect and smallest detectable Δ.
+    control, the held-out round (`sequential.held_out_round`: the items after their stop, for
+    the candidates accepted early), each candidate's honest effect and smallest detectable Δ.
 
     `placebo` is required with `control: placebo`. `progress` gets one step per batch, each
     with the number of calls it really makes (invalid rewrites are not judged).
@@ -556,13 +568,12 @@ def validate_biases(
 
     comparisons = compare_arms(family, controls, family_settings)
     decided = decide(family, [c[decisive] for c in comparisons], family_settings, decisive)
+    held_out_round(family, decided, fetch, family_settings)
     arm_effects = effects(family, decided, family_settings)
     checked_answers = setup.rules.answer_check and models.checker is not None
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
-        comparisons[k] = {
-            name: decided[k] if name == decisive else _reported(cmp, decided[k]) for name, cmp in comparisons[k].items()
-        }
+        comparisons[k] = with_decision(comparisons[k], decided[k], decisive)
         mde = smallest_detectable(family, k, decided[k], family_settings)
         if mde[1] > 0:  # a candidate without a valid pair says nothing about power
             mde_ns.append(mde[1])

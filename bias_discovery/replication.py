@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -33,6 +33,7 @@ from .sequential import FamilySettings
 from .stages.rewrite_checks import record_checker
 from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases
 from .stats import wilson_interval
+from .tables import Tabular
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature of the fresh rewrites when the run rewrote greedily (temperature 0)."""
@@ -75,8 +76,12 @@ class ReplicatedBias(BaseModel):
     record: CandidateValidation
 
 
-class Replication(BaseModel):
-    """replication.json."""
+class Replication(BaseModel, Tabular):
+    """replication.json. As a table (`to_pandas()`, `to_dataset()`): one row per replicated
+    bias, the fields of `ReplicatedBias` but its nested `validation` and `record`."""
+
+    row_model: ClassVar[type[BaseModel]] = ReplicatedBias
+    row_exclude: ClassVar[tuple[str, ...]] = ("validation", "record")
 
     kind: Literal["replication"] = "replication"
     run_name: str
@@ -112,6 +117,11 @@ class Replication(BaseModel):
     """What the replication's decisions control (its biases are one family at the run's alpha)."""
     data_overlap: DataOverlap | None = None
     """Replication pairs that are also the run's target (discovery) pairs."""
+    out: Path | None = Field(default=None, exclude=True)
+    """The directory replication.json was written to (not written into it: a machine path)."""
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        return [b.model_dump(exclude=set(self.row_exclude)) for b in self.biases]
 
 
 def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | str | bool | None]:
@@ -218,6 +228,7 @@ def replicate_run(
         if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
             with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
                 atomic_write_json(tmp / "replication.json", header)
+            header.out = Path(target)
             return header, Path(target)
 
         bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
@@ -297,6 +308,7 @@ def replicate_run(
             "reproduction_ci_high": high,
             "error_statement": output.error_statement,
             "data_overlap": overlap,
+            "out": Path(target),
         }
     )
     with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:

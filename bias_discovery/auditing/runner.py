@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import PerturbSettings
+from ..config import DEFAULT_SEED, PerturbSettings
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError
 from ..judging import Judgment, JudgeSettings, judge_request, order_for, to_judgment
@@ -28,8 +30,9 @@ from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import count_tokens
 from ..stats import DEFAULT_BOOTSTRAP_RESAMPLES
+from ..tables import Tabular
 from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
-from .records import AuditCalls, AuditMetrics, AuditReport, AuditSettingsRecord, BiasAudit, SchemeAudit
+from .records import AuditCalls, AuditMetrics, AuditReport, AuditRow, AuditSettingsRecord, BiasAudit, SchemeAudit, csv_rows
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]
@@ -49,7 +52,7 @@ class AuditSettings(BaseModel):
     """K: every verdict is asked K times with derived seeds (flipping noise, CALM's CR)."""
     mitigation: Mitigation = "none"
     """Also measure this mitigated judge on the same items."""
-    seed: int = 42
+    seed: int = DEFAULT_SEED
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     """Prompt, reasoning, budget, temperature and ties; `positions` and `mitigation` are the
@@ -65,10 +68,20 @@ class AuditJudgment(Judgment):
     seed: int
 
 
-class AuditOutput(BaseModel):
+class AuditOutput(BaseModel, Tabular):
+    """An audit: audit.json (`report`), its judge calls and the teacher's rewrites. As a table
+    (`to_pandas()`, `to_dataset()`): audit.csv's rows, one per bias, scheme, scope and measure."""
+
+    row_model: ClassVar[type[BaseModel]] = AuditRow
+
     report: AuditReport
     judgments: list[AuditJudgment]
     perturbed: list[PerturbedPair]
+    out: Path | None = Field(default=None, exclude=True)
+    """The audit directory it was written to (None: not written)."""
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        return csv_rows(self.report)
 
 
 def repeat_seed(seed: int, repeat: int) -> int:

@@ -15,12 +15,14 @@ from ..stats import PairedComparison
 __all__ = [
     "AUDIT_VERSION",
     "AuditCalls",
+    "AuditRow",
     "AuditMetrics",
     "AuditReport",
     "AuditSettingsRecord",
     "BiasAudit",
     "SchemeAudit",
     "csv_rows",
+    "CSV_COLUMNS",
     "ESTIMATE_FIELDS",
 ]
 
@@ -222,11 +224,32 @@ def _metric_rows(base: dict[str, Any], metrics: AuditMetrics) -> list[dict[str, 
     return rows
 
 
-CSV_COLUMNS = (
-    "bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "n_excluded", "ci_low", "ci_high", "p_value",
-)
-"""audit.csv's columns; `n_excluded`: items left out of the measure for an invalid verdict in
-one of the arms it compares."""
+class AuditRow(_Record):
+    """One row of audit.csv (and of `AuditOutput.to_pandas()`): one measure of one bias under
+    one judge scheme, over all items or one domain."""
+
+    bias_id: str
+    bias_name: str
+    kind: Literal["position", "length", "perturbation"]
+    scheme: Mitigation
+    """none (one call per verdict) or the mitigation."""
+    scope: str
+    """``all``, or a domain."""
+    metric: str
+    """An `AuditMetrics` field: rr, cr, acc_ori, acc_hack, delta_error, asr, pb, lb, z,
+    spearman_rho, spearman_p, position_flag (1 or 0) ..."""
+    value: float | None
+    n: int | None
+    n_excluded: int | None
+    """Items left out of the measure for an invalid verdict in one of the arms it compares."""
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    """delta_error's exact one-sided McNemar p; None for the other measures."""
+
+
+CSV_COLUMNS: tuple[str, ...] = tuple(AuditRow.model_fields)
+"""audit.csv's columns, in order."""
 
 
 def csv_rows(report: AuditReport) -> list[dict[str, Any]]:

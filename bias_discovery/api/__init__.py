@@ -1,0 +1,53 @@
+"""The Python API: what a notebook or a script calls instead of the CLI (the CLI calls it too).
+
+    from bias_discovery import discover, judge, audit, matrix, replicate, load_run
+
+- `discover(config, run_dir=..., resume=False) -> Run`: the discovery loop; a `Run` has
+  `.library`, `.validations`, `.accepted`, `.report_path`, `.config`, `.state`.
+- `load_run(RUN_DIR) -> Run`: a run already made (finished, stopped or running).
+- `judge(model, data, ...) -> JudgeOutput`: a judge's error, per domain, with its CI.
+- `audit(model, data, biases, ...) -> AuditOutput`: known biases with the published measures.
+- `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
+  the same items, with a jury row and the judges compared.
+- `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
+
+Every result converts to a pandas DataFrame (`.to_pandas()`) and a `datasets.Dataset`
+(`.to_dataset()`) with stable columns (`.columns()`: the fields of its row model, see
+`bias_discovery.tables`). Errors are `BiasDiscoveryError`s with a one-line message (settings
+that do not validate: pydantic's ValidationError); warnings go to `on_warning` (default: a
+Python `BiasDiscoveryWarning`). Models load on first use and are released when a function
+returns; no function draws progress bars unless given `progress` (e.g.
+`bias_discovery.progress.progress_bar`).
+"""
+
+from ..auditing import AuditOutput, AuditSettings
+from ..config import RunConfig
+from ..judge_matrix import MatrixConfig, MatrixResult
+from ..judging import JudgeSettings
+from ..replication import Replication
+from .audits import audit
+from .common import WarningHandler
+from .judges import JudgeOutput, judge
+from .matrices import matrix
+from .replications import replicate
+from .runs import Run, discover, load_run, run_config_of
+
+__all__ = [
+    "AuditOutput",
+    "AuditSettings",
+    "JudgeOutput",
+    "JudgeSettings",
+    "MatrixConfig",
+    "MatrixResult",
+    "Replication",
+    "Run",
+    "RunConfig",
+    "WarningHandler",
+    "audit",
+    "discover",
+    "judge",
+    "load_run",
+    "matrix",
+    "replicate",
+    "run_config_of",
+]

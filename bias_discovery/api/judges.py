@@ -1,0 +1,121 @@
+"""`judge(model, data)`: measure a judge model on a pairwise data set (what `bias-discovery
+judge` runs), optionally on an exported Pro set too, with the same engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from pydantic import BaseModel
+
+from ..config import DEFAULT_SEED
+from ..data.loaders import describe_source
+from ..errors import OutputError
+from ..export.compare import CompareReport, check_pro_dir, compare_with_pro
+from ..formatting import plural
+from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
+from ..judging import JudgeSettings, JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
+from ..llm.base import Engine
+from ..llm.config import ModelConfig
+from ..progress import ProgressFactory, progress_or_quiet
+from ..tables import Tabular
+from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of
+
+__all__ = ["JudgeOutput", "judge"]
+
+
+class JudgeOutput(BaseModel, Tabular):
+    """A judge measured on one data set: its `summary` (summary.json: error with a Wilson CI,
+    per domain, invalid rate, position-A rate, JudgeBench's score), every judged order
+    (`judgments`, judgments.jsonl) and each pair's combined verdict (`outcomes`); with a Pro set,
+    the side-by-side `compare`. As a table: one row per judged order (`Judgment`'s fields)."""
+
+    row_model: ClassVar[type[BaseModel]] = Judgment
+
+    summary: JudgeSummary
+    judgments: list[Judgment]
+    outcomes: list[PairOutcome]
+    compare: CompareReport | None = None
+    out: Path | None = None
+    """Where judgments.jsonl and summary.json were written (None: nowhere)."""
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        return [j.model_dump() for j in self.judgments]
+
+
+def judge(
+    model: str | ModelConfig,
+    data: str | Path,
+    *,
+    out: str | Path | None = None,
+    settings: JudgeSettings | Mapping[str, Any] | None = None,
+    base_url: str | None = None,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    seed: int = DEFAULT_SEED,
+    cache: str | Path | bool = True,
+    skip_bad_rows: bool = False,
+    compare: str | Path | None = None,
+    timeout_s: float | None = None,
+    progress: ProgressFactory | None = None,
+    engine: Engine | None = None,
+    on_warning: WarningHandler | None = None,
+) -> JudgeOutput:
+    """Judge every pair of `data` (``demo``, ``judgebench``, a file ...) with `model` and
+    score it.
+
+    `settings`: a JudgeSettings or a dict of its fields (positions, prompt, reasoning,
+    mitigation ...). `out`: a directory for judgments.jsonl and summary.json, proved writable
+    before the first call (None: nothing is written). `cache`: True for the shared call cache,
+    False for none, or a SQLite file. `compare`: an exported Pro set, judged with the same
+    engine after `data` (its files go to `out`). `timeout_s`: each request's deadline, retries
+    included (None: the model config's). `engine` replaces the model (tests; it is not
+    closed here). Raises BiasDiscoveryError subclasses with a one-line message, and pydantic's
+    ValidationError for settings that do not validate.
+    """
+    warn = on_warning or python_warning
+    judge_settings = settings_of(settings, JudgeSettings)
+    config = model_config_of(model, base_url, timeout_s)
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise OutputError(f"--out {out_dir} exists and is not a directory")
+        probe_writable(out_dir, what="--out")  # before any call is paid for, not after all of them
+    pro_dir = check_pro_dir(Path(compare)) if compare is not None else None
+    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
+    cache_path = cache_path_of(cache)
+    own_engine = engine is None
+    if engine is None:
+        from ..llm import registry  # through the module: tests replace registry.make_engine
+
+        engine = registry.make_engine(config, cache_path=cache_path)
+    # One engine for the data set and the Pro set: a model is loaded once (with vLLM, a second
+    # `LLM()` in one process would not fit), and closed once, on any exit.
+    try:
+        bar = progress_or_quiet(progress)
+        with bar(f"judging {plural(len(pairs), 'pair')}", len(pairs) * calls_per_pair(judge_settings)) as advance:
+            result = judge_pairs(engine, pairs, judge_settings, seed=seed, progress=advance)
+        summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=judge_settings, seed=seed)
+        summary.skipped_rows = len(bad_rows)
+        output = JudgeOutput(summary=summary, judgments=result.judgments, outcomes=result.outcomes, out=out_dir)
+        if out_dir is not None:
+            _write(out_dir, output, cache_path)
+        if pro_dir is not None:
+            output.compare = compare_with_pro(
+                config, judge_settings, summary, pro_dir, out=out_dir, cache_path=cache_path, seed=seed, limit=limit,
+                progress=progress, engine=engine,
+            )
+        return output
+    finally:
+        if own_engine:
+            engine.close()
+
+
+def _write(out: Path, output: JudgeOutput, cache_path: Path | None) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_jsonl(out / "judgments.jsonl", output.judgments)
+        atomic_write_json(out / "summary.json", output.summary)
+    except OSError as exc:  # the probe passed, then the disk filled up or the folder went
+        rerun = f" (the calls are in the call cache {cache_path}: a rerun is free)" if cache_path else ""
+        raise OutputError(f"cannot write to --out {out}: {exc.strerror or exc}{rerun}") from None

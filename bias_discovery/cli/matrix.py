@@ -1,0 +1,108 @@
+"""`bias-discovery matrix`: validate every bias against every judge on the same items."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import BiasDiscoveryError
+from ..formatting import ci_pp, count, p_value, plural, pp
+from ..judge_matrix.config import MatrixData  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
+from .common import app, console, fail
+from .options import QUIET, bounds_of
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
+    from ..judge_matrix import MatrixResult
+
+
+def print_matrix(result: MatrixResult, out: Path) -> None:
+    """One row per judge x bias (then the jury's): Δ against the control with its CI, n, the
+    matrix-adjusted p and the decision; the family statement; the judge comparisons that
+    found a difference; the calls this invocation paid."""
+    skipped = f", {plural(result.skipped_rows, 'bad row')} skipped" if result.skipped_rows else ""
+    console.print(
+        f"matrix {result.name}: {plural(len(result.judges), 'judge')} x {plural(len(result.biases), 'bias')} on "
+        f"{result.data} ({plural(result.n_test, 'pair')}{skipped}); teacher {result.teacher}",
+        highlight=False, soft_wrap=True,
+    )
+    control = result.settings.control
+    table = Table(title_justify="left")
+    table.add_column("judge\nbias", overflow="fold")
+    table.add_column(f"Δ pp vs {control}\n[CI]", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("p adj", justify="right", no_wrap=True)
+    table.add_column("MDE pp", justify="right", no_wrap=True)
+    table.add_column("accepted", no_wrap=True)
+    for cell in [*result.cells, *result.jury]:
+        table.add_row(
+            escape(f"{cell.judge}\n{cell.bias}"),
+            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}" if cell.n else "-\n(no valid item)",
+            str(cell.n),
+            p_value(cell.p_adjusted),
+            pp(cell.mde, unit=""),
+            "yes" if cell.accepted else "no",
+        )
+    console.print(table)
+    console.print(result.family_statement, highlight=False, soft_wrap=True)
+    shown = [d for d in result.judge_comparisons if d.larger]
+    if result.judge_comparisons:
+        console.print(
+            f"judge comparisons: {len(shown)} of {len(result.judge_comparisons)} show a difference"
+            + "".join(
+                f"; {d.bias}: {d.larger} larger ({pp(d.difference if d.larger == d.judge_a else -d.difference)}, "
+                f"p adj {p_value(d.p_adjusted)})"
+                for d in shown
+            ),
+            highlight=False, soft_wrap=True,
+        )
+        console.print(result.comparison_statement, highlight=False, soft_wrap=True)
+    calls = result.calls
+    console.print(
+        f"calls paid now: teacher {count(calls.teacher)}, checker {count(calls.checker)}, "
+        + ", ".join(f"{name} {count(k)}" for name, k in calls.judges.items())
+        + " (cache hits not counted)",
+        highlight=False, soft_wrap=True,
+    )
+    console.print(f"wrote {out / 'matrix.json'}, matrix.csv and matrix.html", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def matrix(
+    config: Optional[Path] = typer.Argument(None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."),
+    out: Path = typer.Option(..., "--out", help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge)."),
+    judges: Optional[str] = typer.Option(None, "--judges", help="SPEC,SPEC,...: model specs (llamacpp/smollm2) or per-judge YAML files (name, model, prompt ...)."),
+    library: Optional[str] = typer.Option(None, "--library", help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
+    biases: Optional[str] = typer.Option(None, "--biases", help="ID,NAME,...: only these biases of the library."),
+    data: Optional[str] = typer.Option(None, "--data", help="The test set: a named set (demo:test, judgebench ...) or a file."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where named sets are read from."),
+    limit: Optional[int] = typer.Option(None, "--limit", **bounds_of(MatrixData, "limit"), help="A seeded sample of N test pairs."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="With a run's library, validate on pairs the run discovered its biases on (recorded)."),
+    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip test rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
+    quiet: bool = QUIET,
+) -> None:
+    """Validate every bias against every judge on the same items.
+
+    The teacher rewrites each test pair once per bias and once neutrally (the placebo); every
+    judge judges the same rewrites. Per judge and bias: Δerror vs the placebo with its CI, the
+    p adjusted across the whole matrix, accepted yes/no, n and the smallest detectable Δ; a
+    jury row (the judges' majority); per bias, the judges compared pairwise. Writes
+    matrix.json, matrix.csv and matrix.html into --out, whose call cache makes a rerun free and
+    a judge added later pay only its own calls."""
+    from ..api import matrix as validate_matrix
+    from ..progress import progress_bar
+
+    try:
+        result = validate_matrix(
+            config, out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
+            teacher=teacher, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, overrides=overrides,
+            progress=None if quiet else progress_bar,
+        )
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    print_matrix(result, out)

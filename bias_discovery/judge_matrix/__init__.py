@@ -1,0 +1,28 @@
+"""`bias-discovery matrix`: several judges x a library of biases, on the same items.
+
+Entry point: `run_matrix(config, out_dir) -> MatrixResult` (settings: `MatrixConfig`, from a
+YAML file with `load_matrix_config`); `read_matrix(DIR)` reads a written matrix.json back.
+"""
+
+from .config import JURY, MatrixConfig, MatrixData, MatrixJudge, judge_from_spec, load_matrix_config
+from .output import read_matrix
+from .records import JudgeComparison, JudgeRecord, MatrixCalls, MatrixCell, MatrixResult, RewriteSummary
+from .run import judge_role, run_matrix
+
+__all__ = [
+    "JURY",
+    "JudgeComparison",
+    "JudgeRecord",
+    "MatrixCalls",
+    "MatrixCell",
+    "MatrixConfig",
+    "MatrixData",
+    "MatrixJudge",
+    "MatrixResult",
+    "RewriteSummary",
+    "judge_from_spec",
+    "judge_role",
+    "load_matrix_config",
+    "read_matrix",
+    "run_matrix",
+]
