@@ -16,7 +16,9 @@ regex, built by the engine's own `build_payload`) are sent by
   constraint probe and check of every reply, one per in-flight level, held across its runs
   as the loop holds it for a whole run;
 - **bare**: one aiohttp session, a semaphore of `inflight`, `json=` bodies, the reply parsed;
-- **bare httpx** (`--with-httpx`): the same with `httpx.AsyncClient`, to show why aiohttp.
+- **bare httpx** (`--with-httpx`): the same with `httpx.AsyncClient`, to show why aiohttp;
+- **submitted** (`--with-submit`): ours with every request submitted on its own and awaited,
+  as the streamed stages ask (`pipeline: streamed`).
 
 Every client is warmed up first with one wave (connections; ours' constraint probe, which a
 run pays once per server), and every run sends requests with seeds no earlier run used, so
@@ -84,7 +86,7 @@ def measure(url: str, n: int, go: Callable[[], int]) -> Run:
 class Ours:
     """The engine as the loop holds it for a whole run: meter -> call cache -> engine (what
     `ModelRoles` builds), one per in-flight level, its constraint probe and connections made
-    by the warm-up."""
+    by the warm-up. `run` hands it the requests as one batch (`generate`, the staged order)."""
 
     def __init__(self, url: str, inflight: int, cache_dir: Path) -> None:
         from bias_discovery.llm.config import ModelConfig
@@ -107,6 +109,28 @@ class Ours:
 
     def close(self) -> None:
         self.roles.close()
+
+
+class OursSubmitted(Ours):
+    """The same engine, every request submitted on its own and awaited, as the streamed loop
+    asks (`llm.base.ask`, on the streamed stages' runner: `stages.streamed.run`)."""
+
+    def run(self, requests: list[Any], bodies: list[dict[str, Any]]) -> int:
+        import asyncio
+
+        from bias_discovery.errors import BiasDiscoveryError
+        from bias_discovery.llm.base import ask
+        from bias_discovery.stages.streamed import run
+
+        async def main() -> list[Any]:
+            return await asyncio.gather(*(ask(self.engine, r) for r in requests))
+
+        try:
+            responses = run(main())
+        except BiasDiscoveryError as exc:
+            print(f"    ours-submitted failed: {exc}", file=sys.stderr)
+            return len(requests)
+        return sum(r.finish_reason == "error" for r in responses)
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -203,13 +227,15 @@ def main() -> None:
                         "ramp-up and tail, about a second, are a small part of it)")
     parser.add_argument("--min-requests", type=int, default=16384, help="at latency 0, at least this many per run")
     parser.add_argument("--with-httpx", action="store_true", help="also run a bare httpx.AsyncClient side")
+    parser.add_argument("--with-submit", action="store_true",
+                        help="also run ours with every request submitted on its own (the streamed order's way in)")
     args = parser.parse_args()
 
     from bias_discovery.llm.aio import loop_kind
     from bias_discovery.llm.openai_server import build_payload
 
     cache_dir = Path(tempfile.mkdtemp(prefix="client-ceiling-"))
-    sides = ["bare", "ours"] + (["httpx"] if args.with_httpx else [])
+    sides = ["bare", "ours"] + (["httpx"] if args.with_httpx else []) + (["submitted"] if args.with_submit else [])
     rows: list[dict[str, Any]] = []
     errors = 0
     batches = 0  # each run gets requests no other run sent: every one is a cache miss for ours
@@ -223,6 +249,8 @@ def main() -> None:
                 clients: dict[str, Any] = {"bare": BareAiohttp(url, inflight), "ours": Ours(url, inflight, cache_dir)}
                 if args.with_httpx:
                     clients["httpx"] = BareHttpx(url, inflight)
+                if args.with_submit:
+                    clients["submitted"] = OursSubmitted(url, inflight, cache_dir)
                 for side, client in clients.items():  # warm-up: connections, ours' constraint probe
                     batches += 1
                     warm = make_requests(inflight, first_seed=batches * 10**6)

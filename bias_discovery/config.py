@@ -196,6 +196,10 @@ class ValidateSettings(_Strict):
         return "baseline" if self.acceptance == "paper" else self.control
 
 
+Pipeline = Literal["staged", "streamed"]
+"""How the model calls of an iteration are ordered (`RunConfig.pipeline`)."""
+
+
 class RunConfig(_Strict):
     name: str = "run"
     """Human-readable run name (the run directory is chosen separately)."""
@@ -211,6 +215,12 @@ class RunConfig(_Strict):
     """Initial library: a shipped name (biasscope7, calm12, chen4, social5), several joined
     with '+', or a path to a library JSON file."""
     max_iterations: int = Field(default=4, ge=1)
+    pipeline: Pipeline = "streamed"
+    """streamed: within an iteration every item flows on as soon as its own step is done (a
+    rewrite goes to the judge when the teacher returns it, a misjudged pair on to explain and
+    identify; validation checks and judges each rewrite as it comes), so a target and a teacher
+    on two servers work at the same time. staged: each stage over the whole batch, then the
+    next. Both make the same requests and write the same files, in the same order."""
     judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(positions="swap"))
     perturb: PerturbSettings = Field(default_factory=PerturbSettings)
     deeper_explain: ExplainSettings = Field(default_factory=ExplainSettings)

@@ -6,50 +6,46 @@
     decide -> advance -> perturb ...  or  -> finish
 
 `validate_seeds` validates the seed library on the target (iteration 0) when `validate.seeds`
-is on, and passes otherwise. The graph state holds counters and the stop reason only; every stage reads its inputs from
-the previous stage's files and writes its own atomically (through the run record,
-`bias_discovery.run`), so a killed run resumes at the stage it was in, and the call cache
-makes the redone calls free.
+is on, and passes otherwise. With `pipeline: streamed` (the default) the perturb node runs the
+iteration's stages up to identify at once, item by item, and writes their files; the evaluate,
+deeper_explain and identify nodes then pass (`loop.iteration`). The graph state holds counters
+and the stop reason only; every stage reads its inputs from the previous stage's files and
+writes its own atomically (through the run record, `bias_discovery.run`), so a killed run
+resumes at the stage it was in, and the call cache makes the redone calls free.
+
+The nodes are thin: what they do is in `bias_discovery.loop` (bookkeeping, resources, the
+iteration's stages, validation).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
-from contextlib import contextmanager
-from functools import cached_property
-from typing import Any, Iterator, Literal, Mapping, TypedDict
+from typing import Any, Literal, Mapping, TypedDict
 
 from .config import RunConfig
-from .data.loaders import describe_source, load_pairs
-from .data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
-from .data.pairs import PreferencePair
 from .embeddings import Embedder
-from .errors import ConfigError, DataError
-from .formatting import percent, pp
-from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of, summarize
-from .library import Bias, load_seed_library
-from .llm.base import Engine, ProgressCallback
+from .errors import ConfigError
+from .library import load_seed_library
+from .llm.base import Engine
 from .llm.roles import ModelRoles
-from .progress import ProgressFactory, progress_or_quiet
-from .run import IterationRecord, MergeStats, RunBusyError, RunDir, RunState, ValidationReport
-from .sequential import FamilySettings
-from .stats import MEASURE_LABELS
-from .stages import (
-    PlaceboArm,
-    ValidationModels,
-    ValidationSetup,
-    assign_biases,
-    candidates_from_records,
-    deeper_explain,
-    evaluate,
-    identify_biases,
-    merge_biases,
-    perturb,
-    record_checker,
-    run_placebo,
-    validate_biases,
+from .loop import (
+    IterationStages,
+    LoopResources,
+    LoopValidation,
+    RunBook,
+    check_data_overlap,
+    counts_so_far,
+    loop_roles,
+    mde_phrase,
+    state_or_none,
 )
+from .progress import ProgressFactory
+from .run import RunBusyError, RunDir
+
+__all__ = [
+    "Discovery", "LoopState", "NODES_OUTSIDE_ITERATIONS", "NODES_PER_ITERATION", "StopKind", "check_data_overlap",
+    "execute", "loop_roles", "recursion_limit", "stop_text",
+]
 
 
 StopKind = Literal["no_candidates", "converged", "max_iterations"]
@@ -93,106 +89,9 @@ def stop_text(kind: StopKind, max_iterations: int) -> str:
     }[kind]
 
 
-def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
-    """The loop's roles, through the run's call cache: target, teacher, and the checker of
-    answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
-    model); one engine per model."""
-    return ModelRoles(
-        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
-        cache_path=run.cache_path,
-        engines=engines,
-    )
-
-
-def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
-    """Test pairs that are also target pairs (by id or content): refused unless
-    `data.allow_overlap` (validating a bias on the pairs it was found on is circular)."""
-    d = config.data
-    overlap = find_overlap(
-        pair_keys(target_pairs),
-        pair_keys(test_pairs),
-        discovery_name=f"data.target {describe_source(d.target, d.data_dir, portable=True)}",
-        validation_name=f"data.test {describe_source(d.test, d.data_dir, portable=True)}",
-    )
-    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass --allow-overlap (data.allow_overlap: true)")
-
-
-def mde_phrase(report: ValidationReport) -> str | None:
-    """"smallest detectable Δerror vs placebo ≈ 9.1 pp at n = 60 (80 % power, α = 0.017 per
-    candidate)", or None when the report has no power figure."""
-    if report.mde_n is None or report.mde_alpha is None:
-        return None
-    power = percent(report.power, digits=0, unit=" %") if report.power is not None else "80 %"
-    size = "none (too few items)" if report.mde is None else f"≈ {pp(report.mde, unit=' pp').lstrip('+')}"
-    return (
-        f"smallest {MEASURE_LABELS[report.measure]} vs {report.control} detectable with {power} power: {size} at n = "
-        f"{report.mde_n} (one-sided α = {report.mde_alpha:.3g} per candidate)"
-    )
-
-
-StepKey = tuple[int, str, str | None, int | None]
-"""(iteration, stage, step name, total) of one progress step."""
-
-
-def counts_so_far(events: list[dict[str, Any]]) -> dict[StepKey, int]:
-    """The last count each step logged (events.jsonl): where a resumed step starts from."""
-    counts: dict[StepKey, int] = {}
-    for e in events:
-        if isinstance(e, dict) and e.get("event") == "progress" and isinstance(e.get("done"), int):
-            counts[(e.get("iteration"), e.get("stage"), e.get("step"), e.get("total"))] = e["done"]  # type: ignore[index]
-    return counts
-
-
-class StageProgress:
-    """One stage of one iteration as it runs: its steps log progress events (what `status` and
-    the viewer read) and show a bar through the progress factory, each with the total it will
-    really do (known only once the previous step is done, e.g. invalid rewrites are not judged).
-
-    A resumed step starts from the count it had logged (`carried`), not from 0: its calls are
-    answered by the call cache, but only once its engine is loaded and asked; until then the bar
-    and `status` would show 0. The count shown is the larger of the two, so nothing is counted
-    twice."""
-
-    def __init__(
-        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int]
-    ) -> None:
-        self.run = run
-        self.progress = progress
-        self.stage = stage
-        self.iteration = iteration
-        self.carried = carried
-
-    @contextmanager
-    def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
-        label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "")
-        carried = self.carried.get((self.iteration, self.stage, name, total), 0)
-        done = shown = 0
-        last = 0.0
-        with self.progress(label, total) as advance:
-
-            def on_progress(n: int) -> None:
-                nonlocal done, shown, last
-                done += n
-                count = max(done, carried)
-                if count > shown:
-                    advance(count - shown)
-                    shown = count
-                if time.time() - last > 2.0 or (total is not None and count >= total):
-                    last = time.time()
-                    fields: dict[str, Any] = {"step": name} if name else {}
-                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields)
-
-            if carried:
-                on_progress(0)
-            yield on_progress
-
-    def factory(self) -> ProgressFactory:
-        """This stage as a progress factory, for code that opens its own steps (validation)."""
-        return lambda name, total: self.step(total, name)
-
-
 class Discovery:
-    """Everything the nodes need: config, run record, model roles, embedder, progress."""
+    """The loop's nodes, over its parts: `book` (run.json, stage events, progress),
+    `resources` (models, data, embedder), `iteration` (perturb ... merge) and `validation`."""
 
     def __init__(
         self,
@@ -206,106 +105,10 @@ class Discovery:
         """`embedder` replaces the configured sentence-transformers model (tests pass a fake)."""
         self.run = run
         self.config = config
-        self.roles = roles
-        self.progress = progress_or_quiet(progress)
-        self.carried: dict[StepKey, int] = {}
-        """Counts a resumed run's steps start from (`counts_so_far`); empty on a fresh run."""
-        if embedder is not None:
-            self.__dict__["embedder"] = embedder
-
-    # -- resources --------------------------------------------------------------------------
-
-    @property
-    def target(self) -> Engine:
-        return self.roles["target"]
-
-    @property
-    def teacher(self) -> Engine:
-        return self.roles["teacher"]
-
-    @property
-    def checker(self) -> Engine | None:
-        """The answer checker of validation, None when `validate.answer_check` is off."""
-        return self.roles["checker"] if self.config.validate_.answer_check else None
-
-    @cached_property
-    def embedder(self) -> Embedder:
-        from .embeddings import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(self.config.embedder)
-
-    @cached_property
-    def target_pairs(self) -> list[PreferencePair]:
-        d = self.config.data
-        return self._load_pairs("target", d.target, d.target_limit)
-
-    @cached_property
-    def test_pairs(self) -> list[PreferencePair]:
-        d = self.config.data
-        return self._load_pairs("test", d.test, d.test_limit)
-
-    def _load_pairs(self, role: str, source: str, limit: int | None) -> list[PreferencePair]:
-        """The `role` data; with `data.skip_bad_rows` the skipped rows are counted in run.json
-        (`status` shows them) and named in events.jsonl."""
-        bad_rows: list[str] | None = [] if self.config.data.skip_bad_rows else None
-        pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
-        if bad_rows:
-            state = _state_or_none(self.run)
-            skipped = {**(state.skipped_rows if state else {}), role: len(bad_rows)}
-            self.update_state(skipped_rows=skipped)
-            self.run.event("skipped_rows", role=role, source=source, count=len(bad_rows), rows=bad_rows[:20])
-        return pairs
-
-    @property
-    def seed(self) -> int:
-        return self.config.seed
-
-    @cached_property
-    def data_overlap(self) -> DataOverlap:
-        """The target/test overlap, checked (`check_data_overlap`)."""
-        return check_data_overlap(self.config, self.target_pairs, self.test_pairs)
-
-    # -- bookkeeping --------------------------------------------------------------------------
-
-    def update_state(self, **fields: Any) -> None:
-        if self.run.lock.lost:
-            raise RunBusyError(
-                f"{self.run.root}: another process took this run over (it found this one's heartbeat stale); "
-                "this one stops here"
-            )
-        state = _state_or_none(self.run)
-        if state is None:
-            now = time.time()
-            state = RunState(name=self.config.name, status="running", started_at=now, updated_at=now)
-        self.run.write_state(state.model_copy(update=fields))
-
-    @contextmanager
-    def stage(self, name: str, iteration: int, total: int | None) -> Iterator[StageProgress]:
-        """Book calls to `name` and log its start and end (with calls and tokens per role)."""
-        self.roles.set_stage(name)
-        self.update_state(stage=name, iteration=iteration, status="running")
-        self.run.event("stage_start", iteration=iteration, stage=name, total=total)
-        started = time.time()
-        yield StageProgress(self.run, self.progress, name, iteration, self.carried)
-        usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
-        self.run.event(
-            "stage_end", iteration=iteration, stage=name, total=total, seconds=round(time.time() - started, 2), usage=usage
-        )
-
-    def _pending(self, upto: int) -> list[Bias]:
-        """validate: late — merged candidates of iterations 1..upto awaiting validation."""
-        pending: list[Bias] = []
-        for t in range(1, upto + 1):
-            candidates = self.run.iteration(t).candidates
-            if candidates.exists():
-                pending += candidates.read()
-        return pending
-
-    def _late(self) -> bool:
-        return self.config.validate_.when == "late"
-
-    def _iteration(self, t: int) -> IterationRecord:
-        return self.run.iteration(t)
+        self.book = RunBook(run, config.name, roles, progress)
+        self.resources = LoopResources(run, config, roles, self.book, embedder)
+        self.iteration = IterationStages(self.resources, self.book)
+        self.validation = LoopValidation(self.resources, self.book)
 
     # -- nodes --------------------------------------------------------------------------------
 
@@ -314,199 +117,36 @@ class Discovery:
         if not library.iterations():
             seed = load_seed_library(self.config.seed_library)
             library.save_iteration(seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec}))
-        self.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
+        self.book.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
         return {"iteration": 1, "stage": "start", "stop_kind": None, "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
 
     def node_perturb(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
-        library = self.run.library.load_iteration(t - 1)
-        pool = library.biases + (self._pending(t - 1) if self._late() else [])
-        items = assign_biases(self.target_pairs, pool, seed=self.seed, iteration=t)
-        with self.stage("perturb", t, len(items)) as stage, stage.step(len(items)) as progress:
-            perturbed = perturb(self.teacher, items, self.config.perturb, seed=self.seed, progress=progress)
-        self._iteration(t).perturbed.write(perturbed)
+        self.iteration.perturb(state["iteration"])
         return {"stage": "perturb"}
 
     def node_evaluate(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
-        record = self._iteration(t)
-        perturbed = record.perturbed.read()
-        n_judge = sum(1 for p in perturbed if p.valid) * calls_per_pair(self.config.judge)
-        with self.stage("evaluate", t, n_judge) as stage, stage.step(n_judge) as progress:
-            result, cases = evaluate(self.target, perturbed, self.config.judge, seed=self.seed, progress=progress)
-        record.judgments.write(result.judgments)
-        record.misjudged.write(cases)
+        self.iteration.evaluate(state["iteration"])
         return {"stage": "evaluate"}
 
     def node_deeper_explain(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
-        record = self._iteration(t)
-        cases = record.misjudged.read()
-        if self.config.deeper_explain.enabled:
-            with self.stage("deeper_explain", t, len(cases)) as stage, stage.step(len(cases)) as progress:
-                cases = deeper_explain(
-                    self.target, cases, self.config.judge, self.config.deeper_explain, seed=self.seed, progress=progress
-                )
-        record.explanations.write(cases)
+        self.iteration.deeper_explain(state["iteration"])
         return {"stage": "deeper_explain"}
 
     def node_identify(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
-        record = self._iteration(t)
-        cases = record.explanations.read()
-        with self.stage("identify", t, len(cases)) as stage, stage.step(len(cases)) as progress:
-            records = identify_biases(self.teacher, cases, self.config.identify, seed=self.seed, progress=progress)
-        record.identified.write(records)
+        self.iteration.identify(state["iteration"])
         return {"stage": "identify"}
 
     def node_merge(self, state: LoopState) -> LoopState:
-        t = state["iteration"]
-        record = self._iteration(t)
-        cases = record.explanations.read()
-        identified = record.identified.read()
-        library = self.run.library.load_iteration(t - 1)
-        existing = library.biases + (self._pending(t - 1) if self._late() else [])
-        raw = candidates_from_records(
-            identified, cases, iteration=t, target_model=self.config.target.spec, taken_ids=[b.id for b in existing]
-        )
-        with self.stage("merge", t, None) as stage:
-            result = merge_biases(
-                self.teacher, self.embedder, raw, existing, self.config.merge, seed=self.seed, progress=stage.factory()
-            )
-        record.merges.write(result.decisions)
-        record.merge_stats.write(
-            MergeStats(
-                raw_candidates=len(raw),
-                merged_into_library=result.merged_into_library,
-                candidates=len(result.candidates),
-                teacher_calls=result.teacher_calls,
-                all_pairs_calls=result.all_pairs_calls,
-            )
-        )
-        record.candidates.write(result.candidates)
-        if self._late():
-            self.run.library.save_iteration(library.with_biases(library.biases, iteration=t), overwrite=True)
-        return {"stage": "merge", "n_candidates": len(result.candidates)}
-
-    def baseline(self) -> JudgeResult:
-        """The target's judgments on the unperturbed test set (computed once per run)."""
-        baseline = self.run.baseline
-        if baseline.result.exists():
-            return baseline.result.read()
-        pairs = self.test_pairs
-        n = len(pairs) * calls_per_pair(self.config.judge)
-        with self.stage("baseline", 0, n) as stage, stage.step(n) as progress:
-            result = judge_pairs(self.target, pairs, self.config.judge, seed=self.seed, progress=progress)
-        summary = summarize(
-            result,
-            model=self.config.target.spec,
-            data=describe_source(self.config.data.test, self.config.data.data_dir),
-            settings=self.config.judge,
-            seed=self.seed,
-        )
-        baseline.summary.write(summary)
-        baseline.result.write(result)
-        return result
-
-    def placebo(self, baseline: JudgeResult) -> PlaceboArm | None:
-        """The placebo arm (neutral rewrites of the test set, judged; once per run), or None
-        when validation compares with the baseline."""
-        if self.config.validate_.control != "placebo":
-            return None
-        record = self.run.placebo
-        if record.exists():
-            arm = record.read()
-            if [p.pair_id for p in arm.perturbed] != [p.id for p in self.test_pairs]:
-                raise DataError(f"{record.directory}: the placebo's pairs are not this run's test pairs")
-            return arm
-        with self.stage("placebo", 0, None) as stage:
-            arm = run_placebo(
-                self.teacher,
-                self.target,
-                self.checker,
-                self.test_pairs,
-                baseline,
-                perturb_settings=self.config.perturb,
-                judge_settings=self.config.judge,
-                settings=self.config.validate_,
-                seed=self.seed,
-                progress=stage.factory(),
-            )
-        record.write(arm)
-        return arm
-
-    def validate(self, t: int, candidates: list[Bias], *, stage_name: str, rank: bool) -> ValidationReport:
-        """Validate `candidates` as one family (iteration `t`; 0: the seed library) and write
-        the iteration's validation files. `rank`: over `max_candidates`, keep those with most
-        evidence (else the first ones, in library order)."""
-        record = self._iteration(t)
-        cfg = self.config.validate_
-        skipped: list[str] = []
-        if cfg.max_candidates is not None and len(candidates) > cfg.max_candidates:
-            ranked = sorted(candidates, key=lambda b: -len(b.evidence)) if rank else list(candidates)
-            keep = {b.id for b in ranked[: cfg.max_candidates]}
-            skipped = [b.id for b in candidates if b.id not in keep]
-            candidates = [b for b in candidates if b.id in keep]
-        baseline = self.baseline()
-        placebo = self.placebo(baseline) if candidates else None  # paid for when a candidate needs it
-        alpha = self.config.family_alpha
-        setup = ValidationSetup(
-            family=FamilySettings(
-                rules=cfg, alpha=alpha, families=self.config.planned_validations, seed=self.seed,
-                measure=measure_of(self.config.judge),
-            ),
-            perturb=self.config.perturb,
-            judge=self.config.judge,
-            test_data=describe_source(self.config.data.test, self.config.data.data_dir),
-        )
-        models = ValidationModels(teacher=self.teacher, target=self.target, checker=self.checker)
-        with self.stage(stage_name, t, None) as stage:
-            out = validate_biases(models, candidates, self.test_pairs, baseline, setup, placebo=placebo, progress=stage.factory())
-        checker = self.config.answer_checker().spec if cfg.answer_check else None
-        self_checked = self.config.self_checked if cfg.answer_check else None
-        validated = record_checker(out.candidates, checker, self_checked=self_checked)
-        accepted = [b for b in validated if b.validation and b.validation.accepted]
-        record.validation_perturbed.write(out.perturbed)
-        record.validation_judgments.write(out.judgments)
-        report = ValidationReport(
-            iteration=t,
-            when=cfg.when,
-            acceptance=cfg.acceptance,
-            alpha=cfg.alpha,
-            correction=cfg.correction,
-            n_test=len(self.test_pairs),
-            baseline_error=baseline.error_rate(),
-            skipped_over_max_candidates=skipped,
-            accepted=[b.id for b in accepted],
-            candidates=out.records,
-            validated=validated,
-            control=cfg.decision_control,
-            rewrite_effect=placebo.effect if placebo is not None else None,
-            alpha_family=alpha,
-            error_control=cfg.error_control,
-            min_delta=cfg.min_delta,
-            sequential=out.plan,
-            power=cfg.power,
-            measure=setup.family.measure,
-            mde=out.mde,
-            mde_n=out.mde_n,
-            mde_alpha=out.mde_alpha,
-            checker=checker,
-            self_checked=self_checked,
-            error_statement=out.error_statement,
-            data_overlap=self.data_overlap,
-        )
-        record.validation.write(report)
-        return report
+        return {"stage": "merge", "n_candidates": self.iteration.merge(state["iteration"])}
 
     def node_validate_seeds(self, state: LoopState) -> LoopState:
         """`validate.seeds`: which biases of the seed library does this judge have? The seeds
         stay in the library either way (they drive perturbation); their validation is recorded."""
-        if not self.config.validate_.seeds or self._iteration(0).validation.exists():
+        if not self.config.validate_.seeds or self.run.iteration(0).validation.exists():
             return {"stage": "validate_seeds"}
         store = self.run.library
         seeds = store.load_iteration(0)
-        report = self.validate(0, list(seeds.biases), stage_name="validate_seeds", rank=False)
+        report = self.validation.validate(0, list(seeds.biases), stage_name="validate_seeds", rank=False)
         validated = {b.id: b for b in report.validated}
         store.save_iteration(
             seeds.with_biases([validated.get(b.id, b) for b in seeds.biases], iteration=0), overwrite=True
@@ -515,18 +155,18 @@ class Discovery:
 
     def node_validate(self, state: LoopState) -> LoopState:
         t = state["iteration"]
-        record = self._iteration(t)
-        candidates = self._pending(t) if self._late() else record.candidates.read()
+        late = self.iteration.late
+        candidates = self.iteration.pending(t) if late else self.run.iteration(t).candidates.read()
         library = self.run.library.load_iteration(t - 1)
-        report = self.validate(t, candidates, stage_name="validate", rank=True)
+        report = self.validation.validate(t, candidates, stage_name="validate", rank=True)
         accepted = [b for b in report.validated if b.validation and b.validation.accepted]
         new_library = library.with_biases(library.biases + accepted, iteration=t)
         self.run.library.save_iteration(new_library, overwrite=True)
         state_update: LoopState = {"stage": "validate", "n_accepted": len(accepted)}
-        if not self._late():
+        if not late:
             state_update["n_candidates"] = len(candidates)
         n_seeds = len(self.run.library.load_iteration(0).biases)
-        self.update_state(library_size=len(new_library.biases), accepted_total=len(new_library.biases) - n_seeds)
+        self.book.update_state(library_size=len(new_library.biases), accepted_total=len(new_library.biases) - n_seeds)
         return state_update
 
     def node_decide(self, state: LoopState) -> LoopState:
@@ -534,7 +174,7 @@ class Discovery:
         kind: StopKind | None = None
         if state.get("n_candidates", 0) == 0:
             kind = "no_candidates"
-        elif not self._late() and state.get("n_accepted", 0) == 0:
+        elif not self.iteration.late and state.get("n_accepted", 0) == 0:
             kind = "converged"
         elif t >= self.config.max_iterations:
             kind = "max_iterations"
@@ -542,7 +182,7 @@ class Discovery:
             return {"stage": "decide", "stop_kind": None, "stop_reason": None}
         reason = stop_text(kind, self.config.max_iterations)
         # an iteration without candidates validated nothing: no power to report
-        report = self._iteration(t).validation.read_if_exists() if kind != "no_candidates" else None
+        report = self.run.iteration(t).validation.read_if_exists() if kind != "no_candidates" else None
         power = mde_phrase(report) if report is not None else None
         if power:
             reason = f"{reason}; {power}"
@@ -558,7 +198,7 @@ class Discovery:
             latest = store.load_latest()
             store.save_iteration(latest.with_biases(latest.biases, iteration=t), overwrite=True)
         latest = store.load_latest()
-        self.update_state(status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
+        self.book.update_state(status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
         self.run.event("finished", iteration=t, stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
         return {"stage": "finished"}
 
@@ -567,7 +207,7 @@ class Discovery:
     def build(self, checkpointer: Any) -> Any:
         from langgraph.graph import END, START, StateGraph
 
-        late = self._late()
+        late = self.iteration.late
         g = StateGraph(LoopState)
         for name in (
             "start", "validate_seeds", "perturb", "evaluate", "deeper_explain", "identify", "merge", "validate",
@@ -587,7 +227,7 @@ class Discovery:
         def after_decide(state: LoopState) -> str:
             if state.get("stop_reason") is None:
                 return "advance"
-            if late and self._pending(state["iteration"]):
+            if late and self.iteration.pending(state["iteration"]):
                 return "validate"
             return "finish"
 
@@ -595,16 +235,6 @@ class Discovery:
         g.add_edge("advance", "perturb")
         g.add_edge("finish", END)
         return g.compile(checkpointer=checkpointer)
-
-
-def _state_or_none(run: RunDir) -> RunState | None:
-    """run.json, or None when it is absent or damaged: it only reports where the run stands (the
-    checkpoints and the iteration files are the record), so the loop writes a fresh one."""
-    try:
-        return run.read_state()
-    except DataError as exc:
-        run.event("repaired", what=f"{exc}; run.json is written anew")
-        return None
 
 
 def execute(
@@ -647,13 +277,13 @@ def _execute_held(
 ) -> LoopState:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    before = _state_or_none(run)
+    before = state_or_none(run)
     roles = loop_roles(config, run, engines)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
-        discovery.carried = counts_so_far(run.read_events())
+        discovery.book.carried = counts_so_far(run.read_events())
     try:
-        discovery.data_overlap  # overlapping target and test data are refused before anything is paid
+        discovery.resources.data_overlap  # overlapping target and test data are refused before anything is paid
     except BaseException:
         roles.close()
         raise
@@ -675,7 +305,7 @@ def _execute_held(
         elif resume and snapshot is not None:
             final = snapshot.values
             if before is None:  # a finished run whose run.json was lost or damaged: say so again
-                discovery.update_state(
+                discovery.book.update_state(
                     status="finished", stage="finished", iteration=final.get("iteration", 0),
                     stop_reason=final.get("stop_reason"), library_size=len(run.library.load_latest().biases),
                 )
@@ -689,7 +319,7 @@ def _execute_held(
             run.write_state(before, touch=False)  # a finished run stays finished
             run.event("resume_failed", error=str(exc)[:2000])
         else:
-            discovery.update_state(status="failed", error=str(exc)[:2000])
+            discovery.book.update_state(status="failed", error=str(exc)[:2000])
         raise
     finally:
         roles.close()

@@ -535,16 +535,20 @@ def judge_pairs(
     """Judge every pair in one batch call to the engine."""
     tasks = build_tasks(pairs, settings, seed=seed)
     responses = engine.generate([t.request for t in tasks], progress=progress)
+    grouped: dict[int, list[tuple[JudgeTask, GenerationResponse]]] = defaultdict(list)
+    for t, r in zip(tasks, responses):
+        grouped[t.pair_index].append((t, r))
+    judged = [judge_pair(p, grouped[i], settings) for i, p in enumerate(pairs)]
+    return JudgeResult(judgments=[j for js, _ in judged for j in js], outcomes=[o for _, o in judged])
+
+
+def judge_pair(
+    pair: PreferencePair, answered: Sequence[tuple[JudgeTask, GenerationResponse]], settings: JudgeSettings
+) -> tuple[list[Judgment], PairOutcome]:
+    """One pair's judgments (its calls in task order, each with its response) and outcome."""
     score = settings.verdict == "score"
-    judgments = [
-        to_judgment(pairs[t.pair_index], t.order, r, allow_tie=settings.allow_tie, score=score)
-        for t, r in zip(tasks, responses)
-    ]
-    grouped: dict[int, list[Judgment]] = defaultdict(list)
-    for t, j in zip(tasks, judgments):
-        grouped[t.pair_index].append(j)
-    outcomes = [combine(p, grouped[i], settings.mitigation) for i, p in enumerate(pairs)]
-    return JudgeResult(judgments=judgments, outcomes=outcomes)
+    judgments = [to_judgment(pair, t.order, r, allow_tie=settings.allow_tie, score=score) for t, r in answered]
+    return judgments, combine(pair, judgments, settings.mitigation)
 
 
 def _rate(k: int, n: int) -> float | None:

@@ -6,11 +6,19 @@ benchmarks at thousands of requests in flight.
 It answers `POST /v1/chat/completions` after `--latency` seconds with a reply that satisfies
 the request's constraint (vLLM's `structured_outputs` or OpenAI's `response_format`): the
 first of the choices, the shortest string a regex matches, the smallest JSON value a schema
-allows. `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
+allows; without a constraint, "Hello from the stub (<digest of the prompt>).". `GET /v1/models` names the served model (owned_by `--owned-by`, "vllm" by default).
 `GET /stats` reports requests answered, in flight, the peak in flight and the process's CPU
 seconds (so a benchmark can show the stub is not its limit); `POST /stats/reset` zeroes the
 counts. With `--hang` it accepts connections, reads every /v1 request and never answers (a
 hung server); /stats still answers, with the time the first /v1 request arrived.
+
+**A GPU's pace** (`--token-latency S`, `--capacity C`, `--reply-tokens N`): each reply is taken
+to decode min(N, the request's max_tokens) tokens, at S seconds a token, after `--latency`;
+at most C sequences decode at once (a GPU's batch), the rest wait in arrival order for a free
+slot. The reply's `completion_tokens` is that count. /stats then also says how long at least
+one sequence was decoding (`busy_s`) and the slot-seconds used (`slot_s`, over C x the time:
+how full the batch was), since the last reset. Decoding at C sequences is as fast per token
+as at one (a GPU's batch is nearly free up to its limit; a real one slows a little as it fills).
 
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -28,7 +37,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from collections import deque
+from typing import Any, Callable, Iterator
 
 try:  # the private name since Python 3.11, the public one before
     import re._parser as sre_parse  # type: ignore[import-not-found]
@@ -125,7 +135,8 @@ _replies: dict[str, str] = {}
 
 
 def reply_text(body: dict[str, Any]) -> str:
-    """What a server enforcing the request's constraint could answer (cached per constraint)."""
+    """What a server enforcing the request's constraint could answer (cached per constraint;
+    free text names a digest of the prompt)."""
     so = body.get("structured_outputs")
     rf = body.get("response_format")
     key = json.dumps([so, rf], sort_keys=True)
@@ -142,8 +153,9 @@ def reply_text(body: dict[str, Any]) -> str:
             text = json.dumps(schema_example(rf["json_schema"]["schema"]))
         elif rf and rf.get("type") == "json_object":
             text = json.dumps(schema_example(rf.get("schema") or {"type": "object"}))
-        else:
-            text = "Hello from the stub."
+        else:  # free text: a reply of its own per prompt (a rewrite differs from every other)
+            digest = hashlib.sha1(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()[:8]
+            return f"Hello from the stub ({digest})."
         _replies[key] = text
     return text
 
@@ -153,6 +165,19 @@ class Stats:
         self.requests = 0
         self.in_flight = 0
         self.peak = 0
+        self.decoding = 0
+        self.busy_s = 0.0
+        self.slot_s = 0.0
+        self.since = time.monotonic()
+        self._last = self.since
+
+    def account(self) -> None:
+        """Add the time since the last change of `decoding` to the busy and slot totals."""
+        now = time.monotonic()
+        if self.decoding:
+            self.busy_s += now - self._last
+            self.slot_s += self.decoding * (now - self._last)
+        self._last = now
 
 
 class StubProtocol(asyncio.Protocol):
@@ -198,11 +223,19 @@ class StubProtocol(asyncio.Protocol):
 
 
 class Stub:
-    def __init__(self, latency: float, model: str, owned_by: str, hang: bool) -> None:
+    def __init__(
+        self, latency: float, model: str, owned_by: str, hang: bool,
+        token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
+    ) -> None:
         self.latency = latency
         self.model = model
         self.owned_by = owned_by
         self.hang = hang
+        self.token_latency = token_latency
+        self.capacity = capacity
+        self.reply_tokens = reply_tokens
+        self.waiting: deque[tuple[float, Callable[[], None]]] = deque()
+        """Requests waiting for a decoding slot: (their decode time, what answers them)."""
         self.stats = Stats()
         self.first_request_at: float | None = None
         """Wall-clock time of the first /v1 request (a hung server's clients count from there)."""
@@ -217,21 +250,30 @@ class Stub:
             conn.send(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]})
         elif path.startswith("/stats"):
             if method == "POST":
-                self.stats = Stats()
+                fresh = Stats()
+                fresh.decoding = self.stats.decoding  # requests decoding now go on counting
+                self.stats = fresh
             s = self.stats
+            s.account()
             conn.send(200, {"requests": s.requests, "in_flight": s.in_flight, "peak_in_flight": s.peak,
-                            "cpu_s": time.process_time(), "first_request_at": self.first_request_at})
+                            "cpu_s": time.process_time(), "first_request_at": self.first_request_at,
+                            "busy_s": s.busy_s, "slot_s": s.slot_s, "seconds": time.monotonic() - s.since,
+                            "capacity": self.capacity})
         elif method == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body)
             s = self.stats
             s.in_flight += 1
             s.peak = max(s.peak, s.in_flight)
             text = reply_text(request)
+            tokens = max(1, len(text.split()))
+            if self.reply_tokens is not None:
+                tokens = max(1, min(self.reply_tokens, int(request.get("max_tokens") or self.reply_tokens)))
             reply = {
                 "id": "stub", "object": "chat.completion", "model": self.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": max(1, len(text.split()))},
+                "usage": {"prompt_tokens": 10, "completion_tokens": tokens},
             }
+
             stats = s
 
             def answer() -> None:
@@ -239,12 +281,33 @@ class Stub:
                 stats.requests += 1
                 conn.send(200, reply)
 
-            if self.latency > 0:
-                self.loop.call_later(self.latency, answer)
+            decode_s = self.latency + tokens * self.token_latency
+            if self.capacity is not None:
+                self.waiting.append((decode_s, answer))
+                self._start_waiting()
+            elif decode_s > 0:
+                self.loop.call_later(decode_s, answer)
             else:
                 answer()
         else:
             conn.send(404, {"error": {"message": f"no route {method} {path}"}})
+
+
+    def _start_waiting(self) -> None:
+        """Give free decoding slots to the requests waiting longest."""
+        assert self.capacity is not None
+        while self.waiting and self.stats.decoding < self.capacity:
+            decode_s, answer = self.waiting.popleft()
+            self.stats.account()
+            self.stats.decoding += 1
+
+            def done(answer: Callable[[], None] = answer) -> None:
+                self.stats.account()
+                self.stats.decoding = max(0, self.stats.decoding - 1)
+                answer()
+                self._start_waiting()
+
+            self.loop.call_later(decode_s, done)
 
 
 @contextlib.contextmanager
@@ -280,7 +343,7 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    stub = Stub(args.latency, args.model, args.owned_by, args.hang)
+    stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens)
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -298,6 +361,10 @@ def main() -> None:
     parser.add_argument("--model", default="served")
     parser.add_argument("--owned-by", default="vllm")
     parser.add_argument("--hang", action="store_true", help="accept connections, never answer")
+    parser.add_argument("--token-latency", type=float, default=0.0, help="seconds per decoded token (after --latency)")
+    parser.add_argument("--capacity", type=int, default=None, help="sequences decoding at once; the rest wait")
+    parser.add_argument("--reply-tokens", type=int, default=None,
+                        help="tokens each reply decodes (at most the request's max_tokens; default: its words)")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

@@ -60,6 +60,23 @@ def test_the_progress_line_shows_the_wait_and_the_deadline_holds_without_a_cli()
     assert notes[-1] is None  # cleared when the batch ended
 
 
+def test_a_submitted_request_shows_the_wait_too() -> None:
+    """The streamed order submits requests one by one: the same note while the server hangs,
+    cleared once the request has failed at its deadline."""
+    notes: list[str | None] = []
+    timeout = WAIT_NOTE_AFTER_S + 2.5
+    with launch(0.0, "--hang") as (url, _):
+        engine = OpenAIServerEngine(ModelConfig.from_spec("openai/served", base_url=url, timeout_s=timeout))
+        with wait_display(notes.append):
+            future = engine.submit(GenerationRequest.chat("hello"))
+            with pytest.raises(EngineError, match="deadline"):
+                future.result(timeout=timeout + 10)
+            time.sleep(1.5)  # the watcher's next look finds nothing in flight
+        engine.close()
+    shown = [n for n in notes if n]
+    assert shown and shown[0].startswith(f"waiting on {url}: ") and notes[-1] is None, notes
+
+
 @pytest.mark.parametrize("command", [
     ["judge"], ["audit"], ["run"], ["resume"], ["check"], ["replicate"], ["export", "judgebench-pro"], ["export", "dpo"],
 ])

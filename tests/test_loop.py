@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,9 +95,18 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
     rd.config_path.write_text(config.to_yaml())
     calls = {"n": 0}
 
+    def step_logged() -> bool:
+        events = rd.read_events()
+        return any(e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb" for e in events)
+
     def dies_in_seed_rewrites(request):
         calls["n"] += 1
         if calls["n"] == 150:  # after the baseline and placebo, inside validate_seeds (perturb)
+            # once the step's count is on record: streamed, the loop logs it a moment after the
+            # responses it counts, and these answer at once
+            deadline = time.monotonic() + 30
+            while not step_logged() and time.monotonic() < deadline:
+                time.sleep(0.01)
             raise KeyboardInterrupt
         return authority_world(request)
 
@@ -114,6 +124,11 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
             if not seen_at_first_call:
                 seen_at_first_call.append(bars.steps[-1][2])
             return super().generate(requests, progress=progress, on_response=on_response)
+
+        def submit(self, request):  # type: ignore[no-untyped-def]
+            if not seen_at_first_call:  # the streamed order's way in
+                seen_at_first_call.append(bars.steps[-1][2])
+            return super().submit(request)
 
     execute(rd, config, resume=True, progress=bars, engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
             embedder=BagOfWordsEmbedder())
@@ -198,8 +213,9 @@ def test_late_validation_defers_to_the_end(tmp_path):
     assert "d1-expert-citation-bias" in RunDir(rd.root).library.load_latest().ids()
 
 
-def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path):
-    config = make_config(tmp_path)
+@pytest.mark.parametrize("pipeline", ["staged", "streamed"])
+def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path, pipeline):
+    config = make_config(tmp_path, pipeline=pipeline)
     reference, _, _ = run_fake(tmp_path, config, name="reference")
 
     def crashing(request):
@@ -217,8 +233,11 @@ def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path):
     healthy = ScriptedEngine(authority_world)
     execute(rd, config, resume=True, engines={"target": healthy}, embedder=BagOfWordsEmbedder())
     first_prompts = [r.messages[-1].content for r in healthy.sent]
-    # Iteration 1's perturb and evaluate were checkpointed: the resumed run starts at identify.
-    assert "preferred the WRONG one" in first_prompts[0]
+    if pipeline == "staged":
+        # Iteration 1's perturb and evaluate were checkpointed: the resumed run starts at identify.
+        assert "preferred the WRONG one" in first_prompts[0]
+    else:  # perturb ... identify are one node: it is redone (without a call cache, paid again)
+        assert "Trait:" in first_prompts[0]
     a = RunDir(reference.root).library.load_latest()
     b = RunDir(rd.root).library.load_latest()
     assert a.same_content(b)

@@ -5,13 +5,27 @@ An engine subclasses `BaseEngine` (or `SequentialEngine`) and writes only its ow
 requests to responses; `BaseEngine.generate` does the rest for all of them: the empty
 batch, the closed-engine check, the lock of engines that are not thread-safe, the count
 and order of the responses, `on_response` and progress.
+
+Two ways in. `generate(batch)` answers a whole batch (the staged loop, the exports).
+`submit(request)` answers one request on its own, in a `concurrent.futures.Future` that
+completes when its response does, so a caller can act on each response the moment it
+arrives and keep two models busy at once (the streamed loop: a rewrite goes to the judge as
+soon as the teacher returns it); `await ask(engine, request)` is the same from a coroutine.
+By default a submitted request waits in the engine's `SubmitQueue`, whose one thread hands
+what is queued to the engine's own batch step (`SequentialEngine`: one request at a time);
+an engine that can take requests while it runs says how (`_serve`: vLLM's scheduler admits
+them between steps), and the server engine and the wrappers (call cache, meter) answer them
+directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from abc import ABC, abstractmethod
-from typing import Callable, ClassVar, Protocol, Sequence, TypeVar, runtime_checkable
+from collections import deque
+from concurrent.futures import Future
+from typing import Callable, ClassVar, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import EngineError
 from ..formatting import plural
@@ -42,6 +56,11 @@ class Engine(Protocol):
     ) -> list[GenerationResponse]:
         """Generate one response per request, in the same order; `on_response` is called for
         each response as it completes (engines that only finish whole batches call it at the end)."""
+        ...
+
+    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        """One request on its own: the Future completes with its response (or the error that
+        failed it) as soon as the engine has it."""
         ...
 
     def close(self) -> None:
@@ -144,6 +163,112 @@ class BatchReport:
                 self._progress(ahead)
 
 
+async def ask(engine: Engine, request: GenerationRequest) -> GenerationResponse:
+    """`engine.submit(request)`, awaited: the response, on the caller's event loop."""
+    return await asyncio.wrap_future(engine.submit(request))
+
+
+def flush(engine: Engine) -> None:
+    """Commit what `engine` holds of the responses to its submissions (the call cache writes
+    them in groups): a caller that stops submitting, done or failed, makes them durable, as the
+    end of a batch does. Engines without such writes (`BaseEngine.flush`) do nothing."""
+    commit = getattr(engine, "flush", None)
+    if commit is not None:
+        commit()
+
+
+# --------------------------------------------------------------------------------------
+# Requests submitted one by one
+# --------------------------------------------------------------------------------------
+
+
+class Submission(NamedTuple):
+    """A submitted request and the Future its response goes to."""
+
+    request: GenerationRequest
+    future: Future[GenerationResponse]
+
+
+class SubmitQueue:
+    """The requests submitted to one engine, in arrival order, and the one daemon thread that
+    serves them (`BaseEngine._serve`), started with the first submission.
+
+    A cancelled Future's request is dropped when it is taken; `stop` fails what is still
+    queued with an EngineError and waits for the request being served (the model must not be
+    freed under it)."""
+
+    def __init__(self, engine: "BaseEngine") -> None:
+        self._engine = engine
+        self._queue: deque[Submission] = deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def put(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        future: Future[GenerationResponse] = Future()
+        with self._ready:
+            if self._stopped:
+                raise EngineError(f"the {self._engine.name} engine is closed")
+            self._queue.append(Submission(request, future))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve_forever, name=f"{self._engine.name} requests", daemon=True
+                )
+                self._thread.start()
+            self._ready.notify()
+        return future
+
+    def take(self, limit: int | None = None, *, wait: bool = True) -> list[Submission]:
+        """Up to `limit` queued submissions (None: all), oldest first, each marked running;
+        with `wait`, waits until there is one or the queue stops ([] then)."""
+        taken: list[Submission] = []
+        with self._ready:
+            while True:
+                while self._queue and (limit is None or len(taken) < limit):
+                    item = self._queue.popleft()
+                    if item.future.set_running_or_notify_cancel():
+                        taken.append(item)
+                if taken or not wait or self._stopped:
+                    return taken
+                self._ready.wait()
+
+    @property
+    def stopped(self) -> bool:
+        """The engine is closing: an engine serving many requests at once aborts them."""
+        return self._stopped
+
+    def stop(self) -> None:
+        """Refuse new submissions, fail the queued ones, and wait for the one being served."""
+        with self._ready:
+            self._stopped = True
+            left, self._queue = list(self._queue), deque()
+            self._ready.notify_all()
+            thread = self._thread
+        closed = EngineError(f"the {self._engine.name} engine is closed")
+        for item in left:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(closed)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _serve_forever(self) -> None:
+        while True:
+            batch = self.take(self._engine.submit_batch)
+            if not batch:
+                return  # stopped
+            try:
+                self._engine._serve(batch, self)
+            except BaseException as exc:  # the requests fail; the queue goes on serving
+                fail_unanswered(batch, exc)
+
+
+def fail_unanswered(batch: Sequence[Submission], exc: BaseException) -> None:
+    """Give `exc` to every Future of `batch` that has no result yet."""
+    for item in batch:
+        if not item.future.done():
+            item.future.set_exception(exc)
+
+
 # --------------------------------------------------------------------------------------
 # The base classes
 # --------------------------------------------------------------------------------------
@@ -163,10 +288,16 @@ class BaseEngine(ABC):
     """False: batches run one at a time under a lock (llama.cpp, transformers and vLLM's
     offline engine are not thread-safe). True: batches of several threads run at once."""
 
+    submit_batch: ClassVar[int | None] = None
+    """How many queued submissions one turn of the `SubmitQueue` hands to `_serve` (None:
+    all that are queued)."""
+
     def __init__(self, engine_id: str) -> None:
         self.engine_id = engine_id
         self._lock = threading.Lock()
         self._closed = False
+        self._submissions: SubmitQueue | None = None
+        self._submissions_lock = threading.Lock()
 
     def generate(
         self,
@@ -183,8 +314,28 @@ class BaseEngine(ABC):
         with self._lock:
             return self._run(requests, BatchReport(progress, on_response))
 
+    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        """One request on its own (see the module docstring): queued, and answered by the
+        engine's own step as soon as the requests before it are."""
+        if self._closed:
+            raise EngineError(f"the {self.name} engine is closed")
+        with self._submissions_lock:
+            if self._submissions is None:
+                self._submissions = SubmitQueue(self)
+            queue = self._submissions
+        return queue.put(request)
+
+    def flush(self) -> None:
+        """Commit what is pending of the submissions' responses (`llm.base.flush`): nothing,
+        except in the call cache and the wrappers around it."""
+
     def close(self) -> None:
-        """Release the model or connections (idempotent); `generate` refuses afterwards."""
+        """Release the model or connections (idempotent); `generate` and `submit` refuse
+        afterwards. Submitted requests still queued fail; the one being served is waited for."""
+        with self._submissions_lock:
+            queue = self._submissions
+        if queue is not None:
+            queue.stop()  # before the lock: its thread may hold it
         with self._lock:
             if self._closed:
                 return
@@ -208,6 +359,18 @@ class BaseEngine(ABC):
     def _release(self) -> None:
         """Free what the engine holds (called once, by `close`)."""
 
+    def _serve(self, batch: Sequence[Submission], queue: SubmitQueue) -> None:
+        """Answer submitted requests (on the queue's thread): by default `batch` as one batch
+        of the engine's own step, each Future completed as its response is reported. An engine
+        that takes requests while it runs overrides this and takes more from `queue`."""
+        report = BatchReport(None, lambda index, response: batch[index].future.set_result(response))
+        requests = [item.request for item in batch]
+        if self.thread_safe:
+            self._run(requests, report)
+        else:
+            with self._lock:
+                self._run(requests, report)
+
     def _run(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         if self._closed:
             raise EngineError(f"the {self.name} engine is closed")
@@ -218,6 +381,8 @@ class BaseEngine(ABC):
 
 class SequentialEngine(BaseEngine):
     """An engine that generates one request at a time, reporting each as soon as it is done."""
+
+    submit_batch = 1  # submitted requests one by one: a cancelled one is dropped before it runs
 
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport

@@ -3,15 +3,19 @@
 The key of a call is `request.content_hash(engine.engine_id)`: engine and model identity
 plus every field of the request (messages, sampling settings, seed, constraint). A batch is
 looked up at once; only the misses go to the inner engine, in ONE batch, with duplicates
-inside the batch sent once. Responses that report an error are never stored, so a re-run
-retries them. One SQLite file (WAL mode) can be shared by several engines and threads of a
-process: database access is serialised by a lock, and a request already in flight in
-another thread is waited for instead of being sent again.
+inside the batch sent once. A request submitted on its own (`submit`, the streamed loop) is
+looked up and, on a miss, submitted to the inner engine alone. Responses that report an error
+are never stored, so a re-run retries them. One SQLite file (WAL mode) can be shared by
+several engines and threads of a process: database access is serialised by a lock, and a
+request already in flight (in another thread's batch, or submitted) is waited for instead of
+being sent again: its *claim* (a Future) holds the response from the moment it arrives until
+it is committed, so a copy asked for in between is answered from it, never paid again.
 
 Fresh responses are written in small groups, one transaction each (at 2000 responses a
 second, a transaction per response would make the cache the client's limit): a group is
 committed when it holds `FLUSH_ROWS` responses or its oldest has waited `FLUSH_SECONDS`,
-and whatever is pending when the batch ends or fails. So a SIGKILL loses at most the
+and whatever is pending when the batch ends or fails (submitted requests share one group of
+the engine's, committed the same way and when the engine closes). So a SIGKILL loses at most the
 responses of the group still open (under `FLUSH_ROWS`, at most `FLUSH_SECONDS` old) besides
 the requests in flight; `resume` pays for those again, nothing else.
 """
@@ -21,11 +25,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import EngineError
-from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size
+from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size, flush
 from .types import GenerationRequest, GenerationResponse
 
 __all__ = ["CachedEngine"]
@@ -49,6 +54,8 @@ FLUSH_SECONDS = 0.2
 """...or when its oldest response has waited this long (what a SIGKILL can lose, at most)."""
 
 _Row = tuple[str, GenerationRequest, GenerationResponse]
+Claim = Future  # Future[GenerationResponse | None]
+"""A key in flight: its response once it arrives (None: the request failed)."""
 
 
 class _WriteGroup:
@@ -99,7 +106,10 @@ class CachedEngine(BaseEngine):
         self.misses = 0
         self.deduplicated = 0
         self._db_lock = threading.Lock()  # the connection, the counters and `_inflight`
-        self._inflight: dict[str, threading.Event] = {}
+        self._inflight: dict[str, Claim] = {}
+        """Keys being computed, by a batch (until it ends) or a submission (until its
+        response is committed)."""
+        self._submitted = _WriteGroup(self._store_submitted)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -129,7 +139,96 @@ class CachedEngine(BaseEngine):
                 "path": str(self.path),
             }
 
+    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        """One request: from the cache, from the claim of the same request in flight, or
+        submitted to the inner engine alone (stored within `FLUSH_SECONDS` of its arrival)."""
+        if self._closed:
+            raise EngineError(f"the {self.name} engine is closed")
+        key = request.content_hash(self.engine_id)
+        answer: Future[GenerationResponse] = Future()
+        with self._db_lock:  # the lookup and the claim together: a commit cannot slip between
+            found = self._lookup_locked({key}).get(key)
+            claim = self._inflight.get(key) if found is None else None
+            mine = found is None and claim is None
+            if found is not None:
+                self.hits += 1
+            elif mine:
+                claim = self._inflight[key] = Future()
+                self.misses += 1
+        if found is not None:
+            answer.set_result(found.model_copy(update={"cached": True}))
+            return answer
+        assert claim is not None
+        if not mine:  # computed elsewhere: its response, or send it ourselves if that failed
+            claim.add_done_callback(lambda done: self._answer_from_claim(done, request, answer))
+            return answer
+        try:
+            sent = self.engine.submit(request)
+        except BaseException:
+            self._settle(key, claim, None)
+            raise
+        sent.add_done_callback(lambda done: self._arrived(key, request, claim, done, answer))
+        # a caller that gives up drops the request if it has not started (a response that
+        # arrives anyway is still stored: it is paid for)
+        answer.add_done_callback(lambda done: sent.cancel() if done.cancelled() else None)
+        return answer
+
+    def flush(self) -> None:
+        """Commit the submissions' responses now (and the inner engine's, if it holds any)."""
+        self._submitted.flush()
+        flush(self.engine)
+
     # ------------------------------------------------------------------ internals
+
+    def _arrived(
+        self, key: str, request: GenerationRequest, claim: Claim, sent: Future[GenerationResponse], answer: Future[GenerationResponse]
+    ) -> None:
+        """A submitted request's response: queued for its commit (the claim answers copies
+        until then), and handed on."""
+        if sent.cancelled() or sent.exception() is not None:
+            self._settle(key, claim, None)
+            _pass_on(sent, answer)
+            return
+        response = sent.result()
+        if response.finish_reason == "error":  # never stored: copies asked later send again
+            self._settle(key, claim, response)
+        else:
+            claim.set_result(response)  # released by `_store_submitted` once committed
+            self._submitted.add((key, request, response))
+        _resolve(answer, response.model_copy())
+
+    def _answer_from_claim(self, claim: Claim, request: GenerationRequest, answer: Future[GenerationResponse]) -> None:
+        response = claim.result()
+        if response is not None and response.finish_reason != "error":
+            with self._db_lock:
+                self.hits += 1
+            _resolve(answer, response.model_copy(update={"cached": True}))
+            return
+        if answer.cancelled():
+            return
+        try:  # it failed there: this one goes out itself
+            again = self.submit(request)
+        except BaseException as exc:
+            _resolve(answer, exception=exc)
+            return
+        again.add_done_callback(lambda done: _pass_on(done, answer))
+
+    def _settle(self, key: str, claim: Claim, response: GenerationResponse | None) -> None:
+        """End a claim that will not be committed (a failure, an error response)."""
+        with self._db_lock:
+            if self._inflight.get(key) is claim:
+                del self._inflight[key]
+        if not claim.done():
+            claim.set_result(response)
+
+    def _store_submitted(self, rows: list[_Row]) -> None:
+        """Commit submitted responses, then end their claims (later copies read the file)."""
+        self._store(rows)
+        with self._db_lock:
+            for key, _, _ in rows:
+                claim = self._inflight.get(key)
+                if claim is not None and claim.done():
+                    del self._inflight[key]
 
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport
@@ -170,27 +269,31 @@ class CachedEngine(BaseEngine):
         return [r for r in results if r is not None]
 
     def _release(self) -> None:
-        """Close the inner engine and the database connection."""
+        """Close the inner engine, commit what submissions left, close the database."""
         try:
             self.engine.close()
         finally:
-            with self._db_lock:
-                self._conn.close()
+            try:
+                self._submitted.flush()
+            finally:
+                with self._db_lock:
+                    self._conn.close()
 
     def _compute(
         self, pending: dict[str, GenerationRequest], progress: ProgressCallback
     ) -> dict[str, GenerationResponse]:
-        """Send the keys nobody else is computing; wait for the others, then re-check."""
+        """Send the keys nobody else is computing; take the others' responses from their
+        claims (waiting for them), and send those that failed there."""
         mine: dict[str, GenerationRequest] = {}
-        theirs: dict[str, threading.Event] = {}
+        theirs: dict[str, Claim] = {}
         with self._db_lock:
             for key in pending:
-                event = self._inflight.get(key)
-                if event is None:
-                    self._inflight[key] = threading.Event()
+                claim = self._inflight.get(key)
+                if claim is None:
+                    self._inflight[key] = Future()
                     mine[key] = pending[key]
                 else:
-                    theirs[key] = event
+                    theirs[key] = claim
         out: dict[str, GenerationResponse] = {}
         claimed = list(mine)
         try:
@@ -204,12 +307,14 @@ class CachedEngine(BaseEngine):
                 mine = {k: r for k, r in mine.items() if k not in late}
             if mine:
                 out.update(self._send(mine, progress))
-        finally:  # stored (or failed): wake the threads waiting for our keys
-            self._release_claims(claimed)
+        finally:  # stored (or failed): hand the responses to whoever waits for our keys
+            self._release_claims(claimed, out)
         if theirs:
-            for event in theirs.values():
-                event.wait()
-            found = self._lookup(set(theirs))
+            found = {}
+            for key, claim in theirs.items():
+                response = claim.result()
+                if response is not None and response.finish_reason != "error":
+                    found[key] = response
             out.update({k: r.model_copy(update={"cached": True}) for k, r in found.items()})
             leftover = {k: pending[k] for k in theirs if k not in found}
             with self._db_lock:
@@ -242,27 +347,30 @@ class CachedEngine(BaseEngine):
         self._store([(k, batch[k], r) for i, (k, r) in enumerate(zip(keys, responses)) if i not in stored])
         return dict(zip(keys, responses))
 
-    def _release_claims(self, keys: Any) -> None:
-        """Drop our claim on `keys` and wake any thread waiting for them."""
+    def _release_claims(self, keys: Any, responses: dict[str, GenerationResponse]) -> None:
+        """Drop our claim on `keys` (stored by now, or failed) and hand each waiter the
+        response (None: it failed here)."""
         with self._db_lock:
-            for key in keys:
-                event = self._inflight.pop(key, None)
-                if event is not None:
-                    event.set()
+            claims = [(self._inflight.pop(key, None), responses.get(key)) for key in keys]
+        for claim, response in claims:
+            if claim is not None and not claim.done():
+                claim.set_result(response)
 
     def _lookup(self, keys: set[str]) -> dict[str, GenerationResponse]:
+        with self._db_lock:
+            return self._lookup_locked(keys)
+
+    def _lookup_locked(self, keys: set[str]) -> dict[str, GenerationResponse]:
+        """`_lookup` with `_db_lock` held by the caller."""
         found: dict[str, GenerationResponse] = {}
         ordered = sorted(keys)
-        with self._db_lock:
-            rows: list[tuple[str, str]] = []
-            for start in range(0, len(ordered), _LOOKUP_CHUNK):
-                chunk = ordered[start : start + _LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                rows.extend(
-                    self._conn.execute(
-                        f"SELECT key, response FROM calls WHERE key IN ({marks})", chunk
-                    ).fetchall()
-                )
+        rows: list[tuple[str, str]] = []
+        for start in range(0, len(ordered), _LOOKUP_CHUNK):
+            chunk = ordered[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows.extend(
+                self._conn.execute(f"SELECT key, response FROM calls WHERE key IN ({marks})", chunk).fetchall()
+            )
         for key, blob in rows:
             try:
                 found[key] = GenerationResponse.model_validate_json(blob)
@@ -299,3 +407,26 @@ class CachedEngine(BaseEngine):
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
+
+def _resolve(
+    future: Future[GenerationResponse], response: GenerationResponse | None = None, exception: BaseException | None = None
+) -> None:
+    """Complete `future` unless its caller cancelled it (gave up on it) meanwhile."""
+    try:
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            assert response is not None
+            future.set_result(response)
+    except InvalidStateError:  # cancelled by its caller
+        pass
+
+
+def _pass_on(source: Future[GenerationResponse], target: Future[GenerationResponse]) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        _resolve(target, exception=source.exception())
+    else:
+        _resolve(target, source.result())

@@ -487,6 +487,7 @@ class OpenAIServerEngine(BaseEngine):
         self._waiting: dict[int, _Waiting] = {}
         self._tokens = itertools.count()
         self._last_answer = time.monotonic()
+        self._submit_watch: asyncio.Future[None] | None = None
 
     @property
     def dialect(self) -> Dialect:
@@ -515,7 +516,10 @@ class OpenAIServerEngine(BaseEngine):
 
     async def complete(self, request: GenerationRequest) -> GenerationResponse:
         """One request, on the event loop: replica choice, retries within the deadline,
-        probe, constraint check. Raises EngineError for what fails more than this request."""
+        probe, constraint check, a wait note while the server is silent. Raises EngineError
+        for what fails more than this request."""
+        if self._submit_watch is None or self._submit_watch.done():
+            self._submit_watch = asyncio.ensure_future(self._watch_submitted())
         await self._detect_dialect()
         return await self._complete(request)
 
@@ -644,13 +648,38 @@ class OpenAIServerEngine(BaseEngine):
         request in flight is waiting on."""
         while True:
             await asyncio.sleep(1.0)
-            now = time.monotonic()
-            if not self._waiting or now - self._last_answer < WAIT_NOTE_AFTER_S:
-                continue
-            oldest = min(self._waiting.values(), key=lambda w: w.started)
-            if now - oldest.started >= WAIT_NOTE_AFTER_S:
-                deliver((_NOTE, -1, f"waiting on {oldest.url}: {now - oldest.started:.0f} s, "
-                                    f"attempt {oldest.attempt}/{oldest.attempts}"))
+            note = self._wait_note()
+            if note is not None:
+                deliver((_NOTE, -1, note))
+
+    def _wait_note(self) -> str | None:
+        """"waiting on URL: 45 s, attempt 2/5" when no answer has come for WAIT_NOTE_AFTER_S and
+        the oldest request in flight has waited that long; else None."""
+        now = time.monotonic()
+        if not self._waiting or now - self._last_answer < WAIT_NOTE_AFTER_S:
+            return None
+        oldest = min(self._waiting.values(), key=lambda w: w.started)
+        if now - oldest.started < WAIT_NOTE_AFTER_S:
+            return None
+        return f"waiting on {oldest.url}: {now - oldest.started:.0f} s, attempt {oldest.attempt}/{oldest.attempts}"
+
+    async def _watch_submitted(self) -> None:
+        """The wait note of submitted requests (no batch carries it to its caller): shown on
+        the progress line (`show_wait`) while it holds, cleared when an answer comes or nothing
+        is in flight any more."""
+        shown = False
+        try:
+            while True:
+                await asyncio.sleep(1.0)
+                note = self._wait_note()
+                if note is not None or shown:
+                    show_wait(note)
+                    shown = note is not None
+                if not self._waiting:
+                    return
+        finally:
+            if shown:
+                show_wait(None)
 
     async def _client(self) -> Any:
         """The aiohttp session (made on the loop on first use)."""

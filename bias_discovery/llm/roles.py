@@ -84,10 +84,10 @@ class ModelRoles:
 
     def take_usage(self, stage: str) -> dict[str, StageUsage]:
         """Per role, what `stage` cost since the last call (roles that made no request are left
-        out); the counters are reset."""
+        out); its counters are reset (other stages' go on: streamed stages overlap)."""
         usage = {}
         for role, meter in self._meters.items():
-            booked = meter.take_usage().get(stage)
+            booked = meter.take_usage(stage).get(stage)
             if booked is not None and booked.requests:
                 usage[role] = booked
         return usage

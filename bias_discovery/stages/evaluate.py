@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..judging import JudgeResult, JudgeSettings, judge_pairs
+from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, judge_pairs
 from ..llm.base import Engine, ProgressCallback
 from .records import MisjudgedCase, PerturbedPair
 
@@ -25,28 +25,38 @@ def evaluate(
     """
     valid = [p for p in perturbed if p.valid]
     result = judge_pairs(target, [p.to_pair() for p in valid], settings, seed=seed, progress=progress)
-    by_id = {p.pair_id: p for p in valid}
-    wrong_outcomes = {o.pair_id for o in result.outcomes if o.correct is False}
     cases: list[MisjudgedCase] = []
     seen: set[str] = set()
-    for j in result.judgments:
-        if j.pair_id in wrong_outcomes and j.picked == "rejected" and j.pair_id not in seen:
-            seen.add(j.pair_id)
-            p = by_id[j.pair_id]
-            assert j.verdict in ("A", "B")
-            cases.append(
-                MisjudgedCase(
-                    pair_id=p.pair_id,
-                    bias_id=p.bias_id,
-                    domain=p.domain,
-                    question=p.question,
-                    chosen=p.chosen,
-                    original_rejected=p.original_rejected,
-                    perturbed_rejected=p.perturbed_rejected,
-                    order=j.order,
-                    verdict=j.verdict,
-                    judge_output=j.raw_output,
-                    explanation=j.explanation,
-                )
-            )
+    start = 0
+    for p, outcome in zip(valid, result.outcomes):
+        judgments = result.judgments[start : start + len(outcome.orders)]
+        start += len(outcome.orders)
+        case = misjudged_case(p, judgments, outcome)
+        if case is not None and p.pair_id not in seen:
+            seen.add(p.pair_id)
+            cases.append(case)
     return result, cases
+
+
+def misjudged_case(perturbed: PerturbedPair, judgments: Sequence[Judgment], outcome: PairOutcome) -> MisjudgedCase | None:
+    """The case one judged pair makes: when its outcome is wrong, its first judgment that
+    picked the rejected response (None: judged right, invalid, or wrong only by a tie)."""
+    if outcome.correct is not False:
+        return None
+    for j in judgments:
+        if j.picked == "rejected":
+            assert j.verdict in ("A", "B")
+            return MisjudgedCase(
+                pair_id=perturbed.pair_id,
+                bias_id=perturbed.bias_id,
+                domain=perturbed.domain,
+                question=perturbed.question,
+                chosen=perturbed.chosen,
+                original_rejected=perturbed.original_rejected,
+                perturbed_rejected=perturbed.perturbed_rejected,
+                order=j.order,
+                verdict=j.verdict,
+                judge_output=j.raw_output,
+                explanation=j.explanation,
+            )
+    return None

@@ -12,7 +12,7 @@ from ..config import ExplainSettings
 from ..data.pairs import PreferencePair
 from ..judging import JudgeSettings, judge_messages
 from ..llm.base import Engine, ProgressCallback
-from ..llm.types import ChatMessage, GenerationRequest
+from ..llm.types import ChatMessage, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import MisjudgedCase
 
@@ -50,8 +50,10 @@ def deeper_explain(
     """Return the cases with `deeper_explanation` filled (None where the reply failed)."""
     requests = [build_explain_request(c, judge_settings, settings, seed=seed) for c in cases]
     responses = target.generate(requests, progress=progress)
-    out = []
-    for case, response in zip(cases, responses):
-        text = response.text.strip() if response.finish_reason != "error" else ""
-        out.append(case.model_copy(update={"deeper_explanation": text or None}))
-    return out
+    return [explained_case(case, response) for case, response in zip(cases, responses)]
+
+
+def explained_case(case: MisjudgedCase, response: GenerationResponse) -> MisjudgedCase:
+    """`case` with the target's elaboration (None where the reply failed or is empty)."""
+    text = response.text.strip() if response.finish_reason != "error" else ""
+    return case.model_copy(update={"deeper_explanation": text or None})

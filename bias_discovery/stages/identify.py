@@ -109,10 +109,7 @@ def identify_biases(
     for round_ in range(settings.retries + 1):
         if not pending:
             break
-        temperature = 0.0 if round_ == 0 else settings.retry_temperature
-        requests = [
-            build_identify_request(cases[i], settings, seed + round_, temperature=temperature) for i in pending
-        ]
+        requests = [identify_attempt(cases[i], settings, seed, round_) for i in pending]
         responses = teacher.generate(requests, progress=progress if round_ == 0 else None)
         still = []
         for i, response in zip(pending, responses):
@@ -122,25 +119,31 @@ def identify_biases(
             if replies[i] is None:
                 still.append(i)
         pending = still
-    records = []
-    for case, reply, n, text in zip(cases, replies, attempts, raw):
-        if reply is None:
-            records.append(IdentifyRecord(pair_id=case.pair_id, status="invalid", attempts=n, raw_output=text))
-        elif not reply.bias_found:
-            records.append(IdentifyRecord(pair_id=case.pair_id, status="none", attempts=n, raw_output=text))
-        else:
-            records.append(
-                IdentifyRecord(
-                    pair_id=case.pair_id,
-                    status="bias",
-                    name=reply.name.strip(),
-                    definition=reply.definition.strip(),
-                    manifestations=[m.strip() for m in reply.manifestations if m.strip()],
-                    attempts=n,
-                    raw_output=text,
-                )
-            )
-    return records
+    return [identify_record(case, reply, n, text) for case, reply, n, text in zip(cases, replies, attempts, raw)]
+
+
+def identify_attempt(case: MisjudgedCase, settings: IdentifySettings, seed: int, round_: int) -> GenerationRequest:
+    """The request of attempt `round_` (0: the first, greedy; then sampled at
+    `retry_temperature`, each with its own seed)."""
+    temperature = 0.0 if round_ == 0 else settings.retry_temperature
+    return build_identify_request(case, settings, seed + round_, temperature=temperature)
+
+
+def identify_record(case: MisjudgedCase, reply: IdentifiedBias | None, attempts: int, raw_output: str) -> IdentifyRecord:
+    """One case's record from its last attempt's reply (None: no usable reply)."""
+    if reply is None:
+        return IdentifyRecord(pair_id=case.pair_id, status="invalid", attempts=attempts, raw_output=raw_output)
+    if not reply.bias_found:
+        return IdentifyRecord(pair_id=case.pair_id, status="none", attempts=attempts, raw_output=raw_output)
+    return IdentifyRecord(
+        pair_id=case.pair_id,
+        status="bias",
+        name=reply.name.strip(),
+        definition=reply.definition.strip(),
+        manifestations=[m.strip() for m in reply.manifestations if m.strip()],
+        attempts=attempts,
+        raw_output=raw_output,
+    )
 
 
 def candidates_from_records(

@@ -112,7 +112,17 @@ def perturb(
     """Rewrite the rejected response of every (pair, bias) item, in one batch."""
     requests = [build_perturb_request(p, b, settings, seed) for p, b in items]
     responses = teacher.generate(requests, progress=progress)
-    return [_record(pair, bias.id, bias.name, response, [bias.name]) for (pair, bias), response in zip(items, responses)]
+    return [perturbed_record(pair, bias, response) for (pair, bias), response in zip(items, responses)]
+
+
+def perturbed_record(pair: PreferencePair, bias: Bias, response: GenerationResponse) -> PerturbedPair:
+    """The teacher's rewrite of `pair` to carry `bias`, as a record (invalid unless clean)."""
+    return _record(pair, bias.id, bias.name, response, [bias.name])
+
+
+def neutral_record(pair: PreferencePair, response: GenerationResponse) -> PerturbedPair:
+    """The teacher's neutral rewrite of `pair` (the placebo), as a record."""
+    return _record(pair, PLACEBO_ID, PLACEBO_NAME, response, [])
 
 
 def rewrite_neutrally(
@@ -126,4 +136,4 @@ def rewrite_neutrally(
     """The placebo arm: rewrite every pair's rejected response without a trait, in one batch."""
     requests = [build_neutral_request(p, settings, seed) for p in pairs]
     responses = teacher.generate(requests, progress=progress)
-    return [_record(pair, PLACEBO_ID, PLACEBO_NAME, response, []) for pair, response in zip(pairs, responses)]
+    return [neutral_record(pair, response) for pair, response in zip(pairs, responses)]

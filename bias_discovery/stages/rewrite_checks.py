@@ -27,7 +27,7 @@ from typing import Callable, Literal, Sequence
 
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
-from ..llm.types import Constraint, GenerationRequest
+from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import PerturbedPair
 
@@ -41,6 +41,11 @@ __all__ = [
     "check_calls",
     "extracted_check",
     "extracted_checks",
+    "extracted_update",
+    "model_checked",
+    "original_check_request",
+    "original_key",
+    "rewrite_check_request",
     "item_answers",
     "unverifiable",
     "count_tokens",
@@ -267,38 +272,65 @@ def check_answers(
     for i, p in enumerate(perturbed):
         if not p.valid:
             continue
-        decided = extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected)
+        decided = extracted_update(p)
         if decided is None:
             positions.append(i)
-            continue
-        update: dict[str, object] = {"answer_check": decided, "original_check": "different", "check_method": "extracted"}
-        if decided == "same":
-            update.update(valid=False, invalid_reason="answer_changed")
-        out[i] = p.model_copy(update=update)
+        else:
+            out[i] = decided
     if not positions:
         return out
     originals: dict[tuple[str, str, str], int] = {}
     for i in positions:
-        p = perturbed[i]
-        originals.setdefault((p.question, p.chosen, p.original_rejected), len(originals))
+        originals.setdefault(original_key(perturbed[i]), len(originals))
     requests = [equivalence_request(q, chosen, rejected, seed=seed) for q, chosen, rejected in originals]
-    requests += [
-        equivalence_request(perturbed[i].question, perturbed[i].chosen, perturbed[i].perturbed_rejected, seed=seed)
-        for i in positions
-    ]
+    requests += [rewrite_check_request(perturbed[i], seed) for i in positions]
     responses = checker.generate(requests, progress=progress)
-    original_answers = [parse_check(r.text, r.finish_reason) for r in responses[: len(originals)]]
     for i, response in zip(positions, responses[len(originals) :]):
-        p = perturbed[i]
-        answer = parse_check(response.text, response.finish_reason)
-        original = original_answers[originals[(p.question, p.chosen, p.original_rejected)]]
-        update = {"answer_check": answer or "unusable", "original_check": original or "unusable", "check_method": "model"}
-        if answer is None:
-            update.update(valid=False, invalid_reason="check_invalid")
-        elif answer == "same" and original == "different":
-            update.update(valid=False, invalid_reason="answer_changed")
-        out[i] = p.model_copy(update=update)
+        out[i] = model_checked(perturbed[i], response, responses[originals[original_key(perturbed[i])]])
     return out
+
+
+def extracted_update(p: PerturbedPair) -> PerturbedPair | None:
+    """A valid rewrite checked mechanically (`extracted_check`), or None when the checker
+    model must decide."""
+    decided = extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected)
+    if decided is None:
+        return None
+    update: dict[str, object] = {"answer_check": decided, "original_check": "different", "check_method": "extracted"}
+    if decided == "same":
+        update.update(valid=False, invalid_reason="answer_changed")
+    return p.model_copy(update=update)
+
+
+def original_key(p: PerturbedPair) -> tuple[str, str, str]:
+    """What the checker's control question is about: (question, chosen, original rejected),
+    the same for every rewrite of one pair."""
+    return (p.question, p.chosen, p.original_rejected)
+
+
+def original_check_request(p: PerturbedPair, seed: int) -> GenerationRequest:
+    """The checker's control: does the original rejected response reach the chosen answer?"""
+    return equivalence_request(p.question, p.chosen, p.original_rejected, seed=seed)
+
+
+def rewrite_check_request(p: PerturbedPair, seed: int) -> GenerationRequest:
+    """Does the rewrite reach the chosen answer?"""
+    return equivalence_request(p.question, p.chosen, p.perturbed_rejected, seed=seed)
+
+
+def model_checked(p: PerturbedPair, rewrite: GenerationResponse, original: GenerationResponse) -> PerturbedPair:
+    """A rewrite checked by the checker model, from its replies about the rewrite and about
+    the original (`check_answers` says what they mean)."""
+    answer = parse_check(rewrite.text, rewrite.finish_reason)
+    original_answer = parse_check(original.text, original.finish_reason)
+    update: dict[str, object] = {
+        "answer_check": answer or "unusable", "original_check": original_answer or "unusable", "check_method": "model"
+    }
+    if answer is None:
+        update.update(valid=False, invalid_reason="check_invalid")
+    elif answer == "same" and original_answer == "different":
+        update.update(valid=False, invalid_reason="answer_changed")
+    return p.model_copy(update=update)
 
 
 def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
@@ -308,7 +340,7 @@ def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
         p for p in perturbed
         if p.valid and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
     ]
-    return len(asked) + len({(p.question, p.chosen, p.original_rejected) for p in asked})
+    return len(asked) + len({original_key(p) for p in asked})
 
 
 def extracted_checks(perturbed: Sequence[PerturbedPair]) -> int:

@@ -1,8 +1,9 @@
 """Validate: does a candidate bias really raise the target's error on the test set?
 
-Each candidate perturbs the test items (one teacher batch per look, for all candidates), every
-rewrite is checked for a changed final answer (one checker batch), the target judges the valid
-rewrites (one batch), and the errors are compared *on the same items* with a control:
+Each candidate perturbs the test items, every rewrite is checked for a changed final answer,
+the target judges the valid rewrites (per look, for all candidates: a batch per step, or item
+by item with `pipeline: streamed`, `rewrite_check_judge`), and the errors are compared *on the
+same items* with a control:
 
 * **placebo** (default): the same items with the rejected response rewritten neutrally by the
   teacher (same content and answer, no trait; `run_placebo`, once per run). An effect of
@@ -30,6 +31,7 @@ this module adds what needs models: the rewrites, the answer checks and the judg
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..config import PerturbSettings, ValidateSettings
+from ..config import PerturbSettings, Pipeline, ValidateSettings
 from ..data.pairs import PreferencePair
 from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs, measure_of
 from ..library import Bias, BiasValidation, RewriteEffect
@@ -70,6 +72,7 @@ from ..stats import (
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
 from .rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
+from .streamed import Opener, Rewrites, stream_baseline_and_placebo, stream_rewrites
 
 
 class CandidateValidation(BaseModel):
@@ -188,6 +191,8 @@ class ValidationSetup(BaseModel):
     perturb: PerturbSettings = Field(default_factory=PerturbSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     test_data: str = "test"
+    pipeline: Pipeline = "streamed"
+    """How each look's rewrites, checks and judgments are ordered (`RunConfig.pipeline`)."""
 
     @model_validator(mode="after")
     def _measure_follows_the_verdict(self) -> "ValidationSetup":
@@ -257,6 +262,45 @@ def _judge_valid(
     return result.judgments, outcomes
 
 
+def rewrite_check_judge(
+    models: ValidationModels,
+    items: Sequence[tuple[PreferencePair, Bias | None]],
+    *,
+    perturb_settings: PerturbSettings,
+    judge_settings: JudgeSettings,
+    seed: int,
+    bar: ProgressFactory,
+    labels: tuple[str, str, str],
+    pipeline: Pipeline,
+) -> Rewrites:
+    """The teacher rewrites every (pair, bias) item (bias None: neutrally, the placebo; one
+    kind per call), the checker checks the answers (None: no check), the target judges the
+    valid rewrites: staged (a batch per step) or streamed (item by item, `stream_rewrites`),
+    the same records either way. `labels`: the progress steps' names (rewrite, check, judge).
+    Returns the records, the judgments and the outcomes aligned with the items."""
+    rewrite, check, judge = labels
+    checker = models.checker
+    if pipeline == "streamed":
+        names = [rewrite, *([check] if checker is not None else []), judge]
+        steps: list[tuple[str, Opener]] = [(name, functools.partial(bar, name)) for name in names]
+        return stream_rewrites(
+            models.teacher, models.target, checker, items, perturb=perturb_settings, judge=judge_settings, seed=seed, steps=steps
+        )
+    with bar(rewrite, len(items)) as advance:
+        if all(bias is None for _, bias in items):
+            records = rewrite_neutrally(models.teacher, [pair for pair, _ in items], perturb_settings, seed=seed, progress=advance)
+        else:
+            biased = [(pair, bias) for pair, bias in items if bias is not None]
+            if len(biased) != len(items):
+                raise ValueError("a batch of rewrites is all neutral or all with a bias")
+            records = perturb(models.teacher, biased, perturb_settings, seed=seed, progress=advance)
+    if checker is not None:
+        with bar(check, check_calls(records)) as advance:
+            records = check_answers(checker, records, seed=seed, progress=advance)
+    judgments, outcomes = _judge_valid(models.target, records, judge_settings, seed=seed, bar=bar, label=judge)
+    return records, judgments, outcomes
+
+
 def run_placebo(
     teacher: Engine,
     target: Engine,
@@ -269,19 +313,38 @@ def run_placebo(
     settings: ValidateSettings,
     seed: int,
     progress: ProgressFactory | None = None,
+    pipeline: Pipeline = "streamed",
 ) -> PlaceboArm:
-    """The placebo arm: rewrite every test pair's rejected response neutrally (one teacher
-    batch), check the answers (`checker`, None: no check), judge the valid rewrites, and
-    measure the rewrite effect against the baseline."""
+    """The placebo arm: rewrite every test pair's rejected response neutrally, check the
+    answers (`checker`, None: no check), judge the valid rewrites (`rewrite_check_judge`, in
+    the `pipeline`'s order), and measure the rewrite effect against the baseline."""
     if len(baseline.outcomes) != len(test_pairs):
         raise ValueError("baseline judgments do not match the test pairs")
-    bar = progress_or_quiet(progress)
-    with bar("rewrite", len(test_pairs)) as advance:
-        rewrites = rewrite_neutrally(teacher, test_pairs, perturb_settings, seed=seed, progress=advance)
-    if checker is not None:
-        with bar("check", check_calls(rewrites)) as advance:
-            rewrites = check_answers(checker, rewrites, seed=seed, progress=advance)
-    judgments, outcomes = _judge_valid(target, rewrites, judge_settings, seed=seed, bar=bar, label="judge")
+    rewrites = rewrite_check_judge(
+        ValidationModels(teacher=teacher, target=target, checker=checker),
+        [(pair, None) for pair in test_pairs],
+        perturb_settings=perturb_settings,
+        judge_settings=judge_settings,
+        seed=seed,
+        bar=progress_or_quiet(progress),
+        labels=("rewrite", "check", "judge"),
+        pipeline=pipeline,
+    )
+    return placebo_arm(test_pairs, baseline, rewrites, settings, seed=seed, checked=checker is not None)
+
+
+def placebo_arm(
+    test_pairs: Sequence[PreferencePair],
+    baseline: JudgeResult,
+    rewrites: Rewrites,
+    settings: ValidateSettings,
+    *,
+    seed: int,
+    checked: bool,
+) -> PlaceboArm:
+    """The placebo arm from its rewrites, judgments and outcomes (`rewrite_check_judge`), with
+    the rewrite effect against the baseline; `checked`: whether the answers were checked."""
+    records, judgments, outcomes = rewrites
     aligned = [
         o if o is not None else PairOutcome(pair_id=p.id, domain=p.domain, correct=None, orders=[])
         for p, o in zip(test_pairs, outcomes)
@@ -290,16 +353,38 @@ def run_placebo(
     cmp = compare_paired(
         errors_of(baseline), errors_of(result), n_boot=settings.n_boot, confidence=settings.confidence, seed=seed, control="baseline"
     )
-    checked, changed = answer_changes(rewrites)
+    n_checked, changed = answer_changes(records)
     effect = RewriteEffect(
         **cmp.model_dump(),
-        answer_change_rate=changed / checked if checked else None,
-        n_answer_checked=checked if checker is not None else None,
-        n_answer_unverifiable=unverifiable(rewrites) if checker is not None else None,
-        n_answer_extracted=extracted_checks(rewrites) if checker is not None else None,
-        length_ratio=length_ratio(rewrites),
+        answer_change_rate=changed / n_checked if n_checked else None,
+        n_answer_checked=n_checked if checked else None,
+        n_answer_unverifiable=unverifiable(records) if checked else None,
+        n_answer_extracted=extracted_checks(records) if checked else None,
+        length_ratio=length_ratio(records),
     )
-    return PlaceboArm(perturbed=rewrites, result=result, effect=effect)
+    return PlaceboArm(perturbed=records, result=result, effect=effect)
+
+
+def baseline_and_placebo(
+    baseline_judge: Engine,
+    models: ValidationModels,
+    test_pairs: Sequence[PreferencePair],
+    *,
+    perturb_settings: PerturbSettings,
+    judge_settings: JudgeSettings,
+    settings: ValidateSettings,
+    seed: int,
+    steps: Sequence[tuple[str, Opener]],
+) -> tuple[JudgeResult, PlaceboArm]:
+    """Both controls at once, streamed: the target judges the test set (the baseline, through
+    `baseline_judge`) while the teacher rewrites it neutrally, each rewrite checked and judged
+    (the placebo). The same files as the baseline, then `run_placebo`. `steps`: the baseline's
+    progress, then the placebo's rewrite, check (with a checker) and judge steps."""
+    baseline, rewrites = stream_baseline_and_placebo(
+        baseline_judge, models.teacher, models.target, models.checker, test_pairs,
+        perturb=perturb_settings, judge=judge_settings, seed=seed, steps=steps,
+    )
+    return baseline, placebo_arm(test_pairs, baseline, rewrites, settings, seed=seed, checked=models.checker is not None)
 
 
 def slice_order(n: int, seed: int) -> list[int]:
@@ -312,8 +397,8 @@ def slice_order(n: int, seed: int) -> list[int]:
 
 class _Rewrites:
     """The fetch step of the validation's looks: perturb the new slice for the candidates still
-    going (one teacher batch), check the answers, judge the valid rewrites; keeps every rewrite
-    and judgment for the records."""
+    going, check the answers, judge the valid rewrites (`rewrite_check_judge`); keeps every
+    rewrite and judgment for the records."""
 
     def __init__(
         self, models: ValidationModels, candidates: Sequence[Bias], test_pairs: Sequence[PreferencePair], setup: ValidationSetup, bar: ProgressFactory, n_looks: int
@@ -331,15 +416,17 @@ class _Rewrites:
     def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | float | None]]:
         suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}" if look < self.n_looks else ", held-out items"
         keys = [(k, i) for k in active for i in new_items]
-        seed = self.setup.seed
-        with self.bar("perturb" + suffix, len(keys)) as advance:
-            batch = perturb(
-                self.models.teacher, [(self.test_pairs[i], self.candidates[k]) for k, i in keys], self.setup.perturb, seed=seed, progress=advance
-            )
-        if self.setup.rules.answer_check and self.models.checker is not None:
-            with self.bar("check" + suffix, check_calls(batch)) as advance:
-                batch = check_answers(self.models.checker, batch, seed=seed, progress=advance)
-        judgments, outcomes = _judge_valid(self.models.target, batch, self.setup.judge, seed=seed, bar=self.bar, label="judge" + suffix)
+        checker = self.models.checker if self.setup.rules.answer_check else None
+        batch, judgments, outcomes = rewrite_check_judge(
+            ValidationModels(teacher=self.models.teacher, target=self.models.target, checker=checker),
+            [(self.test_pairs[i], self.candidates[k]) for k, i in keys],
+            perturb_settings=self.setup.perturb,
+            judge_settings=self.setup.judge,
+            seed=self.setup.seed,
+            bar=self.bar,
+            labels=("perturb" + suffix, "check" + suffix, "judge" + suffix),
+            pipeline=self.setup.pipeline,
+        )
         values: dict[int, list[bool | float | None]] = {k: [] for k in active}
         for (k, _), record, outcome in zip(keys, batch, outcomes):
             self.by_candidate[k].append(record)

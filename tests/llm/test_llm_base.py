@@ -176,3 +176,76 @@ def test_finish_reasons_and_messages_are_mapped_in_one_place() -> None:
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hi"},
     ]
+
+
+# -- requests submitted one by one ------------------------------------------------------------
+
+
+def test_submitted_requests_are_answered_one_by_one_in_order() -> None:
+    engine = OneByOne()
+    futures = [engine.submit(req(t)) for t in ("a", "b", "c")]
+    assert [f.result(timeout=10).text for f in futures] == ["re:a", "re:b", "re:c"]
+    assert engine.sent == ["a", "b", "c"] and not engine.overlapped
+
+
+def test_an_engine_without_its_own_submit_serves_the_queue_in_batches() -> None:
+    futures = [WholeBatch().submit(req(t)) for t in ("a", "b")]
+    assert [f.result(timeout=10).text for f in futures] == ["re:a", "re:b"]
+
+
+def test_a_cancelled_submission_is_dropped_and_closing_fails_the_queued_ones() -> None:
+    engine = OneByOne()
+    started, release = threading.Event(), threading.Event()
+
+    def held(request: GenerationRequest) -> GenerationResponse:
+        started.set()
+        release.wait(timeout=10)
+        return reply(request)
+
+    engine._generate_one = held  # type: ignore[method-assign]
+    running = engine.submit(req("running"))
+    started.wait(timeout=10)
+    dropped, queued = engine.submit(req("dropped")), engine.submit(req("queued"))
+    assert dropped.cancel()
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    time.sleep(0.05)
+    assert closer.is_alive()  # close waits for the request being served
+    release.set()
+    closer.join(timeout=10)
+    assert running.result(timeout=1).text == "re:running"
+    with pytest.raises(EngineError, match="closed"):
+        queued.result(timeout=1)
+    with pytest.raises(EngineError, match="closed"):
+        engine.submit(req("late"))
+
+
+def test_a_failing_step_fails_its_submissions_and_the_queue_goes_on() -> None:
+    engine = OneByOne()
+    bad, good = engine.submit(req("refuse")), engine.submit(req("fine"))
+    with pytest.raises(EngineError, match="refused"):
+        bad.result(timeout=10)
+    assert good.result(timeout=10).text == "re:fine"
+
+
+def test_a_stage_view_books_to_its_stage_and_usage_is_taken_per_stage() -> None:
+    meter = MeteredEngine(ScriptedEngine(lambda r: "two words"), "target")
+    meter.stage = "merge"
+    meter.booked_to("evaluate").submit(req("a")).result(timeout=10)
+    meter.booked_to("identify").generate([req("b"), req("c")])
+    meter.submit(req("d")).result(timeout=10)
+    assert meter.take_usage("identify")["identify"].requests == 2
+    rest = meter.take_usage()
+    assert {stage: u.requests for stage, u in rest.items()} == {"evaluate": 1, "merge": 1}
+
+
+def test_ask_awaits_a_submission() -> None:
+    import asyncio
+
+    from bias_discovery.llm.base import ask
+
+    async def both() -> list[str]:
+        engine = OneByOne()
+        return [r.text for r in await asyncio.gather(ask(engine, req("x")), ask(engine, req("y")))]
+
+    assert asyncio.run(both()) == ["re:x", "re:y"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Sequence
 
 import pytest
 
 from bias_discovery.errors import EngineError
-from bias_discovery.llm.base import Engine, ProgressCallback
+from bias_discovery.llm.base import Engine, ProgressCallback, SequentialEngine
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.types import Constraint, GenerationRequest, GenerationResponse
 
@@ -58,6 +59,12 @@ class CountingEngine:
         return out
 
     crash_after: int | None = None
+
+    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        """One request, answered at once as a batch of one."""
+        future: Future[GenerationResponse] = Future()
+        future.set_result(self.generate([request])[0])
+        return future
 
     def close(self) -> None:
         self.closed = True
@@ -239,3 +246,64 @@ def test_responses_are_stored_as_they_arrive_so_a_crash_mid_batch_loses_nothing(
     assert cached.hits == 3 and cached.misses == 2
     with sqlite3.connect(path) as conn:
         assert [row[0] for row in conn.execute("SELECT paid FROM calls")] == [1] * 5
+
+
+# -- requests submitted one by one ------------------------------------------------------------
+
+
+def test_a_submission_is_looked_up_sent_alone_and_stored(tmp_path: Path) -> None:
+    inner = CountingEngine()
+    cache = CachedEngine(inner, tmp_path / "calls.sqlite")
+    cache.generate([req("known")])
+    hit, miss = cache.submit(req("known")).result(timeout=10), cache.submit(req("new")).result(timeout=10)
+    assert hit.cached and not miss.cached and miss.text == "echo:new"
+    assert [[r.messages[0].content for r in b] for b in inner.batches] == [["known"], ["new"]]
+    cache.close()  # commits what the submissions left
+    again = CachedEngine(CountingEngine(), tmp_path / "calls.sqlite")
+    assert again.submit(req("new")).result(timeout=10).cached
+
+
+class HeldEngine(SequentialEngine):
+    """Echoes; each request waits until `release` is set."""
+
+    thread_safe = True
+
+    def __init__(self) -> None:
+        super().__init__("fake/held")
+        self.release = threading.Event()
+        self.sent: list[str] = []
+
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        self.release.wait(timeout=10)
+        self.sent.append(request.messages[-1].content)
+        text = request.messages[-1].content
+        if text.startswith("fail"):
+            return GenerationResponse(text="boom", finish_reason="error")
+        return GenerationResponse(text=f"echo:{text}", finish_reason="stop")
+
+
+def test_a_copy_submitted_while_the_first_is_in_flight_or_uncommitted_is_not_paid_again(tmp_path: Path) -> None:
+    """A copy asked while the request is in flight, or after its response came but before its
+    group was committed, is answered from the claim; the call is paid once."""
+    inner = HeldEngine()
+    cache = CachedEngine(inner, tmp_path / "calls.sqlite")
+    first = cache.submit(req("q"))
+    copy = cache.submit(req("q"))  # in flight
+    inner.release.set()
+    assert first.result(timeout=10).text == copy.result(timeout=10).text == "echo:q"
+    late = cache.submit(req("q")).result(timeout=10)  # within FLUSH_SECONDS: from the claim or the file
+    batch = cache.generate([req("q")])  # a batch of another caller waits on the claim too
+    assert late.cached and batch[0].cached and not first.result().cached and copy.result().cached
+    assert inner.sent == ["q"] and (cache.misses, cache.hits) == (1, 3)
+    cache.close()
+    with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
+        assert conn.execute("SELECT paid FROM calls").fetchall() == [(1,)]
+
+
+def test_a_submitted_error_is_not_stored_and_its_copy_is_sent_again(tmp_path: Path) -> None:
+    inner = HeldEngine()
+    inner.release.set()
+    cache = CachedEngine(inner, tmp_path / "calls.sqlite")
+    assert cache.submit(req("fail me")).result(timeout=10).finish_reason == "error"
+    assert cache.submit(req("fail me")).result(timeout=10).finish_reason == "error"
+    assert inner.sent == ["fail me", "fail me"] and cache.stats()["entries"] == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -359,3 +361,57 @@ def test_a_vllm_without_enqueue_chat_is_refused(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "vllm.exceptions", exceptions)
     with pytest.raises(EngineError, match=r"vLLM 0\.11\.0 is too old .*LLM\.enqueue_chat"):
         VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
+
+
+def test_submitted_requests_join_the_running_batch_at_the_next_step(fake_vllm: None) -> None:
+    """The streamed loop's way in: requests submitted while vLLM runs are enqueued between its
+    steps (continuous batching), not after the batch; each Future completes in the step that
+    finishes it."""
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    real_step = fake.step
+    joined: dict[str, int] = {}
+    late: list[Any] = []
+
+    def step() -> list[FakeRequestOutput]:
+        if fake.steps == 1:  # a rewrite arrives from the teacher while the judge runs
+            late.append(engine.submit(GenerationRequest.chat("late one")))
+            time.sleep(0.05)
+        return real_step()
+
+    real_enqueue = engine._llm.enqueue_chat
+
+    def enqueue(conversations: Any, **kwargs: Any) -> list[str]:
+        joined[conversations[0][-1]["content"]] = fake.steps
+        return real_enqueue(conversations, **kwargs)
+
+    fake.step = step  # type: ignore[method-assign]
+    engine._llm.enqueue_chat = enqueue  # type: ignore[method-assign]
+    first = [engine.submit(GenerationRequest.chat(" ".join(["w"] * 4))), engine.submit(GenerationRequest.chat("x"))]
+    assert [f.result(timeout=10).text for f in first] == ["W W W W", "X"]
+    assert late[0].result(timeout=10).text == "LATE ONE"
+    assert joined["late one"] == 2  # enqueued right after the step it arrived in, with "w w w w" still running
+    assert not fake.has_unfinished_requests() and engine._in_flight == set()
+    engine.close()
+    with pytest.raises(EngineError, match="closed"):
+        engine.submit(GenerationRequest.chat("after"))
+
+
+def test_closing_aborts_submitted_requests_still_running(fake_vllm: None) -> None:
+    engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
+    fake = engine._llm.llm_engine
+    real_step = fake.step
+    stepping = threading.Event()
+
+    def slow_step() -> list[FakeRequestOutput]:
+        stepping.set()
+        time.sleep(0.02)
+        return real_step()
+
+    fake.step = slow_step  # type: ignore[method-assign]
+    long = engine.submit(GenerationRequest.chat(" ".join(["w"] * 200), max_tokens=200))
+    stepping.wait(timeout=10)
+    engine.close()
+    with pytest.raises(EngineError, match="closed"):
+        long.result(timeout=10)
+    assert fake.aborted and not fake.has_unfinished_requests()

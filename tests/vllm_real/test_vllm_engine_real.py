@@ -317,3 +317,22 @@ def test_score_verdicts_read_the_verdict_tokens_logprobs(vllm_engine: VLLMEngine
     [response] = vllm_engine.generate([build_tasks(pairs[:1], settings, seed=0)[0].request])
     assert response.final_logprobs is not None
     assert {t.token.strip() for t in response.final_logprobs.top} <= {"A", "B", ""}, response.final_logprobs
+
+
+def test_submitted_requests_join_the_running_engine_and_match_a_batch(vllm_engine: VLLMEngine) -> None:
+    """The streamed loop's way in on the real vLLM: requests submitted one by one, the later ones
+    while the first run (enqueued between steps by the engine's request thread), are answered
+    as a batch answers them (greedy verdicts), and a batch afterwards finds the engine clean."""
+    import time
+
+    pairs = load_pairs("demo", limit=4)
+    settings = JudgeSettings(positions="both", reasoning=False, max_tokens=4)
+    requests = [t.request for t in build_tasks(pairs, settings, seed=0)]
+    first = [vllm_engine.submit(r) for r in requests[:4]]
+    time.sleep(0.05)
+    later = [vllm_engine.submit(r) for r in requests[4:]]
+    submitted = [f.result(timeout=600) for f in first + later]
+    assert all(r.finish_reason == "stop" and r.text in ("A", "B") for r in submitted)
+    batch = vllm_engine.generate(requests)
+    assert [r.text for r in submitted] == [r.text for r in batch]
+    assert not vllm_engine._llm.llm_engine.has_unfinished_requests() and vllm_engine._in_flight == set()

@@ -195,9 +195,11 @@ def test_a_too_long_prompt_costs_that_request_only(vllm_server: str) -> None:
 
 def test_greedy_is_reproducible_with_every_sampling_field_sent(vllm_server: str) -> None:
     """The vllm dialect sends every sampling field (the model's generation_config.json must not
-    fill any in): the same greedy batch twice gives the same text."""
-    engine = engine_for(vllm_server, max_concurrency=8)
-    requests = [GenerationRequest.chat(f"Name a color and a number. Seed {i}.", max_tokens=24) for i in range(8)]
+    fill any in): the same greedy requests twice give the same text. One at a time: vLLM does
+    not promise the same floats for a sequence batched with different neighbours, and when
+    requests join its running batch depends on the machine's load."""
+    engine = engine_for(vllm_server, max_concurrency=1)
+    requests = [GenerationRequest.chat(f"Name a color and a number. Seed {i}.", max_tokens=24) for i in range(4)]
     first, second = engine.generate(requests), engine.generate(requests)
     assert [r.text for r in first] == [r.text for r in second]
     engine.close()
