@@ -129,8 +129,6 @@ REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
 REPLICA_COOLDOWN_CAP_S = 60.0
 """...up to this: a replica that comes back is used again within a minute."""
-FREEZE_HEAP_FROM = 256
-"""Batches of at least this many requests run under `aio.frozen_heap`."""
 CLOSE_TIMEOUT_S = 10.0
 """Longest wait for the connections to close."""
 CONNECT_TIMEOUT_S = 10.0
@@ -530,7 +528,7 @@ class OpenAIServerEngine(BaseEngine):
         each response is reported in this thread as it arrives, and the loop's wait notes go to
         the progress bar (`progress.show_wait`). A large batch runs with the heap that was
         there before it left out of the garbage collector's scans (`aio.frozen_heap`)."""
-        with aio.frozen_heap() if len(requests) >= FREEZE_HEAP_FROM else nullcontext():
+        with aio.frozen_heap() if len(requests) >= aio.FREEZE_HEAP_FROM else nullcontext():
             return self._run_batch(requests, report)
 
     def _run_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
@@ -618,29 +616,29 @@ class OpenAIServerEngine(BaseEngine):
             else:
                 deliver((_DONE, index, response))
 
-        # A task per request only while it can have a slot: thousands of idle tasks waiting
-        # for one would only be more objects for the garbage collector to scan.
         todo = iter(range(len(requests)))
-        running: set[asyncio.Future[None]] = set()
-        finished = loop.create_future()
 
-        def start_next(_: object = None) -> None:
-            index = None if failed else next(todo, None)
-            if index is not None:
-                task = asyncio.ensure_future(one(index))
-                running.add(task)
-                task.add_done_callback(running.discard)
-                task.add_done_callback(start_next)
-            elif not running and not finished.done():
-                finished.set_result(None)
+        async def sender() -> None:
+            """Sends the batch's requests one after another: the next goes out in the same
+            turn of the loop as the reply before it is checked and handed over. (A task
+            started per request when the previous one's task is done waits behind every
+            reply that turn of the loop brought in: when a wave of replies arrives together,
+            none of its replacements is sent before all of them are handled, and the waves
+            stay in lockstep, each paying the whole wave's turnaround.)"""
+            while not failed:  # a failure starts nothing more
+                index = next(todo, None)
+                if index is None:
+                    return
+                await one(index)
 
+        # As many senders as there are slots: thousands of idle tasks waiting for one would
+        # only be more objects for the garbage collector to scan.
+        senders = [asyncio.ensure_future(sender()) for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls)))]
         try:
-            for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls))):
-                start_next()
-            await finished
+            await asyncio.gather(*senders)
         finally:
             watcher.cancel()
-            for task in list(running):
+            for task in senders:
                 task.cancel()
 
     async def _watch(self, deliver: Callable[[_Item], None]) -> None:
