@@ -133,6 +133,8 @@ CLOSE_TIMEOUT_S = 10.0
 """Longest wait for the connections to close."""
 CONNECT_TIMEOUT_S = 10.0
 """Longest wait for a TCP connection (within the request's deadline)."""
+REPLIES_PER_TURN = 32
+"""Replies handled per turn of the event loop, at most (`_TurnPacer`)."""
 WAIT_NOTE_AFTER_S = 5.0
 """With no answer for this long, the progress line says what the oldest request waits on."""
 SYSTEMATIC_VIOLATIONS = 8
@@ -415,6 +417,54 @@ class _Replicas:
                 n -= 1
 
 
+class _TurnPacer:
+    """Lets at most `per_turn` replies on to be handled in one turn of the event loop; the
+    others wait for the next turns, in arrival order.
+
+    Why: handling a reply starts the request that takes its slot, but aiohttp writes a
+    request's body in a task of its own (eagerly only from Python 3.12 on), so its bytes leave
+    in the loop's next turn. When a wave of replies arrives in one turn, every replacement
+    would wait for the whole wave to be handled, and the waves would stay in lockstep, each
+    paying the whole wave's turnaround (measured at 2048 in flight and a 2 s server: 36 ms
+    from a reply to its replacement's bytes on average, 140 ms at the 90th percentile). Paced,
+    each group's requests leave before the next group is handled. Used on the event loop only."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self._handled = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._next_turn_scheduled = False
+
+    async def wait_turn(self) -> None:
+        """Return at once while this turn has room, else once a later turn lets this reply on."""
+        if self._handled < self.per_turn and not self._waiters:
+            self._handled += 1
+            self._schedule_next_turn()
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)  # a cancelled waiter is skipped
+        self._schedule_next_turn()
+        await waiter
+
+    def _schedule_next_turn(self) -> None:
+        if not self._next_turn_scheduled:
+            self._next_turn_scheduled = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """Runs at the start of the next turn, before the replies that turn brings (and after
+        the body writes of the requests started in the turn before): lets the next group on."""
+        self._next_turn_scheduled = False
+        self._handled = 0
+        while self._waiters and self._handled < self.per_turn:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._handled += 1
+        if self._handled:
+            self._schedule_next_turn()
+
+
 @dataclass
 class _Reply:
     """A server's reply, read in full (what `_parse` and `_server_message` read)."""
@@ -486,6 +536,7 @@ class OpenAIServerEngine(BaseEngine):
         self._tokens = itertools.count()
         self._last_answer = time.monotonic()
         self._submit_watch: asyncio.Future[None] | None = None
+        self._pacer = _TurnPacer(REPLIES_PER_TURN)
 
     @property
     def dialect(self) -> Dialect:
@@ -579,8 +630,8 @@ class OpenAIServerEngine(BaseEngine):
     # ------------------------------------------------------------------ on the event loop
 
     async def _batch(self, requests: Sequence[GenerationRequest], inbox: SimpleQueue[list[_Item]]) -> None:
-        """One task per request, each handing its response (or the error that fails the batch)
-        to the caller through `inbox`; a watcher adds a note while no answer has come for a
+        """One sender task per slot (`sender`), each handing every response it gets (or the
+        error that fails the batch) to the caller through `inbox`; a watcher adds a note while no answer has come for a
         while. What one turn of the loop finished goes over as one bundle: a wake-up of the
         waiting thread per response would cost more than the response."""
         bundle: list[_Item] = []
@@ -792,6 +843,7 @@ class OpenAIServerEngine(BaseEngine):
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
         except OSError as exc:
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
+        await self._pacer.wait_turn()  # handled, and its slot refilled, in its group's turn
         response = _Reply(status, content)
         if status in _RETRY_STATUS or status >= 500:
             message, _, _ = _server_message(response)
