@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Coroutine, Iterator, TypeVar
 
 __all__ = [
-    "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",
+    "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",
 ]
 
 _T = TypeVar("_T")
@@ -119,6 +119,9 @@ def ensure_open_files(needed: int) -> None:
 _frozen_lock = threading.Lock()
 _frozen_depth = 0
 _thresholds: tuple[int, ...] = gc.get_threshold()
+FREEZE_HEAP_FROM = 256
+"""Batches of at least this many requests run under `frozen_heap` (the server engine's, and
+the call cache's around it)."""
 BATCH_GC_THRESHOLD = 20_000
 """Allocations between young-generation collections inside `frozen_heap` (CPython's default:
 700). Measured on 8192 requests at 2048 in flight: ~1000 young collections at 700, each

@@ -25,11 +25,13 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import nullcontext
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import EngineError
+from .aio import FREEZE_HEAP_FROM, frozen_heap
 from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size, flush
 from .types import GenerationRequest, GenerationResponse
 
@@ -238,7 +240,13 @@ class CachedEngine(BaseEngine):
         Each fresh response is stored within `FLUSH_SECONDS` of the engine handing it over
         (in groups, see the module docstring), so a run killed mid-batch keeps nearly every
         call it finished. The responses are reported (`on_response`) when the whole batch is
-        done."""
+        done. A large batch runs with the earlier heap left out of the garbage collector's scans
+        (`aio.frozen_heap`): its keys, claims and copies would otherwise make the collector
+        rescan the whole heap several times before the first request is sent."""
+        with frozen_heap() if len(requests) >= FREEZE_HEAP_FROM else nullcontext():
+            return self._answer(requests, report)
+
+    def _answer(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         progress = report.advance
         keys = [r.content_hash(self.engine_id) for r in requests]
         found = self._lookup(set(keys))

@@ -129,12 +129,12 @@ REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
 REPLICA_COOLDOWN_CAP_S = 60.0
 """...up to this: a replica that comes back is used again within a minute."""
-FREEZE_HEAP_FROM = 256
-"""Batches of at least this many requests run under `aio.frozen_heap`."""
 CLOSE_TIMEOUT_S = 10.0
 """Longest wait for the connections to close."""
 CONNECT_TIMEOUT_S = 10.0
 """Longest wait for a TCP connection (within the request's deadline)."""
+REPLIES_PER_TURN = 32
+"""Replies handled per turn of the event loop, at most (`_TurnPacer`)."""
 WAIT_NOTE_AFTER_S = 5.0
 """With no answer for this long, the progress line says what the oldest request waits on."""
 SYSTEMATIC_VIOLATIONS = 8
@@ -417,6 +417,55 @@ class _Replicas:
                 n -= 1
 
 
+class _TurnPacer:
+    """Lets at most `per_turn` replies on to be handled in one turn of the event loop; the
+    others wait for the next turns, in arrival order.
+
+    Why: handling a reply starts the request that takes its slot, but aiohttp writes a
+    request's body in a task of its own (started eagerly only from Python 3.12 on), so its
+    bytes leave a few turns of the loop later. When a wave of replies arrives in one turn,
+    every replacement would wait for the whole wave to be handled, and the waves would stay in
+    lockstep, each paying the whole wave's turnaround (measured with 16 waves of 2048 in flight
+    against a 2 s server: from a reply to its replacement's bytes 17-36 ms on average and
+    55-140 ms at the 90th percentile; paced, 2.8 ms and 4 ms). Paced, a group's requests
+    leave while the next groups are handled. Used on the event loop only."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self._handled = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._next_turn_scheduled = False
+
+    async def wait_turn(self) -> None:
+        """Return at once while this turn has room, else once a later turn lets this reply on."""
+        if self._handled < self.per_turn and not self._waiters:
+            self._handled += 1
+            self._schedule_next_turn()
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)  # a cancelled waiter is skipped
+        self._schedule_next_turn()
+        await waiter
+
+    def _schedule_next_turn(self) -> None:
+        if not self._next_turn_scheduled:
+            self._next_turn_scheduled = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """Runs early in the next turn (before the replies that turn's poll brings): lets the
+        next group on."""
+        self._next_turn_scheduled = False
+        self._handled = 0
+        while self._waiters and self._handled < self.per_turn:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._handled += 1
+        if self._handled:
+            self._schedule_next_turn()
+
+
 @dataclass
 class _Reply:
     """A server's reply, read in full (what `_parse` and `_server_message` read)."""
@@ -488,6 +537,7 @@ class OpenAIServerEngine(BaseEngine):
         self._tokens = itertools.count()
         self._last_answer = time.monotonic()
         self._submit_watch: asyncio.Future[None] | None = None
+        self._pacer = _TurnPacer(REPLIES_PER_TURN)
 
     @property
     def dialect(self) -> Dialect:
@@ -530,7 +580,7 @@ class OpenAIServerEngine(BaseEngine):
         each response is reported in this thread as it arrives, and the loop's wait notes go to
         the progress bar (`progress.show_wait`). A large batch runs with the heap that was
         there before it left out of the garbage collector's scans (`aio.frozen_heap`)."""
-        with aio.frozen_heap() if len(requests) >= FREEZE_HEAP_FROM else nullcontext():
+        with aio.frozen_heap() if len(requests) >= aio.FREEZE_HEAP_FROM else nullcontext():
             return self._run_batch(requests, report)
 
     def _run_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
@@ -581,10 +631,11 @@ class OpenAIServerEngine(BaseEngine):
     # ------------------------------------------------------------------ on the event loop
 
     async def _batch(self, requests: Sequence[GenerationRequest], inbox: SimpleQueue[list[_Item]]) -> None:
-        """One task per request, each handing its response (or the error that fails the batch)
-        to the caller through `inbox`; a watcher adds a note while no answer has come for a
-        while. What one turn of the loop finished goes over as one bundle: a wake-up of the
-        waiting thread per response would cost more than the response."""
+        """One sender task per slot (`sender`), each handing every response it gets (or the
+        error that fails the batch) to the caller through `inbox`; a watcher adds a note while
+        no answer has come for a while. What one turn of the loop finished goes over as one
+        bundle: a wake-up of the waiting thread per response would cost more than the
+        response."""
         bundle: list[_Item] = []
         loop = asyncio.get_running_loop()
 
@@ -618,29 +669,29 @@ class OpenAIServerEngine(BaseEngine):
             else:
                 deliver((_DONE, index, response))
 
-        # A task per request only while it can have a slot: thousands of idle tasks waiting
-        # for one would only be more objects for the garbage collector to scan.
         todo = iter(range(len(requests)))
-        running: set[asyncio.Future[None]] = set()
-        finished = loop.create_future()
 
-        def start_next(_: object = None) -> None:
-            index = None if failed else next(todo, None)
-            if index is not None:
-                task = asyncio.ensure_future(one(index))
-                running.add(task)
-                task.add_done_callback(running.discard)
-                task.add_done_callback(start_next)
-            elif not running and not finished.done():
-                finished.set_result(None)
+        async def sender() -> None:
+            """Sends the batch's requests one after another: the next goes out in the same
+            turn of the loop as the reply before it is checked and handed over. (A task
+            started per request when the previous one's task is done waits behind every
+            reply that turn of the loop brought in: when a wave of replies arrives together,
+            none of its replacements is sent before all of them are handled, and the waves
+            stay in lockstep, each paying the whole wave's turnaround.)"""
+            while not failed:  # a failure starts nothing more
+                index = next(todo, None)
+                if index is None:
+                    return
+                await one(index)
 
+        # As many senders as there are slots: thousands of idle tasks waiting for one would
+        # only be more objects for the garbage collector to scan.
+        senders = [asyncio.ensure_future(sender()) for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls)))]
         try:
-            for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls))):
-                start_next()
-            await finished
+            await asyncio.gather(*senders)
         finally:
             watcher.cancel()
-            for task in list(running):
+            for task in senders:
                 task.cancel()
 
     async def _watch(self, deliver: Callable[[_Item], None]) -> None:
@@ -794,6 +845,7 @@ class OpenAIServerEngine(BaseEngine):
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
         except OSError as exc:
             raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
+        await self._pacer.wait_turn()  # handled, and its slot refilled, in its group's turn
         response = _Reply(status, content)
         if status in _RETRY_STATUS or status >= 500:
             message, _, _ = _server_message(response)

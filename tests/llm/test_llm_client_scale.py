@@ -14,6 +14,7 @@ from stub_openai import launch, stats
 
 from bias_discovery.judging import JudgeSettings, verdict_constraint
 from bias_discovery.llm import cache as cache_module
+from bias_discovery.llm import openai_server
 from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.config import ModelConfig
@@ -45,6 +46,49 @@ def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
     assert max(threads) <= threads_before + 3, (threads_before, max(threads))
     with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
         assert conn.execute("SELECT COUNT(*), MAX(paid) FROM calls").fetchone() == (IN_FLIGHT, 1)
+
+
+
+def test_a_replacement_leaves_while_most_of_its_wave_is_still_to_be_handled(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A wave of replies that arrives together is let on `REPLIES_PER_TURN` a turn of the
+    loop, so the request that refills a slot leaves (aiohttp writes its body in a task of its
+    own, a few turns later) while most of the wave is still to be handled; in lockstep, every
+    replacement would wait for the whole wave (the client ceiling at 2048 in flight)."""
+    import aiohttp.client_reqrep
+
+    wave, per_turn = 64, 2
+    monkeypatch.setattr(openai_server, "REPLIES_PER_TURN", per_turn)
+    log: list[str] = []
+    write_bytes = aiohttp.client_reqrep.ClientRequest.write_bytes
+
+    async def logged_write_bytes(*args, **kwargs):  # type: ignore[no-untyped-def]
+        log.append("wire")  # the request's bytes go out now
+        return await write_bytes(*args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.client_reqrep.ClientRequest, "write_bytes", logged_write_bytes)
+    with launch(0.5) as (url, _):  # a wave sent together comes back together
+        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=wave, structured_outputs="vllm", max_retries=0)
+        engine = openai_server.OpenAIServerEngine(config)
+        engine.generate([GenerationRequest.chat(f"warm {i}") for i in range(wave)])  # connections
+        to_response = engine._to_response
+
+        def logged_to_response(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if "handled" not in log:
+                time.sleep(0.2)  # the loop is busy: the rest of the wave is all in at the next turn
+            log.append("handled")
+            return to_response(*args, **kwargs)
+
+        engine._to_response = logged_to_response  # type: ignore[method-assign]
+        log.clear()
+        out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(2 * wave)])
+        served = stats(url)
+        engine.close()
+    assert [r.finish_reason for r in out] == ["stop"] * (2 * wave)
+    assert served["requests"] == 3 * wave  # nothing retried
+    assert log.count("wire") == 2 * wave and log.count("handled") == 2 * wave
+    first_replacement = log.index("handled")
+    handled_before_it_left = log[first_replacement:].index("wire")
+    assert handled_before_it_left < wave // 2, " ".join(log)
 
 
 class _Trickle(SequentialEngine):
