@@ -440,6 +440,9 @@ def test_view_command_serves_and_stops_on_ctrl_c(hostile_run: Path):
     process = subprocess.Popen(
         [sys.executable, "-m", "bias_discovery.cli", "view", str(hostile_run), "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        # as in a terminal: a suite started in the background (`cmd &`) inherits SIGINT ignored,
+        # and Python then installs no Ctrl-C handler in the child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = process.stdout.readline()
