@@ -235,7 +235,7 @@ def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_th
     # the teacher leaves semicolon rewrites unchanged: nothing to judge, nothing discordant
     assert null["stop"] == "futility" and null["stopped_at"] == 25
     assert report["accepted"] == [strong["bias_id"]]
-    validation_rewrites = [r for r in engine.sent if "Trait:" in r.messages[-1].content and "Test question" in r.messages[-1].content]
+    validation_rewrites = [r for r in engine.sent if _is_test_rewrite(r)]
     # the looks: 25 each (not 2 x 100); then, accepted early, the strong one on the 75 items after its stop
     assert len(validation_rewrites) == 25 + 25 + 75
     # Holm over the two candidates' sequential p-values (the null one's is 1)
@@ -298,9 +298,12 @@ def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(
     assert report["accepted"] == given_stop["accepted"] and report["error_statement"] == given_stop["error_statement"]
 
 
-def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
-    """The teacher fails while rewriting the second look's slice; the resumed run takes the
-    first look's rewrites, checks and judgments from the call cache and pays only for the rest."""
+def _fail_then_resume(tmp_path, fail_after: int):
+    """One run whose teacher falls over after `fail_after` test-set rewrites, then its resume
+    with a healthy teacher. Checks that the failed run wrote no validation and that the resume
+    paid nothing twice: only the requests that raised are asked again (streamed, the teacher
+    may take one or two more queued rewrites before the failure stops them). Returns the run
+    directory, the resumed engine and the number of test-set rewrites asked in all."""
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
                          validate={"n_boot": 100, "sequential": {"futility": 0.0}})
     rd = RunDir(tmp_path / "run")
@@ -310,56 +313,9 @@ def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
     raised = []
 
     def failing(request):
-        user = request.messages[-1].content
-        if "Trait:" in user and "Test question" in user:
+        if _is_test_rewrite(request):
             test_rewrites["count"] += 1
-            if test_rewrites["fail"] and test_rewrites["count"] > 50:  # look 1: 2 candidates x 25 items
-                raised.append(request)
-                raise RuntimeError("teacher fell over")
-        return _strong_and_null_world(request)
-
-    first = ScriptedEngine(failing)
-    try:
-        execute(rd, config, resume=False, engines={"target": CachedEngine(first, rd.cache_path)}, embedder=BagOfWordsEmbedder())
-    except RuntimeError:
-        pass
-    else:  # pragma: no cover - the fake must fail
-        raise AssertionError("the run did not fail")
-    test_rewrites["fail"] = False
-    healthy = ScriptedEngine(failing)
-    execute(rd, config, resume=True, engines={"target": CachedEngine(healthy, rd.cache_path)}, embedder=BagOfWordsEmbedder())
-
-    def keys(requests):
-        return {r.content_hash("fake") for r in requests}
-
-    # the requests that raised were never answered, so they are asked again; nothing else is
-    # (streamed, the teacher may take one or two more queued rewrites before the failure stops them)
-    assert raised and keys(first.sent) & keys(healthy.sent) == keys(raised), "a call was paid twice"
-    report = _validation(rd)
-    null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
-    assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]
-    assert report["accepted"] and test_rewrites["count"] > 50
-
-
-def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
-    """The teacher fails in the middle of the held-out round (after the looks' 25 + 25, 25 and
-    50 rewrites, 40 of the strong candidate's 75 held-out ones): the resumed run takes every
-    look and those 40 rewrites, with their checks and judgments, from the call cache, pays only
-    for the rest, and reports the effect on the 75 held-out items."""
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
-                         validate={"n_boot": 100, "sequential": {"futility": 0.0}})
-    rd = RunDir(tmp_path / "run")
-    rd.root.mkdir()
-    rd.config_path.write_text(config.to_yaml())
-    test_rewrites = {"count": 0, "fail": True}
-    raised = []
-    looks = 50 + 25 + 50  # the null candidate goes on to the end (futility 0), the strong one stops at 25
-
-    def failing(request):
-        user = request.messages[-1].content
-        if "Trait:" in user and "Test question" in user:
-            test_rewrites["count"] += 1
-            if test_rewrites["fail"] and test_rewrites["count"] > looks + 40:
+            if test_rewrites["fail"] and test_rewrites["count"] > fail_after:
                 raised.append(request)
                 raise RuntimeError("teacher fell over")
         return _strong_and_null_world(request)
@@ -375,10 +331,33 @@ def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
     def keys(requests):
         return {r.content_hash("fake") for r in requests}
 
-    # the requests that raised were never answered, so they are asked again; nothing else is
-    # (streamed, the teacher may take one or two more queued rewrites before the failure stops them)
     assert raised and keys(first.sent) & keys(healthy.sent) == keys(raised), "a call was paid twice"
-    resumed_rewrites = [r for r in healthy.sent if "Trait:" in r.messages[-1].content and "Test question" in r.messages[-1].content]
+    return rd, healthy, test_rewrites["count"]
+
+
+def _is_test_rewrite(request) -> bool:
+    user = request.messages[-1].content
+    return "Trait:" in user and "Test question" in user
+
+
+def test_a_resumed_validation_pays_no_slice_twice(tmp_path):
+    """The teacher fails while rewriting the second look's slice; the resumed run takes the
+    first look's rewrites, checks and judgments from the call cache and pays only for the rest."""
+    rd, _, test_rewrites = _fail_then_resume(tmp_path, fail_after=50)  # look 1: 2 candidates x 25 items
+    report = _validation(rd)
+    null = next(r for r in report["candidates"] if r["name"] == "Semicolon Bias")
+    assert null["stopped_at"] == 100 and [look["items"] for look in null["looks"]] == [25, 50, 100]
+    assert report["accepted"] and test_rewrites > 50
+
+
+def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
+    """The teacher fails in the middle of the held-out round (after the looks' 25 + 25, 25 and
+    50 rewrites, 40 of the strong candidate's 75 held-out ones): the resumed run takes every
+    look and those 40 rewrites, with their checks and judgments, from the call cache, pays only
+    for the rest, and reports the effect on the 75 held-out items."""
+    looks = 50 + 25 + 50  # the null candidate goes on to the end (futility 0), the strong one stops at 25
+    rd, healthy, _ = _fail_then_resume(tmp_path, fail_after=looks + 40)
+    resumed_rewrites = [r for r in healthy.sent if _is_test_rewrite(r)]
     assert len(resumed_rewrites) == 75 - 40  # the ones that raised, and those after them
     strong = next(r for r in _validation(rd)["candidates"] if r["name"] == "Expert Citation Bias")
     assert strong["stop"] == "efficacy" and strong["effect"]["method"] == held_out_method(75, 1, 3) and strong["effect"]["n"] == 75
