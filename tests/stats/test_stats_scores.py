@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, run_looks
+from bias_discovery.sequential import (
+    FamilySettings,
+    compare_arms,
+    decide,
+    effects,
+    run_looks,
+)
 from bias_discovery.stats import (
     compare_paired_scores,
     min_detectable_shift,
