@@ -29,7 +29,7 @@ from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
-from .sequential import FamilySettings
+from .stages.family import FamilySettings
 from .stages.rewrite_checks import record_checker
 from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases
 from .stats import wilson_interval

@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+from fakes import ScriptedEngine, _responses
 from pydantic import ValidationError
 
 from bias_discovery.config import load_run_config
@@ -25,8 +26,6 @@ from bias_discovery.judging import (
 from bias_discovery.llm.types import FinalTokenLogprobs, GenerationResponse
 from bias_discovery.prompts import load_prompt
 from bias_discovery.stats import mean_t_interval, wilson_interval
-
-from fakes import ScriptedEngine, _responses
 
 
 def pair(i: int, domain: str = "math", **meta) -> PreferencePair:
@@ -196,7 +195,7 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     from bias_discovery.config import PerturbSettings, ValidateSettings
     from bias_discovery.data import load_pairs
     from bias_discovery.library import load_seed_library
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
 
     rows = [

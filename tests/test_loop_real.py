@@ -264,7 +264,7 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
     from bias_discovery.judging import JudgeSettings, judge_pairs
     from bias_discovery.library import Bias, BiasOrigin
     from bias_discovery.llm.registry import make_engine
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
     from bias_discovery.stats import held_out_method
 

@@ -39,10 +39,10 @@ from ..llm.roles import ModelRoles
 from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
+from ..stages.family import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
 from ..stages.perturb import PLACEBO_ID, perturb, rewrite_neutrally
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
-from ..sequential import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
 from ..stats import compare_effects, compare_paired, decide_differences
 from .config import JURY, MatrixConfig, MatrixJudge, load_matrix_library, selected_biases
 from .output import prepare_matrix_dir, write_matrix

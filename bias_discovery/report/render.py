@@ -289,7 +289,7 @@ def _configured_error_statement(config: dict[str, Any]) -> str:
     """The error statement of a run's settings, before any validation has written its own."""
     from ..config import RunConfig
     from ..judging import measure_of
-    from ..sequential import FamilySettings
+    from ..stages.family import FamilySettings
 
     try:
         resolved = RunConfig.model_validate(config)

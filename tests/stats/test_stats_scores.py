@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.sequential import (
+from bias_discovery.stages.family import (
     FamilySettings,
     compare_arms,
     decide,

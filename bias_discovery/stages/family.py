@@ -34,8 +34,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ValidateSettings
-from .stats import (
+from ..config import ValidateSettings
+from ..stats import (
     Effect,
     LookRecord,
     Measure,
