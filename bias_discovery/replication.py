@@ -23,12 +23,15 @@ from pydantic import BaseModel, Field
 from .data.loaders import describe_source, load_pairs
 from .data.overlap import DataOverlap
 from .errors import BiasDiscoveryError
-from .export.common import RunContext, check_output_dir, check_run_overlap, select_biases, staged_output
+from .export.common import check_output_dir, staged_output
 from .io import atomic_write_json, atomic_write_jsonl
 from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
+from .run.context import RunContext
+from .run.overlap import check_run_overlap
+from .run.selection import select_biases
 from .stages.family import FamilySettings
 from .stages.rewrite_checks import record_checker
 from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases

@@ -25,8 +25,6 @@ from bias_discovery.export import (
     export_dpo,
     export_judgebench_pro,
 )
-from bias_discovery.export.common import select_biases, validated_biases
-from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.export.pro import assign_variants
 from bias_discovery.judging import JudgeSettings
 from bias_discovery.library import (
@@ -37,10 +35,12 @@ from bias_discovery.library import (
 )
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
+from bias_discovery.run.selection import select_biases, validated_biases
+from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.stats import CONDITIONAL, Effect, PairedComparison, wilson_interval
 
-from helpers import cli
 from fakes import MARKER, ScriptedEngine
+from helpers import cli
 
 # --------------------------------------------------------------------------------------------
 # A scripted world

@@ -12,13 +12,14 @@ from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
-from ..export.common import check_output_dir, check_run_overlap
+from ..export.common import check_output_dir
 from ..formatting import plural
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
 from ..progress import ProgressFactory
 from ..run import RunDir
+from ..run.overlap import check_run_overlap
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of, spec_list
 
 __all__ = ["audit"]

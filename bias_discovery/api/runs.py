@@ -14,7 +14,6 @@ from ..config import RunConfig, load_run_config, validate_settings
 from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
-from ..export.common import validated_biases
 from ..formatting import plural
 from ..graph import check_data_overlap, execute
 from ..io import atomic_write_text, probe_writable
@@ -23,6 +22,7 @@ from ..llm.base import Engine
 from ..progress import ProgressFactory
 from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates, require_run_like
 from ..run import RunDir, RunState, ValidationReport, effective_status
+from ..run.selection import validated_biases
 from ..tables import Tabular
 from .common import WarningHandler, python_warning
 

@@ -28,24 +28,24 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..errors import ExportError
 from ..formatting import number, percent, plural
 from ..io import atomic_write_json, atomic_write_text
 from ..library import Bias
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
+from ..run.context import RunContext
+from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
-    ExportError,
     LengthStats,
-    RunContext,
     bias_summary,
     check_output_dir,
     dataset_card_meta,
     length_stats,
     one_line,
     package_version,
-    select_biases,
     settings_text,
     staged_output,
     write_data_files,

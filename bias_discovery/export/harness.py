@@ -28,20 +28,13 @@ from typing import Any, Callable, Literal, Mapping
 from pydantic import BaseModel, Field
 
 from ..data.loaders import describe_source
+from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..run import RunDir
+from ..run.context import RunContext
+from ..run.selection import select_biases
 from ..stages.records import PerturbedPair
-from .common import (
-    CARD_MISSING,
-    ExportError,
-    RunContext,
-    bias_summary,
-    check_output_dir,
-    one_line,
-    package_version,
-    select_biases,
-    staged_output,
-)
+from .common import CARD_MISSING, bias_summary, check_output_dir, one_line, package_version, staged_output
 from .compare import load_pro_pairs
 from .pro import DATA_COLUMNS, LICENCES, chosen_first, comparison_cell, labelled_row, read_pro_stats, sample_id
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import ExportError
+from ..errors import ExportError
 from .harness import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
 
 _NAME_LINE = 'TASK_NAME = "bias_discovery_pairwise"\n'

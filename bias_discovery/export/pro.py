@@ -52,6 +52,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..errors import ExportError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..judging import JudgeSettings, Judgment, judge_pairs
@@ -60,24 +61,23 @@ from ..llm.base import Engine
 from ..llm.config import ModelConfig, same_model
 from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import is_prompt_path
+from ..run.context import RunContext
+from ..run.overlap import check_run_overlap
+from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls
 from ..stats import wilson_interval
 from .common import (
     CARD_MISSING,
-    ExportError,
     LengthStats,
-    RunContext,
     bias_summary,
     check_output_dir,
-    check_run_overlap,
     dataset_card_meta,
     length_stats,
     model_config,
     one_line,
     package_version,
-    select_biases,
     settings_text,
     staged_output,
     string_schema,

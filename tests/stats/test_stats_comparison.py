@@ -8,7 +8,6 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from stats_cases import _validate_family, paired_outcomes
 
 from bias_discovery import stats
 from bias_discovery.stats import (
@@ -18,6 +17,8 @@ from bias_discovery.stats import (
     mcnemar_exact_one_sided,
     per_domain_breakdown,
 )
+
+from stats_cases import _validate_family, paired_outcomes
 
 
 def test_compare_paired_excludes_invalid_items():

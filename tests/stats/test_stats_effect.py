@@ -8,10 +8,11 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from stats_cases import paired_outcomes
 
 from bias_discovery import stats
 from bias_discovery.stats import effect as effect_module
+
+from stats_cases import paired_outcomes
 
 
 def test_continuation_tails_match_a_monte_carlo_of_the_canonical_model():

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from stats_cases import paired_outcomes
 
 from bias_discovery.stats import intervals as intervals_module
 from bias_discovery.stats import (
     paired_bootstrap_delta_ci,
     wilson_interval,
 )
+
+from stats_cases import paired_outcomes
 
 
 def test_wilson_8_of_20():

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from stats_cases import _items, _validate_family
 
 from bias_discovery import stats
+
+from stats_cases import _items, _validate_family
 
 
 def test_alpha_spending_hand_values():
