@@ -22,9 +22,8 @@ from pydantic import BaseModel, Field
 
 from .data.loaders import describe_source, load_pairs
 from .data.overlap import DataOverlap
-from .errors import BiasDiscoveryError
-from .export.common import check_output_dir, staged_output
-from .io import atomic_write_json, atomic_write_jsonl
+from .errors import BiasDiscoveryError, ExportError
+from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_output
 from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
@@ -191,7 +190,7 @@ def replicate_run(
                 "would repeat the run's calls (the cache answers them); pass another --seed or --data"
             )
         target = out if out is not None else default_out(run_path, seed, data)
-        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path])
+        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError)
         if biases is None:
             chosen = [
                 b for b in ctx.library.biases
@@ -229,7 +228,7 @@ def replicate_run(
             reproduction_rate=None,
         )
         if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
-            with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+            with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
                 atomic_write_json(tmp / "replication.json", header)
             header.out = Path(target)
             return header, Path(target)
@@ -314,7 +313,7 @@ def replicate_run(
             "out": Path(target),
         }
     )
-    with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+    with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         atomic_write_json(tmp / "replication.json", replication)
         atomic_write_jsonl(tmp / "validation_perturbed.jsonl", output.perturbed)
         atomic_write_jsonl(tmp / "validation_judgments.jsonl", output.judgments)

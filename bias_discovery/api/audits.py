@@ -12,8 +12,9 @@ from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
-from ..export.common import check_output_dir
+from ..errors import ExportError
 from ..formatting import plural
+from ..io import check_output_dir
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
@@ -68,7 +69,7 @@ def audit(
         configs["teacher"] = model_config_of(teacher, teacher_base_url or base_url, timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
-        check_output_dir(out_dir, overwrite=overwrite)
+        check_output_dir(out_dir, overwrite=overwrite, error=ExportError)
     pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
     data_name = describe_source(data, data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=allow_overlap)

@@ -13,16 +13,13 @@ audits share live in `bias_discovery.run`: `selection`, `context`, `overlap`.)
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel
 
-from ..errors import ExportError
-from ..io import atomic_write_jsonl, probe_writable
+from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
@@ -74,63 +71,6 @@ def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -
             return default.model_copy(update={"base_url": base_url})
         return default
     return ModelConfig.from_spec(spec, **({"base_url": base_url} if base_url else {}))
-
-
-# --------------------------------------------------------------------------------------------
-# Output directory: check early, write into a temp dir, rename at the end
-# --------------------------------------------------------------------------------------------
-
-
-def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> None:
-    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), one
-    that is or contains a protected path (the run directory: --overwrite must never delete it),
-    and one whose parent cannot be written (`staged_output` writes and renames there): proved
-    with a probe file before any model call is paid for."""
-    out_resolved = out.resolve()
-    for path in protect:
-        p = path.resolve()
-        if out_resolved == p or out_resolved in p.parents:
-            raise ExportError(f"--out {out} is or contains {path}; pick another output directory")
-    if out.is_symlink() or out.exists():
-        if not out.is_dir():
-            raise ExportError(f"--out {out} exists and is not a directory")
-        if any(out.iterdir()) and not overwrite:
-            raise ExportError(
-                f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
-                "another directory"
-            )
-    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
-
-
-@contextmanager
-def staged_output(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
-    """Yield a fresh temporary directory next to `out`; on success it replaces `out`.
-
-    On any exception the temporary directory is removed and `out` is left as it was. An
-    existing `out` (empty, or any with `overwrite`) is moved aside, the new one renamed in,
-    and the old one deleted; if the rename fails, the old one is put back.
-    """
-    check_output_dir(out, overwrite=overwrite, protect=protect)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        yield tmp
-        check_output_dir(out, overwrite=overwrite, protect=protect)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(out, old)
-            try:
-                os.rename(tmp, out)
-            except BaseException:
-                os.rename(old, out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --------------------------------------------------------------------------------------------

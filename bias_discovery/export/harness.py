@@ -29,12 +29,12 @@ from pydantic import BaseModel, Field
 
 from ..data.loaders import describe_source
 from ..errors import ExportError
-from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from ..run import RunDir
 from ..run.context import RunContext
 from ..run.selection import select_biases
 from ..stages.records import PerturbedPair
-from .common import CARD_MISSING, bias_summary, check_output_dir, one_line, package_version, staged_output
+from .common import CARD_MISSING, bias_summary, one_line, package_version
 from .compare import load_pro_pairs
 from .pro import DATA_COLUMNS, LICENCES, chosen_first, comparison_cell, labelled_row, read_pro_stats, sample_id
 
@@ -285,12 +285,12 @@ def export_harness(
     writer = _writer(kind)
     out = Path(out)
     src_path = Path(src)
-    check_output_dir(out, overwrite=overwrite, protect=[src_path])
+    check_output_dir(out, overwrite=overwrite, protect=[src_path], error=ExportError)
     if task_name is not None:
         check_task_name(task_name)
     found = load_harness_set(src_path, biases=biases)
     name = task_name or default_task_name(found)
-    with staged_output(out, overwrite=overwrite, protect=[src_path]) as tmp:
+    with staged_output(out, overwrite=overwrite, protect=[src_path], error=ExportError) as tmp:
         atomic_write_jsonl(tmp / "data.jsonl", [{column: row[column] for column in DATA_COLUMNS} for row in found.rows])
         harness_info = writer(tmp, found, name)
         info = {

@@ -54,7 +54,7 @@ from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
-from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
@@ -72,14 +72,12 @@ from .common import (
     CARD_MISSING,
     LengthStats,
     bias_summary,
-    check_output_dir,
     dataset_card_meta,
     length_stats,
     model_config,
     one_line,
     package_version,
     settings_text,
-    staged_output,
     string_schema,
     write_data_files,
     yaml_front_matter,
@@ -829,7 +827,7 @@ def export_judgebench_pro(
     """
     out = Path(out)
     run_path = Path(run_dir)
-    check_output_dir(out, overwrite=overwrite, protect=[run_path])
+    check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if variants < 1:
         raise ExportError(f"--variants must be at least 1, got {variants}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
@@ -891,6 +889,6 @@ def export_judgebench_pro(
             "data_overlap": overlap.model_dump(mode="json"),
         }
         stats = pro_stats(build, ctx_info=info, biases=chosen)
-    with staged_output(out, overwrite=overwrite, protect=[run_path]) as tmp:
+    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)
     return stats
