@@ -20,8 +20,9 @@ from ..io import atomic_write_text, probe_writable
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
 from ..progress import ProgressFactory
-from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates, require_run_like
+from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates
 from ..run import RunDir, RunState, ValidationReport, effective_status
+from ..run.library_ref import require_run_like
 from ..run.selection import validated_biases
 from ..tables import Tabular
 from .common import WarningHandler, python_warning

@@ -85,7 +85,8 @@ def library_show(
 
     from rich.text import Text
 
-    from ..report.data import library_json, rejected_candidates, resolve_library
+    from ..report.data import library_json, rejected_candidates
+    from ..run.library_ref import resolve_library
 
     try:
         resolved = resolve_library(ref, iteration)
@@ -241,7 +242,8 @@ def library_diff(
     """
     import json as _json
 
-    from ..report.data import bias_row, diff_refs, diff_to_json, resolve_library
+    from ..report.data import bias_row, diff_refs, diff_to_json
+    from ..run.library_ref import resolve_library
 
     try:
         ref_a, ref_b = resolve_library(a), resolve_library(b)
@@ -333,7 +335,7 @@ def view(
     """Serve a run's report while the run goes on.
 
     On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
-    from ..report.data import require_run_like
+    from ..run.library_ref import require_run_like
     from ..viewer import ReportServer
 
     try:

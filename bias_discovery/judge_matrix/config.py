@@ -339,7 +339,7 @@ def load_matrix_library(spec: str, seed_library: str) -> tuple[BiasLibrary, str,
     (None for a seed library or a file): `seeds`, a run directory (RUN_DIR, RUN_DIR@N), a
     library file, or shipped seed library names joined by '+'."""
     from ..library import load_seed_library
-    from ..report.data import resolve_library
+    from ..run.library_ref import resolve_library
 
     text = spec.strip()
     if text == SEED_LIBRARY:

@@ -4,8 +4,8 @@
 Importing this package is light: matplotlib and jinja2 load on first render.
 """
 
+from ..run.library_ref import LibraryRef, require_run_like, resolve_library
 from .data import (
-    LibraryRef,
     RunData,
     bias_row,
     collect_run,
@@ -14,8 +14,6 @@ from .data import (
     library_json,
     library_rows,
     rejected_candidates,
-    require_run_like,
-    resolve_library,
 )
 from .render import render_report, render_run, word_diff, write_report
 
