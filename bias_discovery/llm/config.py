@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError
-from .registry import PROVIDERS
+from .providers import PROVIDERS
 
 KNOWN_PROVIDERS: tuple[str, ...] = tuple(PROVIDERS)
 
