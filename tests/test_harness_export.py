@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bias_discovery.export import export_harness
-from bias_discovery.export.harness import LM_EVAL_TESTED
+from bias_discovery.export.harness_set import LM_EVAL_TESTED
 
 from helpers import cli, model_cache_dir
 from test_export import FILTER, WORLD_BIASES, fake_engines, make_bias, make_fake_run

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError
-from .harness import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
+from .harness_set import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
 
 _NAME_LINE = 'TASK_NAME = "bias_discovery_pairwise"\n'
 
