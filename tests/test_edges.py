@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from bias_discovery.errors import DataError
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.judging import JudgeSettings, Judgment, JudgeResult, summarize
 from bias_discovery.run import RunDir
 

@@ -15,7 +15,7 @@ import pytest
 
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.run import RunDir
 from bias_discovery.stats import FULL_SAMPLE
@@ -453,7 +453,7 @@ def test_loop_with_a_mitigated_judge(tmp_path):
 
 
 def test_the_recursion_limit_covers_every_node_a_run_takes():
-    from bias_discovery.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
+    from bias_discovery.loop.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
 
     for t in (1, 4, 30):
         assert recursion_limit(t) > NODES_PER_ITERATION * t + NODES_OUTSIDE_ITERATIONS

@@ -9,7 +9,7 @@ import pytest
 
 from bias_discovery.data.overlap import PairKey, check_overlap, content_hash, find_overlap
 from bias_discovery.errors import DataError
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.replication import replicate_run
 from bias_discovery.run import RunDir
 

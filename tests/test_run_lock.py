@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunBusyError, RunDir
 from bias_discovery.run.lock import STALE_AFTER_S, LockHolder, _process_start
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
@@ -226,7 +226,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from bias_discovery.config import load_run_config
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.run import RunDir
 

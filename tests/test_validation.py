@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.judging import calls_per_pair
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.report import render_report

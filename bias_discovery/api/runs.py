@@ -15,10 +15,10 @@ from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
 from ..formatting import plural
-from ..graph import check_data_overlap, execute
 from ..io import atomic_write_text, probe_writable
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
+from ..loop.graph import check_data_overlap, execute
 from ..progress import ProgressFactory
 from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates
 from ..run import RunDir, RunState, ValidationReport, effective_status

@@ -22,13 +22,15 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Literal, Mapping, TypedDict
 
-from .config import RunConfig
-from .embeddings import Embedder
-from .errors import ConfigError
-from .library import load_seed_library
-from .llm.base import Engine
-from .llm.roles import ModelRoles
-from .loop import (
+from ..config import RunConfig
+from ..embeddings import Embedder
+from ..errors import ConfigError
+from ..library import load_seed_library
+from ..llm.base import Engine
+from ..llm.roles import ModelRoles
+from ..progress import ProgressFactory
+from ..run import RunBusyError, RunDir
+from . import (
     IterationStages,
     LoopResources,
     LoopValidation,
@@ -39,8 +41,6 @@ from .loop import (
     mde_phrase,
     state_or_none,
 )
-from .progress import ProgressFactory
-from .run import RunBusyError, RunDir
 
 __all__ = [
     "Discovery", "LoopState", "NODES_OUTSIDE_ITERATIONS", "NODES_PER_ITERATION", "StopKind", "check_data_overlap",
