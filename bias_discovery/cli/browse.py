@@ -336,7 +336,7 @@ def view(
 
     On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
     from ..run.library_ref import require_run_like
-    from ..viewer import ReportServer
+    from ..report.viewer import ReportServer
 
     try:
         require_run_like(run_dir)

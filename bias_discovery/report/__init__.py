@@ -1,5 +1,5 @@
 """Browse a run: library tables and diffs (`library show`/`diff`), the HTML report
-(`report`), and the live viewer (`view`, in `bias_discovery.viewer`).
+(`report`), and the live viewer (`view`, in `viewer.py`).
 
 Importing this package is light: matplotlib and jinja2 load on first render.
 """

@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .errors import BiasDiscoveryError
-from .run import RunDir
+from ..errors import BiasDiscoveryError
+from ..run import RunDir
 
 __all__ = ["ReportServer"]
 
@@ -116,7 +116,7 @@ class ReportServer:
             return self._html, self._version
 
     def _render(self, version: str) -> str:
-        from .report.render import render_report
+        from .render import render_report
 
         try:
             return render_report(self.run_dir, live=True, version=version)
