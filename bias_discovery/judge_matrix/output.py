@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, staged_files
 from ..stages.records import PerturbedPair
 from .config import MatrixConfig
+from .page import render_matrix
 from .records import CSV_COLUMNS, MatrixJudgment, MatrixResult, csv_rows
 
 __all__ = ["CACHE_FILE", "CONFIG_FILE", "OUTPUT_FILES", "prepare_matrix_dir", "read_matrix", "write_matrix"]
@@ -55,8 +56,6 @@ def _csv_text(result: MatrixResult) -> str:
 
 def write_matrix(out: Path, result: MatrixResult, rewrites: Sequence[PerturbedPair], judgments: Sequence[MatrixJudgment]) -> None:
     """Write the outputs into a staging folder inside `out`, then rename each into place."""
-    from ..report.matrix import render_matrix
-
     with staged_files(out, OUTPUT_FILES) as stage:
         atomic_write_jsonl(stage / "rewrites.jsonl", rewrites)
         atomic_write_jsonl(stage / "judgments.jsonl", judgments)

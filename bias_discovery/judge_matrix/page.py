@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..formatting import ci_pp, count, p_value, percent, pp
-from ..judge_matrix.records import MatrixCell, MatrixResult
 from ..pages import MISSING, page_template
+from .records import MatrixCell, MatrixResult
 
 __all__ = ["cell_colour", "render_matrix"]
 
