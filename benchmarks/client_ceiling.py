@@ -232,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from bias_discovery.llm.aio import loop_kind
-    from bias_discovery.llm.openai_server import build_payload
+    from bias_discovery.llm.openai import build_payload
 
     cache_dir = Path(tempfile.mkdtemp(prefix="client-ceiling-"))
     sides = ["bare", "ours"] + (["httpx"] if args.with_httpx else []) + (["submitted"] if args.with_submit else [])

@@ -35,7 +35,7 @@ from .judging import build_tasks, verdict_constraint
 from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
-from .llm.openai_server import probe_kind
+from .llm.openai.wire import probe_kind
 from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
 from .llm.types import Constraint, GenerationRequest
 

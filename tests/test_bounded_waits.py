@@ -9,15 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from stub_openai import launch, stats
 
 from bias_discovery.errors import EngineError
 from bias_discovery.llm.config import ModelConfig
-from bias_discovery.llm.openai_server import WAIT_NOTE_AFTER_S, OpenAIServerEngine
+from bias_discovery.llm.openai.engine import WAIT_NOTE_AFTER_S, OpenAIServerEngine
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.progress import wait_display
 
 from helpers import cli
+from stub_openai import launch, stats
 
 
 def test_judge_against_a_server_that_never_answers_fails_within_the_timeout(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ class ModelConfig(BaseModel):
 
     max_concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight at once against each server (each replica). Default: by the
-    server's dialect (see `openai_server.DEFAULT_CONCURRENCY`): enough to fill a vLLM
+    server's dialect (see `openai.DEFAULT_CONCURRENCY`): enough to fill a vLLM
     server's batch, the slots of a llama.cpp server, a hosted API's usual rate limit."""
 
     constraint_probe: bool = True

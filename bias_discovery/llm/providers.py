@@ -7,7 +7,7 @@ from __future__ import annotations
 
 PROVIDERS: dict[str, str] = {
     "llamacpp": "llamacpp:LlamaCppEngine",
-    "openai": "openai_server:OpenAIServerEngine",
+    "openai": "openai.engine:OpenAIServerEngine",
     "vllm": "vllm_engine:VLLMEngine",
     "hf": "hf:TransformersEngine",
 }

@@ -1,0 +1,59 @@
+"""The OpenAI-compatible engine's replicas (llm.openai.replicas): least-loaded choice, failover
+to a live replica, all replicas down, the replica URLs checked."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from bias_discovery.errors import EngineError
+from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.openai import OpenAIServerEngine
+from bias_discovery.llm.types import GenerationRequest
+
+from openai_scripted import completion, free_port
+
+pytestmark = pytest.mark.usefixtures("fast_backoff")
+
+
+def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # type: ignore[no-untyped-def]
+    def slow(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        time.sleep(0.02)
+        return 200, completion("re:" + body["messages"][-1]["content"])
+
+    a, b = scripted(slow), scripted(slow)
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[a.base_url, b.base_url],
+                                            structured_outputs="vllm", max_concurrency=2))
+    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(20)])
+    assert [r.text for r in out] == [f"re:q{i}" for i in range(20)]
+    assert len(a.posts()) + len(b.posts()) == 20
+    assert min(len(a.posts()), len(b.posts())) >= 5  # both carried a share
+    assert engine.engine_id == f"openai/served@{a.base_url},{b.base_url}"
+
+
+def test_a_dead_replica_is_skipped_and_its_requests_retried_on_the_other(scripted) -> None:  # type: ignore[no-untyped-def]
+    live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
+    dead_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
+                                            structured_outputs="vllm", max_concurrency=2, max_retries=2))
+    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(12)])
+    assert [r.text for r in out] == [f"re:q{i}" for i in range(12)]
+    assert len(live.posts()) == 12  # each request answered once
+
+
+def test_all_replicas_down_names_them_all() -> None:
+    urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=urls, structured_outputs="vllm",
+                                            max_retries=2))
+    with pytest.raises(EngineError, match="any of the model servers") as info:
+        engine.generate([GenerationRequest.chat("x")])
+    assert all(url in str(info.value) for url in urls)
+
+
+def test_replica_urls_are_validated() -> None:
+    with pytest.raises(ValueError, match="same server twice"):
+        ModelConfig(provider="openai", model="m", base_url=["http://a/v1", "http://a/v1/"])
+    with pytest.raises(ValueError, match="empty list"):
+        ModelConfig(provider="openai", model="m", base_url=[])
