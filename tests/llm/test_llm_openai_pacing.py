@@ -3,11 +3,14 @@ the other replies of its wave are handled."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
 
+from bias_discovery.llm.openai.pacing import TurnPacer
 from bias_discovery.llm.types import GenerationRequest
 
 from openai_scripted import completion, engine_for
@@ -56,3 +59,34 @@ def test_a_replacement_goes_out_before_the_other_replies_of_the_same_turn_are_ha
     assert log[wave : 3 * wave] == ["handled", "send"] * wave, log
     assert log[3 * wave :] == ["handled"] * wave
     engine.close()
+
+
+def test_the_pacer_lets_at_most_per_turn_replies_on_in_one_turn_in_arrival_order() -> None:
+    """`TurnPacer` on its own: five replies arriving in one turn, two a turn: they pass in
+    arrival order, never more than two in a turn of the loop (counted by a callback that
+    re-schedules itself every turn)."""
+
+    async def scenario() -> list[tuple[int, int]]:
+        loop = asyncio.get_running_loop()
+        pacer = TurnPacer(per_turn=2)
+        turn = [0]
+
+        def count_turns() -> None:
+            turn[0] += 1
+            if turn[0] < 50:
+                loop.call_soon(count_turns)
+
+        loop.call_soon(count_turns)
+        passed: list[tuple[int, int]] = []
+
+        async def reply(i: int) -> None:
+            await pacer.wait_turn()
+            passed.append((i, turn[0]))
+
+        await asyncio.gather(*(reply(i) for i in range(5)))
+        return passed
+
+    passed = asyncio.run(scenario())
+    assert [i for i, _ in passed] == [0, 1, 2, 3, 4]
+    per_turn = Counter(t for _, t in passed)
+    assert max(per_turn.values()) == 2 and len(per_turn) == 3

@@ -3,6 +3,7 @@ to a live replica, all replicas down, the replica URLs checked."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from bias_discovery.errors import EngineError
 from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.openai import OpenAIServerEngine
+from bias_discovery.llm.openai.replicas import REPLICA_COOLDOWN_S, Replicas
 from bias_discovery.llm.types import GenerationRequest
 
 from openai_scripted import completion, free_port
@@ -57,3 +59,28 @@ def test_replica_urls_are_validated() -> None:
         ModelConfig(provider="openai", model="m", base_url=["http://a/v1", "http://a/v1/"])
     with pytest.raises(ValueError, match="empty list"):
         ModelConfig(provider="openai", model="m", base_url=[])
+
+
+def test_replicas_least_loaded_first_a_failed_one_cools_down_and_waiters_queue() -> None:
+    """`Replicas` on its own: the least-loaded live replica, a waiter queued while every slot is
+    taken, a failed replica set aside (not handed to the waiter) until its cool-down ends."""
+
+    async def scenario() -> None:
+        replicas = Replicas(["http://a", "http://b"], capacity=1)
+        a = await replicas.acquire()
+        b = await replicas.acquire()
+        assert (a.url, b.url) == ("http://a", "http://b")
+        waiter = asyncio.ensure_future(replicas.acquire())
+        await asyncio.sleep(0)
+        assert not waiter.done()  # every slot is taken: it queues
+        replicas.release(a, failed=True)
+        await asyncio.sleep(0)
+        assert not waiter.done()  # a is cooling down and b is busy
+        assert [r.url for r in replicas.live()] == ["http://b"] and a.failures == 1
+        assert a.down_until - time.monotonic() == pytest.approx(REPLICA_COOLDOWN_S, abs=0.5)
+        replicas.release(b, failed=False)
+        assert (await waiter) is b and b.failures == 0
+        replicas.release(b, failed=False)
+        assert b.in_flight == 0 and a.in_flight == 0
+
+    asyncio.run(scenario())

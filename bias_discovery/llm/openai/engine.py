@@ -25,19 +25,19 @@ from ..base import BaseEngine, BatchReport, finish_reason
 from ..config import ModelConfig
 from ..conformance import probe_failure, probe_request
 from ..types import Constraint, GenerationRequest, GenerationResponse
-from .pacing import _TurnPacer
-from .replicas import _Replica, _ReplicaDown, _Replicas
+from .pacing import TurnPacer
+from .replicas import Replica, ReplicaDown, Replicas
 from .wire import (
-    _RETRY_STATUS,
-    _WANTS_MAX_COMPLETION_TOKENS,
+    RETRY_STATUS,
+    WANTS_MAX_COMPLETION_TOKENS,
     Dialect,
-    _server_message,
     build_payload,
     detect_dialect,
     final_logprobs_from_reply,
     is_context_error,
     probe_kind,
     read_reply,
+    server_message,
 )
 
 __all__ = ["DEFAULT_CONCURRENCY", "OpenAIServerEngine"]
@@ -49,7 +49,7 @@ CLOSE_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 """Longest wait for a TCP connection (within the request's deadline)."""
 REPLIES_PER_TURN = 32
-"""Replies handled per turn of the event loop, at most (`_TurnPacer`)."""
+"""Replies handled per turn of the event loop, at most (`TurnPacer`)."""
 WAIT_NOTE_AFTER_S = 5.0
 """With no answer for this long, the progress line says what the oldest request waits on."""
 SYSTEMATIC_VIOLATIONS = 8
@@ -63,7 +63,7 @@ _T = TypeVar("_T")
 
 @dataclass
 class _Reply:
-    """A server's reply, read in full (what `_parse` and `_server_message` read)."""
+    """A server's reply, read in full (what `_parse` and `server_message` read)."""
 
     status_code: int
     content: bytes
@@ -122,7 +122,7 @@ class OpenAIServerEngine(BaseEngine):
             None if config.structured_outputs == "auto" else config.structured_outputs
         )
         self._dialect_lock: asyncio.Lock | None = None
-        self._replicas = _Replicas(self.base_urls, config.max_concurrency or 1)
+        self._replicas = Replicas(self.base_urls, config.max_concurrency or 1)
         if self._dialect is not None:
             self._replicas.capacity = self.max_concurrency
         self._use_max_completion_tokens = False
@@ -132,7 +132,7 @@ class OpenAIServerEngine(BaseEngine):
         self._tokens = itertools.count()
         self._last_answer = time.monotonic()
         self._submit_watch: asyncio.Future[None] | None = None
-        self._pacer = _TurnPacer(REPLIES_PER_TURN)
+        self._pacer = TurnPacer(REPLIES_PER_TURN)
 
     @property
     def dialect(self) -> Dialect:
@@ -353,7 +353,7 @@ class OpenAIServerEngine(BaseEngine):
         constraint = request.constraint
         payload: dict[str, Any] = {}
 
-        async def attempt(replica: _Replica, deadline: float) -> GenerationResponse:
+        async def attempt(replica: Replica, deadline: float) -> GenerationResponse:
             if constraint is not None and self.config.constraint_probe:
                 await self._ensure_enforced(replica, constraint, deadline)
             if not payload:  # built once a slot is taken: the work spreads over the batch's waits
@@ -366,13 +366,13 @@ class OpenAIServerEngine(BaseEngine):
         self._last_answer = time.monotonic()
         return response
 
-    async def _with_failover(self, work: Callable[[_Replica, float], Awaitable[_T]], path: str) -> _T:
-        """Run `work` on a replica; on `_ReplicaDown`, again on another (at once) or, when
+    async def _with_failover(self, work: Callable[[Replica, float], Awaitable[_T]], path: str) -> _T:
+        """Run `work` on a replica; on `ReplicaDown`, again on another (at once) or, when
         every replica is down, on the first to recover after a backoff. Every attempt and
         backoff counts against one deadline, `timeout_s` from the first send."""
         attempts = self.config.max_retries + 1
         reason = ""
-        failed: _Replica | None = None
+        failed: Replica | None = None
         deadline: float | None = None
         token = next(self._tokens)
         tried = 0
@@ -396,7 +396,7 @@ class OpenAIServerEngine(BaseEngine):
                 tried = attempt
                 try:
                     return await work(replica, deadline)
-                except _ReplicaDown as exc:
+                except ReplicaDown as exc:
                     down = True
                     reason = f"{exc}" if len(self.base_urls) == 1 else f"{replica.url}: {exc}"
                     failed = replica
@@ -419,15 +419,15 @@ class OpenAIServerEngine(BaseEngine):
         raise EngineError(f"cannot reach {where} after {attempts} attempts: {reason}")
 
     async def _send(
-        self, replica: _Replica, method: str, path: str, payload: dict[str, Any] | None, deadline: float
+        self, replica: Replica, method: str, path: str, payload: dict[str, Any] | None, deadline: float
     ) -> _Reply:
-        """One HTTP call, bounded by what is left of the deadline; `_ReplicaDown` for what
+        """One HTTP call, bounded by what is left of the deadline; `ReplicaDown` for what
         another attempt may fix."""
         import aiohttp
 
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _ReplicaDown("timed out")
+            raise ReplicaDown("timed out")
         timeout = aiohttp.ClientTimeout(total=left, connect=min(left, CONNECT_TIMEOUT_S))
         session = await self._client()
         try:
@@ -435,31 +435,31 @@ class OpenAIServerEngine(BaseEngine):
                 content = await reply.read()
                 status = reply.status
         except asyncio.TimeoutError as exc:
-            raise _ReplicaDown("timed out") from exc
+            raise ReplicaDown("timed out") from exc
         except aiohttp.ClientError as exc:
-            raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
+            raise ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
         except OSError as exc:
-            raise _ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
+            raise ReplicaDown(f"{type(exc).__name__}: {exc}") from exc
         await self._pacer.wait_turn()  # handled, and its slot refilled, in its group's turn
         response = _Reply(status, content)
-        if status in _RETRY_STATUS or status >= 500:
-            message, _, _ = _server_message(response)
-            raise _ReplicaDown(f"HTTP {status}: {message[:300]}")
+        if status in RETRY_STATUS or status >= 500:
+            message, _, _ = server_message(response)
+            raise ReplicaDown(f"HTTP {status}: {message[:300]}")
         return response
 
-    async def _chat(self, replica: _Replica, payload: dict[str, Any], deadline: float) -> _Reply:
+    async def _chat(self, replica: Replica, payload: dict[str, Any], deadline: float) -> _Reply:
         """POST one chat completion, renaming `max_tokens` once if the server asks for it."""
         body = self._with_token_field(payload)
         response = await self._send(replica, "POST", "/chat/completions", body, deadline)
         if response.status_code == 400 and "max_tokens" in body:
-            message, _, _ = _server_message(response)
-            if _WANTS_MAX_COMPLETION_TOKENS.search(message):
+            message, _, _ = server_message(response)
+            if WANTS_MAX_COMPLETION_TOKENS.search(message):
                 self._use_max_completion_tokens = True  # for every later request too
                 response = await self._send(replica, "POST", "/chat/completions", self._with_token_field(payload), deadline)
         return response
 
     async def _models_reply(self) -> Any:
-        async def get(replica: _Replica, deadline: float) -> _Reply:
+        async def get(replica: Replica, deadline: float) -> _Reply:
             return await self._send(replica, "GET", "/models", None, deadline)
 
         response = await self._with_failover(get, "/models")
@@ -471,13 +471,13 @@ class OpenAIServerEngine(BaseEngine):
             return None
 
     def _to_response(
-        self, replica: _Replica, response: Any, constraint: Constraint | None, top_logprobs: int | None = None
+        self, replica: Replica, response: Any, constraint: Constraint | None, top_logprobs: int | None = None
     ) -> GenerationResponse:
         """The GenerationResponse for a server reply; a constrained reply that breaks its
         constraint becomes an error response."""
         url = f"{replica.url}/chat/completions"
         if response.status_code >= 400:
-            message, code, param = _server_message(response)
+            message, code, param = server_message(response)
             if is_context_error(response.status_code, message, code, param):
                 return GenerationResponse(
                     text=f"server refused the request ({response.status_code}): {message}",
@@ -545,9 +545,9 @@ class OpenAIServerEngine(BaseEngine):
             final_logprobs=logprobs,
         )
 
-    async def _ensure_enforced(self, replica: _Replica, constraint: Constraint, deadline: float) -> None:
+    async def _ensure_enforced(self, replica: Replica, constraint: Constraint, deadline: float) -> None:
         """Probe `replica` once per constraint kind; EngineError when it does not enforce it.
-        A replica that fails during the probe raises `_ReplicaDown` (probed again later)."""
+        A replica that fails during the probe raises `ReplicaDown` (probed again later)."""
         dialect = await self._detect_dialect()
         kind = probe_kind(constraint, dialect)
         if kind not in replica.probed:
@@ -558,7 +558,7 @@ class OpenAIServerEngine(BaseEngine):
                     response = await self._chat(replica, build_payload(self.config.model, probe, dialect), deadline)
                     url = f"{replica.url}/chat/completions"
                     if response.status_code >= 400:
-                        message, _, _ = _server_message(response)
+                        message, _, _ = server_message(response)
                         failure = f"it refused the probe ({response.status_code}): {message[:300]}"
                     else:
                         reply = self._parse(url, response)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
+__all__ = ["TurnPacer"]
 
-class _TurnPacer:
+
+class TurnPacer:
     """Lets at most `per_turn` replies on to be handled in one turn of the event loop; the
     others wait for the next turns, in arrival order.
 

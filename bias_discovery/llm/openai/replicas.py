@@ -9,18 +9,22 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
+__all__ = ["REPLICA_COOLDOWN_CAP_S", "REPLICA_COOLDOWN_S", "Replica", "ReplicaDown", "Replicas"]
+
 REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
 REPLICA_COOLDOWN_CAP_S = 60.0
 """...up to this: a replica that comes back is used again within a minute."""
 
 
-class _ReplicaDown(Exception):
+class ReplicaDown(Exception):
     """This replica did not answer usably (transport error, timeout, 408/429/5xx)."""
 
 
 @dataclass(eq=False)
-class _Replica:
+class Replica:
+    """One server of a role, as the client sees it: its load, its failures, its probes."""
+
     url: str
     in_flight: int = 0
     failures: int = 0
@@ -32,7 +36,7 @@ class _Replica:
     probe_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-class _Replicas:
+class Replicas:
     """The servers of one role: least-loaded choice, per-replica capacity (a counting
     semaphore per replica, `capacity` slots each), cool-downs. Used on the event loop only.
 
@@ -41,19 +45,19 @@ class _Replicas:
     release would cost O(waiters))."""
 
     def __init__(self, urls: Sequence[str], capacity: int) -> None:
-        self.replicas = [_Replica(url) for url in urls]
+        self.replicas = [Replica(url) for url in urls]
         self.capacity = capacity
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._ticket = 0
 
-    def live(self, now: float | None = None) -> list[_Replica]:
+    def live(self, now: float | None = None) -> list[Replica]:
         now = time.monotonic() if now is None else now
         return [r for r in self.replicas if r.down_until <= now]
 
     def any_live(self) -> bool:
         return bool(self.live())
 
-    def _choose(self, avoid: _Replica | None) -> _Replica | None:
+    def _choose(self, avoid: Replica | None) -> Replica | None:
         now = time.monotonic()
         live = self.live(now)
         if avoid is not None and len(live) > 1:
@@ -63,7 +67,7 @@ class _Replicas:
         free = [r for r in live if r.in_flight < self.capacity]
         return min(free, key=lambda r: (r.in_flight, r.last_used)) if free else None
 
-    async def acquire(self, avoid: _Replica | None = None) -> _Replica:
+    async def acquire(self, avoid: Replica | None = None) -> Replica:
         """The live replica with the fewest requests in flight (waiting for a free slot);
         when every replica is cooling down, the one that comes back first. `avoid` (the one
         that just failed) is taken only when nothing else is left."""
@@ -86,12 +90,12 @@ class _Replicas:
                 raise  # a cancelled waiter left in the queue is skipped by `_wake`
             woken = True
 
-    def give_back(self, replica: _Replica) -> None:
+    def give_back(self, replica: Replica) -> None:
         """Return a slot that was not used: no news about the replica."""
         replica.in_flight -= 1
         self._wake(1)
 
-    def release(self, replica: _Replica, failed: bool) -> None:
+    def release(self, replica: Replica, failed: bool) -> None:
         """Return a slot after a request: a failure starts (or doubles) its cool-down, a
         success ends it."""
         replica.in_flight -= 1

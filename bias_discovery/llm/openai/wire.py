@@ -16,7 +16,8 @@ from ..llamacpp import sampling_fields as llamacpp_sampling_fields
 from ..types import Constraint, ConstraintKind, FinalTokenLogprobs, GenerationRequest
 from ..vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
-_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+"""HTTP statuses that say "not now" rather than "not this request": retried (on another replica)."""
 _CONTEXT_ERROR = re.compile(
     r"context|too long|too large|maximum.{0,40}length|max_tokens|exceed", re.IGNORECASE
 )
@@ -26,7 +27,8 @@ _CHOICE_KEY = "choice"
 Dialect = str  # "vllm" | "llamacpp" | "openai"
 
 
-_WANTS_MAX_COMPLETION_TOKENS = re.compile(r"max_tokens.{0,80}max_completion_tokens", re.IGNORECASE | re.DOTALL)
+WANTS_MAX_COMPLETION_TOKENS = re.compile(r"max_tokens.{0,80}max_completion_tokens", re.IGNORECASE | re.DOTALL)
+"""A refusal of `max_tokens` that asks for `max_completion_tokens` (OpenAI's reasoning models)."""
 
 
 def constraint_fields(constraint: Constraint, dialect: Dialect) -> dict[str, Any]:
@@ -156,7 +158,7 @@ def detect_dialect(models_reply: Any) -> Dialect:
     return "openai"
 
 
-def _server_message(response: Any) -> tuple[str, str, str]:
+def server_message(response: Any) -> tuple[str, str, str]:
     """(message, code, param) from an error reply in OpenAI, vLLM or FastAPI shape."""
     try:
         data = response.json()
