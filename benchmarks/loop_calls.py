@@ -49,7 +49,6 @@ from bias_discovery.stages.family import FamilySettings
 from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
 from bias_discovery.stats import HELD_OUT
 
-
 # --------------------------------------------------------------------------------------------
 # A finished run
 # --------------------------------------------------------------------------------------------

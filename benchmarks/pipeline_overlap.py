@@ -73,10 +73,10 @@ def run_config(pipeline: str, urls: dict[str, str], data: dict[str, str], concur
 
 
 def one_run(pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str], concurrency: dict[str, int]) -> dict[str, Any]:
-    from fakes import BagOfWordsEmbedder
-
     from bias_discovery.loop.graph import execute
     from bias_discovery.run import RunDir
+
+    from fakes import BagOfWordsEmbedder
 
     config = run_config(pipeline, urls, data, concurrency)
     rd = RunDir(root)

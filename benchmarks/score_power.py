@@ -47,6 +47,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -137,7 +138,9 @@ def sequential_cell(
         for k in range(reps):
             values = arm[k].tolist()
 
-            def fetch(look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[float | bool | None]]:
+            def fetch(
+                look: int, active: Sequence[int], new_items: Sequence[int], values: Sequence[Any] = values
+            ) -> list[list[float | bool | None]]:
                 return [[values[i] for i in new_items] for _ in active]
 
             family = run_looks(control[k].tolist(), 1, fetch, settings, order)
@@ -239,7 +242,7 @@ def print_table(rows: list[dict[str, float]], shifts: list[float], args: argpars
         summary.append({"sharpness": cell[0]["sharpness"], "shift_logit": shift, "calls_80_choice": choice,
                         "calls_80_score": score, "calls_ratio": ratio, "calls_ratio_at_least": at_least})
 
-        def show(x: float | None, key: str) -> str:
+        def show(x: float | None, key: str, smallest: dict[str, Any] = smallest) -> str:
             if x is not None:
                 return f"{x:.0f}"
             return f"<= {int(smallest['calls'])}" if smallest[key] >= TARGET_POWER else f"outside {grid}"

@@ -61,7 +61,15 @@ from typing import Any
 import numpy as np
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.stages.family import Errors, FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stages.family import (
+    Errors,
+    FamilySettings,
+    compare_arms,
+    decide,
+    effects,
+    held_out_round,
+    run_looks,
+)
 from bias_discovery.stages.validate import slice_order
 from bias_discovery.stats import MEASURE_LABELS
 

@@ -15,8 +15,9 @@ numbers, reproduced yes/no) and the replication's rewrites and judgments next to
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 

@@ -7,7 +7,6 @@ import math
 import re
 
 import pytest
-from fakes import ScriptedEngine, _responses
 from pydantic import ValidationError
 
 from bias_discovery.config import load_run_config
@@ -26,6 +25,8 @@ from bias_discovery.judging import (
 from bias_discovery.llm.types import FinalTokenLogprobs, GenerationResponse
 from bias_discovery.prompts import load_prompt
 from bias_discovery.stats import mean_t_interval, wilson_interval
+
+from fakes import ScriptedEngine, _responses
 
 
 def pair(i: int, domain: str = "math", **meta) -> PreferencePair:

@@ -15,8 +15,8 @@ import pytest
 
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
-from bias_discovery.loop.graph import execute
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
 from bias_discovery.stats import FULL_SAMPLE
 
@@ -165,7 +165,7 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
     # Iteration 2 names the same bias again; Merge recognises it as the library's.
-    merges = [json.loads(l) for l in (rd.iteration(2).directory / "merges.jsonl").read_text().splitlines()]
+    merges = [json.loads(line) for line in (rd.iteration(2).directory / "merges.jsonl").read_text().splitlines()]
     assert any(m["other_id"] == "d1-expert-citation-bias" and m["decision"] == "same" for m in merges)
     stats = json.loads((rd.iteration(2).directory / "merge_stats.json").read_text())
     assert stats["candidates"] == 0 and stats["teacher_calls"] < stats["all_pairs_calls"]

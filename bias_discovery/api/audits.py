@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
 from ..auditing.output import write_audit_dir

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 

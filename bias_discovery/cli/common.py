@@ -14,7 +14,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
 option help to the terminal (at most 80 columns) instead of Typer's rich panels, which cut

@@ -5,8 +5,9 @@ inspect_ai (`inspect_task.py`), with the shared card (`render_harness_card`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output

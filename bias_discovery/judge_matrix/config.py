@@ -11,8 +11,9 @@ orders from all of them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -196,7 +197,7 @@ class MatrixConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _distinct_judges(self) -> "MatrixConfig":
+    def _distinct_judges(self) -> MatrixConfig:
         seen: dict[str, MatrixJudge] = {}
         for index, judge in enumerate(self.judges):
             if judge.judge.positions != self.judge.positions:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import ConfigError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, staged_files

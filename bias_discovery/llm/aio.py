@@ -17,9 +17,10 @@ import asyncio
 import gc
 import os
 import threading
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Coroutine, Iterator, TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",

@@ -117,7 +117,7 @@ class ModelConfig(BaseModel):
             raise ValueError("model must not be empty")
         return v
 
-    def with_timeout(self, timeout_s: float | None) -> "ModelConfig":
+    def with_timeout(self, timeout_s: float | None) -> ModelConfig:
         """This config with another request deadline (None: unchanged); validated."""
         if timeout_s is None:
             return self
@@ -128,7 +128,7 @@ class ModelConfig(BaseModel):
         return f"{self.provider}/{self.model}"
 
     @classmethod
-    def from_spec(cls, spec: str, **settings: Any) -> "ModelConfig":
+    def from_spec(cls, spec: str, **settings: Any) -> ModelConfig:
         """Parse `provider/model` (the model part may itself contain slashes)."""
         provider, sep, model = spec.partition("/")
         if not sep or not model:

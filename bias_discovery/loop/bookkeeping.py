@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import DataError
 from ..llm.roles import ModelRoles

@@ -20,7 +20,8 @@ iteration's stages, validation).
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Literal, Mapping, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from ..config import RunConfig
 from ..embeddings import Embedder
@@ -283,7 +284,7 @@ def _execute_held(
     if resume:
         discovery.book.carried = counts_so_far(run.read_events())
     try:
-        discovery.resources.data_overlap  # overlapping target and test data are refused before anything is paid
+        _ = discovery.resources.data_overlap  # overlapping target and test data are refused before anything is paid
     except BaseException:
         roles.close()
         raise

@@ -15,9 +15,10 @@ from __future__ import annotations
 import difflib
 import re
 import secrets
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .. import formatting
 from ..formatting import percent, plural

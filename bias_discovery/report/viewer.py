@@ -127,7 +127,7 @@ class ReportServer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "ReportServer":
+    def start(self) -> ReportServer:
         """Serve from a daemon thread and return at once."""
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="bias-discovery-view", daemon=True)
         self._thread.start()
@@ -148,7 +148,7 @@ class ReportServer:
             self._thread = None
         self.httpd.server_close()
 
-    def __enter__(self) -> "ReportServer":
+    def __enter__(self) -> ReportServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -5,8 +5,8 @@ twice."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from ..config import RunConfig, load_run_config
 from ..library import BiasLibrary
@@ -58,7 +58,7 @@ class RunContext:
         if self._roles is not None:
             self._roles.close()
 
-    def __enter__(self) -> "RunContext":
+    def __enter__(self) -> RunContext:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..config import RunConfig
 from ..data.loaders import describe_source, load_pairs

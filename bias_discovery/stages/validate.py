@@ -195,7 +195,7 @@ class ValidationSetup(BaseModel):
     """How each look's rewrites, checks and judgments are ordered (`RunConfig.pipeline`)."""
 
     @model_validator(mode="after")
-    def _measure_follows_the_verdict(self) -> "ValidationSetup":
+    def _measure_follows_the_verdict(self) -> ValidationSetup:
         if self.family.measure != measure_of(self.judge):
             raise ValueError(
                 f"judge.verdict {self.judge.verdict} validates on the measure {measure_of(self.judge)}, "

@@ -97,7 +97,7 @@ class PairedComparison(BaseModel):
         return renamed
 
     @model_validator(mode="after")
-    def _ci_ordered(self) -> "PairedComparison":
+    def _ci_ordered(self) -> PairedComparison:
         if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
             raise ValueError(f"ci_low ({self.ci_low}) is above ci_high ({self.ci_high})")
         return self

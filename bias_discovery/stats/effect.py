@@ -65,13 +65,13 @@ class Effect(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _ci_ordered(self) -> "Effect":
+    def _ci_ordered(self) -> Effect:
         if self.ci_low is not None and self.ci_high is not None and self.ci_low > self.ci_high:
             raise ValueError(f"ci_low ({self.ci_low}) is above ci_high ({self.ci_high})")
         return self
 
     @classmethod
-    def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> "Effect":
+    def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> Effect:
         """A comparison's own Δ and CI (one look, or a record from before the estimator)."""
         return cls(
             delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n,

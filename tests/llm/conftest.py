@@ -3,7 +3,7 @@ after the test), `fast_backoff` shortens the retry backoff."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.conformance import PROBE_CONSTRAINTS

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bias_discovery.judging import JudgeSettings, verdict_constraint
 from bias_discovery.llm import cache as cache_module

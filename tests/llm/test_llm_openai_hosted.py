@@ -5,8 +5,8 @@ structured outputs do (tests/fake_openai.py)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner

@@ -11,12 +11,13 @@ import os
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import nullcontext
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from ...errors import ConfigError, EngineError
 from ...progress import show_wait
@@ -154,7 +155,7 @@ class OpenAIServerEngine(BaseEngine):
         replica answers; None when it answers with an error status or not JSON)."""
         return aio.run_sync(self._models_reply())
 
-    def submit(self, request: GenerationRequest) -> "Future[GenerationResponse]":
+    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
         """One request, answered on its own: the Future completes when its response arrives
         (for callers that feed requests one by one and act on each as it completes)."""
         return aio.submit(self.complete(request))
@@ -191,7 +192,7 @@ class OpenAIServerEngine(BaseEngine):
                 except Empty:  # (a batch that ended normally may still have a bundle on its way)
                     if batch.done() and (batch.cancelled() or batch.exception() is not None):
                         why = "cancelled" if batch.cancelled() else repr(batch.exception())
-                        raise EngineError(f"the request loop of {self.engine_id} stopped: {why}")
+                        raise EngineError(f"the request loop of {self.engine_id} stopped: {why}") from None
                     continue
                 for kind, index, value in items:
                     if kind == _DONE:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 __all__ = ["REPLICA_COOLDOWN_CAP_S", "REPLICA_COOLDOWN_S", "Replica", "ReplicaDown", "Replicas"]
 
