@@ -417,7 +417,7 @@ def parse_verdict(text: str, *, allow_tie: bool = False) -> Verdict | None:
         matches = pattern.findall(text)
         if matches:
             last = matches[-1]
-            return "tie" if last.lower() == "tie" else last.upper()  # type: ignore[return-value]
+            return "tie" if last.lower() == "tie" else last.upper()
     return None
 
 

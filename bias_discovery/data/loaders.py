@@ -56,6 +56,7 @@ and the offending value. Decisions worth knowing:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -472,7 +473,7 @@ def _load_judgebench(splits: list[str], data_dir: Path | None, bad_rows: list[st
             if data_dir is not None
             else _hub_rows(JUDGEBENCH_HUB_ID, split)
         )
-        this_split = _unique(_build(rows, lambda row, split=split: _judgebench_pair(row, split), bad_rows), bad_rows)
+        this_split = _unique(_build(rows, functools.partial(_judgebench_pair, split=split), bad_rows), bad_rows)
         for pair, where in this_split:
             if pair.id in earlier_ids:
                 pair = pair.model_copy(

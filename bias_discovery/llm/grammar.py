@@ -27,11 +27,11 @@ from ..errors import ConfigError
 from .types import Constraint
 
 try:  # Python >= 3.11
-    from re import _constants as _sre  # type: ignore[attr-defined]
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+    from re import _constants as _sre  # type: ignore[attr-defined, unused-ignore]  # typeshed: 3.11+
+    from re import _parser as _sre_parse  # type: ignore[attr-defined, unused-ignore]
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    import sre_constants as _sre  # type: ignore[no-redef, unused-ignore]
+    import sre_parse as _sre_parse  # type: ignore[no-redef, unused-ignore]
 
 __all__ = [
     "MAX_REPETITION",

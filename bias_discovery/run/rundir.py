@@ -224,7 +224,7 @@ class RunDir:
         return out
 
     def is_run(self) -> bool:
-        return self.config_path.is_file() and self.checkpoint_path.is_file()
+        return bool(self.config_path.is_file() and self.checkpoint_path.is_file())
 
     def _require_directory(self) -> None:
         if self.root.exists() and not self.root.is_dir():

@@ -248,7 +248,7 @@ def run_looks(
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
-                family.stop[k] = look.outcome  # type: ignore[assignment]
+                family.stop[k] = look.outcome
             elif look.outcome == "continue":
                 still.append(k)
         active = still

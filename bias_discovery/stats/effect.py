@@ -301,7 +301,8 @@ def continuation_tails(
     density = _continuation_log_density(information, upper, lower, abs(theta))
     xs = np.asarray(thresholds, dtype=np.float64)
     intervals = np.stack([xs, np.full(xs.shape, np.inf)], axis=1)
-    return np.exp(_log_stop_probabilities(theta, information, density, intervals))
+    tails: np.ndarray = np.exp(_log_stop_probabilities(theta, information, density, intervals))
+    return tails
 
 
 class ConditionalInterval(NamedTuple):

@@ -38,7 +38,8 @@ def _binomial_log_pmf(lf: np.ndarray, m: int, k: np.ndarray, p: float) -> np.nda
         return np.where(k == 0, 0.0, -np.inf)
     if p >= 1.0:
         return np.where(k == m, 0.0, -np.inf)
-    return lf[m] - lf[k] - lf[m - k] + k * math.log(p) + (m - k) * math.log1p(-p)
+    log_pmf: np.ndarray = lf[m] - lf[k] - lf[m - k] + k * math.log(p) + (m - k) * math.log1p(-p)
+    return log_pmf
 
 
 def paired_power(n: int, delta: float, null_discordance: float, alpha: float, margin: float = 0.0) -> float:
@@ -88,7 +89,8 @@ def _tango_z_vector(b: np.ndarray, c: np.ndarray, n: int, margin: float) -> np.n
     big_b = b * (1.0 - m) + c * (1.0 - 3.0 * m) - 2.0 * m * r
     p01 = (big_b + np.sqrt(big_b * big_b + 8.0 * n * c * m * (1.0 - m))) / (4.0 * n)
     variance = n * (2.0 * p01 + m * (1.0 - m))
-    return (b - c - n * m) / np.sqrt(variance)
+    z: np.ndarray = (b - c - n * m) / np.sqrt(variance)
+    return z
 
 
 def min_detectable_delta(
