@@ -6,6 +6,7 @@ The real-model end-to-end run and the SIGKILL/resume test are in test_loop_real.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import time
@@ -459,3 +460,15 @@ def test_the_recursion_limit_covers_every_node_a_run_takes():
         assert recursion_limit(t) > NODES_PER_ITERATION * t + NODES_OUTSIDE_ITERATIONS
     assert recursion_limit(4) == 68  # the bound the loop always had (12 per iteration + 20)
     assert stop_text("max_iterations", 3) == "max_iterations (3) reached"
+
+
+def test_the_loop_logs_each_stage_and_its_decision(tmp_path, caplog):
+    """loop/ logs at INFO (what `bias-discovery --verbose` prints): each stage's start and end
+    with its calls per role, and each decision to go on or stop, with the reason."""
+    with caplog.at_level(logging.INFO, logger="bias_discovery.loop"):
+        _, state, _ = run_fake(tmp_path, make_config(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("bias_discovery.loop")]
+    assert "iteration 1: perturb started (24 items)" in lines, lines
+    assert any(line.startswith("iteration 1: perturb done in ") and "teacher 24" in line for line in lines), lines
+    assert "iteration 1: decided to go on" in lines
+    assert lines[-1] == f"iteration 2: the loop stops: {state['stop_reason']}"

@@ -19,6 +19,7 @@ iteration's stages, validation).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
@@ -47,6 +48,9 @@ __all__ = [
     "Discovery", "LoopState", "NODES_OUTSIDE_ITERATIONS", "NODES_PER_ITERATION", "StopKind", "check_data_overlap",
     "execute", "loop_roles", "recursion_limit", "stop_text",
 ]
+
+log = logging.getLogger(__name__)
+"""Each decision to go on or stop, at INFO (`bias-discovery --verbose`)."""
 
 
 StopKind = Literal["no_candidates", "converged", "max_iterations"]
@@ -180,6 +184,7 @@ class Discovery:
         elif t >= self.config.max_iterations:
             kind = "max_iterations"
         if kind is None:
+            log.info("iteration %d: decided to go on", t)
             return {"stage": "decide", "stop_kind": None, "stop_reason": None}
         reason = stop_text(kind, self.config.max_iterations)
         # an iteration without candidates validated nothing: no power to report
@@ -187,6 +192,7 @@ class Discovery:
         power = mde_phrase(report) if report is not None else None
         if power:
             reason = f"{reason}; {power}"
+        log.info("iteration %d: the loop stops: %s", t, reason)
         return {"stage": "decide", "stop_kind": kind, "stop_reason": reason}
 
     def node_advance(self, state: LoopState) -> LoopState:

@@ -4,6 +4,7 @@ to a live replica, all replicas down, the replica URLs checked."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -84,3 +85,20 @@ def test_replicas_least_loaded_first_a_failed_one_cools_down_and_waiters_queue()
         assert b.in_flight == 0 and a.in_flight == 0
 
     asyncio.run(scenario())
+
+
+def test_failover_and_the_dialect_are_logged(scripted, caplog) -> None:  # type: ignore[no-untyped-def]
+    """What `--verbose` shows of an engine: the dialect found, a request that failed on a
+    replica, the replica set aside."""
+    live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"]))
+                    if m == "POST" else (200, {"data": [{"id": "served", "owned_by": "vllm"}]}))
+    dead_url = f"http://127.0.0.1:{free_port()}/v1"
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
+                                            max_concurrency=2, max_retries=2, constraint_probe=False))
+    with caplog.at_level(logging.INFO, logger="bias_discovery.llm"):
+        engine.generate([GenerationRequest.chat(f"q{i}") for i in range(4)])
+    engine.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("the vllm dialect (from GET /models)" in line for line in lines), lines
+    assert any(line.startswith(f"{dead_url}/") and "failed" in line and "attempt 1 of 3" in line for line in lines), lines
+    assert any(line.startswith(f"replica {dead_url} set aside for ") for line in lines), lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import random
 import threading
@@ -42,6 +43,9 @@ from .wire import (
 )
 
 __all__ = ["DEFAULT_CONCURRENCY", "OpenAIServerEngine"]
+
+log = logging.getLogger(__name__)
+"""Retries, backoffs and the dialect detected, at INFO (`bias-discovery --verbose` shows them)."""
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
@@ -348,6 +352,10 @@ class OpenAIServerEngine(BaseEngine):
                     data = await self._models_reply()
                     self._dialect = detect_dialect(data) if data is not None else "openai"
                     self._replicas.capacity = self.max_concurrency
+                    log.info(
+                        "%s: the %s dialect (from GET /models), %d requests in flight per replica",
+                        self.base_url, self._dialect, self.max_concurrency,
+                    )
         return self._dialect
 
     async def _complete(self, request: GenerationRequest) -> GenerationResponse:
@@ -381,6 +389,7 @@ class OpenAIServerEngine(BaseEngine):
             for attempt in range(1, attempts + 1):
                 if attempt > 1 and not self._replicas.any_live():
                     delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 2)) * (0.5 + random.random())
+                    log.info("no replica of %s is up: backing off %.2f s before attempt %d of %d", self.engine_id, delay, attempt, attempts)
                     await asyncio.sleep(max(0.0, min(delay, (deadline or 0.0) - time.monotonic())))
                 replica = await self._replicas.acquire(avoid=failed)
                 now = time.monotonic()
@@ -401,6 +410,7 @@ class OpenAIServerEngine(BaseEngine):
                     down = True
                     reason = f"{exc}" if len(self.base_urls) == 1 else f"{replica.url}: {exc}"
                     failed = replica
+                    log.info("%s%s failed (%s), attempt %d of %d", replica.url, path, exc, attempt, attempts)
                 finally:
                     self._replicas.release(replica, failed=down)
                 if time.monotonic() >= deadline:

@@ -4,12 +4,15 @@ replica, and the cool-down of a replica that failed (failover: the request goes 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["REPLICA_COOLDOWN_CAP_S", "REPLICA_COOLDOWN_S", "Replica", "ReplicaDown", "Replicas"]
+
+log = logging.getLogger(__name__)
 
 REPLICA_COOLDOWN_S = 2.0
 """A failed replica is skipped for this long, doubled per consecutive failure..."""
@@ -103,9 +106,12 @@ class Replicas:
             replica.failures += 1
             cooldown = min(REPLICA_COOLDOWN_CAP_S, REPLICA_COOLDOWN_S * 2 ** (replica.failures - 1))
             replica.down_until = time.monotonic() + cooldown
+            log.info("replica %s set aside for %.1f s (%d failures in a row)", replica.url, cooldown, replica.failures)
             # its slots come back when the cool-down ends, without a release
             asyncio.get_running_loop().call_later(cooldown, self._wake, self.capacity)
         else:
+            if replica.failures:
+                log.info("replica %s answers again", replica.url)
             replica.failures = 0
             replica.down_until = 0.0
         self._wake(1)
