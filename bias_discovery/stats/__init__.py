@@ -23,9 +23,11 @@ comparison on the same items:
 
 The paper's plain rule stays available (`rule="paper"`) so results can be compared.
 
-Everything is pure Python + numpy (no scipy): exact binomial tails use integer arithmetic
-(`math.comb`) for the sizes we meet (test sets of hundreds of items) and a log-space sum
-beyond that; the normal quantile comes from `statistics.NormalDist`.
+Distributions come from scipy (installed with sentence-transformers; imported on first use,
+so importing this package stays light): binomial tails and log-pmfs (the exact McNemar test,
+power), normal and Student-t tails and quantiles. Hand-written is only what no well-kept
+library offers: Tango's score test, the alpha-spending plans and looks, the sign-flip test's
+exact law, the power of these tests, and the conditional estimator after a sequential stop.
 
 Also here: Cohen's kappa, for the annotation of exported benchmarks.
 

@@ -1,10 +1,12 @@
-"""Power of the paired tests and the smallest Δ they detect."""
+"""Power of the paired tests and the smallest Δ they detect: exact sums over the binomial laws
+of the discordant and hurt counts (scipy.stats.binom's log-pmf and tail), hand-written because
+no well-kept library gives the power of McNemar's or Tango's test under this noise model.
+scipy is imported on first use."""
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from statistics import NormalDist
 
 import numpy as np
 
@@ -12,33 +14,26 @@ from .intervals import student_t_quantile
 from .tests import _check_margin
 
 
-@lru_cache(maxsize=8)
-def _log_factorials(n: int) -> np.ndarray:
-    return np.array([math.lgamma(i + 1) for i in range(n + 1)])
-
-
 @lru_cache(maxsize=32)
 def _mcnemar_critical_counts(n: int, alpha: float) -> tuple[int, ...]:
     """k[m] = the smallest b with exact one-sided McNemar p(b, m - b) <= alpha, for m = 0..n
     (m + 1 when no b reaches it)."""
-    lf = _log_factorials(n)
+    from scipy.stats import binom
+
     crit = []
     for m in range(n + 1):
         b = np.arange(m + 1)
-        pmf = np.exp(lf[m] - lf[b] - lf[m - b] - m * math.log(2.0))
-        tail = np.cumsum(pmf[::-1])[::-1]  # tail[b] = P(X >= b)
+        tail = binom.sf(b - 1, m, 0.5)  # tail[b] = P(X >= b)
         ok = np.nonzero(tail <= alpha * (1.0 + 1e-9))[0]
         crit.append(max(int(ok[0]) if ok.size else m + 1, 1))
     return tuple(crit)
 
 
-def _binomial_log_pmf(lf: np.ndarray, m: int, k: np.ndarray, p: float) -> np.ndarray:
+def _binomial_log_pmf(m: int, k: np.ndarray, p: float) -> np.ndarray:
     """log P(X = k) for X ~ Binomial(m, p), p in [0, 1] (exact zeros at the ends)."""
-    if p <= 0.0:
-        return np.where(k == 0, 0.0, -np.inf)
-    if p >= 1.0:
-        return np.where(k == m, 0.0, -np.inf)
-    log_pmf: np.ndarray = lf[m] - lf[k] - lf[m - k] + k * math.log(p) + (m - k) * math.log1p(-p)
+    from scipy.stats import binom
+
+    log_pmf: np.ndarray = np.asarray(binom.logpmf(k, m, p), dtype=np.float64)
     return log_pmf
 
 
@@ -62,10 +57,11 @@ def paired_power(n: int, delta: float, null_discordance: float, alpha: float, ma
         return 0.0
     discordance = min(discordance, 1.0)
     hurt_share = min(1.0, (null_discordance / 2.0 + delta) / discordance)
-    lf = _log_factorials(n)
-    p_m = np.exp(_binomial_log_pmf(lf, n, np.arange(n + 1), discordance))
+    from scipy.stats import norm
+
+    p_m = np.exp(_binomial_log_pmf(n, np.arange(n + 1), discordance))
     crit = _mcnemar_critical_counts(n, alpha) if margin == 0.0 else None
-    z = NormalDist().inv_cdf(1.0 - alpha)
+    z = float(norm.isf(alpha))
     power = 0.0
     for m in range(n + 1):
         if p_m[m] < 1e-300:
@@ -77,7 +73,7 @@ def paired_power(n: int, delta: float, null_discordance: float, alpha: float, ma
             rejects = _tango_z_vector(b, m - b, n, margin) >= z
         if not rejects.any():
             continue
-        pmf = np.exp(_binomial_log_pmf(lf, m, b[rejects], hurt_share))
+        pmf = np.exp(_binomial_log_pmf(m, b[rejects], hurt_share))
         power += float(p_m[m]) * min(1.0, float(pmf.sum()))
     return min(1.0, power)
 

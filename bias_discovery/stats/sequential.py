@@ -1,10 +1,12 @@
-"""Group-sequential validation: looks on growing slices, alpha spending, futility by conditional power."""
+"""Group-sequential validation: looks on growing slices, alpha spending, futility by conditional
+power. The spending plans and the looks are hand-written (no well-kept Python library offers
+Lan-DeMets spending for these paired tests); their normal tails and quantiles are
+scipy.stats.norm's, imported on first use."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from statistics import NormalDist
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,8 +34,9 @@ def alpha_spent(t: float, alpha: float, spending: SpendingFunction = "obrien_fle
     if not (0.0 < alpha < 1.0):
         raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
     if spending == "obrien_fleming":
-        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
-        return min(alpha, 2.0 * (1.0 - NormalDist().cdf(z / math.sqrt(t))))
+        from scipy.stats import norm
+
+        return min(alpha, 2.0 * float(norm.sf(float(norm.isf(alpha / 2.0)) / math.sqrt(t))))
     if spending == "pocock":
         return min(alpha, alpha * math.log(1.0 + (math.e - 1.0) * t))
     raise ValueError(f"spending must be 'obrien_fleming' or 'pocock'; got {spending!r}")
@@ -133,7 +136,9 @@ def conditional_power(b: float, c: float, n_seen: int, n_total: int, level: floa
     if n_seen <= 0 or n_seen > n_total:
         raise ValueError(f"need 0 < n_seen <= n_total; got {n_seen} and {n_total}")
     _check_margin(margin)
-    z = NormalDist().inv_cdf(1.0 - level)
+    from scipy.stats import norm
+
+    z = float(norm.isf(level))
     rest = n_total - n_seen
     p10, p01 = b / n_seen, c / n_seen
     mean_rest = rest * (p10 - p01)
@@ -143,7 +148,7 @@ def conditional_power(b: float, c: float, n_seen: int, n_total: int, level: floa
     needed = z * math.sqrt(max(null_variance, 0.0)) + n_total * margin - (b - c) - mean_rest
     if var_rest <= 0.0:
         return 1.0 if needed <= 0.0 and discordant > 0 else 0.0
-    return 1.0 - NormalDist().cdf(needed / math.sqrt(var_rest))
+    return float(norm.sf(needed / math.sqrt(var_rest)))
 
 
 def shift_conditional_power(mean: float, sd: float, n_seen: int, n_total: int, level: float, margin: float = 0.0) -> float:
@@ -154,12 +159,14 @@ def shift_conditional_power(mean: float, sd: float, n_seen: int, n_total: int, l
     if n_seen <= 0 or n_seen > n_total:
         raise ValueError(f"need 0 < n_seen <= n_total; got {n_seen} and {n_total}")
     _check_margin(margin)
-    z = NormalDist().inv_cdf(1.0 - level)
+    from scipy.stats import norm
+
+    z = float(norm.isf(level))
     rest = n_total - n_seen
     needed = z * sd * math.sqrt(n_total) + n_total * margin - n_total * mean
     if rest == 0 or sd <= 0.0:
         return 1.0 if needed < 0.0 else 0.0
-    return 1.0 - NormalDist().cdf(needed / (sd * math.sqrt(rest)))
+    return float(norm.sf(needed / (sd * math.sqrt(rest))))
 
 
 class LookRecord(BaseModel):

@@ -1,18 +1,17 @@
-"""One-sided tests of a paired difference: exact McNemar, Tango's score test above a margin, the paired t-test, the sign-flip test."""
+"""One-sided tests of a paired difference: exact McNemar (scipy.stats.binom's tail), Tango's
+score test above a margin (hand-written: no well-kept library has it; its normal tail from
+scipy.stats.norm), the paired t-test, the two-sided sign-flip test (hand-written: scipy's
+permutation test enumerates 2^k sign patterns or samples them; here the exact law of the sum
+by convolution). scipy is imported on first use."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from statistics import NormalDist
 
 import numpy as np
 
 from .intervals import mean_and_sd, student_t_sf
-
-# Above this many discordant pairs the exact integer tail becomes slow (O(n^2) bit work);
-# the log-space sum is then used. Test sets are hundreds of items, so it is rarely reached.
-_EXACT_TAIL_MAX_N = 5000
 
 
 def paired_t_one_sided(differences: Sequence[float], margin: float = 0.0) -> float:
@@ -35,40 +34,6 @@ _NO_SPREAD = 1e-12
 """A standard deviation this small (relative to the mean) is rounding: the values are equal."""
 
 
-def _binom_half_upper_tail_exact(b: int, m: int) -> float:
-    """P(X >= b) for X ~ Binomial(m, 1/2), exactly, as one correctly rounded division."""
-    term = math.comb(m, b)
-    total = 0
-    for k in range(b, m + 1):
-        total += term
-        term = term * (m - k) // (k + 1)  # C(m, k+1) from C(m, k); the division is exact
-    return total / (1 << m)
-
-
-def _binom_half_upper_tail_log(b: int, m: int) -> float:
-    """P(X >= b) for X ~ Binomial(m, 1/2) by a log-space sum, for large m.
-
-    The sum always runs over the *far* tail (by symmetry P(X >= b) = 1 - P(X >= m - b + 1)),
-    whose terms shrink geometrically, so it stops once a term is 1e-17 of the first one.
-    """
-    if 2 * b <= m:
-        return 1.0 - _binom_half_upper_tail_log(m - b + 1, m)
-    log2 = math.log(2.0)
-    lgm = math.lgamma(m + 1)
-
-    def log_pmf(k: int) -> float:
-        return lgm - math.lgamma(k + 1) - math.lgamma(m - k + 1) - m * log2
-
-    first = log_pmf(b)
-    acc = 0.0  # sum of exp(log_pmf(k) - first)
-    for k in range(b, m + 1):
-        rel = log_pmf(k) - first
-        if rel < -40.0:
-            break
-        acc += math.exp(rel)
-    return min(1.0, math.exp(first + math.log(acc)))
-
-
 def mcnemar_exact_one_sided(b: int, c: int) -> float:
     """Exact one-sided McNemar p-value for "the perturbation raises the error rate".
 
@@ -85,9 +50,9 @@ def mcnemar_exact_one_sided(b: int, c: int) -> float:
     m = b + c
     if m == 0 or b == 0:
         return 1.0
-    if m <= _EXACT_TAIL_MAX_N:
-        return min(1.0, _binom_half_upper_tail_exact(b, m))
-    return _binom_half_upper_tail_log(b, m)
+    from scipy.stats import binom
+
+    return min(1.0, float(binom.sf(b - 1, m, 0.5)))
 
 
 def _check_margin(margin: float) -> None:
@@ -137,7 +102,9 @@ def paired_p_value(b: int, c: int, n: int, margin: float = 0.0) -> float:
         return mcnemar_exact_one_sided(b, c)
     if n == 0:
         return 1.0
-    return min(1.0, max(0.0, 1.0 - NormalDist().cdf(tango_z(b, c, n, margin))))
+    from scipy.stats import norm
+
+    return min(1.0, max(0.0, float(norm.sf(tango_z(b, c, n, margin)))))
 
 
 
