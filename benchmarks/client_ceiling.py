@@ -42,8 +42,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -232,7 +233,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from bias_discovery.llm.aio import loop_kind
-    from bias_discovery.llm.openai_server import build_payload
+    from bias_discovery.llm.openai import build_payload
 
     cache_dir = Path(tempfile.mkdtemp(prefix="client-ceiling-"))
     sides = ["bare", "ours"] + (["httpx"] if args.with_httpx else []) + (["submitted"] if args.with_submit else [])
@@ -251,7 +252,7 @@ def main() -> None:
                     clients["httpx"] = BareHttpx(url, inflight)
                 if args.with_submit:
                     clients["submitted"] = OursSubmitted(url, inflight, cache_dir)
-                for side, client in clients.items():  # warm-up: connections, ours' constraint probe
+                for client in clients.values():  # warm-up: connections, ours' constraint probe
                     batches += 1
                     warm = make_requests(inflight, first_seed=batches * 10**6)
                     client.run(warm, [build_payload(MODEL, r, "vllm") for r in warm])
@@ -262,7 +263,7 @@ def main() -> None:
                     bodies = [build_payload(MODEL, r, "vllm") for r in requests]  # the same bodies for every side
                     for side in sides if round_ % 2 == 0 else sides[::-1]:
                         client = clients[side]
-                        run = measure(url, n, lambda: client.run(requests, bodies))
+                        run = measure(url, n, lambda client=client, requests=requests, bodies=bodies: client.run(requests, bodies))
                         extra = run.sent - n  # every request answered exactly once
                         run_errors = run.bad + abs(extra)
                         errors += run_errors

@@ -45,10 +45,9 @@ from bias_discovery.library import Bias, BiasOrigin
 from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 from bias_discovery.run import RunDir
-from bias_discovery.sequential import FamilySettings
+from bias_discovery.stages.family import FamilySettings
 from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
 from bias_discovery.stats import HELD_OUT
-
 
 # --------------------------------------------------------------------------------------------
 # A finished run

@@ -8,7 +8,7 @@ and the teacher, each decoding every reply's tokens at `--*-token-latency` secon
 at most `--*-capacity` sequences at once (a GPU's batch; the rest wait in the server's queue),
 every reply satisfying its request's constraint (the judge says "A", the identifier names a
 bias "x", the checker says "same"). The loop runs `max_iterations: 1` on synthetic pairs
-(`--target-items`, `--test-items`) through `bias_discovery.graph.execute`, as `bias-discovery
+(`--target-items`, `--test-items`) through `bias_discovery.loop.graph.execute`, as `bias-discovery
 run` does (models by role, the call cache of a fresh run directory, so every call reaches a
 server), once per order and round, the order alternating between rounds: perturb -> evaluate
 -> deeper_explain -> identify -> merge -> validate (the baseline, the placebo, the
@@ -73,10 +73,10 @@ def run_config(pipeline: str, urls: dict[str, str], data: dict[str, str], concur
 
 
 def one_run(pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str], concurrency: dict[str, int]) -> dict[str, Any]:
-    from fakes import BagOfWordsEmbedder
-
-    from bias_discovery.graph import execute
+    from bias_discovery.loop.graph import execute
     from bias_discovery.run import RunDir
+
+    from fakes import BagOfWordsEmbedder
 
     config = run_config(pipeline, urls, data, concurrency)
     rd = RunDir(root)

@@ -30,7 +30,7 @@ where that share is the false-acceptance rate (it must stay at or below alpha). 
 80 %" interpolates the item grid on a log scale (judge calls = 4 x items: two orders, two arms).
 
 Then the same judge through validation as the loop runs it (`--sequential-items` items, the
-default sequential plan, `bias_discovery.sequential`'s steps, `FamilySettings.measure` error
+default sequential plan, `bias_discovery.stages.family`'s steps, `FamilySettings.measure` error
 or p_rejected): the share accepted, the judge calls a candidate costs (it stops early when
 clearly biased or clearly hopeless; with the default `effect: held_out` a candidate accepted
 early is then judged on the rest of the items too, the held-out round; the calls without it,
@@ -47,11 +47,12 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
 from bias_discovery.stats import mcnemar_exact_one_sided, paired_t_one_sided
 
 TARGET_POWER = 0.8
@@ -137,7 +138,9 @@ def sequential_cell(
         for k in range(reps):
             values = arm[k].tolist()
 
-            def fetch(look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[float | bool | None]]:
+            def fetch(
+                look: int, active: Sequence[int], new_items: Sequence[int], values: Sequence[Any] = values
+            ) -> list[list[float | bool | None]]:
                 return [[values[i] for i in new_items] for _ in active]
 
             family = run_looks(control[k].tolist(), 1, fetch, settings, order)
@@ -167,7 +170,7 @@ def sequential_cell(
 
 def print_sequential(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
     print(
-        f"\nsequential validation through bias_discovery.sequential (default looks 25/50/100 %, O'Brien-Fleming, "
+        f"\nsequential validation through bias_discovery.stages.family (default looks 25/50/100 %, O'Brien-Fleming, "
         f"futility 10 %; {args.sequential_reps} validations per cell; calls: the candidate's judge calls, 2 per item "
         "it was perturbed on, the placebo paid once per run, with the held-out round of the default effect: "
         "held_out (cond.: without it); effect: the reported ΔP of the candidates that stopped early for efficacy "
@@ -239,7 +242,7 @@ def print_table(rows: list[dict[str, float]], shifts: list[float], args: argpars
         summary.append({"sharpness": cell[0]["sharpness"], "shift_logit": shift, "calls_80_choice": choice,
                         "calls_80_score": score, "calls_ratio": ratio, "calls_ratio_at_least": at_least})
 
-        def show(x: float | None, key: str) -> str:
+        def show(x: float | None, key: str, smallest: dict[str, Any] = smallest) -> str:
             if x is not None:
                 return f"{x:.0f}"
             return f"<= {int(smallest['calls'])}" if smallest[key] >= TARGET_POWER else f"outside {grid}"

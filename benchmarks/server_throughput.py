@@ -52,7 +52,7 @@ def main() -> None:
     from bias_discovery.data.loaders import load_pairs
     from bias_discovery.judging import JudgeSettings, build_tasks
     from bias_discovery.llm.config import ModelConfig
-    from bias_discovery.llm.openai_server import OpenAIServerEngine, build_payload
+    from bias_discovery.llm.openai import OpenAIServerEngine, build_payload
 
     pids: list[int] = []
     base_url = args.base_url

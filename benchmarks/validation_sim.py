@@ -1,5 +1,5 @@
 """Do validation's numbers mean what they say? Simulated judges, through the project's own
-validation steps (`bias_discovery.sequential`: the looks, the family's decision, the effects;
+validation steps (`bias_discovery.stages.family`: the looks, the family's decision, the effects;
 the run's family alpha from `RunConfig`), with a fixed seed:
 
     python benchmarks/validation_sim.py [--json OUT] [--replications 2000] [--seed 17]
@@ -61,7 +61,15 @@ from typing import Any
 import numpy as np
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.sequential import Errors, FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stages.family import (
+    Errors,
+    FamilySettings,
+    compare_arms,
+    decide,
+    effects,
+    held_out_round,
+    run_looks,
+)
 from bias_discovery.stages.validate import slice_order
 from bias_discovery.stats import MEASURE_LABELS
 

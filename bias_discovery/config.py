@@ -19,7 +19,6 @@ from .judging import JudgeSettings
 from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
-
 DEFAULT_SEED = 42
 """The seed of a run, a judge, an audit and a matrix when none is given."""
 
@@ -274,7 +273,7 @@ class RunConfig(_Strict):
         v = self.validate_
         return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
 
-    def with_timeout(self, timeout_s: float | None) -> "RunConfig":
+    def with_timeout(self, timeout_s: float | None) -> RunConfig:
         """This config with every model's request deadline set to `timeout_s` (None: unchanged).
         The deadline changes no call's content, so the call cache and a resumed run are
         unaffected."""

@@ -8,7 +8,8 @@ an embedder is first used.
 from __future__ import annotations
 
 import os
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,9 +47,9 @@ class SentenceTransformerEmbedder:
     def __init__(self, config: EmbedderConfig) -> None:
         self.config = config
         self.model_id = config.model
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer, loaded on first use
 
-    def _load(self):  # type: ignore[no-untyped-def]
+    def _load(self) -> Any:
         if self._model is None:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             from sentence_transformers import SentenceTransformer

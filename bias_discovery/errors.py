@@ -40,5 +40,13 @@ def json_problem(exc: json.JSONDecodeError, *, line: bool = True) -> str:
     messages end in "at" ("Unterminated string starting at"): that one is not repeated."""
     message = exc.msg.removesuffix(" at")
     return f"{message} at " + (f"line {exc.lineno}, column {exc.colno}" if line else f"column {exc.colno}")
+
+
 class OutputError(BiasDiscoveryError):
     """An output location (`--out`, a run directory) cannot be written."""
+
+
+class ExportError(BiasDiscoveryError):
+    """An export cannot be made as asked (no biases, unknown bias, bad output directory...);
+    also what a replication or an audit of a run raises when its bias selection or output
+    directory is refused (they share the exports' selection and staging)."""

@@ -40,9 +40,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 GIB = 2**30
 MAX_SHARED_FRACTION = 0.95
@@ -293,7 +293,7 @@ def make_plan(
                 used[gpu] = used.get(gpu, 0.0) + spec.mem
             plan.launches.append(Launch(spec.role, index, spec.model, spec.port + index, gpus, spec.tp, spec.mem))
     for gpu, total in sorted(used.items()):
-        sharing = [f"{l.role}#{l.index}" for l in plan.launches if gpu in l.gpus]
+        sharing = [f"{launch.role}#{launch.index}" for launch in plan.launches if gpu in launch.gpus]
         if len(sharing) > 1:
             plan.lines.append(f"GPU {gpu} shared by {', '.join(sharing)}: fractions sum to {total:.2f}")
         if total > MAX_SHARED_FRACTION + 1e-9:

@@ -1,4 +1,5 @@
-"""File helpers shared by every module: atomic writes and JSONL reading with line numbers.
+"""File helpers shared by every module: atomic writes, JSONL reading with line numbers, and
+output folders written through a staging folder (`staged_output`, `staged_files`).
 
 Atomic means: write to a temporary file in the same directory, fsync, then rename over the
 target. A reader (or a killed run) sees the old file or the new one, never half of one.
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -172,3 +177,85 @@ def probe_writable(directory: Path | str, *, what: str) -> None:
         raise OutputError(
             f"{what} {target} is not writable: cannot create a file in {probe_dir} ({exc.strerror or exc})"
         ) from None
+
+
+def check_output_dir(
+    out: Path, *, overwrite: bool, protect: Sequence[Path] = (), error: type[BiasDiscoveryError] = OutputError
+) -> None:
+    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), one
+    that is or contains a protected path (the run directory: --overwrite must never delete it),
+    and one whose parent cannot be written (`staged_output` writes and renames there): proved
+    with a probe file before any model call is paid for. A refusal raises `error` (the caller's
+    own error type: `ExportError` for the exports), a folder that cannot be written OutputError."""
+    out_resolved = out.resolve()
+    for path in protect:
+        p = path.resolve()
+        if out_resolved == p or out_resolved in p.parents:
+            raise error(f"--out {out} is or contains {path}; pick another output directory")
+    if out.is_symlink() or out.exists():
+        if not out.is_dir():
+            raise error(f"--out {out} exists and is not a directory")
+        if any(out.iterdir()) and not overwrite:
+            raise error(
+                f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
+                "another directory"
+            )
+    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
+
+
+@contextmanager
+def staged_output(
+    out: Path, *, overwrite: bool, protect: Sequence[Path] = (), error: type[BiasDiscoveryError] = OutputError
+) -> Iterator[Path]:
+    """Yield a fresh temporary directory next to `out`; on success it replaces `out`.
+
+    On any exception the temporary directory is removed and `out` is left as it was. An
+    existing `out` (empty, or any with `overwrite`) is moved aside, the new one renamed in,
+    and the old one deleted; if the rename fails, the old one is put back.
+    """
+    check_output_dir(out, overwrite=overwrite, protect=protect, error=error)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_dir(out.parent, f".{out.name}.tmp-")
+    try:
+        yield tmp
+        check_output_dir(out, overwrite=overwrite, protect=protect, error=error)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{_short_id()}"
+            os.rename(out, old)
+            try:
+                os.rename(tmp, out)
+            except BaseException:
+                os.rename(old, out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def staged_files(directory: Path, names: Sequence[str]) -> Iterator[Path]:
+    """Yield a fresh staging folder inside `directory`; on success move each of `names` from it
+    into `directory`, in that order (a reader sees the old file or the new one, file by file:
+    put the file that marks a complete set last). The staging folder is removed either way;
+    the rest of `directory` (a call cache, settings) is left alone."""
+    stage = _fresh_dir(directory, ".stage-")
+    try:
+        yield stage
+        for name in names:
+            os.replace(stage / name, directory / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _short_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def _fresh_dir(parent: Path, prefix: str) -> Path:
+    """A new, empty folder ``PREFIX<8 hex>`` in `parent`: a staging place of one writer."""
+    path = parent / f"{prefix}{_short_id()}"
+    path.mkdir()
+    return path

@@ -40,12 +40,14 @@ import hashlib
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .data.pairs import Order, PreferencePair
+from .errors import ConfigError
 from .llm.base import Engine, ProgressCallback
 from .llm.types import (
     MAX_TOP_LOGPROBS,
@@ -56,7 +58,6 @@ from .llm.types import (
     GenerationResponse,
     ReasonedChoice,
 )
-from .errors import ConfigError
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
@@ -120,7 +121,7 @@ class JudgeSettings(BaseModel):
     position; a label outside them counts as probability 0 (both outside: invalid)."""
 
     @model_validator(mode="after")
-    def _score_has_two_labels(self) -> "JudgeSettings":
+    def _score_has_two_labels(self) -> JudgeSettings:
         if self.verdict == "score" and self.allow_tie:
             raise ValueError(
                 "verdict: score reads P(A) against P(B) at the verdict token; it cannot be "
@@ -292,7 +293,7 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
         return ["chosen_first", "rejected_first"]
     if mode == "fixed":
         return [pair.data_order or "chosen_first"]
-    digest = hashlib.sha256(f"{seed}:{pair.id}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{seed}:{pair.id}".encode()).digest()
     return ["rejected_first"] if digest[0] & 1 else ["chosen_first"]
 
 
@@ -416,7 +417,7 @@ def parse_verdict(text: str, *, allow_tie: bool = False) -> Verdict | None:
         matches = pattern.findall(text)
         if matches:
             last = matches[-1]
-            return "tie" if last.lower() == "tie" else last.upper()  # type: ignore[return-value]
+            return "tie" if last.lower() == "tie" else last.upper()
     return None
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -155,7 +156,7 @@ class BiasOrigin(_Model):
     """Name of the seed library the bias comes from (seed biases), e.g. ``biasscope7``."""
 
     @model_validator(mode="after")
-    def _iteration_matches_kind(self) -> "BiasOrigin":
+    def _iteration_matches_kind(self) -> BiasOrigin:
         if self.kind == "seed" and self.iteration != 0:
             raise ValueError(f"a seed bias has iteration 0, got {self.iteration}")
         if self.kind == "discovered" and self.iteration < 1:
@@ -366,7 +367,7 @@ class BiasLibrary(_Model):
         return _check_iso(value)
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "BiasLibrary":
+    def _unique_ids(self) -> BiasLibrary:
         seen: dict[str, int] = {}
         for index, bias in enumerate(self.biases):
             if bias.id in seen:
@@ -428,7 +429,7 @@ class BiasLibrary(_Model):
         iteration: int | None = None,
         target_model: str | None = None,
         name: str | None = None,
-    ) -> "BiasLibrary":
+    ) -> BiasLibrary:
         """A new library for the next iteration holding `biases` (this one is not changed).
 
         `iteration` defaults to this one + 1, `created_at` to now; `target_model` and `name`
@@ -446,7 +447,7 @@ class BiasLibrary(_Model):
         except ValidationError as exc:
             raise ValueError(format_validation_error(exc)) from None
 
-    def same_content(self, other: "BiasLibrary") -> bool:
+    def same_content(self, other: BiasLibrary) -> bool:
         """True if both libraries are equal apart from `created_at` (a re-run's timestamp)."""
         return self.model_dump(exclude={"created_at"}) == other.model_dump(exclude={"created_at"})
 

@@ -22,8 +22,9 @@ warning when only the worst case does not fit.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -35,8 +36,8 @@ from .judging import build_tasks, verdict_constraint
 from .library import BiasLibrary, load_seed_library
 from .llm.base import Engine
 from .llm.config import ModelConfig
-from .llm.openai_server import probe_kind
 from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
+from .llm.openai.wire import probe_kind
 from .llm.types import Constraint, GenerationRequest
 
 if TYPE_CHECKING:

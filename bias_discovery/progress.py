@@ -17,13 +17,13 @@ stage bookkeeping) that each wrap it in a function of their own.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager, nullcontext
-from typing import Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 ProgressCallback = Callable[[int], None]
 """Called with the number of requests finished since the last call (an increment)."""
 
-ProgressFactory = Callable[[str, "int | None"], ContextManager[ProgressCallback]]
+ProgressFactory = Callable[[str, "int | None"], AbstractContextManager[ProgressCallback]]
 """`(description, total) -> context manager yielding an increment callback`."""
 
 
@@ -55,7 +55,7 @@ def wait_display(display: WaitDisplay) -> Iterator[None]:
             _wait_displays.remove(display)
 
 
-def quiet_progress(description: str, total: int | None) -> ContextManager[ProgressCallback]:
+def quiet_progress(description: str, total: int | None) -> AbstractContextManager[ProgressCallback]:
     """A factory that reports nothing."""
     return nullcontext(lambda n: None)
 

@@ -15,21 +15,24 @@ numbers, reproduced yes/no) and the replication's rewrites and judgments next to
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
 from .data.loaders import describe_source, load_pairs
 from .data.overlap import DataOverlap
-from .errors import BiasDiscoveryError
-from .export.common import RunContext, check_output_dir, check_run_overlap, select_biases, staged_output
-from .io import atomic_write_json, atomic_write_jsonl
+from .errors import BiasDiscoveryError, ExportError
+from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_output
 from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
 from .progress import ProgressFactory, progress_or_quiet
-from .sequential import FamilySettings
+from .run.context import RunContext
+from .run.overlap import check_run_overlap
+from .run.selection import select_biases
+from .stages.family import FamilySettings
 from .stages.rewrite_checks import record_checker
 from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases
 from .stats import wilson_interval
@@ -188,7 +191,7 @@ def replicate_run(
                 "would repeat the run's calls (the cache answers them); pass another --seed or --data"
             )
         target = out if out is not None else default_out(run_path, seed, data)
-        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path])
+        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError)
         if biases is None:
             chosen = [
                 b for b in ctx.library.biases
@@ -226,7 +229,7 @@ def replicate_run(
             reproduction_rate=None,
         )
         if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
-            with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+            with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
                 atomic_write_json(tmp / "replication.json", header)
             header.out = Path(target)
             return header, Path(target)
@@ -311,7 +314,7 @@ def replicate_run(
             "out": Path(target),
         }
     )
-    with staged_output(Path(target), overwrite=overwrite, protect=[run_path]) as tmp:
+    with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         atomic_write_json(tmp / "replication.json", replication)
         atomic_write_jsonl(tmp / "validation_perturbed.jsonl", output.perturbed)
         atomic_write_jsonl(tmp / "validation_judgments.jsonl", output.judgments)

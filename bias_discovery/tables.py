@@ -10,9 +10,10 @@ pyarrow, pandas and datasets are imported only when a conversion is asked for.
 from __future__ import annotations
 
 import types
-from collections import abc
 import typing
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence, Union
+from collections import abc
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel
 

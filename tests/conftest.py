@@ -1,8 +1,8 @@
 """Shared test settings and fixtures. Tests never reach a model or data hub."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

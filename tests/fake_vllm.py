@@ -38,8 +38,9 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from bias_discovery.llm.vllm_engine import VLLMAPI
 

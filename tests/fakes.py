@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -38,7 +38,8 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 try:  # the private name since Python 3.11, the public one before
     import re._parser as sre_parse  # type: ignore[import-not-found]
@@ -183,7 +184,7 @@ class Stats:
 class StubProtocol(asyncio.Protocol):
     """HTTP/1.1 with keep-alive, one request at a time per connection (what clients send)."""
 
-    def __init__(self, server: "Stub") -> None:
+    def __init__(self, server: Stub) -> None:
         self.server = server
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
@@ -311,7 +312,7 @@ class Stub:
 
 
 @contextlib.contextmanager
-def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, "subprocess.Popen[str]"]]:
+def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start the stub in a process of its own; yields (base URL ".../v1", process). Stopped on exit."""
     process = subprocess.Popen(
         [sys.executable, __file__, "--latency", str(latency), "--exit-with-stdin", *extra],

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from pydantic import BaseModel
+from test_loop import make_config
+from test_validation import _data
 
 from bias_discovery import audit, discover, judge, load_run, matrix, replicate
 from bias_discovery.api import AuditOutput, JudgeOutput, MatrixResult, Replication, Run
@@ -26,8 +28,6 @@ from bias_discovery.tables import arrow_schema
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import REPO
-from test_loop import make_config
-from test_validation import _data
 
 UNUSED_MODEL = "llamacpp/unused-in-these-tests.gguf"
 
@@ -175,7 +175,8 @@ def test_replicate_returns_the_replication_with_its_directory(authority_run, tmp
 
 
 def test_matrix_takes_a_config_object_or_a_dict_with_flags_on_top(tmp_path: Path):
-    from test_matrix import config as matrix_config, engines as matrix_engines
+    from test_matrix import config as matrix_config
+    from test_matrix import engines as matrix_engines
 
     settings = matrix_config(tmp_path, ["biased", "fair"])
     result = matrix(settings, out=tmp_path / "m", engines=matrix_engines(["biased", "fair"]))

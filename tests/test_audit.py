@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_report import CHROMIUM, HOSTILE, _chromium, layout_at
 
 from bias_discovery.auditing import AuditSettings, resolve_targets, run_audit
 from bias_discovery.auditing.display import metric_rows
@@ -25,7 +26,6 @@ from bias_discovery.run import RunDir
 
 from fakes import MARKER, ScriptedEngine, _responses, authority_world
 from helpers import cli
-from test_report import CHROMIUM, HOSTILE, _chromium, layout_at
 
 DOMAINS = ["math", "code"]
 

@@ -9,15 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from stub_openai import launch, stats
 
 from bias_discovery.errors import EngineError
 from bias_discovery.llm.config import ModelConfig
-from bias_discovery.llm.openai_server import WAIT_NOTE_AFTER_S, OpenAIServerEngine
+from bias_discovery.llm.openai.engine import WAIT_NOTE_AFTER_S, OpenAIServerEngine
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.progress import wait_display
 
 from helpers import cli
+from stub_openai import launch, stats
 
 
 def test_judge_against_a_server_that_never_answers_fails_within_the_timeout(tmp_path: Path) -> None:
@@ -91,3 +91,15 @@ def test_every_command_that_calls_a_model_takes_timeout(command: list[str]) -> N
     # the default named in the help is the config model's, not a retyped number
     default = ModelConfig.model_fields["timeout_s"].default
     assert f"timeout_s, {default:g} s" in " ".join(result.output.split()), result.output
+
+
+def test_verbose_shows_what_the_engine_logs_and_the_default_does_not(tmp_path: Path) -> None:
+    """`bias-discovery --verbose` prints the package's log records on stderr (here the dialect
+    the engine found); without it the same command prints none."""
+    with launch(0.0) as (url, _):
+        args = ("judge", "--model", "openai/served", "--base-url", url, "--data", "demo", "--limit", "2", "--no-cache")
+        verbose = cli("--verbose", *args, "--out", str(tmp_path / "verbose"), timeout=120)
+        plain = cli(*args, "--out", str(tmp_path / "plain"), timeout=120)
+    shown = " ".join(verbose.stderr.split())
+    assert "bias_discovery.llm.openai.engine:" in shown and "dialect (from GET /models)" in shown, verbose.stderr
+    assert "bias_discovery." not in plain.stderr and "dialect" not in plain.stderr, plain.stderr

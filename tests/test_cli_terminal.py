@@ -3,7 +3,8 @@ defaults read from the settings models."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import typer.main

@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
-from bias_discovery.errors import DataError
-from bias_discovery.graph import execute
-from bias_discovery.judging import JudgeSettings, Judgment, JudgeResult, summarize
-from bias_discovery.run import RunDir
-
-from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
-from helpers import cli
 from test_export import FILTER, fake_engines, make_bias, make_fake_run
 from test_export import write_pairs as write_export_pairs
 from test_loop import make_config, run_fake, write_pairs
 from test_report import build_hostile_run
+
+from bias_discovery.errors import DataError
+from bias_discovery.judging import JudgeResult, JudgeSettings, Judgment, summarize
+from bias_discovery.loop.graph import execute
+from bias_discovery.run import RunDir
+
+from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
+from helpers import cli
 
 
 def one_line_error(result) -> str:  # type: ignore[no-untyped-def]

@@ -25,8 +25,6 @@ from bias_discovery.export import (
     export_dpo,
     export_judgebench_pro,
 )
-from bias_discovery.export.common import select_biases, validated_biases
-from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.export.pro import assign_variants
 from bias_discovery.judging import JudgeSettings
 from bias_discovery.library import (
@@ -37,10 +35,12 @@ from bias_discovery.library import (
 )
 from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.run import RunDir
+from bias_discovery.run.selection import select_biases, validated_biases
+from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.stats import CONDITIONAL, Effect, PairedComparison, wilson_interval
 
-from helpers import cli
 from fakes import MARKER, ScriptedEngine
+from helpers import cli
 
 # --------------------------------------------------------------------------------------------
 # A scripted world
@@ -527,7 +527,7 @@ def test_apply_annotations_kappa_and_drops(fake_pro: Path, tmp_path: Path):
     assert stats["counts"]["kept_by_filter"] == 6  # the earlier counts stay
     assert stats["length"]["n"] == 4
 
-    original_ids = [json.loads(l)["sample_id"] for l in (fake_pro / "pre_annotation.jsonl").read_text().splitlines()]
+    original_ids = [json.loads(line)["sample_id"] for line in (fake_pro / "pre_annotation.jsonl").read_text().splitlines()]
     ds = datasets.load_dataset(str(fake_pro), split="test", cache_dir=str(tmp_path / "hf-cache"))
     assert ds["sample_id"] == [original_ids[i] for i in (0, 1, 2, 5)]
     card = (fake_pro / "README.md").read_text()

@@ -13,8 +13,9 @@ import shutil
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_loop import make_config, run_fake
 from typer.testing import CliRunner
 
 from bias_discovery.cli import app
@@ -29,8 +31,6 @@ from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.data import load_pairs
 from bias_discovery.data.loaders import JUDGEBENCH_FILES, REWARDBENCH_FILE
 from bias_discovery.errors import BiasDiscoveryError
-
-from test_loop import make_config, run_fake
 
 
 def budget(n: int) -> settings:
@@ -166,9 +166,11 @@ def test_hub_style_files_in_a_data_dir(tmp_path: Path, gpt: list[Any], claude: l
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_bytes(jsonl_bytes(lines))
     for name in ("judgebench", "judgebench:gpt", "rewardbench", "rewardbench:chat"):
-        result_or_project_error(lambda: load_pairs(name, data_dir=tmp_path))
+        result_or_project_error(lambda name=name: load_pairs(name, data_dir=tmp_path))
         bad_rows: list[str] = []
-        result_or_project_error(lambda: load_pairs(name, data_dir=tmp_path, bad_rows=bad_rows, limit=3, seed=1))
+        result_or_project_error(
+            lambda name=name, bad_rows=bad_rows: load_pairs(name, data_dir=tmp_path, bad_rows=bad_rows, limit=3, seed=1)
+        )
 
 
 @budget(30)
@@ -179,8 +181,8 @@ def test_hub_data_sets(monkeypatch: pytest.MonkeyPatch, hub_rows: list[Any]) -> 
     module.load_dataset = lambda repo, split=None: hub_rows  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "datasets", module)
     for name in ("judgebench:gpt", "rewardbench", "hf:someone/pairs"):
-        result_or_project_error(lambda: load_pairs(name))
-        result_or_project_error(lambda: load_pairs(name, bad_rows=[]))
+        result_or_project_error(lambda name=name: load_pairs(name))
+        result_or_project_error(lambda name=name: load_pairs(name, bad_rows=[]))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from bias_discovery.export import export_harness
-from bias_discovery.export.harness import LM_EVAL_TESTED
-
-from helpers import cli, model_cache_dir
 from test_export import FILTER, WORLD_BIASES, fake_engines, make_bias, make_fake_run
 from test_loop import make_config, run_fake
+
+from bias_discovery.export import export_harness
+from bias_discovery.export.harness_set import LM_EVAL_TESTED
+
+from helpers import cli, model_cache_dir
 
 needs_lm_eval = pytest.mark.skipif(
     importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed (./scripts/setup.sh --test installs it)"

@@ -11,7 +11,7 @@ from helpers import SHARED_DATA, cli, free_port
 
 
 def read_outputs(out: Path) -> tuple[list[dict], dict]:
-    judgments = [json.loads(l) for l in (out / "judgments.jsonl").read_text().splitlines()]
+    judgments = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
     return judgments, json.loads((out / "summary.json").read_text())
 
 

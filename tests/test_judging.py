@@ -196,7 +196,7 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     from bias_discovery.config import PerturbSettings, ValidateSettings
     from bias_discovery.data import load_pairs
     from bias_discovery.library import load_seed_library
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
 
     rows = [

@@ -119,7 +119,7 @@ def test_a_node_done_but_its_step_not_checkpointed_resumes_at_the_next_node(
     """The state the review found after a kill in iteration 1's merge: the last checkpoint holds
     a finished node's writes and nothing after. LangGraph's `next` is then empty, and resume
     exited 0 at once with the run still "running"; it must run the rest."""
-    from bias_discovery.graph import THREAD, resume_point
+    from bias_discovery.loop.graph import THREAD, resume_point
 
     config, reference_dir, reference = _finished_copy(references, tmp_path)
     run_dir = tmp_path / "run"
@@ -153,7 +153,7 @@ def _snapshot(run_dir: Path) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from bias_discovery.config import load_run_config
-    from bias_discovery.graph import THREAD, Discovery
+    from bias_discovery.loop.graph import THREAD, Discovery
     from bias_discovery.run import RunDir
 
     rd = RunDir(run_dir)

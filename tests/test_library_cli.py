@@ -12,12 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_report import build_hostile_run
 
 from bias_discovery.library import Bias, BiasOrigin, BiasValidation
 from bias_discovery.run import RunDir
 
 from helpers import cli
-from test_report import build_hostile_run
 
 WIDE = {"COLUMNS": "220"}
 

@@ -6,6 +6,7 @@ The real-model end-to-end run and the SIGKILL/resume test are in test_loop_real.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import time
@@ -15,8 +16,8 @@ import pytest
 
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.errors import ConfigError
-from bias_discovery.graph import execute
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
 from bias_discovery.stats import FULL_SAMPLE
 
@@ -165,7 +166,7 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
     # Iteration 2 names the same bias again; Merge recognises it as the library's.
-    merges = [json.loads(l) for l in (rd.iteration(2).directory / "merges.jsonl").read_text().splitlines()]
+    merges = [json.loads(line) for line in (rd.iteration(2).directory / "merges.jsonl").read_text().splitlines()]
     assert any(m["other_id"] == "d1-expert-citation-bias" and m["decision"] == "same" for m in merges)
     stats = json.loads((rd.iteration(2).directory / "merge_stats.json").read_text())
     assert stats["candidates"] == 0 and stats["teacher_calls"] < stats["all_pairs_calls"]
@@ -453,9 +454,21 @@ def test_loop_with_a_mitigated_judge(tmp_path):
 
 
 def test_the_recursion_limit_covers_every_node_a_run_takes():
-    from bias_discovery.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
+    from bias_discovery.loop.graph import NODES_OUTSIDE_ITERATIONS, NODES_PER_ITERATION, recursion_limit, stop_text
 
     for t in (1, 4, 30):
         assert recursion_limit(t) > NODES_PER_ITERATION * t + NODES_OUTSIDE_ITERATIONS
     assert recursion_limit(4) == 68  # the bound the loop always had (12 per iteration + 20)
     assert stop_text("max_iterations", 3) == "max_iterations (3) reached"
+
+
+def test_the_loop_logs_each_stage_and_its_decision(tmp_path, caplog):
+    """loop/ logs at INFO (what `bias-discovery --verbose` prints): each stage's start and end
+    with its calls per role, and each decision to go on or stop, with the reason."""
+    with caplog.at_level(logging.INFO, logger="bias_discovery.loop"):
+        _, state, _ = run_fake(tmp_path, make_config(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("bias_discovery.loop")]
+    assert "iteration 1: perturb started (24 items)" in lines, lines
+    assert any(line.startswith("iteration 1: perturb done in ") and "teacher 24" in line for line in lines), lines
+    assert "iteration 1: decided to go on" in lines
+    assert lines[-1] == f"iteration 2: the loop stops: {state['stop_reason']}"

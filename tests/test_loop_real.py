@@ -30,9 +30,9 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
     assert store.iterations() == [0, 1]
     assert len(store.load_iteration(0).biases) == 7  # biasscope7
     it = rd.iteration(1).directory
-    perturbed = [json.loads(l) for l in (it / "perturbed.jsonl").read_text().splitlines()]
+    perturbed = [json.loads(line) for line in (it / "perturbed.jsonl").read_text().splitlines()]
     assert len(perturbed) == 8
-    judgments = [json.loads(l) for l in (it / "judgments.jsonl").read_text().splitlines()]
+    judgments = [json.loads(line) for line in (it / "judgments.jsonl").read_text().splitlines()]
     assert len(judgments) == sum(1 for p in perturbed if p["valid"])
     validation = json.loads((it / "validation.json").read_text())
     assert validation["n_test"] == 6 and validation["baseline_error"] is not None
@@ -210,7 +210,7 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
         assert (small_real_run / "iter_001" / name).read_text() == (run_dir / "iter_001" / name).read_text(), name
 
     def judged(path: Path) -> list[dict]:  # `cached` differs by design: resumed calls were cache hits
-        return [{k: v for k, v in json.loads(l).items() if k != "cached"} for l in path.read_text().splitlines()]
+        return [{k: v for k, v in json.loads(line).items() if k != "cached"} for line in path.read_text().splitlines()]
 
     assert judged(small_real_run / "iter_001" / "judgments.jsonl") == judged(run_dir / "iter_001" / "judgments.jsonl")
 
@@ -264,7 +264,7 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
     from bias_discovery.judging import JudgeSettings, judge_pairs
     from bias_discovery.library import Bias, BiasOrigin
     from bias_discovery.llm.registry import make_engine
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
     from bias_discovery.stats import held_out_method
 

@@ -12,15 +12,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_loop import RecordingProgress, write_pairs
 
 from bias_discovery.errors import ConfigError, DataError
-from bias_discovery.judging import JudgeSettings
 from bias_discovery.judge_matrix import MatrixConfig, MatrixJudge, judge_role, run_matrix
 from bias_discovery.judge_matrix.run import _Arm, jury_errors
+from bias_discovery.judging import JudgeSettings
 
 from fakes import ScriptedEngine, authority_world, quiet_authority_world
 from helpers import cli
-from test_loop import RecordingProgress, write_pairs
 
 N = 24
 BIASES = ["authority-bias", "sentiment-bias"]

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_loop import make_config, run_fake, write_pairs
 
 from bias_discovery.data.overlap import PairKey, check_overlap, content_hash, find_overlap
 from bias_discovery.errors import DataError
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.replication import replicate_run
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
-from test_loop import make_config, run_fake, write_pairs
 
 
 def test_overlap_by_id_and_by_content():

@@ -52,7 +52,7 @@ def test_wheel_ships_prompts_libraries_and_demo_set_and_they_load(tmp_path: Path
 def test_importing_the_package_and_cli_loads_no_heavy_module():
     probe = (
         "import sys\n"
-        "import bias_discovery, bias_discovery.cli, bias_discovery.graph, bias_discovery.stages\n"
+        "import bias_discovery, bias_discovery.cli, bias_discovery.loop.graph, bias_discovery.stages\n"
         "import bias_discovery.llm.registry, bias_discovery.judging, bias_discovery.library\n"
         "heavy = [m for m in ('torch', 'vllm', 'llama_cpp', 'sentence_transformers', 'transformers', 'datasets', 'faiss') if m in sys.modules]\n"
         "print(','.join(heavy))\n"

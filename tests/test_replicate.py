@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_loop import make_config, run_fake
+from test_validation import _data
 
 from bias_discovery.replication import ReplicationError, replicate_run
 from bias_discovery.stats import held_out_method
 
 from fakes import MARKER, ScriptedEngine, authority_world, quiet_authority_world, rewrite_world
 from helpers import cli
-from test_loop import make_config, run_fake
-from test_validation import _data
 
 
 def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):

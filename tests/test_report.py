@@ -394,7 +394,7 @@ def _get(url: str) -> str:
 
 
 def test_viewer_serves_and_refreshes(hostile_run: Path):
-    from bias_discovery.viewer import ReportServer
+    from bias_discovery.report.viewer import ReportServer
 
     rd = RunDir(hostile_run)
     rd.write_state(rd.read_state().model_copy(update={"status": "running", "stage": "validate"}))

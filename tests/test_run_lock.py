@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_loop import make_config, run_fake
 
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunBusyError, RunDir
 from bias_discovery.run.lock import STALE_AFTER_S, LockHolder, _process_start
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
-from test_loop import make_config, run_fake
 
 
 def dead_pid() -> int:

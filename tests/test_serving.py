@@ -52,7 +52,7 @@ def test_plans_that_fit_and_plans_that_do_not() -> None:
         n_gpus=8, gpu_gib=H100_GIB, max_len=16384,
     )
     assert not fits.problems
-    assert [(l.role, l.port, l.gpus) for l in fits.launches] == [
+    assert [(launch.role, launch.port, launch.gpus) for launch in fits.launches] == [
         ("teacher", 8000, [0, 1, 2, 3]), ("target", 8001, [4]), ("target", 8002, [5]),
         ("target", 8003, [6]), ("target", 8004, [7])]
     one_gpu = make_plan([ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=1, mem=0.9)],

@@ -17,6 +17,7 @@ import pytest
 
 from bias_discovery import smollm2_hf
 from bias_discovery.errors import EngineError
+
 from helpers import REPO
 
 

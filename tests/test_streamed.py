@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_loop import RecordingProgress, make_config, write_pairs
 
-from bias_discovery.graph import execute
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world, quiet_authority_p_a, quiet_authority_world
-from test_loop import RecordingProgress, make_config, write_pairs
 
 TEACHER = "llamacpp/teacher-unused-in-these-tests.gguf"
 """A teacher config other than the target's, so the two roles get engines of their own."""
@@ -226,7 +226,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from bias_discovery.config import load_run_config
-from bias_discovery.graph import execute
+from bias_discovery.loop.graph import execute
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.run import RunDir
 

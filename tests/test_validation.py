@@ -13,17 +13,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_loop import make_config, run_fake, write_pairs
 
-from bias_discovery.graph import execute
 from bias_discovery.judging import calls_per_pair
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.loop.graph import execute
 from bias_discovery.report import render_report
 from bias_discovery.run import RunDir
-
 from bias_discovery.stats import CONDITIONAL, LookRecord, SequentialPlan, held_out_method, sequential_effect
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
-from test_loop import make_config, run_fake, write_pairs
 
 
 def _data(tmp_path: Path, n_target: int, n_test: int) -> dict:
@@ -441,7 +440,6 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     confirmed (no verdict ever changes), with score verdicts Authority Bias is, against the
     placebo, with its ΔP(rejected), honest effect and MDE in probability points."""
     from fakes import quiet_authority_p_a, quiet_authority_world
-
     from helpers import cli
 
     results = {}

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
 from ..auditing.output import write_audit_dir
@@ -12,13 +13,15 @@ from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
-from ..export.common import check_output_dir, check_run_overlap
+from ..errors import ExportError
 from ..formatting import plural
+from ..io import check_output_dir
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
 from ..progress import ProgressFactory
 from ..run import RunDir
+from ..run.overlap import check_run_overlap
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of, spec_list
 
 __all__ = ["audit"]
@@ -67,7 +70,7 @@ def audit(
         configs["teacher"] = model_config_of(teacher, teacher_base_url or base_url, timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
-        check_output_dir(out_dir, overwrite=overwrite)
+        check_output_dir(out_dir, overwrite=overwrite, error=ExportError)
     pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
     data_name = describe_source(data, data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=allow_overlap)

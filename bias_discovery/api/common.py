@@ -4,8 +4,9 @@ the settings and models they are given (a typed object, or the dict / spec that 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 

@@ -3,8 +3,9 @@ judge` runs), optionally on an exported Pro set too, with the same engine."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 

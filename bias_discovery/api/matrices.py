@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..judge_matrix import MatrixConfig, MatrixResult, run_matrix
 from ..judge_matrix.config import matrix_settings

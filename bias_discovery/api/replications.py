@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..llm.base import Engine
 from ..progress import ProgressFactory

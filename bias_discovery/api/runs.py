@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -14,15 +15,16 @@ from ..config import RunConfig, load_run_config, validate_settings
 from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
-from ..export.common import validated_biases
 from ..formatting import plural
-from ..graph import check_data_overlap, execute
 from ..io import atomic_write_text, is_atomic_temporary, probe_writable, remove_orphaned_temporaries
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
+from ..loop.graph import check_data_overlap, execute
 from ..progress import ProgressFactory
-from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates, require_run_like
+from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates
 from ..run import RunDir, RunState, ValidationReport, effective_status
+from ..run.library_ref import require_run_like
+from ..run.selection import validated_biases
 from ..tables import Tabular
 from .common import WarningHandler, python_warning
 

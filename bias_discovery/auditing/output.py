@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..io import atomic_write_json, atomic_write_jsonl
+from ..errors import ExportError
+from ..io import atomic_write_json, atomic_write_jsonl, staged_output
 from ..run.artifacts import JsonArtifact
 from .records import CSV_COLUMNS, AuditReport, csv_rows
 from .runner import AuditOutput
@@ -21,9 +22,7 @@ AUDIT_FILE = "audit.json"
 
 
 def write_audit_dir(out: Path, output: AuditOutput, *, overwrite: bool = False) -> Path:
-    from ..export.common import staged_output
-
-    with staged_output(out, overwrite=overwrite) as tmp:
+    with staged_output(out, overwrite=overwrite, error=ExportError) as tmp:
         atomic_write_json(tmp / AUDIT_FILE, output.report)
         with (tmp / "audit.csv").open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)

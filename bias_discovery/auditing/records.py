@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..data.overlap import DataOverlap
 from ..metrics import Estimate
 from ..mitigation import Mitigation
-from ..data.overlap import DataOverlap
 from ..stats import PairedComparison
 
 __all__ = [

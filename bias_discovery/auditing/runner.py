@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..config import DEFAULT_SEED, PerturbSettings
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError
-from ..judging import Judgment, JudgeSettings, judge_request, order_for, to_judgment
+from ..judging import JudgeSettings, Judgment, judge_request, order_for, to_judgment
 from ..library import utc_now_iso
 from ..llm.base import Engine
 from ..metrics import Preference
@@ -32,7 +32,16 @@ from ..stages.rewrite_checks import count_tokens
 from ..stats import DEFAULT_BOOTSTRAP_RESAMPLES
 from ..tables import Tabular
 from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
-from .records import AuditCalls, AuditMetrics, AuditReport, AuditRow, AuditSettingsRecord, BiasAudit, SchemeAudit, csv_rows
+from .records import (
+    AuditCalls,
+    AuditMetrics,
+    AuditReport,
+    AuditRow,
+    AuditSettingsRecord,
+    BiasAudit,
+    SchemeAudit,
+    csv_rows,
+)
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]
@@ -224,7 +233,9 @@ def run_audit(
 
         subsets = {d: [i for i in idx if items[i].domain == d] for d in domains}
 
-        def scheme_audit(scheme: Mitigation, t: AuditTarget = t, subsets: dict[str, list[int]] = subsets) -> SchemeAudit:
+        def scheme_audit(
+            scheme: Mitigation, t: AuditTarget = t, subsets: dict[str, list[int]] = subsets, idx: list[int] = idx
+        ) -> SchemeAudit:
             overall = measure(idx, scheme)
             return SchemeAudit(
                 **overall.model_dump(round_trip=True),

@@ -4,7 +4,7 @@ bias monitor), unmitigated and with a mitigation, on the same items."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import ValidationError
@@ -90,11 +90,11 @@ def audit(
         "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
     ),
     out: Path = typer.Option(..., "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
-    teacher: Optional[str] = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
-    teacher_base_url: Optional[str] = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
+    teacher: str | None = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
+    teacher_base_url: str | None = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
     repeats: int = typer.Option(default_of(AuditSettings, "repeats"), "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
     mitigation: str = typer.Option(default_of(AuditSettings, "mitigation"), "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
     seed: int = typer.Option(default_of(AuditSettings, "seed"), "--seed", help="Seed of the order draw, the repeats and sampling."),
@@ -103,7 +103,7 @@ def audit(
         help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1).",
     ),
     reasoning: bool = REASONING,
-    reasoning_chars: Optional[int] = REASONING_CHARS,
+    reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
     max_tokens: int = typer.Option(
         default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
@@ -118,7 +118,7 @@ def audit(
         default_of(AuditSettings, "n_boot"), "--n-boot", **bounds_of(AuditSettings, "n_boot"),
         help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.",
     ),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
+    cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
     quiet: bool = QUIET,
@@ -126,7 +126,7 @@ def audit(
         False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
     ),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Audit a judge on known biases.
 

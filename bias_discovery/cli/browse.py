@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -70,7 +69,7 @@ _STATUS_STYLE = {
 @library_app.command("show")
 def library_show(
     ref: str = typer.Argument(..., metavar="RUN_DIR|RUN_DIR@N|FILE", help=_LIBRARY_REF_HELP),
-    iteration: Optional[int] = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
+    iteration: int | None = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
     """Show a bias library.
@@ -85,7 +84,8 @@ def library_show(
 
     from rich.text import Text
 
-    from ..report.data import library_json, rejected_candidates, resolve_library
+    from ..report.data import library_json, rejected_candidates
+    from ..run.library_ref import resolve_library
 
     try:
         resolved = resolve_library(ref, iteration)
@@ -241,7 +241,8 @@ def library_diff(
     """
     import json as _json
 
-    from ..report.data import bias_row, diff_refs, diff_to_json, resolve_library
+    from ..report.data import bias_row, diff_refs, diff_to_json
+    from ..run.library_ref import resolve_library
 
     try:
         ref_a, ref_b = resolve_library(a), resolve_library(b)
@@ -286,7 +287,7 @@ def library_diff(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
+    out: Path | None = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
 ) -> None:
     """Write the HTML report of a run or an audit.
 
@@ -333,8 +334,8 @@ def view(
     """Serve a run's report while the run goes on.
 
     On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
-    from ..report.data import require_run_like
-    from ..viewer import ReportServer
+    from ..report.viewer import ReportServer
+    from ..run.library_ref import require_run_like
 
     try:
         require_run_like(run_dir)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -17,11 +16,11 @@ _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]F
 
 @app.command()
 def check(
-    config_path: Optional[Path] = typer.Argument(
+    config_path: Path | None = typer.Argument(
         None, metavar="[CONFIG.yaml]", help="Run config (see experiments/); without one, the embedded engine and embedder."
     ),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Preflight a run config on the node that will run it.
 

@@ -14,7 +14,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
 option help to the terminal (at most 80 columns) instead of Typer's rich panels, which cut
@@ -31,8 +30,30 @@ err_console = Console(stderr=True)
 
 
 @app.callback()
-def _group() -> None:
+def _group(
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v",
+        help="Also print what the engines and the loop log on stderr: retries, a replica set aside, "
+        "the server's dialect, each stage with its calls.",
+    ),
+) -> None:
     """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
+    if verbose:
+        show_logs()
+
+
+def show_logs() -> None:
+    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/, INFO
+    and up) on stderr, one line each, under whatever the command prints."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("bias_discovery")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def timeout_option() -> Any:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal
 
 import typer
 from pydantic import ValidationError
@@ -46,21 +47,21 @@ def _print_skipped(stats: dict) -> None:
 def export_judgebench_pro_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
     out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: Optional[str] = typer.Option(None, "--biases", help=_BIASES_HELP),
+    biases: str | None = typer.Option(None, "--biases", help=_BIASES_HELP),
     variants: int = typer.Option(10, "--variants", min=1, help="Biased variants per test pair (K; the paper uses 10)."),
-    filter_model: Optional[str] = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
-    filter_base_url: Optional[str] = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
+    filter_model: str | None = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
+    filter_base_url: str | None = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
     allow_self_filter: bool = typer.Option(False, "--allow-self-filter", help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Build on data that shares pairs (id or content) with the run's target pairs; recorded in stats.json."),
-    checker_model: Optional[str] = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
-    checker_base_url: Optional[str] = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
-    data: Optional[str] = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
+    checker_model: str | None = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
+    checker_base_url: str | None = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
+    data: str | None = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Build a JudgeBench-Pro-style benchmark.
 
@@ -125,15 +126,15 @@ def export_dpo_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
     data: str = typer.Option(..., "--data", help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file."),
     out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: Optional[str] = typer.Option(None, "--biases", help=_BIASES_HELP),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N pairs (the run's seed)."),
+    biases: str | None = typer.Option(None, "--biases", help=_BIASES_HELP),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N pairs (the run's seed)."),
     fmt: str = typer.Option("standard", "--format", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
     include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Bias-augmented DPO data from a run's biases.
 
@@ -171,8 +172,8 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
     def command(
         src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
         out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-        biases: Optional[str] = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
-        task_name: Optional[str] = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
+        biases: str | None = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
+        task_name: str | None = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     ) -> None:
         from ..export.harness import export_harness

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import ValidationError
@@ -81,7 +81,7 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         console.print(f"skipped bad data rows (--skip-bad-rows): {summary.skipped_rows}, not among the pairs above", highlight=False)
 
 
-def _check_compare_dir(value: Optional[Path]) -> Optional[Path]:
+def _check_compare_dir(value: Path | None) -> Path | None:
     """`judge --compare` callback: refuse a directory that is not a Pro set before judging."""
     if value is None:
         return None
@@ -97,14 +97,14 @@ def _check_compare_dir(value: Optional[Path]) -> Optional[Path]:
 def judge(
     model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
     data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
     positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed."),
     seed: int = typer.Option(default_of(RunConfig, "seed"), "--seed", help="Seed for the position swap and sampling."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
+    base_url: str | None = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = REASONING,
-    reasoning_chars: Optional[int] = REASONING_CHARS,
+    reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
     prompt: str = typer.Option(default_of(JudgeSettings, "prompt"), "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
     allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
@@ -120,11 +120,11 @@ def judge(
         default_of(JudgeSettings, "verdict"), "--verdict",
         help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: each pair's probability of preferring the rejected response; same calls).",
     ),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
+    cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
-    timeout: Optional[float] = timeout_option(),
-    compare: Optional[Path] = typer.Option(
+    timeout: float | None = timeout_option(),
+    compare: Path | None = typer.Option(
         None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
     ),

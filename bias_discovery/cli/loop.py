@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -83,13 +83,13 @@ def _print_run_end(run: Run) -> None:
 @app.command()
 def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
+    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     allow_overlap: bool = typer.Option(
         False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -121,7 +121,7 @@ def resume(
         False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: Optional[float] = timeout_option(),
+    timeout: float | None = timeout_option(),
 ) -> None:
     """Continue a stopped or killed run.
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -11,7 +11,9 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
-from ..judge_matrix.config import MatrixData  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
+from ..judge_matrix.config import (
+    MatrixData,  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
+)
 from .common import app, console, fail
 from .options import QUIET, bounds_of
 
@@ -72,15 +74,15 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
 
 @app.command()
 def matrix(
-    config: Optional[Path] = typer.Argument(None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."),
+    config: Path | None = typer.Argument(None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."),
     out: Path = typer.Option(..., "--out", help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge)."),
-    judges: Optional[str] = typer.Option(None, "--judges", help="SPEC,SPEC,...: model specs (llamacpp/smollm2) or per-judge YAML files (name, model, prompt ...)."),
-    library: Optional[str] = typer.Option(None, "--library", help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
-    biases: Optional[str] = typer.Option(None, "--biases", help="ID,NAME,...: only these biases of the library."),
-    data: Optional[str] = typer.Option(None, "--data", help="The test set: a named set (demo:test, judgebench ...) or a file."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where named sets are read from."),
-    limit: Optional[int] = typer.Option(None, "--limit", **bounds_of(MatrixData, "limit"), help="A seeded sample of N test pairs."),
-    teacher: Optional[str] = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
+    judges: str | None = typer.Option(None, "--judges", help="SPEC,SPEC,...: model specs (llamacpp/smollm2) or per-judge YAML files (name, model, prompt ...)."),
+    library: str | None = typer.Option(None, "--library", help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
+    biases: str | None = typer.Option(None, "--biases", help="ID,NAME,...: only these biases of the library."),
+    data: str | None = typer.Option(None, "--data", help="The test set: a named set (demo:test, judgebench ...) or a file."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where named sets are read from."),
+    limit: int | None = typer.Option(None, "--limit", **bounds_of(MatrixData, "limit"), help="A seeded sample of N test pairs."),
+    teacher: str | None = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="With a run's library, validate on pairs the run discovered its biases on (recorded)."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip test rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them."),
     overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),

@@ -9,7 +9,7 @@ before and 0.42 s after on an idle 2-core machine, mean of 5 runs each).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from pydantic import BaseModel
@@ -54,7 +54,7 @@ NO_REASONING_CAP: Any = typer.Option(
 QUIET: Any = typer.Option(False, "--quiet", help="No progress bars.")
 
 
-def reasoning_fields(reasoning: bool, reasoning_chars: Optional[int], no_reasoning_cap: bool) -> dict[str, Any]:
+def reasoning_fields(reasoning: bool, reasoning_chars: int | None, no_reasoning_cap: bool) -> dict[str, Any]:
     """The JudgeSettings fields the reasoning flags set (an unset flag keeps the model's default)."""
     if no_reasoning_cap and reasoning_chars is not None:
         fail("--reasoning-chars and --no-reasoning-cap contradict each other; pass one of them")

@@ -56,13 +56,15 @@ and the offending value. Decisions worth knowing:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -202,7 +204,7 @@ class FieldMap(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _distinct_text_fields(self) -> "FieldMap":
+    def _distinct_text_fields(self) -> FieldMap:
         if self.chosen == self.rejected:
             raise ValueError(f"chosen and rejected name the same field {self.chosen!r}")
         if self.response_a == self.response_b:
@@ -210,7 +212,7 @@ class FieldMap(BaseModel):
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "FieldMap":
+    def parse(cls, text: str) -> FieldMap:
         """Build a FieldMap from ``"question=prompt,chosen=good,rejected=bad"`` (CLI syntax).
 
         Keys are this model's field names (except ``label_values``); unknown keys or a
@@ -471,7 +473,7 @@ def _load_judgebench(splits: list[str], data_dir: Path | None, bad_rows: list[st
             if data_dir is not None
             else _hub_rows(JUDGEBENCH_HUB_ID, split)
         )
-        this_split = _unique(_build(rows, lambda row: _judgebench_pair(row, split), bad_rows), bad_rows)
+        this_split = _unique(_build(rows, functools.partial(_judgebench_pair, split=split), bad_rows), bad_rows)
         for pair, where in this_split:
             if pair.id in earlier_ids:
                 pair = pair.model_copy(

@@ -12,8 +12,9 @@
 Heavy dependencies (pyarrow, the engines) are imported only when used.
 """
 
+from ..errors import ExportError
+from ..run.selection import select_biases, validated_biases
 from .annotate import apply_annotations
-from .common import ExportError, select_biases, validated_biases
 from .compare import compare_with_pro
 from .dpo import export_dpo
 from .harness import export_harness

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import DataError
+from ..errors import DataError, ExportError
 from ..io import (
     atomic_write_json,
     atomic_write_jsonl,
@@ -39,7 +39,7 @@ from ..io import (
     read_jsonl,
 )
 from ..stats import cohens_kappa
-from .common import ExportError, length_stats, string_schema, write_data_files
+from .common import length_stats, string_schema, write_data_files
 from .pro import DATA_COLUMNS, read_pro_stats, render_pro_card
 
 VERDICTS = ("keep", "reject")

@@ -1,9 +1,8 @@
-"""What every export shares: bias selection, the run's models, output staging, data files.
+"""What every export shares: output staging, data files, lengths and the card's pieces.
 
-- `select_biases`: which biases of a run's latest library an export uses (``all``, ``top-K``
-  or explicit ids/names).
-- `RunContext`: a run directory's config, library and models (`ModelRoles`); every model goes
-  through the run's call cache (``RUN_DIR/calls.sqlite``), so a repeated export never pays twice.
+(The bias selection, the run's models and the overlap check that exports, replications and
+audits share live in `bias_discovery.run`: `selection`, `context`, `overlap`.)
+
 - `check_output_dir` / `staged_output`: an export is written into a temporary directory next
   to ``--out`` and renamed into place at the end; a failure leaves nothing half-written.
 - `write_data_files`: ``data.jsonl`` and ``data.parquet`` with an explicit schema (parquet
@@ -14,31 +13,17 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import uuid
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
-from ..config import RunConfig, load_run_config
-from ..data.loaders import describe_source, load_pairs
-from ..data.overlap import DataOverlap, PairKey, check_overlap, content_hash, find_overlap, pair_keys
-from ..data.pairs import PreferencePair
-from ..errors import BiasDiscoveryError
-from ..io import atomic_write_jsonl, probe_writable
-from ..library import Bias, BiasLibrary
-from ..llm.base import Engine
+from ..io import atomic_write_jsonl
+from ..library import Bias
 from ..llm.config import ModelConfig
-from ..llm.roles import ModelRoles
-from ..run import RunDir
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
-
-
-class ExportError(BiasDiscoveryError):
-    """An export cannot be made as asked (no biases, unknown bias, bad output directory...)."""
 
 
 def package_version() -> str:
@@ -48,74 +33,6 @@ def package_version() -> str:
         return version("bias-discovery")
     except Exception:  # pragma: no cover - running from an uninstalled checkout
         return "unknown"
-
-
-# --------------------------------------------------------------------------------------------
-# Bias selection
-# --------------------------------------------------------------------------------------------
-
-
-def validated_biases(library: BiasLibrary) -> list[Bias]:
-    """The discovered biases whose test-set validation accepted them, in library order."""
-    return [
-        b
-        for b in library.biases
-        if b.origin.kind == "discovered" and b.validation is not None and b.validation.accepted
-    ]
-
-
-_TOP_K = re.compile(r"^top-(\d+)$", re.I)
-
-
-def _available(library: BiasLibrary) -> str:
-    return ", ".join(library.ids()) or "none"
-
-
-def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str) -> list[Bias]:
-    """The biases an export uses.
-
-    - ``None`` or ``"all"``: every validated-and-accepted discovered bias;
-    - ``"top-K"``: the K accepted ones with the largest reported effect (`BiasValidation.effect`:
-      honest after an early stop; fewer if there are fewer);
-    - ``"ID,NAME,..."``: the named biases, in the given order, duplicates once; an entry
-      matches a bias id exactly, else a bias name case-insensitively (or its slug). Seed
-      biases may be named too.
-
-    Raises ExportError for an empty selection (naming the available ids and how to name them
-    explicitly) and for an entry that names no bias (listing the available ids).
-    """
-    text = (spec or "all").strip()
-    if text.lower() == "all" or _TOP_K.match(text):
-        chosen = validated_biases(library)
-        match = _TOP_K.match(text)
-        if match:
-            k = int(match.group(1))
-            if k < 1:
-                raise ExportError(f"--biases {text}: K must be at least 1")
-            chosen = sorted(chosen, key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))[:k]
-        if not chosen:
-            raise ExportError(
-                f"run {run_dir} has no validated biases; name "
-                f"biases explicitly with --biases ID,...  available: {_available(library)}"
-            )
-        return chosen
-    entries = [part.strip() for part in text.split(",") if part.strip()]
-    if not entries:
-        raise ExportError(f"--biases {spec!r} names no bias; available: {_available(library)}")
-    chosen, seen, unknown = [], set(), []
-    for entry in entries:
-        bias = library.find(entry)
-        if bias is None:
-            unknown.append(entry)
-        elif bias.id not in seen:
-            seen.add(bias.id)
-            chosen.append(bias)
-    if unknown:
-        names = ", ".join(repr(u) for u in unknown)
-        raise ExportError(
-            f"unknown bias {names} in run {run_dir}; available ids: {_available(library)}"
-        )
-    return chosen
 
 
 COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
@@ -148,86 +65,6 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# The run: config, library, models through the call cache
-# --------------------------------------------------------------------------------------------
-
-
-class RunContext:
-    """A finished (or stopped) run directory, read for an export: its config, its newest
-    library, and its models (`roles`), every one through the run's call cache."""
-
-    def __init__(
-        self, run_dir: Path | str, *, engines: Mapping[str, Engine] | None = None, timeout_s: float | None = None
-    ) -> None:
-        """`engines` replaces roles by ready engines (tests use scripted fakes); `timeout_s`
-        (`--timeout`) replaces every model's request deadline (None: the run's)."""
-        self.run = RunDir(run_dir)
-        self.run.require_run()
-        self.timeout_s = timeout_s
-        self.config: RunConfig = load_run_config(self.run.config_path).with_timeout(timeout_s)
-        self.library: BiasLibrary = self.run.library.load_latest()
-        self._engines = dict(engines or {})
-        self._roles: ModelRoles | None = None
-
-    @property
-    def root(self) -> Path:
-        return self.run.root
-
-    @property
-    def library_file(self) -> str:
-        """The library the export read, relative to the run directory."""
-        store = self.run.library
-        iterations = store.iterations()
-        path = store.path_for(iterations[-1]) if iterations else store.latest_path
-        return str(path.relative_to(self.run.root))
-
-    def roles(self, configs: Mapping[str, ModelConfig]) -> ModelRoles:
-        """The export's models by role (teacher, checker, filter ...): roles with the same
-        config share one engine (the teacher doubling as equivalence checker is loaded once)."""
-        if self._roles is not None:
-            raise RuntimeError("RunContext.roles is called once per export")
-        configs = {role: config.with_timeout(self.timeout_s) for role, config in configs.items()}
-        self._roles = ModelRoles(configs, cache_path=self.run.cache_path, engines=self._engines)
-        return self._roles
-
-    def close(self) -> None:
-        if self._roles is not None:
-            self._roles.close()
-
-    def __enter__(self) -> "RunContext":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def discovery_keys(run: RunDir, config: RunConfig) -> tuple[list[PairKey], str]:
-    """The items a run discovered its biases on, and their description: the target pairs its
-    iterations perturbed (with their original texts), else its configured target data."""
-    keys: dict[str, str] = {}
-    for t in run.iterations():
-        perturbed = run.iteration(t).perturbed
-        if t > 0 and perturbed.exists():
-            for pair in perturbed.read():
-                keys.setdefault(pair.pair_id, content_hash(pair.question, pair.chosen, pair.original_rejected))
-    if keys:
-        return [PairKey(i, c) for i, c in keys.items()], f"run {run.root.name}'s {len(keys)} target pairs"
-    d = config.data
-    pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
-    return pair_keys(pairs), f"run {run.root.name}'s data.target {describe_source(d.target, d.data_dir, portable=True)}"
-
-
-def check_run_overlap(
-    run: RunDir, config: RunConfig, pairs: Sequence[PreferencePair], *, data_name: str, allow: bool
-) -> DataOverlap:
-    """`pairs` (data a run's biases are measured on) against the items the run discovered them
-    on, by id and content: refused unless `allow` (`--allow-overlap`), recorded either way."""
-    keys, name = discovery_keys(run, config)
-    overlap = find_overlap(keys, pair_keys(pairs), discovery_name=name, validation_name=data_name)
-    return check_overlap(overlap, allow=allow, how_to_allow="pass --allow-overlap")
-
-
 def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -> ModelConfig:
     """`spec` (+ `base_url`) as a ModelConfig, or `default` when no spec is given."""
     if spec is None:
@@ -235,63 +72,6 @@ def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -
             return default.model_copy(update={"base_url": base_url})
         return default
     return ModelConfig.from_spec(spec, **({"base_url": base_url} if base_url else {}))
-
-
-# --------------------------------------------------------------------------------------------
-# Output directory: check early, write into a temp dir, rename at the end
-# --------------------------------------------------------------------------------------------
-
-
-def check_output_dir(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> None:
-    """Refuse an --out that exists and is not an empty directory (unless `overwrite`), one
-    that is or contains a protected path (the run directory: --overwrite must never delete it),
-    and one whose parent cannot be written (`staged_output` writes and renames there): proved
-    with a probe file before any model call is paid for."""
-    out_resolved = out.resolve()
-    for path in protect:
-        p = path.resolve()
-        if out_resolved == p or out_resolved in p.parents:
-            raise ExportError(f"--out {out} is or contains {path}; pick another output directory")
-    if out.is_symlink() or out.exists():
-        if not out.is_dir():
-            raise ExportError(f"--out {out} exists and is not a directory")
-        if any(out.iterdir()) and not overwrite:
-            raise ExportError(
-                f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
-                "another directory"
-            )
-    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
-
-
-@contextmanager
-def staged_output(out: Path, *, overwrite: bool, protect: Sequence[Path] = ()) -> Iterator[Path]:
-    """Yield a fresh temporary directory next to `out`; on success it replaces `out`.
-
-    On any exception the temporary directory is removed and `out` is left as it was. An
-    existing `out` (empty, or any with `overwrite`) is moved aside, the new one renamed in,
-    and the old one deleted; if the rename fails, the old one is put back.
-    """
-    check_output_dir(out, overwrite=overwrite, protect=protect)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        yield tmp
-        check_output_dir(out, overwrite=overwrite, protect=protect)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(out, old)
-            try:
-                os.rename(tmp, out)
-            except BaseException:
-                os.rename(old, out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --------------------------------------------------------------------------------------------

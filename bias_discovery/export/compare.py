@@ -17,12 +17,12 @@ from pydantic import BaseModel
 
 from ..data.loaders import FieldMap, load_pairs
 from ..data.pairs import PreferencePair
+from ..errors import ExportError
 from ..formatting import percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
-from .common import ExportError
 from .pro import read_pro_stats
 
 

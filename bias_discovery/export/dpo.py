@@ -20,34 +20,33 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..errors import ExportError
 from ..formatting import number, percent, plural
-from ..io import atomic_write_json, atomic_write_text
+from ..io import atomic_write_json, atomic_write_text, check_output_dir, staged_output
 from ..library import Bias
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
+from ..run.context import RunContext
+from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
-    ExportError,
     LengthStats,
-    RunContext,
     bias_summary,
-    check_output_dir,
     dataset_card_meta,
     length_stats,
     one_line,
     package_version,
-    select_biases,
     settings_text,
-    staged_output,
     write_data_files,
     yaml_front_matter,
 )
@@ -267,7 +266,7 @@ def export_dpo(
     `timeout_s` replaces the teacher's request deadline (None: the run's)."""
     out = Path(out)
     run_path = Path(run_dir)
-    check_output_dir(out, overwrite=overwrite, protect=[run_path])
+    check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if fmt not in ("standard", "conversational"):
         raise ExportError(f"--format must be standard or conversational, got {fmt!r}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
@@ -309,7 +308,7 @@ def export_dpo(
             "per_bias": build.per_bias,
             "length": build.length.model_dump(),
         }
-    with staged_output(out, overwrite=overwrite, protect=[run_path]) as tmp:
+    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_data_files(tmp, build.rows, dpo_schema(fmt))
         atomic_write_json(tmp / "stats.json", stats)
         atomic_write_text(tmp / "README.md", render_dpo_card(stats, tmp))

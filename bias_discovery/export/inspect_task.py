@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import ExportError
-from .harness import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
+from ..errors import ExportError
+from .harness_set import HARNESS_FILES, INSPECT_TESTED, HarnessSet, bias_tasks
 
 _NAME_LINE = 'TASK_NAME = "bias_discovery_pairwise"\n'
 

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .harness import HARNESS_FILES, LM_EVAL_TESTED, HarnessSet, bias_tasks
+from .harness_set import HARNESS_FILES, LM_EVAL_TESTED, HarnessSet, bias_tasks
 
 SYSTEM_TEXT = "You are a helpful assistant that evaluates the quality of two responses to a user's question.\n\n"
 """The task's `description`: lm-eval puts it before the prompt (a system turn with a chat template)."""

@@ -44,42 +44,41 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..errors import ExportError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
-from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
 from ..llm.config import ModelConfig, same_model
 from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import is_prompt_path
+from ..run.context import RunContext
+from ..run.overlap import check_run_overlap
+from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls
 from ..stats import wilson_interval
 from .common import (
     CARD_MISSING,
-    ExportError,
     LengthStats,
-    RunContext,
     bias_summary,
-    check_output_dir,
-    check_run_overlap,
     dataset_card_meta,
     length_stats,
     model_config,
     one_line,
     package_version,
-    select_biases,
     settings_text,
-    staged_output,
     string_schema,
     write_data_files,
     yaml_front_matter,
@@ -829,7 +828,7 @@ def export_judgebench_pro(
     """
     out = Path(out)
     run_path = Path(run_dir)
-    check_output_dir(out, overwrite=overwrite, protect=[run_path])
+    check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if variants < 1:
         raise ExportError(f"--variants must be at least 1, got {variants}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
@@ -891,6 +890,6 @@ def export_judgebench_pro(
             "data_overlap": overlap.model_dump(mode="json"),
         }
         stats = pro_stats(build, ctx_info=info, biases=chosen)
-    with staged_output(out, overwrite=overwrite, protect=[run_path]) as tmp:
+    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)
     return stats

@@ -11,8 +11,9 @@ orders from all of them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -196,7 +197,7 @@ class MatrixConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _distinct_judges(self) -> "MatrixConfig":
+    def _distinct_judges(self) -> MatrixConfig:
         seen: dict[str, MatrixJudge] = {}
         for index, judge in enumerate(self.judges):
             if judge.judge.positions != self.judge.positions:
@@ -339,7 +340,7 @@ def load_matrix_library(spec: str, seed_library: str) -> tuple[BiasLibrary, str,
     (None for a seed library or a file): `seeds`, a run directory (RUN_DIR, RUN_DIR@N), a
     library file, or shipped seed library names joined by '+'."""
     from ..library import load_seed_library
-    from ..report.data import resolve_library
+    from ..run.library_ref import resolve_library
 
     text = spec.strip()
     if text == SEED_LIBRARY:

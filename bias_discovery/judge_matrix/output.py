@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
-import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import ConfigError
-from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, staged_files
 from ..stages.records import PerturbedPair
 from .config import MatrixConfig
+from .page import render_matrix
 from .records import CSV_COLUMNS, MatrixJudgment, MatrixResult, csv_rows
 
 __all__ = ["CACHE_FILE", "CONFIG_FILE", "OUTPUT_FILES", "prepare_matrix_dir", "read_matrix", "write_matrix"]
@@ -58,20 +56,12 @@ def _csv_text(result: MatrixResult) -> str:
 
 def write_matrix(out: Path, result: MatrixResult, rewrites: Sequence[PerturbedPair], judgments: Sequence[MatrixJudgment]) -> None:
     """Write the outputs into a staging folder inside `out`, then rename each into place."""
-    from ..report.matrix import render_matrix
-
-    stage = out / f".stage-{uuid.uuid4().hex[:8]}"
-    stage.mkdir()
-    try:
+    with staged_files(out, OUTPUT_FILES) as stage:
         atomic_write_jsonl(stage / "rewrites.jsonl", rewrites)
         atomic_write_jsonl(stage / "judgments.jsonl", judgments)
         atomic_write_text(stage / "matrix.csv", _csv_text(result))
         atomic_write_text(stage / "matrix.html", render_matrix(result))
         atomic_write_json(stage / "matrix.json", result)
-        for name in OUTPUT_FILES:
-            os.replace(stage / name, out / name)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def read_matrix(directory: Path | str) -> MatrixResult:

@@ -39,10 +39,17 @@ from ..llm.roles import ModelRoles
 from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
+from ..stages.family import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
 from ..stages.perturb import PLACEBO_ID, perturb, rewrite_neutrally
 from ..stages.records import PerturbedPair
-from ..stages.rewrite_checks import answer_changes, check_answers, check_calls, extracted_checks, length_ratio, unverifiable
-from ..sequential import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
+from ..stages.rewrite_checks import (
+    answer_changes,
+    check_answers,
+    check_calls,
+    extracted_checks,
+    length_ratio,
+    unverifiable,
+)
 from ..stats import compare_effects, compare_paired, decide_differences
 from .config import JURY, MatrixConfig, MatrixJudge, load_matrix_library, selected_biases
 from .output import prepare_matrix_dir, write_matrix
@@ -221,8 +228,8 @@ def _discovery_overlap(run_dir: Path, pairs: Sequence[PreferencePair], data_name
     """A run's biases measured on its own discovery items would be circular: refused unless
     `data.allow_overlap` (`--allow-overlap`), recorded either way."""
     from ..config import load_run_config
-    from ..export.common import check_run_overlap
     from ..run import RunDir
+    from ..run.overlap import check_run_overlap
 
     run = RunDir(run_dir)
     if not run.config_path.is_file():

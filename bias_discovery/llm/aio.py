@@ -17,9 +17,10 @@ import asyncio
 import gc
 import os
 import threading
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Coroutine, Iterator, TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",
@@ -40,7 +41,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         import uvloop
     except ImportError:
         return asyncio.new_event_loop()
-    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return uvloop.new_event_loop()  # type: ignore[no-any-return, unused-ignore]  # typed where uvloop is installed
 
 
 def loop_kind() -> str:

@@ -24,8 +24,9 @@ import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Callable, ClassVar, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from ..errors import EngineError
 from ..formatting import plural
@@ -197,7 +198,7 @@ class SubmitQueue:
     queued with an EngineError and waits for the request being served (the model must not be
     freed under it)."""
 
-    def __init__(self, engine: "BaseEngine") -> None:
+    def __init__(self, engine: BaseEngine) -> None:
         self._engine = engine
         self._queue: deque[Submission] = deque()
         self._ready = threading.Condition()
@@ -325,7 +326,7 @@ class BaseEngine(ABC):
             queue = self._submissions
         return queue.put(request)
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 - a hook with a default: most engines hold nothing to commit
         """Commit what is pending of the submissions' responses (`llm.base.flush`): nothing,
         except in the call cache and the wrappers around it."""
 
@@ -356,7 +357,7 @@ class BaseEngine(ABC):
         `report.done` as it completes where the engine can; the rest are reported when
         this returns."""
 
-    def _release(self) -> None:
+    def _release(self) -> None:  # noqa: B027 - a hook with a default: an engine may hold nothing
         """Free what the engine holds (called once, by `close`)."""
 
     def _serve(self, batch: Sequence[Submission], queue: SubmitQueue) -> None:

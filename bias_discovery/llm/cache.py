@@ -25,10 +25,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..errors import EngineError
 from .aio import FREEZE_HEAP_FROM, frozen_heap

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError
-from .registry import PROVIDERS
+from .providers import PROVIDERS
 
 KNOWN_PROVIDERS: tuple[str, ...] = tuple(PROVIDERS)
 
@@ -44,7 +44,7 @@ class ModelConfig(BaseModel):
 
     max_concurrency: int | None = Field(default=None, ge=1)
     """Requests in flight at once against each server (each replica). Default: by the
-    server's dialect (see `openai_server.DEFAULT_CONCURRENCY`): enough to fill a vLLM
+    server's dialect (see `openai.DEFAULT_CONCURRENCY`): enough to fill a vLLM
     server's batch, the slots of a llama.cpp server, a hosted API's usual rate limit."""
 
     constraint_probe: bool = True
@@ -117,7 +117,7 @@ class ModelConfig(BaseModel):
             raise ValueError("model must not be empty")
         return v
 
-    def with_timeout(self, timeout_s: float | None) -> "ModelConfig":
+    def with_timeout(self, timeout_s: float | None) -> ModelConfig:
         """This config with another request deadline (None: unchanged); validated."""
         if timeout_s is None:
             return self
@@ -128,7 +128,7 @@ class ModelConfig(BaseModel):
         return f"{self.provider}/{self.model}"
 
     @classmethod
-    def from_spec(cls, spec: str, **settings: Any) -> "ModelConfig":
+    def from_spec(cls, spec: str, **settings: Any) -> ModelConfig:
         """Parse `provider/model` (the model part may itself contain slashes)."""
         provider, sep, model = spec.partition("/")
         if not sep or not model:

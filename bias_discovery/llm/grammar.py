@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import ConfigError
 from .types import Constraint
 
 try:  # Python >= 3.11
-    from re import _constants as _sre  # type: ignore[attr-defined]
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+    from re import _constants as _sre  # type: ignore[attr-defined, unused-ignore]  # typeshed: 3.11+
+    from re import _parser as _sre_parse  # type: ignore[attr-defined, unused-ignore]
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    import sre_constants as _sre  # type: ignore[no-redef, unused-ignore]
+    import sre_parse as _sre_parse  # type: ignore[no-redef, unused-ignore]
 
 __all__ = [
     "MAX_REPETITION",
@@ -205,19 +206,19 @@ _ASCII_WORD: Ranges = _normalize([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x6
 _ASCII_SPACE: Ranges = _normalize([(0x09, 0x0D), (0x20, 0x20)])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _unicode_space() -> Ranges:
     """Python's `\\s` for str patterns is exactly `str.isspace` (a short list)."""
     return _normalize((cp, cp) for cp in range(_MAX_CODEPOINT + 1) if chr(cp).isspace())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _unicode_digit() -> Ranges:
     """Python's `\\d` for str patterns is Unicode category Nd, i.e. `str.isdecimal`."""
     return _ranges_where(str.isdecimal)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _unicode_word() -> Ranges:
     """Python's `\\w` for str patterns: `str.isalnum` or underscore (hundreds of ranges)."""
     return _ranges_where(lambda ch: ch.isalnum() or ch == "_")

@@ -6,7 +6,8 @@ or vllm for constrained judging). torch and transformers are imported in `__init
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import EngineError
 from ..progress import no_library_bars

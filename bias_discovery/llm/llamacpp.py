@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import ConfigError, EngineError
 from .base import SequentialEngine, final_token_index, finish_reason, message_dicts

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Sequence
 
 from pydantic import BaseModel
 
@@ -48,7 +48,7 @@ class MeteredEngine(BaseEngine):
             booked = self.usage.pop(stage, None)
             return {stage: booked} if booked is not None else {}
 
-    def booked_to(self, stage: str) -> "StageEngine":
+    def booked_to(self, stage: str) -> StageEngine:
         """This engine with every call booked to `stage`, whatever `self.stage` says."""
         return StageEngine(self, stage)
 

@@ -1,26 +1,17 @@
-"""Map a `ModelConfig` to an engine, importing the backend only when it is asked for."""
+"""Map a `ModelConfig` to an engine, importing the backend only when it is asked for (the\ntable of providers is `providers.PROVIDERS`)."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
 from ..errors import ConfigError
 from .base import Engine
+from .config import ModelConfig
+from .providers import PROVIDERS
 
-if TYPE_CHECKING:
-    from .config import ModelConfig
-
-PROVIDERS: dict[str, str] = {
-    "llamacpp": "llamacpp:LlamaCppEngine",
-    "openai": "openai_server:OpenAIServerEngine",
-    "vllm": "vllm_engine:VLLMEngine",
-    "hf": "hf:TransformersEngine",
-}
-"""Provider (the part of a model spec before the first slash) -> "module:class" of its engine
-in this package, imported on first use. A new provider is one line here; `ModelConfig` takes
-its provider names from this table."""
+__all__ = ["PROVIDERS", "engine_class", "make_engine"]
 
 
 def engine_class(provider: str) -> Callable[[ModelConfig], Engine]:
@@ -39,8 +30,6 @@ def make_engine(config: ModelConfig | str, cache_path: Path | str | None = None)
 
     With `cache_path`, the engine is wrapped in the SQLite call cache at that path.
     """
-    from .config import ModelConfig  # not at the top: config.py reads PROVIDERS from here
-
     if isinstance(config, str):
         config = ModelConfig.from_spec(config)
     engine = engine_class(config.provider)(config)

@@ -9,8 +9,8 @@ engines by role instead of configs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from ..errors import ConfigError
 from .base import Engine
@@ -100,7 +100,7 @@ class ModelRoles:
         self._by_config.clear()
         self._meters.clear()
 
-    def __enter__(self) -> "ModelRoles":
+    def __enter__(self) -> ModelRoles:
         return self
 
     def __exit__(self, *exc: object) -> None:

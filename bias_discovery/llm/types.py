@@ -11,7 +11,8 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -110,12 +111,12 @@ class Constraint(BaseModel):
     reasoned: ReasonedChoice | None = Field(default=None, exclude=True)
 
     @classmethod
-    def reasoned_choice(cls, form: ReasonedChoice) -> "Constraint":
+    def reasoned_choice(cls, form: ReasonedChoice) -> Constraint:
         """The regex constraint of `form`, carrying `form` for APIs that take only JSON schemas."""
         return cls(regex=form.regex(), reasoned=form)
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Constraint":
+    def _exactly_one(self) -> Constraint:
         given = [n for n in ("choices", "regex", "json_schema") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError(
@@ -159,7 +160,7 @@ class GenerationRequest(BaseModel):
         user: str,
         system: str | None = None,
         **settings: Any,
-    ) -> "GenerationRequest":
+    ) -> GenerationRequest:
         """Build a request from a user message and an optional system message."""
         messages = []
         if system:
@@ -212,7 +213,7 @@ class FinalTokenLogprobs(BaseModel):
     @classmethod
     def from_candidates(
         cls, token: str, logprob: float, candidates: Iterable[tuple[str, float]], k: int
-    ) -> "FinalTokenLogprobs | None":
+    ) -> FinalTokenLogprobs | None:
         """Keep the k most likely of `candidates` that have a probability above 0; None when
         the generated token itself has none (nothing to report)."""
         if not math.isfinite(logprob) or logprob <= ZERO_PROBABILITY_LOGPROB:

@@ -43,15 +43,16 @@ The request mapping is kept in pure functions that build plain dicts (`llm_kwarg
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from ..errors import EngineError
 from ..formatting import plural
 from .base import (
     BaseEngine,
     BatchReport,
-    SubmitQueue,
     Submission,
+    SubmitQueue,
     fail_unanswered,
     final_token_index,
     finish_reason,

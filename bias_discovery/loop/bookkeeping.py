@@ -5,9 +5,11 @@ progress events, counted on from where a resumed step stopped)."""
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import DataError
 from ..llm.roles import ModelRoles
@@ -17,6 +19,9 @@ from ..stages.streamed import Opener
 
 StepKey = tuple[int, str, str | None, int | None]
 """(iteration, stage, step name, total) of one progress step."""
+
+log = logging.getLogger(__name__)
+"""Each stage's start and end, with its calls per role, at INFO (`bias-discovery --verbose`)."""
 
 
 def counts_so_far(events: list[dict[str, Any]]) -> dict[StepKey, int]:
@@ -118,12 +123,14 @@ class RunBook:
         self.roles.set_stage(name)
         self.update_state(stage=name, iteration=iteration, status="running")
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
+        log.info("iteration %d: %s started (%s items)", iteration, name, "?" if total is None else total)
         started = time.time()
         yield StageProgress(self.run, self.progress, name, iteration, self.carried)
         usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
-        self.run.event(
-            "stage_end", iteration=iteration, stage=name, total=total, seconds=round(time.time() - started, 2), usage=usage
-        )
+        seconds = round(time.time() - started, 2)
+        self.run.event("stage_end", iteration=iteration, stage=name, total=total, seconds=seconds, usage=usage)
+        calls = ", ".join(f"{role} {u['requests']} ({u['cached']} cached)" for role, u in usage.items()) or "none"
+        log.info("iteration %d: %s done in %.1f s (calls: %s)", iteration, name, seconds, calls)
 
     @contextmanager
     def single_step(self, name: str, iteration: int, total: int) -> Iterator[ProgressCallback]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from ..judging import calls_per_pair
 from ..data.pairs import PreferencePair
+from ..judging import calls_per_pair
 from ..library import Bias
 from ..run import IterationRecord, MergeStats
 from ..stages import (

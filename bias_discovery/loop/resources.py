@@ -3,8 +3,8 @@ that run at once), the target and test data with their overlap check, and the em
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Mapping
 
 from ..config import RunConfig
 from ..data.loaders import describe_source, load_pairs

@@ -11,8 +11,8 @@ from ..formatting import percent, pp
 from ..judging import JudgeResult, calls_per_pair, judge_pairs, measure_of, summarize
 from ..library import Bias
 from ..run import ValidationReport
-from ..sequential import FamilySettings
 from ..stages import PlaceboArm, ValidationModels, ValidationSetup, record_checker, run_placebo, validate_biases
+from ..stages.family import FamilySettings
 from ..stages.streamed import Opener
 from ..stages.validate import baseline_and_placebo
 from ..stats import MEASURE_LABELS

@@ -1,11 +1,11 @@
 """Browse a run: library tables and diffs (`library show`/`diff`), the HTML report
-(`report`), and the live viewer (`view`, in `bias_discovery.viewer`).
+(`report`), and the live viewer (`view`, in `viewer.py`).
 
 Importing this package is light: matplotlib and jinja2 load on first render.
 """
 
+from ..run.library_ref import LibraryRef, require_run_like, resolve_library
 from .data import (
-    LibraryRef,
     RunData,
     bias_row,
     collect_run,
@@ -14,8 +14,6 @@ from .data import (
     library_json,
     library_rows,
     rejected_candidates,
-    require_run_like,
-    resolve_library,
 )
 from .render import render_report, render_run, word_diff, write_report
 

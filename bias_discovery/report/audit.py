@@ -16,7 +16,8 @@ from ..auditing.output import read_audit
 from ..auditing.records import AuditReport, BiasAudit
 from ..formatting import count
 from ..io import atomic_write_text, read_jsonl
-from .render import MISSING, _environment, word_diff
+from ..pages import MISSING, page_template
+from .render import word_diff
 
 __all__ = ["render_audit", "write_audit_report"]
 
@@ -134,7 +135,7 @@ def render_audit(root: Path | str) -> str:
     """Read an audit directory and return its report as one HTML string."""
     root = Path(root)
     report = read_audit(root)
-    template = _environment().from_string(TEMPLATE.read_text(encoding="utf-8"))
+    template = page_template(TEMPLATE)
     return template.render(**build_audit_context(root, report))
 
 

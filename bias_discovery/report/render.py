@@ -15,15 +15,16 @@ from __future__ import annotations
 import difflib
 import re
 import secrets
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .. import formatting
-from ..formatting import ci_pp, count, p_value, percent, plural, pp
+from ..formatting import percent, plural
 from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
+from ..pages import MISSING, page_template
 from ..run import ValidationReport
 from .data import RunData, bias_row, collect_run
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
@@ -35,10 +36,8 @@ TEMPLATE = Path(__file__).with_name("template.html")
 
 # --------------------------------------------------------------------------------------------
 # Formatting (filters): numbers go through `bias_discovery.formatting`, as in the terminal,
-# with the page's en dash for a missing value
+# with the page's en dash for a missing value (`bias_discovery.pages`)
 # --------------------------------------------------------------------------------------------
-
-MISSING = "–"
 
 
 def when(ts: Any) -> str:
@@ -289,7 +288,7 @@ def _configured_error_statement(config: dict[str, Any]) -> str:
     """The error statement of a run's settings, before any validation has written its own."""
     from ..config import RunConfig
     from ..judging import measure_of
-    from ..sequential import FamilySettings
+    from ..stages.family import FamilySettings
 
     try:
         resolved = RunConfig.model_validate(config)
@@ -433,28 +432,8 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
     }
 
 
-@lru_cache(maxsize=1)
-def _environment():  # noqa: ANN202 - jinja2 Environment
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    # The loader serves the templates' shared stylesheet (`{% include "page.css" %}`): our own
-    # file, included as template source; model text still only ever arrives as values.
-    env = Environment(
-        autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, loader=FileSystemLoader(TEMPLATE.parent)
-    )
-    env.filters.update(
-        pct=partial(percent, missing=MISSING),
-        pp=partial(pp, missing=MISSING),
-        pval=partial(p_value, missing=MISSING),
-        thousands=partial(count, missing=MISSING),
-        plural=partial(plural, missing=MISSING),
-    )
-    env.globals.update(ci=ci_pp)
-    return env
-
-
 def _template():  # noqa: ANN202
-    return _environment().from_string(TEMPLATE.read_text(encoding="utf-8"))
+    return page_template(TEMPLATE)
 
 
 def render_run(run: RunData, *, live: bool = False, version: str = "") -> str:

@@ -1,6 +1,6 @@
 """The run record: the only code that knows a run directory's layout (see `rundir.py`)."""
 
-from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
+from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore, iteration_filename
 from .lock import Liveness, RunBusyError, effective_status
 from .records import MergeStats, ValidationReport

@@ -20,10 +20,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -174,7 +175,7 @@ class RunLock:
             )
 
     @contextmanager
-    def hold(self, run_root: Path, command: str) -> Iterator["RunLock"]:
+    def hold(self, run_root: Path, command: str) -> Iterator[RunLock]:
         """Hold the run for this process while the block runs (refusing a live holder), with a
         heartbeat thread; the lock is removed on the way out, whatever happened."""
         guard = os.open(run_root, os.O_RDONLY)  # serialises check-and-write between processes

@@ -84,7 +84,7 @@ class ValidationReport(BaseModel):
     written before the guard."""
 
     @model_validator(mode="after")
-    def _statement_of_older_files(self) -> "ValidationReport":
+    def _statement_of_older_files(self) -> ValidationReport:
         if not self.error_statement:
             family_alpha = self.alpha_family if self.alpha_family is not None else self.alpha
             families = max(1, round(self.alpha / family_alpha)) if self.error_control == "run" else None

@@ -37,7 +37,7 @@ from ..library import Bias, RewriteEffect
 from ..stages.merge import MergeDecision
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from ..stages.validate import PlaceboArm
-from .artifacts import JsonArtifact, JsonListArtifact, JsonlArtifact
+from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore
 from .lock import Liveness, RunLock
 from .records import MergeStats, ValidationReport

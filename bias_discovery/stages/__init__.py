@@ -1,6 +1,6 @@
 """The six steps of the discovery loop as plain functions over whole batches.
 
-Each takes its model(s) as arguments and can run without the graph (see graph.py for the loop).
+Each takes its model(s) as arguments and can run without the graph (see loop/graph.py for the loop).
 """
 
 from .evaluate import evaluate

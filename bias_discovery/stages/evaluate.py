@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, judge_pairs
 from ..llm.base import Engine, ProgressCallback

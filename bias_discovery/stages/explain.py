@@ -6,7 +6,7 @@ the request to explain further), so the target defends the verdict it actually g
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..config import ExplainSettings
 from ..data.pairs import PreferencePair

@@ -8,7 +8,8 @@ invalid.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Sequence
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -18,7 +19,6 @@ from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import IdentifyRecord, MisjudgedCase
-
 
 Manifestation = Annotated[str, StringConstraints(max_length=160)]
 

@@ -13,7 +13,8 @@ recording `merged_from`.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel

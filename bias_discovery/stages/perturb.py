@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..config import PerturbSettings
 from ..data.pairs import PreferencePair

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback

@@ -136,7 +136,7 @@ class StepChain:
             self._open = None
             manager.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
 
-    def __enter__(self) -> "StepChain":
+    def __enter__(self) -> StepChain:
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:

@@ -25,7 +25,7 @@ With `judge.verdict: score` the per-item values compared are the judge's probabi
 preferring the rejected response instead of its error (`FamilySettings.measure`), by the
 one-sided paired t-test of the mean shift, with the same plan, correction and effect.
 
-The looks, the decision and the effects are the pure steps of `bias_discovery.sequential`;
+The looks, the decision and the effects are the pure steps of `bias_discovery.stages.family`;
 this module adds what needs models: the rewrites, the answer checks and the judgments.
 """
 
@@ -45,7 +45,18 @@ from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_p
 from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
-from ..sequential import (
+from ..stats import (
+    DOMAIN_BOOTSTRAP_RESAMPLES,
+    Effect,
+    LookRecord,
+    Measure,
+    PairedComparison,
+    SequentialPlan,
+    compare_paired,
+    decisive_comparison,
+    per_domain_breakdown,
+)
+from .family import (
     FamilyLooks,
     FamilySettings,
     Stop,
@@ -57,17 +68,6 @@ from ..sequential import (
     run_looks,
     smallest_detectable,
     with_decision,
-)
-from ..stats import (
-    DOMAIN_BOOTSTRAP_RESAMPLES,
-    Effect,
-    LookRecord,
-    Measure,
-    PairedComparison,
-    SequentialPlan,
-    compare_paired,
-    decisive_comparison,
-    per_domain_breakdown,
 )
 from .perturb import keyed_rng, perturb, rewrite_neutrally
 from .records import PerturbedPair
@@ -195,7 +195,7 @@ class ValidationSetup(BaseModel):
     """How each look's rewrites, checks and judgments are ordered (`RunConfig.pipeline`)."""
 
     @model_validator(mode="after")
-    def _measure_follows_the_verdict(self) -> "ValidationSetup":
+    def _measure_follows_the_verdict(self) -> ValidationSetup:
         if self.family.measure != measure_of(self.judge):
             raise ValueError(
                 f"judge.verdict {self.judge.verdict} validates on the measure {measure_of(self.judge)}, "

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 from math import factorial
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -78,6 +79,7 @@ def test_unknown_demo_split_lists_the_known_ones() -> None:
 
 def test_the_quick_start_and_the_default_config_validate_on_other_pairs_than_they_discover_on() -> None:
     from bias_discovery.config import DataConfig, load_run_config
+
     from helpers import REPO
 
     for data in (load_run_config(REPO / "experiments" / "quickstart-cpu.yaml").data, DataConfig()):

@@ -12,7 +12,6 @@ from bias_discovery.data import DATA_DIR_ENV, describe_source, load_pairs
 from bias_discovery.data.loaders import JUDGEBENCH_FILES, REWARDBENCH_FILE
 from bias_discovery.errors import DataError
 
-
 IDENTICAL_CLAUDE_LINE = 265
 """JudgeBench's claude split holds one pair whose two responses are the same text."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,6 +22,7 @@ from bias_discovery.llm.base import (
 )
 from bias_discovery.llm.meter import MeteredEngine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+
 from fakes import ScriptedEngine
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 

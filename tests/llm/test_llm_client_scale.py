@@ -7,19 +7,19 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
-from stub_openai import launch, stats
 
 from bias_discovery.judging import JudgeSettings, verdict_constraint
 from bias_discovery.llm import cache as cache_module
-from bias_discovery.llm import openai_server
 from bias_discovery.llm.base import SequentialEngine
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.openai import engine as openai_engine
 from bias_discovery.llm.registry import make_engine
 from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+
+from stub_openai import launch, stats
 
 IN_FLIGHT = 2048
 LATENCY_S = 5.0  # longer than it takes to hand 2048 requests to the server on a busy machine
@@ -57,7 +57,7 @@ def test_a_replacement_leaves_while_most_of_its_wave_is_still_to_be_handled(monk
     import aiohttp.client_reqrep
 
     wave, per_turn = 64, 2
-    monkeypatch.setattr(openai_server, "REPLIES_PER_TURN", per_turn)
+    monkeypatch.setattr(openai_engine, "REPLIES_PER_TURN", per_turn)
     log: list[str] = []
     write_bytes = aiohttp.client_reqrep.ClientRequest.write_bytes
 
@@ -68,7 +68,7 @@ def test_a_replacement_leaves_while_most_of_its_wave_is_still_to_be_handled(monk
     monkeypatch.setattr(aiohttp.client_reqrep.ClientRequest, "write_bytes", logged_write_bytes)
     with launch(0.5) as (url, _):  # a wave sent together comes back together
         config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=wave, structured_outputs="vllm", max_retries=0)
-        engine = openai_server.OpenAIServerEngine(config)
+        engine = openai_engine.OpenAIServerEngine(config)
         engine.generate([GenerationRequest.chat(f"warm {i}") for i in range(wave)])  # connections
         to_response = engine._to_response
 

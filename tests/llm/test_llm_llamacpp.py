@@ -178,9 +178,9 @@ def test_score_verdicts_read_the_verdict_tokens_raw_probabilities(engine, smollm
     import llama_cpp
 
     from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, judge_pairs, judge_request
     from bias_discovery.llm.base import message_dicts
     from bias_discovery.llm.llamacpp import sampling_fields
-    from bias_discovery.judging import JudgeSettings, judge_pairs, judge_request
 
     settings = JudgeSettings(positions="both", reasoning_chars=120, max_tokens=64, verdict="score")
     pairs = load_pairs("demo:test", limit=2)

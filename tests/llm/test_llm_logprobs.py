@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
@@ -18,11 +19,12 @@ from bias_discovery.llm import vllm_engine
 from bias_discovery.llm.base import SequentialEngine, final_token_index
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.config import ModelConfig
-from bias_discovery.llm.openai_server import OpenAIServerEngine, build_payload, final_logprobs_from_reply
+from bias_discovery.llm.openai import OpenAIServerEngine, build_payload, final_logprobs_from_reply
 from bias_discovery.llm.types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 from bias_discovery.llm.vllm_engine import VLLMEngine, final_logprobs, sampling_kwargs
+
 from fake_vllm import EOS_TEXT, FAKE_API, FakeCompletion, FakeLogprob
-from test_llm_openai_server import ScriptedServer, completion
+from openai_scripted import ScriptedServer, completion
 
 CHOICE = Constraint(choices=("A", "B"))
 

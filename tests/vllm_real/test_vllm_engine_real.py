@@ -31,7 +31,6 @@ from bias_discovery.stages.records import MisjudgedCase
 from helpers import VLLM_MAX_MODEL_LEN
 
 
-
 def prompt_of(engine: VLLMEngine, n_tokens: int) -> GenerationRequest:
     """A one-message request whose chat prompt is exactly `n_tokens` tokens (SmolLM2's template)."""
     tokenizer = engine._llm.get_tokenizer()

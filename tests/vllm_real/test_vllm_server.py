@@ -19,8 +19,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -30,7 +30,7 @@ from bias_discovery.errors import EngineError
 from bias_discovery.judging import JudgeSettings, judge_pairs, verdict_constraint
 from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.conformance import violation
-from bias_discovery.llm.openai_server import OpenAIServerEngine
+from bias_discovery.llm.openai import OpenAIServerEngine
 from bias_discovery.llm.types import Constraint, GenerationRequest
 from bias_discovery.stages.identify import IDENTIFY_SCHEMA, identify_biases
 from bias_discovery.stages.records import MisjudgedCase

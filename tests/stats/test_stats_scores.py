@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, run_looks
+from bias_discovery.stages.family import (
+    FamilySettings,
+    compare_arms,
+    decide,
+    effects,
+    run_looks,
+)
 from bias_discovery.stats import (
     compare_paired_scores,
     min_detectable_shift,
@@ -112,7 +119,9 @@ def test_the_effect_after_an_early_stop_is_median_unbiased_on_scores() -> None:
     for _ in range(300):
         shifts = rng.normal(0.05, 0.15, 120)
 
-        def fetch(look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[float | None]]:
+        def fetch(
+            look: int, active: Sequence[int], new_items: Sequence[int], shifts: Any = shifts
+        ) -> list[list[float | None]]:
             return [[0.5 + float(shifts[i]) / 2 for i in new_items] for _ in active]
 
         control: list[float | None] = [0.5 - float(d) / 2 for d in shifts]  # arm - control = the shift

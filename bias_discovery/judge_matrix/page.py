@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..formatting import ci_pp, count, p_value, percent, pp
-from ..judge_matrix.records import MatrixCell, MatrixResult
-from .render import MISSING, _environment
+from ..pages import MISSING, page_template
+from .records import MatrixCell, MatrixResult
 
 __all__ = ["cell_colour", "render_matrix"]
 
@@ -84,6 +84,5 @@ def build_matrix_context(result: MatrixResult) -> dict[str, Any]:
 
 def render_matrix(result: MatrixResult) -> str:
     """The matrix's page as one HTML string."""
-    env = _environment()
-    template = env.from_string(TEMPLATE.read_text(encoding="utf-8"))
+    template = page_template(TEMPLATE)
     return template.render(missing=MISSING, **build_matrix_context(result))

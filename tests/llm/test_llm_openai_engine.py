@@ -1,216 +1,31 @@
-"""The OpenAI-compatible engine: request mapping per dialect, retries, errors, ordering,
-against a scripted in-process HTTP server; plus a server that is down."""
+"""The OpenAI-compatible engine (llm.openai.engine): retries, errors, ordering, the deadline,
+constraints checked, against a scripted in-process HTTP server; plus a server that is down."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from bias_discovery.errors import ConfigError, EngineError
-from bias_discovery.llm import openai_server
 from bias_discovery.llm.config import ModelConfig
-from bias_discovery.llm.conformance import PROBE_CONSTRAINTS
-from bias_discovery.llm.openai_server import (
-    DEFAULT_CONCURRENCY,
-    OpenAIServerEngine,
-    build_payload,
-    constraint_fields,
-    detect_dialect,
-)
+from bias_discovery.llm.openai import DEFAULT_CONCURRENCY, OpenAIServerEngine
+from bias_discovery.llm.openai import engine as openai_engine
+from bias_discovery.llm.openai import wire as openai_wire
 from bias_discovery.llm.registry import make_engine
 from bias_discovery.llm.types import Constraint, GenerationRequest
 
+from openai_scripted import completion, engine_for, free_port, obey
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-# ---------------------------------------------------------------- pure mapping
-
-
-def test_vllm_dialect_uses_structured_outputs() -> None:
-    assert constraint_fields(Constraint(choices=("A", "B")), "vllm") == {
-        "structured_outputs": {"choice": ["A", "B"]}
-    }
-    assert constraint_fields(Constraint(regex="[0-9]+"), "vllm") == {
-        "structured_outputs": {"regex": "[0-9]+"}
-    }
-    schema = {"type": "object"}
-    assert constraint_fields(Constraint(json_schema=schema), "vllm") == {
-        "structured_outputs": {"json": schema}
-    }
-
-
-def test_llamacpp_dialect_uses_grammar_and_json_response_format() -> None:
-    fields = constraint_fields(Constraint(choices=("A", "B")), "llamacpp")
-    assert fields == {"grammar": 'root ::= "A" | "B"\n'}
-    assert constraint_fields(Constraint(regex="x+"), "llamacpp") == {"grammar": 'root ::= "x"+\n'}
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    assert constraint_fields(Constraint(json_schema=schema), "llamacpp") == {
-        "response_format": {"type": "json_object", "schema": schema}
-    }
-
-
-def test_openai_dialect() -> None:
-    fields = constraint_fields(Constraint(choices=("A", "B")), "openai")
-    spec = fields["response_format"]["json_schema"]
-    assert fields["response_format"]["type"] == "json_schema"
-    assert spec["strict"] is True
-    assert spec["schema"]["properties"]["choice"]["enum"] == ["A", "B"]
-    schema = {"type": "object"}
-    assert constraint_fields(Constraint(json_schema=schema), "openai")["response_format"][
-        "json_schema"
-    ]["schema"] == schema
-    with pytest.raises(ConfigError, match="cannot be sent in the 'openai' structured-outputs dialect"):
-        constraint_fields(Constraint(regex="a"), "openai")
-
-
-def test_openai_dialect_sends_the_verdict_format_as_a_strict_json_schema() -> None:
-    from bias_discovery.judging import JudgeSettings, verdict_constraint
-
-    constraint = verdict_constraint(JudgeSettings(allow_tie=True))
-    spec = constraint_fields(constraint, "openai")["response_format"]["json_schema"]
-    assert spec["strict"] is True and spec["name"] == "reasoned_choice"
-    assert spec["schema"] == {
-        "type": "object",
-        "properties": {"reasoning": {"type": "string"}, "verdict": {"type": "string", "enum": ["A", "B", "tie"]}},
-        "required": ["reasoning", "verdict"],
-        "additionalProperties": False,
-    }
-    assert list(spec["schema"]["properties"]) == ["reasoning", "verdict"]  # reasoning is written first
-    # every other dialect still gets the regex itself
-    assert constraint_fields(constraint, "vllm") == {"structured_outputs": {"regex": constraint.regex}}
-
-
-def test_payload_carries_sampling_settings() -> None:
-    request = GenerationRequest.chat(
-        "hi", system="sys", max_tokens=9, temperature=0.5, top_p=0.9, seed=3, stop=("\n",)
-    )
-    body = build_payload("m", request, "vllm")
-    assert body == {
-        "model": "m",
-        "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
-        "max_tokens": 9,
-        "temperature": 0.5,
-        "top_p": 0.9,
-        "seed": 3,
-        "stop": ["\n"],
-        # every sampling field, so the model's generation_config.json never fills one in
-        "repetition_penalty": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-        "top_k": 0,
-        "min_p": 0.0,
-    }
-    unseeded = build_payload("m", GenerationRequest.chat("hi", seed=None), "openai")
-    assert "seed" not in unseeded and "stop" not in unseeded and "top_k" not in unseeded
-    assert "repetition_penalty" not in unseeded  # hosted APIs get only OpenAI's fields
-    greedy = build_payload("m", GenerationRequest.chat("hi"), "llamacpp")
-    # llama_cpp.server would default to repeat_penalty 1.1, top_k 40, min_p 0.05
-    assert greedy["top_k"] == 1 and greedy["min_p"] == 0.0 and greedy["repeat_penalty"] == 1.0
-
-
-def test_detect_dialect() -> None:
-    assert detect_dialect({"data": [{"id": "x", "owned_by": "vllm"}]}) == "vllm"
-    assert detect_dialect({"data": [{"id": "x", "owned_by": "me"}]}) == "llamacpp"
-    assert detect_dialect({"data": [{"id": "x", "owned_by": "llamacpp"}]}) == "llamacpp"
-    assert detect_dialect({"data": [{"id": "gpt", "owned_by": "openai"}]}) == "openai"
-    assert detect_dialect("garbage") == "openai"
+pytestmark = pytest.mark.usefixtures("fast_backoff")
 
 
 def test_base_url_is_required() -> None:
     with pytest.raises(ConfigError, match="needs a base URL"):
         make_engine("openai/some-model")
-
-
-# ---------------------------------------------------------------- scripted server
-
-Handler = Callable[[str, str, dict[str, Any], dict[str, str]], tuple[int, Any]]
-
-
-class ScriptedServer:
-    """An OpenAI-shaped HTTP server whose replies come from a Python function."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.calls: list[tuple[str, str, dict[str, Any], dict[str, str]]] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else {}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                with outer.lock:
-                    outer.calls.append((self.command, self.path, body, headers))
-                status, reply = outer.handler(self.command, self.path, body, headers)
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = _serve
-            do_POST = _serve
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client that gave up (deadline)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def posts(self) -> list[dict[str, Any]]:
-        return [c[2] for c in self.calls if c[0] == "POST"]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def completion(text: str, finish: str = "stop") -> dict[str, Any]:
-    return {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 2},
-    }
-
-
-@pytest.fixture
-def scripted() -> Iterator[Callable[[Handler], ScriptedServer]]:
-    servers: list[ScriptedServer] = []
-
-    def start(handler: Handler) -> ScriptedServer:
-        server = ScriptedServer(handler)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
-
-
-@pytest.fixture(autouse=True)
-def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_server, "BACKOFF_BASE_S", 0.01)
-
-
-def engine_for(server: ScriptedServer, **settings: Any) -> OpenAIServerEngine:
-    return OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=server.base_url,
-                                          **settings))
 
 
 def test_results_in_order_with_concurrency_and_progress(scripted) -> None:  # type: ignore[no-untyped-def]
@@ -321,22 +136,6 @@ def test_api_key_from_env_goes_only_into_the_header(scripted, monkeypatch: pytes
     assert "authorization" not in server2.calls[0][3]
 
 
-def obey(body: dict[str, Any], free_text: str = "Hello! How can I help?") -> str:
-    """What a server that enforces constraints answers (first choice, the probe's forms);
-    `free_text` for an unconstrained request."""
-    so = body.get("structured_outputs")
-    if so is None:
-        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
-        if schema and "choice" in schema.get("properties", {}):
-            return json.dumps({"choice": schema["properties"]["choice"]["enum"][0]})
-        return '{"probe": 7}' if schema else free_text
-    if "choice" in so:
-        return str(so["choice"][0])
-    if "regex" in so:
-        return "probe-417" if so["regex"] == PROBE_CONSTRAINTS["regex"].regex else "Verdict: A"
-    return '{"probe": 7}'
-
-
 def test_auto_dialect_asks_models_once(scripted) -> None:  # type: ignore[no-untyped-def]
     def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         if method == "GET":
@@ -368,9 +167,6 @@ def test_openai_dialect_unwraps_choice_object(scripted) -> None:  # type: ignore
     engine = engine_for(server, structured_outputs="openai")
     out = engine.generate([GenerationRequest.chat("x", constraint=Constraint(choices=("A", "B")))])
     assert out[0].text == "B"
-
-
-# ---------------------------------------------------------------- constraints are checked
 
 
 JUDGE_REGEX = Constraint(regex=r"Reasoning: [^\n]{1,200}\nVerdict: [AB]")
@@ -440,56 +236,12 @@ def test_vllm_context_refusal_costs_that_request_only(scripted) -> None:  # type
     out = engine.generate([GenerationRequest.chat("huge"), GenerationRequest.chat("small")])
     assert out[0].finish_reason == "error" and "maximum context length is 2048" in out[0].text
     assert out[1].text == "ok"
-    assert openai_server.is_context_error(400, "no hint in the text", "", "input_tokens")
-    assert not openai_server.is_context_error(400, "Grammar error: unclosed group", "", "")
-
-
-# ---------------------------------------------------------------- replicas
-
-
-def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # type: ignore[no-untyped-def]
-    def slow(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
-        time.sleep(0.02)
-        return 200, completion("re:" + body["messages"][-1]["content"])
-
-    a, b = scripted(slow), scripted(slow)
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[a.base_url, b.base_url],
-                                            structured_outputs="vllm", max_concurrency=2))
-    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(20)])
-    assert [r.text for r in out] == [f"re:q{i}" for i in range(20)]
-    assert len(a.posts()) + len(b.posts()) == 20
-    assert min(len(a.posts()), len(b.posts())) >= 5  # both carried a share
-    assert engine.engine_id == f"openai/served@{a.base_url},{b.base_url}"
-
-
-def test_a_dead_replica_is_skipped_and_its_requests_retried_on_the_other(scripted) -> None:  # type: ignore[no-untyped-def]
-    live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
-    dead_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
-                                            structured_outputs="vllm", max_concurrency=2, max_retries=2))
-    out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(12)])
-    assert [r.text for r in out] == [f"re:q{i}" for i in range(12)]
-    assert len(live.posts()) == 12  # each request answered once
-
-
-def test_all_replicas_down_names_them_all() -> None:
-    urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=urls, structured_outputs="vllm",
-                                            max_retries=2))
-    with pytest.raises(EngineError, match="any of the model servers") as info:
-        engine.generate([GenerationRequest.chat("x")])
-    assert all(url in str(info.value) for url in urls)
-
-
-def test_replica_urls_are_validated() -> None:
-    with pytest.raises(ValueError, match="same server twice"):
-        ModelConfig(provider="openai", model="m", base_url=["http://a/v1", "http://a/v1/"])
-    with pytest.raises(ValueError, match="empty list"):
-        ModelConfig(provider="openai", model="m", base_url=[])
+    assert openai_wire.is_context_error(400, "no hint in the text", "", "input_tokens")
+    assert not openai_wire.is_context_error(400, "Grammar error: unclosed group", "", "")
 
 
 def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_server, "BACKOFF_BASE_S", 0.5)  # the real default
+    monkeypatch.setattr(openai_engine, "BACKOFF_BASE_S", 0.5)  # the real default
     port = free_port()  # nothing listens there
     base_url = f"http://127.0.0.1:{port}/v1"
     engine = OpenAIServerEngine(
@@ -550,48 +302,4 @@ def test_submit_answers_one_request_on_its_own(scripted) -> None:  # type: ignor
     engine = engine_for(server, structured_outputs="vllm")
     futures = [engine.submit(GenerationRequest.chat(f"q{i}")) for i in range(3)]
     assert [f.result(timeout=30).text for f in futures] == ["re:q0", "re:q1", "re:q2"]
-    engine.close()
-
-
-
-def test_a_replacement_goes_out_before_the_other_replies_of_the_same_turn_are_handled(scripted) -> None:  # type: ignore[no-untyped-def]
-    """When a wave of replies arrives together, each reply's slot is refilled right after that
-    reply is handled, not after the whole wave is: otherwise the waves stay in lockstep and
-    each pays the whole wave's turnaround (the client ceiling at 2048 in flight). (When the
-    new request's bytes leave: `test_llm_client_scale`.)"""
-    wave = 6
-    first_wave = threading.Barrier(wave, timeout=10)
-    answered = [0]
-    lock = threading.Lock()
-
-    def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
-        with lock:
-            answered[0] += 1
-            in_first_wave = answered[0] <= wave
-        if in_first_wave:
-            first_wave.wait()  # the first wave's replies all leave at once
-        return 200, completion("re:" + body["messages"][-1]["content"])
-
-    server = scripted(handler)
-    engine = engine_for(server, structured_outputs="vllm", max_concurrency=wave)
-    log: list[str] = []
-    send, to_response = engine._send, engine._to_response
-
-    async def logged_send(*args: Any) -> Any:
-        log.append("send")
-        return await send(*args)
-
-    def logged_to_response(*args: Any, **kwargs: Any) -> Any:
-        log.append("handled")
-        return to_response(*args, **kwargs)
-
-    engine._send = logged_send  # type: ignore[method-assign]
-    engine._to_response = logged_to_response  # type: ignore[method-assign]
-    requests = [GenerationRequest.chat(f"q{i}") for i in range(2 * wave)]
-    out = engine.generate(requests)
-    assert [r.text for r in out] == [f"re:q{i}" for i in range(2 * wave)]
-    assert log[:wave] == ["send"] * wave
-    # every reply of the first wave is followed at once by the request that takes its slot
-    assert log[wave : 3 * wave] == ["handled", "send"] * wave, log
-    assert log[3 * wave :] == ["handled"] * wave
     engine.close()

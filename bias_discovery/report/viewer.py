@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .errors import BiasDiscoveryError
-from .run import RunDir
+from ..errors import BiasDiscoveryError
+from ..run import RunDir
 
 __all__ = ["ReportServer"]
 
@@ -116,7 +116,7 @@ class ReportServer:
             return self._html, self._version
 
     def _render(self, version: str) -> str:
-        from .report.render import render_report
+        from .render import render_report
 
         try:
             return render_report(self.run_dir, live=True, version=version)
@@ -127,7 +127,7 @@ class ReportServer:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "ReportServer":
+    def start(self) -> ReportServer:
         """Serve from a daemon thread and return at once."""
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="bias-discovery-view", daemon=True)
         self._thread.start()
@@ -148,7 +148,7 @@ class ReportServer:
             self._thread = None
         self.httpd.server_close()
 
-    def __enter__(self) -> "ReportServer":
+    def __enter__(self) -> ReportServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

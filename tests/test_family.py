@@ -1,4 +1,4 @@
-"""A validation family on error vectors (bias_discovery.sequential): the looks, the decision
+"""A validation family on error vectors (bias_discovery.stages.family): the looks, the decision
 and the reported effects, checked by simulation through the same steps the validation stage
 runs (modest replication counts; benchmarks/validation_sim.py runs the full cells)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.sequential import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
 from bias_discovery.stats import CONDITIONAL, FULL_SAMPLE, HELD_OUT, sequential_effect
 
 
@@ -190,7 +190,7 @@ def test_a_default_run_keeps_its_chance_of_any_false_acceptance_within_alpha():
 def test_rows_of_a_matrix_are_one_family():
     """Two sets of arms, each against its own control, decided as one family: the correction
     sees every arm, and the smallest detectable Δ is at the whole family's level."""
-    from bias_discovery.sequential import smallest_detectable
+    from bias_discovery.stages.family import smallest_detectable
 
     rng = np.random.default_rng(5)
     settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))

@@ -34,8 +34,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ValidateSettings
-from .stats import (
+from ..config import ValidateSettings
+from ..stats import (
     Effect,
     LookRecord,
     Measure,
@@ -248,7 +248,7 @@ def run_looks(
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
-                family.stop[k] = look.outcome  # type: ignore[assignment]
+                family.stop[k] = look.outcome
             elif look.outcome == "continue":
                 still.append(k)
         active = still

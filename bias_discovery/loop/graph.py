@@ -19,17 +19,21 @@ iteration's stages, validation).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
-from typing import Any, Literal, Mapping, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
-from .config import RunConfig
-from .embeddings import Embedder
-from .errors import ConfigError
-from .io import remove_orphaned_temporaries
-from .library import load_seed_library
-from .llm.base import Engine
-from .llm.roles import ModelRoles
-from .loop import (
+from ..config import RunConfig
+from ..embeddings import Embedder
+from ..errors import ConfigError
+from ..io import remove_orphaned_temporaries
+from ..library import load_seed_library
+from ..llm.base import Engine
+from ..llm.roles import ModelRoles
+from ..progress import ProgressFactory
+from ..run import RunBusyError, RunDir
+from . import (
     IterationStages,
     LoopResources,
     LoopValidation,
@@ -40,13 +44,14 @@ from .loop import (
     mde_phrase,
     state_or_none,
 )
-from .progress import ProgressFactory
-from .run import RunBusyError, RunDir
 
 __all__ = [
     "Discovery", "LoopState", "NODES_OUTSIDE_ITERATIONS", "NODES_PER_ITERATION", "StopKind", "check_data_overlap",
     "execute", "loop_roles", "recursion_limit", "stop_text",
 ]
+
+log = logging.getLogger(__name__)
+"""Each decision to go on or stop, at INFO (`bias-discovery --verbose`)."""
 
 
 StopKind = Literal["no_candidates", "converged", "max_iterations"]
@@ -180,6 +185,7 @@ class Discovery:
         elif t >= self.config.max_iterations:
             kind = "max_iterations"
         if kind is None:
+            log.info("iteration %d: decided to go on", t)
             return {"stage": "decide", "stop_kind": None, "stop_reason": None}
         reason = stop_text(kind, self.config.max_iterations)
         # an iteration without candidates validated nothing: no power to report
@@ -187,6 +193,7 @@ class Discovery:
         power = mde_phrase(report) if report is not None else None
         if power:
             reason = f"{reason}; {power}"
+        log.info("iteration %d: the loop stops: %s", t, reason)
         return {"stage": "decide", "stop_kind": kind, "stop_reason": reason}
 
     def node_advance(self, state: LoopState) -> LoopState:
@@ -299,7 +306,7 @@ def _execute_held(
     if resume:
         discovery.book.carried = counts_so_far(run.read_events())
     try:
-        discovery.resources.data_overlap  # overlapping target and test data are refused before anything is paid
+        _ = discovery.resources.data_overlap  # overlapping target and test data are refused before anything is paid
     except BaseException:
         roles.close()
         raise
