@@ -1162,8 +1162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="The shared data copy (default: $BIAS_DISCOVERY_DATA_DIR).")
     parser.add_argument("--model", type=Path, default=None, help="A Hugging Face-format model directory for both roles (default: SmolLM2-135M-Instruct, built once).")
     parser.add_argument("--n-target", type=int, default=16)
-    parser.add_argument("--n-test", type=int, default=12)
-    parser.add_argument("--max-tokens", type=int, default=192, help="Completion budget of every call, both sides.")
+    parser.add_argument("--n-test", type=int, default=10)
+    parser.add_argument("--max-tokens", type=int, default=160, help="Completion budget of every call, both sides.")
     parser.add_argument("--reps", type=int, default=2, help="Repetitions of peer and ours (order alternates).")
     parser.add_argument("--seed-check", choices=("first", "all", "none"), default="first",
                         help="Which repetitions also validate the seed library on the test pairs (both sides).")
