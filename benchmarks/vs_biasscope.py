@@ -281,8 +281,9 @@ PeerPhase = Literal["discover", "verify", "seeds"]
 
 class StageCost(BaseModel):
     wall_s: float = 0.0
-    """Seconds from the stage's first call to its last answer, engine loads in between taken out
-    (stages that run at once, our streamed front half, each count their own span)."""
+    """Seconds from the stage's first call to its last answer, engine loads in between taken out.
+    Our streamed front half runs its stages at once: a stage's span there also holds work of the
+    stages after it (compare `SideRun.front_half`)."""
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -318,6 +319,8 @@ class SideRun(BaseModel):
     other_s: float
     """Wall time outside every stage and engine load: start-up, imports, data, files, exit."""
     stages: dict[str, StageCost]
+    front_half: StageCost = Field(default_factory=StageCost)
+    """perturb, evaluate, deeper_explain and identify together (`FRONT_HALF`)."""
 
     @property
     def calls(self) -> int:
@@ -402,26 +405,38 @@ def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+FRONT_HALF = ("perturb", "evaluate", "deeper_explain", "identify")
+"""The stages our streamed pipeline runs at once (each rewrite is judged as it arrives, each
+misjudged pair explained and identified as its verdict arrives), so that a stage's own span also
+holds the work of the stages after it: compared together, as `SideRun.front_half`."""
+
+
+def stage_cost(spans: Sequence[Span], loads: Sequence[tuple[float, float]]) -> StageCost:
+    """The wall time the spans cover (once where they overlap), engine loads and imports inside
+    them taken out, and their calls and tokens."""
+    covered = [(s.start, s.end) for s in spans]
+    loaded = [(max(a, s), min(b, e)) for s, e in loads for a, b in covered if _overlap((a, b), (s, e))]
+    return StageCost(
+        wall_s=round(max(0.0, _union_length(covered) - _union_length(loaded)), 2),
+        calls=sum(s.calls for s in spans), prompt_tokens=sum(s.prompt_tokens for s in spans),
+        completion_tokens=sum(s.completion_tokens for s in spans),
+    )
+
+
 def side_run(
     rep: int, position: int, wall_s: float, spans: Sequence[Span], loads: Sequence[tuple[float, float]], n_loads: int
 ) -> SideRun:
     """Per stage: the wall time of its spans (engine loads and vLLM's import inside them taken
-    out), its calls and tokens; the `n_loads` loads (and imports) on their own; `other_s` what
-    is left of `wall_s`."""
-    stages: dict[str, StageCost] = {}
-    for span in spans:
-        cost = stages.setdefault(span.stage, StageCost())
-        inside = _union_length([(max(s, span.start), min(e, span.end)) for s, e in loads if _overlap((span.start, span.end), (s, e))])
-        cost.wall_s += max(0.0, span.end - span.start - inside)
-        cost.calls += span.calls
-        cost.prompt_tokens += span.prompt_tokens
-        cost.completion_tokens += span.completion_tokens
+    out), its calls and tokens; the front half together; the `n_loads` loads (and imports) on
+    their own; `other_s` what is left of `wall_s`."""
+    names = list(dict.fromkeys(s.stage for s in spans))
+    stages = {name: stage_cost([s for s in spans if s.stage == name], loads) for name in names}
     busy = _union_length([*((s.start, s.end) for s in spans), *loads])
-    load_s = _union_length(loads)
     return SideRun(
-        rep=rep, position=position, wall_s=round(wall_s, 2), engine_loads=n_loads, engine_load_s=round(load_s, 2),
+        rep=rep, position=position, wall_s=round(wall_s, 2), engine_loads=n_loads, engine_load_s=round(_union_length(loads), 2),
         other_s=round(max(0.0, wall_s - busy), 2),
-        stages={k: v.model_copy(update={"wall_s": round(v.wall_s, 2)}) for k, v in stages.items() if v.calls or v.wall_s >= 0.01},
+        stages={k: v for k, v in stages.items() if v.calls or v.wall_s >= 0.01},
+        front_half=stage_cost([s for s in spans if s.stage in FRONT_HALF], loads),
     )
 
 
@@ -852,6 +867,8 @@ class SideSummary(BaseModel):
     other_s: float
     stages: dict[str, StageCost]
     """Per stage: the median over the repetitions that have the stage."""
+    front_half: StageCost
+    """perturb -> identify together (`FRONT_HALF`), the median over the repetitions."""
     calls: float
     prompt_tokens: float
     completion_tokens: float
@@ -873,17 +890,20 @@ def _median(values: Iterable[float]) -> float:
     return round(statistics.median(values), 2) if values else 0.0
 
 
+def median_cost(costs: Sequence[StageCost]) -> StageCost:
+    return StageCost(
+        wall_s=_median(c.wall_s for c in costs), calls=int(_median(c.calls for c in costs)),
+        prompt_tokens=int(_median(c.prompt_tokens for c in costs)), completion_tokens=int(_median(c.completion_tokens for c in costs)),
+    )
+
+
 def summarize_side(runs: Sequence[tuple[SideRun, Findings]]) -> SideSummary:
     records = [r for r, _ in runs]
     stages: dict[str, StageCost] = {}
     for name in [*STAGES, *sorted({k for r in records for k in r.stages} - set(STAGES))]:
         having = [r.stages[name] for r in records if name in r.stages]
         if having:
-            stages[name] = StageCost(
-                wall_s=_median(s.wall_s for s in having), calls=int(_median(s.calls for s in having)),
-                prompt_tokens=int(_median(s.prompt_tokens for s in having)),
-                completion_tokens=int(_median(s.completion_tokens for s in having)),
-            )
+            stages[name] = median_cost(having)
     first = runs[0][1]
     per_rep = [
         {"rep": r.rep, "judge_valid_rate": f.judge_valid_rate, "misjudged": f.misjudged, "found": f.found,
@@ -894,6 +914,7 @@ def summarize_side(runs: Sequence[tuple[SideRun, Findings]]) -> SideSummary:
     return SideSummary(
         wall_s=_median(r.wall_s for r in records), engine_loads=_median(r.engine_loads for r in records),
         engine_load_s=_median(r.engine_load_s for r in records), other_s=_median(r.other_s for r in records), stages=stages,
+        front_half=median_cost([r.front_half for r in records]),
         calls=_median(r.calls for r in records),
         prompt_tokens=_median(sum(s.prompt_tokens for s in r.stages.values()) for r in records),
         completion_tokens=_median(sum(s.completion_tokens for s in r.stages.values()) for r in records),
@@ -923,8 +944,9 @@ def stage_ratios(peer: Sequence[SideRun], ours: Sequence[SideRun]) -> dict[str, 
     median over those repetitions; and the engine loads (with vLLM's import)."""
     per_stage: dict[str, list[Ratio]] = defaultdict(list)
     for p, o in zip(peer, ours):
-        for name in STAGES:
-            ps, os_ = p.stages.get(name), o.stages.get(name)
+        for name in (*STAGES, "perturb_to_identify"):
+            ps = p.front_half if name == "perturb_to_identify" else p.stages.get(name)
+            os_ = o.front_half if name == "perturb_to_identify" else o.stages.get(name)
             if ps is not None and os_ is not None and ps.calls and os_.calls:
                 per_stage[name].append(Ratio(wall=_ratio(os_.wall_s, ps.wall_s), calls=_ratio(os_.calls, ps.calls),
                                              tokens=_ratio(os_.tokens, ps.tokens)))
@@ -943,7 +965,7 @@ def median_ratio(ratios: Sequence[Ratio]) -> Ratio:
 
 def seed_check(peer: Findings, ours: Findings) -> dict[str, Any]:
     """The seed library's error rates side by side (`Result.seed_check`)."""
-    names = list(dict.fromkeys([*peer.seed_error_rates, *ours.seed_error_rates]))
+    names = list(dict.fromkeys([*ours.seed_error_rates, *peer.seed_error_rates]))  # ours: the library's order
     return {
         "peer_baseline_error": peer.seed_baseline_error,
         "ours_baseline_error": ours.seed_baseline_error,
@@ -1273,6 +1295,8 @@ def table(result: Result) -> str:
         costs = [s.stages.get(name) for _, s in sides]
         if any(c is not None for c in costs):
             lines.append(f"| {name} | " + " | ".join(cell(c) for c in costs) + f" | {ratio(result.ratios_per_stage.get(name))} |")
+    lines.append("| perturb → identify, together | " + " | ".join(cell(s.front_half) for _, s in sides)
+                 + f" | {ratio(result.ratios_per_stage.get('perturb_to_identify'))} |")
     lines.append("| engine loads | " + " | ".join(f"{s.engine_load_s:.1f} s / {s.engine_loads:g} loads / -" for _, s in sides)
                  + f" | {ratio(result.ratios_per_stage.get('engine_load'))} |")
     lines.append("| other (start-up, imports, files, exit) | " + " | ".join(f"{s.other_s:.1f} / - / -" for _, s in sides) + " | - |")

@@ -175,6 +175,11 @@ def test_a_run_splits_into_stages_engine_loads_and_the_rest(vb):
     assert (run.engine_loads, run.engine_load_s) == (1, 23.0)
     assert run.other_s == 100.0 - (40 + 10 + 3)  # outside every stage and load
     assert (run.calls, run.tokens) == (8, 760)
+    assert (run.front_half.wall_s, run.front_half.calls) == (30.0, 8)
+    # streamed: judging starts while rewrites still run; together the two count their union once
+    streamed = [spans[0], spans[1].model_copy(update={"start": 40.0})]
+    together = vb.side_run(1, 1, 100.0, streamed, [], n_loads=0)
+    assert together.stages["evaluate"].wall_s == 30.0 and together.front_half.wall_s == 60.0
 
 
 def test_our_stage_events_count_every_role(vb):
