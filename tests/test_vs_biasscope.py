@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_loop import write_pairs
 
 from bias_discovery.config import RunConfig
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.library import BiasLibrary
+
 from fakes import ScriptedEngine, authority_world
 from helpers import REPO, SHARED_DATA
-from test_loop import write_pairs
 
 RESULT = REPO / "benchmarks" / "results" / "vs_biasscope.json"
 REQUIRED_KEYS = {

@@ -77,7 +77,7 @@ def _usage(outputs: Any) -> dict[str, Any]:
     }
 
 
-def _patch(llm_class: type) -> None:
+def _patch(llm_class: Any) -> None:
     if getattr(llm_class, "_vs_biasscope_patched", False):
         return
     init, generate, chat = llm_class.__init__, llm_class.generate, llm_class.chat
@@ -102,10 +102,10 @@ def _patch(llm_class: type) -> None:
         call.__doc__ = method.__doc__
         return call
 
-    llm_class.__init__ = __init__  # type: ignore[method-assign]
-    llm_class.generate = metered(generate, "generate")  # type: ignore[attr-defined]
-    llm_class.chat = metered(chat, "chat")  # type: ignore[attr-defined]
-    llm_class._vs_biasscope_patched = True  # type: ignore[attr-defined]
+    llm_class.__init__ = __init__
+    llm_class.generate = metered(generate, "generate")
+    llm_class.chat = metered(chat, "chat")
+    llm_class._vs_biasscope_patched = True
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
