@@ -155,6 +155,8 @@ class ValidateSettings(_Strict):
     else the teacher, and the checks are recorded as self-checked). See
     `RunConfig.answer_checker`."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """The configured alpha: the error budget of the run's decisions (what `error_control`
+    spends; one validation family's share of it is `family_alpha`)."""
     correction: Literal["holm", "bh", "none"] = "holm"
     """Family-wise (holm) or false-discovery (bh) control across an iteration's candidates."""
     error_control: Literal["iteration", "run"] = "run"
@@ -194,10 +196,17 @@ class ValidateSettings(_Strict):
         placebo (its comparison is then reported, not decisive)."""
         return "baseline" if self.acceptance == "paper" else self.control
 
+    def family_alpha(self, families: int) -> float:
+        """The alpha of one validation family when `families` are planned: `alpha`, or with
+        `error_control: run` its even share (the run's family-wise error then stays within
+        alpha). The one place that decides a family's level (a run, a replication, a matrix)."""
+        if families < 1:
+            raise ValueError(f"families must be >= 1; got {families}")
+        return self.alpha if self.error_control == "iteration" else self.alpha / families
+
 
 Pipeline = Literal["staged", "streamed"]
 """How the model calls of an iteration are ordered (`RunConfig.pipeline`)."""
-
 
 class RunConfig(_Strict):
     name: str = "run"
@@ -270,8 +279,7 @@ class RunConfig(_Strict):
         """The alpha of one validation family: `validate.alpha`, or with `error_control: run`
         its even share over the planned validations, so the run's family-wise error stays
         within alpha."""
-        v = self.validate_
-        return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
+        return self.validate_.family_alpha(self.planned_validations)
 
     def with_timeout(self, timeout_s: float | None) -> RunConfig:
         """This config with every model's request deadline set to `timeout_s` (None: unchanged).

@@ -257,8 +257,8 @@ def replicate_run(
             )
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
         setup = ValidationSetup(
-            family=FamilySettings(
-                rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication", measure=measure_of(config.judge)
+            family=FamilySettings.planned(
+                settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)
             ),
             perturb=perturb_settings,
             judge=config.judge,

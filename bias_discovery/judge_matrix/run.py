@@ -249,10 +249,9 @@ def matrix_family(config: MatrixConfig, *, n_judges: int, n_biases: int, jury: b
     configured alpha, correction and min_delta, with one look (every cell sees every item)."""
     rows = plural(n_judges, "judge") + (" and the jury" if jury else "")
     m = (n_judges + (1 if jury else 0)) * n_biases
-    return FamilySettings(
-        rules=config.validate_.model_copy(update={"error_control": "run"}),
-        alpha=config.validate_.alpha,
-        families=1,
+    return FamilySettings.planned(
+        config.validate_.model_copy(update={"error_control": "run"}),
+        1,
         seed=config.seed,
         scope="matrix",
         unit="cell",
@@ -314,7 +313,7 @@ def _compare_judges(
         ))
         for bias in biases for i, a in enumerate(names) for b in names[i + 1 :]
     ]
-    decided = decide_differences([r[3] for r in raw], alpha=family.alpha, correction=rules.correction)
+    decided = decide_differences([r[3] for r in raw], alpha=family.family_alpha, correction=rules.correction)
     return [
         JudgeComparison(
             **d.model_dump(), bias=bias.id, judge_a=a, judge_b=b,

@@ -132,10 +132,9 @@ class LoopValidation:
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
         baseline, placebo = self.controls(with_placebo=bool(candidates))  # the placebo: paid for when a candidate needs it
-        alpha = config.family_alpha
         setup = ValidationSetup(
-            family=FamilySettings(
-                rules=cfg, alpha=alpha, families=config.planned_validations, seed=config.seed,
+            family=FamilySettings.planned(
+                cfg, config.planned_validations, seed=config.seed,
                 measure=measure_of(config.judge),
             ),
             perturb=config.perturb,
@@ -169,7 +168,7 @@ class LoopValidation:
             validated=validated,
             control=cfg.decision_control,
             rewrite_effect=placebo.effect if placebo is not None else None,
-            alpha_family=alpha,
+            alpha_family=setup.family.family_alpha,
             error_control=cfg.error_control,
             min_delta=cfg.min_delta,
             sequential=out.plan,
