@@ -249,7 +249,7 @@ class RunConfig(_Strict):
             if judge_seed != raw.get("seed", 42):
                 raise ValueError(
                     f"judge.seed ({judge_seed}) differs from seed ({raw.get('seed', 42)}): a run has one seed "
-                    "(it draws the position swaps, the bias sampling and the models' sampling); set `seed` only"
+                    "(it draws the position swaps, the bias sampling and the models' sampling); set the top-level seed only"
                 )
             raw = {**raw, "judge": judge}
         return raw
@@ -308,7 +308,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
             child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(
-                f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
+                f"`overrides` {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
             )
         node[part] = child
         node = child
@@ -320,11 +320,11 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value (e.g. max_iterations=2)")
+            raise ConfigError(f"`overrides` {item!r}: expected key=value (e.g. max_iterations=2)")
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
+            raise ConfigError(f"`overrides` {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
         _set_dotted(tree, key.strip(), value, item)
     return tree
 
@@ -392,7 +392,7 @@ def validate_settings(
             if item is None:
                 from_file.append(problem)
             else:
-                from_set.append(f"--set {item}: {problem}")
+                from_set.append(f"`overrides` {item}: {problem}")
         if not from_set:
             raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
         in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""

@@ -183,12 +183,12 @@ def replicate_run(
         if temperature is None:
             temperature = config.perturb.temperature if config.perturb.temperature > 0 else DEFAULT_TEMPERATURE
         if temperature < 0:
-            raise ReplicationError(f"--temperature must be >= 0, got {temperature}")
+            raise ReplicationError(f"`temperature` must be >= 0, got {temperature}")
         same_rewrites = seed == config.seed and temperature == config.perturb.temperature
         if same_rewrites and data is None:
             raise ReplicationError(
-                f"--seed {seed} is the run's own seed: with the same data and temperature the replication "
-                "would repeat the run's calls (the cache answers them); pass another --seed or --data"
+                f"`seed` {seed} is the run's own seed: with the same data and temperature the replication "
+                "would repeat the run's calls (the cache answers them); pass another `seed` or `data`"
             )
         target = out if out is not None else default_out(run_path, seed, data)
         check_output_dir(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError)

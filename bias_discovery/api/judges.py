@@ -80,8 +80,8 @@ def judge(
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
-            raise OutputError(f"--out {out_dir} exists and is not a directory")
-        probe_writable(out_dir, what="--out")  # before any call is paid for, not after all of them
+            raise OutputError(f"`out` {out_dir} exists and is not a directory")
+        probe_writable(out_dir, what="`out`")  # before any call is paid for, not after all of them
     pro_dir = check_pro_dir(Path(compare)) if compare is not None else None
     pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
     cache_path = cache_path_of(cache)
@@ -119,4 +119,4 @@ def _write(out: Path, output: JudgeOutput, cache_path: Path | None) -> None:
         atomic_write_json(out / "summary.json", output.summary)
     except OSError as exc:  # the probe passed, then the disk filled up or the folder went
         rerun = f" (the calls are in the call cache {cache_path}: a rerun is free)" if cache_path else ""
-        raise OutputError(f"cannot write to --out {out}: {exc.strerror or exc}{rerun}") from None
+        raise OutputError(f"cannot write to `out` {out}: {exc.strerror or exc}{rerun}") from None

@@ -268,7 +268,7 @@ def export_dpo(
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if fmt not in ("standard", "conversational"):
-        raise ExportError(f"--format must be standard or conversational, got {fmt!r}")
+        raise ExportError(f"`format` must be standard or conversational, got {fmt!r}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)

@@ -95,7 +95,7 @@ def load_harness_set(src: Path | str, *, biases: str | None = None) -> HarnessSe
     if _is_pro_dir(path):
         if biases is not None:
             raise ExportError(
-                f"--biases selects a run's biases; {path} is a JudgeBench-Pro export, whose samples were chosen "
+                f"`biases` selects a run's biases; {path} is a JudgeBench-Pro export, whose samples were chosen "
                 "when it was built (the export has a task per injected bias)"
             )
         found = _from_pro(path)
@@ -171,7 +171,7 @@ def _from_run(path: Path, biases: str | None) -> HarnessSet:
         if missing:
             raise ExportError(
                 f"run {path} has no validation rewrites of {', '.join(missing)} (never validated on the test set); "
-                "name validated biases with --biases, or build a Pro set with `bias-discovery export judgebench-pro` "
+                "name validated biases with `biases`, or build a Pro set with `bias-discovery export judgebench-pro` "
                 "and export that"
             )
         source = Path(str(config.data.test)).name
@@ -231,7 +231,7 @@ def default_task_name(found: HarnessSet) -> str:
 def check_task_name(name: str) -> str:
     if not _TASK_NAME.match(name):
         raise ExportError(
-            f"--task-name {name!r}: use lower-case letters, digits and underscores, starting with a letter"
+            f"`task_name` {name!r}: use lower-case letters, digits and underscores, starting with a letter"
         )
     return name
 

@@ -250,7 +250,7 @@ def assign_variants(
     if not biases:
         raise ExportError("no biases to inject")
     if k < 1:
-        raise ExportError(f"--variants must be at least 1, got {k}")
+        raise ExportError(f"`variants` must be at least 1, got {k}")
     items = []
     for pair in pairs:
         order = list(biases)
@@ -830,7 +830,7 @@ def export_judgebench_pro(
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if variants < 1:
-        raise ExportError(f"--variants must be at least 1, got {variants}")
+        raise ExportError(f"`variants` must be at least 1, got {variants}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)

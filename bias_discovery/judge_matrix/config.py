@@ -76,7 +76,7 @@ class MatrixJudge(_Strict):
         if name == JURY:
             raise ValueError(f"'{JURY}' names the jury row; give the judge another name")
         if "," in name:
-            raise ValueError(f"judge name {name!r}: no commas (the CSV and --judges use them)")
+            raise ValueError(f"judge name {name!r}: no commas (the CSV and `judges` use them)")
         return name
 
     @property
@@ -281,10 +281,10 @@ def matrix_settings(
     if judges is not None:
         entries = [e for e in judges.split(",") if e.strip()]
         if not entries:
-            raise ConfigError(f"--judges {judges!r}: expected SPEC,SPEC,... (model specs or judge .yaml files)")
+            raise ConfigError(f"`judges` {judges!r}: expected SPEC,SPEC,... (model specs or judge .yaml files)")
         raw["judges"] = [judge_from_spec(e) for e in entries]
     if not raw.get("judges"):
-        raise ConfigError("no judges: name them with --judges SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG")
+        raise ConfigError("no judges: name them with `judges` SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG")
     if library is not None:
         raw["library"] = library
     if biases is not None:
@@ -308,10 +308,10 @@ def judge_from_spec(spec: str) -> dict[str, Any]:
     if text.endswith((".yaml", ".yml")) or path.is_file():
         raw = read_settings_file(path)
         if "model" not in raw:
-            raise ConfigError(f"--judges {text}: a judge file needs `model` (and `name`, `prompt` ...)")
+            raise ConfigError(f"`judges` {text}: a judge file needs `model` (and `name`, `prompt` ...)")
         return {"name": path.stem, **raw}
     if "/" not in text:
-        raise ConfigError(f"--judges {text!r}: expected a model spec (provider/model) or a judge .yaml file")
+        raise ConfigError(f"`judges` {text!r}: expected a model spec (provider/model) or a judge .yaml file")
     return {"name": text, "model": text}
 
 

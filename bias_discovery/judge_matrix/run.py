@@ -237,11 +237,11 @@ def _discovery_overlap(run_dir: Path, pairs: Sequence[PreferencePair], data_name
             f"library {run_dir}: the run has no config.yaml, so the items its biases were discovered on are unknown; "
             "give the library file (RUN_DIR/library/latest.json) to validate its biases anyway"
         )
-    how = "pass --allow-overlap (data.allow_overlap: true)"
+    how = "pass `allow_overlap` (data.allow_overlap: true)"
     try:
         return check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the matrix's test data {data_name}", allow=allow)
     except DataError as exc:
-        raise DataError(str(exc).replace("pass --allow-overlap", how)) from None
+        raise DataError(str(exc).replace("pass `allow_overlap`", how)) from None
 
 
 def matrix_family(config: MatrixConfig, *, n_judges: int, n_biases: int, jury: bool) -> FamilySettings:
