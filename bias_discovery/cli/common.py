@@ -111,6 +111,17 @@ def with_flags(message: str) -> str:
     )
 
 
+def options_error(exc: ValidationError) -> str:
+    """An operation's options that do not validate, each problem under the flag that set it
+    (the options' fields are the settings of `SETTINGS_WITH_FLAGS`)."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        name = flag_of(loc[0]) if loc and loc[0] in SETTINGS_WITH_FLAGS else ".".join(loc) or "(root)"
+        lines.append(f"  {name}: {error['msg']}")
+    return "invalid options:\n" + "\n".join(lines)
+
+
 def warn(message: str) -> None:
     """Print `message` as a warning on stderr: something was wrong and is said, not fatal."""
     err_console.print(f"[bold yellow]warning:[/] {with_flags(message)}", highlight=False, soft_wrap=True)
