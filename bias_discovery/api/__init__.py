@@ -24,10 +24,10 @@ from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
 from ..judging import JudgeSettings
-from ..replication import Replication
+from ..replication import Replication, ReplicationOptions
 from .audits import audit
 from .common import WarningHandler
-from .judges import JudgeOutput, judge
+from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import matrix
 from .replications import replicate
 from .runs import Run, discover, load_run, run_config_of
@@ -35,11 +35,13 @@ from .runs import Run, discover, load_run, run_config_of
 __all__ = [
     "AuditOutput",
     "AuditSettings",
+    "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
     "MatrixConfig",
     "MatrixResult",
     "Replication",
+    "ReplicationOptions",
     "Run",
     "RunConfig",
     "WarningHandler",
