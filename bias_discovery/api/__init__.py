@@ -25,7 +25,7 @@ from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
 from ..judging import JudgeSettings
 from ..replication import Replication, ReplicationOptions
-from .audits import audit
+from .audits import AuditOptions, audit
 from .common import WarningHandler
 from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import matrix
@@ -33,6 +33,7 @@ from .replications import replicate
 from .runs import Run, discover, load_run, run_config_of
 
 __all__ = [
+    "AuditOptions",
     "AuditOutput",
     "AuditSettings",
     "JudgeOptions",
