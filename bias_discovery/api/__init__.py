@@ -28,7 +28,7 @@ from ..replication import Replication, ReplicationOptions
 from .audits import AuditOptions, audit
 from .common import WarningHandler
 from .judges import JudgeOptions, JudgeOutput, judge
-from .matrices import matrix
+from .matrices import MatrixOptions, matrix
 from .replications import replicate
 from .runs import Run, discover, load_run, run_config_of
 
@@ -40,6 +40,7 @@ __all__ = [
     "JudgeOutput",
     "JudgeSettings",
     "MatrixConfig",
+    "MatrixOptions",
     "MatrixResult",
     "Replication",
     "ReplicationOptions",
