@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
@@ -181,6 +183,30 @@ def yaml_front_matter(meta: Mapping[str, Any]) -> str:
     import yaml
 
     return "---\n" + yaml.safe_dump(dict(meta), sort_keys=False, allow_unicode=True) + "---\n"
+
+
+@lru_cache(maxsize=1)
+def _card_environment() -> Any:  # a jinja2 Environment (jinja2 is imported on first use)
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    # Markdown, not HTML: nothing is escaped (the cards' text is ours and the run's own names,
+    # written into a file, never served); every name the template uses must be given.
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).with_name("templates")),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(plural=plural, one_line=one_line)  # `n | plural("sample")`, `name | one_line`
+    return env
+
+
+def card_template(name: str) -> Any:
+    """A dataset card's Jinja template (``export/templates/NAME``: a jinja2 Template); values
+    and helpers are passed to its `render`."""
+    return _card_environment().get_template(name)
 
 
 def settings_text(settings: Mapping[str, Any]) -> str:

@@ -23,7 +23,7 @@ from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
-from .pro import read_pro_stats
+from .pro_stats import read_pro_stats
 
 
 class CompareRow(BaseModel):
