@@ -19,13 +19,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
+from ..stats import Effect
 
 
 def package_version() -> str:
@@ -40,6 +41,36 @@ def package_version() -> str:
 COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
 """What the exports report of each validation comparison (vs baseline, vs placebo)."""
 
+
+class ComparisonSummary(BaseModel):
+    """What the exports report of one validation comparison (`common.COMPARISON_FIELDS`)."""
+
+    n: int
+    delta: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+
+
+class BiasSummary(BaseModel):
+    """One bias of the set as `common.bias_summary` writes it: its reported effect, its
+    comparisons with CI, n and p, and what the decision controls."""
+
+    id: str
+    name: str
+    definition: str
+    manifestations: list[str] = Field(default_factory=list)
+    origin: str
+    iteration: int | None = None
+    validated: bool = False
+    decided_against: str | None = None
+    effect: Effect | None = None
+    delta_error: float | None = None
+    p_value: float | None = None
+    vs_baseline: ComparisonSummary | None = None
+    vs_placebo: ComparisonSummary | None = None
+    error_statement: str | None = None
 
 def bias_summary(bias: Bias) -> dict[str, Any]:
     """What a dataset card and stats.json say about one bias: its reported effect (against the
@@ -217,3 +248,25 @@ def settings_text(settings: Mapping[str, Any]) -> str:
 def one_line(text: str) -> str:
     """Collapse whitespace so a definition fits a Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+class ExportStats(BaseModel):
+    """What the stats.json of every export of a run says of it (a Pro set's `ProStats`, a DPO
+    set's `DpoStats` add their own): the run, the data, the biases, how and when it was built.
+    Keys a record does not name are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_name: str
+    run_dir: str
+    library_file: str
+    data: str
+    limit: int | None = None
+    skipped_rows: int = 0
+    bias_selection: str = "all"
+    seed: int
+    created_at: str
+    bias_discovery_version: str
+    perturb_settings: dict[str, Any] = Field(default_factory=dict)
+    biases: list[BiasSummary] = Field(default_factory=list)
+    length: LengthStats

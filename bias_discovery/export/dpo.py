@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
@@ -41,6 +41,7 @@ from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
+    ExportStats,
     LengthStats,
     bias_summary,
     card_template,
@@ -51,7 +52,6 @@ from .common import (
     write_data_files,
     yaml_front_matter,
 )
-from .pro_stats import BiasSummary
 
 KIND = "dpo"
 DpoFormat = Literal["standard", "conversational"]
@@ -157,27 +157,15 @@ class DpoModels(BaseModel):
     target: str
 
 
-class DpoStats(BaseModel):
-    """stats.json of a DPO export, as its card reads it. Keys it does not name are kept."""
-
-    model_config = ConfigDict(extra="allow")
+class DpoStats(ExportStats):
+    """stats.json of a DPO export."""
 
     kind: Literal["dpo"] = "dpo"
     format: DpoFormat
-    run_name: str
-    run_dir: str
-    library_file: str
-    data: str
-    bias_selection: str = "all"
-    seed: int
-    created_at: str
-    bias_discovery_version: str
+    include_original: bool = False
     models: DpoModels
-    perturb_settings: dict[str, Any] = Field(default_factory=dict)
-    biases: list[BiasSummary] = Field(default_factory=list)
     counts: DpoCounts
     per_bias: dict[str, int] = Field(default_factory=dict)
-    length: LengthStats
 
 
 def render_dpo_card(stats: DpoStats, directory: Path) -> str:

@@ -12,8 +12,16 @@ from typing import Any
 from ..data.overlap import DataOverlap
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
 from ..stats import Effect
-from .common import CARD_MISSING, card_template, dataset_card_meta, one_line, settings_text, yaml_front_matter
-from .pro_stats import ComparisonSummary, ProCounts, ProStats
+from .common import (
+    CARD_MISSING,
+    ComparisonSummary,
+    card_template,
+    dataset_card_meta,
+    one_line,
+    settings_text,
+    yaml_front_matter,
+)
+from .pro_stats import ProCounts, ProStats
 
 __all__ = ["LICENCES", "comparison_cell", "render_pro_card"]
 

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ..data.overlap import DataOverlap
 from ..errors import ExportError
-from ..stats import Effect
-from .common import LengthStats
+from .common import ExportStats
 
 KIND = "judgebench-pro"
 
@@ -97,37 +96,6 @@ class ProModels(BaseModel):
     target: str
 
 
-class ComparisonSummary(BaseModel):
-    """What the exports report of one validation comparison (`common.COMPARISON_FIELDS`)."""
-
-    n: int
-    delta: float
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_value: float | None = None
-    p_adjusted: float | None = None
-
-
-class BiasSummary(BaseModel):
-    """One bias of the set as `common.bias_summary` writes it: its reported effect, its
-    comparisons with CI, n and p, and what the decision controls."""
-
-    id: str
-    name: str
-    definition: str
-    manifestations: list[str] = Field(default_factory=list)
-    origin: str
-    iteration: int | None = None
-    validated: bool = False
-    decided_against: str | None = None
-    effect: Effect | None = None
-    delta_error: float | None = None
-    p_value: float | None = None
-    vs_baseline: ComparisonSummary | None = None
-    vs_placebo: ComparisonSummary | None = None
-    error_statement: str | None = None
-
-
 class ProAnnotation(BaseModel):
     """The human verification applied by `apply-annotations`."""
 
@@ -146,33 +114,18 @@ class ProAnnotation(BaseModel):
     verdict_values: list[str] = Field(default_factory=list)
 
 
-class ProStats(BaseModel):
-    """stats.json of a Pro set. Keys this record does not name are kept as they are."""
-
-    model_config = ConfigDict(extra="allow")
+class ProStats(ExportStats):
+    """stats.json of a Pro set."""
 
     kind: Literal["judgebench-pro"] = "judgebench-pro"
-    run_name: str
-    run_dir: str
-    library_file: str
-    data: str
-    limit: int | None = None
-    skipped_rows: int = 0
-    bias_selection: str = "all"
-    seed: int
-    created_at: str
-    bias_discovery_version: str
     models: ProModels
     self_filter: bool = False
     self_checked: bool = False
     filter_judge_settings: dict[str, Any] = Field(default_factory=dict)
-    perturb_settings: dict[str, Any] = Field(default_factory=dict)
     data_overlap: DataOverlap | None = None
-    biases: list[BiasSummary] = Field(default_factory=list)
     counts: ProCounts
     per_bias: dict[str, dict[str, int]] = Field(default_factory=dict)
     per_domain: dict[str, dict[str, int]] = Field(default_factory=dict)
-    length: LengthStats
     checker_control: CheckerControl | None = None
     annotation: ProAnnotation | None = None
 
