@@ -357,8 +357,11 @@ def load_settings(path: Path | str, model: type[_Settings], overrides: list[str]
 
 
 def read_settings_file(path: Path | str) -> dict[str, Any]:
-    """The mapping a YAML settings file holds (errors name the file)."""
-    path = Path(path)
+    """The mapping a YAML settings file holds (errors name the file). A relative path that does
+    not exist but names a shipped example (`experiments/quickstart-cpu.yaml`) reads that."""
+    from .resources import shipped_config
+
+    path = shipped_config(path) or Path(path)
     text = read_utf8(path, error=ConfigError, what="config file", hint="a run config is YAML text")
     if "\x00" in text:
         raise ConfigError(f"{path}: a binary file (it holds NUL bytes), not a YAML run config")

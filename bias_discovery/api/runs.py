@@ -16,7 +16,7 @@ from ..data.loaders import load_pairs
 from ..embeddings import Embedder
 from ..errors import ConfigError
 from ..formatting import plural
-from ..io import atomic_write_text, probe_writable
+from ..io import atomic_write_text, is_atomic_temporary, probe_writable, remove_orphaned_temporaries
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
 from ..loop.graph import check_data_overlap, execute
@@ -184,6 +184,8 @@ def discover(
     rd.lock.refuse_if_held(root)
     if rd.is_run():
         raise ConfigError(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another `run_dir`")
+    if root.is_dir() and all(is_atomic_temporary(path) for path in root.iterdir()):
+        remove_orphaned_temporaries(root)  # a run killed while writing its config.yaml left only this
     if root.exists() and any(root.iterdir()):
         raise ConfigError(f"{root} exists and is not empty; pick another `run_dir`")
     d = settings.data

@@ -16,7 +16,9 @@ _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]F
 
 @app.command()
 def check(
-    config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
+    config_path: Path | None = typer.Argument(
+        None, metavar="[CONFIG.yaml]", help="Run config (see experiments/); without one, the embedded engine and embedder."
+    ),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     timeout: float | None = timeout_option(),
 ) -> None:
@@ -24,10 +26,16 @@ def check(
 
     Each role's server or engine answers, serves the
     configured model, enforces output constraints (probed), and fits the run's longest prompts in its
-    context; plus the planned calls per stage. Exit 1 when something would fail the run."""
+    context; plus the planned calls per stage. A llama.cpp engine is first run in a child process, so a
+    build that crashes on this CPU is named with its signal and the remedy. Without a config: that
+    check of the embedded engine (llamacpp/smollm2) and of the embedder. Exit 1 when something would
+    fail the run."""
     from ..config import load_run_config
     from ..preflight import run_preflight
 
+    if config_path is None:
+        _check_embedded()
+        return
     try:
         config = load_run_config(config_path, set_).with_timeout(timeout)
         report = run_preflight(config)
@@ -55,3 +63,22 @@ def check(
         )
         raise typer.Exit(code=1)
     console.print("check passed", highlight=False)
+
+
+def _check_embedded() -> None:
+    """The embedded default's engine and embedder, each in a child process (`llm.smoke`)."""
+    from ..llm.smoke import check_embedder, check_llamacpp
+
+    results = [check_llamacpp("smollm2"), check_embedder()]
+    for result in results:
+        mark = _MARK["ok" if result.ok else "fail"]
+        how = "" if result.ok else (f"killed by {result.signal}: " if result.signal else f"{result.failure}: ")
+        console.print(f"{mark} {result.engine}: {how}{result.detail}", highlight=False, soft_wrap=True)
+        if result.remedy:
+            console.print(f"     remedy: {result.remedy}", highlight=False, soft_wrap=True)
+        if result.ok and result.system_info:
+            console.print(f"     llama.cpp build: {result.system_info.strip()}", highlight=False, soft_wrap=True)
+    if not all(r.ok for r in results):
+        err_console.print("[bold red]check failed:[/] the embedded default does not work on this machine (above)", highlight=False)
+        raise typer.Exit(code=1)
+    console.print("check passed: the embedded engine and the embedder work here", highlight=False)

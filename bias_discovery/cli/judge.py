@@ -97,7 +97,7 @@ def _check_compare_dir(value: Path | None) -> Path | None:
 def judge(
     model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
     data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    out: Path = typer.Option(..., "--out", help="Output directory for judgments.jsonl and summary.json."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
     positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed."),
@@ -140,6 +140,8 @@ def judge(
     from ..progress import progress_bar
 
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
+    if compare is not None and out is None:
+        fail("--compare writes compare.json and the Pro set's judgments: give --out DIR too")
     try:
         settings = JudgeSettings(
             positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
@@ -155,6 +157,9 @@ def judge(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_judge_summary(output.summary)
+    if out is None:
+        console.print("no --out: the judgments were not written (--out DIR keeps judgments.jsonl and summary.json)", highlight=False)
+        return
     console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
     if output.compare is not None:
         print_compare(output.compare, console)

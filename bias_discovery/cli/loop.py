@@ -26,6 +26,19 @@ def _skipped_rows_line(state: RunState | None) -> str | None:
     return f"skipped bad data rows (data.skip_bad_rows): {counts}; each is named in events.jsonl"
 
 
+def _end_run(run: Run) -> None:
+    """The run's last lines, or, for a run that did not reach a stop reason, one line that
+    says where it stands and a non-zero exit (a resume that exits 0 has finished the run)."""
+    state = run.state
+    if state is None or state.status != "finished":
+        where = f"stage {state.stage} of iteration {state.iteration}" if state else "the start"
+        fail(f"run {run.root} did not finish: it stands at {where}; continue it with: bias-discovery resume {run.root}")
+    try:
+        _print_run_end(run)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+
+
 def _print_run_end(run: Run) -> None:
     from ..stats import MEASURE_LABELS
 
@@ -98,7 +111,7 @@ def run(
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(root)
-    _print_run_end(run_)
+    _end_run(run_)
 
 
 @app.command()
@@ -125,7 +138,7 @@ def resume(
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(run_dir)
-    _print_run_end(run_)
+    _end_run(run_)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from typing import Any, Literal, TypedDict
 from ..config import RunConfig
 from ..embeddings import Embedder
 from ..errors import ConfigError
+from ..io import remove_orphaned_temporaries
 from ..library import load_seed_library
 from ..llm.base import Engine
 from ..llm.roles import ModelRoles
@@ -244,6 +245,16 @@ class Discovery:
         return g.compile(checkpointer=checkpointer)
 
 
+def resume_point(snapshot: Any) -> Literal["beginning", "step", "end"]:
+    """Where a resumed loop goes on, from its last checkpoint: from the `beginning` (there is
+    none: the run was killed before its first), at a `step` (a node to run, or one that
+    finished and whose writes are saved but not yet checkpointed: LangGraph's `next` leaves
+    those out, so `tasks` decides), or nothing is left: the graph reached its `end`."""
+    if snapshot is None or snapshot.created_at is None:
+        return "beginning"
+    return "step" if snapshot.tasks else "end"
+
+
 def execute(
     run: RunDir,
     config: RunConfig,
@@ -262,7 +273,9 @@ def execute(
     target data is refused first (`check_data_overlap`), fresh run or resume.
 
     The run's lock is held throughout (a live holder is refused: RunBusyError). A resume first
-    checks both SQLite files and names the damaged ones with what to do. A failed resume of a
+    checks both SQLite files and names the damaged ones with what to do, and removes the
+    temporary files of writes a kill cut short. Checkpoints are written before the next node
+    starts (LangGraph's `durability="sync"`), so a kill loses at most the node it was in. A failed resume of a
     finished run leaves its run.json as it was (the failure is logged in events.jsonl).
     """
     with run.lock.hold(run.root, "resume" if resume else "run"):
@@ -270,6 +283,9 @@ def execute(
             damaged = run.damaged_databases()
             if damaged:
                 raise ConfigError(run.damage_advice(damaged))
+            leftovers = remove_orphaned_temporaries(run.root)  # writes a kill cut short; we hold the lock
+            if leftovers:
+                run.event("removed_partial_files", files=leftovers)
         return _execute_held(run, config, resume=resume, progress=progress, engines=engines, embedder=embedder)
 
 
@@ -303,21 +319,25 @@ def _execute_held(
         except sqlite3.DatabaseError as exc:
             raise ConfigError(run.damage_advice({"checkpoints.sqlite": str(exc)})) from None
         run_config = {**THREAD, "recursion_limit": recursion_limit(config.max_iterations)}
-        if resume and fresh_checkpoints:
-            run.event("restart", reason="no checkpoint database")
-            final = graph.invoke({"iteration": 0}, run_config)
-        elif resume and snapshot is not None and snapshot.next:
+        where = resume_point(snapshot) if resume else "beginning"
+        if resume and (fresh_checkpoints or where == "beginning"):
+            # no checkpoint yet (killed in its first second, or the database moved aside): start
+            # over in place; every call already paid for comes from the call cache
+            run.event("restart", reason="no checkpoint database" if fresh_checkpoints else "no checkpoint yet")
+            final = graph.invoke({"iteration": 0}, run_config, durability="sync")
+        elif where == "step":
             run.event("resume")
-            final = graph.invoke(None, run_config)
-        elif resume and snapshot is not None:
+            final = graph.invoke(None, run_config, durability="sync")
+        elif where == "end":
+            assert snapshot is not None
             final = snapshot.values
-            if before is None:  # a finished run whose run.json was lost or damaged: say so again
+            if before is None or before.status != "finished":  # run.json lost, damaged or behind: say so again
                 discovery.book.update_state(
                     status="finished", stage="finished", iteration=final.get("iteration", 0),
                     stop_reason=final.get("stop_reason"), library_size=len(run.library.load_latest().biases),
                 )
         else:
-            final = graph.invoke({"iteration": 0}, run_config)
+            final = graph.invoke({"iteration": 0}, run_config, durability="sync")
         return final
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, RunBusyError)):

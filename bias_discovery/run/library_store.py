@@ -94,7 +94,10 @@ class LibraryStore:
             return self.load_iteration(iterations[-1])
         if self.latest_path.exists():
             return load_library(self.latest_path)
-        raise LibraryError(f"{self.directory}: no bias library saved in this run yet")
+        raise LibraryError(
+            f"{self.directory}: no bias library saved in this run yet (it stopped before its first step was done); "
+            f"`bias-discovery resume {self.directory.parent}` starts it from the beginning, paying no call twice"
+        )
 
     def latest_problem(self) -> str | None:
         """Why ``latest.json`` is not a copy of the newest iteration file, or None when it is

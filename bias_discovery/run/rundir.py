@@ -224,29 +224,35 @@ class RunDir:
         return out
 
     def is_run(self) -> bool:
-        return bool(self.config_path.is_file() and self.checkpoint_path.is_file())
+        """A run directory: its config.yaml is written first, so a run killed in its first
+        second (no checkpoint, no run.json yet) is one too, and resumes from the beginning."""
+        return bool(self.config_path.is_file())
 
     def _require_directory(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"{self.root}: a file, not a run directory")
         if not self.root.is_dir():
-            raise ConfigError(f"{self.root}: no such directory")
+            raise ConfigError(
+                f"{self.root}: no such directory (no run was started there; start one with "
+                f"`bias-discovery run CONFIG.yaml --run-dir {self.root}`)"
+            )
 
     def require_run(self) -> None:
         self._require_directory()
         if not self.is_run():
             raise ConfigError(
-                f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
+                f"{self.root}: not a run directory (no config.yaml); "
                 "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
             )
 
     def require_resumable(self) -> None:
         """A run can be resumed when its config is there; without its checkpoint database
-        (moved aside after damage) the loop restarts in place, its calls answered by the cache."""
+        (moved aside after damage, or never written: killed in its first second) the loop
+        restarts in place, its calls answered by the cache."""
         self._require_directory()
-        if not self.config_path.is_file() or not (self.checkpoint_path.is_file() or self.state_path.is_file()):
+        if not self.config_path.is_file():
             raise ConfigError(
-                f"{self.root}: not a run directory (no config.yaml and checkpoints.sqlite); "
+                f"{self.root}: not a run directory (no config.yaml); "
                 "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
             )
 

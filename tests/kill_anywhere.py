@@ -1,0 +1,194 @@
+"""Kill a discovery run at random moments, resume it until it finishes, compare with a run
+nobody killed: the machinery of the randomized kill test (tests/test_kill_anywhere.py) and of
+`benchmarks/kill_anywhere.py`.
+
+Everything goes through the CLI, as a user would: `bias-discovery run CONFIG --run-dir D`,
+SIGKILL after a delay drawn uniformly over the reference run's wall time (for one trial in four,
+over its first second), then `bias-discovery resume D` (itself killed at a random moment with probability
+`resume_kill_share`, up to `max_resume_kills` times) until a resume exits 0 (a run killed before
+it wrote its config.yaml started nothing: it is run again, as its error message says). Every artifact the run
+computes (`RunDir.outputs()`: every file but the logs, the lock and the SQLite files, with the
+`cached` flags of calls and the run's timings dropped) must equal the reference's, byte for byte,
+and no command may print a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+VOLATILE_KEYS = {"cached", "time", "started_at", "updated_at", "finished_at", "elapsed_s", "seconds", "wall_s",
+                 "cached_calls", "created_at", "duration_s"}
+"""Fields that say when or how (from the call cache) a record was made, not what it holds."""
+
+
+def write_pairs(path: Path, n: int, prefix: str) -> str:
+    """`n` synthetic preference pairs (four domains) as JSONL."""
+    domains = ["math", "knowledge", "reasoning", "code"]
+    with path.open("w") as handle:
+        for i in range(n):
+            handle.write(json.dumps({
+                "id": f"{prefix}{i:04d}", "question": f"{prefix} question {i}: which answer is right?",
+                "chosen": f"The right answer to {prefix} question {i}, explained.",
+                "rejected": f"A wrong answer to {prefix} question {i}, explained.", "domain": domains[i % 4],
+            }) + "\n")
+    return str(path)
+
+
+def stub_config(path: Path, base_url: str, *, pipeline: str, n_target: int = 16, n_test: int = 60,
+                embedder: str | None = None) -> Path:
+    """A run on the stub server in both roles: one seed validated on the test pairs, then one
+    iteration (the stub names every mistake "x", which Merge folds into a seed, so the iteration
+    ends with an empty candidate set)."""
+    import yaml
+
+    data_dir = path.parent
+    model = {"spec": "openai/served", "base_url": base_url, "structured_outputs": "vllm", "max_concurrency": 8,
+             "timeout_s": 60}
+    raw: dict[str, Any] = {
+        "name": "kill-anywhere", "pipeline": pipeline, "max_iterations": 1, "seed": 7,
+        "target": model, "teacher": dict(model),
+        "data": {"target": write_pairs(data_dir / "target.jsonl", n_target, "t"),
+                 "test": write_pairs(data_dir / "test.jsonl", n_test, "p")},
+        "merge": {"similarity_threshold": 0.0},
+        "validate": {"n_boot": 200, "seeds": True, "max_candidates": 1},
+    }
+    if embedder:
+        raw["embedder"] = {"model": embedder}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def normalized(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: normalized(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [normalized(v) for v in value]
+    return value
+
+
+def artifacts(run_dir: Path) -> dict[str, Any]:
+    """Every computed file of a run, its volatile fields dropped (JSON and JSONL parsed)."""
+    from bias_discovery.run import RunDir
+
+    out: dict[str, Any] = {}
+    for name, data in RunDir(run_dir).outputs().items():
+        text = data.decode("utf-8")
+        if name.endswith(".jsonl"):
+            out[name] = [normalized(json.loads(line)) for line in text.splitlines() if line.strip()]
+        elif name.endswith(".json"):
+            out[name] = normalized(json.loads(text))
+        else:
+            out[name] = text
+    return out
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bias_discovery.cli", *args]
+
+
+@dataclass
+class Trial:
+    seed: int
+    kill_at: float
+    kills: int = 0
+    resumes: int = 0
+    finished: bool = False
+    tracebacks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    """Resumes that exited non-zero (their last line), in order."""
+    differing: list[str] = field(default_factory=list)
+    """Artifacts that differ from the reference (or exist on one side only)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.finished and not self.tracebacks and not self.differing
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def _kill_after(process: subprocess.Popen[str], delay: float) -> tuple[bool, str]:
+    """SIGKILL `process` after `delay` seconds unless it ends first; (killed, output)."""
+    try:
+        out, err = process.communicate(timeout=delay)
+        return False, out + err
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGKILL)
+        out, err = process.communicate()
+        return True, out + err
+
+
+def run_trial(config: Path, run_dir: Path, reference: dict[str, Any], *, seed: int, wall: float,
+              resume_kill_share: float = 0.3, max_resume_kills: int = 2, max_resumes: int = 8,
+              env: dict[str, str] | None = None) -> Trial:
+    """One trial: run, killed at a random moment, resumed until finished, compared."""
+    rng = random.Random(seed)
+    full_env = {**os.environ, **(env or {})}
+    # one trial in four kills in the first second (start-up: imports, config, lock, first
+    # checkpoint), the rest anywhere in the run
+    first_second = seed % 4 == 0
+    trial = Trial(seed=seed, kill_at=round(rng.uniform(0.0, min(1.0, wall) if first_second else wall), 3))
+    killed, output = _kill_after(_spawn(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), full_env),
+                                 trial.kill_at)
+    trial.kills += killed
+    if "Traceback" in output:
+        trial.tracebacks.append(output[-3000:])
+    if not killed:  # finished before the kill: still compared
+        trial.finished = True
+    resume_kills = 0
+    while not trial.finished and trial.resumes < max_resumes:
+        trial.resumes += 1
+        # killed before it wrote its config (in its imports): nothing was started, so the user runs it again
+        started = (run_dir / "config.yaml").is_file()
+        again = ("resume", str(run_dir)) if started else ("run", str(config), "--run-dir", str(run_dir))
+        process = _spawn(_command(*again, "--quiet"), full_env)
+        if resume_kills < max_resume_kills and rng.random() < resume_kill_share:
+            killed, output = _kill_after(process, rng.uniform(0.0, wall))
+            resume_kills += killed
+            trial.kills += killed
+        else:
+            killed, output = _kill_after(process, 600.0)
+        if "Traceback" in output:
+            trial.tracebacks.append(output[-3000:])
+        if killed:
+            continue
+        if process.returncode == 0:
+            trial.finished = True
+        else:
+            lines = [line for line in output.strip().splitlines() if line.strip()]
+            trial.failures.append(f"rc {process.returncode}: {lines[-1] if lines else ''}")
+    if trial.finished:
+        got = artifacts(run_dir)
+        trial.differing = sorted(k for k in set(got) | set(reference) if got.get(k) != reference.get(k))
+    return trial
+
+
+def reference_run(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
+    """An uninterrupted run: its artifacts and its wall time."""
+    started = time.monotonic()
+    result = subprocess.run(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), capture_output=True,
+                            text=True, env={**os.environ, **(env or {})}, cwd=REPO, timeout=900)
+    wall = time.monotonic() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"the reference run exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return artifacts(run_dir), wall
+
+
+def summary_line(trial: Trial) -> str:
+    state = "ok" if trial.ok else ("unfinished" if not trial.finished else "differs" if trial.differing else "traceback")
+    extra = f" differing={trial.differing}" if trial.differing else ""
+    extra += f" failures={trial.failures}" if trial.failures else ""
+    return f"seed {trial.seed}: kill at {trial.kill_at:.2f}s, {trial.kills} kill(s), {trial.resumes} resume(s): {state}{extra}"
+
