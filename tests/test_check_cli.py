@@ -30,9 +30,11 @@ def server_config(tmp_path: Path, base_url: str | list[str], **model: object) ->
 
 @pytest.mark.model
 def test_check_passes_with_the_embedded_model() -> None:
-    result = cli("check", "experiments/quickstart-cpu.yaml", *SMALL)
+    # with a reasoning paragraph, the judge's verdict format is a regex (the quick start asks for the letter only)
+    result = cli("check", "experiments/quickstart-cpu.yaml", *SMALL, "--set", "judge.reasoning=true")
     out = result.stdout
     assert result.returncode == 0 and "check passed" in out
+    assert "ok   engine (child process): a constrained reply of" in out  # the smoke check, before the in-process load
     assert "regex constraint: enforced" in out  # the judge's verdict format
     assert "json_schema constraint: enforced" in out and "choices constraint: enforced" in out  # teacher
     assert "n_ctx of the llama.cpp engine" in out
