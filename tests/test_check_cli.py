@@ -54,7 +54,9 @@ def test_check_passes_on_a_llama_cpp_server(llama_server: str, tmp_path: Path) -
 def test_check_fails_on_a_server_that_ignores_constraints_and_on_a_wrong_name(llama_server: str, tmp_path: Path) -> None:
     # llama_cpp.server ignores `structured_outputs` (vLLM's field) and answers with free text.
     config = server_config(tmp_path, llama_server, structured_outputs="vllm")
-    result = cli("check", str(config), "--set", "target.model=Qwen/Qwen2.5-7B-Instruct", *SMALL, check=False)
+    # judge.reasoning=true: the verdict format is then a regex, the constraint this test is about
+    result = cli("check", str(config), "--set", "target.model=Qwen/Qwen2.5-7B-Instruct", "--set", "judge.reasoning=true",
+                 *SMALL, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())  # undo rich's line wrapping
     assert "FAIL regex constraint" in out and "FAIL json_schema constraint" in out

@@ -218,8 +218,9 @@ def server_config(tmp_path: Path, url: str) -> Path:
 
 
 def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> None:
+    # judge.reasoning=true makes the verdict format a regex, so all three constraint kinds are probed
     result = cli("check", str(server_config(tmp_path, vllm_server)), "--set", "data.target_limit=4",
-                 "--set", "data.test_limit=4")
+                 "--set", "data.test_limit=4", "--set", "judge.reasoning=true")
     out = result.stdout
     print(out)
     assert "check passed" in out and "FAIL" not in out
