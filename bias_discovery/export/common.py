@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
+from ..run.reviews import Review
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
 
 
@@ -39,11 +40,12 @@ COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
 """What the exports report of each validation comparison (vs baseline, vs placebo)."""
 
 
-def bias_summary(bias: Bias) -> dict[str, Any]:
+def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
     """What a dataset card and stats.json say about one bias: its reported effect (against the
     control that decided, with CI, n and the estimator), its comparisons against the baseline
-    and, when the run had one, the placebo, each with CI, n and p, and what the decision
-    controls (a Δ without its comparison, n and uncertainty is not a finding)."""
+    and, when the run had one, the placebo, each with CI, n and p, what the decision controls
+    (a Δ without its comparison, n and uncertainty is not a finding), and a reviewer's newest
+    decision about it (`review`, None: not reviewed)."""
     v = bias.validation
     placebo = None if v is None else v.vs_placebo
     decided = None if v is None else v.decisive_comparison
@@ -62,7 +64,25 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
         "vs_baseline": None if v is None else v.vs_baseline.model_dump(include=COMPARISON_FIELDS),
         "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
         "error_statement": None if v is None else v.error_statement,
+        "review": None if review is None else review.model_dump(include={"decision", "reviewer", "reviewed_at", "note"}),
     }
+
+
+def review_lines(biases: Sequence[Mapping[str, Any]], *, reviewed_only: bool) -> list[str]:
+    """The card's paragraph on human review: each bias's newest decision (`bias_summary`'s
+    `review`), and whether the export kept only confirmed biases; [] when no bias was reviewed."""
+    if not reviewed_only and not any(b.get("review") for b in biases):
+        return []
+    parts = []
+    for b in biases:
+        r = b.get("review")
+        if r is None:
+            parts.append(f"`{b['id']}` not reviewed")
+        else:
+            note = f' ("{one_line(r["note"])}")' if r.get("note") else ""
+            parts.append(f"`{b['id']}` {r['decision']} by {one_line(r['reviewer'])} on {r['reviewed_at'][:10]}{note}")
+    scope = "Only biases a reviewer confirmed were exported (`--reviewed-only`). " if reviewed_only else ""
+    return ["", f"Human review (`bias-discovery review`, the newest decision per bias): {scope}" + "; ".join(parts) + "."]
 
 
 def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -> ModelConfig:

@@ -1,6 +1,7 @@
 """`bias-discovery view`: serve a run's report on 127.0.0.1 and keep it current.
 
-The page is re-rendered when the run's files change (``events.jsonl``, ``run.json``, the
+Each bias also has a page of its own, ``/bias/BIAS_ID`` (linked from its panel). The page is
+re-rendered when the run's files change (``events.jsonl``, ``run.json``, the
 library files, each iteration's validation and merge results: their size and mtime are
 checked on each request), and the served page polls ``/version`` every two seconds and reloads itself when
 the version moves on, so a report left open follows a run as it goes. Standard library
@@ -21,8 +22,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from ..errors import BiasDiscoveryError
+from ..errors import BiasDiscoveryError, ConfigError
 from ..run import RunDir
 
 __all__ = ["ReportServer"]
@@ -48,6 +50,8 @@ class ReportServer:
         self._version = ""
         self.renders = 0
         """How many times the page was rendered (tests check the cache works)."""
+        self._bias_pages: dict[str, tuple[str, str]] = {}
+        """Each bias page served: (version, html)."""
         self._thread: threading.Thread | None = None
         server = self  # the handler's view of us
 
@@ -57,6 +61,12 @@ class ReportServer:
                 if path in ("/", "/index.html", "/report.html"):
                     html, _ = server.page()
                     self._send(HTTPStatus.OK, "text/html; charset=utf-8", html.encode("utf-8"))
+                elif path.startswith("/bias/"):
+                    found = server.bias_page(unquote(path[len("/bias/"):]))
+                    if found is None:
+                        self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"no such bias in this run\n")
+                    else:
+                        self._send(HTTPStatus.OK, "text/html; charset=utf-8", found.encode("utf-8"))
                 elif path == "/version":
                     _, version = server.page()
                     state = server.status()
@@ -114,6 +124,25 @@ class ReportServer:
                 self._key = key
                 self.renders += 1
             return self._html, self._version
+
+    def bias_page(self, bias_id: str) -> str | None:
+        """The live page of one bias (`render.render_bias_page`), re-rendered when the watched
+        files changed; None when the run holds no such bias."""
+        from .render import render_bias_page
+
+        _, version = self.page()
+        with self._lock:
+            cached = self._bias_pages.get(bias_id)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            try:
+                html = render_bias_page(self.run_dir, bias_id, live=True, version=version)
+            except ConfigError:
+                return None
+            except BiasDiscoveryError as exc:
+                html = _error_page(str(exc), version)
+            self._bias_pages[bias_id] = (version, html)
+            return html
 
     def _render(self, version: str) -> str:
         from .render import render_report
