@@ -344,6 +344,10 @@ def test_the_report_has_a_panel_per_bias_linked_from_the_library_table(authority
     assert not (tmp_path / "nope.html").exists()
     result = cli("report", str(authority_run.root), "--bias", BIAS, "--out", str(tmp_path / "cli.html"))
     assert "wrote" in result.stdout and f'id="bias-{BIAS}"' in (tmp_path / "cli.html").read_text()
+    # by default next to report.html, named by the bias's id; not one of the run's computed files
+    outputs = authority_run.outputs()
+    cli("report", str(authority_run.root), "--bias", "Expert Citation Bias")
+    assert authority_run.bias_page_path(BIAS).is_file() and authority_run.outputs() == outputs
 
 
 def test_the_matrix_shows_the_reviews_of_a_runs_library(authority_run: RunDir, tmp_path: Path):

@@ -101,7 +101,7 @@ def diff_text(segments: Sequence[DiffSegment]) -> Text:
 
 def _indent(renderable: RenderableType | str, level: int = 1) -> Padding:
     body = Text(renderable) if isinstance(renderable, str) else renderable
-    return Padding(body, (0, 0, 0, 2 * level))
+    return Padding(body, (0, 0, 0, 2 * level), expand=False)
 
 
 def _labelled(label: str, text: str | Text, level: int = 1) -> Padding:
@@ -303,4 +303,9 @@ def print_bias(detail: BiasDetail, console: Console) -> None:
         parts += [Text(""), Text(title, style="bold underline"), *lines]
     if detail.notes:
         parts += [Text(""), *(Text(f"note: {terminal_text(n)}", style="yellow") for n in detail.notes)]
-    console.print(Group(*parts), soft_wrap=False, highlight=False)
+    # Wrapped to the console's width, then printed line by line without the padding the
+    # wrapping leaves at the end of lines (a capture or a pipe gets clean text).
+    for line in console.render_lines(Group(*parts), console.options, pad=False):
+        text = Text.assemble(*((segment.text, segment.style) for segment in line if not segment.control))
+        text.rstrip()
+        console.print(text, soft_wrap=True, highlight=False)

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
-from ..library import slugify
 from ..report.evidence import DEFAULT_EXAMPLES
 from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
@@ -364,7 +363,7 @@ def report(
             from ..run.library_ref import require_run_like
 
             require_run_like(run_dir)
-            path = write_bias_page(run_dir, bias, out or run_dir / f"bias-{slugify(bias)}.html", examples=examples, problems=problems)
+            path = write_bias_page(run_dir, bias, out, examples=examples, problems=problems)
         else:
             path = write_report(run_dir, out, problems, examples=examples)
     except BiasDiscoveryError as exc:

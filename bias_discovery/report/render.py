@@ -23,7 +23,7 @@ from ..formatting import percent, plural
 from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
 from ..pages import MISSING, page_template
-from ..run import ValidationReport
+from ..run import RunDir, ValidationReport
 from .data import RunData, bias_row, collect_run
 from .evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, word_diff
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
@@ -408,12 +408,19 @@ def render_bias_page(
 
 
 def write_bias_page(
-    run_dir: Path | str, bias: str, out: Path | str, *, examples: int = DEFAULT_EXAMPLES, problems: list[str] | None = None
+    run_dir: Path | str, bias: str, out: Path | str | None = None, *, examples: int = DEFAULT_EXAMPLES,
+    problems: list[str] | None = None,
 ) -> Path:
-    """Render the page of one bias to `out`, atomically."""
-    out = Path(out)
-    atomic_write_text(out, render_bias_page(run_dir, bias, examples=examples, problems=problems))
-    return out
+    """Render the page of one bias (an id or a name) to `out` (default ``RUN_DIR/bias-ID.html``),
+    atomically; what could not be read and was left out is added to `problems`."""
+    run = collect_run(run_dir)
+    bias_id = _page_bias(run, bias)
+    context = build_context(run, examples=examples, bias_page=bias_id)
+    path = Path(out) if out is not None else RunDir(run_dir).bias_page_path(bias_id)
+    atomic_write_text(path, _template().render(**context))
+    if problems is not None:
+        problems.extend(run.problems)
+    return path
 
 
 def write_report(

@@ -14,6 +14,7 @@
     RUN_DIR/lock.json              the process running the loop: pid, host, heartbeat (`lock.py`)
     RUN_DIR/reviews.jsonl          reviewers' decisions about its biases (`reviews.py`): not
                                    computed by the loop, never changed by it
+    RUN_DIR/report.html            the report; RUN_DIR/bias-ID.html  the page of one bias
 
 Every artifact is typed (`artifacts.py`): the graph writes pydantic models, the report, the
 exports and the benchmarks read them back as the same models.
@@ -162,6 +163,10 @@ class RunDir:
     report_path = property(lambda self: self.root / "report.html")
     lock_path = property(lambda self: self.root / "lock.json")
 
+    def bias_page_path(self, bias_id: str) -> Path:
+        """``bias-ID.html``: the page of one bias (`bias-discovery report --bias ID`)."""
+        return self.root / f"bias-{bias_id}.html"
+
     @cached_property
     def lock(self) -> RunLock:
         """``lock.json``: which process runs the loop, and whether it lives."""
@@ -221,19 +226,22 @@ class RunDir:
     def outputs(self) -> dict[str, bytes]:
         """Every file the loop computed, by path relative to the run, as bytes: not the record
         of how it ran (config.yaml, run.json, events.jsonl, lock.json, the databases) nor what
-        people added (reviews.jsonl, report.html); a
+        people added (reviews.jsonl, report.html, the bias pages); a
         library's `created_at` time blanked. What two runs of one config with the same model
         responses agree on, byte for byte (the staged and the streamed order do)."""
         how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path, self.reviews.path}
         out: dict[str, bytes] = {}
         for path in sorted(self.root.rglob("*")):
-            if not path.is_file() or path in how_it_ran or ".sqlite" in path.name:
+            if not path.is_file() or path in how_it_ran or ".sqlite" in path.name or self._is_bias_page(path):
                 continue
             data = path.read_bytes()
             if path.parent == self.library.directory:
                 data = re.sub(rb'"created_at": "[^"]*"', b'"created_at": ""', data)
             out[str(path.relative_to(self.root))] = data
         return out
+
+    def _is_bias_page(self, path: Path) -> bool:
+        return path.parent == self.root and path.name.startswith("bias-") and path.suffix == ".html"
 
     def is_run(self) -> bool:
         """A run directory: its config.yaml is written first, so a run killed in its first
