@@ -115,7 +115,7 @@ def test_examples_flip_on_the_control_and_are_drawn_the_same_every_time(authorit
     assert bias_evidence(authority_run.root, BIAS, examples=0).examples.flipped == []
     # the per-domain effect is the validation's
     v = authority_run.library.load_latest().by_id(BIAS).validation
-    assert {d.domain: d.delta for d in detail.domains} == {k: c.delta for k, c in v.per_domain.items()}
+    assert {k: d.delta for k, d in detail.domains.items()} == {k: c.delta for k, c in v.per_domain.items()}
 
 
 def test_items_the_bias_did_not_flip_are_shown_too(tmp_path: Path):
@@ -424,3 +424,51 @@ def test_library_show_a_real_bias_with_its_provenance_and_examples(small_real_ru
     assert ("flipped 1: pair" in text) or ("not flipped 1: pair" in text)
     page = write_bias_page(small_real_run, bias.id, tmp_path / "bias.html").read_text()
     assert f'id="bias-{bias.id}"' in page and "<script" not in page
+
+
+def test_a_review_from_the_view_page(authority_run: RunDir):
+    """The served pages carry a review form; it records the review as `bias-discovery review`
+    does. A post without this server's token, from another origin, with a bad decision, for a
+    bias the library does not hold, or too large records nothing."""
+    import http.client
+    from urllib.parse import urlencode
+
+    from bias_discovery.report.viewer import MAX_FORM_BYTES, ReportServer
+
+    assert "<form" not in render_report(authority_run.root)  # the static report has no form
+
+    def post(server: ReportServer, bias: str, fields: dict, headers: dict | None = None, body: bytes | None = None):
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        data = body if body is not None else urlencode(fields).encode()
+        connection.request("POST", f"/bias/{bias}/review", data,
+                           {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+        reply = connection.getresponse()
+        result = reply.status, reply.getheader("Location"), reply.read().decode()
+        connection.close()
+        return result
+
+    with ReportServer(authority_run.root, port=0) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.request("GET", f"/bias/{BIAS}")
+        page = connection.getresponse().read().decode()
+        connection.close()
+        token = re.search(r'name="token" value="([^"]+)"', page).group(1)
+        assert f'action="/bias/{BIAS}/review"' in page and "form-action 'self'" in page
+        good = {"token": token, "decision": "confirmed", "note": "flips <every> time", "reviewer": "alice"}
+        assert post(server, BIAS, {**good, "token": "forged"})[0] == 403
+        assert post(server, BIAS, good, {"Origin": "http://evil.example"})[0] == 403
+        status, _, text = post(server, BIAS, {**good, "decision": "maybe"})
+        assert status == 400 and "decision must be one of" in text
+        status, _, text = post(server, "d9-imaginary-bias", good)
+        assert status == 400 and "d9-imaginary-bias" in text
+        assert post(server, BIAS, good, body=b"x" * (MAX_FORM_BYTES + 1))[0] == 413
+        assert not authority_run.reviews.path.exists()
+        status, location, _ = post(server, BIAS, good, {"Origin": f"http://127.0.0.1:{server.port}"})
+        assert status == 303 and location == f"/bias/{BIAS}"
+        [review] = authority_run.reviews.read()
+        assert (review.decision, review.reviewer, review.note) == ("confirmed", "alice", "flips <every> time")
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.request("GET", location)
+        page = connection.getresponse().read().decode()
+        connection.close()
+        assert "review: confirmed" in page and "flips &lt;every&gt; time" in page

@@ -162,10 +162,10 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
         lines.append(_labelled("length", f"×{number(v.length_ratio, digits=2)} perturbed / original (whitespace tokens)"))
     if detail.domains:
         lines.append(_indent(Text("per domain, vs the unchanged items (descriptive):", style="bold")))
-        for d in detail.domains:
+        for domain, d in detail.domains.items():
             lines.append(
                 _indent(
-                    f"{terminal_text(d.domain)}: n {d.n}, {percent(d.control_error)} → {percent(d.arm_error)}, "
+                    f"{terminal_text(domain)}: n {d.n}, {percent(d.control_error)} → {percent(d.arm_error)}, "
                     f"{pp(d.delta)} {ci_pp(d.ci_low, d.ci_high)}".rstrip() + f", p {p_value(d.p_value)}",
                     2,
                 )
@@ -305,7 +305,10 @@ def print_bias(detail: BiasDetail, console: Console) -> None:
         parts += [Text(""), *(Text(f"note: {terminal_text(n)}", style="yellow") for n in detail.notes)]
     # Wrapped to the console's width, then printed line by line without the padding the
     # wrapping leaves at the end of lines (a capture or a pipe gets clean text).
-    for line in console.render_lines(Group(*parts), console.options, pad=False):
-        text = Text.assemble(*((segment.text, segment.style) for segment in line if not segment.control))
-        text.rstrip()
-        console.print(text, soft_wrap=True, highlight=False)
+    for segments in console.render_lines(Group(*parts), console.options, pad=False):
+        line = Text()
+        for segment in segments:
+            if not segment.control:
+                line.append(segment.text, segment.style)
+        line.rstrip()
+        console.print(line, soft_wrap=True, highlight=False)

@@ -46,13 +46,13 @@ from ..stages.merge import MergeDecision
 from ..stages.perturb import keyed_rng
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from ..stages.rewrite_checks import count_tokens
+from ..stats import PairedComparison
 from .data import BiasRow, bias_row, rejected_candidates
 
 __all__ = [
     "DEFAULT_EXAMPLES",
     "BiasDetail",
     "DiffSegment",
-    "DomainEffect",
     "EvidenceReader",
     "Examples",
     "Identification",
@@ -100,27 +100,8 @@ def _merge(segments: list[DiffSegment]) -> list[DiffSegment]:
     return out
 
 
-def word_diff(original: str, perturbed: str) -> tuple[list[DiffSegment], list[DiffSegment]]:
-    """Word-level diff: (segments of the original, segments of the perturbed response), each
-    a list of (``eq`` | ``del`` | ``ins``, text)."""
-    a, b = _TOKEN.findall(original), _TOKEN.findall(perturbed)
-    left: list[DiffSegment] = []
-    right: list[DiffSegment] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            left.append(("eq", "".join(a[i1:i2])))
-            right.append(("eq", "".join(b[j1:j2])))
-        else:
-            if i2 > i1:
-                left.append(("del", "".join(a[i1:i2])))
-            if j2 > j1:
-                right.append(("ins", "".join(b[j1:j2])))
-    return _merge(left), _merge(right)
-
-
 def inline_diff(original: str, perturbed: str) -> list[DiffSegment]:
-    """The two texts as one sequence: what stayed, what went (``del``) and what came
+    """The two texts as one word diff: what stayed (``eq``), what went (``del``) and what came
     (``ins``), in reading order (the terminal shows it as ``[-went-]{+came+}``)."""
     a, b = _TOKEN.findall(original), _TOKEN.findall(perturbed)
     out: list[DiffSegment] = []
@@ -133,6 +114,13 @@ def inline_diff(original: str, perturbed: str) -> list[DiffSegment]:
         if j2 > j1:
             out.append(("ins", "".join(b[j1:j2])))
     return _merge(out)
+
+
+def word_diff(original: str, perturbed: str) -> tuple[list[DiffSegment], list[DiffSegment]]:
+    """The word diff as two sides: (segments of the original, segments of the perturbed
+    response), each a list of (``eq`` | ``del`` | ``ins``, text)."""
+    both = inline_diff(original, perturbed)
+    return _merge([x for x in both if x[0] != "ins"]), _merge([x for x in both if x[0] != "del"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,19 +279,6 @@ class Examples(_Record):
     not_flipped: list[ValidationExample] = Field(default_factory=list)
 
 
-class DomainEffect(_Record):
-    """The bias against the unperturbed items in one test domain (descriptive)."""
-
-    domain: str
-    n: int
-    control_error: float
-    arm_error: float
-    delta: float
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_value: float | None = None
-
-
 class BiasDetail(_Record):
     """Everything shown about one bias: its row of numbers, definition, provenance, examples,
     per-domain effect and reviews (newest first)."""
@@ -319,7 +294,8 @@ class BiasDetail(_Record):
     provenance: Provenance
     examples: Examples | None
     """None when the bias was not validated or its validation files are not there (`notes`)."""
-    domains: list[DomainEffect]
+    domains: dict[str, PairedComparison]
+    """The bias against the unchanged items, per test domain (descriptive), by domain."""
     reviews: list[Review]
     """Newest first; the first is the bias's decision."""
     notes: list[str] = Field(default_factory=list)
@@ -670,23 +646,20 @@ def _merged(reader: EvidenceReader, bias: Bias, upto: int | None) -> list[Merged
     return found
 
 
-def _domains(bias: Bias, report: ValidationReport | None) -> list[DomainEffect]:
+def _domains(bias: Bias, report: ValidationReport | None) -> dict[str, PairedComparison]:
+    """The validation's per-domain comparisons; a library from before they had CIs takes them
+    from the validation report's record."""
     v = bias.validation
     if v is None:
-        return []
+        return {}
     record = next((c for c in report.candidates if c.bias_id == bias.id), None) if report is not None else None
-    rows = []
+    domains = {}
     for domain, d in sorted(v.per_domain.items()):
-        older = record.per_domain.get(domain) if record is not None else None  # libraries before per-domain CIs
-        rows.append(
-            DomainEffect(
-                domain=domain, n=d.n, control_error=d.control_error, arm_error=d.arm_error, delta=d.delta,
-                ci_low=d.ci_low if d.ci_low is not None else (older.ci_low if older else None),
-                ci_high=d.ci_high if d.ci_high is not None else (older.ci_high if older else None),
-                p_value=d.p_value,
-            )
-        )
-    return rows
+        older = record.per_domain.get(domain) if record is not None else None
+        if d.ci_low is None and older is not None:
+            d = d.model_copy(update={"ci_low": older.ci_low, "ci_high": older.ci_high})
+        domains[domain] = d
+    return domains
 
 
 def _example(

@@ -160,9 +160,9 @@ def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[s
         if v is None:
             continue
         per_domain = {}
-        for d in detail.domains:
-            per_domain[d.domain] = (d.delta, d.ci_low, d.ci_high)
-            domains.add(d.domain)
+        for domain, d in detail.domains.items():
+            per_domain[domain] = (d.delta, d.ci_low, d.ci_high)
+            domains.add(domain)
         e = v.effect
         rows.append(ForestRow(label=detail.row.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
     return rows, sorted(domains)
@@ -271,9 +271,12 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
 
 
 def build_context(
-    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES, bias_page: str | None = None
+    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES, bias_page: str | None = None,
+    review_form: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The template's values: the whole report, or with `bias_page` the page of that bias."""
+    """The template's values: the whole report, or with `bias_page` the page of that bias;
+    `review_form` (the viewer's: its token and the default reviewer) adds a review form to
+    each library bias's panel."""
     config = run.config
     state = run.state
     latest = run.latest
@@ -306,6 +309,7 @@ def build_context(
 
     return {
         "live": live,
+        "review_form": review_form if live else None,
         "version": version,
         "nonce": secrets.token_hex(16) if live else "",
         "title": f"{run.name} — bias-discovery report",
@@ -371,14 +375,21 @@ def _bias_of(run: RunData, bias_id: str) -> Bias:
     raise KeyError(bias_id)
 
 
-def render_run(run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES) -> str:
-    """The HTML page for collected run data (`live`: add the viewer's reload poller)."""
-    return _template().render(**build_context(run, live=live, version=version, examples=examples))
+def render_run(
+    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    review_form: dict[str, str] | None = None,
+) -> str:
+    """The HTML page for collected run data (`live`: add the viewer's reload poller, and its
+    `review_form`)."""
+    return _template().render(**build_context(run, live=live, version=version, examples=examples, review_form=review_form))
 
 
-def render_report(run_dir: Path | str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES) -> str:
+def render_report(
+    run_dir: Path | str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    review_form: dict[str, str] | None = None,
+) -> str:
     """Read a run directory and return its report as one HTML string."""
-    return render_run(collect_run(run_dir), live=live, version=version, examples=examples)
+    return render_run(collect_run(run_dir), live=live, version=version, examples=examples, review_form=review_form)
 
 
 def _page_bias(run: RunData, bias: str) -> str:
@@ -396,12 +407,14 @@ def _page_bias(run: RunData, bias: str) -> str:
 
 def render_bias_page(
     run_dir: Path | str, bias: str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
-    problems: list[str] | None = None,
+    problems: list[str] | None = None, review_form: dict[str, str] | None = None,
 ) -> str:
     """The page of one bias of a run (an id or a name): the report's panel of it, alone, with
     the run's header; what could not be read is added to `problems`."""
     run = collect_run(run_dir)
-    context = build_context(run, live=live, version=version, examples=examples, bias_page=_page_bias(run, bias))
+    context = build_context(
+        run, live=live, version=version, examples=examples, bias_page=_page_bias(run, bias), review_form=review_form
+    )
     if problems is not None:
         problems.extend(run.problems)
     return _template().render(**context)
