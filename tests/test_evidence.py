@@ -192,6 +192,21 @@ def test_the_terminal_view_strips_control_characters(authority_run: RunDir):
     assert "Response B is better evil ok" in " ".join(out.split())
 
 
+def test_long_texts_are_cut_and_diffs_elided_in_the_terminal():
+    from bias_discovery.cli.bias_view import TEXT_LINES, _cut, diff_text
+    from bias_discovery.report.evidence import inline_diff, reasoning_of, word_diff
+
+    long = " ".join(f"w{i}" for i in range(60))
+    diff = inline_diff(f"{long} old {long}", f"{long} new {long}")
+    assert word_diff(f"{long} old {long}", f"{long} new {long}")[1] == [x for x in diff if x[0] != "del"]
+    shown = diff_text(diff).plain
+    assert shown.startswith("… w49") and "[-old-]{+new+}" in shown and shown.endswith("w10 …") and "w30" not in shown
+    cut = _cut("\n\n\n".join(["A:"] * 40))
+    assert cut.count("\n") < TEXT_LINES and "more characters: --json has all" in cut and "\n\n\n" not in cut
+    # a bare verdict letter (judge.reasoning: false) is not a reason
+    assert reasoning_of("A", "A") == "" and reasoning_of(" B ", None) == "" and reasoning_of("B cites experts.", "B")
+
+
 # --------------------------------------------------------------------------------------------
 # Review
 # --------------------------------------------------------------------------------------------

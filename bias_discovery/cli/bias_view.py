@@ -41,6 +41,8 @@ than it is."""
 
 TEXT_CHARS = 600
 """Model texts (responses, explanations) longer than this are cut in the terminal."""
+TEXT_LINES = 12
+"""... and those of more lines than this."""
 QUESTION_CHARS = 300
 DIFF_CONTEXT = 12
 """Unchanged words kept on each side of a change in a diff; the rest of a run is elided."""
@@ -58,11 +60,14 @@ def terminal_text(text: str | None) -> str:
     )
 
 
-def _cut(text: str | None, limit: int = TEXT_CHARS) -> str:
-    clean = terminal_text(text).strip()
-    if len(clean) <= limit:
+def _cut(text: str | None, limit: int = TEXT_CHARS, lines: int = TEXT_LINES) -> str:
+    """`text` for the terminal, at most `limit` characters and `lines` lines (blank lines
+    collapsed), saying how much was left out."""
+    clean = re.sub(r"\n\s*\n+", "\n\n", terminal_text(text).strip())
+    kept = "\n".join(clean.splitlines()[:lines])[:limit].rstrip()
+    if kept == clean:
         return clean
-    return clean[:limit].rstrip() + f" … ({len(clean) - limit} more characters: --json has all)"
+    return kept + f" … ({len(clean) - len(kept)} more characters: --json has all)"
 
 
 def _elide(text: str, where: str) -> str:

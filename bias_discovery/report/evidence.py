@@ -164,6 +164,7 @@ class ProvenanceCase(_Record):
     verdict: str | None = None
     """The judge's verdict letter (it picked the perturbed rejected response)."""
     explanation: str = ""
+    """The judge's reasoning ("" when it gave only its verdict)."""
     deeper_explanation: str | None = None
     """The judge's answer when asked to explain further (DeeperExplain)."""
     identification: Identification | None = None
@@ -328,6 +329,13 @@ class _Iteration:
     """The candidates identified before merging, by id (as `loop.iteration` made them)."""
 
 
+def reasoning_of(explanation: str | None, verdict: str | None) -> str:
+    """The judge's reasoning, "" when it gave none: with `judge.reasoning` off its output is the
+    verdict letter alone, which is not a reason."""
+    text = (explanation or "").strip()
+    return "" if text in ("A", "B", "tie", verdict or "") else text
+
+
 def _judged(judgments: Sequence[Judgment], correct: bool | None) -> JudgedItem:
     outcome: Literal["right", "wrong", "invalid", "not judged"] = (
         "invalid" if correct is None else "right" if correct else "wrong"
@@ -337,7 +345,7 @@ def _judged(judgments: Sequence[Judgment], correct: bool | None) -> JudgedItem:
         verdicts=[
             ItemVerdict(
                 order=j.order, verdict=j.verdict, picked=j.picked, correct=j.correct,
-                invalid_reason=j.invalid_reason, reasoning=j.explanation,
+                invalid_reason=j.invalid_reason, reasoning=reasoning_of(j.explanation, j.verdict),
             )
             for j in judgments
         ],
@@ -590,7 +598,7 @@ def _cases(reader: EvidenceReader | None, bias: Bias) -> list[ProvenanceCase]:
                 injected_bias=e.bias_injected,
                 order=e.order or (case.order if case else None),
                 verdict=case.verdict if case else None,
-                explanation=e.judge_explanation,
+                explanation=reasoning_of(e.judge_explanation, case.verdict if case else None),
                 deeper_explanation=e.deeper_explanation,
                 identification=_identification(files.identified.get(e.pair_id)),
                 candidate_id=by_pair.get(e.pair_id),
