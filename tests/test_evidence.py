@@ -266,7 +266,7 @@ def test_a_damaged_reviews_file_is_named_and_never_overwritten(authority_run: Ru
 
 def test_reviews_survive_resume_replicate_and_rerendering(authority_run: RunDir, tmp_path: Path):
     from bias_discovery.loop.graph import execute
-    from bias_discovery.replication import replicate_run
+    from bias_discovery.replication import ReplicationOptions, replicate_run
 
     run = load_run(authority_run.root)
     run.review(BIAS, "confirmed", note="clear", reviewer="alice")
@@ -279,7 +279,7 @@ def test_reviews_survive_resume_replicate_and_rerendering(authority_run: RunDir,
     execute(authority_run, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
     assert authority_run.read_state().status == "finished"
     assert authority_run.reviews.path.read_bytes() == kept and authority_run.outputs() == outputs
-    replicate_run(authority_run.root, seed=7, engines={"target": ScriptedEngine(authority_world)})
+    replicate_run(authority_run.root, ReplicationOptions(seed=7), engines={"target": ScriptedEngine(authority_world)})
     assert authority_run.reviews.path.read_bytes() == kept
     for _ in range(2):
         html = write_report(authority_run.root).read_text()

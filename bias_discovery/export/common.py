@@ -15,16 +15,19 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
 from ..run.reviews import Review
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
+from ..stats import Effect
 
 
 def package_version() -> str:
@@ -38,6 +41,48 @@ def package_version() -> str:
 
 COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
 """What the exports report of each validation comparison (vs baseline, vs placebo)."""
+
+
+class ComparisonSummary(BaseModel):
+    """What the exports report of one validation comparison (`common.COMPARISON_FIELDS`)."""
+
+    n: int
+    delta: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+
+
+class ReviewSummary(BaseModel):
+    """What the exports give of a bias's newest review (`run.reviews.Review`)."""
+
+    decision: str
+    reviewer: str
+    reviewed_at: str
+    note: str = ""
+
+
+class BiasSummary(BaseModel):
+    """One bias of the set as `common.bias_summary` writes it: its reported effect, its
+    comparisons with CI, n and p, and what the decision controls."""
+
+    id: str
+    name: str
+    definition: str
+    manifestations: list[str] = Field(default_factory=list)
+    origin: str
+    iteration: int | None = None
+    validated: bool = False
+    decided_against: str | None = None
+    effect: Effect | None = None
+    delta_error: float | None = None
+    p_value: float | None = None
+    vs_baseline: ComparisonSummary | None = None
+    vs_placebo: ComparisonSummary | None = None
+    error_statement: str | None = None
+    review: ReviewSummary | None = None
+    """A reviewer's newest decision about the bias (`bias-discovery review`); None: not reviewed."""
 
 
 def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
@@ -68,21 +113,22 @@ def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
     }
 
 
-def review_lines(biases: Sequence[Mapping[str, Any]], *, reviewed_only: bool) -> list[str]:
-    """The card's paragraph on human review: each bias's newest decision (`bias_summary`'s
-    `review`), and whether the export kept only confirmed biases; [] when no bias was reviewed."""
-    if not reviewed_only and not any(b.get("review") for b in biases):
-        return []
+def review_paragraph(biases: Sequence[BiasSummary | Mapping[str, Any]], *, reviewed_only: bool) -> str | None:
+    """The card's sentence on human review: each bias's newest decision (`BiasSummary.review`),
+    and whether the export kept only confirmed biases; None when no bias was reviewed."""
+    summaries = [b if isinstance(b, BiasSummary) else BiasSummary.model_validate(b) for b in biases]
+    if not reviewed_only and not any(b.review for b in summaries):
+        return None
     parts = []
-    for b in biases:
-        r = b.get("review")
+    for b in summaries:
+        r = b.review
         if r is None:
-            parts.append(f"`{b['id']}` not reviewed")
+            parts.append(f"`{b.id}` not reviewed")
         else:
-            note = f' ("{one_line(r["note"])}")' if r.get("note") else ""
-            parts.append(f"`{b['id']}` {r['decision']} by {one_line(r['reviewer'])} on {r['reviewed_at'][:10]}{note}")
+            note = f' ("{one_line(r.note)}")' if r.note else ""
+            parts.append(f"`{b.id}` {r.decision} by {one_line(r.reviewer)} on {r.reviewed_at[:10]}{note}")
     scope = "Only biases a reviewer confirmed were exported (`--reviewed-only`). " if reviewed_only else ""
-    return ["", f"Human review (`bias-discovery review`, the newest decision per bias): {scope}" + "; ".join(parts) + "."]
+    return f"Human review (`bias-discovery review`, the newest decision per bias): {scope}" + "; ".join(parts) + "."
 
 
 def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -> ModelConfig:
@@ -203,6 +249,30 @@ def yaml_front_matter(meta: Mapping[str, Any]) -> str:
     return "---\n" + yaml.safe_dump(dict(meta), sort_keys=False, allow_unicode=True) + "---\n"
 
 
+@lru_cache(maxsize=1)
+def _card_environment() -> Any:  # a jinja2 Environment (jinja2 is imported on first use)
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    # Markdown, not HTML: nothing is escaped (the cards' text is ours and the run's own names,
+    # written into a file, never served); every name the template uses must be given.
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).with_name("templates")),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(plural=plural, one_line=one_line)  # `n | plural("sample")`, `name | one_line`
+    return env
+
+
+def card_template(name: str) -> Any:
+    """A dataset card's Jinja template (``export/templates/NAME``: a jinja2 Template); values
+    and helpers are passed to its `render`."""
+    return _card_environment().get_template(name)
+
+
 def settings_text(settings: Mapping[str, Any]) -> str:
     """``positions=both, seed=42, ...`` for a card."""
     return ", ".join(f"{k}={v}" for k, v in settings.items())
@@ -211,3 +281,27 @@ def settings_text(settings: Mapping[str, Any]) -> str:
 def one_line(text: str) -> str:
     """Collapse whitespace so a definition fits a Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+class ExportStats(BaseModel):
+    """What the stats.json of every export of a run says of it (a Pro set's `ProStats`, a DPO
+    set's `DpoStats` add their own): the run, the data, the biases, how and when it was built.
+    Keys a record does not name are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_name: str
+    run_dir: str
+    library_file: str
+    data: str
+    limit: int | None = None
+    skipped_rows: int = 0
+    bias_selection: str = "all"
+    reviewed_only: bool = False
+    """Only biases a reviewer confirmed were exported (`--reviewed-only`)."""
+    seed: int
+    created_at: str
+    bias_discovery_version: str
+    perturb_settings: dict[str, Any] = Field(default_factory=dict)
+    biases: list[BiasSummary] = Field(default_factory=list)
+    length: LengthStats

@@ -12,9 +12,10 @@ from typing import Any, Literal
 from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from . import inspect_task, lmeval_task
-from .common import CARD_MISSING, one_line, package_version, review_lines
+from .common import CARD_MISSING, one_line, package_version, review_paragraph
 from .harness_set import HarnessSet, check_task_name, default_task_name, load_harness_set
-from .pro import DATA_COLUMNS, LICENCES, comparison_cell
+from .pro import DATA_COLUMNS
+from .pro_card import LICENCES, comparison_cell
 
 HarnessKind = Literal["lm-eval", "inspect"]
 Writer = Callable[[Path, HarnessSet, str], dict[str, Any]]
@@ -173,6 +174,7 @@ def render_harness_card(info: Mapping[str, Any]) -> str:
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {comparison_cell(b.get('vs_baseline'))} | "
             f"{comparison_cell(b.get('vs_placebo'))} | {'yes' if b.get('validated') else 'no'} | {per_bias.get(b['id'], CARD_MISSING)} |"
         )
-    lines += review_lines(info["biases"], reviewed_only=bool(prov.get("reviewed_only")))
+    review = review_paragraph(info["biases"], reviewed_only=bool(prov.get("reviewed_only")))
+    lines += ["", review] if review else []
     lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)
