@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from test_loop import make_config, run_fake
 from typer.testing import CliRunner
 
+from bias_discovery.api import load_run
 from bias_discovery.cli import app
 from bias_discovery.config import RunConfig, load_run_config
 from bias_discovery.data import load_pairs
@@ -241,6 +242,17 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return rd.root
 
 
+@pytest.fixture(scope="module")
+def reviewed_run(finished_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`finished_run` with two reviews of its discovered bias (reviews.jsonl is a file too)."""
+    root = tmp_path_factory.mktemp("fuzz-reviewed") / "run"
+    shutil.copytree(finished_run, root)
+    run = load_run(root)
+    run.review("d1-expert-citation-bias", "confirmed", note="fuzzed", reviewer="fuzz")
+    run.review("d1-expert-citation-bias", "unsure", reviewer="fuzz")
+    return root
+
+
 def damage(data: bytes, how: str, where: float, garbage: bytes) -> bytes:
     at = int(len(data) * where)
     if how == "truncate":
@@ -263,6 +275,11 @@ BROWSE = (
     lambda run, out: ["status", str(run), "--json"],
 )
 REPORT = (lambda run, out: ["report", str(run), "--out", str(out)],)
+BIAS_VIEWS = (
+    lambda run, out: ["library", "show", str(run), "d1-expert-citation-bias"],
+    lambda run, out: ["library", "show", str(run), "d1-expert-citation-bias", "--json", "--examples", "5"],
+    lambda run, out: ["report", str(run), "--bias", "d1-expert-citation-bias", "--out", str(out)],
+)
 
 damages = {
     "victims": st.lists(st.integers(0, 10_000), min_size=1, max_size=2),
@@ -276,10 +293,11 @@ damages = {
 
 def check_on_damaged_copy(
     tmp_path: Path, finished_run: Path, commands: tuple[Callable[[Path, Path], list[str]], ...],
-    victims: list[int], how: str, where: float, garbage: bytes,
+    victims: list[int], how: str, where: float, garbage: bytes, *, warnings_first: bool = False,
 ) -> None:
     """Damage one or two files of a copy of the run, then run each command on it in-process:
-    exit 0, or exit 2 with a one-line "error: ..." (a traceback would be exit 1)."""
+    exit 0, or exit 2 with a one-line "error: ..." (a traceback would be exit 1); with
+    `warnings_first`, after "warning: ..." lines about what was damaged on the way."""
     work = Path(tempfile.mkdtemp(dir=tmp_path))  # tmp_path is shared by the examples
     run = work / "run"
     shutil.copytree(finished_run, run)
@@ -294,7 +312,11 @@ def check_on_damaged_copy(
         if result.exception is not None:
             assert isinstance(result.exception, SystemExit), (args, repr(result.exception))
         if result.exit_code == 2:
-            assert result.stderr.startswith("error: ") and len(result.stderr.strip()) > len("error:"), (args, result.stderr)
+            stderr = result.stderr
+            if warnings_first:
+                stderr = stderr[stderr.find("error: "):] if "error: " in stderr else stderr
+                assert result.stderr.startswith(("warning: ", "error: ")), (args, result.stderr)
+            assert stderr.startswith("error: ") and len(stderr.strip()) > len("error:"), (args, result.stderr)
 
 
 @budget(50)
@@ -307,3 +329,12 @@ def test_library_and_status_on_damaged_files(tmp_path: Path, finished_run: Path,
 @given(**damages)
 def test_report_on_damaged_files(tmp_path: Path, finished_run: Path, victims: list[int], how: str, where: float, garbage: bytes) -> None:
     check_on_damaged_copy(tmp_path, finished_run, REPORT, victims, how, where, garbage)
+
+
+@budget(25)
+@given(**damages)
+def test_bias_views_on_damaged_files(tmp_path: Path, reviewed_run: Path, victims: list[int], how: str, where: float, garbage: bytes) -> None:
+    """`library show RUN BIAS` and the bias page read every record of the bias (its cases, the
+    teacher's identifications, the merges, the validation rewrites and judgments, the reviews):
+    damaged, they are left out with a warning, or the command stops with an error naming them."""
+    check_on_damaged_copy(tmp_path, reviewed_run, BIAS_VIEWS, victims, how, where, garbage, warnings_first=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from bias_discovery.judging import JudgeResult, Judgment, PairOutcome
 from bias_discovery.library import (
     Bias,
     BiasLibrary,
@@ -25,7 +26,11 @@ from bias_discovery.library import (
     Evidence,
 )
 from bias_discovery.report import collect_run, render_report, word_diff, write_report
+from bias_discovery.report.render import write_bias_page
 from bias_discovery.run import RunDir, RunState
+from bias_discovery.run.reviews import Review
+from bias_discovery.stages.merge import MergeDecision
+from bias_discovery.stages.records import IdentifyRecord, PerturbedPair
 
 from helpers import cli
 
@@ -94,6 +99,36 @@ def _record(bias: Bias) -> dict:
         for d, dv in bias.validation.per_domain.items()
     }
     return {"bias_id": bias.id, "name": bias.name, "n_perturb_invalid": 0, "comparison": comparison, "per_domain": per_domain}
+
+
+HOSTILE_ITEMS = ("p-01", "p-02", "p-03", "p-04")
+
+
+def _hostile_validation_records(rd: RunDir, bias: Bias) -> None:
+    """Iteration 1's validation rewrites of `bias` and the judge's verdicts on them and on the
+    unchanged items (the baseline), every text hostile: the first two flip, the others do not."""
+    rewrites, judgments, baseline, outcomes = [], [], [], []
+    for k, pair_id in enumerate(HOSTILE_ITEMS):
+        flips = k < 2
+        rewrites.append(PerturbedPair(
+            pair_id=pair_id, bias_id=bias.id, bias_name=bias.name, domain=DOMAINS[k % 3], question=f"Q{k} {HOSTILE}",
+            chosen=f"42 {TEXTAREA}", original_rejected=f"The answer is 41. {PWN_IMG}",
+            perturbed_rejected=f"Experts agree: the answer is 41. {PWN_IMG} {SCRIPT}", valid=True, answer_check="different",
+            original_check="different", check_method="model",
+        ))
+        judgments.append(Judgment(
+            pair_id=pair_id, domain=DOMAINS[k % 3], order="chosen_first", verdict="B" if flips else "A",
+            picked="rejected" if flips else "chosen", correct=not flips, explanation=f"B cites experts {HOSTILE}",
+            raw_output="x", prompt_tokens=1, completion_tokens=1,
+        ))
+        baseline.append(Judgment(
+            pair_id=pair_id, domain=DOMAINS[k % 3], order="chosen_first", verdict="A", picked="chosen", correct=True,
+            explanation=f"A is right {PWN_SCRIPT}", raw_output="x", prompt_tokens=1, completion_tokens=1,
+        ))
+        outcomes.append(PairOutcome(pair_id=pair_id, domain=DOMAINS[k % 3], correct=True, orders=["chosen_first"]))
+    rd.iteration(1).validation_perturbed.write(rewrites)
+    rd.iteration(1).validation_judgments.write(judgments)
+    rd.baseline.result.write(JudgeResult(judgments=baseline, outcomes=outcomes))
 
 
 def build_hostile_run(root: Path) -> Path:
@@ -180,7 +215,18 @@ def build_hostile_run(root: Path) -> Path:
         ]
         (d / "misjudged.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
         (d / "explanations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
-    (rd.baseline.directory).mkdir()
+    _hostile_validation_records(rd, found1)
+    rd.iteration(1).identified.write(
+        [IdentifyRecord(pair_id=e.pair_id, status="bias", name=f"Expert Citation {SCRIPT}", definition=f"Trusts experts {HOSTILE}",
+                        manifestations=[PWN_IMG]) for e in found1.evidence]
+    )
+    rd.iteration(1).merges.write(
+        [MergeDecision(candidate_id="d1-raw", other_id="d1-expert-citation-bias", other_kind="candidate", similarity=0.91, decision="same")]
+    )
+    rd.reviews.artifact.write([
+        Review(bias_id="d1-expert-citation-bias", bias_name=found1.name, decision="confirmed", note=f"looks right {HOSTILE}",
+               reviewer=f"rev {PWN_SCRIPT}", reviewed_at="2026-01-02T03:04:05+00:00", library_iteration=2),
+    ])
     (rd.baseline.directory / "summary.json").write_text(json.dumps({
         "model": "llamacpp/smollm2", "n_pairs": 30, "error_rate": 0.3, "error_ci_low": 0.17, "error_ci_high": 0.48,
         "per_domain": {d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS},
@@ -208,6 +254,12 @@ def test_hostile_text_is_escaped(hostile_run: Path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "&lt;/textarea&gt;&lt;img src=x onerror=alert(2)&gt;" in body
     assert "onerror=&#34;document.title=&#39;PWNED&#39;&#34;" in body or "onerror=&quot;" in body
+    # The per-bias panel's new parts: the examples, the teacher's identification, the review.
+    assert "Examples from validation" in body and "<b>2 flipped</b>" in body
+    assert "B cites experts &lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "The teacher's identification." in body and "Trusts experts &lt;script&gt;" in body
+    assert "looks right &lt;script&gt;" in body and "rev &lt;script&gt;document.title" in body
+    assert 'class="badge r-confirmed"' in body
     # Template syntax in model text is shown literally, never evaluated.
     assert "{{ 7*7 }}" in body
     assert "d1-raw {{ 7*7 }}" in body and "d1-raw 49" not in body and "41 49" not in body
@@ -326,6 +378,30 @@ def test_report_in_headless_chromium(hostile_run: Path, tmp_path: Path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert shot.is_file() and shot.stat().st_size > 30_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+def test_a_bias_page_in_headless_chromium(hostile_run: Path, tmp_path: Path):
+    """The page of one bias (`report --bias`), every model-written text hostile: no injected
+    element runs or reaches the DOM, the text shows as text, and the page draws."""
+    page = write_bias_page(hostile_run, "d1-expert-citation-bias", tmp_path / "bias.html")
+    url = page.resolve().as_uri()
+    dom = _chromium("--dump-dom", url, user_data=tmp_path / "profile-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    title = re.search(r"<title>(.*?)</title>", html, re.S).group(1)
+    assert "PWNED" not in title and title.startswith("hostile-run")
+    assert "<script" not in html and '<img src="x"' not in html and "<img " not in html
+    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in html and "{{ 7*7 }}" in html
+    assert 'id="bias-d1-expert-citation-bias"' in html and html.count('class="card ') == 1
+    assert "Examples from validation" in html and "the judge with the bias" in html and "<ins>" in html
+    assert "review: confirmed" in html and "The teacher's identification." in html
+    shot = tmp_path / "bias.png"
+    result = _chromium(f"--screenshot={shot}", "--window-size=1280,2400", url, user_data=tmp_path / "profile-shot")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 30_000
+    layout, _ = layout_at(page, 1300, tmp_path)
+    assert layout["page"] <= 1300 and layout["overflowing"] == [], layout
 
 
 _MEASURE = """<script>

@@ -4,7 +4,10 @@
 
 - `discover(config, run_dir=..., resume=False) -> Run`: the discovery loop; a `Run` has
   `.library`, `.validations`, `.accepted`, `.report_path`, `.config`, `.state`.
-- `load_run(RUN_DIR) -> Run`: a run already made (finished, stopped or running).
+- `load_run(RUN_DIR) -> Run`: a run already made (finished, stopped or running);
+  `Run.evidence(BIAS)` one bias with its provenance and examples, `Run.review(BIAS, decision)`
+  a reviewer's decision kept with the run (`Run.reviews`).
+- `bias_evidence(RUN_DIR, BIAS) -> BiasDetail`: the same for any library reference.
 - `judge(model, data, ...) -> JudgeOutput`: a judge's error, per domain, with its CI.
 - `audit(model, data, biases, ...) -> AuditOutput`: known biases with the published measures.
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
@@ -30,7 +33,7 @@ from .common import WarningHandler
 from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import MatrixOptions, matrix
 from .replications import replicate
-from .runs import Run, discover, load_run, run_config_of
+from .runs import Run, bias_evidence, discover, load_run, run_config_of
 
 __all__ = [
     "AuditOptions",
@@ -48,6 +51,7 @@ __all__ = [
     "RunConfig",
     "WarningHandler",
     "audit",
+    "bias_evidence",
     "discover",
     "judge",
     "load_run",

@@ -1,5 +1,6 @@
 """`discover(config) -> Run`: the discovery loop (what `bias-discovery run` and `resume` run),
-and `load_run(RUN_DIR)`: a finished (or stopped, or running) run, read back."""
+`load_run(RUN_DIR)`: a finished (or stopped, or running) run, read back, and
+`bias_evidence(RUN_DIR, BIAS)`: one bias with its provenance, examples and reviews."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ from ..llm.base import Engine
 from ..loop.graph import check_data_overlap, execute
 from ..progress import ProgressFactory
 from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates
+from ..report.evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, find_bias
 from ..run import RunDir, RunState, ValidationReport, effective_status
-from ..run.library_ref import require_run_like
+from ..run.library_ref import require_run_like, resolve_library
+from ..run.reviews import Review, ReviewDecision
 from ..run.selection import validated_biases
 from ..tables import Tabular
 from .common import WarningHandler, python_warning
 
-__all__ = ["Run", "discover", "load_run", "run_config_of"]
+__all__ = ["Run", "bias_evidence", "discover", "load_run", "run_config_of"]
 
 RunConfigLike = RunConfig | str | Path | Mapping[str, Any]
 """A run config as the API takes it: a RunConfig, a YAML file, or a dict of its settings."""
@@ -117,12 +120,59 @@ class Run(Tabular):
     def table_rows(self) -> list[dict[str, Any]]:
         return library_rows(self.library, self.rejected)
 
+    def evidence(self, bias: str, *, examples: int = DEFAULT_EXAMPLES) -> BiasDetail:
+        """One bias of the newest library (or a rejected candidate), by id or name: its numbers,
+        provenance, `examples` flipped validation items (and half as many not flipped) and its
+        reviews, newest first (what `library show RUN BIAS` prints)."""
+        return bias_evidence(self.root, bias, examples=examples, on_warning=self._warn)
+
+    @property
+    def reviews(self) -> list[Review]:
+        """Every review of the run's biases (``reviews.jsonl``), newest first."""
+        return list(reversed(self.record.reviews.read()))
+
+    def review(self, bias: str, decision: ReviewDecision, *, note: str = "", reviewer: str | None = None) -> Review:
+        """Record a reviewer's decision about a bias of the newest library (`bias`: its id or
+        name) in ``reviews.jsonl`` and return it (what `bias-discovery review` does). A bias the
+        library does not hold is a ConfigError naming it; the run's records are not changed.
+        `reviewer`: default ``$BIAS_DISCOVERY_REVIEWER``, else the login name."""
+        return self.record.reviews.add(self.library, bias, decision, note=note, reviewer=reviewer)
+
 
 def load_run(run_dir: str | Path, *, on_warning: WarningHandler | None = None) -> Run:
     """A run directory, read back (also a copy without its SQLite files)."""
     root = Path(run_dir)
     require_run_like(root)
     return Run(root, on_warning=on_warning)
+
+
+def bias_evidence(
+    library: str | Path,
+    bias: str,
+    *,
+    iteration: int | None = None,
+    examples: int = DEFAULT_EXAMPLES,
+    on_warning: WarningHandler | None = None,
+) -> BiasDetail:
+    """One bias with its evidence (`report.evidence.BiasDetail`): `library` is RUN_DIR,
+    RUN_DIR@N or a library file; `bias` an id or a name of that library, or of a candidate its
+    run rejected up to it. A library file has no run records: no examples, no reviews.
+    ConfigError naming the bias when there is none."""
+    warn = on_warning or python_warning
+    ref = resolve_library(str(library), iteration)
+    for warning in ref.warnings:
+        warn(warning)
+    found, in_library = find_bias(ref, bias)
+    if ref.run_dir is None:
+        return bias_detail(found, in_library=in_library, library=ref.label, examples=examples)
+    problems: list[str] = []
+    reviews = RunDir(ref.run_dir).reviews.read_lenient(problems)
+    for problem in problems:
+        warn(f"{problem}; left out")
+    return bias_detail(
+        found, in_library=in_library, reader=EvidenceReader(ref.run_dir), library=ref.label,
+        upto=ref.library.iteration, examples=examples, reviews=reviews,
+    )
 
 
 def run_config_of(config: RunConfigLike, overrides: Sequence[str] = ()) -> RunConfig:

@@ -21,6 +21,7 @@ from . import judge  # noqa: F401,E402  judge
 from . import audit  # noqa: F401,E402  audit
 from . import loop  # noqa: F401,E402  run, resume, status
 from . import browse  # noqa: F401,E402  library show/diff, report, view
+from . import review  # noqa: F401,E402  review
 from . import replicate  # noqa: F401,E402  replicate
 from . import matrix  # noqa: F401,E402  matrix
 from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo

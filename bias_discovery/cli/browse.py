@@ -9,6 +9,8 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from ..report.evidence import DEFAULT_EXAMPLES
+from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
 
 library_app = typer.Typer(
@@ -69,16 +71,28 @@ _STATUS_STYLE = {
 @library_app.command("show")
 def library_show(
     ref: str = typer.Argument(..., metavar="RUN_DIR|RUN_DIR@N|FILE", help=_LIBRARY_REF_HELP),
+    bias: str | None = typer.Argument(
+        None, metavar="[BIAS_ID]", help="Show this bias alone (an id or a name): its provenance, examples and reviews."
+    ),
     iteration: int | None = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
+    examples: int = typer.Option(
+        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+        help="With BIAS_ID: validation items shown whose verdict the bias flipped (and half as many it did not).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
 ) -> None:
-    """Show a bias library.
+    """Show a bias library, or one bias of it.
 
     Origin, validation numbers (n, errors, the reported effect and both comparisons with CIs,
     p), decision, top domain, and what the validations' decisions control.
 
     For a run, the candidates that validation rejected up to that iteration are listed after the
     library's biases, marked rejected (they are not in the library).
+
+    With BIAS_ID: its definition and numbers, where it came from (the misjudged cases it was
+    identified from, with the judge's explanations and the teacher's identification, and the
+    candidates merged into it), K examples from its validation (original and rewritten response
+    as a word diff, the verdicts on both), and its reviews.
     """
     import json as _json
 
@@ -87,6 +101,9 @@ def library_show(
     from ..report.data import library_view, rejected_candidates
     from ..run.library_ref import resolve_library
 
+    if bias is not None:
+        _show_bias(ref, bias, iteration=iteration, examples=examples, as_json=as_json)
+        return
     try:
         resolved = resolve_library(ref, iteration)
         for warning in resolved.warnings:
@@ -158,7 +175,7 @@ def library_show(
             f"{'P ' if scored else ''}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
         )
         top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
-        name = Text(_wrapped(row.name, name_width, _NAME_LINES))
+        name = Text(_wrapped(terminal_text(row.name), name_width, _NAME_LINES))
         name.append("\n" + _wrapped(row.id, name_width), style="dim")
         origin = "seed" if row.origin == "seed" else f"iter {row.origin_iteration}"
         decision = Text("" if row.status == "seed" else origin + "\n")
@@ -209,6 +226,23 @@ def library_show(
             Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib.iteration} "
                  + ("is" if n_rejected == 1 else "are") + " listed after the library.")
         )
+
+
+def _show_bias(ref: str, bias: str, *, iteration: int | None, examples: int, as_json: bool) -> None:
+    """`library show REF BIAS`: one bias with its evidence (`report.evidence`)."""
+    import json as _json
+
+    from ..api.runs import bias_evidence
+    from .bias_view import print_bias
+
+    try:
+        detail = bias_evidence(ref, bias, iteration=iteration, examples=examples, on_warning=warn)
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(_json.dumps(detail.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return
+    print_bias(detail, console)
 
 
 def _diff_number(field: str, value: float | None, signed: bool = False) -> str:
@@ -287,14 +321,22 @@ def library_diff(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
-    out: Path | None = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html)."),
+    out: Path | None = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
+    bias: str | None = typer.Option(None, "--bias", metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
+    examples: int = typer.Option(
+        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+        help="Validation items shown per bias whose verdict it flipped (and half as many it did not).",
+    ),
 ) -> None:
     """Write the HTML report of a run or an audit.
 
     One self-contained page (opens from disk, fetches nothing): run header,
-    calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and each bias's
-    definition, provenance and evidence (original vs perturbed response, the judge's explanation).
-    An audit directory (`bias-discovery audit --out DIR`) gets its measures, per domain, with examples."""
+    calls and tokens, biases per iteration, Δerror with CIs overall and per domain, and a panel
+    per bias, linked from the library table: definition, numbers, reviews, provenance (the
+    misjudged cases, the judge's explanations, the teacher's identification, the merged
+    candidates) and examples from validation (original vs perturbed response, the verdicts).
+    With --bias, the page of one bias. An audit directory (`bias-discovery audit --out DIR`) gets
+    its measures, per domain, with examples."""
     from ..auditing.output import is_audit_dir
     from ..io import probe_writable
     from ..report.render import write_report
@@ -311,11 +353,19 @@ def report(
                 raise type(exc)(f"{exc}; write it elsewhere with --out FILE") from None
         problems: list[str] = []
         if is_audit_dir(run_dir):
+            if bias is not None:
+                fail(f"--bias: {run_dir} is an audit directory; a bias page is drawn from a run")
             from ..report.audit import write_audit_report
 
             path = write_audit_report(run_dir, out)
+        elif bias is not None:
+            from ..report.render import write_bias_page
+            from ..run.library_ref import require_run_like
+
+            require_run_like(run_dir)
+            path = write_bias_page(run_dir, bias, out, examples=examples, problems=problems)
         else:
-            path = write_report(run_dir, out, problems)
+            path = write_report(run_dir, out, problems, examples=examples)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -333,7 +383,8 @@ def view(
 ) -> None:
     """Serve a run's report while the run goes on.
 
-    On 127.0.0.1, kept current as the run writes its files; Ctrl-C stops."""
+    On 127.0.0.1, kept current as the run writes its files (and a page per bias at /bias/ID);
+    Ctrl-C stops."""
     from ..report.viewer import ReportServer
     from ..run.library_ref import require_run_like
 

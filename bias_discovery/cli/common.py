@@ -88,8 +88,8 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
 
 SETTINGS_WITH_FLAGS = frozenset({
     "allow_overlap", "base_url", "biases", "compare", "data", "data_dir", "format", "iteration", "judges", "out",
-    "overrides", "overwrite", "repeats", "run_dir", "seed", "skip_bad_rows", "task_name", "teacher", "temperature",
-    "timeout_s", "variants",
+    "overrides", "overwrite", "repeats", "reviewed_only", "run_dir", "seed", "skip_bad_rows", "task_name", "teacher",
+    "temperature", "timeout_s", "variants",
 })
 """The settings that messages from below the CLI name in backticks (`out`, `timeout_s`): the
 names of the Python API's arguments, which the command line takes as flags."""

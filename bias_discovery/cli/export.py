@@ -25,6 +25,10 @@ _BIASES_HELP = (
     "all (every validated discovered bias, the default) | top-K (the K with the largest Δerror) | "
     "ID,NAME,... (any biases of the run's library, seeds included)."
 )
+_REVIEWED_HELP = (
+    "Only biases whose newest review (`bias-discovery review`) is confirmed: the others are left out of all/top-K; "
+    "a named one is an error."
+)
 
 
 def _print_counts(title: str, counts: dict) -> None:
@@ -60,6 +64,7 @@ def export_judgebench_pro_cmd(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
+    reviewed_only: bool = typer.Option(False, "--reviewed-only", help=_REVIEWED_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     timeout: float | None = timeout_option(),
 ) -> None:
@@ -75,7 +80,7 @@ def export_judgebench_pro_cmd(
             run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
             checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
             overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
-            progress=None if quiet else progress_bar, timeout_s=timeout,
+            reviewed_only=reviewed_only, progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -133,6 +138,7 @@ def export_dpo_cmd(
     include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
+    reviewed_only: bool = typer.Option(False, "--reviewed-only", help=_REVIEWED_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     timeout: float | None = timeout_option(),
 ) -> None:
@@ -146,7 +152,7 @@ def export_dpo_cmd(
     try:
         stats = export_dpo(
             run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
-            include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows,
+            include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows, reviewed_only=reviewed_only,
             progress=None if quiet else progress_bar, timeout_s=timeout,
         )
     except ValidationError as exc:
@@ -175,11 +181,12 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
         biases: str | None = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
         task_name: str | None = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+        reviewed_only: bool = typer.Option(False, "--reviewed-only", help=f"Run directory only. {_REVIEWED_HELP}"),
     ) -> None:
         from ..export.harness import export_harness
 
         try:
-            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite)
+            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only)
         except BiasDiscoveryError as exc:
             fail(str(exc))
         console.print(done(info, out), highlight=False)

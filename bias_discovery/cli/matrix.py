@@ -50,6 +50,12 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
             "yes" if cell.accepted else "no",
         )
     console.print(table)
+    if result.reviews:
+        console.print(
+            f"reviews in the run ({result.library}): "
+            + "; ".join(f"{bias} {r.decision} by {r.reviewer}" for bias, r in result.reviews.items()),
+            highlight=False, soft_wrap=True, markup=False,
+        )
     console.print(result.family_statement, highlight=False, soft_wrap=True)
     shown = [d for d in result.judge_comparisons if d.larger]
     if result.judge_comparisons:

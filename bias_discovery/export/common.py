@@ -25,6 +25,7 @@ from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
+from ..run.reviews import Review
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
 from ..stats import Effect
 
@@ -53,6 +54,15 @@ class ComparisonSummary(BaseModel):
     p_adjusted: float | None = None
 
 
+class ReviewSummary(BaseModel):
+    """What the exports give of a bias's newest review (`run.reviews.Review`)."""
+
+    decision: str
+    reviewer: str
+    reviewed_at: str
+    note: str = ""
+
+
 class BiasSummary(BaseModel):
     """One bias of the set as `common.bias_summary` writes it: its reported effect, its
     comparisons with CI, n and p, and what the decision controls."""
@@ -71,12 +81,16 @@ class BiasSummary(BaseModel):
     vs_baseline: ComparisonSummary | None = None
     vs_placebo: ComparisonSummary | None = None
     error_statement: str | None = None
+    review: ReviewSummary | None = None
+    """A reviewer's newest decision about the bias (`bias-discovery review`); None: not reviewed."""
 
-def bias_summary(bias: Bias) -> dict[str, Any]:
+
+def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
     """What a dataset card and stats.json say about one bias: its reported effect (against the
     control that decided, with CI, n and the estimator), its comparisons against the baseline
-    and, when the run had one, the placebo, each with CI, n and p, and what the decision
-    controls (a Δ without its comparison, n and uncertainty is not a finding)."""
+    and, when the run had one, the placebo, each with CI, n and p, what the decision controls
+    (a Δ without its comparison, n and uncertainty is not a finding), and a reviewer's newest
+    decision about it (`review`, None: not reviewed)."""
     v = bias.validation
     placebo = None if v is None else v.vs_placebo
     decided = None if v is None else v.decisive_comparison
@@ -95,7 +109,26 @@ def bias_summary(bias: Bias) -> dict[str, Any]:
         "vs_baseline": None if v is None else v.vs_baseline.model_dump(include=COMPARISON_FIELDS),
         "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
         "error_statement": None if v is None else v.error_statement,
+        "review": None if review is None else review.model_dump(include={"decision", "reviewer", "reviewed_at", "note"}),
     }
+
+
+def review_paragraph(biases: Sequence[BiasSummary | Mapping[str, Any]], *, reviewed_only: bool) -> str | None:
+    """The card's sentence on human review: each bias's newest decision (`BiasSummary.review`),
+    and whether the export kept only confirmed biases; None when no bias was reviewed."""
+    summaries = [b if isinstance(b, BiasSummary) else BiasSummary.model_validate(b) for b in biases]
+    if not reviewed_only and not any(b.review for b in summaries):
+        return None
+    parts = []
+    for b in summaries:
+        r = b.review
+        if r is None:
+            parts.append(f"`{b.id}` not reviewed")
+        else:
+            note = f' ("{one_line(r.note)}")' if r.note else ""
+            parts.append(f"`{b.id}` {r.decision} by {one_line(r.reviewer)} on {r.reviewed_at[:10]}{note}")
+    scope = "Only biases a reviewer confirmed were exported (`--reviewed-only`). " if reviewed_only else ""
+    return f"Human review (`bias-discovery review`, the newest decision per bias): {scope}" + "; ".join(parts) + "."
 
 
 def model_config(spec: str | None, base_url: str | None, default: ModelConfig) -> ModelConfig:
@@ -264,6 +297,8 @@ class ExportStats(BaseModel):
     limit: int | None = None
     skipped_rows: int = 0
     bias_selection: str = "all"
+    reviewed_only: bool = False
+    """Only biases a reviewer confirmed were exported (`--reviewed-only`)."""
     seed: int
     created_at: str
     bias_discovery_version: str

@@ -48,6 +48,7 @@ from .common import (
     dataset_card_meta,
     length_stats,
     package_version,
+    review_paragraph,
     settings_text,
     write_data_files,
     yaml_front_matter,
@@ -192,6 +193,7 @@ def render_dpo_card(stats: DpoStats, directory: Path) -> str:
         settings_text=settings_text,
         number=partial(number, missing=CARD_MISSING),
         percent=partial(percent, unit=" %", missing=CARD_MISSING),
+        review=review_paragraph(stats.biases, reviewed_only=stats.reviewed_only),
     )
 
 
@@ -207,13 +209,15 @@ def export_dpo(
     include_original: bool = False,
     overwrite: bool = False,
     skip_bad_rows: bool = False,
+    reviewed_only: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Perturb the rejected responses of `data` with the run's biases and write DPO data to
     `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed);
-    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
+    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows;
+    `reviewed_only` keeps only biases a reviewer confirmed (`select_biases`).
     `timeout_s` replaces the teacher's request deadline (None: the run's)."""
     out = Path(out)
     run_path = Path(run_dir)
@@ -222,7 +226,8 @@ def export_dpo(
         raise ExportError(f"`format` must be standard or conversational, got {fmt!r}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
-        chosen = select_biases(ctx.library, biases, run_dir=run_path)
+        chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
+        decisions = ctx.run.reviews.decisions()
         where = data_dir if data_dir is not None else config.data.data_dir
         bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
         pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
@@ -248,13 +253,14 @@ def export_dpo(
             "limit": limit,
             "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
+            "reviewed_only": reviewed_only,
             "seed": config.seed,
             "include_original": include_original,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "bias_discovery_version": package_version(),
             "models": {"teacher": config.teacher.spec, "target": config.target.spec},
             "perturb_settings": config.perturb.model_dump(mode="json"),
-            "biases": [bias_summary(b) for b in chosen],
+            "biases": [bias_summary(b, decisions.get(b.id)) for b in chosen],
             "counts": build.counts.model_dump(),
             "per_bias": build.per_bias,
             "length": build.length.model_dump(),

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from . import inspect_task, lmeval_task
-from .common import CARD_MISSING, one_line, package_version
+from .common import CARD_MISSING, one_line, package_version, review_paragraph
 from .harness_set import HarnessSet, check_task_name, default_task_name, load_harness_set
 from .pro import DATA_COLUMNS
 from .pro_card import LICENCES, comparison_cell
@@ -38,6 +38,7 @@ def export_harness(
     biases: str | None = None,
     task_name: str | None = None,
     overwrite: bool = False,
+    reviewed_only: bool = False,
 ) -> dict[str, Any]:
     """Write the samples of `src` (a JudgeBench-Pro export or a run directory, see
     `load_harness_set`) as a task of the harness `kind` to `out`: ``data.jsonl``, the
@@ -50,7 +51,7 @@ def export_harness(
     check_output_dir(out, overwrite=overwrite, protect=[src_path], error=ExportError)
     if task_name is not None:
         check_task_name(task_name)
-    found = load_harness_set(src_path, biases=biases)
+    found = load_harness_set(src_path, biases=biases, reviewed_only=reviewed_only)
     name = task_name or default_task_name(found)
     with staged_output(out, overwrite=overwrite, protect=[src_path], error=ExportError) as tmp:
         atomic_write_jsonl(tmp / "data.jsonl", [{column: row[column] for column in DATA_COLUMNS} for row in found.rows])
@@ -173,5 +174,7 @@ def render_harness_card(info: Mapping[str, Any]) -> str:
             f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {comparison_cell(b.get('vs_baseline'))} | "
             f"{comparison_cell(b.get('vs_placebo'))} | {'yes' if b.get('validated') else 'no'} | {per_bias.get(b['id'], CARD_MISSING)} |"
         )
+    review = review_paragraph(info["biases"], reviewed_only=bool(prov.get("reviewed_only")))
+    lines += ["", review] if review else []
     lines += ["", "## Licences", "", LICENCES]
     return "\n".join(lines)

@@ -84,12 +84,13 @@ def _is_pro_dir(path: Path) -> bool:
     return (path / "stats.json").is_file() and (path / "data.jsonl").is_file()
 
 
-def load_harness_set(src: Path | str, *, biases: str | None = None) -> HarnessSet:
+def load_harness_set(src: Path | str, *, biases: str | None = None, reviewed_only: bool = False) -> HarnessSet:
     """The samples of `src`: a JudgeBench-Pro export or a run directory (module docstring).
 
-    `biases` selects a run's biases (`common.select_biases`); a Pro set's samples were chosen
-    when it was built, so it is refused there. Raises ExportError for anything else, an empty
-    set included (a harness cannot run a task without documents)."""
+    `biases` selects a run's biases (`common.select_biases`), `reviewed_only` keeps those a
+    reviewer confirmed; a Pro set's samples were chosen when it was built, so both are refused
+    there. Raises ExportError for anything else, an empty set included (a harness cannot run a
+    task without documents)."""
     path = Path(src)
     if not path.is_dir():
         raise ExportError(f"{path}: no such directory")
@@ -99,9 +100,14 @@ def load_harness_set(src: Path | str, *, biases: str | None = None) -> HarnessSe
                 f"`biases` selects a run's biases; {path} is a JudgeBench-Pro export, whose samples were chosen "
                 "when it was built (the export has a task per injected bias)"
             )
+        if reviewed_only:
+            raise ExportError(
+                f"`reviewed_only` selects a run's biases; {path} is a JudgeBench-Pro export, whose biases were chosen "
+                "when it was built (build it with `bias-discovery export judgebench-pro RUN_DIR --reviewed-only`)"
+            )
         found = _from_pro(path)
     elif RunDir(path).is_run():
-        found = _from_run(path, biases)
+        found = _from_run(path, biases, reviewed_only)
     else:
         raise ExportError(
             f"{path}: neither a JudgeBench-Pro export (data.jsonl and stats.json; make one with "
@@ -150,10 +156,11 @@ def _from_pro(path: Path) -> HarnessSet:
     )
 
 
-def _from_run(path: Path, biases: str | None) -> HarnessSet:
+def _from_run(path: Path, biases: str | None, reviewed_only: bool) -> HarnessSet:
     with RunContext(path) as ctx:
         config = ctx.config
-        chosen = select_biases(ctx.library, biases, run_dir=path)
+        chosen = select_biases(ctx.library, biases, run_dir=path, reviewed_only=reviewed_only)
+        decisions = ctx.run.reviews.decisions()
         wanted = {b.id for b in chosen}
         found: dict[str, tuple[int, list[PerturbedPair]]] = {}
         # The newest validation of a bias is the one its library entry reports.
@@ -189,7 +196,7 @@ def _from_run(path: Path, biases: str | None) -> HarnessSet:
             name=config.name,
             source_dir=ctx.root.name,
             rows=rows,
-            biases=[bias_summary(b) for b in chosen],
+            biases=[bias_summary(b, decisions.get(b.id)) for b in chosen],
             provenance={
                 "run_name": config.name,
                 "run_dir": ctx.root.name,
@@ -197,6 +204,7 @@ def _from_run(path: Path, biases: str | None) -> HarnessSet:
                 "data": describe_source(config.data.test, config.data.data_dir, portable=True),
                 "models": {"teacher": config.teacher.spec, "target": config.target.spec},
                 "bias_selection": biases or "all",
+                "reviewed_only": reviewed_only,
                 "seed": config.seed,
             },
             run_counts=run_counts,

@@ -63,6 +63,7 @@ from ..progress import ProgressFactory, progress_or_quiet
 from ..prompts import is_prompt_path
 from ..run.context import RunContext
 from ..run.overlap import check_run_overlap
+from ..run.reviews import Review
 from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
@@ -435,12 +436,14 @@ def pro_stats(
     *,
     ctx_info: Mapping[str, Any],
     biases: Sequence[Bias],
+    reviews: Mapping[str, Review] | None = None,
 ) -> dict[str, Any]:
+    """stats.json of a Pro set; `reviews`: each bias's newest review, by id."""
     by_bias, by_domain = per_bias_and_domain(build.variants)
     return {
         "kind": KIND,
         **ctx_info,
-        "biases": [bias_summary(b) for b in biases],
+        "biases": [bias_summary(b, (reviews or {}).get(b.id)) for b in biases],
         "counts": build.counts.model_dump(),
         "per_bias": by_bias,
         "per_domain": by_domain,
@@ -472,6 +475,7 @@ def export_judgebench_pro(
     allow_self_filter: bool = False,
     allow_overlap: bool = False,
     skip_bad_rows: bool = False,
+    reviewed_only: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     timeout_s: float | None = None,
@@ -489,6 +493,9 @@ def export_judgebench_pro(
     exactly the pairs the run validated on, whose rewrites are then in the call cache). Data
     that shares pairs (by id or content) with the items the run discovered its biases on is
     refused unless `allow_overlap`; the overlap goes into stats.json either way.
+
+    Biases: `biases` (`select_biases`); `reviewed_only` keeps only those a reviewer confirmed.
+    The card and stats.json give each bias's newest review.
     """
     out = Path(out)
     run_path = Path(run_dir)
@@ -497,7 +504,7 @@ def export_judgebench_pro(
         raise ExportError(f"`variants` must be at least 1, got {variants}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
-        chosen = select_biases(ctx.library, biases, run_dir=run_path)
+        chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
         # bad data rows: skipped and counted when asked, or when the run itself skipped them
@@ -534,6 +541,7 @@ def export_judgebench_pro(
             "limit": limit,
             "skipped_rows": len(bad_rows or []),
             "bias_selection": biases or "all",
+            "reviewed_only": reviewed_only,
             "seed": config.seed,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "bias_discovery_version": package_version(),
@@ -553,7 +561,7 @@ def export_judgebench_pro(
             "perturb_settings": config.perturb.model_dump(mode="json"),
             "data_overlap": overlap.model_dump(mode="json"),
         }
-        stats = pro_stats(build, ctx_info=info, biases=chosen)
+        stats = pro_stats(build, ctx_info=info, biases=chosen, reviews=ctx.run.reviews.decisions())
     with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)
     return stats

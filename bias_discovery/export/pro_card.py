@@ -18,6 +18,7 @@ from .common import (
     card_template,
     dataset_card_meta,
     one_line,
+    review_paragraph,
     settings_text,
     yaml_front_matter,
 )
@@ -154,6 +155,7 @@ def render_pro_card(stats: ProStats, directory: Path) -> str:
         n=n,
         front=front,
         statements=list(dict.fromkeys(b.error_statement for b in stats.biases if b.error_statement)),
+        review=review_paragraph(stats.biases, reviewed_only=stats.reviewed_only),
         kappa=None if ann is None else number(ann.kappa, digits=3, missing="undefined (one label everywhere)"),
         licences=LICENCES.rstrip("\n"),
         counts_table=_counts_table,

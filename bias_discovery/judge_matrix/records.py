@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.overlap import DataOverlap
 from ..judging import Judgment
+from ..run.reviews import Review
 from ..stats import EffectDifference, PairedComparison
 from ..tables import Tabular, columns_of
 
@@ -181,6 +182,9 @@ class MatrixResult(_Record, Tabular):
     unless allowed)."""
     library: str
     """The library the biases came from."""
+    reviews: dict[str, Review] = Field(default_factory=dict)
+    """With a run's library: each bias's newest review in the run (`bias-discovery review`), by
+    bias id; a bias no one reviewed is absent."""
     teacher: str
     checker: str | None
     self_checked: bool | None

@@ -39,6 +39,7 @@ from ..llm.roles import ModelRoles
 from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
+from ..run.reviews import Review
 from ..stages.family import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
 from ..stages.perturb import PLACEBO_ID, perturb, rewrite_neutrally
 from ..stages.records import PerturbedPair
@@ -338,6 +339,14 @@ def comparison_statement(config: MatrixConfig, n_comparisons: int, n_biases: int
     return f"No multiplicity control over {what}: each is tested alone at α = {rules.alpha:g}."
 
 
+def _run_reviews(run_dir: Path) -> dict[str, Review]:
+    """The newest review of each bias of the run the library comes from (a reviews file that
+    does not parse is an error naming it, before any model is called)."""
+    from ..run import RunDir
+
+    return RunDir(run_dir).reviews.decisions()
+
+
 def run_matrix(
     config: MatrixConfig,
     out_dir: Path | str,
@@ -366,6 +375,7 @@ def run_matrix(
         raise DataError(f"test data {config.data.test!r} has no pairs")
     data_name = _data_description(config, len(pairs))
     overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
+    decisions = _run_reviews(library_run) if library_run else {}
     cache_path = prepare_matrix_dir(out, config)
     seed = config.seed
     n = len(pairs)
@@ -414,6 +424,7 @@ def run_matrix(
         n_test=n,
         skipped_rows=len(bad_rows or []),
         library=library_desc,
+        reviews={b.id: r for b in biases if (r := decisions.get(b.id)) is not None},
         teacher=config.teacher.spec,
         checker=checker_config.spec if checker_config is not None else None,
         self_checked=config.self_checked,

@@ -17,7 +17,7 @@ from ..auditing.records import AuditReport, BiasAudit
 from ..formatting import count
 from ..io import atomic_write_text, read_jsonl
 from ..pages import MISSING, page_template
-from .render import word_diff
+from .evidence import word_diff
 
 __all__ = ["render_audit", "write_audit_report"]
 

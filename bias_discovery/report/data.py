@@ -30,6 +30,7 @@ from ..library import (
 )
 from ..run import RunDir, RunState, ValidationReport, effective_status, summarize_events
 from ..run.library_ref import LibraryRef, require_run_like
+from ..run.reviews import Review
 from ..stats import Measure
 
 __all__ = [
@@ -421,8 +422,8 @@ class RunData:
     """validation.json candidate records (paired comparison, per-domain CIs) by bias id."""
     iterations: list[IterationInfo]
     baseline: dict[str, Any] | None
-    cases: dict[tuple[str, str], dict[str, Any]]
-    """Misjudged cases (question, chosen ...) by (pair id, injected bias id)."""
+    reviews: list[Review] = field(default_factory=list)
+    """Reviewers' decisions about the run's biases (``reviews.jsonl``), oldest first."""
     last_event_time: float | None = None
     rewrite_effect: RewriteEffect | None = None
     """The placebo's own effect (neutral rewrites vs unperturbed), when the run has a placebo."""
@@ -454,8 +455,8 @@ def collect_run(root: Path | str) -> RunData:
 
     Raises ConfigError when `root` is not a run, LibraryError or DataError (naming the file)
     when a library, validation or state file does not parse; missing optional files are simply
-    absent. Lines of the log and of the evidence files that do not parse are left out and
-    named in `RunData.problems`.
+    absent. Lines of the log and of the reviews that do not parse are left out and named in
+    `RunData.problems` (the report's evidence adds those of the evidence files).
     """
     root = Path(root)
     require_run_like(root)
@@ -492,7 +493,6 @@ def collect_run(root: Path | str) -> RunData:
 
     sizes = {lib.iteration: lib for lib in libraries}
     iterations: list[IterationInfo] = []
-    cases: dict[tuple[str, str], dict[str, Any]] = {}
     for i in sorted(set(sizes) | set(rd.iterations())):
         info = IterationInfo(iteration=i)
         lib = sizes.get(i)
@@ -512,9 +512,6 @@ def collect_run(root: Path | str) -> RunData:
             info.accepted = list(validation.accepted)
             info.rejected = [b.id for b in validation.validated if not (b.validation and b.validation.accepted)]
             info.skipped = list(validation.skipped_over_max_candidates)
-        for case in files.explanations.read_raw_lenient(problems) or files.misjudged.read_raw_lenient(problems):
-            key = (str(case.get("pair_id")), str(case.get("bias_id")))
-            cases.setdefault(key, case)
         if i > 0 or lib is not None:
             iterations.append(info)
 
@@ -544,7 +541,7 @@ def collect_run(root: Path | str) -> RunData:
         records=records,
         iterations=iterations,
         baseline=baseline,
-        cases=cases,
+        reviews=rd.reviews.read_lenient(problems),
         last_event_time=events[-1].get("time") if events else None,
         status=effective_status(state.status if state else None, rd.liveness()),
         problems=problems,

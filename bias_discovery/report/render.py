@@ -12,8 +12,6 @@ of the evidence is passed as (kind, text) segments that the template wraps in
 
 from __future__ import annotations
 
-import difflib
-import re
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -25,11 +23,12 @@ from ..formatting import percent, plural
 from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
 from ..pages import MISSING, page_template
-from ..run import ValidationReport
+from ..run import RunDir, ValidationReport
 from .data import RunData, bias_row, collect_run
+from .evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, word_diff
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
 
-__all__ = ["render_report", "render_run", "write_report", "word_diff"]
+__all__ = ["render_bias_page", "render_report", "render_run", "write_bias_page", "write_report", "word_diff"]
 
 TEMPLATE = Path(__file__).with_name("template.html")
 
@@ -48,42 +47,6 @@ def when(ts: Any) -> str:
 
 def duration(seconds: Any) -> str:
     return formatting.duration(seconds, missing=MISSING)
-
-
-# --------------------------------------------------------------------------------------------
-# Word diff
-# --------------------------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"\s+|[^\s]+")
-
-
-def _merge(segments: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for kind, text in segments:
-        if out and out[-1][0] == kind:
-            out[-1] = (kind, out[-1][1] + text)
-        elif text:
-            out.append((kind, text))
-    return out
-
-
-def word_diff(original: str, perturbed: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Word-level diff: (segments of the original, segments of the perturbed response), each
-    a list of (``eq`` | ``del`` | ``ins``, text). Texts are raw: the template escapes them."""
-    a, b = _TOKEN.findall(original), _TOKEN.findall(perturbed)
-    left: list[tuple[str, str]] = []
-    right: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            left.append(("eq", "".join(a[i1:i2])))
-            right.append(("eq", "".join(b[j1:j2])))
-        else:
-            if i2 > i1:
-                left.append(("del", "".join(a[i1:i2])))
-            if j2 > j1:
-                right.append(("ins", "".join(b[j1:j2])))
-    return _merge(left), _merge(right)
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,81 +132,39 @@ def _join(*pairs: tuple[str, Any]) -> str:
     return ", ".join(f"{k} {v}".strip() for k, v in pairs if v is not None)
 
 
-def _domain_rows(bias: Bias, record: dict[str, Any] | None) -> list[dict[str, Any]]:
-    v = bias.validation
-    if v is None:
-        return []
-    rec_domains = (record or {}).get("per_domain") or {}
-    rows = []
-    for domain, d in sorted(v.per_domain.items()):
-        r = rec_domains.get(domain) or {}  # libraries from before the shared comparison kept no CI per domain
-        rows.append(
-            {
-                "domain": domain,
-                "n": d.n,
-                "baseline": d.control_error,
-                "perturbed": d.arm_error,
-                "delta": d.delta,
-                "ci_low": d.ci_low if d.ci_low is not None else r.get("ci_low"),
-                "ci_high": d.ci_high if d.ci_high is not None else r.get("ci_high"),
-                "p": d.p_value,
-            }
-        )
-    return rows
-
-
-def _evidence(run: RunData, bias: Bias) -> list[dict[str, Any]]:
-    items = []
-    for e in bias.evidence:
-        case = run.cases.get((e.pair_id, e.bias_injected or ""), {})
-        original = e.original_rejected if e.original_rejected is not None else case.get("original_rejected")
-        if original is not None:
-            left, right = word_diff(str(original), e.perturbed_response)
-        else:
-            left, right = None, [("eq", e.perturbed_response)]
-        items.append(
-            {
-                "pair_id": e.pair_id,
-                "bias_injected": e.bias_injected,
-                "order": e.order,
-                "question": case.get("question"),
-                "chosen": case.get("chosen"),
-                "domain": case.get("domain"),
-                "left": left,
-                "right": right,
-                "changed": any(kind != "eq" for kind, _ in right) or any(kind != "eq" for kind, _ in (left or [])),
-                "explanation": e.judge_explanation,
-                "deeper": e.deeper_explanation,
-            }
-        )
-    return items
-
-
-def _card(run: RunData, bias: Bias, in_library: bool) -> dict[str, Any]:
-    record = run.records.get(bias.id)
+def _details(run: RunData, examples: int) -> dict[str, BiasDetail]:
+    """Every bias of the newest library and every rejected candidate with its evidence, by id
+    (what could not be read is added to the run's problems, which the page lists)."""
+    reader = EvidenceReader(run.root, run.problems)
+    upto = run.latest.iteration if run.latest is not None else None
+    label = f"{run.root}@{upto}" if upto is not None else str(run.root)
+    found = [(b, True) for b in (run.latest.biases if run.latest else [])] + [(b, False) for b in run.rejected]
     return {
-        "bias": bias,
-        "row": bias_row(bias, in_library=in_library),
-        "domains": _domain_rows(bias, record),
-        "record": record,
-        "evidence": _evidence(run, bias),
+        bias.id: bias_detail(
+            bias, in_library=in_library, reader=reader, library=label, upto=upto, examples=examples, reviews=run.reviews
+        )
+        for bias, in_library in found
     }
 
 
-def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow], list[str]]:
+def _card(detail: BiasDetail, bias: Bias, run: RunData) -> dict[str, Any]:
+    return {"bias": bias, "row": detail.row, "detail": detail, "record": run.records.get(bias.id)}
+
+
+def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[str]]:
     """Per bias its reported effect (honest after a sequential stop) and, per domain, the
     comparison vs the baseline on the items used."""
     rows, domains = [], set()
-    for bias in biases:
-        v = bias.validation
+    for detail in details:
+        v = detail.validation
         if v is None:
             continue
         per_domain = {}
-        for d in _domain_rows(bias, run.records.get(bias.id)):
-            per_domain[d["domain"]] = (d["delta"], d["ci_low"], d["ci_high"])
-            domains.add(d["domain"])
+        for domain, d in detail.domains.items():
+            per_domain[domain] = (d.delta, d.ci_low, d.ci_high)
+            domains.add(domain)
         e = v.effect
-        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
+        rows.append(ForestRow(label=detail.row.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
     return rows, sorted(domains)
 
 
@@ -349,11 +270,18 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
     }
 
 
-def build_context(run: RunData, *, live: bool = False, version: str = "") -> dict[str, Any]:
+def build_context(
+    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES, bias_page: str | None = None,
+    review_form: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The template's values: the whole report, or with `bias_page` the page of that bias;
+    `review_form` (the viewer's: its token and the default reviewer) adds a review form to
+    each library bias's panel."""
     config = run.config
     state = run.state
     latest = run.latest
     discovered = run.discovered
+    details = _details(run, examples)
     validated = [b for b in discovered if b.validation is not None] + [b for b in run.rejected if b.validation is not None]
     validated.sort(key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))
 
@@ -371,7 +299,7 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
         per_iteration_uri = biases_per_iteration_plot(xs, found, cumulative, seeds)
 
     forest_uri = None
-    forest_rows, domains = _forest_rows(run, validated)
+    forest_rows, domains = _forest_rows([details[b.id] for b in validated])
     if forest_rows:
         forest_uri = delta_forest_plot(forest_rows, domains)
 
@@ -381,6 +309,7 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
 
     return {
         "live": live,
+        "review_form": review_form if live else None,
         "version": version,
         "nonce": secrets.token_hex(16) if live else "",
         "title": f"{run.name} — bias-discovery report",
@@ -419,8 +348,11 @@ def build_context(run: RunData, *, live: bool = False, version: str = "") -> dic
         "forest_domains": domains,
         "summary_rows": summary_rows,
         "baseline": run.baseline,
-        "discovered_cards": [_card(run, b, True) for b in discovered],
-        "rejected_cards": [_card(run, b, False) for b in run.rejected],
+        "discovered_cards": [_card(details[b.id], b, run) for b in discovered],
+        "rejected_cards": [_card(details[b.id], b, run) for b in run.rejected],
+        "seed_cards": [_card(details[b.id], b, run) for b in run.seeds],
+        "bias_page": None if bias_page is None else _card(details[bias_page], _bias_of(run, bias_page), run),
+        "reviewed": {bias_id: detail.decision for bias_id, detail in details.items() if detail.decision is not None},
         "seeds": run.seeds,
         "seed_rows": [{"bias": b, "row": bias_row(b)} for b in run.seeds],
         "seeds_validated": any(b.validation is not None for b in run.seeds),
@@ -436,22 +368,82 @@ def _template():  # noqa: ANN202
     return page_template(TEMPLATE)
 
 
-def render_run(run: RunData, *, live: bool = False, version: str = "") -> str:
-    """The HTML page for collected run data (`live`: add the viewer's reload poller)."""
-    return _template().render(**build_context(run, live=live, version=version))
+def _bias_of(run: RunData, bias_id: str) -> Bias:
+    for bias in (run.latest.biases if run.latest else []) + run.rejected:
+        if bias.id == bias_id:
+            return bias
+    raise KeyError(bias_id)
 
 
-def render_report(run_dir: Path | str, *, live: bool = False, version: str = "") -> str:
+def render_run(
+    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    review_form: dict[str, str] | None = None,
+) -> str:
+    """The HTML page for collected run data (`live`: add the viewer's reload poller, and its
+    `review_form`)."""
+    return _template().render(**build_context(run, live=live, version=version, examples=examples, review_form=review_form))
+
+
+def render_report(
+    run_dir: Path | str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    review_form: dict[str, str] | None = None,
+) -> str:
     """Read a run directory and return its report as one HTML string."""
-    return render_run(collect_run(run_dir), live=live, version=version)
+    return render_run(collect_run(run_dir), live=live, version=version, examples=examples, review_form=review_form)
 
 
-def write_report(run_dir: Path | str, out: Path | str | None = None, problems: list[str] | None = None) -> Path:
+def _page_bias(run: RunData, bias: str) -> str:
+    """The id of the bias `bias` names (an id or a name) in the run's newest library or among
+    its rejected candidates; ConfigError naming it otherwise."""
+    from ..errors import ConfigError
+    from ..library import BiasLibrary
+
+    found = BiasLibrary(name="run", biases=(run.latest.biases if run.latest else []) + run.rejected).find(bias)
+    if found is None:
+        ids = [b.id for b in (run.latest.biases if run.latest else [])] + [b.id for b in run.rejected]
+        raise ConfigError(f"no bias {bias!r} in {run.root} (nor among its rejected candidates); ids: {', '.join(ids) or 'none'}")
+    return found.id
+
+
+def render_bias_page(
+    run_dir: Path | str, bias: str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    problems: list[str] | None = None, review_form: dict[str, str] | None = None,
+) -> str:
+    """The page of one bias of a run (an id or a name): the report's panel of it, alone, with
+    the run's header; what could not be read is added to `problems`."""
+    run = collect_run(run_dir)
+    context = build_context(
+        run, live=live, version=version, examples=examples, bias_page=_page_bias(run, bias), review_form=review_form
+    )
+    if problems is not None:
+        problems.extend(run.problems)
+    return _template().render(**context)
+
+
+def write_bias_page(
+    run_dir: Path | str, bias: str, out: Path | str | None = None, *, examples: int = DEFAULT_EXAMPLES,
+    problems: list[str] | None = None,
+) -> Path:
+    """Render the page of one bias (an id or a name) to `out` (default ``RUN_DIR/bias-ID.html``),
+    atomically; what could not be read and was left out is added to `problems`."""
+    run = collect_run(run_dir)
+    bias_id = _page_bias(run, bias)
+    context = build_context(run, examples=examples, bias_page=bias_id)
+    path = Path(out) if out is not None else RunDir(run_dir).bias_page_path(bias_id)
+    atomic_write_text(path, _template().render(**context))
+    if problems is not None:
+        problems.extend(run.problems)
+    return path
+
+
+def write_report(
+    run_dir: Path | str, out: Path | str | None = None, problems: list[str] | None = None, *, examples: int = DEFAULT_EXAMPLES
+) -> Path:
     """Render the report of `run_dir` to `out` (default ``RUN_DIR/report.html``), atomically;
     what could not be read and was left out (the page lists it) is added to `problems`."""
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
     run = collect_run(run_dir)
-    atomic_write_text(out, render_run(run))
+    atomic_write_text(out, render_run(run, examples=examples))
     if problems is not None:
         problems.extend(run.problems)
     return out

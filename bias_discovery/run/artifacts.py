@@ -82,6 +82,25 @@ class JsonlArtifact(_Artifact[M]):
                 problems.append(problem)
         return rows
 
+    def read_lenient(self, problems: list[str] | None = None) -> list[M]:
+        """The lines that are valid `model`s; [] when the file is absent. The others are left
+        out, and named (file, line and field) in `problems` when a list is given: what the
+        views read, so that one damaged line does not hide the rest."""
+        if not self.exists():
+            return []
+        rows = []
+        for line, obj, problem in scan_jsonl(self.path):
+            if obj is None:
+                if problems is not None and problem is not None:
+                    problems.append(problem)
+                continue
+            try:
+                rows.append(self.model.model_validate(obj))
+            except ValidationError as exc:
+                if problems is not None:
+                    problems.append(f"{self.path}:{line}: not a valid {self.model.__name__}: {_where(exc)}")
+        return rows
+
     def count(self) -> int | None:
         """Non-blank lines, or None when the file is absent (cheap: no parsing)."""
         if not self.exists():

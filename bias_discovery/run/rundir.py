@@ -13,6 +13,9 @@
     RUN_DIR/calls.sqlite           call cache;  RUN_DIR/checkpoints.sqlite  LangGraph state
     RUN_DIR/events.jsonl           progress events, appended line by line
     RUN_DIR/lock.json              the process running the loop: pid, host, heartbeat (`lock.py`)
+    RUN_DIR/reviews.jsonl          reviewers' decisions about its biases (`reviews.py`): not
+                                   computed by the loop, never changed by it
+    RUN_DIR/report.html            the report; RUN_DIR/bias-ID.html  the page of one bias
 
 Every artifact is typed (`artifacts.py`): the graph writes pydantic models, the report, the
 exports and the benchmarks read them back as the same models.
@@ -43,6 +46,7 @@ from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore
 from .lock import Liveness, RunLock
 from .records import MergeStats, ValidationReport
+from .reviews import ReviewLog
 
 RunStatus = Literal["running", "finished", "failed"]
 
@@ -165,6 +169,10 @@ class RunDir:
     report_path = property(lambda self: self.root / "report.html")
     lock_path = property(lambda self: self.root / "lock.json")
 
+    def bias_page_path(self, bias_id: str) -> Path:
+        """``bias-ID.html``: the page of one bias (`bias-discovery report --bias ID`)."""
+        return self.root / f"bias-{bias_id}.html"
+
     @cached_property
     def lock(self) -> RunLock:
         """``lock.json``: which process runs the loop, and whether it lives."""
@@ -178,6 +186,11 @@ class RunDir:
     def library(self) -> LibraryStore:
         """The run's ``library/`` folder."""
         return LibraryStore(self.root)
+
+    @cached_property
+    def reviews(self) -> ReviewLog:
+        """``reviews.jsonl``: reviewers' decisions about the run's biases."""
+        return ReviewLog(self.root)
 
     @cached_property
     def baseline(self) -> BaselineRecord:
@@ -206,7 +219,10 @@ class RunDir:
 
     def watched_paths(self) -> list[Path]:
         """Every file the report reads that changes while the run goes on."""
-        paths = [self.events_path, self.state_path, self.config_path, self.baseline.summary.path, self.placebo.effect.path]
+        paths = [
+            self.events_path, self.state_path, self.config_path, self.baseline.summary.path, self.placebo.effect.path,
+            self.reviews.path,
+        ]
         if self.library.directory.is_dir():
             paths += sorted(self.library.directory.glob("*.json"))
         for t in self.iterations():
@@ -215,19 +231,23 @@ class RunDir:
 
     def outputs(self) -> dict[str, bytes]:
         """Every file the loop computed, by path relative to the run, as bytes: not the record
-        of how it ran (config.yaml, run.json, events.jsonl, lock.json, the databases); a
+        of how it ran (config.yaml, run.json, events.jsonl, lock.json, the databases) nor what
+        people added (reviews.jsonl, report.html, the bias pages); a
         library's `created_at` time blanked. What two runs of one config with the same model
         responses agree on, byte for byte (the staged and the streamed order do)."""
-        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path}
+        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path, self.reviews.path}
         out: dict[str, bytes] = {}
         for path in sorted(self.root.rglob("*")):
-            if not path.is_file() or path in how_it_ran or ".sqlite" in path.name:
+            if not path.is_file() or path in how_it_ran or ".sqlite" in path.name or self._is_bias_page(path):
                 continue
             data = path.read_bytes()
             if path.parent == self.library.directory:
                 data = re.sub(rb'"created_at": "[^"]*"', b'"created_at": ""', data)
             out[str(path.relative_to(self.root))] = data
         return out
+
+    def _is_bias_page(self, path: Path) -> bool:
+        return path.parent == self.root and path.name.startswith("bias-") and path.suffix == ".html"
 
     def is_run(self) -> bool:
         """A run directory: its config.yaml is written first, so a run killed in its first

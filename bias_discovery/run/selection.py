@@ -1,5 +1,6 @@
 """Which biases of a run's library a product of the run uses (an export, a replication, an
-audit): ``all``, ``top-K`` or explicit ids/names (`select_biases`)."""
+audit): ``all``, ``top-K`` or explicit ids/names (`select_biases`), optionally only those a
+reviewer confirmed (`reviewed_only`: the newest review in ``reviews.jsonl``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 from ..errors import ExportError
 from ..library import Bias, BiasLibrary
+from .reviews import Review
+from .rundir import RunDir
 
 
 def validated_biases(library: BiasLibrary) -> list[Bias]:
@@ -26,7 +29,22 @@ def _available(library: BiasLibrary) -> str:
     return ", ".join(library.ids()) or "none"
 
 
-def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str) -> list[Bias]:
+def _confirmed(bias: Bias, decisions: dict[str, Review]) -> bool:
+    review = decisions.get(bias.id)
+    return review is not None and review.decision == "confirmed"
+
+
+def _unconfirmed_text(biases: list[Bias], decisions: dict[str, Review]) -> str:
+    def state(bias: Bias) -> str:
+        review = decisions.get(bias.id)
+        return "not reviewed" if review is None else f"{review.decision} by {review.reviewer}"
+
+    return ", ".join(f"{b.id} ({state(b)})" for b in biases)
+
+
+def select_biases(
+    library: BiasLibrary, spec: str | None, *, run_dir: Path | str, reviewed_only: bool = False
+) -> list[Bias]:
     """The biases an export uses.
 
     - ``None`` or ``"all"``: every validated-and-accepted discovered bias;
@@ -36,12 +54,27 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
       matches a bias id exactly, else a bias name case-insensitively (or its slug). Seed
       biases may be named too.
 
+    `reviewed_only`: only biases whose newest review (`bias-discovery review`) is `confirmed`;
+    with ``all`` and ``top-K`` the others are left out before the K are taken, a named bias
+    that is not confirmed is an error naming it.
+
     Raises ExportError for an empty selection (naming the available ids and how to name them
-    explicitly) and for an entry that names no bias (listing the available ids).
+    explicitly) and for an entry that names no bias (listing the available ids); DataError for
+    a reviews file that does not parse (a decision is not guessed from part of it).
     """
+    decisions = RunDir(run_dir).reviews.decisions() if reviewed_only else {}
     text = (spec or "all").strip()
     if text.lower() == "all" or _TOP_K.match(text):
         chosen = validated_biases(library)
+        if reviewed_only:
+            unconfirmed = [b for b in chosen if not _confirmed(b, decisions)]
+            chosen = [b for b in chosen if _confirmed(b, decisions)]
+            if not chosen:
+                raise ExportError(
+                    f"`reviewed_only`: no validated bias of run {run_dir} is confirmed by a review"
+                    + (f" ({_unconfirmed_text(unconfirmed, decisions)})" if unconfirmed else "")
+                    + f"; confirm one with `bias-discovery review {run_dir} BIAS_ID --decision confirmed`"
+                )
         match = _TOP_K.match(text)
         if match:
             k = int(match.group(1))
@@ -69,5 +102,11 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
         names = ", ".join(repr(u) for u in unknown)
         raise ExportError(
             f"unknown bias {names} in run {run_dir}; available ids: {_available(library)}"
+        )
+    unconfirmed = [b for b in chosen if reviewed_only and not _confirmed(b, decisions)]
+    if unconfirmed:
+        raise ExportError(
+            f"`reviewed_only`: not confirmed by a review: {_unconfirmed_text(unconfirmed, decisions)}; "
+            f"confirm with `bias-discovery review {run_dir} BIAS_ID --decision confirmed`, or leave them out"
         )
     return chosen
