@@ -135,6 +135,7 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("α", _get(config, "validate.alpha")),
                 ("correction", _get(config, "validate.correction")),
                 ("min Δ", _get(config, "validate.min_delta")),
+                ("held out", _get(config, "validate.held_out")),
                 ("max candidates", _get(config, "validate.max_candidates")),
             ),
         ),
@@ -231,8 +232,9 @@ def _card(run: RunData, bias: Bias, in_library: bool) -> dict[str, Any]:
 
 
 def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow], list[str]]:
-    """Per bias its reported effect (honest after a sequential stop) and, per domain, the
-    comparison vs the baseline on the items used."""
+    """Per bias its reported effect (honest after a sequential stop and the decision; a
+    rejected candidate's upper bound) and, per domain, the comparison vs the baseline on the
+    items used."""
     rows, domains = [], set()
     for bias in biases:
         v = bias.validation
@@ -243,7 +245,8 @@ def _forest_rows(run: RunData, biases: Sequence[Bias]) -> tuple[list[ForestRow],
             per_domain[d["domain"]] = (d["delta"], d["ci_low"], d["ci_high"])
             domains.add(d["domain"])
         e = v.effect
-        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
+        rows.append(ForestRow(label=bias.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain,
+                              upper=e.upper_bound))
     return rows, sorted(domains)
 
 
