@@ -794,7 +794,7 @@ def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: An
     validates its own candidates. `engines` replaces the models (tests)."""
     from bias_discovery.judging import judge_pairs, measure_of
     from bias_discovery.llm.roles import ModelRoles
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
 
     settings = config.validate_
