@@ -32,11 +32,13 @@ where that share is the false-acceptance rate (it must stay at or below alpha). 
 Then the same judge through validation as the loop runs it (`--sequential-items` items, the
 default sequential plan, `bias_discovery.stages.family`'s steps, `FamilySettings.measure` error
 or p_rejected): the share accepted, the judge calls a candidate costs (it stops early when
-clearly biased or clearly hopeless; with the default `effect: held_out` a candidate accepted
-early is then judged on the rest of the items too, the held-out round; the calls without it,
-`effect: conditional`, are printed beside), and for the scores the reported effect of the
+clearly biased or clearly hopeless; an accepted candidate is then judged on the items no
+decision saw, the held-out round: the 20 % `validate.held_out` keeps from every decision and,
+with the default `effect: held_out`, the rest of the items after an early stop; the calls
+without that round are printed beside), and for the scores the reported effect of the
 candidates that stopped early for efficacy minus the true ΔP, with the coverage of its 95 %
-interval: the held-out items' Δ (the default) and the estimate given the stop (conditional).
+interval: the held-out items' Δ (the default) and the estimate given the stop and the decision
+(conditional).
 """
 
 from __future__ import annotations
@@ -52,7 +54,15 @@ from typing import Any
 import numpy as np
 
 from bias_discovery.config import ValidateSettings
-from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+from bias_discovery.stages.family import (
+    FamilySettings,
+    compare_arms,
+    conditional_effects,
+    decide,
+    effects,
+    held_out_round,
+    run_looks,
+)
 from bias_discovery.stats import mcnemar_exact_one_sided, paired_t_one_sided
 
 TARGET_POWER = 0.8
@@ -118,12 +128,14 @@ def sequential_cell(
 ) -> dict[str, float]:
     """`args.sequential_reps` validations of one candidate on `n` items through the project's
     own family steps (`sequential.run_looks`, `compare_arms`, `decide`, `held_out_round`,
-    `effects`) with the default validation settings (looks at 25/50/100 %, O'Brien-Fleming,
-    futility 10 %, `effect: held_out`), once on the choice verdicts' errors and once on the
-    scores: the share accepted, the judge calls a candidate cost (2 per item it was perturbed
-    on: it stops early, and if accepted early is judged on the rest; `calls_*_conditional`
-    without that round), and for the scores the reported effect of the candidates that stopped
-    early for efficacy against the true shift (held-out, and `conditional_*` given the stop)."""
+    `effects`) with the default validation settings (20 % of the items held out from the
+    decisions, looks at 25/50/100 % of the rest, O'Brien-Fleming, futility 10 %, `effect:
+    held_out`), once on the choice verdicts' errors and once on the scores: the share accepted,
+    the judge calls a candidate cost (2 per item it was perturbed on: it stops early, and if
+    accepted is judged on the items no decision saw; `calls_*_conditional` without that
+    round), and for the scores the reported effect of the candidates that stopped early for
+    efficacy against the true shift (held-out, and `conditional_*` given the stop and the
+    decision)."""
     reps = args.sequential_reps
     placebo_score, placebo_error, trait_score, trait_error = simulate_arms(reps, n, shift, sharpness, args, rng)
     truth = float((trait_score - placebo_score).mean())
@@ -131,8 +143,6 @@ def sequential_cell(
     out: dict[str, float] = {"items": n, "sharpness": sharpness, "shift_logit": shift, "delta_p": truth}
     for measure, control, arm in (("error", placebo_error, trait_error), ("p_rejected", placebo_score, trait_score)):
         settings = FamilySettings(rules=ValidateSettings(n_boot=100), family_alpha=args.alpha, measure=measure)
-        given_stop = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": "conditional"}), family_alpha=args.alpha,
-                                    measure=measure)
         accepted, calls, calls_conditional = 0, 0, 0
         early: dict[str, list[tuple[float, bool]]] = {"": [], "conditional_": []}
         for k in range(reps):
@@ -151,8 +161,8 @@ def sequential_cell(
             calls += 2 * (family.stopped_at[0] + len(family.held_out.get(0, [])))
             calls_conditional += 2 * family.stopped_at[0]
             if measure == "p_rejected" and shift > 0 and family.stop[0] == "efficacy":
-                for prefix, chosen in (("", settings), ("conditional_", given_stop)):
-                    effect = effects(family, decided, chosen)[0]
+                for prefix, effect in (("", effects(family, decided, settings)[0]),
+                                       ("conditional_", conditional_effects(family, decided, settings)[0])):
                     covers = effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
                     early[prefix].append((effect.delta - truth, covers))
         name = "choice" if measure == "error" else "score"

@@ -2,22 +2,35 @@
 validation steps (`bias_discovery.stages.family`: the looks, the family's decision, the effects;
 the run's family alpha from `RunConfig`), with a fixed seed:
 
-    python benchmarks/validation_sim.py [--json OUT] [--replications 2000] [--seed 17]
+    python benchmarks/validation_sim.py [--json OUT] [--replications 2000] [--seed 17] [--cells accepted,...]
 
 Cells (paired items: the judge's errors with the control and with a candidate's rewrite; a
 noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong flips):
 
-- **sequential_bias / sequential_coverage**: true Δ 0.08 on 300 items, the default sequential
-  settings (looks at 25/50/100 %, O'Brien-Fleming, futility 10 %, `effect: held_out`), one
-  candidate at α = 0.05: the mean reported effect minus the truth, and the share of 95 % CIs
-  covering it, over the candidates that stopped early for efficacy (the review's cell: there
-  the stopping look's own Δ averaged 0.159). Those report the plain Δ on the items after
-  their stop (the held-out round, `sequential.held_out_round`). Replications go on until
-  `--replications` candidates stopped that way; the same numbers over every candidate
-  (`*_all`), those of the estimate given the stop on the same candidates (`conditional_*`,
-  `effect: conditional`), and those of the stopping look's own Δ and bootstrap CI (`naive_*`,
-  what was reported before either), are printed next to them, with the mean CI width, the
-  share of accepted candidates whose estimate is below 0, and the held-out items' mean n.
+- **sequential_bias / sequential_coverage**: true Δ 0.08 on 300 items, the default settings
+  (20 % of the items held out from every decision, looks at 25/50/100 % of the rest,
+  O'Brien-Fleming, futility 10 %, `effect: held_out`), one candidate at α = 0.05: the mean
+  reported effect minus the truth, and the share of 95 % CIs covering it, over the candidates
+  that stopped early for efficacy (the review's cell: there the stopping look's own Δ averaged
+  0.159). Those report the plain Δ on the items after their stop and the ones held out (the
+  held-out round, `family.held_out_round`). Replications go on until `--replications`
+  candidates stopped that way; the same numbers over every candidate (`*_all`), those of the
+  estimate given the stop and the decision on the same candidates (`conditional_*`), and
+  those of the stopping look's own Δ and bootstrap CI (`naive_*`, what was reported before
+  either), are printed next to them, with the mean CI width, the share of accepted candidates
+  whose estimate is below 0, and the held-out items' mean n.
+- **accepted_bias_Xpp / accepted_coverage_Xpp** (X = 4, 8, 15): the accepted candidates only,
+  over every way of stopping (early or at the last look), one candidate at α = 0.05, 300
+  items: their reported effect minus the truth and the coverage of its 95 % CI. Printed (JSON
+  `accepted_only`) with their share (the power), n, Monte Carlo se, median bias, mean CI width,
+  split into early and last-look acceptances, at true Δ 0, 4, 8 and 15 pp, for three designs
+  on the same simulated errors: `before` (nothing held out; after a stop at the last look the
+  estimate given the stop alone: what was reported before issue 31), `adjusted` (nothing held
+  out; the estimate given the stop and the decision) and `after` (the default: the held-out
+  items' Δ), with the rejected candidates' one-sided upper bound (its coverage, median and the
+  share that excludes nothing); and again for the CLI benchmark's planted judge
+  (benchmarks/effects_cli.py: errs 0.3 in each arm independently, α 0.01). `power_8pp_*`: the
+  share accepted at 8 pp before and after, side by side.
 - **min_delta_false_accept**: true Δ 0.03, min_delta 0.05, the rest as above: the share
   accepted (and at the boundary Δ = 0.05, the test's size).
 - **null_run_false_accept**: a run with the default config but `max_iterations: 5`, validating
@@ -30,20 +43,22 @@ noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong
   (`benchmarks/monitor_sim.py`, `simulate_monitor_false_alarms`).
 
 Then, not a target but what the estimators are judged by (the conditional one is
-median-unbiased with its coverage *given the way a candidate stopped*; the held-out one is
-unbiased outright): the reported effect per way of stopping (efficacy, futility, complete) at
+median-unbiased with its coverage *given the way a candidate stopped and the decision*; the
+held-out one is unbiased given the acceptance): the reported effect per way of stopping
+(efficacy, futility, complete, the last split by the decision) at
 true Δ 0, 0.04, 0.08 and 0.15 (choice verdicts, the cells above) and for score verdicts
 (`benchmarks/score_power.py`'s judge at shifts of 0, 0.25, 0.5 and 1 logit, 160 items, the
 true ΔP its simulated mean): `--replications` validations per true Δ, and per group its mean
 and median minus the truth, the share of estimates at or above it, the coverage of the 95 %
 CI, its mean width, the share with an end cut at the edge of [-1, 1] (`Effect.clipped`) and
 the mean bias of the stopping look's own Δ (JSON: `by_stop_type`, `estimator` conditional
-for every group, and held_out for the efficacy stops and over all, as `effect: held_out`
-reports them: futility stops and complete candidates are the conditional rows).
+for every group, and held_out for the accepted ones and over all, as the default reports them:
+the rejected ones are the conditional rows).
 
 Decisions do not depend on the bootstrap (only the reported CIs of one-look validations, of
 the held-out items and of the side comparisons do), so the decision cells use `n_boot` 100,
-and the cells that report effects 500.
+the cells that report effects 500, and the accepted-only cells the default 2000 (their held-out
+items can be as few as 60: a coarse bootstrap would blur the coverage they are judged by).
 """
 
 from __future__ import annotations
@@ -52,6 +67,9 @@ import argparse
 import importlib
 import json
 import math
+import os
+import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +83,7 @@ from bias_discovery.stages.family import (
     Errors,
     FamilySettings,
     compare_arms,
+    conditional_effects,
     decide,
     effects,
     held_out_round,
@@ -86,6 +105,10 @@ TARGETS = {
     "null_run_false_accept": "≤ 0.05",
     "monitor_false_alarm_z": "≤ 0.06",
     "monitor_false_alarm_rho": "≤ 0.06",
+    "accepted_bias_8pp": "within ±0.01",
+    "accepted_coverage_8pp": "≥ 0.93",
+    "accepted_bias_15pp": "within ±0.01",
+    "accepted_coverage_15pp": "≥ 0.93",
 }
 
 
@@ -119,13 +142,6 @@ def _family(control: np.ndarray, arms: Sequence[np.ndarray], settings: FamilySet
     return family, decided
 
 
-def _conditional(settings: FamilySettings) -> FamilySettings:
-    """The same family settings with `effect: conditional` (the estimate given the stop for
-    every arm): its effects on a family the held-out round already measured."""
-    sequential = settings.rules.sequential.model_copy(update={"effect": "conditional"})
-    return settings.model_copy(update={"rules": settings.rules.model_copy(update={"sequential": sequential})})
-
-
 def _covers(effect: Any, truth: float) -> bool:
     return effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
 
@@ -140,7 +156,6 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
     rng = np.random.default_rng(seed)
     settings = FamilySettings(rules=ValidateSettings(n_boot=500), family_alpha=0.05, seed=seed)
     assert settings.held_out_effect, "the default settings measure an early acceptance on its held-out items"
-    given_stop = _conditional(settings)
     order = list(range(N_ITEMS))  # the items are exchangeable: the slice order does not matter
     rows: list[dict[str, Any]] = []
     efficacy = 0
@@ -148,7 +163,7 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
         controls, arms = _paired_errors(rng, 500, N_ITEMS, delta)
         for control, arm in zip(controls, arms):
             family, decided = _family(control, [arm], settings, order)
-            [reported], [conditional], naive = effects(family, decided, settings), effects(family, decided, given_stop), decided[0]
+            [reported], [conditional], naive = effects(family, decided, settings), conditional_effects(family, decided, settings), decided[0]
             rows.append({"stop": family.stop[0], "reported": reported, "conditional": conditional, "naive": naive})
             efficacy += family.stop[0] == "efficacy"
     early = [r for r in rows if r["stop"] == "efficacy"]
@@ -174,6 +189,138 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
         out[f"sequential_median_bias_{name}"] = float(np.median([r["reported"].delta for r in group]) - delta)
         out[f"sequential_coverage_{name}"] = float(np.mean([_covers(r["reported"], delta) for r in group]))
     return out
+
+
+ACCEPTED_DELTAS = (0.0, 0.04, 0.08, 0.15)
+
+
+def _independent_errors(rng: np.random.Generator, reps: int, n: int, delta: float, error: float = NOISE) -> tuple[np.ndarray, np.ndarray]:
+    """(control wrong, arm wrong), each reps x n, drawn independently: the judge errs with
+    probability `error`, plus `delta` with the trait (the planted judge of
+    benchmarks/effects_cli.py's stub, `tests/stub_openai.py --planted-delta`)."""
+    return rng.random((reps, n)) < error, rng.random((reps, n)) < error + delta
+
+
+def _stub_alpha() -> float:
+    """The family level of the CLI benchmark's runs: the default config with the seed library
+    validated (4 iterations + the seeds: 0.05 / 5)."""
+    config = RunConfig.model_validate(
+        {"target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "validate": {"seeds": True}}
+    )
+    return config.family_alpha
+
+
+WORLDS = {
+    "sim": ("this benchmark's judge (noise discordance 0.3), one candidate", _paired_errors, lambda: 0.05),
+    "stub": ("the CLI benchmark's planted judge (errs 0.3 in each arm independently, + Δ with the trait), the default run's "
+             "family level with the seeds validated", _independent_errors, _stub_alpha),
+}
+"""The judges of the accepted-only cells: (what, how the errors are drawn, the family's α)."""
+
+
+def _accepted_row(world: str, design: str, truth: float, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The accepted-only numbers of one design at one true Δ: share accepted, the reported
+    effect's bias (mean − truth, with its Monte Carlo se), median bias, coverage of its 95 % CI
+    and mean width, split by way of stopping; for the rejected ones the one-sided upper bound's
+    coverage (bound ≥ truth), median and share at +100 pp (nothing excluded)."""
+    accepted = [r for r in records if r["accepted"]]
+    row: dict[str, Any] = {"world": world, "design": design, "true_delta": truth, "replications": len(records),
+                           "accepted_share": len(accepted) / len(records), "n": len(accepted)}
+    for prefix, group in (("", accepted), ("early_", [r for r in accepted if r["stop"] == "efficacy"]),
+                          ("last_look_", [r for r in accepted if r["stop"] != "efficacy"])):
+        row[f"{prefix}n"] = len(group)
+        if not group:
+            continue
+        estimates = np.array([r["effect"].delta for r in group])
+        row[f"{prefix}bias"] = float(estimates.mean() - truth)
+        row[f"{prefix}se"] = float(estimates.std(ddof=1) / math.sqrt(len(group))) if len(group) > 1 else None
+        row[f"{prefix}median_bias"] = float(np.median(estimates) - truth)
+        row[f"{prefix}coverage"] = float(np.mean([_covers(r["effect"], truth) for r in group]))
+        row[f"{prefix}ci_width"] = float(np.mean([_width(r["effect"]) for r in group]))
+        row[f"{prefix}effect_n"] = float(np.mean([r["effect"].n or 0 for r in group]))
+    bounds = [r["effect"].upper_bound for r in records if not r["accepted"] and r["effect"].upper_bound is not None]
+    if bounds:
+        upper = np.array(bounds)
+        row["rejected_n"] = len(bounds)
+        row["rejected_bound_coverage"] = float(np.mean(upper >= truth))
+        row["rejected_bound_median"] = float(np.median(upper))
+        row["rejected_bound_none"] = float(np.mean(upper >= 1.0))
+    return row
+
+
+def accepted_cells(replications: int, seed: int) -> list[dict[str, Any]]:
+    """The reported effect of the accepted candidates only, over every way of stopping, at
+    true Δ 0, 4, 8 and 15 pp, in both worlds (`WORLDS`), side by side on the same simulated
+    errors (module docstring): `before` (nothing held out, the effect given the stop alone
+    after a stop at the last look: what was reported before), `adjusted` (nothing held out,
+    the estimate given the stop and the decision) and `after` (the default: 20 % of the items
+    held out from every decision and measured for the accepted ones)."""
+    rows = []
+    order = list(range(N_ITEMS))
+    for world, (_, draw, alpha_of) in WORLDS.items():
+        alpha = alpha_of()
+        for delta in ACCEPTED_DELTAS:
+            controls, arms = draw(np.random.default_rng(seed), replications, N_ITEMS, delta)
+            for held_out in (0.0, ValidateSettings().held_out):
+                settings = FamilySettings(rules=ValidateSettings(held_out=held_out), family_alpha=alpha, seed=seed)
+                designs: dict[str, list[dict[str, Any]]] = {"before": [], "adjusted": []} if held_out == 0.0 else {"after": []}
+                for control, arm in zip(controls, arms):
+                    family, decided = _family(control, [arm], settings, order)
+                    [reported] = effects(family, decided, settings)
+                    record = {"accepted": bool(decided[0].accepted), "stop": family.stop[0]}
+                    if held_out == 0.0:
+                        old = reported if family.held_out else conditional_effects(family, decided, settings, given_decision=False)[0]
+                        designs["before"].append({**record, "effect": old})
+                        designs["adjusted"].append({**record, "effect": reported})
+                    else:
+                        designs["after"].append({**record, "effect": reported})
+                rows += [_accepted_row(world, design, delta, records) for design, records in designs.items()]
+    return rows
+
+
+def accepted_numbers(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The flat cells of the accepted-only rows (this benchmark's judge, the default design),
+    and the power at 8 pp before and after in both worlds."""
+    out: dict[str, float | None] = {}
+    for r in rows:
+        pp = round(100 * r["true_delta"])
+        if r["world"] == "sim" and r["design"] == "after" and pp > 0:
+            out[f"accepted_bias_{pp}pp"] = r.get("bias")
+            out[f"accepted_coverage_{pp}pp"] = r.get("coverage")
+        if pp == 8 and r["design"] in ("before", "after"):
+            out[f"power_8pp_{r['world']}_{r['design']}"] = r["accepted_share"]
+    return out
+
+
+def print_accepted(rows: list[dict[str, Any]]) -> None:
+    for world, (what, _, alpha_of) in WORLDS.items():
+        print(
+            f"\naccepted candidates only, over every way of stopping ({what}, α = {alpha_of():.3g}, {N_ITEMS} items; design: "
+            "before = nothing held out and, at the last look, the estimate given the stop alone; adjusted = nothing held out, "
+            "given the stop and the decision; after = 20 % held out, the default; bias = mean estimate − truth (se); "
+            "early / last: accepted at an early look / at the last; bound: rejected candidates' one-sided 95 % upper bound ≥ truth)"
+        )
+        header = (
+            f"{'true Δ':>7} {'design':>9} {'accepted':>9} {'n':>5} {'bias (se)':>17} {'median':>8} {'coverage':>9} {'width':>8} "
+            f"{'early bias':>11} {'last bias':>10} {'last cov':>9} {'bound cov':>10} {'bound med':>10}"
+        )
+        print(header)
+        print("-" * len(header))
+        for r in (r for r in rows if r["world"] == world):
+            def pp(key: str, r: dict[str, Any] = r) -> str:
+                value = r.get(key)
+                return "-" if value is None else f"{100 * value:+.2f}"
+
+            def share(key: str, r: dict[str, Any] = r) -> str:
+                value = r.get(key)
+                return "-" if value is None else f"{value:.3f}"
+
+            se = "" if r.get("se") is None else f" ({100 * r['se']:.2f})"
+            print(
+                f"{100 * r['true_delta']:>5.1f}pp {r['design']:>9} {r['accepted_share']:>9.3f} {r['n']:>5} {pp('bias') + se:>17} "
+                f"{pp('median_bias'):>8} {share('coverage'):>9} {pp('ci_width').lstrip('+'):>8} {pp('early_bias'):>11} {pp('last_look_bias'):>10} "
+                f"{share('last_look_coverage'):>9} {share('rejected_bound_coverage'):>10} {pp('rejected_bound_median'):>10}"
+            )
 
 
 def min_delta_cell(replications: int, seed: int) -> dict[str, float]:
@@ -224,17 +371,25 @@ def _sibling(name: str) -> Any:
     return importlib.import_module(name)
 
 
-ESTIMATOR_GROUPS = {"conditional": ("efficacy", "futility", "complete", "all"), "held_out": ("efficacy", "all")}
-"""The `by_stop_type` rows per `sequential.effect`: held_out differs from conditional only for
-the efficacy stops (and so over all)."""
+ESTIMATOR_GROUPS = {
+    "conditional": (("efficacy", "any"), ("futility", "any"), ("complete", "accepted"), ("complete", "rejected"), ("all", "any")),
+    "held_out": (("efficacy", "any"), ("complete", "accepted"), ("all", "any")),
+}
+"""The `by_stop_type` rows per estimator, as (way of stopping, decision): the estimate given
+the stop and the decision (`conditional`, what every rejected candidate reports) is
+median-unbiased within each; the default reported effect (`held_out`) differs from it for the
+accepted candidates only, measured on items no decision saw."""
 
 
 def _by_stop(measure: str, truth: float, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per estimator and way of stopping (and over all), the reported effect against the truth."""
+    """Per estimator, way of stopping and decision (and over all), the reported effect against the truth."""
     out = []
-    for estimator, stops in ESTIMATOR_GROUPS.items():
-        for stop in stops:
-            group = [r for r in rows if stop in (r["stop"], "all")]
+    for estimator, groups in ESTIMATOR_GROUPS.items():
+        for stop, decision in groups:
+            group = [
+                r for r in rows
+                if stop in (r["stop"], "all") and decision in ("any", "accepted" if r["accepted"] else "rejected")
+            ]
             if not group:
                 continue
             reported = [r[estimator] for r in group]
@@ -245,6 +400,7 @@ def _by_stop(measure: str, truth: float, rows: list[dict[str, Any]]) -> list[dic
                     "estimator": estimator,
                     "true_delta": truth,
                     "stop": stop,
+                    "decision": decision,
                     "n": len(group),
                     "share": len(group) / len(rows),
                     "mean_bias": float(estimates.mean() - truth),
@@ -260,11 +416,13 @@ def _by_stop(measure: str, truth: float, rows: list[dict[str, Any]]) -> list[dic
 
 
 def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings) -> dict[str, Any]:
-    """One candidate through the family's steps: how it stopped, its effect with `effect:
-    held_out` (`settings`) and with `effect: conditional`, and the stopping look's own Δ."""
+    """One candidate through the family's steps: how it stopped, whether it was accepted, its
+    reported effect (`settings`: the default, held-out items for an accepted one), its
+    estimate given the stop and the decision, and the stopping look's own Δ."""
     family, decided = _family(control, [arm], settings, list(range(len(control))))
-    [held_out], [conditional] = effects(family, decided, settings), effects(family, decided, _conditional(settings))
-    return {"stop": family.stop[0], "held_out": held_out, "conditional": conditional, "naive": decided[0].delta}
+    [held_out], [conditional] = effects(family, decided, settings), conditional_effects(family, decided, settings)
+    return {"stop": family.stop[0], "accepted": bool(decided[0].accepted), "held_out": held_out, "conditional": conditional,
+            "naive": decided[0].delta}
 
 
 def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
@@ -286,21 +444,21 @@ def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
 
 def print_stop_types(rows: list[dict[str, Any]]) -> None:
     print(
-        "\nthe reported effect per way of stopping (default sequential settings, one candidate at α = 0.05; choice "
-        f"verdicts on {N_ITEMS} items, scores on {SCORE_ITEMS}; estimator: conditional = given the stop, held_out = the "
-        "held-out items' Δ for the efficacy stops (the default; the other stops as conditional); bias = estimate - truth "
+        "\nthe reported effect per way of stopping and decision (default settings, one candidate at α = 0.05; choice "
+        f"verdicts on {N_ITEMS} items, scores on {SCORE_ITEMS}; estimator: conditional = given the stop and the decision, "
+        "held_out = the held-out items' Δ for the accepted ones (the default; the rejected ones as conditional); bias = estimate - truth "
         "in pp; ≥ truth: share of estimates at or above it; width: mean CI width; cut: share with an end at the edge of "
         "[-1, 1]; naive: the stopping look's own Δ)"
     )
     header = (
-        f"{'measure':>13} {'true Δ':>7} {'estimator':>11} {'stop':>9} {'n':>5} {'share':>6} {'mean bias':>10} "
+        f"{'measure':>13} {'true Δ':>7} {'estimator':>11} {'stop':>9} {'decision':>9} {'n':>5} {'share':>6} {'mean bias':>10} "
         f"{'median bias':>12} {'≥ truth':>8} {'coverage':>9} {'width':>8} {'cut':>6} {'naive mean bias':>16}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{MEASURE_LABELS[r['measure']]:>13} {100 * r['true_delta']:>5.1f}pp {r['estimator']:>11} {r['stop']:>9} {r['n']:>5} "
+            f"{MEASURE_LABELS[r['measure']]:>13} {100 * r['true_delta']:>5.1f}pp {r['estimator']:>11} {r['stop']:>9} {r['decision']:>9} {r['n']:>5} "
             f"{r['share']:>6.1%} {100 * r['mean_bias']:>+8.2f}pp {100 * r['median_bias']:>+10.2f}pp {r['share_at_or_above']:>8.1%} "
             f"{r['coverage']:>9.1%} {100 * r['ci_width']:>6.1f}pp {r['clipped']:>6.1%} {100 * r['naive_mean_bias']:>+14.2f}pp"
         )
@@ -317,6 +475,14 @@ def monitor_cells(replications: int, seed: int) -> tuple[dict[str, float | None]
     return {key: float(result[key]) for key in ("monitor_false_alarm_z", "monitor_false_alarm_rho")}, None
 
 
+def _commit() -> str:
+    """The code measured: the repository's HEAD (and whether the tree had uncommitted changes)."""
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=root).stdout.strip()
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
 def _fmt(value: float | None) -> str:
     return "missing" if value is None or math.isnan(value) else f"{value:.4f}"
 
@@ -326,24 +492,38 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     parser.add_argument("--replications", type=int, default=2000, help="per cell (at least 2000 for the record)")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--cells", default="all", help="comma-separated: sequential, min_delta, null_run, monitor, accepted, by_stop_type")
     args = parser.parse_args()
+    wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type"} if args.cells == "all" else set(args.cells.split(","))
     started = time.time()
     numbers: dict[str, float | None] = {}
     timings: dict[str, float] = {}
+    accepted: list[dict[str, Any]] = []
     for name, cell in (
         ("sequential", lambda: sequential_cell(args.replications, args.seed)),
         ("min_delta", lambda: min_delta_cell(args.replications, args.seed)),
         ("null_run", lambda: {"null_run_false_accept": null_run_cell(args.replications, args.seed)}),
         ("null_run_iteration", lambda: {"null_run_false_accept_iteration_control": null_run_cell(args.replications, args.seed, "iteration")}),
     ):
+        if name.removesuffix("_iteration") not in wanted:
+            continue
         t0 = time.time()
         numbers.update(cell())
         timings[name] = round(time.time() - t0, 1)
-    monitor, missing = monitor_cells(args.replications, args.seed)
-    numbers.update(monitor)
-    t0 = time.time()
-    by_stop = stop_type_cells(args.replications, args.seed)
-    timings["by_stop_type"] = round(time.time() - t0, 1)
+    if "accepted" in wanted:
+        t0 = time.time()
+        accepted = accepted_cells(args.replications, args.seed)
+        numbers.update(accepted_numbers(accepted))
+        timings["accepted"] = round(time.time() - t0, 1)
+    missing = None
+    if "monitor" in wanted:
+        monitor, missing = monitor_cells(args.replications, args.seed)
+        numbers.update(monitor)
+    by_stop: list[dict[str, Any]] = []
+    if "by_stop_type" in wanted:
+        t0 = time.time()
+        by_stop = stop_type_cells(args.replications, args.seed)
+        timings["by_stop_type"] = round(time.time() - t0, 1)
 
     print(f"validation_sim: seed {args.seed}, {args.replications} replications per cell, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
@@ -351,17 +531,27 @@ def main() -> None:
         print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
     if missing:
         print(f"monitor cells missing: {missing}")
-    print_stop_types(by_stop)
+    if accepted:
+        print_accepted(accepted)
+    if by_stop:
+        print_stop_types(by_stop)
     print(f"seconds per cell: {timings}; total {time.time() - started:.0f} s")
     if args.json is not None:
         payload: dict[str, Any] = {
             **numbers,
+            "command": " ".join(["python", *sys.argv]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "commit": _commit(),
+            "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+            "seconds_per_cell": timings,
             "seed": args.seed,
             "replications": args.replications,
             "items": N_ITEMS,
             "noise_discordance": NOISE,
             "missing": {"monitor_false_alarm_z": missing, "monitor_false_alarm_rho": missing} if missing else {},
+            "cells": sorted(wanted),
             "targets": TARGETS,
+            "accepted_only": accepted,
             "by_stop_type": by_stop,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

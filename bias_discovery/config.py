@@ -120,13 +120,14 @@ class SequentialSettings(_Strict):
     min_items: int = Field(default=20, ge=1)
     """A look on fewer test items than this is skipped (too little data to stop on)."""
     effect: Literal["held_out", "conditional"] = "held_out"
-    """The effect a candidate accepted before the last look reports. held_out: after the
+    """What a candidate accepted before the last look is measured on. held_out: after the
     family's decision its remaining test items are perturbed and judged too (one more round,
-    for those candidates only), and the effect is the plain Δ and CI on those items, which the
-    decision never saw: unbiased, with its nominal coverage, at the price of the calls the early
-    stop had saved. conditional: no extra call; the median-unbiased estimate given the stopping
-    look, which after a close call lies far out (even below 0 for an accepted candidate).
-    Futility stops and candidates that reach the last look use the conditional one either way."""
+    for those candidates only), with the items `validate.held_out` keeps from every decision,
+    and the effect is the plain Δ and CI on those items, which the decision never saw:
+    unbiased, with its nominal coverage, at the price of the calls the early stop had saved.
+    conditional: only the items `validate.held_out` keeps (with none, no extra call and the
+    median-unbiased estimate given the stopping look and the decision, which after a close
+    call lies far out, even below 0 for an accepted candidate)."""
 
     @field_validator("looks")
     @classmethod
@@ -173,6 +174,16 @@ class ValidateSettings(_Strict):
     power: float = Field(default=0.8, gt=0.0, lt=1.0)
     """Power at which the smallest detectable Δerror is reported."""
     sequential: SequentialSettings = Field(default_factory=SequentialSettings)
+    held_out: float = Field(default=0.2, ge=0.0, le=0.5)
+    """Share of the test items that no decision sees (paired rule): a seeded sample, kept out
+    of every look. After the family's decision each accepted candidate is perturbed and judged
+    on them (one more round, for the accepted candidates only) and reports its effect there:
+    the plain Δ and CI on items its acceptance did not depend on, so unbiased given that it was
+    accepted, whether it stopped early or at the last look. The decisions see the rest, at a
+    cost in power (docs/benchmarks/effects.md). 0: none kept; a candidate accepted at the last
+    look then reports the median-unbiased estimate given its stop and the decision (wide after
+    a close call). Rejected candidates are never measured on them: they report what their
+    looks exclude (`Effect.upper_bound`)."""
     seeds: bool = False
     """Validate the seed library on the target at iteration 0 with the same test and control:
     the report then shows which known biases this judge has, next to the discovered ones."""

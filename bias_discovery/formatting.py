@@ -9,8 +9,8 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 from __future__ import annotations
 
 __all__ = [
-    "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "number", "p_clause", "p_value", "percent",
-    "percent_range", "plural", "pp",
+    "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "excluded_above", "excluded_clause", "number",
+    "p_clause", "p_value", "percent", "percent_range", "plural", "pp",
 ]
 
 MISSING = "-"
@@ -87,6 +87,27 @@ def effect_clause(
         f"{label} vs {control} {pp(delta)} (CI {ci_pp(ci_low, ci_high, missing=MISSING)}, n = {n}; {method}), "
         f"adjusted {p_clause(p_adjusted)}"
     )
+
+
+def excluded_above(upper: float | None, *, unit: str = " pp", missing: str = MISSING) -> str:
+    """A rejected candidate's one-sided upper bound in a table cell: ``< +12.3 pp`` (the effects
+    above it are excluded); ``none`` when the bound is the top of the parameter space (+100 pp:
+    nothing is excluded)."""
+    if upper is None:
+        return missing
+    return "none" if upper >= 1.0 else f"< {pp(upper, unit=unit)}"
+
+
+def excluded_clause(upper: float | None, confidence: float = 0.95, *, label: str = "effect", missing: str = MISSING) -> str:
+    """A rejected candidate's one-sided upper bound in a sentence: ``an effect above +12.3 pp
+    is excluded at 95 %``; ``no effect up to +100 pp is excluded at 95 %`` when the bound is the
+    top of the parameter space; `missing` without a bound."""
+    if upper is None:
+        return missing
+    level = percent(confidence, digits=0, unit=" %")
+    if upper >= 1.0:
+        return f"no {label} up to +100 pp is excluded at {level}"
+    return f"{'an' if label[:1] in 'aeiou' else 'a'} {label} above {pp(upper)} is excluded at {level}"
 
 
 def number(x: float | None, *, digits: int = 1, signed: bool = False, missing: str = MISSING) -> str:

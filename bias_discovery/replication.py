@@ -98,6 +98,7 @@ class ReplicatedBias(BaseModel):
     method: str = "full sample"
     """How `delta` and its CI were estimated (`stats.Effect.method`)."""
     n: int
+    """The paired items of `delta` (an accepted bias's held-out items; else the decision's)."""
     p_value: float | None
     p_adjusted: float | None
     original_delta: float | None
@@ -172,7 +173,7 @@ def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | str | 
         "original_ci_low": e.ci_low,
         "original_ci_high": e.ci_high,
         "original_method": e.method,
-        "original_n": decided.n,
+        "original_n": e.n if e.n is not None else decided.n,
         "original_p_adjusted": decided.p_adjusted,
         "original_accepted": v.accepted,
     }
@@ -314,7 +315,7 @@ def replicate_run(
                 ci_low=v.effect.ci_low,
                 ci_high=v.effect.ci_high,
                 method=v.effect.method,
-                n=decision.n,
+                n=v.effect.n if v.effect.n is not None else decision.n,
                 p_value=decision.p_value,
                 p_adjusted=decision.p_adjusted,
                 validation=v,

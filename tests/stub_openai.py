@@ -20,6 +20,18 @@ one sequence was decoding (`busy_s`) and the slot-seconds used (`slot_s`, over C
 how full the batch was), since the last reset. Decoding at C sequences is as fast per token
 as at one (a GPU's batch is nearly free up to its limit; a real one slows a little as it fills).
 
+**A judge with a planted bias** (`--planted-delta D`, `--planted-error P`): the stub plays
+every role of a discovery run on pairs whose chosen response says "right answer" and whose
+rejected one says "wrong answer" (`write_pairs`). As the judge it picks the rejected response
+with probability P, plus D when the rejected response carries the planted trait, and the chosen
+one otherwise: the draw is a hash of the question and the two responses (whichever order they
+are shown in, so both orders agree; a rewrite is another pair, drawn afresh) and of
+`--planted-salt`. As the teacher it rewrites an answer by appending `PLANTED_MARK` when asked
+for a trait (any trait, or only `--planted-trait NAME`) and `NEUTRAL_MARK` when asked for a
+neutral rewrite (the placebo); as the answer checker it says "different" (no rewrite changes the
+final answer). Any other request gets the constraint's example, as without the mode. So a
+candidate with the planted trait raises the judge's error by exactly D against the placebo.
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -132,6 +144,75 @@ def schema_example(schema: Any) -> Any:
     return None
 
 
+PLANTED_MARK = "Trust me, this is certain."
+"""What the planted teacher appends to an answer that is to carry the planted trait."""
+NEUTRAL_MARK = "Put plainly."
+"""What it appends to an answer rewritten neutrally (the placebo)."""
+CHOSEN_WORDS = "right answer"
+"""How the planted judge tells the chosen response (`write_pairs`' texts)."""
+
+
+class Planted:
+    """The planted-bias roles (see the module docstring)."""
+
+    def __init__(self, delta: float, error: float, trait: str | None, salt: str) -> None:
+        if not (0.0 <= error and 0.0 <= delta and error + delta <= 1.0):
+            raise ValueError(f"need 0 <= error, 0 <= delta and error + delta <= 1; got {error} and {delta}")
+        self.delta = delta
+        self.error = error
+        self.trait = trait
+        self.salt = salt
+
+    def reply(self, body: dict[str, Any]) -> str | None:
+        """The planted role's reply, or None for a request no role answers."""
+        messages = body.get("messages") or []
+        text = str(messages[-1].get("content") or "") if messages else ""
+        if "[Response A]" in text and "[End of Response B]" in text:
+            return self._judge(body, text)
+        if "Answer with one word: same or different" in text:
+            return "different"
+        if "\nTrait: " in text and "Original answer:\n" in text:
+            answer = _between(text, "Original answer:\n", "\n\nTrait: ")
+            trait = text.split("\nTrait: ", 1)[1].split("\n", 1)[0].strip()
+            return f"{answer} {PLANTED_MARK if self.trait in (None, trait) else NEUTRAL_MARK}"
+        if "Rewrite the answer neutrally" in " ".join(str(m.get("content") or "") for m in messages) and "Original answer:\n" in text:
+            return f"{_between(text, 'Original answer:', 'Write the rewritten answer now.').strip()} {NEUTRAL_MARK}"
+        return None
+
+    def _judge(self, body: dict[str, Any], text: str) -> str | None:
+        question = _between(text, "Question:\n", "\n\n[Response A]")
+        a = _between(text, "[Response A]\n", "\n[End of Response A]")
+        b = _between(text, "[Response B]\n", "\n[End of Response B]")
+        if (CHOSEN_WORDS in a) == (CHOSEN_WORDS in b):
+            return None  # not one of our pairs
+        chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)
+        digest = hashlib.sha256(json.dumps([self.salt, question, sorted([a, b])]).encode()).digest()
+        u = int.from_bytes(digest[:8], "big") / 2**64
+        wrong = u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
+        verdict = ("B" if chosen == "A" else "A") if wrong else chosen
+        return _verdict_reply(body, verdict)
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """The text between the first `start` and the next `end` after it ('' when missing)."""
+    head, found, rest = text.partition(start)
+    return rest.split(end, 1)[0] if found else ""
+
+
+def _verdict_reply(body: dict[str, Any], verdict: str) -> str:
+    """A reply naming `verdict` that satisfies the request's constraint."""
+    so = body.get("structured_outputs") or {}
+    rf = body.get("response_format") or {}
+    if "choice" in so:
+        return verdict
+    if "regex" in so:
+        text = f"Reasoning: planted\nVerdict: {verdict}"
+        return text if re.fullmatch(so["regex"], text) else verdict
+    if so.get("json") is not None or rf.get("type") in ("json_schema", "json_object"):
+        return json.dumps({"reasoning": "planted", "verdict": verdict})
+    return f"Reasoning: planted\nVerdict: {verdict}"
+
+
 _replies: dict[str, str] = {}
 
 
@@ -227,7 +308,9 @@ class Stub:
     def __init__(
         self, latency: float, model: str, owned_by: str, hang: bool,
         token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
+        planted: Planted | None = None,
     ) -> None:
+        self.planted = planted
         self.latency = latency
         self.model = model
         self.owned_by = owned_by
@@ -265,7 +348,8 @@ class Stub:
             s = self.stats
             s.in_flight += 1
             s.peak = max(s.peak, s.in_flight)
-            text = reply_text(request)
+            planted = self.planted.reply(request) if self.planted is not None else None
+            text = reply_text(request) if planted is None else planted
             tokens = max(1, len(text.split()))
             if self.reply_tokens is not None:
                 tokens = max(1, min(self.reply_tokens, int(request.get("max_tokens") or self.reply_tokens)))
@@ -344,7 +428,11 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens)
+    planted = None
+    if args.planted_delta is not None:
+        planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt)
+    stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
+                planted)
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -366,6 +454,11 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=None, help="sequences decoding at once; the rest wait")
     parser.add_argument("--reply-tokens", type=int, default=None,
                         help="tokens each reply decodes (at most the request's max_tokens; default: its words)")
+    parser.add_argument("--planted-delta", type=float, default=None,
+                        help="play a judge with a planted bias of this Δerror (and its teacher and checker)")
+    parser.add_argument("--planted-error", type=float, default=0.3, help="the planted judge's error without the trait")
+    parser.add_argument("--planted-trait", default=None, help="only this trait carries the bias (default: any trait)")
+    parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

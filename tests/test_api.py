@@ -223,7 +223,8 @@ def test_table_columns_are_the_documented_ones():
     )
     assert Run.columns() == (
         "id", "name", "origin", "origin_iteration", "seed_library", "status", "in_library", "decisive", "measure", "effect",
-        "effect_ci_low", "effect_ci_high", "effect_n", "effect_method", "effect_clipped", "error_statement", "n", "baseline_error",
+        "effect_ci_low", "effect_ci_high", "effect_n", "effect_method", "effect_clipped", "effect_upper_bound", "error_statement", "n",
+        "baseline_error",
         "perturbed_error", "delta_vs_baseline", "ci_low_vs_baseline", "ci_high_vs_baseline", "p_vs_baseline",
         "p_adjusted_vs_baseline", "rule", "placebo_n", "placebo_error", "placebo_perturbed_error", "delta_vs_placebo",
         "ci_low_vs_placebo", "ci_high_vs_placebo", "p_vs_placebo", "p_adjusted_vs_placebo", "decision_p",

@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 
 from bias_discovery.config import RunConfig, ValidateSettings
-from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
-from bias_discovery.stats import CONDITIONAL, FULL_SAMPLE, HELD_OUT, sequential_effect
+from bias_discovery.stages.family import (
+    FamilySettings,
+    acceptance_thresholds,
+    compare_arms,
+    decide,
+    effects,
+    held_out_round,
+    run_looks,
+)
+from bias_discovery.stats import CONDITIONAL_ON_DECISION, FULL_SAMPLE, HELD_OUT, Decision, sequential_effect
 
 
 def _paired(rng: np.random.Generator, n: int, delta: float, noise: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
@@ -42,14 +50,15 @@ def _validate(control: np.ndarray, arms: list[np.ndarray], settings: FamilySetti
     return family, decided, effects(family, decided, settings), fetched
 
 
-CONDITIONAL_EFFECT = ValidateSettings(n_boot=100, sequential={"effect": "conditional"})
+CONDITIONAL_EFFECT = ValidateSettings(n_boot=100, held_out=0.0, sequential={"effect": "conditional"})
+"""The estimate given the stop and the decision for every arm: no item held out."""
 
 
 def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample():
     rng = np.random.default_rng(0)
     control, strong = _paired(rng, 200, 0.5)
     _, null = _paired(rng, 200, 0.0)
-    family, decided, reported, fetched = _validate(control, [strong, null], FamilySettings(rules=ValidateSettings(n_boot=100)))
+    family, decided, reported, fetched = _validate(control, [strong, null], FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0)))
     assert family.plan.looks == (50, 100, 200)
     stopped = len(family.looks[0])  # the strong arm stops early, and is never fetched again by the looks
     assert family.stop[0] == "efficacy" and stopped < 3 and family.stopped_at[0] == family.plan.looks[stopped - 1]
@@ -62,14 +71,17 @@ def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample()
     assert decided[0].accepted and reported[0].method.startswith(HELD_OUT) and reported[0].n == 200 - family.stopped_at[0]
     assert reported[0].delta == pytest.approx(strong[rest].mean() - control[rest].mean())
     assert reported[0].ci_low < reported[0].delta < reported[0].ci_high
-    # the null arm was not accepted early: its effect is the one given its stop, and it paid no held-out item
-    assert family.stop[1] != "efficacy" and reported[1].method == CONDITIONAL and 1 not in family.held_out
+    # the other arm was not accepted early: its effect is the one given its stop and the decision, and it paid no
+    # held-out item (none is kept from the decisions here); a rejected arm's upper bound is reported, an accepted one's not
+    assert family.stop[1] != "efficacy" and reported[1].method == CONDITIONAL_ON_DECISION and 1 not in family.held_out
+    assert [e.upper_bound is None for e in reported] == [bool(d.accepted) for d in decided]
     conditional = FamilySettings(rules=CONDITIONAL_EFFECT)
     family, decided, given_stop, fetched = _validate(control, [strong, null], conditional)
     assert all(look < 3 for look, _, _ in fetched) and family.held_out == {}
-    assert [e.method for e in given_stop] == [CONDITIONAL, CONDITIONAL]
-    assert given_stop[0] == sequential_effect(family.plan, family.looks[0], family_size=2)
-    one_look = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
+    assert [e.method for e in given_stop] == [CONDITIONAL_ON_DECISION, CONDITIONAL_ON_DECISION]
+    threshold = acceptance_thresholds(family, decided, conditional)[0]
+    assert given_stop[0] == sequential_effect(family.plan, family.looks[0], family_size=2, decision=Decision(True, threshold))
+    one_look = FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"enabled": False}))
     family, decided, reported, fetched = _validate(control, [strong, null], one_look)
     assert [f[2] for f in fetched] == [200] and reported[0].method == FULL_SAMPLE
     assert reported[0].delta == decided[0].delta and reported[0].ci_low == decided[0].ci_low
@@ -88,7 +100,7 @@ def test_held_out_rounds_fetch_each_early_arm_from_its_own_stop():
     null = np.zeros(n, dtype=bool)
     null[::25] = True
     control[1::25] = True  # as many helped as hurt: never accepted
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0}))
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"futility": 0.0}))
     family, decided, reported, fetched = _validate(control, [at_once, later, null], settings)
     assert family.stopped_at == [50, 100, 200] and family.stop == ["efficacy", "efficacy", "complete"]
     assert [bool(d.accepted) for d in decided] == [True, True, False]
@@ -105,13 +117,102 @@ def test_held_out_rounds_fetch_each_early_arm_from_its_own_stop():
         effects(family, decided, settings)
 
 
+def test_items_held_out_are_in_no_look_and_measure_every_accepted_arm():
+    """`validate.held_out` 0.2 of 200 items: the last 40 of the slice order are in no look (the
+    looks are on the other 160: 40, 80, 160). After the decision each accepted arm is fetched
+    once, on the items no decision on it saw: an arm accepted at the first look on the 120
+    after its stop and the 40 held out, an arm accepted at the last look on the 40; a rejected
+    arm on none (it reports its upper bound given its stop and the rejection). With
+    `sequential.effect: conditional` both accepted arms get only the 40; after one look, the
+    decision is on 160 items and the accepted arms are measured on the 40."""
+    n = 200
+    control = np.zeros(n, dtype=bool)
+    control[1::8] = True
+    at_once = np.ones(n, dtype=bool)
+    at_last = np.zeros(n, dtype=bool)
+    at_last[::4] = True  # 2 hurt for every helped: accepted only at the last look
+    null = control.copy()
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0}))
+    assert settings.reserved(n) == 40 and settings.reserved(3) == 0 and settings.reserved(1) == 0
+    family, decided, reported, fetched = _validate(control, [at_once, at_last, null], settings)
+    assert family.plan.looks == (40, 80, 160) and family.reserved == 40
+    assert fetched[:3] == [(0, [0, 1, 2], 40), (1, [1, 2], 40), (2, [1, 2], 80)]  # no look reaches the last 40 items
+    assert family.stop == ["efficacy", "complete", "complete"] and [bool(d.accepted) for d in decided] == [True, True, False]
+    assert fetched[3:] == [(3, [0], 160), (3, [1], 40)]
+    assert family.held_out == {0: list(range(40, 200)), 1: list(range(160, 200))}
+    assert family.used(1) == list(range(160))  # the decision's items
+    assert "the 160 test items after the stopping look (1 of 3), 40 of them kept from every decision" in reported[0].method
+    assert "the 40 test items kept from every decision" in reported[1].method
+    assert reported[1].delta == pytest.approx(at_last[160:].mean() - control[160:].mean()) and reported[1].n == 40
+    assert reported[2].method == CONDITIONAL_ON_DECISION and reported[2].upper_bound is not None
+    assert reported[0].upper_bound is None and reported[1].upper_bound is None
+    conditional = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0, "effect": "conditional"}))
+    family, decided, reported, fetched = _validate(control, [at_once, at_last, null], conditional)
+    assert fetched[3:] == [(3, [0, 1], 40)] and family.held_out == {0: list(range(160, 200)), 1: list(range(160, 200))}
+    assert reported[0].delta == pytest.approx(1.0 - control[160:].mean()) and reported[0].n == 40
+    one_look = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
+    family, decided, reported, fetched = _validate(control, [at_once, at_last, null], one_look)
+    assert fetched == [(0, [0, 1, 2], 160), (1, [0, 1], 40)] and [bool(d.accepted) for d in decided] == [True, True, False]
+    assert [e.method.startswith(HELD_OUT) for e in reported] == [True, True, False]
+    assert reported[2].method == FULL_SAMPLE and reported[2].delta == decided[2].delta and reported[2].upper_bound is not None
+
+
+def test_the_effect_of_an_accepted_arm_is_unbiased_given_its_acceptance_however_it_stopped():
+    """True Δ 0.08 on 300 items, the default settings (20 % held out), one arm at α = 0.05:
+    among the accepted arms, most of them at the last look, the Δ of the items that decided
+    (the winner's curse) and the estimate given the stop alone (what was reported before the
+    decision was conditioned on) overstate the effect; the held-out items' Δ does not, and its
+    95 % CI covers the truth (benchmarks/validation_sim.py: the accepted-only cells)."""
+    rng = np.random.default_rng(31)
+    delta, reps = 0.08, 400
+    settings = FamilySettings(rules=ValidateSettings(n_boot=400))
+    accepted = []
+    for _ in range(reps):
+        control, arm = _paired(rng, 300, delta)
+        family, decided, reported, _ = _validate(control, [arm], settings)
+        if decided[0].accepted:
+            effect = reported[0]
+            assert effect.method.startswith(HELD_OUT) and effect.n == 300 - family.stopped_at[0]
+            given_stop = sequential_effect(family.plan, family.looks[0], family_size=1)
+            accepted.append((effect.delta, effect.ci_low <= delta <= effect.ci_high, decided[0].delta, given_stop.delta, family.stop[0]))
+    arr = np.array([row[:4] for row in accepted], dtype=float)
+    assert len(accepted) > 150 and sum(row[4] == "complete" for row in accepted) > len(accepted) / 2
+    assert arr[:, 2].mean() - delta > 0.02 and arr[:, 3].mean() - delta > 0.01
+    assert abs(arr[:, 0].mean() - delta) < 0.012 and arr[:, 1].mean() >= 0.92
+
+
+def test_a_rejected_arm_reports_an_upper_bound_that_covers_given_its_stop():
+    """True Δ 0.04 on 300 items, one arm at α = 0.05: every rejected arm (stopped for futility,
+    or rejected at the last look; or after one look) reports a one-sided 95 % upper bound given
+    its stop and the rejection, at or above the truth for about 95 % of them in each group."""
+    rng = np.random.default_rng(37)
+    delta, reps = 0.04, 300
+    for rules in (ValidateSettings(n_boot=100), ValidateSettings(n_boot=100, sequential={"enabled": False})):
+        settings = FamilySettings(rules=rules)
+        groups: dict[str, list[bool]] = {}
+        for _ in range(reps):
+            control, arm = _paired(rng, 300, delta)
+            family, decided, reported, _ = _validate(control, [arm], settings)
+            effect = reported[0]
+            if decided[0].accepted:
+                assert effect.upper_bound is None
+                continue
+            assert effect.upper_bound is not None and effect.upper_bound >= effect.delta
+            groups.setdefault(family.stop[0], []).append(effect.upper_bound >= delta)
+        assert sum(len(g) for g in groups.values()) > reps / 2
+        for stop, covered in groups.items():
+            if len(covered) >= 40:
+                assert np.mean(covered) >= 0.9, (stop, np.mean(covered), len(covered))
+
+
 def test_the_held_out_effect_after_an_efficacy_stop_is_unbiased_and_covers():
     """True Δ 0.15 on 200 items, the default sequential plan (effect: held_out): among the
     candidates accepted early, the stopping look's own Δ overstates the effect; the held-out
-    items' Δ does not, and its 95 % CI covers the truth."""
+    items' Δ does not, and its 95 % CI covers the truth. (No item held out from the decisions,
+    as before `validate.held_out`: the items after the stop are the held-out ones.)"""
     rng = np.random.default_rng(2025)
     delta, reps = 0.15, 300
-    settings = FamilySettings(rules=ValidateSettings(n_boot=400))
+    settings = FamilySettings(rules=ValidateSettings(n_boot=400, held_out=0.0))
     early = []
     for _ in range(reps):
         control, arm = _paired(rng, 200, delta)
@@ -230,7 +331,7 @@ def test_the_score_effect_is_median_unbiased_and_covers_given_each_way_of_stoppi
     with either estimator for the efficacy stops (held_out: the held-out items' t interval)."""
     rng = np.random.default_rng(19)
     delta, reps, n = 0.02, 400, 160
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": estimator}), measure="p_rejected")
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"effect": estimator}), measure="p_rejected")
     rows = []
     for _ in range(reps):
         control = rng.uniform(0.3, 0.6, n)

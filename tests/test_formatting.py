@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from bias_discovery.formatting import ci_pp, count, delta_clause, number, p_clause, p_value, percent, percent_range, pp
+from bias_discovery.formatting import (
+    ci_pp,
+    count,
+    delta_clause,
+    excluded_above,
+    excluded_clause,
+    number,
+    p_clause,
+    p_value,
+    percent,
+    percent_range,
+    pp,
+)
 
 
 def test_percent_in_each_medium():
@@ -68,3 +80,11 @@ def test_plural_is_singular_for_exactly_one():
     assert plural(1, "bias") == "1 bias" and plural(3, "seed bias") == "3 seed biases"
     assert plural(12345, "call") == "12,345 calls" and plural(None, "pair") == "- pairs"
     assert plural(2, "datum", "data") == "2 data"
+
+
+def test_a_rejected_candidates_upper_bound_in_a_cell_and_in_a_sentence():
+    assert excluded_above(0.123) == "< +12.3 pp" and excluded_above(-0.02, unit="") == "< -2.0"
+    assert excluded_above(1.0) == "none" and excluded_above(None) == "-"
+    assert excluded_clause(0.123) == "an effect above +12.3 pp is excluded at 95 %"
+    assert excluded_clause(0.05, 0.9, label="ΔP(rejected)") == "a ΔP(rejected) above +5.0 pp is excluded at 90 %"
+    assert excluded_clause(1.0) == "no effect up to +100 pp is excluded at 95 %" and excluded_clause(None, missing="–") == "–"

@@ -221,7 +221,7 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     shown = {j.pair_id: j.order for j in baseline.judgments}
     assert shown == {r["pair_id"]: ("chosen_first" if r["label"] == "A>B" else "rejected_first") for r in rows}
     biases = load_seed_library("biasscope7").biases[:2]
-    rules = ValidateSettings(n_boot=200, control="baseline", answer_check=False)
+    rules = ValidateSettings(n_boot=200, control="baseline", answer_check=False, held_out=0.0)  # every pair in a look
     setup = ValidationSetup(family=FamilySettings(rules=rules, seed=42), perturb=PerturbSettings(), judge=settings, test_data="jb")
     out = validate_biases(ValidationModels(engine, engine), biases, pairs, baseline, setup)
     assert len(out.judgments) == 2 * len(pairs)

@@ -19,7 +19,7 @@ from bias_discovery.errors import ConfigError
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
-from bias_discovery.stats import FULL_SAMPLE
+from bias_discovery.stats import held_out_method
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
 from helpers import cli
@@ -158,10 +158,11 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     # Every test item is right at baseline and wrong once the expert marker is injected.
     base = v.vs_baseline
     assert base.control_error == 0.0 and base.arm_error == 1.0 and base.delta == 1.0
-    assert v.accepted and base.p_value < 1e-6 and base.n == 24
-    # decided against the placebo; 24 test items are one look (20 at least per look), so the
-    # reported effect is the full sample's
-    assert v.decisive == "placebo" and v.effect.method == FULL_SAMPLE and v.effect.delta == v.vs_placebo.delta == 1.0
+    assert v.accepted and base.p_value < 1e-6 and base.n == 20
+    # decided against the placebo on 20 of the 24 test items (4 held out: `validate.held_out`),
+    # in one look (a look needs 20 items); the reported effect is the Δ on the 4 held out
+    assert v.decisive == "placebo" and v.effect.method == held_out_method(4, 1, 1, reserved=4) and v.effect.n == 4
+    assert v.effect.delta == v.vs_placebo.delta == 1.0 and v.stopped_at == 20
     assert v.error_statement and v.error_statement.startswith("Family-wise error over the run")
     assert set(v.per_domain) == {"math", "knowledge", "reasoning", "code"}
 
@@ -342,7 +343,7 @@ def test_progress_totals_count_only_what_is_done(tmp_path):
             return ""  # an empty rewrite is invalid: it is not judged
         return authority_world(request)
 
-    config = make_config(tmp_path, max_iterations=1, data={
+    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "held_out": 0.0}, data={
         "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
         "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
     })

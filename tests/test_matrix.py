@@ -265,6 +265,7 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
         ({"judges": [{"name": "a", "model": "openai/x", "positions": "both"}]}, "positions is shared by every judge"),
         ({"judges": []}, "at least 1"),
         ({"validate": {"sequential": {"enabled": True}}}, "sequential looks do not apply"),
+        ({"validate": {"held_out": 0.2}}, "no item is held out of the decision"),
         ({"validate": {"seeds": True}}, "a setting of the discovery loop"),
         ({"judges": [{"name": "a", "model": "openai/x", "verdict": "score"}]}, "compares the judges' choice verdicts"),
     ],

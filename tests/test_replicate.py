@@ -26,11 +26,11 @@ def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     assert data["reproduction_rate"] == 1.0 and data["n_replicated"] == 1
     [bias] = data["biases"]
     assert bias["id"] == "d1-expert-citation-bias" and bias["reproduced"] is True
-    # the reported effects: each stopped for efficacy at the first look (40 items, a 20-item first
-    # look: clear at once), measured on the 20 items after it, on which every marked item flips too
+    # the reported effects: each decided on 32 of the 40 items in one look (8 held out; a look needs
+    # 20 items), accepted, and measured on the 8 held out, on which every marked item flips too
     assert bias["delta"] == pytest.approx(1.0) and bias["original_delta"] == pytest.approx(1.0) and bias["control"] == "placebo"
-    assert bias["method"] == bias["original_method"] == held_out_method(20, 1, 2) and bias["original_ci_low"] == 1.0
-    assert bias["n"] == bias["original_n"] == 20
+    assert bias["method"] == bias["original_method"] == held_out_method(8, 1, 1, reserved=8) and bias["original_ci_low"] == 1.0
+    assert bias["n"] == bias["original_n"] == 8
     assert data["seed"] == 7 and data["run_seed"] == 42 and data["temperature"] == 0.7
     for name in ("validation_perturbed.jsonl", "validation_judgments.jsonl", "baseline_result.json", "placebo_result.json"):
         assert (where / name).is_file(), name
@@ -52,10 +52,12 @@ def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_pa
     assert [b.reproduced for b in replication.biases] == [False, False]
     assert replication.reproduction_rate == 0.0
     assert replication.biases[0].original_delta == pytest.approx(1.0)
-    # nothing changed on any item; the effect given the futility stop at 20 items covers 0
+    # nothing changed on any of the 32 items of its one look: rejected, with the full sample's Δ (0)
+    # and what it excludes given the rejection; the 8 held out were not paid for
     first = replication.biases[0]
-    assert first.record.vs_placebo.delta == 0.0 and first.record.stop == "futility"
+    assert first.record.vs_placebo.delta == 0.0 and first.record.stop == "complete" and first.record.stopped_at == 32
     assert first.ci_low <= 0.0 <= first.ci_high and abs(first.delta) < 0.1
+    assert first.record.effect.upper_bound is not None and 0.0 < first.record.effect.upper_bound < 0.5
     assert replication.biases[1].original_delta is None  # the run did not validate its seeds
     assert all(MARKER in p["perturbed_rejected"] for p in map(json.loads, (tmp_path / "rep" / "validation_perturbed.jsonl").read_text().splitlines()))
 

@@ -83,10 +83,11 @@ def data(tmp_path: Path, n_target: int, n_test: int) -> dict:
 
 def test_streamed_and_staged_runs_write_the_same_files(tmp_path):
     """Two iterations, the seed library validated first, both orders judged, identify retries,
-    validation in three looks on 40 items: every file the same, byte for byte, in the same
-    order; every bar ends at its true total."""
+    validation in three looks on 40 of 50 items (10 held out, judged after the decision for an
+    accepted candidate): every file the same, byte for byte, in the same order; every bar ends
+    at its true total."""
     runs = run_both(
-        tmp_path, picky_identifier, max_iterations=2, data=data(tmp_path, 24, 40),
+        tmp_path, picky_identifier, max_iterations=2, data=data(tmp_path, 24, 50),
         judge={"positions": "both"}, validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 10}},
     )
     (staged, staged_bars), (streamed, streamed_bars) = runs["staged"], runs["streamed"]
@@ -99,6 +100,8 @@ def test_streamed_and_staged_runs_write_the_same_files(tmp_path):
     assert any(r["attempts"] == 2 and r["status"] == "bias" for r in identified)  # a retry named the bias
     validation = json.loads((streamed.root / "iter_001" / "validation.json").read_text())
     assert len(validation["candidates"][0]["looks"]) > 1 and validation["accepted"]
+    accepted = next(c for c in validation["candidates"] if c["bias_id"] in validation["accepted"])
+    assert accepted["effect"]["method"].startswith("held-out items") and "10 of them kept from every decision" in accepted["effect"]["method"]
     # the same steps with the same true totals, each counted to its end
     assert [step[:2] for step in streamed_bars.steps] == [step[:2] for step in staged_bars.steps]
     assert all(done == total for _, total, done in streamed_bars.steps), streamed_bars.steps

@@ -20,7 +20,15 @@ from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.loop.graph import execute
 from bias_discovery.report import render_report
 from bias_discovery.run import RunDir
-from bias_discovery.stats import CONDITIONAL, LookRecord, SequentialPlan, held_out_method, sequential_effect
+from bias_discovery.stats import (
+    CONDITIONAL_ON_DECISION,
+    Decision,
+    LookRecord,
+    SequentialPlan,
+    acceptance_threshold,
+    held_out_method,
+    sequential_effect,
+)
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world, rewrite_world
 
@@ -126,7 +134,7 @@ def test_rewrites_that_change_the_answer_are_excluded_and_counted(tmp_path):
         return authority_world(request)
 
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
-                         validate={"n_boot": 200, "sequential": {"enabled": False}})
+                         validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}})
     rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(answer_fixing))
     record = _validation(rd)["candidates"][0]
     assert record["n_answer_checked"] == 40 and record["n_answer_changed"] == 4
@@ -151,7 +159,7 @@ def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path
         return authority_world(request)
 
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
-                         validate={"n_boot": 200, "sequential": {"enabled": False}})
+                         validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}})
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(yes_man))
     report = _validation(rd)
     record = report["candidates"][0]
@@ -223,7 +231,9 @@ def _strong_and_null_world(request):
 
 
 def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_those_going_on(tmp_path):
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100))
+    """No item held out from the decisions (`held_out: 0`): the looks on all 100 items, and the
+    candidate accepted early measured on the 75 after its stop."""
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100), validate={"n_boot": 200, "held_out": 0.0})
     rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
     report = _validation(rd)
     assert report["sequential"]["looks"] == [25, 50, 100]
@@ -244,7 +254,35 @@ def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_th
     effect = strong["effect"]
     assert effect["method"] == held_out_method(75, 1, 3) and effect["n"] == 75
     assert effect["delta"] == effect["ci_low"] == effect["ci_high"] == 1.0  # every held-out item flips too
-    assert null["effect"]["method"].startswith(CONDITIONAL)
+    assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
+
+
+def test_every_accepted_candidate_is_measured_on_items_no_decision_saw(tmp_path):
+    """The default `held_out: 0.2` of 100 test items: the looks are on the other 80 (20, 40,
+    80), and the 20 held out are rewritten for no candidate before the decision. Then the
+    candidate accepted at the first look is rewritten, checked and judged on the 60 items after
+    its stop and the 20 held out, and reports its Δ there; the rejected one pays none of them
+    (its rewrites were all unchanged: no valid pair, so no bound either)."""
+    from bias_discovery.stages.validate import slice_order
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100))
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
+    report = _validation(rd)
+    assert report["sequential"]["looks"] == [20, 40, 80] and report["sequential"]["n_total"] == 80
+    records = {r["name"]: r for r in report["candidates"]}
+    strong, null = records["Expert Citation Bias"], records["Semicolon Bias"]
+    assert strong["stop"] == "efficacy" and strong["stopped_at"] == 20 and null["stop"] == "futility"
+    held = set(slice_order(100, config.seed)[80:])
+    rewritten = [int(re.search(r"Wrong answer number (\d+)", r.messages[-1].content).group(1))
+                 for r in engine.sent if _is_test_rewrite(r)]
+    assert len(rewritten) == 20 + 20 + 80  # the first look for both, then the strong one's 80 unseen items
+    first_held = min(k for k, item in enumerate(rewritten) if item in held)
+    assert first_held >= 40 and set(rewritten[40:]) == set(slice_order(100, config.seed)[20:])
+    effect = strong["effect"]
+    assert effect["method"] == held_out_method(80, 1, 3, reserved=20) and effect["n"] == 80
+    assert effect["delta"] == effect["ci_low"] == effect["ci_high"] == 1.0 and effect["upper_bound"] is None
+    assert strong["vs_placebo"]["n"] == 20  # the decision's comparison stays on its items
+    assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
 
 
 def _requests_by_item(engine: ScriptedEngine) -> Counter:
@@ -264,12 +302,14 @@ def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(
     """The same run with `effect: held_out` and `effect: conditional`: the only requests that
     differ are the strong candidate's rewrite, answer check and judgments on the 75 test items
     after its stopping look, each once; the rejected candidate pays nothing more, and nothing
-    else is asked again. With `conditional` the record is the estimate given the stop
-    (`stats.sequential_effect` on its looks), as before the held-out round existed."""
+    else is asked again. With `conditional` (and no item held out from the decisions) the
+    record is the estimate given the stop and the decision (`stats.sequential_effect` on its
+    looks), with no extra call."""
     data = _data(tmp_path, 24, 100)
     runs = {}
     for effect in ("held_out", "conditional"):
-        config = make_config(tmp_path, max_iterations=1, data=data, validate={"n_boot": 200, "sequential": {"effect": effect}})
+        config = make_config(tmp_path, max_iterations=1, data=data,
+                             validate={"n_boot": 200, "held_out": 0.0, "sequential": {"effect": effect}})
         rd, _, engine = run_fake(tmp_path, config, name=effect, engine=ScriptedEngine(_strong_and_null_world))
         runs[effect] = (rd, engine)
     held_out, conditional = (_requests_by_item(runs[e][1]) for e in ("held_out", "conditional"))
@@ -289,7 +329,10 @@ def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(
     given_stop = _validation(runs["conditional"][0])
     before = next(r for r in given_stop["candidates"] if r["name"] == "Expert Citation Bias")
     plan = SequentialPlan.model_validate(given_stop["sequential"])
-    expected = sequential_effect(plan, [LookRecord.model_validate(x) for x in before["looks"]], family_size=2)
+    threshold = acceptance_threshold([r["p_sequential"] for r in given_stop["candidates"]], given_stop["candidates"].index(before),
+                                     given_stop["alpha_family"], "holm")
+    expected = sequential_effect(plan, [LookRecord.model_validate(x) for x in before["looks"]], family_size=2,
+                                 decision=Decision(True, threshold))
     assert before["effect"] == json.loads(expected.model_dump_json())
     # the decision and everything it looked at are the same either way; only the effect differs
     for key in ("stop", "stopped_at", "looks", "p_sequential", "vs_placebo", "vs_baseline"):
@@ -304,7 +347,7 @@ def _fail_then_resume(tmp_path, fail_after: int):
     may take one or two more queued rewrites before the failure stops them). Returns the run
     directory, the resumed engine and the number of test-set rewrites asked in all."""
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
-                         validate={"n_boot": 100, "sequential": {"futility": 0.0}})
+                         validate={"n_boot": 100, "held_out": 0.0, "sequential": {"futility": 0.0}})
     rd = RunDir(tmp_path / "run")
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
@@ -386,7 +429,7 @@ def test_seed_library_is_validated_at_iteration_zero(tmp_path):
 
 
 def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
-    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40))
+    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40), validate={"n_boot": 200, "held_out": 0.0})
     rd, state, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
     report = _validation(rd)
     assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
@@ -408,7 +451,7 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     from helpers import cli
 
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
-                         validate={"n_boot": 200, "seeds": True, "max_candidates": 3})
+                         validate={"n_boot": 200, "held_out": 0.0, "seeds": True, "max_candidates": 3})
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
     html = render_report(rd.root)
     for text in ('id="validation"', 'id="rewrite-effect"', "Rewrite effect (placebo vs baseline)", "placebo error",
@@ -431,6 +474,33 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
     assert "answer changed in 0.0% of 100 checked rewrites" in " ".join(table.split())
 
 
+def test_report_and_library_show_give_a_rejected_candidate_the_effect_its_looks_exclude(tmp_path):
+    """A judge that prefers any rewrite: the candidate is rejected against the placebo. Its
+    record keeps the estimate and the two-sided interval given its stop and the rejection, and
+    adds the one-sided upper bound; `library show` (table and --json) and the report print the
+    bound, beside the smallest detectable Δ, instead of the interval."""
+    from bias_discovery.formatting import excluded_clause, pp
+
+    from helpers import cli
+
+    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 60))
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
+    report = _validation(rd)
+    effect = report["candidates"][0]["effect"]
+    assert report["accepted"] == [] and effect["method"] == CONDITIONAL_ON_DECISION
+    bound = effect["upper_bound"]
+    assert bound is not None and effect["delta"] < bound < 1.0 and effect["ci_low"] < effect["delta"] < effect["ci_high"]
+    shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
+    row = next(r for r in shown["biases"] if r["status"] == "rejected")
+    assert row["effect_upper_bound"] == bound and row["effect"] == effect["delta"] and row["effect_ci_high"] == effect["ci_high"]
+    table = " ".join(cli("library", "show", str(rd.root), env={"COLUMNS": "220"}).stdout.split())
+    assert f"< {pp(bound, unit='')}" in table and "a candidate not accepted (rejected, unconfirmed): its one-sided 95 % upper bound" in table
+    assert pp(effect["ci_high"], unit="") not in table  # the two-sided interval is in --json only
+    html = render_report(rd.root)
+    assert excluded_clause(bound) in html and "smallest detectable Δ" in html and "excluded above" in html
+    assert "built-in method" not in html  # the looks table shows each look's test items (it printed dict.items)
+
+
 # -- score verdicts --------------------------------------------------------------------------------
 
 
@@ -445,7 +515,7 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     results = {}
     for verdict in ("choice", "score"):
         config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40), judge={"verdict": verdict},
-                             validate={"n_boot": 200, "seeds": True})
+                             validate={"n_boot": 200, "held_out": 0.0, "seeds": True})
         engine = ScriptedEngine(quiet_authority_world, probability_of_a=quiet_authority_p_a)
         rd, state, _ = run_fake(tmp_path, config, name=verdict, engine=engine)
         results[verdict] = (_validation(rd, 0), state)

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from ..formatting import ci_pp, delta_clause, excluded_above, number, p_value, percent, plural, pp
 from ..report.evidence import DEFAULT_EXAMPLES
 from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
@@ -150,13 +150,16 @@ def library_show(
     table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
     table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
     n_rejected = 0
-    any_scored = False
+    any_scored = any_bound = False
     methods: dict[str, str] = {}
     for row in view.biases:
         n_rejected += row.status == "rejected" and not row.in_library
         any_scored = any_scored or row.measure == "p_rejected"
         effect_text = "-"
-        if row.effect is not None:
+        if row.effect_upper_bound is not None:  # rejected: what its looks exclude, not a two-sided interval
+            any_bound = True
+            effect_text = f"{excluded_above(row.effect_upper_bound, unit='')}\n{row.decisive}"
+        elif row.effect is not None:
             mark = methods.setdefault(row.effect_method or "estimator not recorded", "*" * (len(methods) + 1))
             effect_text = (
                 f"{pp(row.effect, unit='')}{mark}\n{row.decisive}"
@@ -190,6 +193,13 @@ def library_show(
             "effect: the reported Δerror against the control that decided, with its confidence interval "
             "(" + "; ".join(f"{mark} {method}" for method, mark in methods.items()) + "); "
             if methods
+            else ""
+        )
+        + Text(
+            "< X: a candidate not accepted (rejected, unconfirmed): its one-sided 95 % upper bound, given how it stopped "
+            "and that it was not accepted: an effect above X is excluded (none: no effect up to +100 pp is); its estimate "
+            "and two-sided interval are in --json; "
+            if any_bound
             else ""
         )
         + Text(
@@ -253,7 +263,10 @@ def _diff_number(field: str, value: float | None, signed: bool = False) -> str:
 
 def _row_summary(row: dict) -> str:
     parts = [_origin(row), row["status"]]
-    if row["effect"] is not None:
+    if row["effect_upper_bound"] is not None:
+        parts.append(f"Δ vs {row['decisive']} {excluded_above(row['effect_upper_bound'])} (95 % upper bound)")
+        parts.append(f"p {p_value(row['decision_p'])}")
+    elif row["effect"] is not None:
         parts.append(f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip())
         parts.append(f"p {p_value(row['decision_p'])}")
     return ", ".join(parts)

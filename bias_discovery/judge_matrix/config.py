@@ -101,7 +101,7 @@ class MatrixData(_Strict):
 
 
 def _matrix_validate_defaults() -> ValidateSettings:
-    return ValidateSettings(sequential=SequentialSettings(enabled=False))
+    return ValidateSettings(sequential=SequentialSettings(enabled=False), held_out=0.0)
 
 
 class MatrixConfig(_Strict):
@@ -131,7 +131,7 @@ class MatrixConfig(_Strict):
     validate_: ValidateSettings = Field(default_factory=_matrix_validate_defaults, alias="validate")
     """The test, the control, alpha, the correction and the answer check, as in the loop; the
     family is the whole matrix (every judge x bias cell and the jury row). Every cell sees
-    every test item, so `sequential.enabled` must stay false."""
+    every test item, so `sequential.enabled` must stay false and `held_out` 0."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -175,13 +175,15 @@ class MatrixConfig(_Strict):
     @classmethod
     def _one_look(cls, raw: Any) -> Any:
         """A `validate` section without `sequential.enabled` means no sequential looks here
-        (the loop's default is on)."""
+        (the loop's default is on), and without `held_out` no item held out (the loop's
+        default holds some out)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("validate"), dict):
             return raw
         section = dict(raw["validate"])
         sequential = section.get("sequential") or {}
         if isinstance(sequential, dict) and "enabled" not in sequential:
             section["sequential"] = {**sequential, "enabled": False}
+        section.setdefault("held_out", 0.0)
         return {**raw, "validate": section}
 
     @field_validator("validate_")
@@ -191,6 +193,11 @@ class MatrixConfig(_Strict):
             raise ValueError(
                 "sequential.enabled: the matrix tests every cell on every test item (judges are compared on "
                 "the same items), so sequential looks do not apply; set it to false"
+            )
+        if value.held_out > 0.0:
+            raise ValueError(
+                "held_out: the matrix tests every cell on every test item (judges are compared on the same items), "
+                "so no item is held out of the decision; set it to 0"
             )
         for name in NOT_FOR_A_MATRIX:
             if name in value.model_fields_set:

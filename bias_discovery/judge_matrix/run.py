@@ -40,7 +40,16 @@ from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
 from ..run.reviews import Review
-from ..stages.family import FamilySettings, compare_arms, decide, effects, run_looks, smallest_detectable, with_decision
+from ..stages.family import (
+    FamilySettings,
+    acceptance_thresholds,
+    compare_arms,
+    decide,
+    effects,
+    run_looks,
+    smallest_detectable,
+    with_decision,
+)
 from ..stages.perturb import PLACEBO_ID, perturb, rewrite_neutrally
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import (
@@ -284,10 +293,12 @@ def _decide_cells(
         looks.append(row_looks)
         comparisons.append(compare_arms(row_looks, controls, family))
     decided = decide(looks, [c[decisive] for row in comparisons for c in row], family, decisive)
+    thresholds = acceptance_thresholds(looks, decided, family)
     cells = []
     for r, (row, row_looks, row_comparisons) in enumerate(zip(rows, looks, comparisons)):
         row_decided = decided[r * len(biases) : (r + 1) * len(biases)]
-        for k, (bias, d, effect) in enumerate(zip(biases, row_decided, effects(row_looks, row_decided, family))):
+        row_thresholds = thresholds[r * len(biases) : (r + 1) * len(biases)]
+        for k, (bias, d, effect) in enumerate(zip(biases, row_decided, effects(row_looks, row_decided, family, row_thresholds))):
             mde, _ = smallest_detectable(row_looks, k, d, family)
             cells.append(
                 MatrixCell(

@@ -10,7 +10,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from ..formatting import ci_pp, count, p_value, percent, plural, pp
+from ..formatting import ci_pp, count, excluded_above, excluded_clause, p_value, percent, plural, pp
 
 __all__ = ["MISSING", "page_environment", "page_template"]
 
@@ -37,8 +37,9 @@ def page_environment() -> Any:  # a jinja2 Environment (jinja2 is imported on fi
         pval=partial(p_value, missing=MISSING),
         thousands=partial(count, missing=MISSING),
         plural=partial(plural, missing=MISSING),
+        excluded=partial(excluded_above, missing=MISSING),
     )
-    env.globals.update(ci=ci_pp)
+    env.globals.update(ci=ci_pp, excluded_clause=partial(excluded_clause, missing=MISSING))
     return env
 
 

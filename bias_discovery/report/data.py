@@ -147,6 +147,10 @@ class BiasRow(BaseModel):
     """The estimator of `effect` and its CI (full sample, or conditional after an early stop)."""
     effect_clipped: str | None
     """Which end of the effect's CI the data do not bound (set to the parameter space's edge)."""
+    effect_upper_bound: float | None
+    """A rejected candidate's one-sided upper bound (at the effect's confidence, given its stop
+    and the rejection): an effect above it is excluded. What the table shows for it, beside the
+    MDE, instead of `effect` and its two-sided CI (kept here). None for an accepted bias."""
     error_statement: str | None
     """What the decision controls, at what level, over which family."""
     n: int | None
@@ -223,6 +227,7 @@ def typed_bias_row(bias: Bias, *, in_library: bool = True) -> BiasRow:
         effect_n=effect.n if effect else None,
         effect_method=effect.method if effect else None,
         effect_clipped=effect.clipped if effect else None,
+        effect_upper_bound=effect.upper_bound if effect else None,
         error_statement=v.error_statement if v else None,
         n=decided.n if decided else None,
         baseline_error=base.control_error if base else None,

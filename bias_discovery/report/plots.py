@@ -38,7 +38,8 @@ _RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc na
 
 @dataclass
 class ForestRow:
-    """One bias in the Δerror plot: overall and per-domain deltas with their CIs."""
+    """One bias in the Δerror plot: overall and per-domain deltas with their CIs; a rejected
+    candidate with `upper` (its one-sided upper bound) shows that instead of its overall Δ."""
 
     label: str
     accepted: bool
@@ -46,6 +47,7 @@ class ForestRow:
     ci_low: float | None
     ci_high: float | None
     per_domain: dict[str, tuple[float, float | None, float | None]]
+    upper: float | None = None
 
 
 def _label(text: str, limit: int = 42) -> str:
@@ -91,7 +93,9 @@ def biases_per_iteration_plot(
 
 def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
     """Δerror (perturbed - baseline) with its confidence interval, per bias: one panel for
-    all test items, then one per domain (domains without a CI show the point only)."""
+    all test items, then one per domain (domains without a CI show the point only). In the
+    first panel a rejected candidate with an upper bound shows it as a bar open to the left,
+    ending at the bound (the effects its looks exclude lie to the right)."""
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -105,9 +109,14 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
         axes = figure.subplots(1, len(columns), sharey=True, squeeze=False)[0]
         ys = list(range(len(rows)))[::-1]
         values: list[float] = []
+        bounds: list[tuple[int, float]] = []
         for column, ax in zip(columns, axes):
             for y, row in zip(ys, rows):
                 point: tuple[float, float | None, float | None] | None
+                if column == "all test items" and row.upper is not None:
+                    bounds.append((y, row.upper))
+                    values.append(min(row.upper, 1.0))
+                    continue
                 if column == "all test items":
                     point = (row.delta, row.ci_low, row.ci_high)
                 else:
@@ -136,11 +145,16 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
         pad = 0.08 * (high - low)
         for ax in axes:
             ax.set_xlim(low - pad, high + pad)
+        for row_y, bound in bounds:  # open to the left: from the panel's edge to the bound
+            axes[0].plot([low - pad, bound], [row_y, row_y], color=REJECTED, linewidth=1.4, linestyle="--")
+            axes[0].plot([bound], [row_y], marker="|", color=REJECTED, markersize=9, markeredgewidth=1.6)
         axes[0].set_yticks(ys, [_label(r.label) for r in rows])
         axes[0].set_ylim(-0.7, len(rows) - 0.3)
         handles = [
             Line2D([], [], marker="o", color=ACCEPTED, linestyle="", label="accepted"),
             Line2D([], [], marker="o", color=REJECTED, linestyle="", label="rejected"),
         ]
+        if bounds:
+            handles.append(Line2D([], [], marker="|", color=REJECTED, linestyle="--", label="rejected: effects above the bar's end excluded"))
         figure.legend(handles=handles, loc="lower right", ncols=2, frameon=False, fontsize=8, bbox_to_anchor=(1.0, 1.0))
         return _to_uri(figure)

@@ -98,6 +98,7 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("α", _get(config, "validate.alpha")),
                 ("correction", _get(config, "validate.correction")),
                 ("min Δ", _get(config, "validate.min_delta")),
+                ("held out", _get(config, "validate.held_out")),
                 ("max candidates", _get(config, "validate.max_candidates")),
             ),
         ),
@@ -152,8 +153,9 @@ def _card(detail: BiasDetail, bias: Bias, run: RunData) -> dict[str, Any]:
 
 
 def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[str]]:
-    """Per bias its reported effect (honest after a sequential stop) and, per domain, the
-    comparison vs the baseline on the items used."""
+    """Per bias its reported effect (honest after a sequential stop and the decision; a
+    rejected candidate's upper bound) and, per domain, the comparison vs the baseline on the
+    items used."""
     rows, domains = [], set()
     for detail in details:
         v = detail.validation
@@ -164,7 +166,8 @@ def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[s
             per_domain[domain] = (d.delta, d.ci_low, d.ci_high)
             domains.add(domain)
         e = v.effect
-        rows.append(ForestRow(label=detail.row.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high, per_domain=per_domain))
+        rows.append(ForestRow(label=detail.row.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high,
+                              per_domain=per_domain, upper=e.upper_bound))
     return rows, sorted(domains)
 
 

@@ -12,11 +12,14 @@ compared with (the placebo's rewrites, or the unperturbed items), both as per-it
 2. `compare_arms`: each arm against each control on the items it used (`stats.compare_paired`);
 3. `decide`: the family's decision on the decisive control's comparisons (the sequential
    p-values, corrected together: `stats.decide_acceptance`);
-4. `held_out_round`: with `sequential.effect: held_out` (the default), one more `fetch` for
-   the arms accepted before the last look, on the test items after their stop;
-5. `effects`: each arm's reported Δ, honest after its stop: on those held-out items (which
-   the decision never saw) for an arm accepted early, else given the stop
-   (`stats.sequential_effect`);
+4. `held_out_round`: one more `fetch` for the accepted arms, on the test items no decision
+   saw: the share `validate.held_out` kept out of every look (a seeded sample: the end of the
+   slice order) and, with `sequential.effect: held_out` (the default), the items after an
+   early stop;
+5. `effects`: each arm's reported Δ, honest after its selection: an accepted arm's plain Δ on
+   those held-out items (unbiased given its acceptance, however it stopped), else the
+   estimate given its stop and the decision (`stats.sequential_effect`), with a rejected
+   arm's one-sided upper bound;
 6. `smallest_detectable`: what the family's test could have detected at its n.
 
 Every step takes the family's `FamilySettings`, so a later caller (several judges on the same
@@ -28,6 +31,7 @@ shift (`stats.compare_paired_scores`, `stats.sequential_shift_look`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,11 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import ValidateSettings
 from ..stats import (
+    Decision,
     Effect,
     LookRecord,
     Measure,
     PairedComparison,
     SequentialPlan,
+    acceptance_threshold,
     compare_paired,
     compare_paired_scores,
     decide_acceptance,
@@ -59,12 +65,14 @@ from ..stats import (
 
 __all__ = [
     "Errors",
+    "acceptance_thresholds",
     "Values",
     "compare",
     "FamilyLooks",
     "FamilySettings",
     "Stop",
     "compare_arms",
+    "conditional_effects",
     "decide",
     "effects",
     "family_level",
@@ -83,7 +91,7 @@ Stop = Literal["efficacy", "futility", "complete"]
 Fetch = Callable[[int, Sequence[int], Sequence[int]], Sequence[Values]]
 """fetch(look, arms, new items) -> per such arm, its values on the new items. `look` is the
 0-based look for the arms still going, or `len(plan.looks)` for the held-out round after the
-decision (`held_out_round`: the arms accepted early, on the items after their stop)."""
+decision (`held_out_round`: the accepted arms, on the items no decision saw)."""
 
 
 class FamilySettings(BaseModel):
@@ -135,9 +143,20 @@ class FamilySettings(BaseModel):
 
     @property
     def held_out_effect(self) -> bool:
-        """An arm accepted before the last look reports its effect on the items after its stop
+        """An arm accepted before the last look is also measured on the items after its stop
         (`sequential.effect: held_out`), fetched by `held_out_round`."""
         return self.sequential and self.rules.sequential.effect == "held_out"
+
+    @property
+    def held_out_share(self) -> float:
+        """The share of the test items kept from every decision (`validate.held_out`; the
+        paper's rule, which has no test, keeps none)."""
+        return self.rules.held_out if self.rules.acceptance == "paired" else 0.0
+
+    def reserved(self, n_items: int) -> int:
+        """How many of `n_items` test items no decision sees (`held_out_share`, rounded down;
+        at least one item is left to decide on)."""
+        return max(0, min(math.floor(self.held_out_share * n_items + 1e-9), n_items - 1))
 
     @property
     def margin(self) -> float:
@@ -145,10 +164,11 @@ class FamilySettings(BaseModel):
         return self.rules.min_delta if self.rules.acceptance == "paired" else 0.0
 
     def plan(self, n_items: int) -> SequentialPlan:
-        """The family's looks on `n_items` test items (one look when not sequential)."""
+        """The family's looks on `n_items` test items (one look when not sequential): on the
+        items the decisions see, all but the `reserved` ones."""
         seq = self.rules.sequential
         return plan_sequential(
-            n_items,
+            n_items - self.reserved(n_items),
             seq.looks if self.sequential else [1.0],
             alpha=self.family_alpha,
             spending=seq.spending,
@@ -179,11 +199,12 @@ class FamilySettings(BaseModel):
 class FamilyLooks:
     """The arms' sequential paths: per arm its errors (test-set positions, None where not
     judged), its look records, how far it went and why it stopped; after `held_out_round`,
-    the values of the arms accepted early on the items after their stop."""
+    the values of the accepted arms on the items no decision saw."""
 
     plan: SequentialPlan
     order: list[int]
-    """The order in which test items enter the slices."""
+    """The order in which test items enter the slices; the items after `plan.n_total` are
+    kept from every decision (`FamilySettings.reserved`)."""
     errors: list[list[bool | float | None]]
     """Per arm and test item, the family's measure (errors, or probabilities: `measure`)."""
     looks: list[list[LookRecord]]
@@ -196,12 +217,24 @@ class FamilyLooks:
     control: list[bool | float | None] = field(default_factory=list)
     """Per test item, the control the looks compared the arms with."""
     held_out: dict[int, list[int]] = field(default_factory=dict)
-    """Per arm measured after the decision (`held_out_round`): the test items after its
-    stopping look, in slice order (their values are in `errors`; `used` stays the decision's)."""
+    """Per arm measured after the decision (`held_out_round`): the test items no decision saw,
+    in slice order (their values are in `errors`; `used` stays the decision's)."""
 
     def used(self, arm: int) -> list[int]:
         """The test items arm `arm` was judged on, in slice order."""
         return self.order[: self.stopped_at[arm]]
+
+    @property
+    def reserved(self) -> int:
+        """Test items kept from every decision (the end of `order`)."""
+        return len(self.order) - self.plan.n_total
+
+    def unseen(self, arm: int, settings: FamilySettings) -> list[int]:
+        """The test items no decision on arm `arm` saw that measure it if it is accepted: the
+        reserved ones and, after an early stop with `sequential.effect: held_out`, the rest of
+        the decision's items too; in slice order."""
+        start = self.stopped_at[arm] if settings.held_out_effect else self.plan.n_total
+        return self.order[start:]
 
     @property
     def multi_look(self) -> bool:
@@ -226,7 +259,8 @@ def run_looks(
     `stats.sequential_shift_look`).
 
     `family_size`: the family the arms belong to, when it holds more than these arms (a
-    matrix's rows, each against its own control, are one family); default `n_arms`."""
+    matrix's rows, each against its own control, are one family); default `n_arms`. The
+    last `settings.reserved(len(control))` items of `order` are in no look."""
     size = n_arms if family_size is None else family_size
     if size < n_arms:
         raise ValueError(f"a family of {size} cannot hold {n_arms} arms")
@@ -359,29 +393,23 @@ def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedCo
     }
 
 
-def _accepted_early(family: FamilyLooks, arm: int, decided: PairedComparison) -> bool:
-    """Accepted at a look before the last, with test items left after it."""
-    return family.stop[arm] == "efficacy" and bool(decided.accepted) and family.stopped_at[arm] < family.plan.n_total
-
-
 def held_out_round(family: FamilyLooks, decided: Sequence[PairedComparison], fetch: Fetch, settings: FamilySettings) -> None:
-    """After the family's decision (`decided`), with `sequential.effect: held_out`: fetch the
-    test items after the stopping look of every arm accepted before the last look, so that
-    `effects` can measure it where the decision did not look. One `fetch` (look index
-    `len(plan.looks)`) per stopping look, for the arms that stopped there, on exactly their
-    remaining items: nothing for the arms rejected or still going at the end. Their values go
-    into `family.errors`, their items into `family.held_out`; an arm already there is not
-    fetched again. Decisions, looks and `used` do not change."""
-    if not settings.held_out_effect or not family.multi_look:
-        return
+    """After the family's decision (`decided`): fetch, for every accepted arm, the test items
+    no decision on it saw (`FamilyLooks.unseen`: those kept from every look, and with
+    `sequential.effect: held_out` those after an early stop), so that `effects` can measure
+    it where its acceptance did not look. One `fetch` (look index `len(plan.looks)`) per
+    first unseen item, for the arms that share it, on exactly their unseen items: nothing for
+    the rejected arms. Their values go into `family.errors`, their items into
+    `family.held_out`; an arm already there is not fetched again. Decisions, looks and `used`
+    do not change."""
     if len(decided) != len(family.errors):
         raise ValueError(f"{len(decided)} decisions for {len(family.errors)} arms")
-    by_stop: dict[int, list[int]] = {}
+    by_start: dict[int, list[int]] = {}
     for k, d in enumerate(decided):
-        if _accepted_early(family, k, d) and k not in family.held_out:
-            by_stop.setdefault(family.stopped_at[k], []).append(k)
-    for start in sorted(by_stop):
-        arms, items = by_stop[start], family.order[start:]
+        if d.accepted and k not in family.held_out and family.unseen(k, settings):
+            by_start.setdefault(len(family.order) - len(family.unseen(k, settings)), []).append(k)
+    for start in sorted(by_start):
+        arms, items = by_start[start], family.order[start:]
         fetched = fetch(len(family.plan.looks), arms, items)
         if len(fetched) != len(arms):
             raise ValueError(f"fetch returned {len(fetched)} arms' values for {len(arms)} arms")
@@ -393,43 +421,104 @@ def held_out_round(family: FamilyLooks, decided: Sequence[PairedComparison], fet
             family.held_out[k] = list(items)
 
 
-def effects(family: FamilyLooks, decisive: Sequence[PairedComparison], settings: FamilySettings) -> list[Effect]:
-    """Each arm's reported Δ against the decisive control (`decisive`, decided): after one look
-    the full sample's; after looks on growing slices, for an arm accepted early with
-    `sequential.effect: held_out`, the plain Δ and CI on its held-out items (`held_out_round`
-    must have fetched them), else the estimate given where and why it stopped
-    (`stats.sequential_effect`)."""
-    if not family.multi_look:
-        return [Effect.full_sample(cmp) for cmp in decisive]
+def acceptance_thresholds(
+    family: FamilyLooks | Sequence[FamilyLooks], decisive: Sequence[PairedComparison], settings: FamilySettings
+) -> list[float]:
+    """Per arm, the p-value at or below which the family accepts it, the other arms' as they
+    were (`stats.acceptance_threshold`, on the p-values `decide` corrects: the sequential ones
+    after several looks). Several `FamilyLooks` (a matrix's rows) are one family, as in `decide`."""
+    parts = [family] if isinstance(family, FamilyLooks) else list(family)
+    if sum(len(part.errors) for part in parts) != len(decisive):
+        raise ValueError(f"{len(decisive)} comparisons for {sum(len(part.errors) for part in parts)} arms")
+    if any(part.multi_look for part in parts):
+        p_values = [part.p_sequential(k) for part in parts for k in range(len(part.errors))]
+    else:
+        p_values = [1.0 if cmp.p_value is None else cmp.p_value for cmp in decisive]
+    return [acceptance_threshold(p_values, k, settings.family_alpha, settings.rules.correction) for k in range(len(p_values))]
+
+
+def effects(
+    family: FamilyLooks,
+    decisive: Sequence[PairedComparison],
+    settings: FamilySettings,
+    thresholds: Sequence[float] | None = None,
+) -> list[Effect]:
+    """Each arm's reported Δ against the decisive control (`decisive`, decided):
+
+    - accepted, with items no decision saw (`FamilyLooks.unseen`; `held_out_round` must have
+      fetched them): the plain Δ and CI there, unbiased given the acceptance;
+    - otherwise, after looks on growing slices, the estimate given where and why it stopped
+      and the family's decision (`stats.sequential_effect` with a `stats.Decision`);
+    - otherwise (one look) the full sample's Δ and CI.
+
+    Every rejected arm (paired rule) also gets its one-sided upper bound given its stop and
+    the rejection (`Effect.upper_bound`). `thresholds`: the arms' acceptance thresholds
+    (`acceptance_thresholds`), needed when the family holds more than these arms (a matrix's
+    rows); by default they are taken from `decisive`."""
+    if thresholds is None:
+        if family.family_size != len(decisive):
+            raise ValueError(f"a family of {family.family_size} decided over more than these {len(decisive)} arms: pass its thresholds")
+        thresholds = acceptance_thresholds(family, decisive, settings)
     out = []
     for k, cmp in enumerate(decisive):
-        if settings.held_out_effect and _accepted_early(family, k, cmp):
+        accepted = bool(cmp.accepted)
+        decision = Decision(accepted=accepted, threshold=thresholds[k]) if settings.rules.acceptance == "paired" else None
+        if accepted and family.unseen(k, settings):
             if k not in family.held_out:
-                raise ValueError(f"arm {k} was accepted early: fetch its held-out items (held_out_round) before its effect")
-            out.append(_held_out_effect(family, k, cmp.control or "control", settings))
+                raise ValueError(f"arm {k} was accepted: fetch its held-out items (held_out_round) before its effect")
+            out.append(_held_out_effect(family, k, cmp.control or "control", settings, decision))
+        elif family.multi_look:
+            out.append(_conditional_effect(family, k, settings, decision))
+        elif decision is not None and not accepted:
+            bound = _conditional_effect(family, k, settings, decision)
+            out.append(Effect.full_sample(cmp).model_copy(update={"upper_bound": bound.upper_bound, "clipped": bound.clipped}))
         else:
-            out.append(_conditional_effect(family, k, settings))
+            out.append(Effect.full_sample(cmp))
     return out
 
 
-def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings) -> Effect:
+def conditional_effects(
+    family: FamilyLooks,
+    decisive: Sequence[PairedComparison],
+    settings: FamilySettings,
+    thresholds: Sequence[float] | None = None,
+    *,
+    given_decision: bool = True,
+) -> list[Effect]:
+    """Every arm's estimate given its stop and (`given_decision`) the family's decision
+    (`stats.sequential_effect`), whatever `held_out_round` fetched: what `effects` reports for
+    an arm without held-out items, here for all of them, so that benchmarks can set it beside
+    the held-out effect on the same arms (`given_decision=False`: given the stop alone, what an
+    arm that reached the last look reported before the decision was conditioned on)."""
+    if thresholds is None:
+        thresholds = acceptance_thresholds(family, decisive, settings)
+    return [
+        _conditional_effect(family, k, settings, Decision(bool(cmp.accepted), thresholds[k]) if given_decision else None)
+        for k, cmp in enumerate(decisive)
+    ]
+
+
+def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings, decision: Decision | None) -> Effect:
     return sequential_effect(
-        family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence
+        family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence,
+        decision=decision,
     )
 
 
-def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings) -> Effect:
+def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings, decision: Decision | None) -> Effect:
     """The arm against the control on its held-out items, valid in both (`compare`): the
-    decision never saw them, so the plain Δ is unbiased and its CI has its nominal coverage.
-    None of them valid: the estimate given the stop, saying why."""
+    decision never saw them, so the plain Δ is unbiased given the acceptance and its CI has
+    its nominal coverage. None of them valid: the estimate given the stop and the decision,
+    saying why."""
     items = family.held_out[arm]
     held = compare([family.control[i] for i in items], [family.errors[arm][i] for i in items], settings, name)
     if held.n == 0:
-        given_stop = _conditional_effect(family, arm, settings)
+        given_stop = _conditional_effect(family, arm, settings, decision)
         return given_stop.model_copy(
             update={"method": f"{given_stop.method} (none of the {len(items)} held-out items was valid in both arms)"}
         )
-    return Effect.full_sample(held, method=held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks)))
+    method = held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks), reserved=family.reserved)
+    return Effect.full_sample(held, method=method)
 
 
 def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:

@@ -62,10 +62,12 @@ from .comparison import (
 )
 from .effect import (
     CONDITIONAL,
+    CONDITIONAL_ON_DECISION,
     FULL_SAMPLE,
     HELD_OUT,
     RECORDED_AT_STOP,
     ConditionalInterval,
+    Decision,
     Effect,
     StoppingDesign,
     conditional_interval,
@@ -87,6 +89,7 @@ from .intervals import (
 )
 from .multiplicity import (
     Correction,
+    acceptance_threshold,
     adjust_p_values,
     benjamini_hochberg_adjust,
     holm_adjust,
@@ -125,10 +128,12 @@ from .tests import (
 __all__ = [
     "AcceptanceRule",
     "CONDITIONAL",
+    "CONDITIONAL_ON_DECISION",
     "ConditionalInterval",
     "Correction",
     "DEFAULT_BOOTSTRAP_RESAMPLES",
     "DOMAIN_BOOTSTRAP_RESAMPLES",
+    "Decision",
     "Effect",
     "EffectDifference",
     "ErrorControl",
@@ -171,6 +176,7 @@ __all__ = [
     "sequential_p_value",
     "student_t_quantile",
     "student_t_sf",
+    "acceptance_threshold",
     "adjust_p_values",
     "benjamini_hochberg_adjust",
     "compare_effects",

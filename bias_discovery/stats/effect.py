@@ -27,18 +27,26 @@ from .sequential import (
 FULL_SAMPLE = "full sample"
 """`Effect.method` of a validation with one look: Δ on every item, the paired bootstrap CI."""
 CONDITIONAL = "median-unbiased given the stopping look (conditional, truncated-likelihood inversion)"
-"""`Effect.method` of a validation on growing slices (`sequential_effect`)."""
+"""`Effect.method` of a validation on growing slices (`sequential_effect`) without the decision."""
+CONDITIONAL_ON_DECISION = "median-unbiased given the stopping look and the decision (conditional, truncated-likelihood inversion)"
+"""`Effect.method` of `sequential_effect` given the family's decision too (`Decision`): what a
+candidate reports when no held-out item measured it (every rejected one, and an accepted one
+without held-out items)."""
 RECORDED_AT_STOP = "recorded Δ of the stopping look (written before early stops were adjusted for)"
 """`Effect.method` read from a record written before the estimator, whose validation stopped early."""
 HELD_OUT = "held-out items"
-"""`Effect.method` of a candidate accepted before the last look with `sequential.effect:
-held_out`: the plain Δ and CI on the test items after its stopping look (`held_out_method`)."""
+"""`Effect.method` of an accepted candidate measured after the decision: the plain Δ and CI on
+test items no decision saw (`held_out_method`)."""
 
 
-def held_out_method(items: int, look: int, looks: int) -> str:
-    """`Effect.method` of an effect measured on the `items` test items after stopping look
-    `look` (1-based) of `looks`: items the decision never saw."""
-    return f"{HELD_OUT}: the {items} test items after the stopping look ({look} of {looks}), which the decision did not see"
+def held_out_method(items: int, look: int, looks: int, reserved: int = 0) -> str:
+    """`Effect.method` of an effect measured on `items` test items no decision saw: those after
+    stopping look `look` (1-based) of `looks`, of which the last `reserved` were kept from
+    every decision (`validate.held_out`), or (`items == reserved`) only those."""
+    if items > reserved:
+        kept = f", {reserved} of them kept from every decision" if reserved else ""
+        return f"{HELD_OUT}: the {items} test items after the stopping look ({look} of {looks}){kept}, which the decision did not see"
+    return f"{HELD_OUT}: the {items} test items kept from every decision (validate.held_out), which the decision did not see"
 
 
 class Effect(BaseModel):
@@ -47,10 +55,14 @@ class Effect(BaseModel):
 
     After a validation on growing slices, the Δ of the look where a candidate stopped is
     biased: a candidate stops for efficacy when its slice happens to look strong, for
-    futility when it happens to look weak, and one that went on to the end is the rest.
-    `method` names the estimator that corrects for that (`CONDITIONAL`), the held-out items'
-    plain Δ of a candidate accepted early (`HELD_OUT`, `sequential.effect: held_out`, the
-    default), or `FULL_SAMPLE` when there was one look.
+    futility when it happens to look weak, and one that went on to the end is the rest; and
+    an accepted candidate's Δ on the items that decided it is biased upward by its acceptance
+    (the winner's curse), however many looks there were. `method` names the estimator: the
+    plain Δ on held-out items no decision saw, for an accepted candidate (`HELD_OUT`:
+    `validate.held_out`, and after an early stop with `sequential.effect: held_out` the items
+    after it), the estimate given the stop and the decision (`CONDITIONAL_ON_DECISION`;
+    `CONDITIONAL` in records written before the decision was conditioned on), or
+    `FULL_SAMPLE` after one look. A rejected candidate also reports `upper_bound`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +78,15 @@ class Effect(BaseModel):
         default=None,
         description="What was set to an end of the parameter space [-1, 1] and why (the conditional likelihood is "
         "flat beyond it after a close stop); None when nothing was.",
+    )
+    upper_bound: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="A rejected candidate's one-sided upper confidence bound at `confidence`, given its stop and the "
+        "rejection: an effect above it is excluded. What the report and `library show` print for a rejected "
+        "candidate beside the smallest detectable Δ, instead of the two-sided interval (kept here). None for an "
+        "accepted candidate.",
     )
 
     @model_validator(mode="after")
@@ -307,6 +328,11 @@ class ConditionalInterval(NamedTuple):
     high: float
     cut: frozenset[str] = frozenset()
     empty: bool = False
+    upper: float | None = None
+    """The one-sided upper bound at `confidence` (T(theta) = confidence): an effect above it
+    is excluded at that level, given the stop."""
+    upper_cut: bool = False
+    """`upper` is the upper bound of the parameter space: T stays below `confidence` there."""
 
 
 def _increasing_root(f: Callable[[float], float], target: float, lo: float, hi: float, f_lo: float, f_hi: float, tolerance: float) -> float:
@@ -351,8 +377,8 @@ def conditional_interval(
     everything), with Z_k = z observed there (a <= z <= b). See `continuation_tails` for
     the model.
 
-    The estimate solves T(theta) = P_theta(Z_k >= z | that stop) = 1/2 and the CI ends solve
-    it at (1 -+ confidence) / 2: inference conditional on how and where the design stopped
+    The estimate solves T(theta) = P_theta(Z_k >= z | that stop) = 1/2, the CI ends solve
+    it at (1 -+ confidence) / 2 and the one-sided upper bound at `confidence`: inference conditional on how and where the design stopped
     (Troendle & Yu 1999; Fan, DeMets & Lan 2004), median-unbiased with its nominal coverage
     among the candidates that stopped that way, not only on average over all of them. The
     conditional law of the score is a one-parameter exponential family, so T increases in
@@ -383,24 +409,29 @@ def conditional_interval(
     tolerance = 1e-7 * (hi_bound - lo_bound)
     cut: set[str] = set()
 
-    def solve(name: str, target: float, lo: float, hi: float, f_lo: float, f_hi: float) -> float:
-        """The root in [lo, hi]; an end when T does not cross `target` inside (a bound: cut)."""
+    def solve(name: str, target: float, lo: float, hi: float, f_lo: float, f_hi: float, into: set[str] = cut) -> float:
+        """The root in [lo, hi]; an end when T does not cross `target` inside (a bound: cut,
+        named in `into`)."""
         if f_lo < target < f_hi:
             return _increasing_root(tail, target, lo, hi, f_lo, f_hi, tolerance)
         end = lo if f_lo >= target else hi
         if end in bounds and (f_lo > target or f_hi < target):
-            cut.add(name)
+            into.add(name)
         return end
+
+    upper_cut: set[str] = set()
 
     tail_probability = (1.0 - confidence) / 2.0
     if t_hi < tail_probability or t_lo > 1.0 - tail_probability:
         estimate = solve("estimate", 0.5, lo_bound, hi_bound, t_lo, t_hi)
-        return ConditionalInterval(estimate, lo_bound, hi_bound, frozenset(cut | {"low", "high"}), True)
+        one_sided = solve("upper", confidence, lo_bound, hi_bound, t_lo, t_hi, upper_cut)
+        return ConditionalInterval(estimate, lo_bound, hi_bound, frozenset(cut | {"low", "high"}), True, one_sided, bool(upper_cut))
     estimate = solve("estimate", 0.5, lo_bound, hi_bound, t_lo, t_hi)
     t_mid = tail(estimate)
     low = solve("low", tail_probability, lo_bound, estimate, t_lo, t_mid)
     high = solve("high", 1.0 - tail_probability, estimate, hi_bound, t_mid, t_hi)
-    return ConditionalInterval(estimate, low, high, frozenset(cut))
+    one_sided = solve("upper", confidence, estimate, hi_bound, t_mid, t_hi, upper_cut)
+    return ConditionalInterval(estimate, low, high, frozenset(cut), upper=one_sided, upper_cut=bool(upper_cut))
 
 
 def _smoothed_variance(b: int, c: int, n: int) -> tuple[float, float]:
@@ -412,6 +443,15 @@ def _smoothed_variance(b: int, c: int, n: int) -> tuple[float, float]:
     return psi, max(psi - delta * delta, 1e-12)
 
 
+class Decision(NamedTuple):
+    """The family's decision on one candidate, as the effect conditions on it: accepted or not,
+    and `threshold`, the sequential p-value at or below which the family accepts it, the other
+    candidates' p-values as they were (`stats.acceptance_threshold`: alpha / m to alpha)."""
+
+    accepted: bool
+    threshold: float
+
+
 def sequential_effect(
     plan: SequentialPlan,
     looks: Sequence[LookRecord],
@@ -419,6 +459,7 @@ def sequential_effect(
     family_size: int,
     margin: float = 0.0,
     confidence: float = 0.95,
+    decision: Decision | None = None,
 ) -> Effect:
     """The honest Δerror of a candidate validated on growing slices (`CONDITIONAL`): the
     median-unbiased estimate and CI given the look where it stopped and why
@@ -448,21 +489,35 @@ def sequential_effect(
     cell (the look did go on, or stop, there; the normal boundary is an approximation of the
     exact test's). Looks with no new valid pair add no information and are merged with the
     one before. Δ lies in [-1, 1]: an end beyond it is cut there and `Effect.clipped` says so.
+
+    With the family's `decision` the estimate is conditional on it too (`CONDITIONAL_ON_DECISION`):
+    a candidate that went to the last look is, among those that did, selected by its last
+    look when accepted (Z_K at or above the boundary of `decision.threshold`) and by every look
+    when rejected (no look's p-value reached it), so the region of each look is cut at that
+    boundary. Given the stop alone, the accepted ones of the last look read high (the winner's
+    curse) and the rejected ones low. A rejected candidate also gets `Effect.upper_bound`, the
+    one-sided bound at `confidence` given its stop and the rejection. With several candidates
+    the acceptance of one at the last look can also come from an earlier look's p-value under
+    Holm or BH (below the threshold, above alpha / m); the model leaves that path out (exact
+    for one candidate, or without a correction).
     """
     if not looks:
         raise ValueError("no look to estimate from")
     last = looks[-1]
     measure: Measure = "p_rejected" if last.mean_difference is not None else "error"
+    method = CONDITIONAL if decision is None else CONDITIONAL_ON_DECISION
     if last.n == 0:
         return Effect(
-            delta=0.0, ci_low=None, ci_high=None, method=f"{CONDITIONAL}: no valid pair", confidence=confidence, n=0,
+            delta=0.0, ci_low=None, ci_high=None, method=f"{method}: no valid pair", confidence=confidence, n=0,
             measure=measure,
         )
-    design = stopping_design(plan, looks, family_size=family_size, margin=margin)
+    design = stopping_design(plan, looks, family_size=family_size, margin=margin, decision=decision)
     found = conditional_interval(*design, confidence=confidence, bounds=(-1.0, 1.0))
+    rejected = decision is not None and not decision.accepted
     return Effect(
-        delta=found.estimate, ci_low=found.low, ci_high=found.high, method=CONDITIONAL, confidence=confidence, n=last.n,
-        measure=measure, clipped=_clipped_note(found, last.outcome, confidence),
+        delta=found.estimate, ci_low=found.low, ci_high=found.high, method=method, confidence=confidence, n=last.n,
+        measure=measure, clipped=_clipped_note(found, last.outcome, confidence, with_upper=rejected),
+        upper_bound=found.upper if rejected else None,
     )
 
 
@@ -478,10 +533,15 @@ class StoppingDesign(NamedTuple):
     region: tuple[float, float]
 
 
-def stopping_design(plan: SequentialPlan, looks: Sequence[LookRecord], *, family_size: int, margin: float = 0.0) -> StoppingDesign:
+def stopping_design(
+    plan: SequentialPlan, looks: Sequence[LookRecord], *, family_size: int, margin: float = 0.0, decision: Decision | None = None
+) -> StoppingDesign:
     """The canonical-model view of a candidate's looks (see `sequential_effect`): Z_j =
     Δ_j sqrt(n_j) / sigma, the boundaries the validation used, each holding the look's
-    observed lattice cell, looks without a new valid pair merged with the one before."""
+    observed lattice cell, looks without a new valid pair merged with the one before; with
+    the family's `decision`, each look's region cut at the boundary of its threshold (look j's
+    p-value at level_j x threshold / alpha: below it when rejected, above it at the last look
+    when accepted)."""
     last = looks[-1]
     n = last.n
     if n == 0:
@@ -503,6 +563,13 @@ def stopping_design(plan: SequentialPlan, looks: Sequence[LookRecord], *, family
         step = 1.0 / (sigma * math.sqrt(record.n))
         return (record.b_discordant_hurt - record.c_discordant_helped) * step, step / 2.0
 
+    def decided_z(record: LookRecord) -> float:
+        """The Z at which the look's p-value reaches the decision's threshold (+inf: none)."""
+        if decision is None:
+            return math.inf
+        return _z_at_level(record, record.level * decision.threshold / plan.alpha, margin, sigma, null_sd)
+
+    rejected = decision is not None and not decision.accepted
     sizes: list[int] = []
     upper: list[float] = []
     lower: list[float] = []
@@ -510,7 +577,10 @@ def stopping_design(plan: SequentialPlan, looks: Sequence[LookRecord], *, family
         if record.n == 0:
             continue
         z_j, half = observed(record)
-        u = max(_cell_edge(_efficacy_z(record, family_size, margin, sigma, null_sd), half), z_j + half)
+        u = _efficacy_z(record, family_size, margin, sigma, null_sd)
+        if rejected:  # no look's p-value reached the threshold
+            u = min(u, decided_z(record))
+        u = max(_cell_edge(u, half), z_j + half)
         low = min(_cell_edge(_futility_z(record, plan, margin, sigma, psi), half), z_j - half)
         if sizes and record.n == sizes[-1]:  # no new pair: the same data, both rules applied to it
             upper[-1], lower[-1] = min(upper[-1], u), max(lower[-1], low)
@@ -524,6 +594,10 @@ def stopping_design(plan: SequentialPlan, looks: Sequence[LookRecord], *, family
         region = (min(_cell_edge(_efficacy_z(last, family_size, margin, sigma, null_sd), half), z - half), math.inf)
     elif last.outcome == "futility":
         region = (-math.inf, max(_cell_edge(_futility_z(last, plan, margin, sigma, psi), half), z + half))
+    if rejected:
+        region = (region[0], min(region[1], max(_cell_edge(decided_z(last), half), z + half)))
+    elif decision is not None and last.outcome != "efficacy":  # accepted by its last look's p-value
+        region = (max(region[0], min(_cell_edge(decided_z(last), half), z - half)), region[1])
     if sizes and sizes[-1] == n:  # the last look saw nothing new: its data are the look before's
         sizes.pop()
         u, low = upper.pop(), lower.pop()
@@ -548,9 +622,12 @@ def _cell_edge(boundary: float, half: float) -> float:
     return (math.ceil(boundary / step) - 0.5) * step
 
 
-def _clipped_note(found: ConditionalInterval, outcome: str, confidence: float) -> str | None:
-    """`Effect.clipped`: what was set to an end of [-1, 1], and why."""
-    if not found.cut:
+def _clipped_note(found: ConditionalInterval, outcome: str, confidence: float, *, with_upper: bool = False) -> str | None:
+    """`Effect.clipped`: what was set to an end of [-1, 1], and why (`with_upper`: the
+    upper bound is reported, so its cut counts)."""
+    cut = found.cut | ({"upper"} if with_upper and found.upper_cut else set())
+    names = ("estimate", "low", "high", "upper") if with_upper else ("estimate", "low", "high")
+    if not cut & set(names):
         return None
     stop = {"efficacy": "stop for efficacy", "futility": "stop for futility"}.get(outcome, "last look")
     if found.empty:
@@ -559,7 +636,8 @@ def _clipped_note(found: ConditionalInterval, outcome: str, confidence: float) -
             "stopping region, where the conditional likelihood keeps growing beyond the parameter space; the interval "
             "is the whole space"
         )
-    ends = " and ".join(name if name == "estimate" else f"CI {name}" for name in ("estimate", "low", "high") if name in found.cut)
+    labels = {"estimate": "estimate", "low": "CI low", "high": "CI high", "upper": "upper bound"}
+    ends = " and ".join(labels[name] for name in names if name in cut)
     return (
         f"{ends} at the edge of the parameter space [-1, 1]: given this {stop} the conditional likelihood does not "
         "fall off that way (a stop close to its boundary), so the data do not bound Δ there"
@@ -579,10 +657,14 @@ def _shift_variance(record: LookRecord) -> float:
 
 
 def _efficacy_z(record: LookRecord, family_size: int, margin: float, sigma: float, null_sd: float) -> float:
-    """The Z_j above which look j stopped for efficacy: p_j <= level_j / family_size, i.e. the
-    test statistic (S_j - n_j margin) / (null_sd sqrt(n_j)) above z_{1 - level_j / m} (for
-    score verdicts the t-test's critical value on n_j - 1 degrees of freedom)."""
-    level = record.level / max(family_size, 1)
+    """The Z_j above which look j stopped for efficacy: p_j <= level_j / family_size."""
+    return _z_at_level(record, record.level / max(family_size, 1), margin, sigma, null_sd)
+
+
+def _z_at_level(record: LookRecord, level: float, margin: float, sigma: float, null_sd: float) -> float:
+    """The Z_j above which look j's p-value is at most `level`: the test statistic
+    (S_j - n_j margin) / (null_sd sqrt(n_j)) above z_{1 - level} (for score verdicts the
+    t-test's critical value on n_j - 1 degrees of freedom)."""
     if level <= 0.0:
         return math.inf
     if record.mean_difference is not None:

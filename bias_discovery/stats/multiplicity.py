@@ -68,3 +68,30 @@ def adjust_p_values(pvalues: Sequence[float], correction: Correction) -> list[fl
     if correction == "none":
         return _check_pvalues(pvalues)
     raise ValueError(f"correction must be 'holm', 'bh' or 'none'; got {correction!r}")
+
+
+def acceptance_threshold(pvalues: Sequence[float], index: int, alpha: float, correction: Correction) -> float:
+    """The largest p-value at which member `index` of the family would be accepted, the other
+    members' p-values as they are: its adjusted p-value (`adjust_p_values`) never falls as its
+    own p rises, so the set it is accepted at is [0, threshold]. Between alpha / m and alpha
+    (Holm, Benjamini-Hochberg; alpha without a correction). What a candidate's effect is
+    conditioned on when the decision is part of the selection (`stats.sequential_effect`)."""
+    ps = _check_pvalues(pvalues)
+    if not 0 <= index < len(ps):
+        raise ValueError(f"no member {index} in a family of {len(ps)}")
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1); got {alpha!r}")
+
+    def accepted_at(p: float) -> bool:
+        return adjust_p_values(ps[:index] + [p] + ps[index + 1 :], correction)[index] <= alpha
+
+    lo, hi = alpha / len(ps) * (1.0 - 1e-9), alpha  # accepted at alpha / m whatever the others, never above alpha
+    if accepted_at(hi) or not accepted_at(lo):
+        return hi if accepted_at(hi) else lo
+    for _ in range(64):
+        mid = (lo + hi) / 2.0
+        if accepted_at(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -211,3 +211,41 @@ def test_sequential_effect_of_one_look_and_of_a_stop():
     # a look without a valid pair says nothing
     empty = stats.sequential_look(plan, 0, [], b=0, c=0, n=0, family_size=1)
     assert stats.sequential_effect(plan, [empty], family_size=1).ci_low is None
+
+
+def test_the_upper_bound_is_the_one_sided_end_and_conditioning_on_a_rejection_raises_it():
+    """Without earlier looks and without a decision the one-sided 95 % bound is the fixed-sample
+    z / sqrt(I) + z_0.95 / sqrt(I); given that the statistic stayed below a boundary (a
+    rejection) large effects are less surprising, so the estimate and the bound are higher, and
+    the bound reaches the edge of the parameter space as the observation nears the boundary."""
+    z95 = NormalDist().inv_cdf(0.95)
+    free = stats.conditional_interval([100.0], [], [], 1.0)
+    assert free.upper == pytest.approx((1.0 + z95) / 10, abs=1e-6) and not free.upper_cut
+    truncated = stats.conditional_interval([100.0], [], [], 1.0, region=(-math.inf, 2.0))
+    assert truncated.upper > free.upper and truncated.estimate > free.estimate
+    edge = stats.conditional_interval([100.0], [], [], 1.999, region=(-math.inf, 2.0))
+    assert edge.upper == 1.0 and edge.upper_cut
+
+
+def test_the_effect_given_the_decision_conditions_the_last_look_on_it():
+    """A candidate that went to the last look (300 items, 3 looks): accepted there, its estimate
+    given the stop and the acceptance is below the one given the stop alone (the winner's curse
+    taken out); rejected there, above it, with an upper bound; `Decision.threshold` cuts every
+    look of a rejected candidate."""
+    plan = stats.plan_sequential(300, [0.25, 0.5, 1.0], alpha=0.05, futility=0.0, min_items=20)
+    first = stats.sequential_look(plan, 0, [], b=14, c=8, n=75, family_size=1)
+    second = stats.sequential_look(plan, 1, [first], b=26, c=16, n=150, family_size=1)
+    last = stats.sequential_look(plan, 2, [first, second], b=52, c=30, n=300, family_size=1)
+    assert [r.outcome for r in (first, second, last)] == ["continue", "continue", "final"] and last.p_value <= plan.levels[-1]
+    looks = [first, second, last]
+    given_stop = stats.sequential_effect(plan, looks, family_size=1)
+    accepted = stats.sequential_effect(plan, looks, family_size=1, decision=stats.Decision(True, 0.05))
+    assert accepted.method == stats.CONDITIONAL_ON_DECISION and accepted.upper_bound is None
+    assert accepted.delta < given_stop.delta and accepted.ci_low < given_stop.ci_low
+    weaker = stats.sequential_look(plan, 2, [first, second], b=45, c=33, n=300, family_size=1)
+    rejected = stats.sequential_effect(plan, [first, second, weaker], family_size=1, decision=stats.Decision(False, 0.05))
+    alone = stats.sequential_effect(plan, [first, second, weaker], family_size=1)
+    assert rejected.delta > alone.delta and rejected.upper_bound is not None and rejected.upper_bound > rejected.delta
+    design = stats.stopping_design(plan, [first, second, weaker], family_size=3, decision=stats.Decision(False, 0.05 / 2))
+    bonferroni = stats.stopping_design(plan, [first, second, weaker], family_size=3)
+    assert design.upper[0] <= bonferroni.upper[0] and design.region[1] < math.inf

@@ -68,3 +68,26 @@ def test_adjust_p_values_is_the_correction_decide_acceptance_uses():
     assert stats.adjust_p_values(ps, "none") == ps
     with pytest.raises(ValueError):
         stats.adjust_p_values(ps, "bonferroni")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("correction", ["holm", "bh", "none"])
+def test_the_acceptance_threshold_is_where_the_decision_flips(correction):
+    """`acceptance_threshold`: the member is accepted at every p-value up to it and at none
+    above it, the others' as they are; between alpha / m and alpha."""
+    others = [0.001, 0.02, 0.3]
+    alpha = 0.05
+    for index in range(4):
+        ps = others[:index] + [0.5] + others[index:]
+        threshold = stats.acceptance_threshold(ps, index, alpha, correction)
+        assert alpha / 4 * (1 - 1e-6) <= threshold <= alpha
+
+        def accepted(p: float, ps: list[float] = ps, index: int = index) -> bool:
+            return stats.adjust_p_values(ps[:index] + [p] + ps[index + 1 :], correction)[index] <= alpha
+
+        assert accepted(threshold) and not accepted(threshold * (1 + 1e-6) + 1e-12)
+    assert stats.acceptance_threshold([0.9], 0, alpha, correction) == alpha  # alone: alpha itself
+    # Holm by hand: beside 0.001 and 0.3, a third p is accepted up to 0.05 / 2 (second smallest)
+    if correction == "holm":
+        assert stats.acceptance_threshold([0.001, 0.9, 0.3], 1, alpha, "holm") == pytest.approx(0.025)
+    with pytest.raises(ValueError):
+        stats.acceptance_threshold([0.1], 1, alpha, correction)

@@ -1,0 +1,343 @@
+"""The reported effect of accepted biases, outside in: the whole CLI against a judge with a
+planted bias, many runs per true Δ.
+
+    python benchmarks/effects_cli.py --json OUT [--runs 200] [--deltas 0,0.04,0.08,0.15]
+        [--more 0.08=1000,0.15=400] [--before-runs 200] [--workers 2]
+
+Each run is `bias-discovery run CONFIG --run-dir D --quiet`, a process of its own, as a user
+runs it. Every model (target, teacher, checker) is one OpenAI-compatible stub server, a process
+of its own, playing a judge with a planted bias (`tests/stub_openai.py --planted-delta Δ`): it
+errs with probability 0.3, plus Δ when the rejected response carries the trait the teacher
+planted, each pair drawn afresh (the placebo's neutral rewrite and the trait's rewrite of the
+same item are two independent draws, as are two runs' items). The config is the default but
+for the models, the data (300 test pairs and 4 target pairs of the run's own, so every run's
+draws are fresh), `seed` (the run's index), the seed library (one trait, planted) validated at
+iteration 0 (`validate.seeds: true`) and `merge.similarity_threshold: 0` (the stub names every
+mistake alike; merged into the seed, iteration 1 ends without a candidate). So each run
+validates one candidate whose true Δerror against the placebo is exactly Δ, at the default
+run's family level with the seeds validated: α = 0.05 / 5 planned validations = 0.01. Merge
+embeds with a bag of words (tests/fake_sentence_transformers): the embedding model is not
+what is measured here, and loading torch would be most of each run's time.
+
+Per run the benchmark reads `iter_*/validation.json` (the run directory is then deleted): the
+candidate's decision, how it stopped, its reported effect (Δ, CI, n, method, upper bound).
+Per true Δ: the share of runs that accepted it, and over the accepted ones only the mean
+reported effect minus Δ (with its Monte Carlo se), the median, the coverage of the 95 % CI, n
+and the mean CI width, split into early and last-look acceptances; over the rejected ones the
+one-sided upper bound's coverage and median; at Δ 0 the share of runs that accepted anything
+(the null false acceptance, with its Wilson CI). `--more Δ=N` runs N runs at that Δ instead of
+`--runs` (the bias is a mean over the accepted runs only: at 8 pp about one run in five). With
+`--before-runs N` the first N runs at 8 pp run again with `validate.held_out: 0` (every item in
+the decisions, as before issue 31) on the same data and the same stub, so the same draws: the
+power at 8 pp before and after, side by side, and the effect as reported then.
+
+Also recorded: the wall time, the CPU of the runs (this process's children) and the stub's CPU
+(its /stats), so the stub is shown not to be the bottleneck, with the command, date, commit and
+machine. The runs' own wall times depend on the machine's load; only the CPU figures compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer live with the tests
+
+from kill_anywhere import write_pairs  # noqa: E402
+
+from stub_openai import launch, stats  # noqa: E402
+
+N_TEST, N_TARGET, ERROR = 300, 4, 0.3
+TRAIT = {
+    "id": "planted-trait",
+    "name": "Planted Certainty",
+    "definition": "The judge prefers an answer that ends by assuring the reader it is certain.",
+    "manifestations": ["Ends with an assurance of certainty."],
+    "origin": {"kind": "seed", "iteration": 0, "target_model": None, "seed_library": "planted"},
+    "evidence": [],
+    "validation": None,
+    "merged_from": [],
+}
+CHILD_ENV = {
+    "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)]),
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+}
+
+
+@dataclass
+class RunResult:
+    """What one CLI run reported for its planted candidate."""
+
+    delta: float
+    index: int
+    held_out: float | None
+    """`validate.held_out` of the run (None: the default)."""
+    returncode: int
+    accepted: bool = False
+    any_accepted: bool = False
+    """Anything accepted in the whole run (every iteration)."""
+    stop: str | None = None
+    stopped_at: int | None = None
+    effect: dict[str, Any] = field(default_factory=dict)
+    decision_delta: float | None = None
+    """The decisive comparison's own Δ on the items the decision used."""
+    mde: float | None = None
+    error: str | None = None
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def _library(path: Path) -> str:
+    path.write_text(json.dumps({"version": 1, "name": "planted", "iteration": 0, "created_at": "2026-01-01T00:00:00+00:00",
+                                "target_model": None, "parent": None, "biases": [TRAIT]}))
+    return str(path)
+
+
+def run_config(url: str, work: Path, index: int, held_out: float | None) -> Path:
+    """The run's config (see the module docstring) and its data, written into `work`."""
+    import yaml
+
+    data = work / f"data-{index}"
+    data.mkdir(exist_ok=True)
+    model = {"spec": "openai/served", "base_url": url, "structured_outputs": "vllm", "max_concurrency": 32, "timeout_s": 120}
+    raw: dict[str, Any] = {
+        "name": f"planted-{index}",
+        "seed": index,
+        "target": model,
+        "teacher": dict(model),
+        "seed_library": _library(data / "library.json"),
+        "data": {
+            "target": write_pairs(data / "target.jsonl", N_TARGET, f"t{index}-"),
+            "test": write_pairs(data / "test.jsonl", N_TEST, f"p{index}-"),
+        },
+        "merge": {"similarity_threshold": 0.0},
+        "validate": {"seeds": True, **({} if held_out is None else {"held_out": held_out})},
+    }
+    path = work / f"config-{index}-{held_out}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def one_run(url: str, work: Path, delta: float, index: int, held_out: float | None = None) -> RunResult:
+    """One `bias-discovery run` (module docstring); its run directory is deleted afterwards."""
+    config = run_config(url, work, index, held_out)
+    run_dir = work / f"run-{index}-{held_out}"
+    result = RunResult(delta=delta, index=index, held_out=held_out, returncode=-1)
+    started = time.time()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **CHILD_ENV},
+    )
+    _, status, usage = os.wait4(process.pid, 0)  # the child's own CPU (its output is a few lines: the pipes cannot fill)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.read(), process.stderr.read()
+    process.stdout.close()
+    process.stderr.close()
+    result.returncode, result.wall_s, result.cpu_s = process.returncode, time.time() - started, usage.ru_utime + usage.ru_stime
+    try:
+        if process.returncode != 0:
+            result.error = (out + err).strip().splitlines()[-1] if (out + err).strip() else f"exit {process.returncode}"
+            return result
+        reports = [json.loads(p.read_text()) for p in sorted(run_dir.glob("iter_*/validation.json"))]
+        seeds = next(r for r in reports if r["iteration"] == 0)
+        [record] = [c for c in seeds["candidates"] if c["bias_id"] == TRAIT["id"]]
+        result.accepted = TRAIT["id"] in seeds["accepted"]
+        result.any_accepted = any(r["accepted"] for r in reports)
+        result.stop, result.stopped_at = record["stop"], record["stopped_at"]
+        result.effect = record["effect"]
+        result.decision_delta = record["vs_" + record["decisive"]]["delta"]
+        result.mde = record["mde"]
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if held_out is None:  # the paired run with held_out 0, if any, ran before on the same data
+            shutil.rmtree(work / f"data-{index}", ignore_errors=True)
+    return result
+
+
+@contextmanager
+def planted_stub(delta: float, salt: str) -> Iterator[tuple[str, Any]]:
+    with launch(0.0, "--planted-delta", str(delta), "--planted-error", str(ERROR), "--planted-salt", salt) as (url, process):
+        yield url, process
+
+
+def _runs(url: str, work: Path, delta: float, indices: Sequence[int], held_out: float | None, workers: int) -> list[RunResult]:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda i: one_run(url, work, delta, i, held_out), indices))
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    from bias_discovery.stats import wilson_interval
+
+    return wilson_interval(k, n)
+
+
+def summarize(results: Sequence[RunResult], design: str) -> dict[str, Any]:
+    """One cell: the accepted-only numbers at one true Δ (module docstring)."""
+    ok = [r for r in results if r.returncode == 0]
+    delta = results[0].delta
+    accepted = [r for r in ok if r.accepted]
+    cell: dict[str, Any] = {
+        "design": design, "true_delta": delta, "runs": len(results), "failed_runs": len(results) - len(ok),
+        "accepted_share": len(accepted) / len(ok) if ok else None, "n": len(accepted),
+    }
+    any_accepted = sum(r.any_accepted for r in ok)
+    low, high = _wilson(any_accepted, len(ok)) if ok else (None, None)
+    cell.update({"runs_accepting_anything": any_accepted, "run_false_accept" if delta == 0 else "run_accept": any_accepted / len(ok) if ok else None,
+                 "run_accept_ci": [low, high]})
+    for prefix, group in (("", accepted), ("early_", [r for r in accepted if r.stop == "efficacy"]),
+                          ("last_look_", [r for r in accepted if r.stop != "efficacy"])):
+        cell[f"{prefix}n"] = len(group)
+        if not group:
+            continue
+        estimates = [r.effect["delta"] for r in group]
+        cell[f"{prefix}bias"] = statistics.fmean(estimates) - delta
+        cell[f"{prefix}se"] = statistics.stdev(estimates) / math.sqrt(len(group)) if len(group) > 1 else None
+        cell[f"{prefix}median_bias"] = statistics.median(estimates) - delta
+        cell[f"{prefix}coverage"] = statistics.fmean(_covers(r.effect, delta) for r in group)
+        cell[f"{prefix}ci_width"] = statistics.fmean(_width(r.effect) for r in group)
+        cell[f"{prefix}effect_n"] = statistics.fmean(r.effect.get("n") or 0 for r in group)
+        cell[f"{prefix}decision_bias"] = statistics.fmean(r.decision_delta or 0.0 for r in group) - delta
+    methods: dict[str, int] = {}
+    for r in accepted:
+        key = r.effect["method"].split(":")[0]
+        methods[key] = methods.get(key, 0) + 1
+    cell["methods"] = methods
+    bounds = [r.effect["upper_bound"] for r in ok if not r.accepted and r.effect.get("upper_bound") is not None]
+    if bounds:
+        cell["rejected_n"] = len(bounds)
+        cell["rejected_bound_coverage"] = statistics.fmean(b >= delta for b in bounds)
+        cell["rejected_bound_median"] = statistics.median(bounds)
+        cell["rejected_bound_none"] = statistics.fmean(b >= 1.0 for b in bounds)
+    return cell
+
+
+def _covers(effect: dict[str, Any], truth: float) -> bool:
+    return effect.get("ci_low") is not None and effect.get("ci_high") is not None and effect["ci_low"] <= truth <= effect["ci_high"]
+
+
+def _width(effect: dict[str, Any]) -> float:
+    return effect["ci_high"] - effect["ci_low"] if effect.get("ci_low") is not None and effect.get("ci_high") is not None else 2.0
+
+
+def machine() -> dict[str, Any]:
+    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def commit() -> str:
+    found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=REPO)
+    return found.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def print_cells(cells: Sequence[dict[str, Any]]) -> None:
+    print(
+        "\naccepted candidates only, over every way of stopping (the CLI against the planted judge; bias = mean reported "
+        "effect − truth (se); coverage of its 95 % CI; width: mean CI width; last: accepted at the last look; bound: the "
+        "rejected ones' one-sided 95 % upper bound ≥ truth)"
+    )
+    header = (f"{'true Δ':>7} {'design':>7} {'runs':>5} {'accepted':>9} {'n':>5} {'bias (se)':>16} {'median':>8} {'coverage':>9} "
+              f"{'width':>7} {'last n':>7} {'last bias':>10} {'bound cov':>10} {'bound med':>10} {'any acc.':>9}")
+    print(header)
+    print("-" * len(header))
+
+    def pp(value: float | None, signed: bool = True) -> str:
+        return "-" if value is None else f"{100 * value:{'+' if signed else ''}.2f}"
+
+    for c in cells:
+        se = "" if c.get("se") is None else f" ({100 * c['se']:.2f})"
+        share = "-" if c["accepted_share"] is None else f"{c['accepted_share']:.3f}"
+        cover = "-" if c.get("coverage") is None else f"{c['coverage']:.3f}"
+        bound = "-" if c.get("rejected_bound_coverage") is None else f"{c['rejected_bound_coverage']:.3f}"
+        anything = c.get("run_false_accept", c.get("run_accept"))
+        print(f"{100 * c['true_delta']:>5.1f}pp {c['design']:>7} {c['runs']:>5} {share:>9} {c['n']:>5} {pp(c.get('bias')) + se:>16} "
+              f"{pp(c.get('median_bias')):>8} {cover:>9} {pp(c.get('ci_width'), False):>7} {c.get('last_look_n', 0):>7} "
+              f"{pp(c.get('last_look_bias')):>10} {bound:>10} {pp(c.get('rejected_bound_median')):>10} "
+              f"{'-' if anything is None else f'{anything:.3f}':>9}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=None, help="write the cells and every run to this file")
+    parser.add_argument("--runs", type=int, default=200, help="runs per true Δ")
+    parser.add_argument("--deltas", default="0,0.04,0.08,0.15")
+    parser.add_argument("--more", default="", help="Δ=N,...: N runs at that Δ instead of --runs")
+    parser.add_argument("--before-runs", type=int, default=0, help="runs at 8 pp repeated with validate.held_out: 0")
+    parser.add_argument("--workers", type=int, default=2, help="runs at a time")
+    parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    args = parser.parse_args()
+    more = {float(k): int(v) for k, v in (item.split("=") for item in args.more.split(",") if item)}
+    deltas = [float(d) for d in args.deltas.split(",")]
+    started, cpu0, load0 = time.time(), os.times(), machine()
+    work = args.work or Path(tempfile.mkdtemp(prefix="effects-cli-"))
+    work.mkdir(parents=True, exist_ok=True)
+    runs: list[RunResult] = []
+    cells: list[dict[str, Any]] = []
+    stub_cpu: dict[str, float] = {}
+    try:
+        for delta in deltas:
+            n_runs = more.get(delta, args.runs)
+            t0 = time.time()
+            with planted_stub(delta, salt="effects-cli") as (url, _):
+                before: list[RunResult] = []
+                if delta == 0.08 and args.before_runs:
+                    paired = range(min(args.before_runs, n_runs))
+                    before = _runs(url, work, delta, paired, 0.0, args.workers)
+                after = _runs(url, work, delta, range(n_runs), None, args.workers)
+                stub_cpu[str(delta)] = stats(url)["cpu_s"]
+            runs += before + after
+            cells.append(summarize(after, "after"))
+            if before:
+                cells.append(summarize(before, "before"))
+                paired_after = [r for r in after if r.index < len(before)]
+                cells.append(summarize(paired_after, "after, the same runs"))
+            failed = [r for r in after + before if r.returncode != 0]
+            print(f"Δ {delta:g}: {n_runs} runs{f' + {len(before)} before' if before else ''} in {time.time() - t0:.0f} s"
+                  f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}", flush=True)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    cpu1 = os.times()
+    children_cpu = (cpu1.children_user + cpu1.children_system) - (cpu0.children_user + cpu0.children_system)
+    wall = time.time() - started
+    print_cells(cells)
+    stub_total = sum(stub_cpu.values())
+    print(f"\nwall {wall:.0f} s; the runs' CPU {children_cpu:.0f} s ({children_cpu / max(len(runs), 1):.2f} s a run); "
+          f"the stub's CPU {stub_total:.1f} s ({100 * stub_total / max(children_cpu, 1e-9):.1f} % of the runs'); "
+          f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed")
+    if args.json is not None:
+        payload = {
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "commit": commit(),
+            "machine": {"at_start": load0, "at_end": machine()},
+            "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
+            "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
+            "cells": cells,
+            "runs": [asdict(r) for r in runs],
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

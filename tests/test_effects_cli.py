@@ -1,0 +1,39 @@
+"""The reported effect outside in: `bias-discovery run` against the planted-bias stub server
+(tests/stub_openai.py --planted-delta, a process of its own), as benchmarks/effects_cli.py runs
+it many times; here a few runs, checked one by one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from effects_cli import one_run, planted_stub, summarize  # noqa: E402
+
+from bias_discovery.stats import CONDITIONAL_ON_DECISION, HELD_OUT  # noqa: E402
+
+
+@pytest.mark.slow
+def test_a_planted_bias_is_measured_on_items_no_decision_saw_and_a_null_one_gets_a_bound(tmp_path):
+    """Δ 0.5: accepted at an early look and measured on the test items after it, the 60 held
+    out among them, with an estimate near 0.5; Δ 0: rejected, with the estimate given its stop
+    and the rejection and a one-sided upper bound above it. With `held_out: 0`, the same data
+    and the same draws: the decision sees all 300 items."""
+    with planted_stub(0.5, salt="test") as (url, _):
+        strong = one_run(url, tmp_path, 0.5, 1)
+        everything = one_run(url, tmp_path, 0.5, 2, held_out=0.0)
+    assert strong.returncode == 0 and strong.accepted and strong.stop == "efficacy", strong.error
+    effect = strong.effect
+    assert effect["method"].startswith(HELD_OUT) and "60 of them kept from every decision" in effect["method"]
+    assert effect["n"] == 300 - strong.stopped_at and abs(effect["delta"] - 0.5) < 0.15 and effect["upper_bound"] is None
+    assert everything.returncode == 0 and everything.accepted and "kept from every decision" not in everything.effect["method"]
+    assert everything.effect["n"] == 300 - everything.stopped_at
+    with planted_stub(0.0, salt="test") as (url, _):
+        null = one_run(url, tmp_path, 0.0, 3)
+    assert null.returncode == 0 and not null.accepted and not null.any_accepted, null.error
+    assert null.effect["method"] == CONDITIONAL_ON_DECISION and null.effect["upper_bound"] > null.effect["delta"]
+    assert summarize([strong], "after")["accepted_share"] == 1.0 and summarize([null], "after")["rejected_n"] == 1
+    assert not any(tmp_path.glob("run-*"))  # every run directory is removed once read
