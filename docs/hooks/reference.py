@@ -134,19 +134,17 @@ def type_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
     return f"`{annotation}`"
 
 
+BOUNDS = ((annotated_types.Ge, "ge", "≥"), (annotated_types.Gt, "gt", ">"),
+          (annotated_types.Le, "le", "≤"), (annotated_types.Lt, "lt", "<"))
+"""A field's bound kinds: the annotated-types class, its attribute, and how the page writes it."""
+
+
 def bounds_text(info: FieldInfo) -> str:
     """The field's bounds (`≥ 1`, `> 0`, `< 1`, `at least 1 item`), from its annotated metadata."""
     parts = []
     for item in info.metadata:
-        if isinstance(item, annotated_types.Ge):
-            parts.append(f"≥ {item.ge}")
-        elif isinstance(item, annotated_types.Gt):
-            parts.append(f"> {item.gt}")
-        elif isinstance(item, annotated_types.Le):
-            parts.append(f"≤ {item.le}")
-        elif isinstance(item, annotated_types.Lt):
-            parts.append(f"< {item.lt}")
-        elif isinstance(item, annotated_types.MinLen):
+        parts += [f"{symbol} {getattr(item, attribute)}" for kind, attribute, symbol in BOUNDS if isinstance(item, kind)]
+        if isinstance(item, annotated_types.MinLen):
             parts.append(f"at least {item.min_length} item{'s' if item.min_length != 1 else ''}")
         elif isinstance(item, annotated_types.MaxLen):
             parts.append(f"at most {item.max_length} items")
@@ -337,16 +335,16 @@ def cli_page() -> str:
     root = typer.main.get_command(app)
     out = ["# Command-line reference", "",
            GENERATED_NOTE.format(source=" from the typer app (`bias_discovery.cli`): what `--help` prints"),
-           "Every command exits 0 on success, 1 when a check fails (`check`) and 2 on a usage or input error, "
-           "with a one-line message naming the file, line, field or server.", ""]
+           "Every command exits 0 on success, 1 when `check` finds a problem, 2 on a usage or input error (with a "
+           "one-line message naming the file, line, field or server) and 130 when a run is interrupted with Ctrl-C "
+           "(it says how to continue).", ""]
 
     def walk(command: Any, ctx: Any, depth: int) -> None:
         if getattr(command, "hidden", False):
             return
         path = ctx.command_path
         help_text = inspect.cleandoc(command.help or "")
-        if depth:
-            out.extend([f"{'#' * min(depth + 1, 4)} `{path}` {{#{path.replace(' ', '-')}}}", ""])
+        out.extend([f"{'#' * min(max(depth, 1) + 1, 4)} `{path}` {{#{path.replace(' ', '-')}}}", ""])
         if help_text:
             out.extend([help_text.replace("\b\n", ""), ""])
         out.extend(["```text", command.get_usage(ctx), "```", ""])
