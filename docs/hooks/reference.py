@@ -178,6 +178,29 @@ def default_text(info: FieldInfo) -> str:
     return f"`{yaml_value(value)}`"
 
 
+def group_default_text(value: BaseModel) -> list[str]:
+    """A group's default where it is not its model's own: a model spec (`llamacpp/smollm2`), or
+    the settings that differ (`positions: swap`); nothing when it is the model's defaults."""
+    if hasattr(value, "spec"):
+        return [f"default `{value.spec}`"]
+    try:
+        plain = type(value)().model_dump()
+    except ValueError:  # a model with required fields has no defaults of its own to differ from
+        return []
+
+    def differences(mine: dict[str, Any], theirs: dict[str, Any], prefix: str = "") -> list[str]:
+        found = []
+        for key, v in mine.items():
+            if isinstance(v, dict) and isinstance(theirs.get(key), dict):
+                found += differences(v, theirs[key], f"{prefix}{key}.")
+            elif theirs.get(key) != v:
+                found.append(f"`{prefix}{key}: {yaml_value(v)}`")
+        return found
+
+    changed = differences(value.model_dump(), plain)
+    return [f"default: its settings' defaults, but {', '.join(changed)}"] if changed else []
+
+
 def anchor(model: type[BaseModel]) -> str:
     return model.__name__.lower()
 
@@ -264,7 +287,9 @@ def config_page() -> str:
             facts = [type_text(info.annotation, link)]
             if default == "required":
                 facts.append("**required**")
-            elif not isinstance(info.get_default(call_default_factory=True), BaseModel):
+            elif isinstance(info.get_default(call_default_factory=True), BaseModel):
+                facts += group_default_text(info.get_default(call_default_factory=True))
+            else:
                 facts.append(f"default {default}")
             if bounds_text(info):
                 facts.append(bounds_text(info))
@@ -389,7 +414,7 @@ def api_page() -> str:
     out += ["## Results", ""]
     for result in results:
         out += [f"::: bias_discovery.api.{result.__name__}", "    options:", "      heading_level: 3",
-                "      members: false", ""]
+                "      filters: [\"!^_\", \"!^model_\", \"!^row_model$\"]", "      show_if_no_docstring: false", ""]
     out += ["## Result tables", "",
             "Every result has `.to_pandas()`, `.to_dataset()` (a `datasets.Dataset`) and `.columns()`. The columns are "
             "the fields of the result's row model, in order, with their types (integers and booleans as pandas' "
@@ -400,8 +425,7 @@ def api_page() -> str:
         docs = field_docstrings(row_model)
         columns = result.columns()
         out += [f"### {result.__name__} {{#columns-{result.__name__.lower()}}}", "",
-                f"One row per {first_sentence(row_model.__doc__).rstrip('.').removeprefix('One ').removeprefix('one ')}"
-                if row_model.__doc__ else "", "",
+                f"Row model `{row_model.__name__}`: {first_sentence(row_model.__doc__)}", "",
                 "Columns: " + ", ".join(f"`{c}`" for c in columns) + ".", "",
                 "| column | type | meaning |", "| --- | --- | --- |"]
         for column in columns:
