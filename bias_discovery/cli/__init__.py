@@ -7,7 +7,10 @@ imported inside the commands, so the CLI starts fast.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
+from typing import NoReturn
 
 from .common import app
 
@@ -24,9 +27,41 @@ from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations
 from . import check  # noqa: F401,E402  check
 # isort: on
 
-__all__ = ["app", "main"]
+__all__ = ["app", "leave", "main"]
 
 
 def main() -> None:
+    """The console script: run the command, then leave without the interpreter's teardown.
+
+    Why `os._exit`: after a command has closed its engines, files and connections, what is
+    left are threads of C extensions (torch's and faiss's OpenMP pools, tokenizers) whose
+    teardown at interpreter exit runs in an order nothing controls, and which crashed a
+    finished run now and then (rc -11 after the summary was printed). Python-level exit
+    handlers still run (`atexit._run_exitfuncs`: the shared event loop is stopped and joined,
+    logging flushed); the C-level teardown is skipped. A bug (an exception the CLI does not
+    turn into a message) keeps the ordinary exit and its traceback."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)
+
+
+def leave(code: object) -> NoReturn:
+    """Flush, run the exit handlers, and end the process with `code` (SystemExit's rules: None
+    is 0, an int is itself, anything else is printed and is 1)."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    os._exit(status)

@@ -8,12 +8,14 @@ with `submit` (a `concurrent.futures.Future`, usable from any thread) or `run_sy
 for the result). Code already running on the loop awaits the coroutines directly.
 
 The loop thread is a daemon: it never keeps the process alive, and a forked child starts
-its own loop on first use (a loop does not survive a fork).
+its own loop on first use (a loop does not survive a fork). At exit it is stopped and joined
+(`shutdown`), so it is never running while the interpreter finalizes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import os
 import threading
@@ -23,7 +25,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 __all__ = [
-    "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync", "shared_loop", "submit",
+    "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync",
+    "shared_loop", "shutdown", "submit",
 ]
 
 _T = TypeVar("_T")
@@ -64,13 +67,47 @@ def shared_loop() -> asyncio.AbstractEventLoop:
             def run() -> None:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(ready.set)
-                loop.run_forever()
+                try:
+                    loop.run_forever()
+                finally:
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                    loop.close()
 
             thread = threading.Thread(target=run, name="bias-discovery-io", daemon=True)
             thread.start()
             ready.wait()
+            if _pid is None:
+                atexit.register(shutdown)
             _loop, _thread, _pid = loop, thread, os.getpid()
         return _loop
+
+
+def shutdown(timeout: float = 5.0) -> None:
+    """Stop the shared loop and wait for its thread (idempotent; registered with atexit).
+
+    Why: a loop left running in its daemon thread while the interpreter finalizes may be woken
+    (a timer, a socket) after the objects it uses were torn down, or have its uvloop handles
+    freed from the main thread while its own thread is inside libuv; either can crash the
+    process after a run has finished. Pending tasks are cancelled first."""
+    global _loop, _thread
+    with _lock:
+        loop, thread = _loop, _thread
+        _loop = _thread = None
+    if loop is None or thread is None or not thread.is_alive() or _pid != os.getpid():
+        return
+
+    async def cancel_pending() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        asyncio.run_coroutine_threadsafe(cancel_pending(), loop).result(timeout)
+    except Exception:  # noqa: BLE001 - a stuck task must not keep the process from ending
+        pass
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout)
 
 
 def on_loop_thread() -> bool:
