@@ -25,6 +25,7 @@ import sys
 import textwrap
 import types
 import typing
+from collections import abc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -37,10 +38,9 @@ from pydantic_core import PydanticUndefined
 
 log = logging.getLogger("mkdocs.hooks.reference")
 
-PAGES = ("reference/config.md", "reference/cli.md", "reference/api.md", "reference/run-directory.md")
 GENERATED_NOTE = (
-    "!!! note \"Generated\"\n    This page is generated from the code at every build of the site "
-    "(`docs/hooks/reference.py`){source}. To change what it says, change the code's docstrings.\n"
+    "!!! note \"Generated\"\n    This page is generated at every build of the site (`docs/hooks/reference.py`){source}. "
+    "To change what it says, change the code's docstrings.\n"
 )
 
 
@@ -118,7 +118,7 @@ def type_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
     if origin in (Union, types.UnionType):
         parts = [type_text(a, link) for a in args if a is not type(None)]
         return " \\| ".join(parts + (["null"] if type(None) in args else []))
-    if origin in (list, tuple, set, frozenset) or origin in (typing.Sequence, typing.List):  # noqa: UP006
+    if origin in (list, tuple, set, frozenset, abc.Sequence):
         inner = [a for a in args if a is not Ellipsis]
         return f"list of {type_text(inner[0], link)}" if inner else "list"
     if origin is dict:
@@ -161,21 +161,15 @@ def yaml_value(value: Any) -> str:
         return "[" + ", ".join(yaml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, Path):
-        return str(value)
     return str(value)
 
 
 def default_text(info: FieldInfo) -> str:
+    """A field's default as YAML in backticks, or `required`."""
     if info.is_required():
         return "required"
-    if info.default_factory is not None:
-        value = info.default_factory()  # type: ignore[call-arg]
-    else:
-        value = info.default
-    if value is PydanticUndefined:
-        return "required"
-    return f"`{yaml_value(value)}`"
+    value = info.get_default(call_default_factory=True)
+    return "required" if value is PydanticUndefined else f"`{yaml_value(value)}`"
 
 
 def group_default_text(value: BaseModel) -> list[str]:
