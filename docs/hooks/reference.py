@@ -214,7 +214,7 @@ def settings_models() -> list[tuple[str, type[BaseModel], str]]:
          "The YAML file of `bias-discovery matrix CONFIG`, and `matrix(config)`; its flags replace its parts. "
          "Example: `experiments/matrix-cpu.yaml`."),
     ]
-    for name in sorted(api.__all__):
+    for name in sorted(api.__all__, key=lambda n: (n.endswith("Options"), n)):  # settings, then options
         value = getattr(api, name)
         if (isinstance(value, type) and issubclass(value, BaseModel) and value not in [m for _, m, _ in chosen]
                 and (name.endswith("Settings") or name.endswith("Options"))):
@@ -315,7 +315,9 @@ def config_page() -> str:
     head = ("# Configuration reference\n\n" + GENERATED_NOTE.format(source=" from the pydantic models of the settings")
             + "\nEvery key below is a YAML key (`validate.sequential.looks` is `looks:` under `sequential:` under "
               "`validate:`) and a `--set` override (`--set validate.sequential.looks=[0.5,1.0]`). Unknown keys and "
-              "values out of bounds are errors that name the key and the file.\n")
+              "values out of bounds are errors that name the key and the file. The `...Settings` and `...Options` "
+              "models at the end are what the Python API takes (a model or a dict of its fields); the commands build "
+              "them from their flags.\n")
     return head + "\n" + "\n".join(sections)
 
 
@@ -464,7 +466,10 @@ def run_directory_page() -> str:
            "every JSON file is read and written as the pydantic model named here, so a file that does not match is an "
            "error naming the file, the line and the field. `NNN` is an iteration number (`iter_001`, `iter_002` ...; "
            "`iter_000` holds the seed library's validation when `validate.seeds` is on).", "",
-           "```text", tree, "```", "", "## Files", ""]
+           "```text", tree, "```", "",
+           "`bias-discovery replicate` also writes into the run directory by default: "
+           "`replications/seed-S/replication.json` (`-DATA` appended for other data), the "
+           "[Replication](api.md#columns-replication) result, next to the run's own files.", "", "## Files", ""]
     for item in files:
         schema = link(item.schema) if item.schema is not None else "none"
         out += [f"### `{item.path}`", "", item.what, "", f"Form: {item.form}. Schema: {schema}.", ""]
