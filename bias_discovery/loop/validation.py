@@ -8,8 +8,9 @@ import functools
 from ..data.loaders import describe_source
 from ..errors import DataError
 from ..formatting import percent, pp
-from ..judging import JudgeResult, calls_per_pair, judge_pairs, measure_of, summarize
+from ..judging import JudgeResult, calls_per_pair, judge_pairs, judge_tasks, measure_of, mirror_tasks, orders_by_pair, summarize
 from ..library import Bias
+from ..metrics import PositionProfile, position_profile
 from ..run import ValidationReport
 from ..stages import PlaceboArm, ValidationModels, ValidationSetup, record_checker, run_placebo, validate_biases
 from ..stages.family import FamilySettings
@@ -78,6 +79,35 @@ class LoopValidation:
         self._write_baseline(result)
         return result
 
+    def position_profile(self, baseline: JudgeResult) -> PositionProfile | None:
+        """The target's position preference on the test pairs (`validate.position_profile`;
+        once per run): from the baseline's two orders with `positions: both`, else from the
+        baseline and the other order of each pair, judged here (`baseline/mirror.json`)."""
+        config = self.config
+        if not config.validate_.position_profile or config.judge.mitigation != "none":
+            return None
+        record = self.run.baseline
+        if record.positions.exists():
+            return record.positions.read()
+        pairs = self.resources.test_pairs
+        judgments = list(baseline.judgments)
+        extra = 0
+        if config.judge.positions != "both":
+            if record.mirror.exists():
+                mirror = record.mirror.read()
+            else:
+                tasks = mirror_tasks(pairs, baseline, config.judge, seed=config.seed)
+                with self.book.single_step("positions", 0, len(tasks)) as progress:
+                    mirror = judge_tasks(self.resources.booked("target", "positions"), pairs, tasks, config.judge,
+                                         progress=progress)
+                record.mirror.write(mirror)
+            judgments += mirror.judgments
+            extra = len(mirror.judgments)
+        y_cr, y_rc = orders_by_pair(pairs, judgments)
+        profile = position_profile(y_cr, y_rc, extra_calls=extra)
+        record.positions.write(profile)
+        return profile
+
     def _write_baseline(self, result: JudgeResult) -> None:
         summary = summarize(
             result,
@@ -132,6 +162,7 @@ class LoopValidation:
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
         baseline, placebo = self.controls(with_placebo=bool(candidates))  # the placebo: paid for when a candidate needs it
+        self.position_profile(baseline)
         alpha = config.family_alpha
         setup = ValidationSetup(
             family=FamilySettings(

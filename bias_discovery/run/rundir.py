@@ -3,7 +3,8 @@
     RUN_DIR/config.yaml            resolved config
     RUN_DIR/run.json               status: iteration, stage, stop reason (what `status` reads)
     RUN_DIR/library/iter_NNN.json  one library per iteration, plus latest.json (`run.library`)
-    RUN_DIR/baseline/              the target's judgments on the unperturbed test set
+    RUN_DIR/baseline/              the target's judgments on the unperturbed test set, and its
+                                   position preference (positions.json, from both orders)
     RUN_DIR/placebo/               neutral rewrites of the test set's rejected responses, their
                                    answer checks and judgments, and the rewrite effect
     RUN_DIR/iter_NNN/              perturbed, judgments, misjudged, explanations, identified,
@@ -34,6 +35,7 @@ from ..errors import BiasDiscoveryError, ConfigError
 from ..io import atomic_write_json, scan_jsonl
 from ..judging import JudgeResult, JudgeSummary, Judgment
 from ..library import Bias, RewriteEffect
+from ..metrics import PositionProfile
 from ..stages.merge import MergeDecision
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from ..stages.validate import PlaceboArm
@@ -130,6 +132,10 @@ class BaselineRecord:
         self.directory = directory
         self.result = JsonArtifact(directory / "result.json", JudgeResult)
         self.summary = JsonArtifact(directory / "summary.json", JudgeSummary)
+        self.positions = JsonArtifact(directory / "positions.json", PositionProfile)
+        """The target's position preference (`validate.position_profile`)."""
+        self.mirror = JsonArtifact(directory / "mirror.json", JudgeResult)
+        """The test pairs judged in the order the baseline did not show (position profile)."""
 
 
 class PlaceboRecord:

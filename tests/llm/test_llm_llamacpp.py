@@ -143,6 +143,38 @@ def test_outputs_do_not_depend_on_call_order(engine) -> None:  # type: ignore[no
 
 
 @pytest.mark.model
+def test_a_shared_prompt_prefix_is_evaluated_once_and_changes_no_output(engine) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite requests share their system prompt and instructions: after the first, each reuses
+    the previous request's KV cache up to a chunk boundary. The outputs equal those of every
+    request evaluated from scratch, in any order, interleaved with requests of another stage."""
+    from bias_discovery.config import PerturbSettings
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, build_tasks
+    from bias_discovery.library import load_seed_library
+    from bias_discovery.llm.llamacpp import PROMPT_CHUNK
+    from bias_discovery.stages.perturb import build_perturb_request
+
+    pairs = load_pairs("demo", limit=4)
+    bias = load_seed_library("biasscope7").biases[0]
+    rewrites = [build_perturb_request(p, bias, PerturbSettings(max_tokens=24), seed=1) for p in pairs]
+    judges = [t.request for t in build_tasks(pairs, JudgeSettings(positions="swap", reasoning=False), seed=1)]
+    requests = [r for pair in zip(rewrites, judges) for r in pair]  # another stage's request in between
+
+    def from_scratch(request: GenerationRequest) -> str:
+        engine._last_prompt = []  # nothing reusable: the whole prompt is evaluated
+        return engine.generate([request])[0].text
+
+    scratch = [from_scratch(r) for r in requests]
+    before = engine.prompt_tokens_reused
+    together = [r.text for r in engine.generate(rewrites)] + [r.text for r in engine.generate(judges)]
+    reused = engine.prompt_tokens_reused - before
+    assert together == [scratch[i] for i in range(0, len(requests), 2)] + [scratch[i] for i in range(1, len(requests), 2)]
+    assert reused >= (len(rewrites) - 1) * 3 * PROMPT_CHUNK  # the perturb system prompt: more than 3 chunks each
+    backward = [r.text for r in engine.generate(list(reversed(requests)))][::-1]
+    assert backward == scratch
+
+
+@pytest.mark.model
 def test_smollm2_follows_the_default_prompt_and_the_uncapped_verdict_format(engine) -> None:  # type: ignore[no-untyped-def]
     """The paper's setting (default neutral prompt, no reasoning cap) on the real model: every
     finished output is the verdict format, whatever its length; only an output cut by

@@ -1,0 +1,158 @@
+"""A run's outcome in three plain sentences (what was found; what could not be detected at
+this n; what a real run needs), with the figures behind them: the judge's position
+preference and the teacher's rewrite quality. The end of `run`/`resume` prints it and the
+report opens with it, so a newcomer reads the result before the tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ..config import RunConfig, load_run_config
+from ..formatting import plural
+from ..library import Bias
+from ..metrics import Estimate, PositionProfile, proportion
+from ..run import RunDir, ValidationReport
+from ..stages.records import PerturbedPair
+from ..stats import MEASURE_LABELS
+
+__all__ = ["GPU_CONFIG", "RewriteQuality", "RunSummary", "rewrite_quality", "rewrite_sentence", "run_summary"]
+
+GPU_CONFIG = "experiments/biasscope-qwen-1gpu.yaml"
+"""The config a real run starts from: a 7B judge and a 32B teacher served by vLLM on one GPU."""
+
+POSITION_DECIDED = 0.9
+"""Above this share of pairs decided by position, the summary says that a rewrite of the rejected
+response can hardly move the verdict (it is set by where the responses are shown)."""
+
+
+class RewriteQuality(BaseModel):
+    """How usable the teacher's rewrites of the test set were (placebo and validation)."""
+
+    n_rewrites: int = Field(ge=0, description="Rewrites of test items the teacher made (placebo and every validation).")
+    valid: Estimate
+    """Share that could be judged: not truncated, empty, unchanged or with a changed final answer."""
+    answer_changed: Estimate
+    """Of the rewrites whose answer was checked, the share whose final answer changed (then left out)."""
+
+
+class RunSummary(BaseModel):
+    """The three sentences and the measured figures they rest on."""
+
+    found: str
+    undetected: str
+    next_step: str | None
+    position: PositionProfile | None = None
+    rewrites: RewriteQuality | None = None
+
+    def sentences(self) -> list[str]:
+        return [s for s in (self.found, self.undetected, self.next_step) if s]
+
+
+def rewrite_quality(rewrites: Sequence[PerturbedPair]) -> RewriteQuality | None:
+    """`RewriteQuality` of `rewrites`; None when there are none."""
+    if not rewrites:
+        return None
+    valid = sum(1 for r in rewrites if r.valid)
+    checked = [r for r in rewrites if r.answer_check is not None or r.invalid_reason == "answer_changed"]
+    changed = sum(1 for r in checked if r.invalid_reason == "answer_changed")
+    return RewriteQuality(n_rewrites=len(rewrites), valid=proportion(valid, len(rewrites)),
+                          answer_changed=proportion(changed, len(checked)))
+
+
+def _pct(estimate: Estimate) -> str:
+    if estimate.value is None:
+        return "n/a"
+    return (f"{100 * estimate.value:.0f} % (95 % CI {100 * (estimate.ci_low or 0):.0f}-{100 * (estimate.ci_high or 0):.0f} %, "
+            f"n = {estimate.n})")
+
+
+def _accepted(reports: Sequence[ValidationReport]) -> list[Bias]:
+    return [b for r in reports if r.iteration > 0 for b in r.validated if b.validation and b.validation.accepted]
+
+
+def _found(reports: Sequence[ValidationReport], position: PositionProfile | None) -> str:
+    accepted = _accepted(reports)
+    seeds = [b for r in reports if r.iteration == 0 for b in r.validated if b.validation and b.validation.accepted]
+    parts = []
+    for bias in accepted + seeds:
+        v = bias.validation
+        assert v is not None
+        e = v.effect
+        parts.append(f"{bias.id} ({MEASURE_LABELS[e.measure]} {100 * e.delta:+.1f} pp vs {v.decisive}, "
+                     f"95 % CI {100 * e.ci_low:+.1f} to {100 * e.ci_high:+.1f}, n = {e.n})")
+    candidates = sum(len(r.validated) for r in reports if r.iteration > 0)
+    if parts:
+        text = f"Found: {plural(len(parts), 'bias', 'biases')} that raise the judge's error beyond chance: " + "; ".join(parts) + "."
+    elif candidates:
+        text = f"Found: no bias; none of the {plural(candidates, 'candidate')} validated raised the judge's error beyond chance."
+    else:
+        text = "Found: no new bias; no candidate came through Merge to be validated."
+    if position is not None and position.n_pairs:
+        text += f" Measured about the judge: {position.sentence()}."
+    return text
+
+
+def _undetected(reports: Sequence[ValidationReport], position: PositionProfile | None) -> str:
+    measured = [r for r in reports if r.mde_n is not None and r.mde_alpha is not None and r.validated]
+    if not measured:
+        text = "Not detectable at this n: nothing was validated, so no effect size was tested."
+    else:
+        last = measured[-1]
+        label = MEASURE_LABELS[last.measure]
+        if last.mde is None:
+            size = f"no {label} up to 100 pp"
+        else:
+            size = f"a {label} below {100 * last.mde:.0f} pp"
+        which = "the seed biases" if last.iteration == 0 else f"iteration {last.iteration}'s candidates"
+        power = f"{100 * last.power:.0f} %" if last.power is not None else "80 %"
+        text = (f"Not detectable at this n: {size} (vs the {last.control}, {power} power, one-sided α = "
+                f"{last.mde_alpha:.3g}) with the n = {last.mde_n} test items {which} were judged on.")
+    if position is not None and position.decided_by_position.value is not None and position.decided_by_position.value >= POSITION_DECIDED:
+        text += (" And with its verdict set by position on "
+                 f"{position.first_both + position.second_both} of {position.n_pairs} pairs, a rewrite of the rejected "
+                 "response can move the verdict of few pairs at all.")
+    return text
+
+
+def _next_step(config: RunConfig, reports: Sequence[ValidationReport]) -> str | None:
+    embedded = [c for c in (config.target, config.teacher) if c.provider == "llamacpp"]
+    if embedded:
+        return ("A real run needs a stronger teacher and judge than the embedded model: on a GPU node, "
+                f"`bias-discovery check {GPU_CONFIG}` then `bias-discovery run {GPU_CONFIG}` "
+                "(a 7B judge, a 32B teacher and JudgeBench; see the GPU guide).")
+    measured = [r for r in reports if r.mde is not None]
+    if measured and measured[-1].mde is not None and measured[-1].mde > 0.1:
+        return ("Smaller effects need more test items: raise data.test_limit (or use a larger test set); "
+                "`bias-discovery check CONFIG` prints the planned calls.")
+    return None
+
+
+def run_summary(root: Path | str) -> RunSummary:
+    """The summary of the run in `root` (finished or not: it says what is on file)."""
+    run = RunDir(root)
+    config = load_run_config(run.config_path)
+    reports = [r for t in run.iterations() if (r := run.iteration(t).validation.read_if_exists()) is not None]
+    position = run.baseline.positions.read_if_exists()
+    rewrites: list[PerturbedPair] = []
+    if run.placebo.perturbed.exists():
+        rewrites += run.placebo.perturbed.read()
+    for t in run.iterations():
+        record = run.iteration(t).validation_perturbed
+        if record.exists():
+            rewrites += record.read()
+    return RunSummary(
+        found=_found(reports, position),
+        undetected=_undetected(reports, position),
+        next_step=_next_step(config, reports),
+        position=position,
+        rewrites=rewrite_quality(rewrites),
+    )
+
+
+def rewrite_sentence(quality: RewriteQuality) -> str:
+    """The teacher's rewrite quality in one line, with n and CIs."""
+    return (f"rewrite quality: {_pct(quality.valid)} of the teacher's {quality.n_rewrites} test rewrites could be judged; "
+            f"the final answer changed in {_pct(quality.answer_changed)} of those checked")
