@@ -46,6 +46,8 @@ class RunFile:
 ARTIFACT_NOTES: dict[str, str] = {
     "baseline/result.json": "The target's judgments on the unperturbed test pairs (every judged order) and each pair's outcome.",
     "baseline/summary.json": "The target's error on the unperturbed test pairs, with its CI, per domain.",
+    "baseline/positions.json": "The target's position preference, from each test pair judged in both orders (`validate.position_profile`).",
+    "baseline/mirror.json": "The test pairs judged in the order the baseline did not show, for the position profile (with `judge.positions: swap` or `fixed`).",
     "placebo/perturbed.jsonl": "The teacher's neutral rewrite of each test pair's rejected response (same content and answer, no trait), with its answer check.",
     "placebo/result.json": "The target's judgments of the neutrally rewritten test pairs.",
     "placebo/effect.json": "The rewrite effect: the placebo against the unperturbed items. Written last: a placebo without it is redone (from the call cache).",

@@ -427,7 +427,7 @@ def api_page() -> str:
         for column in columns:
             info = row_model.model_fields[column]
             out.append(f"| `{column}` | {cell(type_text(info.annotation, lambda m: f'`{m.__name__}`'))} | "
-                       f"{cell(one_paragraph(docs.get(column, '')))} |")
+                       f"{cell(one_paragraph(docs.get(column) or info.description or ''))} |")
         out.append("")
     return "\n".join(out)
 
@@ -482,6 +482,7 @@ def run_directory_page() -> str:
         out += ["| field | type | meaning |", "| --- | --- | --- |"]
         for name, info in model.model_fields.items():
             key = info.alias or name
-            out.append(f"| `{key}` | {cell(type_text(info.annotation, link))} | {cell(one_paragraph(docs.get(name, '')))} |")
+            out.append(f"| `{key}` | {cell(type_text(info.annotation, link))} | "
+                       f"{cell(one_paragraph(docs.get(name) or info.description or ''))} |")
         out.append("")
     return "\n".join(out)
