@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from kill_anywhere import stub_config  # noqa: E402
+
 from stub_openai import launch, stats  # noqa: E402
 
 

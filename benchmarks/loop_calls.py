@@ -222,7 +222,7 @@ def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) ->
                               settings=settings, seed=seed)
         accepted = []
         setup = ValidationSetup(
-            family=FamilySettings(rules=settings, alpha=settings.alpha, seed=seed), perturb=perturb, judge=judge, test_data="simulated"
+            family=FamilySettings(rules=settings, family_alpha=settings.alpha, seed=seed), perturb=perturb, judge=judge, test_data="simulated"
         )
         for family in families:
             out = validate_biases(ValidationModels(world, world, world), family, pairs, baseline, setup, placebo=placebo)

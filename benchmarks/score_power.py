@@ -130,8 +130,8 @@ def sequential_cell(
     order = list(range(n))
     out: dict[str, float] = {"items": n, "sharpness": sharpness, "shift_logit": shift, "delta_p": truth}
     for measure, control, arm in (("error", placebo_error, trait_error), ("p_rejected", placebo_score, trait_score)):
-        settings = FamilySettings(rules=ValidateSettings(n_boot=100), alpha=args.alpha, measure=measure)
-        given_stop = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": "conditional"}), alpha=args.alpha,
+        settings = FamilySettings(rules=ValidateSettings(n_boot=100), family_alpha=args.alpha, measure=measure)
+        given_stop = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"effect": "conditional"}), family_alpha=args.alpha,
                                     measure=measure)
         accepted, calls, calls_conditional = 0, 0, 0
         early: dict[str, list[tuple[float, bool]]] = {"": [], "conditional_": []}

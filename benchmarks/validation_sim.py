@@ -138,7 +138,7 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
     """Reported effects after the default sequential plan, until `target` candidates stopped
     early for efficacy (see the module docstring)."""
     rng = np.random.default_rng(seed)
-    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), family_alpha=0.05, seed=seed)
     assert settings.held_out_effect, "the default settings measure an early acceptance on its held-out items"
     given_stop = _conditional(settings)
     order = list(range(N_ITEMS))  # the items are exchangeable: the slice order does not matter
@@ -179,7 +179,7 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
 def min_delta_cell(replications: int, seed: int) -> dict[str, float]:
     """Acceptance with min_delta 0.05 at a true Δ of 0.03 (and at 0.05, the boundary)."""
     out = {}
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100, min_delta=0.05), alpha=0.05, seed=seed)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=100, min_delta=0.05), family_alpha=0.05, seed=seed)
     order = list(range(N_ITEMS))
     for key, delta in (("min_delta_false_accept", 0.03), ("min_delta_accept_at_boundary", 0.05)):
         rng = np.random.default_rng(seed)
@@ -201,7 +201,7 @@ def null_run_cell(replications: int, seed: int, error_control: str = "run") -> f
         }
     )
     settings = FamilySettings(
-        rules=config.validate_, alpha=config.family_alpha, families=config.planned_validations, seed=seed
+        rules=config.validate_, families=config.planned_validations, seed=seed
     )
     rng = np.random.default_rng(seed)
     any_accepted = 0
@@ -270,13 +270,13 @@ def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings) ->
 def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
     """The reported effect per way of stopping, choice and score verdicts (module docstring)."""
     out = []
-    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed)
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), family_alpha=0.05, seed=seed)
     for delta in STOP_TYPE_DELTAS:
         controls, arms = _paired_errors(np.random.default_rng(seed), replications, N_ITEMS, delta)
         out += _by_stop("error", delta, [_reported(c, a, settings) for c, a in zip(controls, arms)])
     score_power = _sibling("score_power")
     judge = argparse.Namespace(**score_power.JUDGE_DEFAULTS)
-    settings = FamilySettings(rules=ValidateSettings(n_boot=500), alpha=0.05, seed=seed, measure="p_rejected")
+    settings = FamilySettings(rules=ValidateSettings(n_boot=500), family_alpha=0.05, seed=seed, measure="p_rejected")
     for shift in SCORE_SHIFTS:
         placebo, _, trait, _ = score_power.simulate_arms(replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed))
         truth = float((trait - placebo).mean())

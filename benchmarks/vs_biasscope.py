@@ -794,7 +794,7 @@ def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: An
     validates its own candidates. `engines` replaces the models (tests)."""
     from bias_discovery.judging import judge_pairs, measure_of
     from bias_discovery.llm.roles import ModelRoles
-    from bias_discovery.sequential import FamilySettings
+    from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, run_placebo, validate_biases
 
     settings = config.validate_
@@ -810,7 +810,7 @@ def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: An
         if settings.control == "placebo":
             placebo = run_placebo(roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=config.perturb,
                                   judge_settings=config.judge, settings=settings, seed=config.seed, pipeline=config.pipeline)
-        family = FamilySettings(rules=settings, alpha=settings.alpha, families=1, seed=config.seed,
+        family = FamilySettings.planned(settings, 1, seed=config.seed,
                                 scope="test of the peer's kept biases", measure=measure_of(config.judge))
         setup = ValidationSetup(family=family, perturb=config.perturb, judge=config.judge, test_data=data, pipeline=config.pipeline)
         models = ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker)

@@ -225,10 +225,17 @@ class ValidateSettings(_Strict):
         placebo (its comparison is then reported, not decisive)."""
         return "baseline" if self.acceptance == "paper" else self.control
 
+    def family_alpha(self, families: int) -> float:
+        """The alpha of one validation family when `families` are planned: `alpha`, or with
+        `error_control: run` its even share (the run's family-wise error then stays within
+        alpha). The one place that decides a family's level (a run, a replication, a matrix)."""
+        if families < 1:
+            raise ValueError(f"families must be >= 1; got {families}")
+        return self.alpha if self.error_control == "iteration" else self.alpha / families
+
 
 Pipeline = Literal["staged", "streamed"]
 """How the model calls of an iteration are ordered (`RunConfig.pipeline`)."""
-
 
 class RunConfig(_Strict):
     name: str = "run"
@@ -274,7 +281,7 @@ class RunConfig(_Strict):
             if judge_seed != raw.get("seed", 42):
                 raise ValueError(
                     f"judge.seed ({judge_seed}) differs from seed ({raw.get('seed', 42)}): a run has one seed "
-                    "(it draws the position swaps, the bias sampling and the models' sampling); set `seed` only"
+                    "(it draws the position swaps, the bias sampling and the models' sampling); set the top-level seed only"
                 )
             raw = {**raw, "judge": judge}
         return raw
@@ -304,8 +311,7 @@ class RunConfig(_Strict):
         """The alpha of one validation family: `validate.alpha`, or with `error_control: run`
         its even share over the planned validations, so the run's family-wise error stays
         within alpha."""
-        v = self.validate_
-        return v.alpha if v.error_control == "iteration" else v.alpha / self.planned_validations
+        return self.validate_.family_alpha(self.planned_validations)
 
     def with_timeout(self, timeout_s: float | None) -> RunConfig:
         """This config with every model's request deadline set to `timeout_s` (None: unchanged).
@@ -334,7 +340,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
             child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(
-                f"--set {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
+                f"`overrides` {item}: {'.'.join(parts[:depth])} is a single setting ({child!r}), not a group of settings"
             )
         node[part] = child
         node = child
@@ -346,11 +352,11 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value (e.g. max_iterations=2)")
+            raise ConfigError(f"`overrides` {item!r}: expected key=value (e.g. max_iterations=2)")
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
+            raise ConfigError(f"`overrides` {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
         _set_dotted(tree, key.strip(), value, item)
     return tree
 
@@ -421,7 +427,7 @@ def validate_settings(
             if item is None:
                 from_file.append(problem)
             else:
-                from_set.append(f"--set {item}: {problem}")
+                from_set.append(f"`overrides` {item}: {problem}")
         if not from_set:
             raise ConfigError(f"{source}: invalid config: {'; '.join(from_file)}") from None
         in_file = f"; {source}: {'; '.join(from_file)}" if from_file else ""

@@ -191,16 +191,16 @@ def check_output_dir(
     for path in protect:
         p = path.resolve()
         if out_resolved == p or out_resolved in p.parents:
-            raise error(f"--out {out} is or contains {path}; pick another output directory")
+            raise error(f"`out` {out} is or contains {path}; pick another output directory")
     if out.is_symlink() or out.exists():
         if not out.is_dir():
-            raise error(f"--out {out} exists and is not a directory")
+            raise error(f"`out` {out} exists and is not a directory")
         if any(out.iterdir()) and not overwrite:
             raise error(
-                f"--out {out} exists and is not empty; pass --overwrite to replace it, or pick "
+                f"`out` {out} exists and is not empty; pass `overwrite` to replace it, or pick "
                 "another directory"
             )
-    probe_writable(out.absolute().parent, what=f"--out {out}: its folder")
+    probe_writable(out.absolute().parent, what=f"`out` {out}: its folder")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .data.loaders import describe_source, load_pairs
 from .data.overlap import DataOverlap
@@ -28,6 +28,7 @@ from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_
 from .judging import calls_per_pair, judge_pairs, measure_of
 from .library import BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
+from .options import OperationOptions
 from .progress import ProgressFactory, progress_or_quiet
 from .run.context import RunContext
 from .run.overlap import check_run_overlap
@@ -40,6 +41,40 @@ from .tables import Tabular
 
 DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature of the fresh rewrites when the run rewrote greedily (temperature 0)."""
+
+
+class ReplicationOptions(OperationOptions):
+    """What a replication of a run may change (`bias-discovery replicate`'s options, the
+    arguments of `api.replicate`); everything else is the run's own."""
+
+    seed: int | None = None
+    """Seed of the fresh rewrites, position swaps and test sample (None: the run's + 1)."""
+    data: str | None = None
+    """Other test data: a named set or a file (None: the run's test data)."""
+    data_dir: Path | None = None
+    """Where named sets are read from (None: the run's)."""
+    limit: int | None = Field(default=None, ge=1)
+    """A seeded sample of this many test pairs (None: the run's test_limit, with the run's data)."""
+    biases: str | None = None
+    """Ids or names (comma-separated) to replicate instead of the accepted biases; seeds too."""
+    temperature: float | None = Field(default=None, ge=0.0)
+    """Teacher sampling of the fresh rewrites (None: the run's, or 0.7 when it rewrote greedily)."""
+    out: Path | None = None
+    """Output directory (None: RUN_DIR/replications/seed-S)."""
+    overwrite: bool = False
+    """Replace a non-empty `out`."""
+    allow_overlap: bool = False
+    """Replicate on data that shares pairs (id or content) with the run's target pairs (recorded)."""
+    skip_bad_rows: bool = False
+    """Skip and count unusable data rows (on when the run used data.skip_bad_rows)."""
+    timeout_s: float | None = Field(default=None, gt=0.0)
+    """Each model request's deadline, retries included (None: the run's)."""
+
+    @field_validator("biases", mode="before")
+    @classmethod
+    def _biases_as_text(cls, value: Any) -> Any:
+        """A list of ids or names is the same selection as their comma-separated text."""
+        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 class ReplicationError(BiasDiscoveryError):
@@ -150,31 +185,25 @@ def default_out(run_dir: Path, seed: int, data: str | None) -> Path:
 
 def replicate_run(
     run_dir: Path | str,
+    options: ReplicationOptions | None = None,
     *,
-    seed: int | None = None,
-    data: str | None = None,
-    data_dir: Path | str | None = None,
-    limit: int | None = None,
-    biases: str | None = None,
-    temperature: float | None = None,
-    out: Path | str | None = None,
-    overwrite: bool = False,
-    allow_overlap: bool = False,
-    skip_bad_rows: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
-    timeout_s: float | None = None,
 ) -> tuple[Replication, Path]:
-    """Re-validate a run's accepted biases (or `biases`: ids or names, seeds too) on fresh
-    rewrites; returns the replication and the directory it was written to.
+    """Re-validate a run's accepted biases (or `options.biases`: ids or names, seeds too) on
+    fresh rewrites; returns the replication and the directory it was written to.
 
-    `seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new sample when
-    the seed is new); `temperature` to the run's perturb temperature, or 0.7 when that is 0.
-    `engines` ({"target", "teacher", "checker"}) replaces the models (tests); `timeout_s`
-    each model's request deadline (None: the run's). Data that shares pairs (by id or
-    content) with the run's target pairs is refused unless `allow_overlap`. `skip_bad_rows`
-    (or the run's `data.skip_bad_rows`) skips and counts bad data rows.
+    `options.seed` defaults to the run's seed + 1; `limit` to the run's `test_limit` (a new
+    sample when the seed is new); `temperature` to the run's perturb temperature, or 0.7 when
+    that is 0. `engines` ({"target", "teacher", "checker"}) replaces the models (tests). Data
+    that shares pairs (by id or content) with the run's target pairs is refused unless
+    `allow_overlap`. `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad
+    data rows.
     """
+    opts = options or ReplicationOptions()
+    seed, data, data_dir, limit, biases = opts.seed, opts.data, opts.data_dir, opts.limit, opts.biases
+    temperature, out, overwrite, timeout_s = opts.temperature, opts.out, opts.overwrite, opts.timeout_s
+    allow_overlap, skip_bad_rows = opts.allow_overlap, opts.skip_bad_rows
     run_path = Path(run_dir)
     bar = progress_or_quiet(progress)
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
@@ -182,13 +211,11 @@ def replicate_run(
         seed = config.seed + 1 if seed is None else seed
         if temperature is None:
             temperature = config.perturb.temperature if config.perturb.temperature > 0 else DEFAULT_TEMPERATURE
-        if temperature < 0:
-            raise ReplicationError(f"--temperature must be >= 0, got {temperature}")
         same_rewrites = seed == config.seed and temperature == config.perturb.temperature
         if same_rewrites and data is None:
             raise ReplicationError(
-                f"--seed {seed} is the run's own seed: with the same data and temperature the replication "
-                "would repeat the run's calls (the cache answers them); pass another --seed or --data"
+                f"`seed` {seed} is the run's own seed: with the same data and temperature the replication "
+                "would repeat the run's calls (the cache answers them); pass another `seed` or `data`"
             )
         target = out if out is not None else default_out(run_path, seed, data)
         check_output_dir(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError)
@@ -257,8 +284,8 @@ def replicate_run(
             )
         fresh = [b.model_copy(update={"validation": None}) for b in chosen]
         setup = ValidationSetup(
-            family=FamilySettings(
-                rules=settings, alpha=settings.alpha, families=1, seed=seed, scope="replication", measure=measure_of(config.judge)
+            family=FamilySettings.planned(
+                settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)
             ),
             perturb=perturb_settings,
             judge=config.judge,

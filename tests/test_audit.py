@@ -287,12 +287,12 @@ def test_a_run_directory_gives_its_validated_biases_and_a_file_all_of_its_own(tm
 
 
 def test_repeats_below_two_are_an_error():
-    with pytest.raises(ConfigError, match="--repeats 1"):
+    with pytest.raises(ConfigError, match="`repeats` 1"):
         audit(ScriptedEngine(always_a), pairs(2), "position", repeats=1)
 
 
 def test_library_biases_need_a_teacher():
-    with pytest.raises(ConfigError, match="--teacher"):
+    with pytest.raises(ConfigError, match="`teacher`"):
         audit(ScriptedEngine(always_a), pairs(2), "position,authority-bias")
 
 

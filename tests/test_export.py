@@ -246,7 +246,7 @@ def test_select_biases_all_top_k_explicit_and_errors():
 
     with pytest.raises(ExportError, match=r"unknown bias 'nope'.*available ids: length-bias"):
         select_biases(library, "authority-bias,nope", run_dir="R")
-    with pytest.raises(ExportError, match=r"run R has no validated biases; name biases explicitly with --biases ID,\.\.\..*available: length-bias"):
+    with pytest.raises(ExportError, match=r"run R has no validated biases; name biases explicitly with `biases` ID,\.\.\..*available: length-bias"):
         select_biases(seed, None, run_dir="R")
     with pytest.raises(ExportError, match="no validated biases"):
         select_biases(seed, "top-3", run_dir="R")

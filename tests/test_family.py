@@ -171,8 +171,8 @@ def test_a_default_run_keeps_its_chance_of_any_false_acceptance_within_alpha():
     on 100 items: any acceptance in the run counts."""
     config = RunConfig.model_validate({"target": "llamacpp/x", "teacher": "llamacpp/x", "validate": {"n_boot": 100}})
     assert config.validate_.error_control == "run" and config.planned_validations == 4
-    settings = FamilySettings(rules=config.validate_, alpha=config.family_alpha, families=config.planned_validations)
-    assert settings.alpha == pytest.approx(0.0125)
+    settings = FamilySettings(rules=config.validate_, families=config.planned_validations)
+    assert settings.family_alpha == pytest.approx(0.0125)
     rng = np.random.default_rng(11)
     runs, false_runs = 150, 0
     for _ in range(runs):

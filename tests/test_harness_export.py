@@ -116,9 +116,9 @@ def test_bad_sources_and_options_are_refused_and_write_nothing(pro_set: Path, fa
     cases = [
         ("lm-eval", tmp_path / "missing", {}, "no such directory"),
         ("inspect", tmp_path, {}, "neither a JudgeBench-Pro export"),
-        ("lm-eval", pro_set, {"biases": "all"}, "--biases selects a run's biases"),
+        ("lm-eval", pro_set, {"biases": "all"}, "`biases` selects a run's biases"),
         ("lm-eval", fake_run, {"biases": "authority-bias"}, "no validation rewrites of authority-bias"),
-        ("inspect", fake_run, {"task_name": "Bad-Name"}, "--task-name 'Bad-Name'"),
+        ("inspect", fake_run, {"task_name": "Bad-Name"}, "`task_name` 'Bad-Name'"),
         ("lm-eval", empty, {}, "no samples to export"),
     ]
     for kind, src, options, message in cases:
@@ -133,7 +133,7 @@ def test_bad_sources_and_options_are_refused_and_write_nothing(pro_set: Path, fa
     # A non-empty --out needs --overwrite, and is replaced whole with it.
     out.mkdir()
     (out / "old.txt").write_text("x")
-    with pytest.raises(ExportError, match="--overwrite"):
+    with pytest.raises(ExportError, match="`overwrite`"):
         export_harness("inspect", pro_set, out)
     assert (out / "old.txt").exists()
     export_harness("inspect", pro_set, out, overwrite=True)

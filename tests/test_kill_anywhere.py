@@ -22,12 +22,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from kill_anywhere import REPO, artifacts, reference_run, run_trial, stub_config, summary_line
+
 from stub_openai import launch
 
 FAKE_EMBEDDINGS = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)])}

@@ -268,15 +268,15 @@ def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_run_config(path, ["max_iterations=abc", "judge.reasoning_chars=5"])
     message = str(info.value)
-    assert message.startswith("invalid config: --set max_iterations=abc: max_iterations: Input should be a valid integer")
-    assert "--set judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20" in message
+    assert message.startswith("invalid config: `overrides` max_iterations=abc: max_iterations: Input should be a valid integer")
+    assert "`overrides` judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20" in message
     assert f"{path}: validate.alpha" in message  # the file's own mistake is still the file's
-    with pytest.raises(ConfigError, match=r"^invalid config: --set judge\.bogus=1: judge\.bogus: Extra inputs"):
+    with pytest.raises(ConfigError, match=r"^invalid config: `overrides` judge\.bogus=1: judge\.bogus: Extra inputs"):
         load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["judge.bogus=1"])
     # a value that is not YAML, and a sub-key of a single setting: one line naming the --set, no traceback
-    with pytest.raises(ConfigError, match=r"^--set a=\[: the value is not valid YAML"):
+    with pytest.raises(ConfigError, match=r"^`overrides` a=\[: the value is not valid YAML"):
         load_run_config(path, ["a=["])
-    with pytest.raises(ConfigError, match=r"^--set max_iterations\.x=1: max_iterations is a single setting"):
+    with pytest.raises(ConfigError, match=r"^`overrides` max_iterations\.x=1: max_iterations is a single setting"):
         load_run_config(path, ["max_iterations=2", "max_iterations.x=1"])
 
 

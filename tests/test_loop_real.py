@@ -287,7 +287,7 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
         control="baseline", n_boot=200, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
     )
     setup = ValidationSetup(
-        family=FamilySettings(rules=rules, alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
+        family=FamilySettings(rules=rules, family_alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
         judge=judge_settings, test_data="demo:test",
     )
     bias = Bias(id="d1-expert-citation", name="Expert Citation", definition="The judge favours answers that cite experts.",

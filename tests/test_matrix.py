@@ -317,7 +317,7 @@ def test_a_runs_library_is_not_validated_on_the_items_it_was_discovered_on(autho
     assert cells["biased"].delta == 1.0 and cells["biased"].accepted and not cells["fair"].accepted
 
     circular = MatrixConfig.model_validate({**base, "data": {"test": str(tmp_path / "target24.jsonl")}})
-    with pytest.raises(DataError, match="circular.*--allow-overlap"):
+    with pytest.raises(DataError, match="circular.*`allow_overlap`"):
         run_matrix(circular, tmp_path / "m2", engines=engines(["biased", "fair"]))
     assert not (tmp_path / "m2").exists()
     allowed = circular.model_copy(update={"data": circular.data.model_copy(update={"allow_overlap": True})})

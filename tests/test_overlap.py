@@ -11,7 +11,7 @@ from test_loop import make_config, run_fake, write_pairs
 from bias_discovery.data.overlap import PairKey, check_overlap, content_hash, find_overlap
 from bias_discovery.errors import DataError
 from bias_discovery.loop.graph import execute
-from bias_discovery.replication import replicate_run
+from bias_discovery.replication import ReplicationOptions, replicate_run
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
@@ -71,18 +71,20 @@ def test_replicate_refuses_the_runs_target_pairs_unless_allowed(authority_run, t
     target = authority_run.root.parent / "target24.jsonl"  # what the run discovered on
     engine = ScriptedEngine(authority_world)
     with pytest.raises(DataError, match=r"the replication data .* shares 24 of its 24 pairs .*\(run run's 24 target pairs\)"):
-        replicate_run(authority_run.root, seed=7, data=str(target), engines={"target": engine})
+        replicate_run(authority_run.root, ReplicationOptions(seed=7, data=str(target)), engines={"target": engine})
     assert engine.sent == []
     result = cli("replicate", str(authority_run.root), "--seed", "7", "--data", str(target), check=False)
     assert result.returncode == 2 and "--allow-overlap" in result.stderr and "Traceback" not in result.stderr
 
     replication, where = replicate_run(
-        authority_run.root, seed=7, data=str(target), allow_overlap=True, out=tmp_path / "rep", engines={"target": engine}
+        authority_run.root,
+        ReplicationOptions(seed=7, data=str(target), allow_overlap=True, out=tmp_path / "rep"),
+        engines={"target": engine},
     )
     recorded = json.loads((where / "replication.json").read_text())["data_overlap"]
     assert recorded["shared"] == 24 and recorded["allowed"] is True and replication.data_overlap is not None
     # its own test data does not overlap
-    clean, _ = replicate_run(authority_run.root, seed=8, engines={"target": engine})
+    clean, _ = replicate_run(authority_run.root, ReplicationOptions(seed=8), engines={"target": engine})
     assert clean.data_overlap is not None and clean.data_overlap.shared == 0
 
 

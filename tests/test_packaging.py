@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from helpers import REPO
 
@@ -22,7 +22,8 @@ def test_wheel_ships_prompts_libraries_and_demo_set_and_they_load(tmp_path: Path
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("bias_discovery/prompts/judge_pairwise.txt", "bias_discovery/prompts/perturb.txt",
                      "bias_discovery/bias_library/biasscope7.json", "bias_discovery/bias_library/calm12.json",
-                     "bias_discovery/data/demo_pairs.jsonl", "bias_discovery/report/audit_template.html"):
+                     "bias_discovery/data/demo_pairs.jsonl", "bias_discovery/report/audit_template.html",
+                     "bias_discovery/export/templates/pro_card.md.j2", "bias_discovery/pages/page.css"):
         assert expected in names, expected
 
     target = tmp_path / "site"

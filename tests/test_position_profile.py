@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_loop import make_config, run_fake
 
 from bias_discovery.metrics import position_profile
-
-from test_loop import make_config, run_fake
 
 
 def test_the_profile_counts_pairs_decided_by_position_with_wilson_and_the_sign_test() -> None:

@@ -11,7 +11,7 @@ import pytest
 from test_loop import make_config, run_fake
 from test_validation import _data
 
-from bias_discovery.replication import ReplicationError, replicate_run
+from bias_discovery.replication import ReplicationError, ReplicationOptions, replicate_run
 from bias_discovery.stats import held_out_method
 
 from fakes import MARKER, ScriptedEngine, authority_world, quiet_authority_world, rewrite_world
@@ -20,7 +20,7 @@ from helpers import cli
 
 def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     engine = ScriptedEngine(authority_world)
-    replication, where = replicate_run(authority_run.root, seed=7, engines={"target": engine})
+    replication, where = replicate_run(authority_run.root, ReplicationOptions(seed=7), engines={"target": engine})
     assert where == authority_run.root / "replications" / "seed-7"
     data = json.loads((where / "replication.json").read_text())
     assert data["reproduction_rate"] == 1.0 and data["n_replicated"] == 1
@@ -44,7 +44,8 @@ def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_pa
     """Replicated on a judge without the authority bias (it ignores the marker), neither the
     discovered bias nor the seed it came from is accepted again."""
     replication, _ = replicate_run(
-        authority_run.root, seed=9, biases="d1-expert-citation-bias,Authority Bias", out=tmp_path / "rep",
+        authority_run.root,
+        ReplicationOptions(seed=9, biases="d1-expert-citation-bias,Authority Bias", out=tmp_path / "rep"),
         engines={"target": ScriptedEngine(quiet_authority_world)},  # always picks the right response
     )
     assert [b.id for b in replication.biases] == ["d1-expert-citation-bias", "authority-bias"]
@@ -61,7 +62,7 @@ def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_pa
 
 def test_replicate_refuses_what_it_cannot_do(authority_run, tmp_path):
     with pytest.raises(ReplicationError, match="the run's own seed"):
-        replicate_run(authority_run.root, seed=42, temperature=0.0, engines={"target": ScriptedEngine(authority_world)})
+        replicate_run(authority_run.root, ReplicationOptions(seed=42, temperature=0.0), engines={"target": ScriptedEngine(authority_world)})
     result = cli("replicate", str(authority_run.root), "--seed", "42", "--temperature", "0", check=False)
     assert result.returncode == 2 and "the run's own seed" in result.stderr and "Traceback" not in result.stderr
     result = cli("replicate", str(authority_run.root), "--biases", "no-such-bias", check=False)

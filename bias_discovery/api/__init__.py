@@ -24,22 +24,26 @@ from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
 from ..judging import JudgeSettings
-from ..replication import Replication
-from .audits import audit
+from ..replication import Replication, ReplicationOptions
+from .audits import AuditOptions, audit
 from .common import WarningHandler
-from .judges import JudgeOutput, judge
-from .matrices import matrix
+from .judges import JudgeOptions, JudgeOutput, judge
+from .matrices import MatrixOptions, matrix
 from .replications import replicate
 from .runs import Run, discover, load_run, run_config_of
 
 __all__ = [
+    "AuditOptions",
     "AuditOutput",
     "AuditSettings",
+    "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
     "MatrixConfig",
+    "MatrixOptions",
     "MatrixResult",
     "Replication",
+    "ReplicationOptions",
     "Run",
     "RunConfig",
     "WarningHandler",

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
 from ..auditing.output import write_audit_dir
 from ..config import load_run_config
@@ -19,62 +21,84 @@ from ..io import check_output_dir
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
+from ..options import OperationOptions
 from ..progress import ProgressFactory
 from ..run import RunDir
 from ..run.overlap import check_run_overlap
-from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of, spec_list
+from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, spec_list
 
-__all__ = ["audit"]
+__all__ = ["AuditOptions", "audit"]
+
+
+class AuditOptions(OperationOptions):
+    """How a judge is audited (`bias-discovery audit`'s options, the arguments of `api.audit`):
+    the audit's settings, the teacher that injects library biases, data, outputs, cache."""
+
+    settings: AuditSettings = Field(default_factory=AuditSettings)
+    """Repeats, mitigation, seed, the judge's settings ... (a dict of its fields is read as one)."""
+    teacher: str | ModelConfig | None = None
+    """The model that injects the library biases (the built-ins position and length need none)."""
+    base_url: str | None = None
+    """The server of an `openai/` judge."""
+    teacher_base_url: str | None = None
+    """The server of an `openai/` teacher (None: `base_url`)."""
+    out: Path | None = None
+    """A directory for audit.json, audit.csv, judgments.jsonl and perturbed.jsonl, written whole
+    at the end (None: nothing is written)."""
+    overwrite: bool = False
+    """Replace a non-empty `out`."""
+    data_dir: Path | None = None
+    """Where named data sets are read from."""
+    limit: int | None = Field(default=None, ge=1)
+    """Audit only the first this many pairs."""
+    cache: Path | bool = True
+    """True: the shared call cache; False: none; or a SQLite file."""
+    allow_overlap: bool = False
+    """Measure a run's biases on data that shares pairs with its target pairs (recorded)."""
+    skip_bad_rows: bool = False
+    """Skip and count unusable data rows instead of stopping at the first."""
+    timeout_s: float | None = Field(default=None, gt=0.0)
+    """Each request's deadline, retries included (None: the model configs')."""
 
 
 def audit(
     model: str | ModelConfig,
     data: str | Path,
     biases: str | Sequence[str | Path],
+    options: AuditOptions | None = None,
     *,
-    out: str | Path | None = None,
-    teacher: str | ModelConfig | None = None,
-    settings: AuditSettings | Mapping[str, Any] | None = None,
-    base_url: str | None = None,
-    teacher_base_url: str | None = None,
-    data_dir: str | Path | None = None,
-    limit: int | None = None,
-    cache: str | Path | bool = True,
-    overwrite: bool = False,
-    allow_overlap: bool = False,
-    skip_bad_rows: bool = False,
-    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     on_warning: WarningHandler | None = None,
+    **overrides: Any,
 ) -> AuditOutput:
     """Audit the judge `model` on `data` for `biases`: the built-ins ``position`` and
     ``length`` (no teacher needed), seed libraries (``calm12``), bias ids or names from them,
-    run directories (their validated biases) or library files, as a list or comma-separated.
+    run directories (their validated biases) or library files, as a list or comma-separated;
+    as `options` (`AuditOptions`) and keyword `overrides` of its fields say
+    (``audit(model, "demo", "position", limit=4, settings={"repeats": 2})``).
 
-    `teacher` injects the library biases (`teacher_base_url` defaults to `base_url`).
-    `settings`: an AuditSettings or a dict of its fields (repeats, mitigation, seed, judge ...).
-    `out`: a directory for audit.json, audit.csv, judgments.jsonl and perturbed.jsonl, written
-    whole at the end (an existing non-empty one needs `overwrite`; None: nothing is written).
     A run's biases measured on data that shares pairs with its target pairs are refused unless
-    `allow_overlap`. `timeout_s`: each request's deadline (None: the model configs'). `engines`
-    ({"target", "teacher"}) replaces the models (tests).
+    `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
     """
+    opts = AuditOptions.with_overrides(options, overrides)
+    out, teacher, base_url, timeout_s, overwrite = opts.out, opts.teacher, opts.base_url, opts.timeout_s, opts.overwrite
+    data_dir, limit = opts.data_dir, opts.limit
     warn = on_warning or python_warning
-    audit_settings = settings_of(settings, AuditSettings)
+    audit_settings = opts.settings
     check_repeats(audit_settings.repeats)
     targets = resolve_targets(spec_list(biases))
     configs = {"target": model_config_of(model, base_url, timeout_s)}
     check_teacher(targets, has_teacher=teacher is not None)
     if teacher is not None and any(t.needs_teacher for t in targets):
-        configs["teacher"] = model_config_of(teacher, teacher_base_url or base_url, timeout_s)
+        configs["teacher"] = model_config_of(teacher, opts.teacher_base_url or base_url, timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         check_output_dir(out_dir, overwrite=overwrite, error=ExportError)
-    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
+    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
     data_name = describe_source(data, data_dir, portable=True)
-    overlaps = _run_overlaps(targets, pairs, data_name, allow=allow_overlap)
-    with ModelRoles(configs, cache_path=cache_path_of(cache), engines=engines) as roles:
+    overlaps = _run_overlaps(targets, pairs, data_name, allow=opts.allow_overlap)
+    with ModelRoles(configs, cache_path=cache_path_of(opts.cache), engines=engines) as roles:
         output = run_audit(
             roles["target"],
             pairs,
@@ -89,7 +113,7 @@ def audit(
     report = output.report.model_copy(update={"data_overlap": overlaps})
     if bad_rows:
         report.notes.append(
-            f"{plural(len(bad_rows), 'bad data row')} skipped at load (--skip-bad-rows), not among the {plural(len(pairs), 'pair')}"
+            f"{plural(len(bad_rows), 'bad data row')} skipped at load (`skip_bad_rows`), not among the {plural(len(pairs), 'pair')}"
         )
     output = output.model_copy(update={"report": report, "out": out_dir})
     if out_dir is not None:

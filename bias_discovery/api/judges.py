@@ -3,11 +3,10 @@ judge` runs), optionally on an exported Pro set too, with the same engine."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..config import DEFAULT_SEED
 from ..data.loaders import describe_source
@@ -18,11 +17,12 @@ from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
 from ..judging import JudgeSettings, JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
+from ..options import OperationOptions
 from ..progress import ProgressFactory, progress_or_quiet
 from ..tables import Tabular
-from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, settings_of
+from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
 
-__all__ = ["JudgeOutput", "judge"]
+__all__ = ["JudgeOptions", "JudgeOutput", "judge"]
 
 
 class JudgeOutput(BaseModel, Tabular):
@@ -44,46 +44,64 @@ class JudgeOutput(BaseModel, Tabular):
         return [j.model_dump() for j in self.judgments]
 
 
+class JudgeOptions(OperationOptions):
+    """How one data set is judged (`bias-discovery judge`'s options, the arguments of
+    `api.judge`): the judge's settings, where the data and the outputs are, the call cache."""
+
+    settings: JudgeSettings = Field(default_factory=JudgeSettings)
+    """The judge: positions, prompt, reasoning, mitigation, verdict ... (a dict of its fields
+    is read as one)."""
+    out: Path | None = None
+    """A directory for judgments.jsonl and summary.json, proved writable before the first call
+    (None: nothing is written)."""
+    base_url: str | None = None
+    """The server of an `openai/` model (sets or replaces the model config's)."""
+    data_dir: Path | None = None
+    """Where named data sets are read from (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."""
+    limit: int | None = Field(default=None, ge=1)
+    """Judge only the first this many pairs (of the Pro set too)."""
+    seed: int = DEFAULT_SEED
+    """Seed of the position swaps and of sampling."""
+    cache: Path | bool = True
+    """True: the shared call cache; False: none; or a SQLite file."""
+    skip_bad_rows: bool = False
+    """Skip and count unusable data rows instead of stopping at the first."""
+    compare: Path | None = None
+    """An exported Pro set, judged with the same engine after the data (its files go to `out`)."""
+    timeout_s: float | None = Field(default=None, gt=0.0)
+    """Each request's deadline, retries included (None: the model config's)."""
+
+
 def judge(
     model: str | ModelConfig,
     data: str | Path,
+    options: JudgeOptions | None = None,
     *,
-    out: str | Path | None = None,
-    settings: JudgeSettings | Mapping[str, Any] | None = None,
-    base_url: str | None = None,
-    data_dir: str | Path | None = None,
-    limit: int | None = None,
-    seed: int = DEFAULT_SEED,
-    cache: str | Path | bool = True,
-    skip_bad_rows: bool = False,
-    compare: str | Path | None = None,
-    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engine: Engine | None = None,
     on_warning: WarningHandler | None = None,
+    **overrides: Any,
 ) -> JudgeOutput:
     """Judge every pair of `data` (``demo``, ``judgebench``, a file ...) with `model` and
-    score it.
+    score it, as `options` (`JudgeOptions`) and keyword `overrides` of its fields say
+    (``judge(model, "demo", limit=4, settings={"positions": "swap"})``).
 
-    `settings`: a JudgeSettings or a dict of its fields (positions, prompt, reasoning,
-    mitigation ...). `out`: a directory for judgments.jsonl and summary.json, proved writable
-    before the first call (None: nothing is written). `cache`: True for the shared call cache,
-    False for none, or a SQLite file. `compare`: an exported Pro set, judged with the same
-    engine after `data` (its files go to `out`). `timeout_s`: each request's deadline, retries
-    included (None: the model config's). `engine` replaces the model (tests; it is not
-    closed here). Raises BiasDiscoveryError subclasses with a one-line message, and pydantic's
-    ValidationError for settings that do not validate.
+    `engine` replaces the model (tests; it is not closed here). Raises BiasDiscoveryError
+    subclasses with a one-line message, and pydantic's ValidationError naming an option or
+    setting that does not validate.
     """
+    opts = JudgeOptions.with_overrides(options, overrides)
+    out, data_dir, limit, seed, cache, compare = opts.out, opts.data_dir, opts.limit, opts.seed, opts.cache, opts.compare
     warn = on_warning or python_warning
-    judge_settings = settings_of(settings, JudgeSettings)
-    config = model_config_of(model, base_url, timeout_s)
+    judge_settings = opts.settings
+    config = model_config_of(model, opts.base_url, opts.timeout_s)
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
-            raise OutputError(f"--out {out_dir} exists and is not a directory")
-        probe_writable(out_dir, what="--out")  # before any call is paid for, not after all of them
+            raise OutputError(f"`out` {out_dir} exists and is not a directory")
+        probe_writable(out_dir, what="`out`")  # before any call is paid for, not after all of them
     pro_dir = check_pro_dir(Path(compare)) if compare is not None else None
-    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=skip_bad_rows, warn=warn)
+    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
     cache_path = cache_path_of(cache)
     own_engine = engine is None
     if engine is None:
@@ -119,4 +137,4 @@ def _write(out: Path, output: JudgeOutput, cache_path: Path | None) -> None:
         atomic_write_json(out / "summary.json", output.summary)
     except OSError as exc:  # the probe passed, then the disk filled up or the folder went
         rerun = f" (the calls are in the call cache {cache_path}: a rerun is free)" if cache_path else ""
-        raise OutputError(f"cannot write to --out {out}: {exc.strerror or exc}{rerun}") from None
+        raise OutputError(f"cannot write to `out` {out}: {exc.strerror or exc}{rerun}") from None

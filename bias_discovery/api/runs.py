@@ -180,14 +180,14 @@ def discover(
     settings = run_config_of(config, [*overrides, *extra]).with_timeout(timeout_s)
     root = Path(run_dir) if run_dir is not None else Path("runs") / settings.name
     rd = RunDir(root)
-    probe_writable(root, what="--run-dir")
+    probe_writable(root, what="`run_dir`")
     rd.lock.refuse_if_held(root)
     if rd.is_run():
-        raise ConfigError(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another --run-dir")
+        raise ConfigError(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another `run_dir`")
     if root.is_dir() and all(is_atomic_temporary(path) for path in root.iterdir()):
         remove_orphaned_temporaries(root)  # a run killed while writing its config.yaml left only this
     if root.exists() and any(root.iterdir()):
-        raise ConfigError(f"{root} exists and is not empty; pick another --run-dir")
+        raise ConfigError(f"{root} exists and is not empty; pick another `run_dir`")
     d = settings.data
     check_data_overlap(  # before the run directory exists: a refused run leaves nothing behind
         settings,

@@ -119,8 +119,8 @@ class _Calls:
 def check_repeats(repeats: int) -> None:
     if repeats < 2:
         raise ConfigError(
-            f"--repeats {repeats}: flipping noise (q̂) and CALM's consistency rate need at least 2 repeats "
-            "of every verdict; use --repeats 2 or more (Wei et al. use 5)"
+            f"`repeats` {repeats}: flipping noise (q̂) and CALM's consistency rate need at least 2 repeats "
+            "of every verdict; use `repeats` 2 or more (Wei et al. use 5)"
         )
 
 
@@ -129,7 +129,7 @@ def check_teacher(targets: Sequence[AuditTarget], *, has_teacher: bool) -> None:
     library_targets = [t for t in targets if t.needs_teacher]
     if library_targets and not has_teacher:
         raise ConfigError(
-            f"--teacher is needed to inject {', '.join(t.id for t in library_targets)} "
+            f"`teacher` is needed to inject {', '.join(t.id for t in library_targets)} "
             f"(the built-ins {', '.join(t.id for t in targets if not t.needs_teacher) or 'position, length'} need none)"
         )
 

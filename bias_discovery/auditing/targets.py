@@ -64,7 +64,7 @@ def _run_biases(path: Path) -> list[AuditTarget]:
     library = run.library.load_latest()  # LibraryError names the folder when there is none
     validated = [b for b in library.biases if b.validation is not None and b.validation.accepted]
     if not validated:
-        raise ConfigError(f"--biases {path}: the run's newest library has no validated bias to audit")
+        raise ConfigError(f"`biases` {path}: the run's newest library has no validated bias to audit")
     return [
         AuditTarget(kind="perturbation", id=b.id, name=b.name, source=f"run {path.name}", bias=b, run_dir=path)
         for b in validated
@@ -74,7 +74,7 @@ def _run_biases(path: Path) -> list[AuditTarget]:
 def _library_file(path: Path) -> list[AuditTarget]:
     library = load_library(path)
     if not library.biases:
-        raise ConfigError(f"--biases {path}: the library holds no bias")
+        raise ConfigError(f"`biases` {path}: the library holds no bias")
     return [_from_bias(b, library.name) for b in library.biases]
 
 
@@ -93,7 +93,7 @@ def _one(token: str, libraries: dict[str, BiasLibrary]) -> list[AuditTarget]:
         for bias in library.biases:
             if token == bias.id or wanted == slugify(bias.name) or wanted == bias.id:
                 return [_from_bias(bias, name)]
-    raise ConfigError(f"--biases: unknown bias {token!r}; known: {_known(libraries)}")
+    raise ConfigError(f"`biases`: unknown bias {token!r}; known: {_known(libraries)}")
 
 
 def resolve_targets(spec: str) -> list[AuditTarget]:
@@ -102,7 +102,7 @@ def resolve_targets(spec: str) -> list[AuditTarget]:
     names it."""
     tokens = [t.strip() for t in spec.split(",")]
     if not spec.strip() or any(not t for t in tokens):
-        raise ConfigError(f"--biases {spec!r}: expected comma-separated names, e.g. position,length,authority-bias")
+        raise ConfigError(f"`biases` {spec!r}: expected comma-separated names, e.g. position,length,authority-bias")
     libraries = _seed_libraries()
     targets: list[AuditTarget] = []
     seen: set[str] = set()
@@ -110,7 +110,7 @@ def resolve_targets(spec: str) -> list[AuditTarget]:
         try:
             found = _one(token, libraries)
         except LibraryError as exc:
-            raise ConfigError(f"--biases {token}: {exc}") from None
+            raise ConfigError(f"`biases` {token}: {exc}") from None
         for target in found:
             if target.id not in seen:
                 seen.add(target.id)

@@ -16,7 +16,7 @@ from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, timeout_option, warn
+from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -134,6 +134,7 @@ def audit(
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
     and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
+    from ..api import AuditOptions
     from ..api import audit as audit_judge
     from ..progress import progress_bar
 
@@ -147,14 +148,14 @@ def audit(
             judge=JudgeSettings(max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, **reasoning_settings),
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
-        output = audit_judge(
-            model, data, biases, out=out, teacher=teacher, settings=settings, base_url=base_url,
-            teacher_base_url=teacher_base_url, data_dir=data_dir, limit=limit,
-            cache=False if no_cache else (cache or True), overwrite=overwrite, allow_overlap=allow_overlap,
-            skip_bad_rows=skip_bad_rows, timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
+        options = AuditOptions(
+            settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
+            data_dir=data_dir, limit=limit, cache=False if no_cache else (cache or True), overwrite=overwrite,
+            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout,
         )
+        output = audit_judge(model, data, biases, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
-        fail(format_validation_error(exc))
+        fail(options_error(exc) if exc.title == "AuditOptions" else format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_audit(output.report)

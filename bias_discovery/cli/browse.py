@@ -84,7 +84,7 @@ def library_show(
 
     from rich.text import Text
 
-    from ..report.data import library_json, rejected_candidates
+    from ..report.data import library_view, rejected_candidates
     from ..run.library_ref import resolve_library
 
     try:
@@ -94,13 +94,13 @@ def library_show(
         rejected = (
             rejected_candidates(resolved.run_dir, upto=resolved.library.iteration) if resolved.run_dir is not None else []
         )
-        data = library_json(resolved, rejected)
+        view = library_view(resolved, rejected)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     if as_json:
-        typer.echo(_json.dumps(data, indent=2, ensure_ascii=False))
+        typer.echo(_json.dumps(view.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return
-    lib = data["library"]
+    lib = view.library
     from rich import box
 
     narrow = console.width < _NARROW
@@ -109,9 +109,9 @@ def library_show(
     name_width = min(40, max(12, console.width - (others if narrow else others + 14)))
     table = Table(
         title=Text(
-            f"{lib['name']}, iteration {lib['iteration']}: {plural(lib['size'], 'bias')}"
-            + (f" (judge {lib['target_model']})" if lib["target_model"] else "")
-            + f" [{data['path']}]"
+            f"{lib.name}, iteration {lib.iteration}: {plural(lib.size, 'bias')}"
+            + (f" (judge {lib.target_model})" if lib.target_model else "")
+            + f" [{view.path}]"
         ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
@@ -135,36 +135,36 @@ def library_show(
     n_rejected = 0
     any_scored = False
     methods: dict[str, str] = {}
-    for row in data["biases"]:
-        n_rejected += row["status"] == "rejected" and not row["in_library"]
-        any_scored = any_scored or row["measure"] == "p_rejected"
+    for row in view.biases:
+        n_rejected += row.status == "rejected" and not row.in_library
+        any_scored = any_scored or row.measure == "p_rejected"
         effect_text = "-"
-        if row["effect"] is not None:
-            mark = methods.setdefault(row["effect_method"], "*" * (len(methods) + 1))
+        if row.effect is not None:
+            mark = methods.setdefault(row.effect_method or "estimator not recorded", "*" * (len(methods) + 1))
             effect_text = (
-                f"{pp(row['effect'], unit='')}{mark}\n{row['decisive']}"
-                + (f"\n{ci_pp(row['effect_ci_low'], row['effect_ci_high'])}" if row["effect_ci_low"] is not None else "")
+                f"{pp(row.effect, unit='')}{mark}\n{row.decisive}"
+                + (f"\n{ci_pp(row.effect_ci_low, row.effect_ci_high)}" if row.effect_ci_low is not None else "")
             )
-        delta = pp(row["delta_vs_baseline"], unit="") + (
-            f"\n{ci_pp(row['ci_low_vs_baseline'], row['ci_high_vs_baseline'])}" if row["ci_low_vs_baseline"] is not None else ""
+        delta = pp(row.delta_vs_baseline, unit="") + (
+            f"\n{ci_pp(row.ci_low_vs_baseline, row.ci_high_vs_baseline)}" if row.ci_low_vs_baseline is not None else ""
         )
-        placebo = pp(row["delta_vs_placebo"], unit="") + (
-            f"\n{ci_pp(row['ci_low_vs_placebo'], row['ci_high_vs_placebo'])}" if row["ci_low_vs_placebo"] is not None else ""
+        placebo = pp(row.delta_vs_placebo, unit="") + (
+            f"\n{ci_pp(row.ci_low_vs_placebo, row.ci_high_vs_placebo)}" if row.ci_low_vs_placebo is not None else ""
         )
-        p_text = p_value(row["decision_p"]) + (f"\n({p_value(row['decision_p_adjusted'])})" if row["decision_p_adjusted"] is not None else "")
-        mde = "-" if row["mde_n"] is None else f"{pp(row['mde'], unit='', missing='none')}\n({row['mde_n']})"
-        scored = row["measure"] == "p_rejected"
-        errors = "-" if row["baseline_error"] is None else (
-            f"{'P ' if scored else ''}{percent(row['baseline_error'])}\n→ {percent(row['perturbed_error'])}"
+        p_text = p_value(row.decision_p) + (f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else "")
+        mde = "-" if row.mde_n is None else f"{pp(row.mde, unit='', missing='none')}\n({row.mde_n})"
+        scored = row.measure == "p_rejected"
+        errors = "-" if row.baseline_error is None else (
+            f"{'P ' if scored else ''}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
         )
-        top = "-" if row["top_domain"] is None else f"{row['top_domain']}\n{pp(row['top_domain_delta'], unit='')}"
-        name = Text(_wrapped(row["name"], name_width, _NAME_LINES))
-        name.append("\n" + _wrapped(row["id"], name_width), style="dim")
-        origin = "seed" if row["origin"] == "seed" else f"iter {row['origin_iteration']}"
-        decision = Text("" if row["status"] == "seed" else origin + "\n")
-        decision.append(row["status"] + ("" if row["in_library"] else "\n(not in\nlibrary)"),
-                        style=_STATUS_STYLE.get(row["status"], ""))
-        cells = [name, decision, Text("-" if row["n"] is None else str(row["n"])), Text(errors), Text(effect_text), Text(delta)]
+        top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
+        name = Text(_wrapped(row.name, name_width, _NAME_LINES))
+        name.append("\n" + _wrapped(row.id, name_width), style="dim")
+        origin = "seed" if row.origin == "seed" else f"iter {row.origin_iteration}"
+        decision = Text("" if row.status == "seed" else origin + "\n")
+        decision.append(row.status + ("" if row.in_library else "\n(not in\nlibrary)"),
+                        style=_STATUS_STYLE.get(row.status, ""))
+        cells = [name, decision, Text("-" if row.n is None else str(row.n)), Text(errors), Text(effect_text), Text(delta)]
         cells += [] if narrow else [Text(placebo)]
         table.add_row(*cells, Text(p_text), Text(mde), Text(top))
     console.print(table)
@@ -190,23 +190,23 @@ def library_show(
         ),
         style="dim",
     )
-    for entry in data.get("error_statements") or []:
-        where = f" (iterations {', '.join(str(t) for t in entry['iterations'])})" if entry["iterations"] else ""
-        console.print(Text(f"error control{where}: {entry['statement']}"))
-    effect = data.get("rewrite_effect")
+    for entry in view.error_statements:
+        where = f" (iterations {', '.join(str(t) for t in entry.iterations)})" if entry.iterations else ""
+        console.print(Text(f"error control{where}: {entry.statement}"))
+    effect = view.rewrite_effect
     if effect is not None:
         console.print(
             Text(
                 "rewrite effect (placebo vs baseline): Δerror "
-                f"{delta_clause(effect['delta'], effect['ci_low'], effect['ci_high'], effect['n'], effect['p_value'])}; "
-                f"answer changed in {percent(effect['answer_change_rate'])} of "
-                f"{effect.get('n_answer_checked') if effect.get('n_answer_checked') is not None else '-'} checked rewrites; "
-                f"length ×{number(effect['length_ratio'], digits=2)}"
+                f"{delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value)}; "
+                f"answer changed in {percent(effect.answer_change_rate)} of "
+                f"{effect.n_answer_checked if effect.n_answer_checked is not None else '-'} checked rewrites; "
+                f"length ×{number(effect.length_ratio, digits=2)}"
             )
         )
     if resolved.run_dir is not None:
         console.print(
-            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib['iteration']} "
+            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib.iteration} "
                  + ("is" if n_rejected == 1 else "are") + " listed after the library.")
         )
 

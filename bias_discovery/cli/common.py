@@ -7,6 +7,7 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -85,14 +86,51 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     return "invalid settings:\n" + "\n".join(lines)
 
 
+SETTINGS_WITH_FLAGS = frozenset({
+    "allow_overlap", "base_url", "biases", "compare", "data", "data_dir", "format", "iteration", "judges", "out",
+    "overrides", "overwrite", "repeats", "run_dir", "seed", "skip_bad_rows", "task_name", "teacher", "temperature",
+    "timeout_s", "variants",
+})
+"""The settings that messages from below the CLI name in backticks (`out`, `timeout_s`): the
+names of the Python API's arguments, which the command line takes as flags."""
+FLAG_OF_SETTING = {"overrides": "--set", "timeout_s": "--timeout"}
+"""A setting whose flag is not ``--`` and its name with dashes."""
+_SETTING_IN_MESSAGE = re.compile(r"`([a-z][a-z_]*)`")
+
+
+def flag_of(setting: str) -> str:
+    """The command-line flag of a setting (`timeout_s` -> --timeout, `skip_bad_rows` -> --skip-bad-rows)."""
+    return FLAG_OF_SETTING.get(setting, "--" + setting.replace("_", "-"))
+
+
+def with_flags(message: str) -> str:
+    """`message` as the command line says it: code below the CLI names settings (`out`), the
+    user typed flags (--out). Other backticked words are left as they are."""
+    return _SETTING_IN_MESSAGE.sub(
+        lambda m: flag_of(m.group(1)) if m.group(1) in SETTINGS_WITH_FLAGS else m.group(0), message
+    )
+
+
+def options_error(exc: ValidationError) -> str:
+    """An operation's options that do not validate, each problem under the flag that set it
+    (the options' fields are the settings of `SETTINGS_WITH_FLAGS`)."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        name = flag_of(loc[0]) if loc and loc[0] in SETTINGS_WITH_FLAGS else ".".join(loc) or "(root)"
+        lines.append(f"  {name}: {error['msg']}")
+    return "invalid options:\n" + "\n".join(lines)
+
+
 def warn(message: str) -> None:
     """Print `message` as a warning on stderr: something was wrong and is said, not fatal."""
-    err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold yellow]warning:[/] {with_flags(message)}", highlight=False, soft_wrap=True)
 
 
 def fail(message: str) -> NoReturn:
-    """Print `message` as an error on stderr and exit with code 2 (a user error)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print `message` as an error on stderr and exit with code 2 (a user error); settings it
+    names are shown as their flags (`with_flags`)."""
+    err_console.print(f"[bold red]error:[/] {with_flags(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 

@@ -14,7 +14,7 @@ from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, timeout_option, warn
+from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -134,6 +134,7 @@ def judge(
 
     Error rate per domain with its confidence interval, JudgeBench's own score, invalid rate,
     position-A rate and position consistency; writes judgments.jsonl and summary.json."""
+    from ..api import JudgeOptions
     from ..api import judge as judge_model
     from ..export.compare import print_compare
     from ..progress import progress_bar
@@ -146,13 +147,13 @@ def judge(
             positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
             allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
         )
-        output = judge_model(
-            model, data, out=out, settings=settings, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
-            cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare,
-            timeout_s=timeout, progress=None if quiet else progress_bar, on_warning=warn,
+        options = JudgeOptions(
+            settings=settings, out=out, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
+            cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare, timeout_s=timeout,
         )
+        output = judge_model(model, data, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
-        fail(format_validation_error(exc))
+        fail(options_error(exc) if exc.title == "JudgeOptions" else format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_judge_summary(output.summary)

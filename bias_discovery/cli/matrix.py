@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -14,7 +15,7 @@ from ..formatting import ci_pp, count, p_value, plural, pp
 from ..judge_matrix.config import (
     MatrixData,  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
 )
-from .common import app, console, fail
+from .common import app, console, fail, options_error
 from .options import QUIET, bounds_of
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
@@ -97,14 +98,17 @@ def matrix(
     matrix.json, matrix.csv and matrix.html into --out, whose call cache makes a rerun free and
     a judge added later pay only its own calls."""
     from ..api import matrix as validate_matrix
+    from ..judge_matrix.config import MatrixOptions
     from ..progress import progress_bar
 
     try:
-        result = validate_matrix(
-            config, out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
-            teacher=teacher, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, overrides=overrides,
-            progress=None if quiet else progress_bar,
+        options = MatrixOptions(
+            out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
+            teacher=teacher, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, overrides=overrides or [],
         )
+        result = validate_matrix(config, options, progress=None if quiet else progress_bar)
+    except ValidationError as exc:
+        fail(options_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_matrix(result, out)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
-from .common import app, console, fail, timeout_option
+from .common import app, console, fail, options_error, timeout_option
 
 
 @app.command()
@@ -36,14 +37,17 @@ def replicate(
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..api import replicate as replicate_biases
     from ..progress import progress_bar
+    from ..replication import ReplicationOptions
     from ..stats import MEASURE_LABELS
 
     try:
-        r = replicate_biases(
-            run_dir, seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature,
-            out=out, overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
-            progress=None if quiet else progress_bar, timeout_s=timeout,
+        options = ReplicationOptions(
+            seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature, out=out,
+            overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout,
         )
+        r = replicate_biases(run_dir, options, progress=None if quiet else progress_bar)
+    except ValidationError as exc:
+        fail(options_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     where = r.out

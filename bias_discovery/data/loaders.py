@@ -292,7 +292,7 @@ def _parquet_rows(path: Path) -> Iterator[_Row]:
 def _hub_rows(repo: str, split: str) -> Iterator[_Row]:
     """Rows of a hub data set, via `datasets.load_dataset` (imported here, not at import time)."""
     hint = (
-        f"Point to a local copy instead with --data-dir DIR or {DATA_DIR_ENV}=DIR "
+        f"Point to a local copy instead with `data_dir` DIR or {DATA_DIR_ENV}=DIR "
         f"(layout: {JUDGEBENCH_FILES['gpt']}, {JUDGEBENCH_FILES['claude']}, {REWARDBENCH_FILE})."
     )
     try:
@@ -353,7 +353,7 @@ def _id_value(row: _Row, field: str) -> str | None:
     return text
 
 
-SKIP_HINT = "to skip bad rows and count them: --skip-bad-rows (in a run config: data.skip_bad_rows: true)"
+SKIP_HINT = "to skip bad rows and count them: `skip_bad_rows` (in a run config: data.skip_bad_rows: true)"
 
 
 def _bad_row(message: str, bad_rows: list[str] | None) -> None:
@@ -802,7 +802,7 @@ def _take(pairs: list[PreferencePair], limit: int | None, seed: int | None) -> l
 def skipped_rows_message(bad_rows: list[str], data: str | Path) -> str:
     """The warning for the rows `skip_bad_rows` skipped: how many, and the first few by name."""
     shown = "; ".join(bad_rows[:3]) + (f"; and {len(bad_rows) - 3} more" if len(bad_rows) > 3 else "")
-    return f"skipped {plural(len(bad_rows), 'bad row')} of {data} (--skip-bad-rows): {shown}"
+    return f"skipped {plural(len(bad_rows), 'bad row')} of {data} (`skip_bad_rows`): {shown}"
 
 
 def describe_source(source: str | Path, data_dir: Path | str | None = None, *, portable: bool = False) -> str:

@@ -40,7 +40,9 @@ from ..io import (
 )
 from ..stats import cohens_kappa
 from .common import length_stats, string_schema, write_data_files
-from .pro import DATA_COLUMNS, read_pro_stats, render_pro_card
+from .pro import DATA_COLUMNS
+from .pro_card import render_pro_card
+from .pro_stats import ProStats, read_pro_stats
 
 VERDICTS = ("keep", "reject")
 
@@ -139,7 +141,7 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     stats_path = directory / "stats.json"
     if not stats_path.is_file():
         raise ExportError(f"{directory}: not an exported Pro set (no stats.json)")
-    stats = read_pro_stats(directory, label=str(directory))
+    stats = read_pro_stats(directory, label=str(directory)).model_dump(mode="json")
     pre_path = directory / "pre_annotation.jsonl"
     base_path = pre_path if pre_path.is_file() else directory / "data.jsonl"
     try:
@@ -189,5 +191,5 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     write_data_files(directory, kept, string_schema(DATA_COLUMNS))
     atomic_write_jsonl(directory / "annotations_applied.jsonl", [r.model_dump() for r in rows])
     atomic_write_json(stats_path, stats)
-    atomic_write_text(directory / "README.md", render_pro_card(stats, directory))
+    atomic_write_text(directory / "README.md", render_pro_card(ProStats.model_validate(stats), directory))
     return stats

@@ -15,15 +15,18 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias
 from ..llm.config import ModelConfig
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
+from ..stats import Effect
 
 
 def package_version() -> str:
@@ -38,6 +41,36 @@ def package_version() -> str:
 COMPARISON_FIELDS = {"n", "delta", "ci_low", "ci_high", "p_value", "p_adjusted"}
 """What the exports report of each validation comparison (vs baseline, vs placebo)."""
 
+
+class ComparisonSummary(BaseModel):
+    """What the exports report of one validation comparison (`common.COMPARISON_FIELDS`)."""
+
+    n: int
+    delta: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+
+
+class BiasSummary(BaseModel):
+    """One bias of the set as `common.bias_summary` writes it: its reported effect, its
+    comparisons with CI, n and p, and what the decision controls."""
+
+    id: str
+    name: str
+    definition: str
+    manifestations: list[str] = Field(default_factory=list)
+    origin: str
+    iteration: int | None = None
+    validated: bool = False
+    decided_against: str | None = None
+    effect: Effect | None = None
+    delta_error: float | None = None
+    p_value: float | None = None
+    vs_baseline: ComparisonSummary | None = None
+    vs_placebo: ComparisonSummary | None = None
+    error_statement: str | None = None
 
 def bias_summary(bias: Bias) -> dict[str, Any]:
     """What a dataset card and stats.json say about one bias: its reported effect (against the
@@ -183,6 +216,30 @@ def yaml_front_matter(meta: Mapping[str, Any]) -> str:
     return "---\n" + yaml.safe_dump(dict(meta), sort_keys=False, allow_unicode=True) + "---\n"
 
 
+@lru_cache(maxsize=1)
+def _card_environment() -> Any:  # a jinja2 Environment (jinja2 is imported on first use)
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    # Markdown, not HTML: nothing is escaped (the cards' text is ours and the run's own names,
+    # written into a file, never served); every name the template uses must be given.
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).with_name("templates")),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(plural=plural, one_line=one_line)  # `n | plural("sample")`, `name | one_line`
+    return env
+
+
+def card_template(name: str) -> Any:
+    """A dataset card's Jinja template (``export/templates/NAME``: a jinja2 Template); values
+    and helpers are passed to its `render`."""
+    return _card_environment().get_template(name)
+
+
 def settings_text(settings: Mapping[str, Any]) -> str:
     """``positions=both, seed=42, ...`` for a card."""
     return ", ".join(f"{k}={v}" for k, v in settings.items())
@@ -191,3 +248,25 @@ def settings_text(settings: Mapping[str, Any]) -> str:
 def one_line(text: str) -> str:
     """Collapse whitespace so a definition fits a Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+class ExportStats(BaseModel):
+    """What the stats.json of every export of a run says of it (a Pro set's `ProStats`, a DPO
+    set's `DpoStats` add their own): the run, the data, the biases, how and when it was built.
+    Keys a record does not name are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_name: str
+    run_dir: str
+    library_file: str
+    data: str
+    limit: int | None = None
+    skipped_rows: int = 0
+    bias_selection: str = "all"
+    seed: int
+    created_at: str
+    bias_discovery_version: str
+    perturb_settings: dict[str, Any] = Field(default_factory=dict)
+    biases: list[BiasSummary] = Field(default_factory=list)
+    length: LengthStats

@@ -23,7 +23,7 @@ from ..io import atomic_write_json, atomic_write_jsonl
 from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
-from .pro import read_pro_stats
+from .pro_stats import read_pro_stats
 
 
 class CompareRow(BaseModel):
@@ -57,17 +57,17 @@ class CompareReport(BaseModel):
 def check_pro_dir(directory: Path) -> Path:
     """Fail early (before any judging) when `directory` is not a usable Pro set."""
     if not directory.is_dir():
-        raise ExportError(f"--compare {directory}: no such directory")
+        raise ExportError(f"`compare` {directory}: no such directory")
     stats_path = directory / "stats.json"
     data_path = directory / "data.jsonl"
     if not stats_path.is_file() or not data_path.is_file():
         raise ExportError(
-            f"--compare {directory}: not an exported Pro set (needs data.jsonl and stats.json; build one "
+            f"`compare` {directory}: not an exported Pro set (needs data.jsonl and stats.json; build one "
             "with `bias-discovery export judgebench-pro`)"
         )
-    read_pro_stats(directory, label=f"--compare {directory}")
+    read_pro_stats(directory, label=f"`compare` {directory}")
     if not data_path.read_text(encoding="utf-8").strip():
-        raise ExportError(f"--compare {directory}: the Pro set has no samples; nothing to compare")
+        raise ExportError(f"`compare` {directory}: the Pro set has no samples; nothing to compare")
     return directory
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,11 +41,12 @@ from ..run.selection import select_biases
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
+    ExportStats,
     LengthStats,
     bias_summary,
+    card_template,
     dataset_card_meta,
     length_stats,
-    one_line,
     package_version,
     settings_text,
     write_data_files,
@@ -148,100 +150,49 @@ def dpo_schema(fmt: DpoFormat) -> Any:
     return pa.schema([(name, text_type.get(name, pa.string())) for name in COLUMNS])
 
 
-def render_dpo_card(stats: Mapping[str, Any], directory: Path) -> str:
-    c = stats["counts"]
+class DpoModels(BaseModel):
+    """The models of a DPO export (specs)."""
+
+    teacher: str
+    target: str
+
+
+class DpoStats(ExportStats):
+    """stats.json of a DPO export."""
+
+    kind: Literal["dpo"] = "dpo"
+    format: DpoFormat
+    include_original: bool = False
+    models: DpoModels
+    counts: DpoCounts
+    per_bias: dict[str, int] = Field(default_factory=dict)
+
+
+def render_dpo_card(stats: DpoStats, directory: Path) -> str:
+    """README.md of a DPO export: the template `templates/dpo_card.md.j2`, from its stats."""
+    c = stats.counts
     front = yaml_front_matter(
         dataset_card_meta(
             directory,
             split="train",
-            n_rows=c["rows"],
+            n_rows=c.rows,
             extra={
-                "pretty_name": f"{stats['run_name']} bias-augmented DPO data",
+                "pretty_name": f"{stats.run_name} bias-augmented DPO data",
                 "license": "other",
                 "language": ["en"],
                 "tags": ["dpo", "preference", "llm-as-a-judge", "bias", "bias-discovery"],
             },
         )
     )
-    length = stats["length"]
-    reasons = ", ".join(f"{k} {v}" for k, v in c["invalid_perturbation_reasons"].items()) or "none"
-    lines = [
-        front,
-        f"# {stats['run_name']}: bias-augmented preference data for DPO",
-        "",
-        f"{plural(c['rows'], 'row')} (split `train`) in TRL's preference format with an explicit prompt "
-        f"(`{stats['format']}`): `prompt`, `chosen`, `rejected`, plus `injected_bias` (bias id; empty "
-        "for an original, unperturbed pair), `pair_id`, `domain`, `source`. The rejected response was "
-        "rewritten by the teacher to carry one bias the discovery run found; the chosen response is "
-        "unchanged, so DPO teaches the model to prefer the correct answer despite the bias.",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "from trl import DPOConfig, DPOTrainer",
-        "train = load_dataset(\"path/to/this/folder\", split=\"train\")",
-        "trainer = DPOTrainer(model=model, args=DPOConfig(output_dir=\"out\"), train_dataset=train, processing_class=tokenizer)",
-        "```",
-        "",
-        "The same rows are in `data.jsonl`; every count is in `stats.json`.",
-        "",
-    ]
-    if c["rows"] == 0:
-        lines += [
-            "> **This set is empty** (every rewrite was invalid). `datasets.load_dataset` refuses an "
-            "empty split; `datasets.Dataset(pyarrow.parquet.read_table(\"data.parquet\"))` loads 0 rows.",
-            "",
-        ]
-    lines += [
-        "## Counts",
-        "",
-        "| step | count |",
-        "| --- | ---: |",
-        f"| preference pairs | {c['pairs']} |",
-        f"| biases | {c['biases']} |",
-        f"| rewrites asked of the teacher | {c['generated']} |",
-        f"| dropped as invalid perturbation ({reasons}) | {c['dropped_invalid_perturbation']} |",
-        f"| perturbed rows | {c['perturbed_rows']} |",
-        f"| original rows included | {c['original_rows']} |",
-        f"| **rows** | **{c['rows']}** |",
-        "",
-        "No equivalence check was made: a rewrite that changed the rejected response's answer is not "
-        "detected here (the JudgeBench-Pro export checks it).",
-        "",
-        "## Provenance",
-        "",
-        f"- discovery run: `{stats['run_name']}` ({stats['run_dir']}), library `{stats['library_file']}`",
-        f"- preference data: {stats['data']}",
-        f"- teacher: `{stats['models']['teacher']}` (the loop's perturb prompt; {settings_text(stats['perturb_settings'])})",
-        f"- target judge of the run: `{stats['models']['target']}`",
-        f"- bias selection: `{stats['bias_selection']}`; seed {stats['seed']}",
-        f"- built {stats['created_at']} with bias-discovery {stats['bias_discovery_version']}",
-        "",
-        "## Biases",
-        "",
-        "| id | name | definition | rows |",
-        "| --- | --- | --- | ---: |",
-    ]
-    for b in stats["biases"]:
-        lines.append(
-            f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {stats['per_bias'].get(b['id'], 0)} |"
-        )
-    lines += [
-        "",
-        "## Lengths",
-        "",
-        f"Average {length['method']} tokens over the {plural(length['n'], 'perturbed row')}: chosen "
-        f"{number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, new "
-        f"rejected {number(length['new_rejected'], missing=CARD_MISSING)} ({percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)}).",
-        "",
-        "## Licences",
-        "",
-        "The prompts and chosen responses keep the licence of the source data set (JudgeBench: MIT; "
-        "RewardBench: ODC-BY; UltraFeedback and others: see their cards). The rewritten rejected "
-        "responses are outputs of the teacher model named above and subject to its licence and "
-        "terms of use; check them before training on or redistributing this data.",
-        "",
-    ]
-    return "\n".join(lines)
+    return card_template("dpo_card.md.j2").render(
+        stats=stats,
+        c=c,
+        front=front,
+        reasons=", ".join(f"{k} {v}" for k, v in c.invalid_perturbation_reasons.items()) or "none",
+        settings_text=settings_text,
+        number=partial(number, missing=CARD_MISSING),
+        percent=partial(percent, unit=" %", missing=CARD_MISSING),
+    )
 
 
 def export_dpo(
@@ -268,7 +219,7 @@ def export_dpo(
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if fmt not in ("standard", "conversational"):
-        raise ExportError(f"--format must be standard or conversational, got {fmt!r}")
+        raise ExportError(f"`format` must be standard or conversational, got {fmt!r}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)
@@ -311,5 +262,5 @@ def export_dpo(
     with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_data_files(tmp, build.rows, dpo_schema(fmt))
         atomic_write_json(tmp / "stats.json", stats)
-        atomic_write_text(tmp / "README.md", render_dpo_card(stats, tmp))
+        atomic_write_text(tmp / "README.md", render_dpo_card(DpoStats.model_validate(stats), tmp))
     return stats

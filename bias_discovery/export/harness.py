@@ -14,7 +14,8 @@ from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check
 from . import inspect_task, lmeval_task
 from .common import CARD_MISSING, one_line, package_version
 from .harness_set import HarnessSet, check_task_name, default_task_name, load_harness_set
-from .pro import DATA_COLUMNS, LICENCES, comparison_cell
+from .pro import DATA_COLUMNS
+from .pro_card import LICENCES, comparison_cell
 
 HarnessKind = Literal["lm-eval", "inspect"]
 Writer = Callable[[Path, HarnessSet, str], dict[str, Any]]

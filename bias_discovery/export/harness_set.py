@@ -34,7 +34,8 @@ from ..run.selection import select_biases
 from ..stages.records import PerturbedPair
 from .common import bias_summary
 from .compare import load_pro_pairs
-from .pro import chosen_first, labelled_row, read_pro_stats, sample_id
+from .pro import chosen_first, labelled_row, sample_id
+from .pro_stats import read_pro_stats
 
 Origin = Literal["judgebench-pro", "run"]
 HARNESS_FILES = Path(__file__).resolve().parent / "harness_files"
@@ -95,7 +96,7 @@ def load_harness_set(src: Path | str, *, biases: str | None = None) -> HarnessSe
     if _is_pro_dir(path):
         if biases is not None:
             raise ExportError(
-                f"--biases selects a run's biases; {path} is a JudgeBench-Pro export, whose samples were chosen "
+                f"`biases` selects a run's biases; {path} is a JudgeBench-Pro export, whose samples were chosen "
                 "when it was built (the export has a task per injected bias)"
             )
         found = _from_pro(path)
@@ -129,24 +130,22 @@ def _from_pro(path: Path) -> HarnessSet:
                 source=pair.source,
             )
         )
-    counts = stats.get("counts", {})
-    annotation = stats.get("annotation")
     return HarnessSet(
         origin="judgebench-pro",
-        name=str(stats.get("run_name", path.name)),
+        name=stats.run_name,
         source_dir=path.name,
         rows=rows,
-        biases=list(stats.get("biases", [])),
+        biases=[b.model_dump(mode="json") for b in stats.biases],
         provenance={
-            "run_name": stats.get("run_name"),
-            "run_dir": stats.get("run_dir"),
-            "library_file": stats.get("library_file"),
-            "data": stats.get("data"),
-            "models": stats.get("models", {}),
-            "self_filter": stats.get("self_filter"),
-            "kept_by_filter": counts.get("kept_by_filter"),
-            "annotated": annotation is not None,
-            "built_at": stats.get("created_at"),
+            "run_name": stats.run_name,
+            "run_dir": stats.run_dir,
+            "library_file": stats.library_file,
+            "data": stats.data,
+            "models": stats.models.model_dump(),
+            "self_filter": stats.self_filter,
+            "kept_by_filter": stats.counts.kept_by_filter,
+            "annotated": stats.annotation is not None,
+            "built_at": stats.created_at,
         },
     )
 
@@ -171,7 +170,7 @@ def _from_run(path: Path, biases: str | None) -> HarnessSet:
         if missing:
             raise ExportError(
                 f"run {path} has no validation rewrites of {', '.join(missing)} (never validated on the test set); "
-                "name validated biases with --biases, or build a Pro set with `bias-discovery export judgebench-pro` "
+                "name validated biases with `biases`, or build a Pro set with `bias-discovery export judgebench-pro` "
                 "and export that"
             )
         source = Path(str(config.data.test)).name
@@ -231,7 +230,7 @@ def default_task_name(found: HarnessSet) -> str:
 def check_task_name(name: str) -> str:
     if not _TASK_NAME.match(name):
         raise ExportError(
-            f"--task-name {name!r}: use lower-case letters, digits and underscores, starting with a letter"
+            f"`task_name` {name!r}: use lower-case letters, digits and underscores, starting with a letter"
         )
     return name
 

@@ -41,7 +41,6 @@ annotators, and `bias-discovery export apply-annotations` applies them (annotate
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -54,7 +53,7 @@ from ..config import PerturbSettings
 from ..data.loaders import describe_source, load_pairs
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
-from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
 from ..judging import JudgeSettings, Judgment, judge_pairs
 from ..library import Bias
@@ -70,35 +69,16 @@ from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls
 from ..stats import wilson_interval
 from .common import (
-    CARD_MISSING,
     LengthStats,
     bias_summary,
-    dataset_card_meta,
     length_stats,
     model_config,
-    one_line,
     package_version,
-    settings_text,
     string_schema,
     write_data_files,
-    yaml_front_matter,
 )
-
-KIND = "judgebench-pro"
-
-
-def read_pro_stats(directory: Path, *, label: str) -> dict[str, Any]:
-    """stats.json of the exported Pro set in `directory` (the caller checked it exists),
-    refused when it is not JSON or not a Pro set's; `label` starts the kind error."""
-    stats_path = directory / "stats.json"
-    try:
-        stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ExportError(f"{stats_path}: not valid JSON ({exc})") from None
-    kind = stats.get("kind") if isinstance(stats, dict) else None
-    if kind != KIND:
-        raise ExportError(f"{label}: stats.json says kind {kind!r}, expected {KIND!r}")
-    return stats
+from .pro_card import render_pro_card
+from .pro_stats import KIND, CheckerControl, ProCounts, ProStats
 
 DATA_COLUMNS = (
     "sample_id",
@@ -140,39 +120,6 @@ Status = Literal[
     "filter_invalid",
 ]
 
-class ProCounts(BaseModel):
-    """Every count of the pipeline. `generated` = the sum of all drops + `kept_by_filter`."""
-
-    test_pairs: int
-    biases: int
-    variants_per_pair: int
-    generated: int = 0
-    """Variants asked of the teacher: test_pairs x variants_per_pair."""
-    dropped_invalid_perturbation: int = 0
-    invalid_perturbation_reasons: dict[str, int] = Field(default_factory=dict)
-    """truncated / empty / engine_error / unchanged (identical to the original rejected)."""
-    dropped_duplicate: int = 0
-    """Same (question, new rejected) text as an earlier variant."""
-    equivalence_checked: int = 0
-    equivalence_extracted: int = 0
-    """Of those, decided by reading the final answers mechanically (the rest: the checker model)."""
-    dropped_equivalent: int = 0
-    """The checker said the new rejected response reaches the chosen one's final answer."""
-    dropped_check_invalid: int = 0
-    """The checker's answer was unusable (truncated, error, neither same nor different)."""
-    filter_judged: int = 0
-    dropped_filter_correct: int = 0
-    """The filter model picked the chosen response in at least one order."""
-    dropped_filter_tie: int = 0
-    """The filter model called a tie in an order and never picked the chosen response: not
-    fooled in both orders, but not right either."""
-    dropped_filter_invalid: int = 0
-    """A verdict of the filter model was invalid (unparseable, truncated, engine error)."""
-    kept_by_filter: int = 0
-    """Wrong in both orders: the samples of the set before human verification."""
-    after_annotation: int | None = None
-    """Samples left after `apply-annotations`; None until annotations are applied."""
-
 
 class VariantRecord(BaseModel):
     """One generated variant and what became of it (a line of variants.jsonl)."""
@@ -198,24 +145,6 @@ class VariantRecord(BaseModel):
     filter_picked: dict[str, str | None] = Field(default_factory=dict)
     """Order -> the response the filter picked ("chosen" / "rejected"; None when invalid)."""
     filter_explanations: dict[str, str] = Field(default_factory=dict)
-
-
-class CheckerControl(BaseModel):
-    """The equivalence checker asked about unmodified originals: the rejected response of each
-    pair it checked a variant of, against the chosen one. Their answers differ by construction,
-    so every "same" is a false "changed"."""
-
-    n_asked: int = 0
-    """Distinct original pairs asked (the pairs with a variant the rules could not decide)."""
-    n_usable: int = 0
-    """Of those, answered "same" or "different" (the n of the rate)."""
-    n_same: int = 0
-    false_changed_rate: float | None = None
-    """n_same / n_usable: how often the checker calls a different answer "same" (a variant it
-    calls "same" is dropped, so this is roughly the share of good variants it throws away)."""
-    ci_low: float | None = None
-    ci_high: float | None = None
-    """95 % Wilson interval of the rate."""
 
 
 def checker_control(model_checked: Sequence[PerturbedPair]) -> CheckerControl:
@@ -250,7 +179,7 @@ def assign_variants(
     if not biases:
         raise ExportError("no biases to inject")
     if k < 1:
-        raise ExportError(f"--variants must be at least 1, got {k}")
+        raise ExportError(f"`variants` must be at least 1, got {k}")
     items = []
     for pair in pairs:
         order = list(biases)
@@ -498,7 +427,7 @@ def write_pro_dir(directory: Path, build: ProBuild, stats: Mapping[str, Any]) ->
     write_annotation_sheet(directory, annotation_rows(build.samples, originals))
     atomic_write_jsonl(directory / "variants.jsonl", build.variants)
     atomic_write_json(directory / "stats.json", stats)
-    atomic_write_text(directory / "README.md", render_pro_card(stats, directory))
+    atomic_write_text(directory / "README.md", render_pro_card(ProStats.model_validate(stats), directory))
 
 
 def pro_stats(
@@ -519,271 +448,6 @@ def pro_stats(
         "checker_control": build.checker_control.model_dump(),
         "annotation": None,
     }
-
-
-LICENCES = """\
-- **JudgeBench** (questions, reference responses and labels): MIT licence
-  (ScalerLab/JudgeBench). Its responses were written by GPT-4o and Claude-3.5-Sonnet; their
-  providers' terms of use apply to those texts.
-- **RewardBench** (when it is the source): ODC-BY; its subsets keep their own licences.
-- **The demo set** shipped with bias-discovery: written by the project, same licence as the code.
-- **Rewritten responses** were generated by the teacher model named above; the checker and
-  filter models only produced verdicts. Model outputs are subject to the licence and terms of
-  use of the model that produced them (e.g. Qwen's, Llama's or an API provider's terms);
-  check them before redistributing or training on this data.
-"""
-
-
-def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
-    """One validation comparison of the card's bias table, as the terminal words it, with the
-    p adjusted for the iteration's candidates when there is one."""
-    if comparison is None:
-        return CARD_MISSING
-    c = comparison
-    adjusted = "" if c.get("p_adjusted") is None else f" (adjusted {p_value(c['p_adjusted'])})"
-    return delta_clause(c["delta"], c.get("ci_low"), c.get("ci_high"), c["n"], c.get("p_value")) + adjusted
-
-
-def _effect_cell(effect: Mapping[str, Any] | None, decided: str | None) -> str:
-    """A bias's reported effect in the card: Δ against the control that decided, CI, n and the
-    estimator (honest after an early stop)."""
-    if effect is None:
-        return CARD_MISSING
-    return (
-        f"{pp(effect['delta'])} vs {decided or CARD_MISSING} (CI {ci_pp(effect.get('ci_low'), effect.get('ci_high'), missing=CARD_MISSING)}, "
-        f"n = {effect.get('n') if effect.get('n') is not None else CARD_MISSING}; {effect['method']})"
-    )
-
-
-def _overlap_line(overlap: Mapping[str, Any] | None) -> str:
-    """Provenance: how many test pairs the run had discovered its biases on (0 unless allowed)."""
-    if overlap is None:
-        return "- overlap with the discovery run's target pairs: not checked"
-    allowed = " (allowed with --allow-overlap)" if overlap["shared"] else ""
-    return (
-        f"- overlap with the discovery run's target pairs: {overlap['shared']} of {overlap['n_validation']} test pairs "
-        f"({overlap['by_id']} by id, {overlap['by_content']} by content){allowed}"
-    )
-
-
-def _counts_table(c: Mapping[str, Any]) -> str:
-    reasons = c.get("invalid_perturbation_reasons") or {}
-    reason_text = ", ".join(f"{k} {v}" for k, v in reasons.items()) or "none"
-    after = c.get("after_annotation")
-    lines = [
-        "| step | count |",
-        "| --- | ---: |",
-        f"| test pairs | {c['test_pairs']} |",
-        f"| biases | {c['biases']} |",
-        f"| variants per pair (K) | {c['variants_per_pair']} |",
-        f"| generated variants | {c['generated']} |",
-        f"| dropped as invalid perturbation ({reason_text}) | {c['dropped_invalid_perturbation']} |",
-        f"| dropped as duplicate (question, rejected) | {c['dropped_duplicate']} |",
-        f"| equivalence-checked | {c['equivalence_checked']} |",
-        f"| dropped as equivalent (same final answer as chosen) | {c['dropped_equivalent']} |",
-        f"| of those, decided by reading the final answers (no model) | {c.get('equivalence_extracted', 0)} |",
-        f"| dropped: checker answer unusable | {c['dropped_check_invalid']} |",
-        f"| judged by the filter (both orders) | {c['filter_judged']} |",
-        f"| dropped: filter right in at least one order | {c['dropped_filter_correct']} |",
-        f"| dropped: filter called a tie (never right, not wrong in both orders) | {c.get('dropped_filter_tie', 0)} |",
-        f"| dropped: filter verdict invalid | {c['dropped_filter_invalid']} |",
-        f"| **kept by the filter** | **{c['kept_by_filter']}** |",
-        f"| **after annotation** | **{'not annotated yet' if after is None else after}** |",
-    ]
-    return "\n".join(lines)
-
-
-def _answer_check_text(stats: Mapping[str, Any]) -> list[str]:
-    """The card's answer-check paragraph: what was read mechanically, who checked the rest,
-    and the checker's false-"changed" rate on unmodified originals (sets exported before the
-    control have none)."""
-    c, models = stats["counts"], stats["models"]
-    control = stats.get("checker_control")
-    lines = [
-        f"Of the {c['equivalence_checked']} equivalence-checked variants, {c.get('equivalence_extracted', 0)} were decided "
-        "by reading the final answers (a letter written five times, a bold or ***X*** answer, a boxed expression, "
-        f"\"Final answer: X\") and comparing them; the rest by `{models['checker']}` with the prompt `equivalence_check`."
-    ]
-    if stats.get("self_checked"):
-        lines.append(
-            "**Self-checked**: that checker is the teacher that wrote the rewrites (no other model was given), so its "
-            "checks are the rewriter grading itself."
-        )
-    if control is None:
-        lines.append("No checker control was run for this set (exported before the control existed).")
-    elif control["n_asked"] == 0:
-        lines.append("Control: no variant needed the checker model, so it was not asked about any original.")
-    else:
-        rate = percent(control["false_changed_rate"], unit=" %", missing=CARD_MISSING)
-        ci = (
-            "" if control["ci_low"] is None
-            else f" (95 % Wilson CI {percent(control['ci_low'], unit=' %')} to {percent(control['ci_high'], unit=' %')})"
-        )
-        lines.append(
-            f"Control: the checker was also asked about the {control['n_asked']} original pairs behind those variants, "
-            "unmodified (their rejected response reaches a different answer than the chosen one by construction). It "
-            f"called {control['n_same']} of the {control['n_usable']} it answered usably \"same\": a false-\"changed\" "
-            f"rate of {rate}{ci}, n = {control['n_usable']}. A variant it calls \"same\" is dropped, so about that share "
-            "of good variants is lost; a high rate says the checker cannot tell these answers apart."
-        )
-    return lines
-
-
-def render_pro_card(stats: Mapping[str, Any], directory: Path) -> str:
-    """README.md of the Pro set in `directory`, rendered from stats.json's content and the
-    size of its data.parquet (re-rendered by apply-annotations)."""
-    c = stats["counts"]
-    n = c["after_annotation"] if c.get("after_annotation") is not None else c["kept_by_filter"]
-    models = stats["models"]
-    front = yaml_front_matter(
-        dataset_card_meta(
-            directory,
-            split="test",
-            n_rows=n,
-            extra={
-                "pretty_name": f"{stats['run_name']} JudgeBench-Pro-style set",
-                "license": "other",
-                "language": ["en"],
-                "tags": ["llm-as-a-judge", "bias", "judgebench-pro", "bias-discovery"],
-                "size_categories": ["n<1K" if n < 1000 else "1K<n<10K"],
-            },
-        )
-    )
-    length = stats["length"]
-    ann = stats.get("annotation")
-    lines = [
-        front,
-        f"# {stats['run_name']}: a JudgeBench-Pro-style benchmark",
-        "",
-        "Pairwise judging samples built by bias-discovery from the biases its "
-        "discovery run found: a test pair's rejected (wrong) response was rewritten by a teacher model "
-        "to carry one bias, kept only if the rewrite still has a different final answer than the chosen "
-        "response, and kept only if a strong judge then preferred it in both orders (the BiasScope "
-        "paper's JudgeBench-Pro recipe).",
-        "",
-        f"**{plural(n, 'sample')}** (split `test`). Columns: `sample_id`, `question`, `response_A`, `response_B`, "
-        "`label` (`A>B`: response A is the correct one; `B>A`: B is), `injected_bias` (bias id, see "
-        "below), `domain`, `pair_id` (the original test pair), `source`.",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "ds = load_dataset(\"path/to/this/folder\", split=\"test\")",
-        "```",
-        "",
-    ]
-    if n == 0:
-        lines += [
-            "> **This set is empty**: no variant survived the filters (see the counts). "
-            "`datasets.load_dataset` refuses an empty split (\"Instruction 'test' corresponds to no "
-            "data!\"); `datasets.Dataset(pyarrow.parquet.read_table(\"data.parquet\"))` loads it "
-            "as 0 rows with the columns above.",
-            "",
-        ]
-    lines += [
-        "The same rows are in `data.jsonl`. Also here: `stats.json` (every count below, machine-"
-        "readable), `variants.jsonl` (every generated variant with its fate: invalid, duplicate, "
-        "checker answer, the filter's verdicts and explanations), `annotation.csv` / "
-        "`annotation.jsonl` (the human-verification sheet).",
-        "",
-        "## Pipeline counts",
-        "",
-        _counts_table(c),
-        "",
-        "## Provenance",
-        "",
-        f"- discovery run: `{stats['run_name']}` ({stats['run_dir']}), library `{stats['library_file']}`",
-        f"- test data: {stats['data']}",
-        f"- bias selection: `{stats['bias_selection']}`; seed {stats['seed']}",
-        _overlap_line(stats.get("data_overlap")),
-        f"- built {stats['created_at']} with bias-discovery {stats['bias_discovery_version']}",
-        "",
-        "## Models",
-        "",
-        "| role | model |",
-        "| --- | --- |",
-        f"| teacher (rewrites rejected responses; the loop's perturb prompt) | `{models['teacher']}` |",
-        f"| equivalence checker (prompt `equivalence_check`, answers same/different) | `{models['checker']}` |",
-        f"| adversarial filter (judges both orders, keeps wrong-in-both) | `{models['filter']}` |",
-        f"| target judge of the discovery run | `{models['target']}` |",
-        "",
-        f"Filter judge settings: {settings_text(stats['filter_judge_settings'])}. "
-        f"Teacher settings: {settings_text(stats['perturb_settings'])}.",
-        "",
-        "## Answer checks",
-        "",
-        " ".join(_answer_check_text(stats)),
-        "",
-    ]
-    if stats.get("self_filter"):
-        lines += [
-            "> **The filter is the run's target** (built with `--allow-self-filter`): every sample is one "
-            "the target judged wrong in both orders, so the target's error on this set is 100 % by "
-            "construction. The set shows the target's failures; it does not measure the target.",
-            "",
-        ]
-    lines += [
-        "## Biases",
-        "",
-        "Validation: the judge's error on the run's test items with the bias injected, minus its "
-        "error on the same items unchanged (vs baseline) and with a neutral rewrite (vs placebo); "
-        "95 % CI, n paired items, one-sided p (and adjusted for the iteration's candidates). "
-        "*Effect* is the reported Δerror against the comparison that decided, estimated so that it "
-        "stays honest when validation stopped early (the estimator is named); the two comparisons "
-        "are as measured on the items used.",
-        "",
-        "| id | name | definition | origin | effect | Δerror vs baseline | Δerror vs placebo "
-        "| generated | kept |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    per_bias = stats.get("per_bias", {})
-    for b in stats["biases"]:
-        row = per_bias.get(b["id"], {"generated": 0, "kept_by_filter": 0})
-        origin = b["origin"] if b["origin"] == "seed" else f"discovered (iteration {b['iteration']})"
-        lines.append(
-            f"| `{b['id']}` | {one_line(b['name'])} | {one_line(b['definition'])} | {origin} | "
-            f"{_effect_cell(b.get('effect'), b.get('decided_against'))} | "
-            f"{comparison_cell(b.get('vs_baseline'))} | {comparison_cell(b.get('vs_placebo'))} | "
-            f"{row['generated']} | {row['kept_by_filter']} |"
-        )
-    statements = list(dict.fromkeys(b["error_statement"] for b in stats["biases"] if b.get("error_statement")))
-    if statements:
-        lines += ["", "Error control of these validations: " + " ".join(statements)]
-    lines += ["", "## Domains", "", "| domain | generated | kept by the filter |", "| --- | ---: | ---: |"]
-    for domain, row in stats.get("per_domain", {}).items():
-        lines.append(f"| {domain} | {row['generated']} | {row['kept_by_filter']} |")
-    lines += [
-        "",
-        "## Lengths",
-        "",
-        f"Average length in {length['method']} tokens (`str.split`) over the {plural(length['n'], 'sample')}: "
-        f"chosen {number(length['chosen'], missing=CARD_MISSING)}, original rejected {number(length['original_rejected'], missing=CARD_MISSING)}, "
-        f"new rejected {number(length['new_rejected'], missing=CARD_MISSING)}; relative increase of the rejected response "
-        f"{percent(length['relative_increase'], signed=True, unit=' %', missing=CARD_MISSING)} (the paper reports +8.4 %).",
-        "",
-        "## Human verification",
-        "",
-    ]
-    if ann is None:
-        lines += [
-            "Not annotated yet. Two annotators fill `annotator_1` and `annotator_2` of "
-            "`annotation.csv` (or `annotation.jsonl`) with `keep` (the new rejected response is still "
-            "wrong, its final answer differs from the chosen one, and the label is right) or `reject` "
-            "(anything else: the rewrite fixed or changed the answer, the label is wrong, the sample is "
-            "broken), a `reason` when rejecting, and an `adjudication` (keep/reject) wherever they "
-            "disagree. Then run `bias-discovery export apply-annotations DIR SHEET`.",
-        ]
-    else:
-        kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
-        lines += [
-            f"Two annotators verified {plural(ann['n_annotated'], 'sample')} (sheet `{ann['sheet']}`, applied "
-            f"{ann['applied_at']}): they agreed on {ann['n_agreed']} ({percent(ann['observed_agreement'], unit=' %', missing=CARD_MISSING)}), "
-            f"Cohen's kappa {kappa}; {plural(ann['n_adjudicated'], 'disagreement')} "
-            + ("was" if ann["n_adjudicated"] == 1 else "were") + " adjudicated. "
-            f"{plural(ann['n_rejected'], 'sample')} " + ("was" if ann["n_rejected"] == 1 else "were")
-            + f" rejected and removed, {ann['n_kept']} kept.",
-        ]
-    lines += ["", "## Licences", "", LICENCES]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -830,7 +494,7 @@ def export_judgebench_pro(
     run_path = Path(run_dir)
     check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
     if variants < 1:
-        raise ExportError(f"--variants must be at least 1, got {variants}")
+        raise ExportError(f"`variants` must be at least 1, got {variants}")
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path)

@@ -32,6 +32,7 @@ from ..errors import ConfigError
 from ..judging import JudgeSettings
 from ..library import Bias, BiasLibrary
 from ..llm.config import ModelConfig, same_model
+from ..options import OperationOptions
 
 __all__ = [
     "JURY",
@@ -76,7 +77,7 @@ class MatrixJudge(_Strict):
         if name == JURY:
             raise ValueError(f"'{JURY}' names the jury row; give the judge another name")
         if "," in name:
-            raise ValueError(f"judge name {name!r}: no commas (the CSV and --judges use them)")
+            raise ValueError(f"judge name {name!r}: no commas (the CSV and `judges` use them)")
         return name
 
     @property
@@ -257,24 +258,50 @@ def load_matrix_config(path: Path | str, overrides: list[str] | None = None) -> 
     return load_settings(path, MatrixConfig, overrides)
 
 
-def matrix_settings(
-    path: Path | str | Mapping[str, Any] | None,
-    *,
-    overrides: list[str] | None = None,
-    judges: str | None = None,
-    library: str | None = None,
-    biases: str | None = None,
-    data: str | None = None,
-    data_dir: Path | None = None,
-    limit: int | None = None,
-    teacher: str | None = None,
-    allow_overlap: bool | None = None,
-    skip_bad_rows: bool | None = None,
-) -> MatrixConfig:
-    """The `matrix` command's settings: the config file (if any), the command's flags on top
+class MatrixOptions(OperationOptions):
+    """What one invocation of the matrix sets on top of its config (`bias-discovery matrix`'s
+    options, the arguments of `api.matrix`): where it writes, and the parts of the config it
+    replaces."""
+
+    out: Path
+    """The matrix directory (its call cache: a rerun continues, a judge added later pays only
+    its own calls)."""
+    judges: str | None = None
+    """SPEC,SPEC,...: model specs or per-judge YAML files (replaces the config's judges)."""
+    library: str | None = None
+    """seeds, a seed library, a run directory (RUN_DIR, RUN_DIR@N) or a library file."""
+    biases: str | None = None
+    """ID,NAME,...: the biases of the library to validate (None: all)."""
+    data: str | None = None
+    """The test data: a named set or a file."""
+    data_dir: Path | None = None
+    """Where named data sets are read from."""
+    limit: int | None = Field(default=None, ge=1)
+    """A seeded sample of this many test pairs."""
+    teacher: str | None = None
+    """The model that writes the rewrites."""
+    allow_overlap: bool = False
+    """Validate a run's biases on data that shares pairs with its target pairs (recorded)."""
+    skip_bad_rows: bool = False
+    """Skip and count unusable data rows."""
+    overrides: list[str] = Field(default_factory=list)
+    """KEY=VALUE settings applied last (dotted keys)."""
+
+    @field_validator("judges", "biases", mode="before")
+    @classmethod
+    def _names_as_text(cls, value: Any) -> Any:
+        """A list of specs or names is the same as their comma-separated text."""
+        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def matrix_settings(path: Path | str | Mapping[str, Any] | None, options: MatrixOptions) -> MatrixConfig:
+    """The `matrix` command's settings: the config file (if any), the options on top
     (`judges`: SPEC,SPEC,... model specs or per-judge YAML files; `biases`: ID,NAME,...), then
-    the `--set` overrides. `path` may also be the settings themselves (a dict, as the API
-    takes them)."""
+    the `overrides`. `path` may also be the settings themselves (a dict, as the API takes
+    them)."""
+    judges, library, biases, teacher = options.judges, options.library, options.biases, options.teacher
+    data, data_dir, limit = options.data, options.data_dir, options.limit
+    allow_overlap, skip_bad_rows = options.allow_overlap or None, options.skip_bad_rows or None
     if isinstance(path, Mapping):
         raw: dict[str, Any] = copy.deepcopy(dict(path))
         where = "the config given"
@@ -284,10 +311,10 @@ def matrix_settings(
     if judges is not None:
         entries = [e for e in judges.split(",") if e.strip()]
         if not entries:
-            raise ConfigError(f"--judges {judges!r}: expected SPEC,SPEC,... (model specs or judge .yaml files)")
+            raise ConfigError(f"`judges` {judges!r}: expected SPEC,SPEC,... (model specs or judge .yaml files)")
         raw["judges"] = [judge_from_spec(e) for e in entries]
     if not raw.get("judges"):
-        raise ConfigError("no judges: name them with --judges SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG")
+        raise ConfigError("no judges: name them with `judges` SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG")
     if library is not None:
         raw["library"] = library
     if biases is not None:
@@ -300,7 +327,7 @@ def matrix_settings(
     if teacher is not None:
         raw["teacher"] = teacher
     source = f"{where} (with the command's flags)" if path is not None else "the command's flags"
-    return validate_settings(raw, MatrixConfig, source=source, overrides=overrides)
+    return validate_settings(raw, MatrixConfig, source=source, overrides=options.overrides)
 
 
 def judge_from_spec(spec: str) -> dict[str, Any]:
@@ -311,10 +338,10 @@ def judge_from_spec(spec: str) -> dict[str, Any]:
     if text.endswith((".yaml", ".yml")) or path.is_file():
         raw = read_settings_file(path)
         if "model" not in raw:
-            raise ConfigError(f"--judges {text}: a judge file needs `model` (and `name`, `prompt` ...)")
+            raise ConfigError(f"`judges` {text}: a judge file needs `model` (and `name`, `prompt` ...)")
         return {"name": path.stem, **raw}
     if "/" not in text:
-        raise ConfigError(f"--judges {text!r}: expected a model spec (provider/model) or a judge .yaml file")
+        raise ConfigError(f"`judges` {text!r}: expected a model spec (provider/model) or a judge .yaml file")
     return {"name": text, "model": text}
 
 

@@ -34,10 +34,10 @@ def prepare_matrix_dir(out: Path, config: MatrixConfig) -> Path:
     record `config` in it, and return the path of its call cache. A folder holding anything
     else is refused: the matrix never writes into a folder it did not make."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} exists and is not a directory")
+        raise ConfigError(f"`out` {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / CACHE_FILE).exists() and not (out / CONFIG_FILE).exists():
         raise ConfigError(
-            f"--out {out} is not empty and is not a matrix directory (no {CACHE_FILE} or {CONFIG_FILE}); "
+            f"`out` {out} is not empty and is not a matrix directory (no {CACHE_FILE} or {CONFIG_FILE}); "
             "pick a new or empty directory, or the directory of an earlier matrix to continue it"
         )
     out.mkdir(parents=True, exist_ok=True)

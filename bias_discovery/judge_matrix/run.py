@@ -237,11 +237,11 @@ def _discovery_overlap(run_dir: Path, pairs: Sequence[PreferencePair], data_name
             f"library {run_dir}: the run has no config.yaml, so the items its biases were discovered on are unknown; "
             "give the library file (RUN_DIR/library/latest.json) to validate its biases anyway"
         )
-    how = "pass --allow-overlap (data.allow_overlap: true)"
+    how = "pass `allow_overlap` (data.allow_overlap: true)"
     try:
         return check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the matrix's test data {data_name}", allow=allow)
     except DataError as exc:
-        raise DataError(str(exc).replace("pass --allow-overlap", how)) from None
+        raise DataError(str(exc).replace("pass `allow_overlap`", how)) from None
 
 
 def matrix_family(config: MatrixConfig, *, n_judges: int, n_biases: int, jury: bool) -> FamilySettings:
@@ -249,10 +249,9 @@ def matrix_family(config: MatrixConfig, *, n_judges: int, n_biases: int, jury: b
     configured alpha, correction and min_delta, with one look (every cell sees every item)."""
     rows = plural(n_judges, "judge") + (" and the jury" if jury else "")
     m = (n_judges + (1 if jury else 0)) * n_biases
-    return FamilySettings(
-        rules=config.validate_.model_copy(update={"error_control": "run"}),
-        alpha=config.validate_.alpha,
-        families=1,
+    return FamilySettings.planned(
+        config.validate_.model_copy(update={"error_control": "run"}),
+        1,
         seed=config.seed,
         scope="matrix",
         unit="cell",
@@ -314,7 +313,7 @@ def _compare_judges(
         ))
         for bias in biases for i, a in enumerate(names) for b in names[i + 1 :]
     ]
-    decided = decide_differences([r[3] for r in raw], alpha=family.alpha, correction=rules.correction)
+    decided = decide_differences([r[3] for r in raw], alpha=family.family_alpha, correction=rules.correction)
     return [
         JudgeComparison(
             **d.model_dump(), bias=bias.id, judge_a=a, judge_b=b,

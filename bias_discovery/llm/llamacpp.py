@@ -140,7 +140,7 @@ class LlamaCppEngine(SequentialEngine):
         """Prompt tokens not evaluated again thanks to `reusable_prefix` (over this engine's life)."""
         # The chat handler formats and tokenizes the messages, then calls create_completion with
         # the prompt's tokens: the one place the tokens are known before evaluation.
-        self._llm.create_completion = self._create_completion_reusing_prefix
+        self._llm.create_completion = self._create_completion_reusing_prefix  # type: ignore[method-assign]
 
     @property
     def n_ctx(self) -> int:

@@ -169,9 +169,9 @@ def _run_child(args: list[str], engine: str, timeout_s: float) -> tuple[SmokeRes
     except ValueError:
         data = None
     if proc.returncode != 0 or not isinstance(data, dict):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        last_error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return SmokeResult(engine=engine, ok=False, failure="error", seconds=seconds,
-                           detail=f"exit code {proc.returncode}: {tail[:400]}"), None
+                           detail=f"exit code {proc.returncode}: {last_error[:400]}"), None
     data["seconds"] = seconds
     return None, data
 

@@ -38,7 +38,7 @@ def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], te
         discovery_name=f"data.target {describe_source(d.target, d.data_dir, portable=True)}",
         validation_name=f"data.test {describe_source(d.test, d.data_dir, portable=True)}",
     )
-    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass --allow-overlap (data.allow_overlap: true)")
+    return check_overlap(overlap, allow=d.allow_overlap, how_to_allow="pass `allow_overlap` (data.allow_overlap: true)")
 
 
 class LoopResources:

@@ -8,7 +8,16 @@ import functools
 from ..data.loaders import describe_source
 from ..errors import DataError
 from ..formatting import percent, pp
-from ..judging import JudgeResult, calls_per_pair, judge_pairs, judge_tasks, measure_of, mirror_tasks, orders_by_pair, summarize
+from ..judging import (
+    JudgeResult,
+    calls_per_pair,
+    judge_pairs,
+    judge_tasks,
+    measure_of,
+    mirror_tasks,
+    orders_by_pair,
+    summarize,
+)
 from ..library import Bias
 from ..metrics import PositionProfile, position_profile
 from ..run import ValidationReport
@@ -163,10 +172,9 @@ class LoopValidation:
             candidates = [b for b in candidates if b.id in keep]
         baseline, placebo = self.controls(with_placebo=bool(candidates))  # the placebo: paid for when a candidate needs it
         self.position_profile(baseline)
-        alpha = config.family_alpha
         setup = ValidationSetup(
-            family=FamilySettings(
-                rules=cfg, alpha=alpha, families=config.planned_validations, seed=config.seed,
+            family=FamilySettings.planned(
+                cfg, config.planned_validations, seed=config.seed,
                 measure=measure_of(config.judge),
             ),
             perturb=config.perturb,
@@ -200,7 +208,7 @@ class LoopValidation:
             validated=validated,
             control=cfg.decision_control,
             rewrite_effect=placebo.effect if placebo is not None else None,
-            alpha_family=alpha,
+            alpha_family=setup.family.family_alpha,
             error_control=cfg.error_control,
             min_delta=cfg.min_delta,
             sequential=out.plan,

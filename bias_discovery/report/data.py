@@ -42,7 +42,9 @@ __all__ = [
     "diff_refs",
     "diff_to_json",
     "error_statements",
+    "LibraryView",
     "library_json",
+    "library_view",
     "library_rows",
     "read_validation_records",
     "rejected_candidates",
@@ -192,6 +194,11 @@ LIBRARY_COLUMNS: tuple[str, ...] = tuple(BiasRow.model_fields)
 
 def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
     """One bias as a flat, JSON-ready row: a `BiasRow`, dumped."""
+    return typed_bias_row(bias, in_library=in_library).model_dump()
+
+
+def typed_bias_row(bias: Bias, *, in_library: bool = True) -> BiasRow:
+    """One bias as a flat row (`BiasRow`)."""
     v = bias.validation
     top, top_delta = _top_domain(bias)
     base = v.vs_baseline if v else None
@@ -249,7 +256,7 @@ def bias_row(bias: Bias, *, in_library: bool = True) -> dict[str, Any]:
         n_evidence=len(bias.evidence),
         merged_from=list(bias.merged_from),
         definition=bias.definition,
-    ).model_dump()
+    )
 
 
 def library_rows(library: BiasLibrary, rejected: Sequence[Bias] = ()) -> list[dict[str, Any]]:
@@ -271,6 +278,37 @@ def run_rewrite_effect(root: Path) -> RewriteEffect | None:
     return None
 
 
+class ErrorStatementEntry(BaseModel):
+    """One thing the validations behind a library control, and the iterations that say it."""
+
+    statement: str
+    iterations: list[int]
+
+
+class LibraryInfo(BaseModel):
+    """A library's own facts, as `library show` heads its table."""
+
+    name: str
+    iteration: int
+    target_model: str | None
+    created_at: str | None
+    parent: str | None
+    size: int
+
+
+class LibraryView(BaseModel):
+    """What `library show` prints (and its --json): the library, its biases and the rejected
+    candidates as `BiasRow`s, the run's rewrite effect, what the decisions control."""
+
+    source: str
+    path: str
+    run_dir: str | None
+    library: LibraryInfo
+    biases: list[BiasRow]
+    rewrite_effect: RewriteEffect | None
+    error_statements: list[ErrorStatementEntry]
+
+
 def error_statements(ref: LibraryRef) -> list[dict[str, Any]]:
     """What the validations behind a library control, one entry per distinct statement: a
     run's from its validation reports up to the library's iteration (with the iterations they
@@ -286,25 +324,27 @@ def error_statements(ref: LibraryRef) -> list[dict[str, Any]]:
     return [{"statement": text, "iterations": iterations} for text, iterations in by_statement.items()]
 
 
-def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
+def library_view(ref: LibraryRef, rejected: list[Bias]) -> LibraryView:
+    """The library `ref` names with the `rejected` candidates (not in it), as `library show`
+    prints it."""
     lib = ref.library
-    effect = run_rewrite_effect(ref.run_dir) if ref.run_dir is not None else None
-    return {
-        "source": ref.spec,
-        "path": str(ref.path),
-        "run_dir": None if ref.run_dir is None else str(ref.run_dir),
-        "library": {
-            "name": lib.name,
-            "iteration": lib.iteration,
-            "target_model": lib.target_model,
-            "created_at": lib.created_at,
-            "parent": lib.parent,
-            "size": len(lib.biases),
-        },
-        "biases": library_rows(lib, rejected),
-        "rewrite_effect": None if effect is None else effect.model_dump(mode="json"),
-        "error_statements": error_statements(ref),
-    }
+    return LibraryView(
+        source=ref.spec,
+        path=str(ref.path),
+        run_dir=None if ref.run_dir is None else str(ref.run_dir),
+        library=LibraryInfo(
+            name=lib.name, iteration=lib.iteration, target_model=lib.target_model, created_at=lib.created_at,
+            parent=lib.parent, size=len(lib.biases),
+        ),
+        biases=[typed_bias_row(b) for b in lib.biases] + [typed_bias_row(b, in_library=False) for b in rejected if b.id not in lib],
+        rewrite_effect=run_rewrite_effect(ref.run_dir) if ref.run_dir is not None else None,
+        error_statements=[ErrorStatementEntry.model_validate(e) for e in error_statements(ref)],
+    )
+
+
+def library_json(ref: LibraryRef, rejected: list[Bias]) -> dict[str, Any]:
+    """`library_view`, JSON-ready (`library show --json`)."""
+    return library_view(ref, rejected).model_dump(mode="json")
 
 
 def diff_to_json(diff: LibraryDiff, a: LibraryRef, b: LibraryRef, rejected: Sequence[Bias] = ()) -> dict[str, Any]:

@@ -294,8 +294,8 @@ def _configured_error_statement(config: dict[str, Any]) -> str:
         resolved = RunConfig.model_validate(config)
     except ValueError:
         return "–"
-    family = FamilySettings(
-        rules=resolved.validate_, alpha=resolved.family_alpha, families=resolved.planned_validations,
+    family = FamilySettings.planned(
+        resolved.validate_, resolved.planned_validations,
         measure=measure_of(resolved.judge),
     )
     return family.error_statement(resolved.validate_.decision_control)

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..config import RunConfig, load_run_config
-from ..formatting import plural
+from ..formatting import effect_clause, plural
 from ..library import Bias
 from ..metrics import Estimate, PositionProfile, proportion
 from ..run import RunDir, ValidationReport
@@ -81,13 +81,16 @@ def _found(reports: Sequence[ValidationReport], position: PositionProfile | None
         v = bias.validation
         assert v is not None
         e = v.effect
-        parts.append(f"{bias.id} ({MEASURE_LABELS[e.measure]} {100 * e.delta:+.1f} pp vs {v.decisive}, "
-                     f"95 % CI {100 * e.ci_low:+.1f} to {100 * e.ci_high:+.1f}, n = {e.n})")
+        clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, v.decisive_comparison.p_adjusted,
+                               control=v.decisive, method=e.method, label=MEASURE_LABELS[e.measure])
+        parts.append(f"{bias.id} ({clause})")
     candidates = sum(len(r.validated) for r in reports if r.iteration > 0)
     if parts:
         text = f"Found: {plural(len(parts), 'bias', 'biases')} that raise the judge's error beyond chance: " + "; ".join(parts) + "."
+    elif candidates == 1:
+        text = "Found: no bias; the one candidate validated did not raise the judge's error beyond chance."
     elif candidates:
-        text = f"Found: no bias; none of the {plural(candidates, 'candidate')} validated raised the judge's error beyond chance."
+        text = f"Found: no bias; none of the {candidates} candidates validated raised the judge's error beyond chance."
     else:
         text = "Found: no new bias; no candidate came through Merge to be validated."
     if position is not None and position.n_pairs:

@@ -79,7 +79,7 @@ def resolve_library(spec: str, iteration: int | None = None) -> LibraryRef:
             )
         at = int(match.group("iteration"))
         if iteration is not None and iteration != at:
-            raise ConfigError(f"{spec}: names iteration {at}, but --iteration says {iteration}")
+            raise ConfigError(f"{spec}: names iteration {at}, but `iteration` says {iteration}")
         path, iteration = Path(match.group("path")), at
         if not path.is_dir():
             raise ConfigError(f"{spec}: {path} is not a run directory")
@@ -97,5 +97,5 @@ def resolve_library(spec: str, iteration: int | None = None) -> LibraryRef:
         warnings = [f"{problem}; the iteration files are the record (`bias-discovery resume` rewrites it)"] if problem else []
         return LibraryRef(spec=spec, library=library, path=store.path_for(iteration), run_dir=path, warnings=warnings)
     if iteration is not None:
-        raise ConfigError(f"{spec}: --iteration / @N applies to run directories, not to a library file")
+        raise ConfigError(f"{spec}: `iteration` / @N applies to run directories, not to a library file")
     return LibraryRef(spec=spec, library=load_library(path), path=path)

@@ -34,4 +34,4 @@ def check_run_overlap(
     on, by id and content: refused unless `allow` (`--allow-overlap`), recorded either way."""
     keys, name = discovery_keys(run, config)
     overlap = find_overlap(keys, pair_keys(pairs), discovery_name=name, validation_name=data_name)
-    return check_overlap(overlap, allow=allow, how_to_allow="pass --allow-overlap")
+    return check_overlap(overlap, allow=allow, how_to_allow="pass `allow_overlap`")

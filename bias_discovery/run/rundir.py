@@ -242,7 +242,7 @@ class RunDir:
     def is_run(self) -> bool:
         """A run directory: its config.yaml is written first, so a run killed in its first
         second (no checkpoint, no run.json yet) is one too, and resumes from the beginning."""
-        return self.config_path.is_file()
+        return bool(self.config_path.is_file())
 
     def _require_directory(self) -> None:
         if self.root.exists() and not self.root.is_dir():

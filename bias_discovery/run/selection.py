@@ -46,17 +46,17 @@ def select_biases(library: BiasLibrary, spec: str | None, *, run_dir: Path | str
         if match:
             k = int(match.group(1))
             if k < 1:
-                raise ExportError(f"--biases {text}: K must be at least 1")
+                raise ExportError(f"`biases` {text}: K must be at least 1")
             chosen = sorted(chosen, key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))[:k]
         if not chosen:
             raise ExportError(
                 f"run {run_dir} has no validated biases; name "
-                f"biases explicitly with --biases ID,...  available: {_available(library)}"
+                f"biases explicitly with `biases` ID,...  available: {_available(library)}"
             )
         return chosen
     entries = [part.strip() for part in text.split(",") if part.strip()]
     if not entries:
-        raise ExportError(f"--biases {spec!r} names no bias; available: {_available(library)}")
+        raise ExportError(f"`biases` {spec!r} names no bias; available: {_available(library)}")
     chosen, seen, unknown = [], set(), []
     for entry in entries:
         bias = library.find(entry)

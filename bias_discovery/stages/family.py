@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import ValidateSettings
 from ..stats import (
@@ -93,10 +93,12 @@ class FamilySettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rules: ValidateSettings = Field(default_factory=ValidateSettings)
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
-    """This family's level: `rules.alpha`, or its share of it with `error_control: run`."""
+    """The run's `validate` settings; `rules.alpha` is the configured alpha (the budget)."""
     families: int = Field(default=1, ge=1)
     """Validations the run plans (the error statement's family count)."""
+    family_alpha: float = Field(gt=0.0, lt=1.0)
+    """This family's level: `rules.family_alpha(families)` (the configured alpha, or its share
+    with `error_control: run`) unless given."""
     seed: int = 0
     scope: str = "run"
     """What the error statement speaks of: a run, a replication, a matrix ..."""
@@ -109,6 +111,22 @@ class FamilySettings(BaseModel):
     """What the error statement calls the family's members (a matrix: its cells)."""
     members: str | None = None
     """A one-validation family's members, for the error statement (a matrix: "9 cells: ...")."""
+
+    @classmethod
+    def planned(cls, rules: ValidateSettings, families: int, **fields: Any) -> FamilySettings:
+        """The family of a run (or replication, or matrix) that plans `families` validations
+        under `rules`: its level is `rules.family_alpha(families)`."""
+        return cls(rules=rules, families=families, family_alpha=rules.family_alpha(families), **fields)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_alpha_from_the_rules(cls, data: Any) -> Any:
+        """Fill `family_alpha` from the rules and the planned families (`ValidateSettings.family_alpha`)."""
+        if isinstance(data, dict) and data.get("family_alpha") is None:
+            rules = data.get("rules", ValidateSettings())
+            rules = rules if isinstance(rules, ValidateSettings) else ValidateSettings.model_validate(rules)
+            data = {**data, "rules": rules, "family_alpha": rules.family_alpha(int(data.get("families", 1)))}
+        return data
 
     @property
     def sequential(self) -> bool:
@@ -132,7 +150,7 @@ class FamilySettings(BaseModel):
         return plan_sequential(
             n_items,
             seq.looks if self.sequential else [1.0],
-            alpha=self.alpha,
+            alpha=self.family_alpha,
             spending=seq.spending,
             futility=seq.futility,
             min_items=seq.min_items,
@@ -145,7 +163,7 @@ class FamilySettings(BaseModel):
             correction=self.rules.correction,
             error_control=self.rules.error_control,
             alpha=self.rules.alpha,
-            family_alpha=self.alpha,
+            family_alpha=self.family_alpha,
             families=self.families,
             margin=self.margin,
             control=control,
@@ -323,7 +341,7 @@ def decide(
     return decide_acceptance(
         list(decisive),
         rule=settings.rules.acceptance,
-        alpha=settings.alpha,
+        alpha=settings.family_alpha,
         correction=settings.rules.correction,
         p_values=p_values,
         control=control,

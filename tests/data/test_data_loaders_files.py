@@ -433,13 +433,13 @@ def test_hub_failure_is_a_data_error(monkeypatch: pytest.MonkeyPatch) -> None:
         load_pairs("judgebench")
     message = str(info.value)
     assert "could not reach the hub to load ScalerLab/JudgeBench (split gpt)" in message
-    assert "--data-dir" in message and DATA_DIR_ENV in message
+    assert "`data_dir`" in message and DATA_DIR_ENV in message
     assert info.value.__cause__ is None  # a user error: no chained traceback
 
 
 def test_hub_without_datasets_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
-    with pytest.raises(DataError, match=r"needs the `datasets` package.*--data-dir"):
+    with pytest.raises(DataError, match=r"needs the `datasets` package.*`data_dir`"):
         load_pairs("rewardbench")
 
 
@@ -448,7 +448,7 @@ def test_real_datasets_offline_fails_cleanly(monkeypatch: pytest.MonkeyPatch, tm
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to fall back on
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
-    with pytest.raises(DataError, match=r"could not reach the hub to load ScalerLab/JudgeBench.*--data-dir"):
+    with pytest.raises(DataError, match=r"could not reach the hub to load ScalerLab/JudgeBench.*`data_dir`"):
         load_pairs("judgebench:gpt")
 
 

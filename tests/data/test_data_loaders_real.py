@@ -102,7 +102,7 @@ def test_judgebench_identical_responses_are_refused_or_skipped_and_counted(share
     with pytest.raises(DataError) as info:
         load_pairs("judgebench:claude", data_dir=shared_data)
     assert f"{path}:{IDENTICAL_CLAUDE_LINE}: fields 'response_A' and 'response_B' hold the same text" in str(info.value)
-    assert "--skip-bad-rows" in str(info.value)
+    assert "`skip_bad_rows`" in str(info.value)
     bad_rows: list[str] = []
     claude = load_pairs("judgebench:claude", data_dir=shared_data, bad_rows=bad_rows)
     assert bad_rows == [

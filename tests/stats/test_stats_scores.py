@@ -114,7 +114,7 @@ def test_the_effect_after_an_early_stop_is_median_unbiased_on_scores() -> None:
     conditional estimate (`sequential.effect: conditional`) is not, and its 95 % interval covers
     the truth about 95 % of the time."""
     rng = np.random.default_rng(3)
-    settings = FamilySettings(rules=ValidateSettings(sequential={"effect": "conditional"}), alpha=0.05, measure="p_rejected")
+    settings = FamilySettings(rules=ValidateSettings(sequential={"effect": "conditional"}), family_alpha=0.05, measure="p_rejected")
     naive, conditional, covered = [], [], []
     for _ in range(300):
         shifts = rng.normal(0.05, 0.15, 120)

@@ -110,7 +110,7 @@ class OpenAIServerEngine(BaseEngine):
     def __init__(self, config: ModelConfig) -> None:
         if not config.base_urls:
             raise ConfigError(
-                f"model {config.spec} needs a base URL, e.g. --base-url http://127.0.0.1:8000/v1 "
+                f"model {config.spec} needs a base URL, e.g. `base_url` http://127.0.0.1:8000/v1 "
                 "(the address of an OpenAI-compatible server such as `vllm serve` or "
                 "`python -m llama_cpp.server`)"
             )
@@ -424,8 +424,8 @@ class OpenAIServerEngine(BaseEngine):
         )
         if tried < attempts:
             raise EngineError(
-                f"cannot reach {where} within the {self.config.timeout_s:g} s deadline (timeout_s, or "
-                f"--timeout; {tried} of {attempts} attempts): {reason}"
+                f"cannot reach {where} within the {self.config.timeout_s:g} s deadline (`timeout_s`; "
+                f"{tried} of {attempts} attempts): {reason}"
             )
         raise EngineError(f"cannot reach {where} after {attempts} attempts: {reason}")
 

@@ -11,6 +11,8 @@ __version__ = "0.0-crash"
 class Llama:
     def __init__(self, **kwargs):
         self._model = SimpleNamespace(vocab=object())
+        self.n_batch = kwargs.get("n_batch", 512)
+        self.n_tokens = 0
 
     def n_ctx(self) -> int:
         return 1024
