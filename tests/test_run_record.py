@@ -49,3 +49,40 @@ def test_bad_files_name_the_file_line_and_field(tmp_path):
     record.candidates.path.write_text('[{"id": "Bad Id"}]')
     with pytest.raises(DataError, match=r"candidates.json: not a valid list of Bias: 0\.id"):
         record.candidates.read()
+
+
+def test_the_layout_lists_every_file_a_run_writes(authority_run):
+    """`run.layout.run_files()` (what the docs' run-directory reference is generated from)
+    names every file a finished run holds, with a line saying what it is; the report, written
+    on demand, too."""
+    import fnmatch
+    import re
+
+    from bias_discovery.api import load_run
+    from bias_discovery.run.layout import run_files
+
+    assert load_run(authority_run.root).report_path.is_file()  # written when asked for
+    files = run_files()
+    assert all(f.what for f in files), [f.path for f in files if not f.what]
+    patterns = [f.path.replace("NNN", "[0-9][0-9][0-9]") for f in files]
+    written = sorted(
+        p.relative_to(authority_run.root).as_posix() for p in authority_run.root.rglob("*")
+        if p.is_file() and not re.search(r"\.sqlite-(wal|shm)$", p.name)
+    )
+    assert "iter_001/validation.json" in written and "placebo/effect.json" in written
+    unlisted = [path for path in written if not any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)]
+    assert unlisted == []
+
+
+def test_the_layout_names_every_event_the_loop_writes():
+    """events.jsonl's kinds as the layout documents them are the kinds the package writes."""
+    import re
+
+    from bias_discovery.run.layout import EVENT_KINDS
+
+    from helpers import REPO
+
+    written = set()
+    for path in (REPO / "bias_discovery").rglob("*.py"):
+        written |= set(re.findall(r"\.event\(\s*\"([a-z_]+)\"", path.read_text(encoding="utf-8")))
+    assert written and written == set(EVENT_KINDS)

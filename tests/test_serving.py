@@ -33,7 +33,7 @@ def test_kv_and_weight_arithmetic_of_known_models() -> None:
 
 
 def test_requests_in_flight_from_kv_room() -> None:
-    # The README's max_concurrency per GPU class, by hand: Qwen2.5-7B at 0.90 of an 80 GB GPU
+    # The max_concurrency per GPU class of docs/guides/gpu.md, by hand: Qwen2.5-7B at 0.90 of an 80 GB GPU
     # (79.6 GiB): 0.90 x 79.6 - 7.61e9 x 2 B / 2^30 (14.17) - 3 = 54.47 GiB of KV room; one token
     # takes 2 x 28 x 4 x 128 x 2 B = 57344 B, so 54.47 GiB / 57344 B = 1,019,8xx tokens, /2048 = 497.
     seven = KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"]

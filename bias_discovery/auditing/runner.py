@@ -62,7 +62,9 @@ class AuditSettings(BaseModel):
     mitigation: Mitigation = "none"
     """Also measure this mitigated judge on the same items."""
     seed: int = DEFAULT_SEED
+    """Seed of the order draw, the repeats and the models' sampling."""
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
+    """Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."""
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     """Prompt, reasoning, budget, temperature and ties; `positions` and `mitigation` are the
     audit's own (both orders, and `mitigation` above)."""

@@ -86,6 +86,8 @@ class MatrixJudge(_Strict):
 
 
 class MatrixData(_Strict):
+    """The test items every judge is measured on."""
+
     test: str = "demo:test"
     """The test set every bias is validated on: a named set (demo:test, judgebench ...) or a file."""
     data_dir: Path | None = None
@@ -109,6 +111,7 @@ class MatrixConfig(_Strict):
     perturbed and placebo items."""
 
     name: str = "matrix"
+    """The matrix's name, shown on its page and in matrix.json (the directory is `--out`)."""
     seed: int = DEFAULT_SEED
     """One seed for everything: the test sample, the position swaps, every model's sampling.
     The same seed gives every judge the same rewrites (and the call cache answers them)."""

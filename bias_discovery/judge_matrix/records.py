@@ -77,8 +77,10 @@ class _RowKind(_Record):
 
 
 class MatrixRow(MatrixCell, _RowKind):
-    """A row of matrix.csv (and of `MatrixResult.to_pandas()`): `kind`, then a cell's fields
-    but `CSV_EXCLUDED` (pydantic orders fields from the last base to the first: `kind` first)."""
+    """A row of matrix.csv (and of `MatrixResult.to_pandas()`): one judge x bias cell (`kind`
+    judge) or the jury's row of one bias (`kind` jury), with a cell's fields but `CSV_EXCLUDED`."""
+
+    # pydantic orders fields from the last base to the first: `kind` comes first.
 
 
 CSV_EXCLUDED = ("effect_method", "comparisons")

@@ -48,14 +48,18 @@ class LockHolder(BaseModel):
     """lock.json: the process that drives the run."""
 
     pid: int
+    """The process id of the holder, on `host`."""
     host: str
+    """The machine it runs on."""
     process_start: str | None = None
     """The process's start time (Linux: /proc/PID/stat, clock ticks since boot); tells the
     holder from a later process that got the same pid. None where /proc is absent."""
     command: str
     """`run` or `resume`."""
     started_at: float
+    """When it took the lock (seconds since the epoch)."""
     heartbeat_at: float
+    """Its last heartbeat (seconds since the epoch), refreshed every `HEARTBEAT_S` seconds."""
 
     def same_host(self) -> bool:
         return self.host == socket.gethostname()

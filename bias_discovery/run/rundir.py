@@ -80,15 +80,25 @@ class RunState(BaseModel):
     """run.json: where the run stands, for people and for `status`."""
 
     name: str
+    """The run's name (`name` in the config)."""
     status: RunStatus
+    """As the loop last wrote it; `status` tells a killed run (`stopped`) from a live one with lock.json."""
     iteration: int = 0
+    """The iteration in progress or last done (0: before the first, or the seeds' validation)."""
     stage: str = "start"
+    """The stage in progress or last done: `start`, a stage's name (`baseline`, `perturb` ...), `finished`."""
     stop_reason: str | None = None
+    """Why the loop stopped, with what the last validation could have detected; None while it runs."""
     library_size: int = 0
+    """Biases in the newest library, seeds included."""
     accepted_total: int = 0
+    """Discovered biases accepted so far."""
     started_at: float
+    """When the run started (seconds since the epoch)."""
     updated_at: float
+    """When this file was last written (seconds since the epoch)."""
     error: str | None = None
+    """The error that stopped the run (`status: failed`); None otherwise."""
     skipped_rows: dict[str, int] = Field(default_factory=dict)
     """Bad data rows skipped at load (`data.skip_bad_rows`), by data role (target, test)."""
 

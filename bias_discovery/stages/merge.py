@@ -32,10 +32,15 @@ class MergeDecision(BaseModel):
     """One question put to the teacher (a line of merges.jsonl)."""
 
     candidate_id: str
+    """The candidate bias asked about."""
     other_id: str
+    """The bias it was compared with."""
     other_kind: Literal["library", "candidate"]
+    """Whether that bias is in the library or another candidate of the same iteration."""
     similarity: float
+    """Cosine similarity of the two biases' embeddings (what put the pair on the shortlist)."""
     decision: Literal["same", "new", "invalid"]
+    """The teacher's answer: the same bias, a new one, or no usable reply."""
 
 
 class MergeResult(BaseModel):

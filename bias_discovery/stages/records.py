@@ -16,13 +16,21 @@ class PerturbedPair(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pair_id: str
+    """The original pair's id (the perturbed item keeps it, so it is compared pair by pair)."""
     bias_id: str
+    """The bias the rewrite was asked to carry (``placebo`` for a neutral rewrite)."""
     bias_name: str
+    """That bias's name."""
     domain: str
+    """The pair's domain (math, knowledge, reasoning, code ...)."""
     question: str
+    """The pair's question."""
     chosen: str
+    """The better response, unchanged."""
     original_rejected: str
+    """The worse response as the data has it."""
     perturbed_rejected: str
+    """The teacher's rewrite of it."""
     valid: bool
     """False when the teacher's rewrite was truncated, failed or empty: the item is left out
     of judging (and counted), never judged on a half-written response."""
@@ -30,6 +38,7 @@ class PerturbedPair(BaseModel):
     """truncated, empty, engine_error, unchanged (identical to the original); after the answer
     check (validation): answer_changed (it now reaches the chosen answer) or check_invalid."""
     completion_tokens: int = 0
+    """Tokens the teacher generated for the rewrite."""
     data_order: Order | None = None
     """The original pair's own order (`PreferencePair.data_order`), for `positions: fixed`."""
     answer_check: Literal["same", "different", "unusable"] | None = None
@@ -65,15 +74,23 @@ class MisjudgedCase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pair_id: str
+    """The original pair's id."""
     bias_id: str
     """The bias the teacher injected into the rejected response."""
     domain: str
+    """The pair's domain."""
     question: str
+    """The pair's question."""
     chosen: str
+    """The better response, unchanged."""
     original_rejected: str
+    """The worse response as the data has it."""
     perturbed_rejected: str
+    """The teacher's rewrite of it, which the judge preferred."""
     order: Order
+    """The order the pair was shown in (`chosen_first` or `rejected_first`)."""
     verdict: Literal["A", "B"]
+    """The judge's verdict: the position it preferred."""
     judge_output: str
     """The judge's full output (reasoning and verdict)."""
     explanation: str
@@ -88,10 +105,16 @@ class IdentifyRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pair_id: str
+    """The misjudged pair the teacher read."""
     status: Literal["bias", "none", "invalid"]
     """bias: a bias was named; none: the teacher found no bias; invalid: no usable reply."""
     name: str | None = None
+    """The bias's name (status bias)."""
     definition: str | None = None
+    """What the bias is, in one or two sentences (status bias)."""
     manifestations: list[str] = []
+    """How the bias shows in a response (status bias)."""
     attempts: int = 1
+    """Asks it took: 1, or more when an invalid reply was asked again (`identify.retries`)."""
     raw_output: str = ""
+    """The teacher's last reply, as it came."""

@@ -196,7 +196,7 @@ def test_a_rewrite_effect_passes_for_a_bias_against_the_baseline_but_not_against
     that adds nothing beyond rewriting, on 100 items: compared with the unperturbed items the
     trait is accepted about half the time (the rewrite effect is real), by the paper's rule
     almost always; compared with a neutral rewrite of the same items, within alpha.
-    (Numbers quoted in the README.)"""
+    (Numbers quoted in docs/benchmarks/index.md.)"""
     rng = np.random.default_rng(11)
     n, reps = 100, 2000
     fixed = stats.plan_sequential(n, [1.0], alpha=0.05)

@@ -91,7 +91,7 @@ def test_sequential_validation_keeps_false_acceptance_within_alpha():
     the worst case) validated on 100 items, 25/50/100 % looks, O'Brien-Fleming spending and a
     futility stop: it is falsely accepted at most alpha of the time, alone and as a family of
     three under Holm, and it stops well before the end on average. The paper's rule accepts
-    about half of these candidates. (Numbers quoted in the README.)"""
+    about half of these candidates. (Numbers quoted in docs/benchmarks/index.md.)"""
     rng = np.random.default_rng(20240611)
     n, reps, alpha = 100, 3000, 0.05
     sequential = stats.plan_sequential(n, [0.25, 0.5, 1.0], alpha=alpha, min_items=20, futility=0.1)

@@ -63,7 +63,7 @@ llama_cpp.server defaults to repeat_penalty 1.1, top_k 40 and min_p 0.05).
   response text; the judge's reasoning-and-verdict format (a regex carrying its
   `ReasonedChoice`) becomes a strict schema `{"reasoning": str, "verdict": enum}`, put back
   into the `Reasoning: ...` / `Verdict: X` lines (strict mode refuses `maxLength`, so the
-  reasoning cap is not enforced there; README, "Hosted APIs"). The reply is checked against
+  reasoning cap is not enforced there; docs/guides/hosted.md). The reply is checked against
   the schema that was sent; any other regex is refused.
 - `auto`: `GET {base_url}/models` once: `owned_by == "vllm"` -> vllm, `"me"`
   (llama_cpp.server) or `"llamacpp"` (llama-server) -> llamacpp, anything else -> openai.
