@@ -136,6 +136,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="a8d15aa", help="the earlier commit (default: main before this round)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before-rounds", type=int, default=None,
+                        help="rounds that also run the earlier commit (default: every round); the before run is the slow one")
     parser.add_argument("--components", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -145,8 +147,10 @@ def main() -> None:
     trees = {"before": old, "after": REPO}
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     try:
+        before_rounds = args.rounds if args.before_rounds is None else min(args.before_rounds, args.rounds)
         for r in range(args.rounds):
-            for side in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            sides = ("before", "after") if r % 2 == 0 else ("after", "before")
+            for side in (s for s in sides if s == "after" or r < before_rounds):
                 run_dir = work / f"{side}{r}"
                 runs[side].append(run_quick_start(trees[side], run_dir))
                 shutil.rmtree(run_dir, ignore_errors=True)
