@@ -68,20 +68,32 @@ def main() -> None:
             shutil.rmtree(run_dir, ignore_errors=True)
             if (i + 1) % 50 == 0:
                 print(f"{i + 1} runs: {dict(codes)}", file=sys.stderr, flush=True)
-        stub_cpu = stats(url)["cpu_s"]
+                # the counts so far, so a benchmark stopped early still says how far it got
+                write(summary(args, codes, failures, started, stats(url)["cpu_s"]), args.json)
+        text = write(summary(args, codes, failures, started, stats(url)["cpu_s"]), args.json)
+    print(text)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def summary(args: argparse.Namespace, codes: collections.Counter[int], failures: list[dict[str, object]], started: float,
+            stub_cpu: float) -> dict[str, object]:
+    """The exit codes counted so far, with the command, date, commit, machine and the stub's CPU share."""
     wall = time.monotonic() - started
-    summary = {
-        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "runs": args.runs, "exit_codes": {str(k): v for k, v in sorted(codes.items())},
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {
+        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "commit": commit,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": os.getloadavg()[0]},
+        "runs_planned": args.runs, "runs": sum(codes.values()), "exit_codes": {str(k): v for k, v in sorted(codes.items())},
         "all_zero": set(codes) == {0}, "embedder": "bag-of-words (fake)" if args.fake_embedder else "all-MiniLM-L6-v2",
         "wall_s": round(wall, 1), "stub_cpu_share": round(stub_cpu / wall, 4), "failures": failures,
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def write(record: dict[str, object], path: Path | None) -> str:
+    text = json.dumps(record, indent=2)
+    if path is not None:
+        path.write_text(text + "\n")
+    return text
 
 
 if __name__ == "__main__":

@@ -36,9 +36,11 @@ def test_real_run_leaves_a_validated_library(small_real_run: Path):
     assert len(judgments) == sum(1 for p in perturbed if p["valid"])
     validation = json.loads((it / "validation.json").read_text())
     assert validation["n_test"] == 6 and validation["baseline_error"] is not None
+    # validate.held_out 0.2 keeps int(6 * 0.2) = 1 test item out of every decision
+    assert validation["sequential"]["n_total"] == 5
     for record in validation["candidates"]:
         c = record["vs_" + record["decisive"]]
-        assert c["n"] + c["n_excluded_invalid"] == 6
+        assert c["n"] + c["n_excluded_invalid"] == 5
         assert c["delta"] == pytest.approx(c["arm_error"] - c["control_error"])
     summary = json.loads((rd.baseline.directory / "summary.json").read_text())
     assert summary["n_pairs"] == 6
@@ -82,14 +84,22 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
     for record in validation["candidates"]:
         for arm in ("vs_baseline", "vs_placebo"):
             assert set(record[arm]) >= {"n", "delta", "p_value", "p_adjusted", "ci_low", "ci_high"}
-        assert record["stopped_at"] == 6 and record["stop"] == "complete"  # 6 items: one look
+        # 5 decided items (one held out): one look
+        assert record["stopped_at"] == 5 and record["stop"] == "complete"
         assert {"answer_change_rate", "length_ratio", "mde"} <= set(record)
-        # one look: the reported effect is the decisive comparison's own
         decided = record["vs_" + record["decisive"]]
-        assert record["effect"] == {
-            "delta": decided["delta"], "ci_low": decided["ci_low"], "ci_high": decided["ci_high"],
-            "method": "full sample", "confidence": 0.95, "n": decided["n"], "measure": "error", "clipped": None,
-        }
+        reported = record["effect"]
+        if decided["accepted"]:
+            # accepted: measured again on the held-out item, which no decision saw
+            assert reported["method"].startswith("held-out items") and reported["upper_bound"] is None
+        else:
+            # rejected after one look: the decisive comparison's own Δ and CI, and the one-sided
+            # upper bound given the rejection
+            assert {k: reported[k] for k in ("delta", "ci_low", "ci_high", "method", "confidence", "n", "measure", "clipped")} == {
+                "delta": decided["delta"], "ci_low": decided["ci_low"], "ci_high": decided["ci_high"],
+                "method": "full sample", "confidence": 0.95, "n": decided["n"], "measure": "error", "clipped": None,
+            }
+            assert reported["upper_bound"] is not None and reported["upper_bound"] >= decided["delta"]
     assert validation["error_statement"].startswith("Family-wise error over the run")
     assert validation["data_overlap"]["shared"] == 0 and validation["data_overlap"]["n_validation"] == 6
     rewrites = rd.iteration(1).validation_perturbed.read()
@@ -283,8 +293,9 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
     judge_settings = JudgeSettings(reasoning=False, max_tokens=16)
     target = ScriptedEngine(judge)
     baseline = judge_pairs(target, pairs, judge_settings, seed=42)
+    # held_out 0: every item in the looks, so the round measures the 8 items after the stop alone
     rules = ValidateSettings(
-        control="baseline", n_boot=200, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
+        control="baseline", n_boot=200, held_out=0.0, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
     )
     setup = ValidationSetup(
         family=FamilySettings(rules=rules, family_alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
