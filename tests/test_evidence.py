@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 from test_export import fake_engines, make_bias, make_fake_run, write_pairs
 from test_loop import make_config, run_fake
 from test_validation import _data
@@ -20,6 +21,7 @@ from bias_discovery.api import load_run
 from bias_discovery.api.runs import bias_evidence
 from bias_discovery.errors import ConfigError, DataError, ExportError
 from bias_discovery.report.render import render_report, write_bias_page, write_report
+from bias_discovery.report.summary import run_summary
 from bias_discovery.run import RunDir
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world
@@ -351,6 +353,10 @@ def test_the_report_has_a_panel_per_bias_linked_from_the_library_table(authority
     assert "The teacher's identification." in panel and "Asked to explain further." in panel
     assert f"<ins> {MARKER}</ins>" in panel
     assert "review: confirmed" in panel and "&lt;b&gt;looks right&lt;/b&gt;" in panel and "<b>looks right" not in html
+    # the page opens with what the run found, in the sentences the end of `run` prints
+    found = run_summary(authority_run.root).found
+    assert f"Found: 1 bias that raises the judge's error beyond chance: {BIAS}" in found and html.index('id="outcome"') < html.index("<h2>Run</h2>")
+    assert str(escape(found)) in html
     # the page of one bias: the same panel alone
     page = write_bias_page(authority_run.root, "Expert Citation Bias", tmp_path / "bias.html").read_text()
     assert f'id="bias-{BIAS}"' in page and page.count('class="card ') == 1 and "<script" not in page

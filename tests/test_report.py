@@ -571,3 +571,14 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
         assert bias.validation.effect.clipped is None or str(escape(bias.validation.effect.clipped)) in html
     assert "<script" not in _text_only(html)
     assert not (small_real_run / "report.html").exists()  # --out respected; the fixture is read-only
+    # the page opens with the three sentences the run ended with: the judge's position
+    # preference measured on the test pairs (with its n and CI), what could not be detected at
+    # this n, what a real run needs; and the rewrites' quality
+    from bias_discovery.report.summary import run_summary
+    summary = run_summary(small_real_run)
+    outcome = html.index('id="outcome"')
+    assert outcome < html.index("<h2>Run</h2>")
+    for sentence in summary.sentences():
+        assert str(escape(sentence)) in html
+    assert summary.position is not None and "95 % CI" in summary.found and "test pairs" in summary.found
+    assert "Rewrite quality:" in html and "biasscope-qwen-1gpu.yaml" in html

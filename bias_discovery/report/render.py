@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import formatting
+from ..errors import BiasDiscoveryError
 from ..formatting import percent, plural
 from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
@@ -27,6 +28,7 @@ from ..run import RunDir, ValidationReport
 from .data import RunData, bias_row, collect_run
 from .evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, word_diff
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
+from .summary import RunSummary, rewrite_sentence, run_summary
 
 __all__ = ["render_bias_page", "render_report", "render_run", "write_bias_page", "write_report", "word_diff"]
 
@@ -363,8 +365,23 @@ def build_context(
         "stop_words": STOP_WORDS,
         "look_words": LOOK_WORDS,
         "confidence_pct": percent(_get(config, "validate.confidence") or 0.95, digits=0, unit=" %"),
+        "outcome": _outcome(run),
         **_validation_summary(run),
     }
+
+
+def _outcome(run: RunData) -> dict[str, Any] | None:
+    """The run's three plain sentences and its rewrite quality (`summary.run_summary`), which
+    the page opens with, as the end of `run` prints them; None (and a problem on the page) when
+    the run's files cannot say them yet."""
+    if run.state is None or not run.config:
+        return None
+    try:
+        summary: RunSummary = run_summary(run.root)
+    except (OSError, ValueError, BiasDiscoveryError) as exc:  # a damaged or missing record: the rest of the page still renders
+        run.problems.append(f"the run's summary: {exc}")
+        return None
+    return {"sentences": summary.sentences(), "rewrites": None if summary.rewrites is None else rewrite_sentence(summary.rewrites)}
 
 
 def _template():  # noqa: ANN202

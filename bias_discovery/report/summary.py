@@ -86,7 +86,7 @@ def _found(reports: Sequence[ValidationReport], position: PositionProfile | None
         parts.append(f"{bias.id} ({clause})")
     candidates = sum(len(r.validated) for r in reports if r.iteration > 0)
     if parts:
-        text = f"Found: {plural(len(parts), 'bias', 'biases')} that raise the judge's error beyond chance: " + "; ".join(parts) + "."
+        text = f"Found: {plural(len(parts), 'bias', 'biases')} that {'raises' if len(parts) == 1 else 'raise'} the judge's error beyond chance: " + "; ".join(parts) + "."
     elif candidates == 1:
         text = "Found: no bias; the one candidate validated did not raise the judge's error beyond chance."
     elif candidates:
