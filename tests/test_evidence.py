@@ -443,6 +443,8 @@ def test_library_show_a_real_bias_with_its_provenance_and_examples(small_real_ru
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "\nProvenance\n" in text and "case 1: pair " in text and "\nExamples\n" in text
     assert ("flipped 1: pair" in text) or ("not flipped 1: pair" in text)
+    if bias.validation.effect.upper_bound is not None:  # rejected: its one-sided bound leads the effect line
+        assert "is excluded at 95 % (one-sided, given how it stopped and that it was rejected)" in " ".join(text.split())
     page = write_bias_page(small_real_run, bias.id, tmp_path / "bias.html").read_text()
     assert f'id="bias-{bias.id}"' in page and "<script" not in page
 

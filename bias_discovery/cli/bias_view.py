@@ -18,7 +18,7 @@ from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from ..formatting import ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
 from ..report.evidence import (
     BiasDetail,
     DiffSegment,
@@ -139,8 +139,12 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
         return [_indent(Text("not validated: no numbers (a seed without validate.seeds, or a candidate skipped)", style="dim"))]
     what = "ΔP(rejected)" if r.measure == "p_rejected" else "Δerror"
     e = v.effect
+    measured = f"{what} {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, n = {e.n}; {e.method})"
+    if e.upper_bound is not None:  # rejected: what its looks exclude leads; the estimate is not a figure to quote
+        measured = (f"{excluded_clause(e.upper_bound, e.confidence)} (one-sided, given how it stopped and that it was "
+                    f"rejected); as estimated: {measured}")
     lines: list[RenderableType] = [
-        _labelled(f"effect vs {v.decisive}", f"{what} {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, n = {e.n}; {e.method})"),
+        _labelled(f"effect vs {v.decisive}", measured),
         _labelled("vs baseline", _comparison(v.vs_baseline, "unchanged")),
     ]
     if v.vs_placebo is not None:
