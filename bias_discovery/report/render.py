@@ -176,7 +176,7 @@ def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[s
 STOP_WORDS = {
     "efficacy": "clearly biased: stopped early for efficacy",
     "futility": "hopeless: stopped early for futility",
-    "complete": "every test item",
+    "complete": "every test item the decision sees",
 }
 LOOK_WORDS = {
     "continue": "go on",
@@ -246,7 +246,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
             f"early when clearly biased or when its conditional power falls below {percent(plan.futility, digits=0, unit=' %')}"
         )
     elif plan is not None:
-        looks = f"one look at all {plural(plan.n_total, 'test item')}"
+        looks = f"one look at all {plural(plan.n_total, 'test item')} the decision sees"
     else:
         looks = "every test item (one look)"
     power_rows = []
