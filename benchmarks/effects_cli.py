@@ -60,6 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer live with the tests
 
 from kill_anywhere import write_pairs  # noqa: E402
+from provenance import git_commit  # noqa: E402
 
 from stub_openai import launch, stats  # noqa: E402
 
@@ -242,12 +243,6 @@ def machine() -> dict[str, Any]:
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def commit() -> str:
-    found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=REPO)
-    return found.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-
-
 def print_cells(cells: Sequence[dict[str, Any]]) -> None:
     print(
         "\naccepted candidates only, over every way of stopping (the CLI against the planted judge; bias = mean reported "
@@ -327,7 +322,7 @@ def main() -> None:
         payload = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": commit(),
+            "commit": git_commit(),
             "machine": {"at_start": load0, "at_end": machine()},
             "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
             "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import cpu_model, git_commit
+
 CHILD = r"""
 import json, sys, time
 import llama_cpp
@@ -103,7 +105,7 @@ def main() -> None:
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+        "commit": git_commit(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
         "builds": {},
     }
     for label, runs in results.items():
@@ -125,16 +127,6 @@ def main() -> None:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from kill_anywhere import stub_config  # noqa: E402
+from provenance import cpu_model, git_commit  # noqa: E402
 
 from stub_openai import launch, stats  # noqa: E402
 
@@ -79,10 +79,9 @@ def summary(args: argparse.Namespace, codes: collections.Counter[int], failures:
             stub_cpu: float) -> dict[str, object]:
     """The exit codes counted so far, with the command, date, commit, machine and the stub's CPU share."""
     wall = time.monotonic() - started
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     return {
-        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "commit": commit,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "load": os.getloadavg()[0]},
+        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load": os.getloadavg()[0]},
         "runs_planned": args.runs, "runs": sum(codes.values()), "exit_codes": {str(k): v for k, v in sorted(codes.items())},
         "all_zero": set(codes) == {0}, "embedder": "bag-of-words (fake)" if args.fake_embedder else "all-MiniLM-L6-v2",
         "wall_s": round(wall, 1), "stub_cpu_share": round(stub_cpu / wall, 4), "failures": failures,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -33,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from provenance import cpu_model, git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "experiments/quickstart-cpu.yaml"
@@ -159,9 +160,9 @@ def main() -> None:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": git_commit(),
         "before_commit": args.before,
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "load_before": os.getloadavg()[0]},
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": os.getloadavg()[0]},
     }
     for side, rows in runs.items():
         stages = sorted({s for row in rows for s in row["stages"]})
@@ -182,16 +183,6 @@ def main() -> None:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

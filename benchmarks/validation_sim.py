@@ -69,7 +69,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -77,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import git_commit
 
 from bias_discovery.config import RunConfig, ValidateSettings
 from bias_discovery.stages.family import (
@@ -475,14 +475,6 @@ def monitor_cells(replications: int, seed: int) -> tuple[dict[str, float | None]
     return {key: float(result[key]) for key in ("monitor_false_alarm_z", "monitor_false_alarm_rho")}, None
 
 
-def _commit() -> str:
-    """The code measured: the repository's HEAD (and whether the tree had uncommitted changes)."""
-    root = Path(__file__).resolve().parents[1]
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=root).stdout.strip()
-    return head + (" (with uncommitted changes)" if dirty else "")
-
-
 def _fmt(value: float | None) -> str:
     return "missing" if value is None or math.isnan(value) else f"{value:.4f}"
 
@@ -541,7 +533,7 @@ def main() -> None:
             **numbers,
             "command": " ".join(["python", *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": _commit(),
+            "commit": git_commit(),
             "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
             "seconds_per_cell": timings,
             "seed": args.seed,

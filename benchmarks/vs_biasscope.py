@@ -70,6 +70,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from provenance import cpu_model, git_commit  # noqa: E402
+
 from bias_discovery.data.loaders import load_pairs  # noqa: E402
 from bias_discovery.data.pairs import PreferencePair  # noqa: E402
 from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, slugify  # noqa: E402
@@ -1107,22 +1109,8 @@ def differences(peer: SideSummary, ours: SideSummary, defaults: SideSummary) -> 
 # ------------------------------------------------------------------------------------------
 
 
-def git_commit(directory: Path) -> str:
-    try:
-        commit = subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return commit + ("+local changes" if dirty else "")
-
-
 def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown"
+    cpu = cpu_model()
     memory = None
     try:
         memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)

@@ -33,6 +33,7 @@ REQUIRED_KEYS = {
 
 @pytest.fixture(scope="module")
 def vb():
+    sys.path.insert(0, str(REPO / "benchmarks"))  # its shared provenance module, as `python benchmarks/...` has it
     spec = importlib.util.spec_from_file_location("vs_biasscope", REPO / "benchmarks" / "vs_biasscope.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["vs_biasscope"] = module  # pydantic resolves the module's annotations through it
