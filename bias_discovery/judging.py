@@ -42,11 +42,11 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .data.pairs import Order, PreferencePair
+from .data.pairs import Order, PreferencePair, Shown
 from .errors import ConfigError
 from .llm.base import Engine, ProgressCallback
 from .llm.types import (
@@ -60,10 +60,26 @@ from .llm.types import (
 )
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
+from .pointwise import Scale, expected_score, parse_scale, parse_score
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
-from .stats import Measure, mean_t_interval, wilson_interval
+from .stats import Measure, mean_and_sd, mean_t_interval, wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
+JudgeMode = Literal["pairwise", "pointwise"]
+PointwiseMeasure = Literal["score_shift", "pair_error"]
+"""Which pointwise measure decides validation (`JudgeSettings.pointwise_measure`)."""
+POINTWISE_PLACEHOLDERS = frozenset({"question", "response"})
+"""Placeholders every pointwise judge template must have."""
+POINTWISE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction", "rubric", "reference"})
+"""Placeholders a pointwise template may have: the score format, `judge.rubric`, and the pair's
+reference answer (`meta["reference"]`)."""
+NO_POSITION = "pointwise judges have no position"
+"""Said wherever a position setting or measure would apply to a pointwise judge."""
+_NOT_POINTWISE = {
+    "positions": "pointwise judges have no position: each response is scored alone",
+    "mitigation": "position mitigations reorder a pair; pointwise judges have no position",
+    "allow_tie": "a pointwise judge gives scores; equal scores are counted as ties on their own",
+}
 JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
 """Placeholders every judge template must have."""
 JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction"})
@@ -82,6 +98,24 @@ class JudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    mode: JudgeMode = "pairwise"
+    """pairwise: the judge sees both responses and picks one. pointwise: it scores each
+    response alone on `scale` (two calls per pair); a pair is misjudged when the rejected
+    response scores at least as high as the chosen one (equal scores are ties, counted on
+    their own). Pointwise judges have no position: `positions`, `mitigation` and `allow_tie`
+    are refused with it. See docs/concepts/pointwise.md."""
+    scale: str = "1-10"
+    """Pointwise: what the judge answers, an integer range (`1-10`, `1-5`) or `pass/fail`
+    (pass = 1). The output is constrained to the scale's labels."""
+    rubric: str | None = None
+    """Pointwise: the rubric text a template's ${rubric} is filled with (the shipped
+    `judge_pointwise_rubric` needs it; a template without ${rubric} refuses it)."""
+    pointwise_measure: PointwiseMeasure = "score_shift"
+    """Pointwise: which measure decides validation, both against the placebo on the same items.
+    score_shift: the rejected response's score, perturbed minus placebo (paired t-test; in
+    scale points and in SDs of the judge's scores). pair_error: the pair error derived from
+    the two scores (rejected >= chosen is an error; exact McNemar). The other is reported as
+    secondary."""
     positions: PositionMode = "both"
     """Position control; see the module docstring. The swap draw and the model's sampling are
     seeded by the caller's seed (a run's one `seed`), not by a setting of their own."""
@@ -97,7 +131,9 @@ class JudgeSettings(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0)
     """0 = greedy decoding, as in the paper."""
     prompt: str = "judge_pairwise"
-    """The judge's prompt: a template name in prompts/ (`judge_pairwise`, a neutral question as
+    """The judge's prompt (pointwise: `judge_pointwise`, or `judge_pointwise_rubric` when a
+    `rubric` is given, unless set; a pointwise template takes ${question}, ${response},
+    optionally ${rubric}, ${reference} and ${format_instruction}): a template name in prompts/ (`judge_pairwise`, a neutral question as
     in the paper; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
     position) or the path of the user's own template file. A template needs the placeholders
     ${question}, ${response_a} and ${response_b}; ${format_instruction} (the verdict format,
@@ -120,6 +156,46 @@ class JudgeSettings(BaseModel):
     """Score verdicts: how many of the most likely tokens the engine reports at the verdict
     position; a label outside them counts as probability 0 (both outside: invalid)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pointwise_defaults(cls, data: Any) -> Any:
+        """A pointwise judge's prompt defaults to a pointwise template; pairwise-only settings
+        given with `mode: pointwise` are refused, naming the field."""
+        if not isinstance(data, dict) or data.get("mode") != "pointwise":
+            return data
+        for name, why in _NOT_POINTWISE.items():
+            if name in data and data[name] not in (None, "none", False):
+                raise ValueError(f"judge.{name}: not a pointwise setting ({why})")
+        data = {k: v for k, v in data.items() if k not in _NOT_POINTWISE}
+        if "prompt" not in data:
+            data["prompt"] = "judge_pointwise_rubric" if data.get("rubric") else "judge_pointwise"
+        return data
+
+    @model_validator(mode="after")
+    def _mode_fits(self) -> JudgeSettings:
+        check_judge_prompt(self.prompt, self.mode, rubric=self.rubric is not None, error=ValueError)
+        if self.mode == "pairwise":
+            return self
+        scale = self.scale_spec
+        if self.verdict == "score" and not scale.single_token_labels:
+            prefix = next((a, b) for a in scale.labels for b in scale.labels if a != b and b.startswith(a))
+            raise ValueError(
+                f"judge.verdict: score reads the score from one token, but on scale {scale.spec} the label "
+                f"{prefix[0]} begins {prefix[1]}; use a scale of single digits (1-9, 0-9), "
+                "pass/fail, or verdict: choice"
+            )
+        return self
+
+    @field_validator("scale")
+    @classmethod
+    def _check_scale(cls, value: str) -> str:
+        return parse_scale(value).spec
+
+    @property
+    def scale_spec(self) -> Scale:
+        """The parsed `scale`."""
+        return parse_scale(self.scale)
+
     @model_validator(mode="after")
     def _score_has_two_labels(self) -> JudgeSettings:
         if self.verdict == "score" and self.allow_tie:
@@ -133,7 +209,7 @@ class JudgeSettings(BaseModel):
     @classmethod
     def _check_prompt(cls, value: str) -> str:
         try:
-            check_judge_prompt(value)
+            load_prompt(value)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return str(Path(value).expanduser().resolve()) if is_prompt_path(value) else value
@@ -147,7 +223,8 @@ class JudgeTask(BaseModel):
     pair_index: int
     """Position of the pair in the judged list (ids may repeat: one test pair under many biases)."""
     pair_id: str
-    order: Order
+    order: Shown
+    """The order the pair is shown in; pointwise: the response scored (`chosen`, `rejected`)."""
     request: GenerationRequest
 
 
@@ -158,8 +235,9 @@ class Judgment(BaseModel):
     """The judged pair's id."""
     domain: str
     """The pair's domain."""
-    order: Order
-    """The order it was shown in: `chosen_first` (the better response as A) or `rejected_first`."""
+    order: Shown
+    """The order it was shown in: `chosen_first` (the better response as A) or `rejected_first`;
+    pointwise: the response scored alone, `chosen` or `rejected`."""
     verdict: Verdict | None
     """The label the judge gave (A, B or tie); None when the output was invalid."""
     picked: Preference | None
@@ -184,6 +262,13 @@ class Judgment(BaseModel):
     labels_in_top: int | None = None
     """Score verdicts: how many of the two labels were among the verdict token's top
     log-probabilities (1: the other one counts as probability 0)."""
+    score: float | None = None
+    """Pointwise: the score given, on the judge's scale (an expected score with score
+    verdicts where the probabilities could be read, else the sampled label's); None when
+    invalid."""
+    score_from: Literal["probabilities", "sampled"] | None = None
+    """Pointwise: where `score` came from (score verdicts fall back to the sampled label, and
+    are counted, when the final token is not a whole label)."""
 
 
 class PairOutcome(BaseModel):
@@ -196,8 +281,8 @@ class PairOutcome(BaseModel):
     correct: bool | None
     """None when any of the pair's judgments was invalid (with a mitigation: when its
     combined verdict is invalid)."""
-    orders: list[Order]
-    """The orders the pair was judged in."""
+    orders: list[Shown]
+    """The orders the pair was judged in (pointwise: the responses scored)."""
     preference: Preference | None = None
     """With a mitigation: the combined verdict (chosen / rejected / tie)."""
     confidence: float | None = None
@@ -207,6 +292,13 @@ class PairOutcome(BaseModel):
     p_rejected: float | None = None
     """Score verdicts: the mean of the pair's judgments' `p_rejected` (None when any of them
     is invalid, as `correct`)."""
+    score_chosen: float | None = None
+    """Pointwise: the chosen response's score (None when invalid)."""
+    score_rejected: float | None = None
+    """Pointwise: the rejected response's score (None when invalid)."""
+    rejected_share: float | None = None
+    """Pointwise: `score_rejected` as a share of the scale (0 lowest label, 1 highest): the
+    per-item value of the score-shift measure."""
 
 
 class ScoreSummary(BaseModel):
@@ -217,6 +309,34 @@ class ScoreSummary(BaseModel):
     mean_p_rejected: float | None
     ci_low: float | None
     ci_high: float | None
+
+
+class PointwiseSummary(BaseModel):
+    """A pointwise judge's scores over a set of pairs (`JudgeSummary.pointwise`): each
+    response's mean score with a 95 % Student-t CI over the n pairs with both scores, the
+    ties (equal scores, which count as errors in `error_rate`) on their own, and where the
+    scores came from."""
+
+    scale: str
+    n: int
+    """Pairs with both scores valid."""
+    mean_chosen: float | None
+    chosen_ci: tuple[float, float] | None
+    mean_rejected: float | None
+    rejected_ci: tuple[float, float] | None
+    sd_scores: float | None
+    """Standard deviation of every valid score (both responses): the unit of a shift in SDs."""
+    ties: int
+    """Pairs whose two scores are equal (counted as errors; never silently folded in)."""
+    tie_rate: float | None
+    tie_ci: tuple[float, float] | None
+    """Wilson interval of `tie_rate` over n."""
+    rejected_higher: int
+    """Pairs whose rejected response scored strictly higher."""
+    from_probabilities: int = 0
+    """Scores read as expected scores from the final token's probabilities (score verdicts)."""
+    from_sampled: int = 0
+    """Scores read from the sampled label."""
 
 
 class DomainSummary(BaseModel):
@@ -236,7 +356,8 @@ class JudgeSummary(BaseModel):
 
     model: str
     data: str
-    positions: PositionMode
+    positions: PositionMode | None
+    """The position mode; None for a pointwise judge (it has no position)."""
     seed: int
     mitigation: Mitigation = "none"
     prompt: str | None = None
@@ -290,6 +411,11 @@ class JudgeSummary(BaseModel):
     score_one_label: int = 0
     """Score verdicts: judgments whose verdict token's top log-probabilities held only one of
     the labels (the other counted as probability 0, which pushes p_rejected to 0 or 1)."""
+    mode: JudgeMode = "pairwise"
+    """pairwise, or pointwise (each response scored alone; `positions` is then None:
+    pointwise judges have no position)."""
+    pointwise: PointwiseSummary | None = None
+    """Pointwise: the scores, ties and their sources."""
 
 
 _VERDICT_PATTERNS = (
@@ -312,24 +438,37 @@ def order_for(pair: PreferencePair, mode: PositionMode, seed: int) -> list[Order
     return ["rejected_first"] if digest[0] & 1 else ["chosen_first"]
 
 
-def check_judge_prompt(name_or_path: str) -> PromptTemplate:
-    """Load a judge template and check its placeholders; a `ConfigError` names the file and
-    the missing and unknown placeholders."""
+def check_judge_prompt(
+    name_or_path: str, mode: JudgeMode = "pairwise", *, rubric: bool | None = None, error: type[Exception] = ConfigError
+) -> PromptTemplate:
+    """Load a judge template and check its placeholders for `mode`; the error (a
+    `ConfigError` unless `error`) names the file and the missing and unknown placeholders.
+    `rubric` (pointwise): whether `judge.rubric` is set; ${rubric} and the setting must come
+    together (None: not checked)."""
     template = load_prompt(name_or_path)
     found = template.placeholders
-    missing = sorted(JUDGE_PLACEHOLDERS - found)
-    unknown = sorted(found - JUDGE_PLACEHOLDERS - JUDGE_OPTIONAL_PLACEHOLDERS)
+    needed, optional = (
+        (JUDGE_PLACEHOLDERS, JUDGE_OPTIONAL_PLACEHOLDERS) if mode == "pairwise"
+        else (POINTWISE_PLACEHOLDERS, POINTWISE_OPTIONAL_PLACEHOLDERS)
+    )
+    missing = sorted(needed - found)
+    unknown = sorted(found - needed - optional)
+    where = str(Path(name_or_path).expanduser()) if is_prompt_path(name_or_path) else f"prompts/{name_or_path}.txt"
     if missing or unknown:
-        where = str(Path(name_or_path).expanduser()) if is_prompt_path(name_or_path) else f"prompts/{name_or_path}.txt"
         problems = []
         if missing:
             problems.append("missing " + ", ".join(f"${{{n}}}" for n in missing))
         if unknown:
             problems.append("unknown " + ", ".join(f"${{{n}}}" for n in unknown))
-        raise ConfigError(
-            f"judge prompt {where}: {'; '.join(problems)} (a judge template has "
-            + ", ".join(f"${{{n}}}" for n in sorted(JUDGE_PLACEHOLDERS))
-            + ", and optionally ${format_instruction})"
+        raise error(
+            f"{mode} judge prompt {where}: {'; '.join(problems)} (a {mode} judge template has "
+            + ", ".join(f"${{{n}}}" for n in sorted(needed))
+            + ", and optionally " + ", ".join(f"${{{n}}}" for n in sorted(optional)) + ")"
+        )
+    if mode == "pointwise" and rubric is not None and rubric != ("rubric" in found):
+        raise error(
+            f"judge.rubric: the prompt {where} has ${{rubric}} but no rubric is set" if not rubric
+            else f"judge.rubric: set, but the prompt {where} has no ${{rubric}} to put it in (use judge_pointwise_rubric)"
         )
     return template
 
@@ -338,6 +477,11 @@ def verdict_constraint(settings: JudgeSettings) -> Constraint:
     """The verdict format as an output constraint. With a reasoning cap the paragraph is
     bounded; without one it is unbounded, but still one paragraph: its newline is where the
     constraint forces the verdict, so a judge cannot write on without ever deciding."""
+    if settings.mode == "pointwise":
+        labels = settings.scale_spec.labels
+        if not settings.reasoning:
+            return Constraint(choices=labels)
+        return Constraint.reasoned_choice(ReasonedChoice(choices=labels, max_chars=settings.reasoning_chars, choice_label="Score"))
     verdicts: tuple[str, ...] = ("A", "B", "tie") if settings.allow_tie else ("A", "B")
     if not settings.reasoning:
         return Constraint(choices=verdicts)
@@ -345,6 +489,15 @@ def verdict_constraint(settings: JudgeSettings) -> Constraint:
 
 
 def format_instruction(settings: JudgeSettings) -> str:
+    """The output format in words, matching the constraint (`verdict_constraint`)."""
+    if settings.mode == "pointwise":
+        scale = settings.scale_spec.describe()
+        if not settings.reasoning:
+            return f"Answer with the score only: {scale}."
+        return (
+            f'First write "Reasoning:" followed by one short paragraph, then on a new line write "Score: " '
+            f"and your score, {scale}."
+        )
     if settings.allow_tie:
         if not settings.reasoning:
             return "Answer with a single word: A, B, or tie if both are equally good or bad."
@@ -365,8 +518,11 @@ def format_instruction(settings: JudgeSettings) -> str:
     )
 
 
-def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
-    """The judge's prompt for `pair` shown in `order` (also the start of a DeeperExplain chat)."""
+def judge_messages(pair: PreferencePair, order: Shown, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
+    """The judge's prompt for `pair` shown in `order` (pointwise: its `chosen` or `rejected`
+    response alone; also the start of a DeeperExplain chat)."""
+    if settings.mode == "pointwise" or order in ("chosen", "rejected"):
+        return pointwise_messages(pair, order, settings)
     a, b = (pair.chosen, pair.rejected) if order == "chosen_first" else (pair.rejected, pair.chosen)
     template = load_prompt(settings.prompt)
     values = {"question": pair.question, "response_a": a, "response_b": b}
@@ -375,29 +531,66 @@ def judge_messages(pair: PreferencePair, order: Order, settings: JudgeSettings) 
     return template.render(**values)
 
 
+def pointwise_messages(pair: PreferencePair, shown: Shown, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
+    """A pointwise judge's prompt for one response of `pair` (`shown`: chosen or rejected).
+    ${reference} is the pair's `meta["reference"]`; a pair without one is an error naming it."""
+    if shown not in ("chosen", "rejected"):
+        raise ValueError(f"a pointwise judge scores one response (chosen or rejected), not {shown!r}: {NO_POSITION}")
+    template = load_prompt(settings.prompt)
+    values = {"question": pair.question, "response": pair.chosen if shown == "chosen" else pair.rejected}
+    if "format_instruction" in template.placeholders:
+        values["format_instruction"] = format_instruction(settings)
+    if "rubric" in template.placeholders:
+        values["rubric"] = settings.rubric or ""
+    if "reference" in template.placeholders:
+        reference = pair.meta.get("reference")
+        if not isinstance(reference, str) or not reference.strip():
+            raise ConfigError(
+                f"judge prompt {settings.prompt}: ${{reference}} needs a reference answer, but pair {pair.id!r} has none "
+                "(a data row's `reference` field)"
+            )
+        values["reference"] = reference
+    return template.render(**values)
+
+
 def measure_of(settings: JudgeSettings) -> Measure:
-    """What validation compares per item under these settings: the error (choice verdicts) or
-    the probability of preferring the rejected response (score verdicts)."""
+    """What validation compares per item under these settings: the error (choice verdicts),
+    the probability of preferring the rejected response (score verdicts), or for a pointwise
+    judge its `pointwise_measure` (the pair error, or the rejected response's score)."""
+    if settings.mode == "pointwise":
+        return "score" if settings.pointwise_measure == "score_shift" else "error"
     return "p_rejected" if settings.verdict == "score" else "error"
+
+
+def secondary_measure_of(settings: JudgeSettings) -> Measure | None:
+    """The pointwise measure that does not decide, reported next to the deciding one (None for
+    a pairwise judge)."""
+    if settings.mode != "pointwise":
+        return None
+    return "error" if settings.pointwise_measure == "score_shift" else "score"
 
 
 def calls_per_pair(settings: JudgeSettings) -> int:
     """Model calls one pair costs under `settings` (progress totals, cost reports)."""
+    if settings.mode == "pointwise":
+        return 2
     if settings.mitigation != "none":
         return CALLS_PER_VERDICT[settings.mitigation]
     return 2 if settings.positions == "both" else 1
 
 
-def pair_calls(pair: PreferencePair, settings: JudgeSettings, seed: int) -> list[tuple[Order, int]]:
+def pair_calls(pair: PreferencePair, settings: JudgeSettings, seed: int) -> list[tuple[Shown, int]]:
     """The (order, seed) of every call judging `pair` makes: one per judged order, or the
-    mitigation's plan from the position mode's first order."""
+    mitigation's plan from the position mode's first order; pointwise, one per response."""
+    if settings.mode == "pointwise":
+        return [("chosen", seed), ("rejected", seed)]
     if settings.mitigation == "none":
         return [(order, seed) for order in order_for(pair, settings.positions, seed)]
     first = order_for(pair, "swap" if settings.positions == "both" else settings.positions, seed)[0]
-    return plan(settings.mitigation, first, seed)
+    return list(plan(settings.mitigation, first, seed))
 
 
-def judge_request(pair: PreferencePair, order: Order, settings: JudgeSettings, seed: int) -> GenerationRequest:
+def judge_request(pair: PreferencePair, order: Shown, settings: JudgeSettings, seed: int) -> GenerationRequest:
     """The request judging `pair` shown in `order`, sampled with `seed`."""
     return GenerationRequest(
         messages=judge_messages(pair, order, settings),
@@ -407,6 +600,7 @@ def judge_request(pair: PreferencePair, order: Order, settings: JudgeSettings, s
         constraint=verdict_constraint(settings),
         final_top_logprobs=settings.score_top_logprobs if settings.verdict == "score" else None,
     )
+
 
 
 def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
@@ -502,6 +696,54 @@ def to_judgment(
         cached=response.cached,
         p_rejected=None if probabilities is None else probabilities["B" if order == "chosen_first" else "A"],
         labels_in_top=None if probabilities is None else sum(1 for p in probabilities.values() if p > 0.0),
+    )
+
+
+def to_score_judgment(pair: PreferencePair, shown: Shown, response: GenerationResponse, settings: JudgeSettings) -> Judgment:
+    """A pointwise judge's score of one response. Anything not finished cleanly, or without a
+    score on the scale, is invalid; with score verdicts the expected score is read from the
+    final token's probabilities where it can be, else the sampled label's score is kept."""
+    scale = settings.scale_spec
+    reason: InvalidReason | None = None
+    score: float | None = None
+    source: Literal["probabilities", "sampled"] | None = None
+    if response.finish_reason == "error":
+        reason = "engine_error"
+    elif response.finish_reason == "length":
+        reason = "truncated"
+    else:
+        score = parse_score(response.text, scale)
+        if score is None:
+            reason = "no_score"
+        else:
+            source = "sampled"
+            if settings.verdict == "score":
+                expected = expected_score(scale, response.final_logprobs)
+                if expected is not None:
+                    score, source = expected, "probabilities"
+    return Judgment(
+        pair_id=pair.id, domain=pair.domain, order=shown, verdict=None, picked=None, correct=None,
+        invalid_reason=reason,
+        explanation=extract_explanation(re.split(r"\n\s*score\s*:", response.text, maxsplit=1, flags=re.I)[0])
+        if reason != "engine_error" else "",
+        raw_output=response.text, prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
+        cached=response.cached, score=score, score_from=source,
+    )
+
+
+def combine_scores(pair: PreferencePair, judgments: Sequence[Judgment], scale: Scale) -> PairOutcome:
+    """A pointwise pair: right when the chosen response scores strictly higher, wrong when the
+    rejected one scores at least as high (`preference` "tie" on equal scores, so ties can be
+    counted on their own); None when either score is invalid."""
+    scores = {j.order: j.score for j in judgments}
+    chosen, rejected = scores.get("chosen"), scores.get("rejected")
+    preference: Preference | None = None
+    if chosen is not None and rejected is not None:
+        preference = "chosen" if chosen > rejected else "rejected" if rejected > chosen else "tie"
+    return PairOutcome(
+        pair_id=pair.id, domain=pair.domain, correct=None if preference is None else preference == "chosen",
+        orders=[j.order for j in judgments], preference=preference, score_chosen=chosen, score_rejected=rejected,
+        rejected_share=None if rejected is None else scale.share(rejected),
     )
 
 
@@ -604,8 +846,11 @@ def judge_pair(
     pair: PreferencePair, answered: Sequence[tuple[JudgeTask, GenerationResponse]], settings: JudgeSettings
 ) -> tuple[list[Judgment], PairOutcome]:
     """One pair's judgments (its calls in task order, each with its response) and outcome."""
+    if settings.mode == "pointwise":
+        scored = [to_score_judgment(pair, t.order, r, settings) for t, r in answered]
+        return scored, combine_scores(pair, scored, settings.scale_spec)
     score = settings.verdict == "score"
-    judgments = [to_judgment(pair, t.order, r, allow_tie=settings.allow_tie, score=score) for t, r in answered]
+    judgments = [to_judgment(pair, t.order, r, allow_tie=settings.allow_tie, score=score) for t, r in answered]  # type: ignore[arg-type]
     return judgments, combine(pair, judgments, settings.mitigation)
 
 
@@ -635,6 +880,31 @@ def score_summary(outcomes: Sequence[PairOutcome]) -> ScoreSummary:
         return ScoreSummary(n=0, mean_p_rejected=None, ci_low=None, ci_high=None)
     low, high = mean_t_interval(values)
     return ScoreSummary(n=len(values), mean_p_rejected=sum(values) / len(values), ci_low=low, ci_high=high)
+
+
+def pointwise_summary(result: JudgeResult, scale: Scale) -> PointwiseSummary:
+    """The pointwise scores of `result` on `scale` (see `PointwiseSummary`)."""
+    bounds = (scale.low, scale.high)
+    both = [o for o in result.outcomes if o.score_chosen is not None and o.score_rejected is not None]
+    chosen = [float(o.score_chosen) for o in both if o.score_chosen is not None]
+    rejected = [float(o.score_rejected) for o in both if o.score_rejected is not None]
+    every = [j.score for j in result.judgments if j.score is not None]
+    ties = sum(1 for o in both if o.preference == "tie")
+    return PointwiseSummary(
+        scale=scale.spec,
+        n=len(both),
+        mean_chosen=math.fsum(chosen) / len(chosen) if chosen else None,
+        chosen_ci=mean_t_interval(chosen, bounds=bounds) if chosen else None,
+        mean_rejected=math.fsum(rejected) / len(rejected) if rejected else None,
+        rejected_ci=mean_t_interval(rejected, bounds=bounds) if rejected else None,
+        sd_scores=mean_and_sd(every)[1] if len(every) > 1 else None,
+        ties=ties,
+        tie_rate=_rate(ties, len(both)),
+        tie_ci=wilson_interval(ties, len(both)) if both else None,
+        rejected_higher=sum(1 for o in both if o.preference == "rejected"),
+        from_probabilities=sum(1 for j in result.judgments if j.score_from == "probabilities"),
+        from_sampled=sum(1 for j in result.judgments if j.score_from == "sampled"),
+    )
 
 
 def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:
@@ -681,10 +951,11 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         complete = [js for js in grouped.values() if len(js) == 2 and all(j.picked for j in js)]
         consistency = _rate(sum(1 for js in complete if js[0].picked == js[1].picked), len(complete))
 
+    pointwise = settings.mode == "pointwise"
     return JudgeSummary(
         model=model,
         data=data,
-        positions=settings.positions,
+        positions=None if pointwise else settings.positions,
         seed=seed,
         mitigation=settings.mitigation,
         prompt=settings.prompt,
@@ -712,4 +983,6 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         verdict=settings.verdict,
         score=score_summary(outcomes) if score else None,
         score_one_label=sum(1 for j in judgments if j.labels_in_top == 1),
+        mode=settings.mode,
+        pointwise=pointwise_summary(result, settings.scale_spec) if pointwise else None,
     )

@@ -14,6 +14,10 @@ uses its sections (Chat, Chat Hard, Safety, Reasoning)."""
 Order = Literal["chosen_first", "rejected_first"]
 """Which response the judge sees as A: chosen_first means A = chosen, B = rejected."""
 
+Shown = Literal["chosen_first", "rejected_first", "chosen", "rejected"]
+"""What one judge call showed: the pair in one order (pairwise), or one of its responses alone
+(a pointwise judge: `chosen` or `rejected`; it has no position)."""
+
 
 class PreferencePair(BaseModel):
     """A question with a better (`chosen`) and a worse (`rejected`) response.

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ..config import ValidateSettings
 from ..data.loaders import describe_source, load_pairs
@@ -147,9 +148,9 @@ def _judge_arms(
         mine = result.judgments[start : start + len(outcome.orders)]
         start += len(outcome.orders)
         out[arm].errors[i] = None if outcome.correct is None else not outcome.correct
-        if settings.mitigation == "none":
-            out[arm].votes[i] = {j.order: j.picked for j in mine}
-        else:
+        if settings.mitigation == "none" and settings.mode == "pairwise":
+            out[arm].votes[i] = {cast(Order, j.order): j.picked for j in mine}
+        else:  # a mitigation's combined verdict, or a pointwise judge's (higher score) in every order
             out[arm].votes[i] = {order: outcome.preference for order in orders[i]}
         judgments += [MatrixJudgment(**j.model_dump(), judge=judge_name, arm=arm) for j in mine]
     return out, judgments

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from ..data.pairs import Order, PreferencePair
+from ..data.pairs import PreferencePair, Shown
 from ..errors import BiasDiscoveryError, ConfigError
 from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, combine
 from ..library import Bias, BiasLibrary, BiasValidation
@@ -159,7 +159,7 @@ class ProvenanceCase(_Record):
     original is not recorded)."""
     injected_bias: str | None = None
     """The library bias the teacher was asked to inject."""
-    order: Order | None = None
+    order: Shown | None = None
     """Which response the judge saw first."""
     verdict: str | None = None
     """The judge's verdict letter (it picked the perturbed rejected response)."""
@@ -214,7 +214,7 @@ class Provenance(_Record):
 class ItemVerdict(_Record):
     """One judged order of one test item."""
 
-    order: Order
+    order: Shown
     verdict: str | None
     """The verdict letter (A, B, tie), None when the output had none."""
     picked: Preference | None
