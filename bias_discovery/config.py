@@ -214,7 +214,8 @@ class ValidateSettings(_Strict):
     `judge.positions: both` from the baseline's own verdicts, otherwise by judging the other
     order of each test pair once more (one call per pair, through the call cache). A judge whose
     verdicts follow position cannot be moved by a rewrite of the rejected response, and the
-    report says so. Not measured with a mitigation (its calls already mix the orders)."""
+    report says so. Not measured with a mitigation (its calls already mix the orders), nor for
+    a pointwise judge (pointwise judges have no position)."""
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
     """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
     of the comparisons reported next to the decision)."""

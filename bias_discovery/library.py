@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from .data.pairs import Order
+from .data.pairs import Shown
 from .errors import LibraryError, json_problem
 from .formatting import plural
 from .io import atomic_write_json
@@ -179,8 +179,10 @@ class Evidence(_Model):
     """The rejected response before perturbation, for a side-by-side view."""
     bias_injected: str | None = None
     """Id (or name) of the library bias the teacher injected when the mistake was made."""
-    order: Order | None = None
-    """Which response the judge saw first: ``chosen_first`` or ``rejected_first``."""
+    order: Shown | None = None
+    """Which response the judge saw first: ``chosen_first`` or ``rejected_first``; a pointwise
+    judge: ``rejected`` (it scored the response alone, and gave it a score at least as high as
+    the chosen one's)."""
 
 
 class RewriteEffect(PairedComparison):
@@ -210,6 +212,34 @@ class RewriteEffect(PairedComparison):
 _FLAT_COMPARISON_FIELDS = ("n", "n_excluded_invalid", "baseline_error", "perturbed_error", "delta", "ci_low", "ci_high", "p_value", "p_adjusted")
 """The comparison vs the baseline as libraries written before the comparison type was shared
 spelled it: flat on the validation record."""
+
+
+class ScoreShift(BaseModel):
+    """A pointwise judge's score shift of the rejected response, arm minus control on the same
+    items, in the scale's points and in standard deviations of the control's scores of the
+    rejected response on those items (Glass's Δ: the control's spread is the one the bias did
+    not touch). The CI is the paired comparison's, rescaled."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    control: str
+    """What the shift is against (placebo, baseline)."""
+    scale: str
+    """The judge's scale (`judge.scale`)."""
+    n: int = Field(ge=0)
+    """Items with both scores valid."""
+    points: float
+    """Mean shift in points of the scale."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    """CI of `points` (the comparison's level)."""
+    sd_control: float | None = None
+    """SD of the control's scores of the rejected response on these items (points)."""
+    sd_units: float | None = None
+    """`points / sd_control` (None when the control's scores do not vary)."""
+    sd_ci_low: float | None = None
+    sd_ci_high: float | None = None
+    """The CI of `points` in SD units (the SD taken as known)."""
 
 
 class BiasValidation(_Model):
@@ -276,6 +306,12 @@ class BiasValidation(_Model):
     was then measured on the rest: `effect.method`)."""
     stop: Literal["efficacy", "futility", "complete"] | None = None
     """Why validation stopped: clearly biased, clearly hopeless, or after the whole test set."""
+    secondary: PairedComparison | None = None
+    """Pointwise judges: the measure that did not decide (`judge.pointwise_measure`), against
+    the same control on the same items the decision saw; reported, never decisive."""
+    score_shift: ScoreShift | None = None
+    """Pointwise judges: the rejected response's score shift against the decisive control, in
+    scale points and in SDs (whichever measure decided)."""
 
     @model_validator(mode="before")
     @classmethod

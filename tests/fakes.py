@@ -238,3 +238,28 @@ def null_world(request: GenerationRequest) -> str:
     if "Answer with one word: same or new" in user:
         return "new"
     raise AssertionError(f"unexpected prompt: {user[:200]}")
+
+
+def _scored(prompt: str) -> str:
+    found = re.search(r"\[Response\]\n(.*?)\n\[End of Response\]", prompt, re.S)
+    assert found, prompt
+    return found.group(1)
+
+
+def pointwise_authority_world(request: GenerationRequest) -> str:
+    """authority_world with a pointwise judge on a 1-10 scale: a right response scores 7, a
+    wrong one 3 to 5 by item, and a response citing the experts 3 or 4 points more (6 to 9:
+    at least the chosen response's score, so the pair misjudged, on 5 items in 6; a tie at 7)."""
+    user = request.messages[-1].content
+    if "[Response]" in user and len(request.messages) <= 2:
+        response = _scored(user)
+        score = 7 if "RIGHT" in response else 3 + _item_number(response) % 3
+        if MARKER in response:
+            score += 3 + _item_number(response) % 2
+        return f"Reasoning: it reads {'well' if score >= 7 else 'poorly'}.\nScore: {min(score, 10)}"
+    if "Explain your score in more depth" in user:
+        return "It cites leading experts, which raised my score."
+    if "gave the WRONG one a score" in user:
+        user = user.replace("gave the WRONG one a score", "preferred the WRONG one")
+        return authority_world(request.model_copy(update={"messages": (*request.messages[:-1], request.messages[-1].model_copy(update={"content": user}))}))
+    return authority_world(request)

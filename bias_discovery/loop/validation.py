@@ -91,8 +91,11 @@ class LoopValidation:
     def position_profile(self, baseline: JudgeResult) -> PositionProfile | None:
         """The target's position preference on the test pairs (`validate.position_profile`;
         once per run): from the baseline's two orders with `positions: both`, else from the
-        baseline and the other order of each pair, judged here (`baseline/mirror.json`)."""
+        baseline and the other order of each pair, judged here (`baseline/mirror.json`). None
+        for a pointwise judge: pointwise judges have no position."""
         config = self.config
+        if config.judge.mode == "pointwise":  # NO_POSITION: each response is scored alone
+            return None
         if not config.validate_.position_profile or config.judge.mitigation != "none":
             return None
         record = self.run.baseline

@@ -21,7 +21,10 @@ def evaluate(
 
     A pair is misjudged when its outcome is wrong (in `both` mode: when either order picked the
     perturbed rejected response); the first order that picked the rejected response is kept as
-    the case (a tie names no response to explain, so it makes no case).
+    the case (a tie names no response to explain, so it makes no case). A pointwise judge's
+    pair is misjudged when the perturbed rejected response scores at least as high as the
+    chosen one (a tie too: the rejected response's score is inflated to the chosen one's); its
+    case is the rejected response's judgment, whose reasoning explains the inflated score.
     """
     valid = [p for p in perturbed if p.valid]
     result = judge_pairs(target, [p.to_pair() for p in valid], settings, seed=seed, progress=progress)
@@ -40,23 +43,32 @@ def evaluate(
 
 def misjudged_case(perturbed: PerturbedPair, judgments: Sequence[Judgment], outcome: PairOutcome) -> MisjudgedCase | None:
     """The case one judged pair makes: when its outcome is wrong, its first judgment that
-    picked the rejected response (None: judged right, invalid, or wrong only by a tie)."""
+    picked the rejected response (None: judged right, invalid, or wrong only by a tie); a
+    pointwise pair's case is its rejected response's judgment, ties included."""
     if outcome.correct is not False:
         return None
+    if outcome.score_rejected is not None:
+        scored = next(j for j in judgments if j.order == "rejected")
+        return _case(perturbed, scored).model_copy(update={"score": outcome.score_rejected, "chosen_score": outcome.score_chosen})
     for j in judgments:
         if j.picked == "rejected":
             assert j.verdict in ("A", "B")
-            return MisjudgedCase(
-                pair_id=perturbed.pair_id,
-                bias_id=perturbed.bias_id,
-                domain=perturbed.domain,
-                question=perturbed.question,
-                chosen=perturbed.chosen,
-                original_rejected=perturbed.original_rejected,
-                perturbed_rejected=perturbed.perturbed_rejected,
-                order=j.order,
-                verdict=j.verdict,
-                judge_output=j.raw_output,
-                explanation=j.explanation,
-            )
+            return _case(perturbed, j)
     return None
+
+
+def _case(perturbed: PerturbedPair, j: Judgment) -> MisjudgedCase:
+    """The case of `perturbed` made by its judgment `j` (the one explaining the mistake)."""
+    return MisjudgedCase(
+        pair_id=perturbed.pair_id,
+        bias_id=perturbed.bias_id,
+        domain=perturbed.domain,
+        question=perturbed.question,
+        chosen=perturbed.chosen,
+        original_rejected=perturbed.original_rejected,
+        perturbed_rejected=perturbed.perturbed_rejected,
+        order=j.order,
+        verdict="A" if j.verdict == "A" else "B" if j.verdict == "B" else None,
+        judge_output=j.raw_output,
+        explanation=j.explanation,
+    )

@@ -1,7 +1,9 @@
 """DeeperExplain: the target elaborates on its own wrong decision (error cascading).
 
 The follow-up continues the judging conversation (judge prompt, the judge's own answer, then
-the request to explain further), so the target defends the verdict it actually gave.
+the request to explain further), so the target defends the verdict it actually gave; a
+pointwise judge is asked about the score it gave the perturbed rejected response (the one
+at least as high as the chosen response's), in the conversation that scored it alone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from ..data.pairs import PreferencePair
 from ..judging import JudgeSettings, judge_messages
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import ChatMessage, GenerationRequest, GenerationResponse
+from ..pointwise import format_score
 from ..prompts import load_prompt
 from .records import MisjudgedCase
 
@@ -23,8 +26,11 @@ def build_explain_request(
     pair = PreferencePair(
         id=case.pair_id, question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected
     )
-    other = "B" if case.verdict == "A" else "A"
-    follow_up = load_prompt("deeper_explain").render(picked=case.verdict, other=other)
+    if case.score is not None:  # a pointwise judge: the rationale of the inflated score
+        follow_up = load_prompt("deeper_explain_pointwise").render(score=format_score(case.score))
+    else:
+        other = "B" if case.verdict == "A" else "A"
+        follow_up = load_prompt("deeper_explain").render(picked=case.verdict or "A", other=other)
     messages = (
         *judge_messages(pair, case.order, judge_settings),
         ChatMessage(role="assistant", content=case.judge_output),

@@ -52,6 +52,7 @@ from ..stats import (
     decide_acceptance,
     error_statement,
     held_out_method,
+    is_shift,
     min_detectable_delta,
     min_detectable_shift,
     null_discordance,
@@ -313,7 +314,7 @@ def _look(
     settings: FamilySettings,
 ) -> LookRecord:
     """One arm's look on the items so far, in the family's measure."""
-    if settings.measure == "p_rejected":
+    if is_shift(settings.measure):
         base, mine = paired_values(_floats(control), _floats(arm))
         differences = [y - x for x, y in zip(base, mine)]
         return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
@@ -331,9 +332,10 @@ def _bools(values: Values) -> list[bool | None]:
 
 def compare(control: Values, arm: Values, settings: FamilySettings, name: str) -> PairedComparison:
     """One arm against one control on the same items, in the family's measure (undecided)."""
-    if settings.measure == "p_rejected":
+    if is_shift(settings.measure):
         return compare_paired_scores(
-            _floats(control), _floats(arm), confidence=settings.rules.confidence, margin=settings.margin, control_name=name
+            _floats(control), _floats(arm), confidence=settings.rules.confidence, margin=settings.margin, control_name=name,
+            measure=settings.measure,
         )
     return compare_paired(
         _bools(control),
@@ -499,10 +501,11 @@ def conditional_effects(
 
 
 def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings, decision: Decision | None) -> Effect:
-    return sequential_effect(
+    found = sequential_effect(
         family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence,
         decision=decision,
     )
+    return found if found.measure == settings.measure else found.model_copy(update={"measure": settings.measure})
 
 
 def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings, decision: Decision | None) -> Effect:
@@ -528,7 +531,7 @@ def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison
     Δ <= min_delta."""
     items_used = family.stopped_at[arm]
     n_full = round(decided.n * family.plan.n_total / items_used) if items_used else 0
-    if decided.measure == "p_rejected":  # in probability points, at the per-item differences' observed sd
+    if is_shift(decided.measure):  # in probability points (score: shares of the scale), at the per-item differences' observed sd
         shift = min_detectable_shift(n_full, decided.sd_difference, family_level(family), power=settings.rules.power, margin=settings.margin)
         return shift, n_full
     psi = null_discordance(decided.b_discordant_hurt or 0, decided.c_discordant_helped or 0, decided.n)

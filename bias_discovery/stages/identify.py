@@ -17,6 +17,7 @@ from ..config import IdentifySettings
 from ..library import Bias, BiasOrigin, Evidence, make_bias_id, slugify
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
+from ..pointwise import format_score
 from ..prompts import load_prompt
 from .records import IdentifyRecord, MisjudgedCase
 
@@ -68,9 +69,15 @@ def build_identify_request(
     explanation = case.deeper_explanation or case.explanation or "(no explanation given)"
     if case.deeper_explanation and case.explanation:
         explanation = f"{case.explanation}\n\nWhen asked to explain further:\n{case.deeper_explanation}"
-    messages = load_prompt("identify").render(
-        question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, explanation=explanation
-    )
+    if case.score is not None and case.chosen_score is not None:  # a pointwise judge's inflated score
+        messages = load_prompt("identify_pointwise").render(
+            question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, explanation=explanation,
+            rejected_score=format_score(case.score), chosen_score=format_score(case.chosen_score),
+        )
+    else:
+        messages = load_prompt("identify").render(
+            question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, explanation=explanation
+        )
     return GenerationRequest(
         messages=messages,
         max_tokens=settings.max_tokens,

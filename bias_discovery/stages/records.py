@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..data.pairs import Order, PreferencePair
+from ..data.pairs import Order, PreferencePair, Shown
 
 
 class PerturbedPair(BaseModel):
@@ -87,10 +87,15 @@ class MisjudgedCase(BaseModel):
     """The worse response as the data has it."""
     perturbed_rejected: str
     """The teacher's rewrite of it, which the judge preferred."""
-    order: Order
-    """The order the pair was shown in (`chosen_first` or `rejected_first`)."""
-    verdict: Literal["A", "B"]
-    """The judge's verdict: the position it preferred."""
+    order: Shown
+    """The order the pair was shown in (`chosen_first` or `rejected_first`); a pointwise judge:
+    `rejected`, the response whose score is explained."""
+    verdict: Literal["A", "B"] | None = None
+    """The judge's verdict: the position it preferred (None for a pointwise judge)."""
+    score: float | None = None
+    """Pointwise: the perturbed rejected response's score, at least `chosen_score`."""
+    chosen_score: float | None = None
+    """Pointwise: the chosen response's score."""
     judge_output: str
     """The judge's full output (reasoning and verdict)."""
     explanation: str

@@ -41,8 +41,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import PerturbSettings, Pipeline, ValidateSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs, measure_of
-from ..library import Bias, BiasValidation, RewriteEffect
+from ..judging import (
+    JudgeResult,
+    JudgeSettings,
+    Judgment,
+    PairOutcome,
+    calls_per_pair,
+    judge_pairs,
+    measure_of,
+    secondary_measure_of,
+)
+from ..library import Bias, BiasValidation, RewriteEffect, ScoreShift
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
 from ..stats import (
@@ -60,6 +69,7 @@ from .family import (
     FamilyLooks,
     FamilySettings,
     Stop,
+    compare,
     compare_arms,
     decide,
     effects,
@@ -117,6 +127,11 @@ class CandidateValidation(BaseModel):
     p_sequential: float | None = None
     """The sequential p-value the decision adjusted (None: a single look)."""
     looks: list[LookRecord] = Field(default_factory=list)
+    secondary: PairedComparison | None = None
+    """Pointwise judges: the measure that did not decide, against the decisive control on the
+    items the decision saw (reported, never decisive)."""
+    score_shift: ScoreShift | None = None
+    """Pointwise judges: the rejected response's score shift in scale points and SDs."""
 
     @model_validator(mode="before")
     @classmethod
@@ -234,6 +249,8 @@ def value_of(outcome: PairOutcome | None, measure: Measure) -> bool | float | No
         return None
     if measure == "p_rejected":
         return outcome.p_rejected
+    if measure == "score":
+        return outcome.rejected_share
     return None if outcome.correct is None else not outcome.correct
 
 
@@ -412,6 +429,8 @@ class _Rewrites:
         self.by_candidate: list[list[PerturbedPair]] = [[] for _ in candidates]
         self.perturbed: list[PerturbedPair] = []
         self.judgments: list[Judgment] = []
+        self.outcomes: list[dict[int, PairOutcome | None]] = [{} for _ in candidates]
+        """Each candidate's outcome on each test item judged (pointwise: its secondary measure)."""
 
     def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | float | None]]:
         suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}" if look < self.n_looks else ", held-out items"
@@ -428,8 +447,9 @@ class _Rewrites:
             pipeline=self.setup.pipeline,
         )
         values: dict[int, list[bool | float | None]] = {k: [] for k in active}
-        for (k, _), record, outcome in zip(keys, batch, outcomes):
+        for (k, i), record, outcome in zip(keys, batch, outcomes):
             self.by_candidate[k].append(record)
+            self.outcomes[k][i] = outcome
             values[k].append(value_of(outcome, self.setup.family.measure))
         self.perturbed += batch
         self.judgments += judgments
@@ -454,6 +474,49 @@ def _domains(
     )
 
 
+def pointwise_measures(
+    k: int, family: FamilyLooks, fetch: _Rewrites, control: Sequence[PairOutcome | None], name: str, setup: ValidationSetup
+) -> tuple[PairedComparison | None, ScoreShift | None]:
+    """A pointwise judge's secondary measure (the one `judge.pointwise_measure` did not pick)
+    and its score shift in points and SDs, for arm `k` against the decisive control `name`
+    (its outcomes aligned with the test items), on the items the decision saw. (None, None)
+    for a pairwise judge."""
+    secondary = secondary_measure_of(setup.judge)
+    if secondary is None:
+        return None, None
+    used = family.used(k)
+    arm = [fetch.outcomes[k].get(i) for i in used]
+    mine = [control[i] for i in used]
+    other = compare(
+        [value_of(o, secondary) for o in mine], [value_of(o, secondary) for o in arm],
+        setup.family.model_copy(update={"measure": secondary, "rules": setup.rules.model_copy(update={"min_delta": 0.0})}),
+        name,
+    )
+    shares = other if secondary == "score" else compare(
+        [value_of(o, "score") for o in mine], [value_of(o, "score") for o in arm], setup.family, name
+    )
+    return other, score_shift(shares, [o for o, a in zip(mine, arm) if a is not None and a.score_rejected is not None], setup.judge, name)
+
+
+def score_shift(shares: PairedComparison, control: Sequence[PairOutcome | None], judge: JudgeSettings, name: str) -> ScoreShift:
+    """`shares` (a comparison of the rejected response's score as a share of the scale) in
+    the scale's points and in SDs of the control's scores of the rejected response (`control`:
+    its outcomes on the items compared)."""
+    span = judge.scale_spec.span
+    scores = [o.score_rejected for o in control if o is not None and o.score_rejected is not None]
+    sd = statistics.stdev(scores) if len(scores) > 1 else None
+    points = shares.delta * span
+    low = None if shares.ci_low is None else shares.ci_low * span
+    high = None if shares.ci_high is None else shares.ci_high * span
+    per_sd = sd if sd else None
+    return ScoreShift(
+        control=name, scale=judge.scale, n=shares.n, points=points, ci_low=low, ci_high=high, sd_control=sd,
+        sd_units=None if per_sd is None else points / per_sd,
+        sd_ci_low=None if per_sd is None or low is None else low / per_sd,
+        sd_ci_high=None if per_sd is None or high is None else high / per_sd,
+    )
+
+
 def _validation_record(
     bias: Bias,
     k: int,
@@ -467,6 +530,7 @@ def _validation_record(
     placebo: PlaceboArm | None,
     checked_answers: bool,
     statement: str,
+    pointwise: tuple[PairedComparison | None, ScoreShift | None] = (None, None),
 ) -> tuple[BiasValidation, CandidateValidation]:
     """The library's and validation.json's records of one candidate."""
     decisive = setup.rules.decision_control
@@ -499,6 +563,8 @@ def _validation_record(
         mde_power=setup.rules.power,
         stopped_at=family.stopped_at[k],
         stop=family.stop[k],
+        secondary=pointwise[0],
+        score_shift=pointwise[1],
     )
     record = CandidateValidation(
         bias_id=bias.id,
@@ -523,6 +589,8 @@ def _validation_record(
         stop=family.stop[k],
         p_sequential=family.p_sequential(k) if family.multi_look else None,
         looks=family.looks[k],
+        secondary=pointwise[0],
+        score_shift=pointwise[1],
     )
     return validation, record
 
@@ -571,6 +639,7 @@ def validate_biases(
     held_out_round(family, decided, fetch, family_settings)
     arm_effects = effects(family, decided, family_settings)
     checked_answers = setup.rules.answer_check and models.checker is not None
+    control_outcomes = baseline.outcomes if decisive == "baseline" or placebo is None else placebo.result.outcomes
     validated, records, mdes, mde_ns = [], [], [], []
     for k, bias in enumerate(candidates):
         comparisons[k] = with_decision(comparisons[k], decided[k], decisive)
@@ -580,8 +649,10 @@ def validate_biases(
             if mde[0] is not None:
                 mdes.append(mde[0])
         domains = {name: _domains(family, k, test_pairs, errors, name, setup) for name, errors in controls.items()}
+        pointwise = pointwise_measures(k, family, fetch, control_outcomes, decisive, setup)
         validation, record = _validation_record(
-            bias, k, family, comparisons[k], arm_effects[k], domains, fetch.by_candidate[k], mde, setup, placebo, checked_answers, statement
+            bias, k, family, comparisons[k], arm_effects[k], domains, fetch.by_candidate[k], mde, setup, placebo, checked_answers,
+            statement, pointwise,
         )
         validated.append(bias.model_copy(update={"validation": validation}))
         records.append(record)

@@ -21,11 +21,19 @@ from .intervals import (
 from .multiplicity import Correction, _check_pvalues, adjust_p_values
 from .tests import paired_p_value, paired_t_one_sided, sign_flip_p_value
 
-Measure = Literal["error", "p_rejected"]
+Measure = Literal["error", "p_rejected", "score"]
 """What a comparison's per-item values are: the judge's errors (choice verdicts: True wrong,
-False right) or its probability of preferring the rejected response (score verdicts)."""
-MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)"}
+False right), its probability of preferring the rejected response (score verdicts), or a
+pointwise judge's score of the rejected response as a share of its scale (0 the lowest label,
+1 the highest; a shift of 1 / span is one point of the scale)."""
+MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)", "score": "Δscore(rejected)"}
 """How a difference of each measure is named wherever it is printed."""
+
+
+def is_shift(measure: str) -> bool:
+    """Whether a measure's per-item values are numbers whose mean shift is tested (paired
+    t-test: `p_rejected`, `score`) rather than errors counted (McNemar: `error`)."""
+    return measure in ("p_rejected", "score")
 
 AcceptanceRule = Literal["paired", "paper"]
 """`paired`: the adjusted p-value of H0: Delta <= min_delta is <= alpha (default; exact one-sided
@@ -174,8 +182,10 @@ def compare_paired_scores(
     confidence: float = 0.95,
     margin: float = 0.0,
     control_name: str | None = None,
+    measure: Measure = "p_rejected",
 ) -> PairedComparison:
-    """Compare a judge's probability of preferring the rejected response (score verdicts) on
+    """Compare a judge's probability of preferring the rejected response (score verdicts; or
+    `measure` score: a pointwise judge's score of it, as a share of the scale) on
     the same items with a control and with an arm: Δ = mean(arm - control) over the items
     valid in both (an invalid score on either side drops the item from both, as
     `compare_paired` does), a Student-t CI of Δ, and the one-sided paired t-test of
@@ -187,7 +197,7 @@ def compare_paired_scores(
     low, high = mean_t_interval(diffs, confidence, bounds=(-1.0, 1.0)) if n else (-1.0, 1.0)
     return PairedComparison(
         control=control_name,
-        measure="p_rejected",
+        measure=measure,
         n=n,
         n_excluded_invalid=len(control) - n,
         control_error=math.fsum(base) / n if n else 0.0,
@@ -260,8 +270,9 @@ def decide_acceptance(
     else:
         corr_text = {"holm": "Holm-adjusted", "bh": "BH-adjusted", "none": "unadjusted"}[correction]
         margin = max((cmp.margin for cmp in comparisons), default=0.0)
-        if any(cmp.measure == "p_rejected" for cmp in comparisons):
-            kind = "one-sided paired t-test of ΔP(rejected)" + (f" <= {margin:g}" if margin > 0.0 else "")
+        shifts = [cmp.measure for cmp in comparisons if is_shift(cmp.measure)]
+        if shifts:
+            kind = f"one-sided paired t-test of {MEASURE_LABELS[shifts[0]]}" + (f" <= {margin:g}" if margin > 0.0 else "")
         elif margin > 0.0:
             kind = f"Tango score test of Δ <= {margin:g}"
         else:
@@ -320,7 +331,8 @@ def error_statement(
             "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
             f"a {unit} with no effect is accepted about half of the time."
         )
-    raised = "error" if measure == "error" else "probability of preferring the rejected response"
+    raised = {"error": "error", "p_rejected": "probability of preferring the rejected response",
+              "score": "score of the rejected response"}[measure]
     null = (
         f"{unit} that does not raise the judge's {raised} over the {control}"
         if margin <= 0.0
@@ -403,11 +415,11 @@ def per_domain_breakdown(
     groups: dict[str, list[int]] = {}
     for i, d in enumerate(domains):
         groups.setdefault(d, []).append(i)
-    if measure == "p_rejected":
+    if is_shift(measure):
         return {
             d: compare_paired_scores(
                 [baseline[i] for i in groups[d]], [perturbed[i] for i in groups[d]], confidence=confidence, margin=margin,
-                control_name=control,
+                control_name=control, measure=measure,
             )
             for d in sorted(groups)
         }

@@ -1,0 +1,207 @@
+"""Pointwise judges (issue 36): the protocol, its settings and its scores (no model)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from pydantic import ValidationError
+from test_loop import make_config, run_fake
+
+from bias_discovery.config import load_run_config
+from bias_discovery.data.pairs import PreferencePair
+from bias_discovery.errors import ConfigError
+from bias_discovery.judging import (
+    JudgeSettings,
+    build_tasks,
+    calls_per_pair,
+    judge_pairs,
+    measure_of,
+    secondary_measure_of,
+    summarize,
+    to_score_judgment,
+)
+from bias_discovery.llm.types import FinalTokenLogprobs, GenerationResponse
+from bias_discovery.pointwise import expected_score, parse_scale, parse_score
+from bias_discovery.run import RunDir
+
+from fakes import ScriptedEngine, pointwise_authority_world
+
+
+def pair(i: int, **meta: str) -> PreferencePair:
+    return PreferencePair(id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}", meta=meta)
+
+
+def scored_response(prompt: str) -> str:
+    return re.search(r"\[Response\]\n(.*?)\n\[End of Response\]", prompt, re.S).group(1)  # type: ignore[union-attr]
+
+
+def test_scales_parse_and_refuse_what_is_not_a_scale():
+    ten = parse_scale(" 1 - 10 ")
+    assert ten.spec == "1-10" and ten.labels[0] == "1" and ten.labels[-1] == "10" and ten.span == 9.0
+    assert not ten.single_token_labels  # "1" begins "10"
+    assert parse_scale("1-9").single_token_labels and parse_scale("PASS/FAIL").labels == ("fail", "pass")
+    assert parse_scale("pass/fail").value("PASS") == 1.0 and ten.share(10.0) == 1.0 and ten.share(1.0) == 0.0
+    for bad in ("ten", "5-1", "3-3", "-1-5", "0-500"):
+        with pytest.raises(ValueError, match="scale"):
+            parse_scale(bad)
+
+
+def test_a_pointwise_judge_scores_each_response_alone_under_a_constraint():
+    settings = JudgeSettings(mode="pointwise", scale="1-5")
+    assert settings.prompt == "judge_pointwise" and calls_per_pair(settings) == 2
+    tasks = build_tasks([pair(0), pair(1)], settings, seed=3)
+    assert [t.order for t in tasks] == ["chosen", "rejected", "chosen", "rejected"]
+    prompts = [t.request.messages[-1].content for t in tasks]
+    assert [scored_response(p) for p in prompts] == ["RIGHT 0", "wrong 0", "RIGHT 1", "wrong 1"]
+    assert "Response A" not in prompts[0] and "an integer from 1 to 5" in prompts[0]
+    constraint = tasks[0].request.constraint
+    assert constraint is not None and constraint.regex is not None
+    assert re.fullmatch(constraint.regex, "Reasoning: fine.\nScore: 4") and not re.fullmatch(constraint.regex, "Reasoning: x\nScore: 6")
+    bare = build_tasks([pair(0)], JudgeSettings(mode="pointwise", scale="pass/fail", reasoning=False), seed=0)[0]
+    assert bare.request.constraint is not None and bare.request.constraint.choices == ("fail", "pass")
+
+
+def test_settings_that_make_no_sense_for_a_pointwise_judge_are_refused_naming_the_field():
+    for field, value in (("positions", "both"), ("mitigation", "swap"), ("allow_tie", True)):
+        with pytest.raises(ValidationError, match=rf"judge\.{field}: not a pointwise setting"):
+            JudgeSettings.model_validate({"mode": "pointwise", field: value})
+    with pytest.raises(ValidationError, match="pointwise judges have no position"):
+        JudgeSettings.model_validate({"mode": "pointwise", "positions": "swap"})
+    with pytest.raises(ValidationError, match=r"judge\.verdict: score .* label 1 begins 10"):
+        JudgeSettings(mode="pointwise", scale="1-10", verdict="score")
+    with pytest.raises(ValidationError, match=r"pointwise judge prompt prompts/judge_pairwise\.txt: missing \$\{response\}"):
+        JudgeSettings(mode="pointwise", prompt="judge_pairwise")
+    with pytest.raises(ValidationError, match=r"judge\.rubric: set, but the prompt"):
+        JudgeSettings(mode="pointwise", prompt="judge_pointwise", rubric="Be correct.")
+    with pytest.raises(ValidationError, match=r"has \$\{rubric\} but no rubric is set"):
+        JudgeSettings(mode="pointwise", prompt="judge_pointwise_rubric")
+
+
+def test_a_users_pointwise_template_takes_only_its_placeholders(tmp_path):
+    good = tmp_path / "mine.txt"
+    good.write_text("=== user ===\n${question}\n${response}\nReference: ${reference}\n${format_instruction}\n")
+    settings = JudgeSettings(mode="pointwise", prompt=str(good))
+    [task, _] = build_tasks([pair(0, reference="42")], settings, seed=0)
+    assert "Reference: 42" in task.request.messages[-1].content
+    with pytest.raises(ConfigError, match=r"\$\{reference\} needs a reference answer, but pair 'p1' has none"):
+        build_tasks([pair(1)], settings, seed=0)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("=== user ===\n${question}\n${response}\n${score_hint}\n")
+    with pytest.raises(ValidationError, match=r"bad\.txt: unknown \$\{score_hint\}"):
+        JudgeSettings(mode="pointwise", prompt=str(bad))
+
+
+def test_a_run_config_names_the_field_of_a_pointwise_setting(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n  positions: swap\n")
+    with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge: .*judge\.positions: not a pointwise setting"):
+        load_run_config(config)
+    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n  scale: 1-5\n")
+    loaded = load_run_config(config).judge
+    assert loaded.mode == "pointwise" and measure_of(loaded) == "score" and secondary_measure_of(loaded) == "error"
+    assert measure_of(loaded.model_copy(update={"pointwise_measure": "pair_error"})) == "error"
+
+
+def _final(token: str, top: list[tuple[str, float]]) -> FinalTokenLogprobs:
+    out = FinalTokenLogprobs.from_candidates(token, math.log(dict(top)[token]), [(t, math.log(p)) for t, p in top], k=5)
+    assert out is not None
+    return out
+
+
+def test_expected_scores_come_from_the_scale_tokens_probabilities():
+    scale = parse_scale("1-5")
+    final = _final(" 4", [(" 4", 0.5), ("4", 0.1), (" 5", 0.2), (" The", 0.2)])
+    assert expected_score(scale, final) == pytest.approx((4 * 0.6 + 5 * 0.2) / 0.8)
+    assert expected_score(scale, _final(".", [(".", 0.9), (" 4", 0.1)])) is None  # final token not a label
+    assert expected_score(scale, None) is None
+    settings = JudgeSettings(mode="pointwise", scale="1-5", verdict="score")
+    judgment = to_score_judgment(pair(0), "rejected", GenerationResponse(text="Reasoning: ok\nScore: 4", finish_reason="stop", final_logprobs=final), settings)
+    assert judgment.score == pytest.approx(4.25) and judgment.score_from == "probabilities"
+    assert judgment.explanation == "ok" and judgment.correct is None and judgment.invalid_reason is None
+    fallback = to_score_judgment(pair(0), "rejected", GenerationResponse(text="Score: 4", finish_reason="stop", final_logprobs=None), settings)
+    assert fallback.score == 4.0 and fallback.score_from == "sampled"
+
+
+def test_invalid_outputs_are_counted():
+    settings = JudgeSettings(mode="pointwise", scale="1-5")
+    cases = {
+        "no_score": GenerationResponse(text="Reasoning: fine\nScore: 7", finish_reason="stop"),
+        "truncated": GenerationResponse(text="Reasoning: fi", finish_reason="length"),
+        "engine_error": GenerationResponse(text="boom", finish_reason="error"),
+    }
+    for reason, response in cases.items():
+        judgment = to_score_judgment(pair(0), "chosen", response, settings)
+        assert judgment.invalid_reason == reason and judgment.score is None
+    assert parse_score("Score: pass", parse_scale("pass/fail")) == 1.0 and parse_score("3", parse_scale("1-5")) == 3.0
+
+
+def test_a_pair_is_misjudged_when_the_rejected_response_scores_at_least_as_high_and_ties_are_counted():
+    scores = {"RIGHT 0": 5, "wrong 0": 2, "RIGHT 1": 3, "wrong 1": 3, "RIGHT 2": 2, "wrong 2": 4, "RIGHT 3": 4}
+
+    def judge(request):
+        response = scored_response(request.messages[-1].content)
+        return f"Reasoning: about {response}.\nScore: {scores.get(response, 'none')}"
+
+    settings = JudgeSettings(mode="pointwise", scale="1-5")
+    pairs = [pair(i) for i in range(4)]
+    result = judge_pairs(ScriptedEngine(judge), pairs, settings, seed=0)
+    assert [o.correct for o in result.outcomes] == [True, False, False, None]
+    assert [o.preference for o in result.outcomes] == ["chosen", "tie", "rejected", None]
+    assert [o.rejected_share for o in result.outcomes] == [0.25, 0.5, 0.75, None]
+    summary = summarize(result, model="m", data="d", settings=settings, seed=0)
+    assert summary.mode == "pointwise" and summary.positions is None and summary.position_a_rate is None
+    assert summary.error_rate == pytest.approx(2 / 3) and summary.invalid_reasons == {"no_score": 1}
+    pw = summary.pointwise
+    assert pw is not None and pw.n == 3 and pw.ties == 1 and pw.rejected_higher == 1
+    assert pw.mean_chosen == pytest.approx(10 / 3) and pw.mean_rejected == 3.0 and pw.from_sampled == 7
+    assert pw.chosen_ci is not None and 1.0 <= pw.chosen_ci[0] < pw.chosen_ci[1] <= 5.0
+
+
+# -- the loop with a pointwise judge -----------------------------------------------------------
+
+
+def test_the_loop_finds_and_validates_a_pointwise_judges_bias(tmp_path):
+    """The judge scores a response citing experts 3-4 points higher: the rejected response then
+    scores at least the chosen one's 7 (a tie at 7), the case explains the inflated score, and
+    validation accepts the bias on the rejected response's score shift against the placebo,
+    with the pair error reported as the secondary measure."""
+    config = make_config(tmp_path, judge={"mode": "pointwise", "scale": "1-10"}, max_iterations=2)
+    engine = ScriptedEngine(pointwise_authority_world)
+    rd, state, _ = run_fake(tmp_path, config, engine=engine)
+    assert not any("[Response A]" in r.messages[-1].content for r in engine.sent)  # never a pair
+    cases = [json.loads(line) for line in (rd.iteration(1).directory / "misjudged.jsonl").read_text().splitlines()]
+    assert cases and all(c["order"] == "rejected" and c["score"] >= c["chosen_score"] == 7 for c in cases)
+    assert any(c["score"] == 7 for c in cases) and all(c["verdict"] is None for c in cases)
+    explained = [json.loads(line) for line in (rd.iteration(1).directory / "explanations.jsonl").read_text().splitlines()]
+    assert all(e["deeper_explanation"] == "It cites leading experts, which raised my score." for e in explained)
+    found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
+    v = found.validation
+    assert v.accepted and v.decisive == "placebo" and v.vs_placebo.measure == "score"
+    # +3 or +4 points on a 1-10 scale is a shift of 3.5 / 9 of the scale on average
+    assert v.vs_placebo.delta == pytest.approx(3.5 / 9, abs=0.05) and "Δscore(rejected)" in v.rule
+    assert v.effect.measure == "score"
+    # the pair error is the secondary measure, on the same items against the same control
+    assert v.secondary is not None and v.secondary.measure == "error" and v.secondary.control == "placebo"
+    assert v.secondary.n == v.vs_placebo.n and v.secondary.arm_error > v.secondary.control_error
+    shift = v.score_shift
+    assert shift is not None and shift.control == "placebo" and shift.n == v.vs_placebo.n
+    assert shift.points == pytest.approx(v.vs_placebo.delta * 9) and shift.ci_low < shift.points < shift.ci_high
+    # the placebo's rejected scores are 3-5 (sd about 0.8): a shift of 3.5 points is about 4 SDs
+    assert shift.sd_control is not None and 0.5 < shift.sd_control < 1.0 and shift.sd_units > 3
+    record = json.loads((rd.iteration(1).directory / "validation.json").read_text())
+    assert any(c.get("secondary") and c.get("score_shift") for c in record["candidates"])
+
+
+def test_the_pair_error_can_decide_with_the_score_shift_reported_as_secondary(tmp_path):
+    judge = {"mode": "pointwise", "scale": "1-10", "pointwise_measure": "pair_error"}
+    config = make_config(tmp_path, judge=judge, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(pointwise_authority_world))
+    v = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias").validation
+    assert v.accepted and v.vs_placebo.measure == "error" and "McNemar" in v.rule
+    # misjudged (ties included) on the items whose number is not a multiple of 6
+    assert v.vs_placebo.control_error == 0.0 and v.vs_placebo.arm_error == pytest.approx(17 / 20)
+    assert v.secondary is not None and v.secondary.measure == "score" and v.secondary.p_adjusted is None
+    assert v.score_shift is not None and v.score_shift.points == pytest.approx(v.secondary.delta * 9)
