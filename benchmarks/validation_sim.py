@@ -38,6 +38,15 @@ noise discordance psi = 0.3 flips items both ways, a bias adds Δ right -> wrong
   with its own difficulty, independently in each arm); any acceptance in the run counts. All
   5 iterations are validated (a real loop stops after the first one without an acceptance).
   The same with `error_control: iteration` (the former default) is printed next to it.
+- **pointwise_***: a pointwise judge on a 1-10 scale (`_pointwise_scores`: latent qualities,
+  a call's score the rounded latent plus N(0, 1) noise, clipped), each measure deciding in
+  turn (`score`: the rejected response's score shift, paired t-test; `error`: the pair error
+  derived from the scores, McNemar), against the placebo: a run's null acceptance (the default
+  run, max_iterations 5, 5 null candidates per iteration), and one candidate at α 0.05 on 300
+  items at planted latent shifts of 0, 0.15 and 0.3 points: power, the accepted candidates'
+  reported effect minus the truth (from 2 million simulated items) in Monte Carlo se, the
+  coverage of its 95 % CI and the rejected candidates' upper bounds (JSON `pointwise`).
+  `--pointwise-replications` scales them separately (the record says how many).
 - **monitor_false_alarm_z / monitor_false_alarm_rho**: the position and length monitor under
   a judge with an item-level random position preference and no bias
   (`benchmarks/monitor_sim.py`, `simulate_monitor_false_alarms`).
@@ -76,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from provenance import git_commit
+from provenance import cpu_model, git_commit
 
 from bias_discovery.config import RunConfig, ValidateSettings
 from bias_discovery.stages.family import (
@@ -98,6 +107,8 @@ STOP_TYPE_DELTAS = (0.0, 0.04, 0.08, 0.15)
 SCORE_SHIFTS = (0.0, 0.25, 0.5, 1.0)
 """Shifts of the latent logit of benchmarks/score_power.py's judge (0 to about 14 pp of P(rejected))."""
 SCORE_ITEMS = 160
+POINTWISE_TARGET_SHIFTS = (0.15, 0.3)
+"""The planted shifts of the pointwise cells (`POINTWISE_SHIFTS`), for the targets."""
 TARGETS = {
     "sequential_bias": "within ±0.01",
     "sequential_coverage": "≥ 0.93",
@@ -109,6 +120,9 @@ TARGETS = {
     "accepted_coverage_8pp": "≥ 0.93",
     "accepted_bias_15pp": "within ±0.01",
     "accepted_coverage_15pp": "≥ 0.93",
+    **{f"pointwise_null_run_false_accept_{m}": "≤ 0.05" for m in ("score", "error")},
+    **{f"pointwise_accepted_bias_in_se_{m}_{s:g}pt": "within ±2" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
+    **{f"pointwise_accepted_coverage_{m}_{s:g}pt": "≥ 0.93" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
 }
 
 
@@ -365,6 +379,99 @@ def null_run_cell(replications: int, seed: int, error_control: str = "run") -> f
     return any_accepted / replications
 
 
+POINTWISE_SHIFTS = POINTWISE_TARGET_SHIFTS
+"""Planted shifts of the pointwise judge's latent score of the rejected response, in points of
+its 1-10 scale."""
+POINTWISE_SPAN = 9.0
+
+
+def _pointwise_scores(rng: np.random.Generator, reps: int, n: int, shift: float) -> dict[str, np.ndarray]:
+    """A pointwise judge on a 1-10 scale (reps x n items): the rejected response's latent
+    quality ~ N(4.5, 1.5), the chosen one's 1.5 higher on average (sd 1.5); each call scores
+    round(latent + N(0, 1)), clipped to 1-10. The chosen response is scored once (the same
+    call in both arms); the placebo's and the candidate's rewrites of the rejected response
+    are scored independently, the candidate's latent raised by `shift`. Returns the rejected
+    scores as shares of the scale (`score`) and the pair errors (`error`: rejected >= chosen)
+    of both arms."""
+    rejected = rng.normal(4.5, 1.5, (reps, n))
+    chosen = rejected + rng.normal(1.5, 1.5, (reps, n))
+
+    def score(latent: np.ndarray) -> np.ndarray:
+        return np.clip(np.round(latent + rng.normal(0.0, 1.0, latent.shape)), 1, 10)
+
+    s_chosen, s_placebo, s_arm = score(chosen), score(rejected), score(rejected + shift)
+    return {
+        "score_control": (s_placebo - 1) / POINTWISE_SPAN, "score_arm": (s_arm - 1) / POINTWISE_SPAN,
+        "error_control": s_placebo >= s_chosen, "error_arm": s_arm >= s_chosen,
+    }
+
+
+def pointwise_truth(shift: float, seed: int, n: int = 2_000_000) -> dict[str, float]:
+    """The true Δ of each pointwise measure at a latent `shift` (rounding and clipping make it
+    differ from shift / span), from `n` simulated items."""
+    draw = _pointwise_scores(np.random.default_rng(seed + 1000), 1, n, shift)
+    return {m: float(draw[f"{m}_arm"].mean() - draw[f"{m}_control"].mean()) for m in ("score", "error")}
+
+
+def pointwise_null_run_cell(replications: int, seed: int, measure: str) -> float:
+    """Share of default-config runs with a pointwise judge (max_iterations 5, 5 null candidates
+    per iteration against the placebo, the run's family α) that accept any candidate."""
+    config = RunConfig.model_validate(
+        {"target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "max_iterations": 5,
+         "judge": {"mode": "pointwise", "pointwise_measure": "score_shift" if measure == "score" else "pair_error"},
+         "validate": {"n_boot": 100}}
+    )
+    settings = FamilySettings(rules=config.validate_, families=config.planned_validations, seed=seed, measure=measure)
+    rng = np.random.default_rng(seed)
+    any_accepted = 0
+    for run in range(replications):
+        order = slice_order(N_ITEMS, run)
+        accepted = False
+        for _ in range(config.max_iterations):
+            draws = [_pointwise_scores(rng, 1, N_ITEMS, 0.0) for _ in range(5)]
+            control = draws[0][f"{measure}_control"][0]  # one placebo per run, five null rewrites
+            arms = [d[f"{measure}_arm"][0] for d in draws]
+            _, decided = _family(control, arms, settings, order)
+            accepted = accepted or any(bool(d.accepted) for d in decided)
+        any_accepted += accepted
+    return any_accepted / replications
+
+
+def pointwise_accepted_cells(replications: int, seed: int) -> list[dict[str, Any]]:
+    """Each pointwise measure deciding, one candidate at α 0.05 on 300 items (the default plan,
+    20 % held out): at each planted shift the power and the accepted candidates' reported
+    effect against the truth (`pointwise_truth`), its Monte Carlo se and its CI's coverage."""
+    rows = []
+    order = list(range(N_ITEMS))
+    for measure in ("score", "error"):
+        settings = FamilySettings(rules=ValidateSettings(), family_alpha=0.05, seed=seed, measure=measure)
+        for shift in (0.0, *POINTWISE_SHIFTS):
+            truth = pointwise_truth(shift, seed)[measure]
+            draw = _pointwise_scores(np.random.default_rng(seed), replications, N_ITEMS, shift)
+            records = []
+            for control, arm in zip(draw[f"{measure}_control"], draw[f"{measure}_arm"]):
+                family, decided = _family(control, [arm], settings, order)
+                [reported] = effects(family, decided, settings)
+                records.append({"accepted": bool(decided[0].accepted), "stop": family.stop[0], "effect": reported})
+            row = _accepted_row("pointwise", measure, truth, records)
+            row.update({"measure": measure, "shift_points": shift, "true_delta_points": truth * POINTWISE_SPAN if measure == "score" else None})
+            rows.append(row)
+    return rows
+
+
+def pointwise_numbers(rows: list[dict[str, Any]], null_runs: dict[str, float]) -> dict[str, float | None]:
+    """The flat pointwise cells: null acceptance per run, and per measure and planted shift the
+    power, the accepted-only bias in Monte Carlo se and the coverage."""
+    out: dict[str, float | None] = {f"pointwise_null_run_false_accept_{m}": v for m, v in null_runs.items()}
+    for r in rows:
+        key = f"{r['measure']}_{r['shift_points']:g}pt"
+        out[f"pointwise_power_{key}"] = r["accepted_share"]
+        if r["shift_points"] > 0 and r.get("se"):
+            out[f"pointwise_accepted_bias_in_se_{key}"] = r["bias"] / r["se"]
+            out[f"pointwise_accepted_coverage_{key}"] = r.get("coverage")
+    return out
+
+
 def _sibling(name: str) -> Any:
     """Another benchmark of this directory, as a module."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -484,9 +591,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     parser.add_argument("--replications", type=int, default=2000, help="per cell (at least 2000 for the record)")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--cells", default="all", help="comma-separated: sequential, min_delta, null_run, monitor, accepted, by_stop_type")
+    parser.add_argument("--cells", default="all", help="comma-separated: sequential, min_delta, null_run, monitor, accepted, by_stop_type, pointwise")
+    parser.add_argument("--pointwise-replications", type=int, default=None,
+                        help="replications of the pointwise cells (default: --replications)")
     args = parser.parse_args()
-    wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type"} if args.cells == "all" else set(args.cells.split(","))
+    wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type", "pointwise"} if args.cells == "all" else set(args.cells.split(","))
     started = time.time()
     numbers: dict[str, float | None] = {}
     timings: dict[str, float] = {}
@@ -507,6 +616,14 @@ def main() -> None:
         accepted = accepted_cells(args.replications, args.seed)
         numbers.update(accepted_numbers(accepted))
         timings["accepted"] = round(time.time() - t0, 1)
+    pointwise: list[dict[str, Any]] = []
+    if "pointwise" in wanted:
+        t0 = time.time()
+        reps = args.pointwise_replications or args.replications
+        nulls = {m: pointwise_null_run_cell(reps, args.seed, m) for m in ("score", "error")}
+        pointwise = pointwise_accepted_cells(reps, args.seed)
+        numbers.update(pointwise_numbers(pointwise, nulls))
+        timings["pointwise"] = round(time.time() - t0, 1)
     missing = None
     if "monitor" in wanted:
         monitor, missing = monitor_cells(args.replications, args.seed)
@@ -545,6 +662,9 @@ def main() -> None:
             "targets": TARGETS,
             "accepted_only": accepted,
             "by_stop_type": by_stop,
+            "pointwise": pointwise,
+            "pointwise_replications": (args.pointwise_replications or args.replications) if pointwise else None,
+            "cpu": cpu_model(),
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
