@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +59,7 @@ from .llm.types import (
     GenerationResponse,
     ReasonedChoice,
 )
-from .metrics import Preference
+from .metrics import Preference, spearman_rho
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .pointwise import Scale, expected_score, parse_scale, parse_score
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
@@ -269,6 +270,9 @@ class Judgment(BaseModel):
     score_from: Literal["probabilities", "sampled"] | None = None
     """Pointwise: where `score` came from (score verdicts fall back to the sampled label, and
     are counted, when the final token is not a whole label)."""
+    response_words: int | None = None
+    """Pointwise: whitespace tokens of the scored response (what the score's correlation with
+    length is measured on)."""
 
 
 class PairOutcome(BaseModel):
@@ -337,6 +341,14 @@ class PointwiseSummary(BaseModel):
     """Scores read as expected scores from the final token's probabilities (score verdicts)."""
     from_sampled: int = 0
     """Scores read from the sampled label."""
+    length_rho: float | None = None
+    """Spearman's ρ between each valid score and the scored response's length in words, over
+    every scored response (chosen and rejected: a longer response may also be a better one,
+    so this describes the judge, it does not isolate a bias; the audit's padded lengths do)."""
+    length_rho_ci: tuple[float, float] | None = None
+    """95 % CI of `length_rho`: Fisher's z with Fieller's variance 1.06 / (n - 3) (n > 3)."""
+    length_n: int = 0
+    """Scores in `length_rho`."""
 
 
 class DomainSummary(BaseModel):
@@ -728,6 +740,7 @@ def to_score_judgment(pair: PreferencePair, shown: Shown, response: GenerationRe
         if reason != "engine_error" else "",
         raw_output=response.text, prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
         cached=response.cached, score=score, score_from=source,
+        response_words=len((pair.chosen if shown == "chosen" else pair.rejected).split()),
     )
 
 
@@ -890,6 +903,8 @@ def pointwise_summary(result: JudgeResult, scale: Scale) -> PointwiseSummary:
     rejected = [float(o.score_rejected) for o in both if o.score_rejected is not None]
     every = [j.score for j in result.judgments if j.score is not None]
     ties = sum(1 for o in both if o.preference == "tie")
+    lengths = [(float(j.response_words), j.score) for j in result.judgments if j.score is not None and j.response_words is not None]
+    rho = spearman_rho([x for x, _ in lengths], [y for _, y in lengths]) if len(lengths) > 2 else None
     return PointwiseSummary(
         scale=scale.spec,
         n=len(both),
@@ -904,7 +919,22 @@ def pointwise_summary(result: JudgeResult, scale: Scale) -> PointwiseSummary:
         rejected_higher=sum(1 for o in both if o.preference == "rejected"),
         from_probabilities=sum(1 for j in result.judgments if j.score_from == "probabilities"),
         from_sampled=sum(1 for j in result.judgments if j.score_from == "sampled"),
+        length_rho=rho,
+        length_rho_ci=fisher_z_interval(rho, len(lengths)) if rho is not None else None,
+        length_n=len(lengths),
     )
+
+
+def fisher_z_interval(rho: float, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """CI of a Spearman ρ on n pairs: Fisher's z, with Fieller, Hartley and Pearson's (1957)
+    variance 1.06 / (n - 3) for a rank correlation; None for n <= 3 (and ±1 when |ρ| is 1)."""
+    if n <= 3:
+        return None
+    if abs(rho) >= 1.0:
+        return (rho, rho)
+    half = statistics.NormalDist().inv_cdf(0.5 + confidence / 2.0) * math.sqrt(1.06 / (n - 3))
+    z = math.atanh(rho)
+    return (math.tanh(z - half), math.tanh(z + half))
 
 
 def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSettings, seed: int) -> JudgeSummary:

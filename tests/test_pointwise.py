@@ -28,6 +28,7 @@ from bias_discovery.pointwise import expected_score, parse_scale, parse_score
 from bias_discovery.run import RunDir
 
 from fakes import ScriptedEngine, pointwise_authority_world
+from helpers import cli
 
 
 def pair(i: int, **meta: str) -> PreferencePair:
@@ -205,3 +206,37 @@ def test_the_pair_error_can_decide_with_the_score_shift_reported_as_secondary(tm
     assert v.vs_placebo.control_error == 0.0 and v.vs_placebo.arm_error == pytest.approx(17 / 20)
     assert v.secondary is not None and v.secondary.measure == "score" and v.secondary.p_adjusted is None
     assert v.score_shift is not None and v.score_shift.points == pytest.approx(v.secondary.delta * 9)
+
+
+def test_the_summary_measures_the_scores_correlation_with_length():
+    """Scores rise with the response's length: ρ = 1 over 8 scored responses."""
+    def judge(request):
+        return f"Score: {min(10, len(scored_response(request.messages[-1].content).split()))}"
+
+    pairs = [PreferencePair(id=f"p{i}", question="q", chosen="a " * (i + 2), rejected="b " * (i + 6)) for i in range(4)]
+    settings = JudgeSettings(mode="pointwise", reasoning=False)
+    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=0), model="m", data="d", settings=settings, seed=0)
+    pw = summary.pointwise
+    assert pw is not None and pw.length_n == 8 and pw.length_rho == pytest.approx(1.0)
+    from bias_discovery.judging import fisher_z_interval
+
+    low, high = fisher_z_interval(0.5, 103)  # z = 0.5493 +- 1.95996 * sqrt(1.06 / 100)
+    assert (low, high) == pytest.approx((math.tanh(0.5493061 - 0.2017903), math.tanh(0.5493061 + 0.2017903)), abs=1e-6)
+    assert fisher_z_interval(0.5, 3) is None
+
+
+def test_the_report_library_show_and_judge_summary_know_a_pointwise_judge(tmp_path):
+    from bias_discovery.report import render_report
+
+    config = make_config(tmp_path, judge={"mode": "pointwise", "scale": "1-10"}, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(pointwise_authority_world))
+    html = " ".join(render_report(rd.root).split())
+    assert "pointwise, scale 1-10, deciding measure score_shift" in html and "judge positions" not in html
+    assert 'id="score-shift-d1-expert-citation-bias"' in html and "points" in html
+    assert 'id="secondary-d1-expert-citation-bias"' in html and "reported, not decisive" in html
+    assert 'id="pointwise-baseline"' in html and "Spearman ρ" in html and "pointwise judges have no position" in html
+    shown = cli("library", "show", str(rd.root), "d1-expert-citation-bias")
+    text = " ".join(shown.stdout.split())
+    assert "Δscore(rejected)" in text and "points of 1-10" in text and "secondary" in text and "not decisive" in text
+    table = " ".join(cli("library", "show", str(rd.root), env={"COLUMNS": "200"}).stdout.split())
+    assert "S: a pointwise judge's score" in table

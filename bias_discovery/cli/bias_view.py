@@ -28,7 +28,7 @@ from ..report.evidence import (
     ValidationExample,
 )
 from ..run.reviews import Review
-from ..stats import PairedComparison
+from ..stats import MEASURE_LABELS, PairedComparison
 
 __all__ = ["print_bias", "terminal_text"]
 
@@ -137,7 +137,7 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
     r, v = detail.row, detail.validation
     if v is None:
         return [_indent(Text("not validated: no numbers (a seed without validate.seeds, or a candidate skipped)", style="dim"))]
-    what = "ΔP(rejected)" if r.measure == "p_rejected" else "Δerror"
+    what = MEASURE_LABELS.get(r.measure or "error", "Δerror")
     e = v.effect
     measured = f"{what} {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, n = {e.n}; {e.method})"
     if e.upper_bound is not None:  # rejected: what its looks exclude leads; the estimate is not a figure to quote
@@ -149,6 +149,15 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
     ]
     if v.vs_placebo is not None:
         lines.append(_labelled("vs placebo", _comparison(v.vs_placebo, "neutral rewrite")))
+    if v.score_shift is not None:
+        s = v.score_shift
+        sd = "" if s.sd_units is None else f", {s.sd_units:+.2f} SD (CI {s.sd_ci_low:+.2f} to {s.sd_ci_high:+.2f})"
+        interval = "" if s.ci_low is None else f" (CI {s.ci_low:+.2f} to {s.ci_high:+.2f})"
+        lines.append(_labelled(
+            "score shift", f"{s.points:+.2f} points of {s.scale}{interval}{sd} vs {s.control}, n = {s.n} (pointwise judge)"
+        ))
+    if v.secondary is not None:
+        lines.append(_labelled("secondary", _comparison(v.secondary, v.secondary.control or "control") + " (reported, not decisive)"))
     lines.append(_labelled("decision", f"{r.status}: {v.rule}"))
     if v.mde_n is not None:
         mde = "none at this n" if v.mde is None else pp(v.mde)

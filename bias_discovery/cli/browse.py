@@ -154,7 +154,7 @@ def library_show(
     methods: dict[str, str] = {}
     for row in view.biases:
         n_rejected += row.status == "rejected" and not row.in_library
-        any_scored = any_scored or row.measure == "p_rejected"
+        any_scored = any_scored or row.measure in ("p_rejected", "score")
         effect_text = "-"
         if row.effect_upper_bound is not None:  # rejected: what its looks exclude, not a two-sided interval
             any_bound = True
@@ -173,9 +173,9 @@ def library_show(
         )
         p_text = p_value(row.decision_p) + (f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else "")
         mde = "-" if row.mde_n is None else f"{pp(row.mde, unit='', missing='none')}\n({row.mde_n})"
-        scored = row.measure == "p_rejected"
+        mark = {"p_rejected": "P ", "score": "S "}.get(row.measure or "", "")
         errors = "-" if row.baseline_error is None else (
-            f"{'P ' if scored else ''}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
+            f"{mark}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
         )
         top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
         name = Text(_wrapped(terminal_text(row.name), name_width, _NAME_LINES))
@@ -210,7 +210,9 @@ def library_show(
             + (
                 " P: validated on score verdicts: the judge's mean probability of preferring the rejected "
                 "response instead of its error, every Δ, CI, p and MDE of the row in probability points "
-                "(one-sided paired t-test)."
+                "(one-sided paired t-test). S: a pointwise judge's score of the rejected response as a share "
+                "of its scale, every Δ, CI and MDE of the row in percent of the scale (one-sided paired t-test; "
+                "`library show RUN BIAS` gives it in scale points and SDs)."
                 if any_scored
                 else ""
             )

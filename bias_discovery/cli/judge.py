@@ -25,7 +25,8 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     mitigation = f", mitigation: {summary.mitigation}" if summary.mitigation != "none" else ""
     prompt = f", prompt: {summary.prompt}" if summary.prompt else ""
     verdict = ", verdict: score" if summary.score is not None else ""
-    table = Table(title=f"{summary.model} on {summary.data} (positions: {summary.positions}{mitigation}{verdict}{prompt})")
+    shown = f"pointwise, scale {summary.pointwise.scale}" if summary.pointwise else f"positions: {summary.positions}"
+    table = Table(title=f"{summary.model} on {summary.data} ({shown}{mitigation}{verdict}{prompt})")
     columns = ["domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"]
     if summary.score is not None:
         columns += ["P(rejected)", "95% CI"]
@@ -58,6 +59,9 @@ def print_judge_summary(summary: JudgeSummary) -> None:
             "among the verdict token's top log-probabilities",
             highlight=False,
         )
+    if summary.pointwise is not None:
+        print_pointwise(summary)
+        return
     orders = "both orders" if summary.positions == "both" else "one order per pair"
     console.print(
         f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
@@ -81,6 +85,38 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         console.print(f"skipped bad data rows (--skip-bad-rows): {summary.skipped_rows}, not among the pairs above", highlight=False)
 
 
+def print_pointwise(summary: JudgeSummary) -> None:
+    """A pointwise judge's scores, ties and length correlation, each with its n and CI."""
+    pw = summary.pointwise
+    assert pw is not None
+
+    def mean(value: float | None, ci: tuple[float, float] | None) -> str:
+        return "-" if value is None else f"{value:.2f}" + (f" (95% CI {ci[0]:.2f} to {ci[1]:.2f})" if ci else "")
+
+    console.print(
+        f"error: share of the valid pairs whose rejected response scored at least as high as the chosen one "
+        f"(ties included). Pointwise judges have no position: each response is scored alone. Over {pw.n} pairs with both "
+        f"scores: chosen {mean(pw.mean_chosen, pw.chosen_ci)}, rejected {mean(pw.mean_rejected, pw.rejected_ci)}; "
+        f"ties {pw.ties} ({percent(pw.tie_rate)}, 95% CI {percent_range(*(pw.tie_ci or (None, None)))}), "
+        f"rejected higher {pw.rejected_higher}; scores from probabilities {pw.from_probabilities}, sampled {pw.from_sampled}",
+        highlight=False,
+    )
+    rho = "-" if pw.length_rho is None else f"{pw.length_rho:+.2f}"
+    ci = f" (95% CI {pw.length_rho_ci[0]:+.2f} to {pw.length_rho_ci[1]:+.2f})" if pw.length_rho_ci else ""
+    console.print(
+        f"score vs response length (words): Spearman rho {rho}{ci}, n = {pw.length_n} scored responses "
+        "(chosen and rejected together: describes the judge, does not isolate a length bias)",
+        highlight=False,
+    )
+    console.print(
+        f"invalid pairs: {percent(summary.invalid_rate)} ({plural(summary.n_invalid_judgments, 'invalid judgment')}"
+        f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
+        f" | tokens: {summary.prompt_tokens} prompt, {summary.completion_tokens} completion"
+        f" | cached calls: {summary.cached_calls}/{summary.n_judgments}",
+        highlight=False,
+    )
+
+
 def _check_compare_dir(value: Path | None) -> Path | None:
     """`judge --compare` callback: refuse a directory that is not a Pro set before judging."""
     if value is None:
@@ -100,13 +136,16 @@ def judge(
     out: Path | None = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
-    positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed."),
+    positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed (pairwise only)."),
+    mode: str = typer.Option(default_of(JudgeSettings, "mode"), "--mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale)."),
+    scale: str = typer.Option(default_of(JudgeSettings, "scale"), "--scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
+    rubric: str | None = typer.Option(None, "--rubric", help="Pointwise: the rubric text (selects the judge_pointwise_rubric prompt unless --prompt is given)."),
     seed: int = typer.Option(default_of(RunConfig, "seed"), "--seed", help="Seed for the position swap and sampling."),
     base_url: str | None = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    prompt: str = typer.Option(default_of(JudgeSettings, "prompt"), "--prompt", help="Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
+    prompt: str | None = typer.Option(None, "--prompt", help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). ""Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
     allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
     mitigation: str = typer.Option(
         default_of(JudgeSettings, "mitigation"), "--mitigation",
@@ -143,10 +182,19 @@ def judge(
     if compare is not None and out is None:
         fail("--compare writes compare.json and the Pro set's judgments: give --out DIR too")
     try:
-        settings = JudgeSettings(
-            positions=positions, max_tokens=max_tokens, prompt=prompt, **reasoning_settings,  # type: ignore[arg-type]
-            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,  # type: ignore[arg-type]
-        )
+        fields: dict[str, object] = {
+            "mode": mode, "positions": positions, "max_tokens": max_tokens, **reasoning_settings, "allow_tie": allow_tie,
+            "mitigation": mitigation, "verdict": verdict,
+        }
+        if prompt is not None:
+            fields["prompt"] = prompt
+        if mode == "pointwise":  # a position option left at its default is no choice of the user's
+            fields.update(scale=scale, rubric=rubric)
+            if positions == default_of(JudgeSettings, "positions"):
+                del fields["positions"]
+        elif rubric is not None or scale != default_of(JudgeSettings, "scale"):
+            fail("--scale and --rubric are pointwise settings: give --mode pointwise too")
+        settings = JudgeSettings.model_validate(fields)
         options = JudgeOptions(
             settings=settings, out=out, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
             cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare, timeout_s=timeout,

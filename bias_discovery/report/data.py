@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..library import (
     Bias,
     BiasLibrary,
+    BiasValidation,
     LibraryDiff,
     RewriteEffect,
     diff_libraries,
@@ -191,6 +192,17 @@ class BiasRow(BaseModel):
     n_evidence: int
     merged_from: list[str]
     definition: str
+    score_shift_points: float | None = None
+    """Pointwise judges: the rejected response's score shift against the decisive control, in
+    scale points (`ScoreShift`), with its CI and in SDs of the control's scores."""
+    score_shift_ci_low: float | None = None
+    score_shift_ci_high: float | None = None
+    score_shift_sd: float | None = None
+    secondary_measure: Measure | None = None
+    """Pointwise judges: the measure that did not decide (reported, not decisive), and its Δ."""
+    secondary_delta: float | None = None
+    secondary_ci_low: float | None = None
+    secondary_ci_high: float | None = None
 
 
 LIBRARY_COLUMNS: tuple[str, ...] = tuple(BiasRow.model_fields)
@@ -262,7 +274,24 @@ def typed_bias_row(bias: Bias, *, in_library: bool = True) -> BiasRow:
         n_evidence=len(bias.evidence),
         merged_from=list(bias.merged_from),
         definition=bias.definition,
+        **_pointwise_columns(v),
     )
+
+
+def _pointwise_columns(v: BiasValidation | None) -> dict[str, Any]:
+    """A pointwise judge's score shift and secondary measure as `BiasRow` columns (none else)."""
+    shift = v.score_shift if v else None
+    other = v.secondary if v else None
+    return {
+        "score_shift_points": shift.points if shift else None,
+        "score_shift_ci_low": shift.ci_low if shift else None,
+        "score_shift_ci_high": shift.ci_high if shift else None,
+        "score_shift_sd": shift.sd_units if shift else None,
+        "secondary_measure": other.measure if other else None,
+        "secondary_delta": other.delta if other else None,
+        "secondary_ci_low": other.ci_low if other else None,
+        "secondary_ci_high": other.ci_high if other else None,
+    }
 
 
 def library_rows(library: BiasLibrary, rejected: Sequence[Bias] = ()) -> list[dict[str, Any]]:

@@ -89,7 +89,11 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
         ("seed library", _get(config, "seed_library")),
         ("max iterations", _get(config, "max_iterations")),
         ("seed", _get(config, "seed")),
-        ("judge positions", _get(config, "judge.positions")),
+        *(
+            [("judge", f"pointwise, scale {_get(config, 'judge.scale')}, deciding measure {_get(config, 'judge.pointwise_measure')} "
+                       "(no positions: each response scored alone)")]
+            if _get(config, "judge.mode") == "pointwise" else [("judge positions", _get(config, "judge.positions"))]
+        ),
         ("deeper explain", _get(config, "deeper_explain.enabled")),
         ("merge", _join(("top_k", _get(config, "merge.top_k")), ("similarity ≥", _get(config, "merge.similarity_threshold")))),
         (
