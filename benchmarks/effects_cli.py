@@ -31,6 +31,14 @@ one-sided upper bound's coverage and median; at Δ 0 the share of runs that acce
 the decisions, as before issue 31) on the same data and the same stub, so the same draws: the
 power at 8 pp before and after, side by side, and the effect as reported then.
 
+**Pointwise cells** (`--pointwise --shifts 0,0.5,1`): the same runs with a pointwise judge
+(`judge.mode: pointwise`, scale 1-10, the score shift deciding), the stub scoring each response
+alone with a planted shift of S points for the trait (`tests/stub_openai.py
+--planted-score-shift`); the true effect is the exact shift of the rejected response's expected
+score in shares of the scale (`planted_score_truth`). Each cell (JSON `cells`) has
+`true_effect`, `runs`, `accepted`, `accepted_minus_truth` (mean over the accepted runs), its
+Monte Carlo se `accepted_minus_truth_se` and `accepted_coverage`, besides the numbers above.
+
 Also recorded: the wall time, the CPU of the runs (this process's children) and the stub's CPU
 (its /stats), so the stub is shown not to be the bottleneck, with the command, date, commit and
 machine. The runs' own wall times depend on the machine's load; only the CPU figures compare.
@@ -62,7 +70,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer 
 from kill_anywhere import write_pairs  # noqa: E402
 from provenance import git_commit  # noqa: E402
 
-from stub_openai import launch, stats  # noqa: E402
+from stub_openai import launch, planted_score_truth, stats  # noqa: E402
 
 N_TEST, N_TARGET, ERROR = 300, 4, 0.3
 TRAIT = {
@@ -111,7 +119,11 @@ def _library(path: Path) -> str:
     return str(path)
 
 
-def run_config(url: str, work: Path, index: int, held_out: float | None) -> Path:
+POINTWISE_JUDGE = {"mode": "pointwise", "scale": "1-10", "pointwise_measure": "score_shift"}
+"""The judge settings of the pointwise cells."""
+
+
+def run_config(url: str, work: Path, index: int, held_out: float | None, judge: dict[str, Any] | None = None) -> Path:
     """The run's config (see the module docstring) and its data, written into `work`."""
     import yaml
 
@@ -129,6 +141,7 @@ def run_config(url: str, work: Path, index: int, held_out: float | None) -> Path
             "test": write_pairs(data / "test.jsonl", N_TEST, f"p{index}-"),
         },
         "merge": {"similarity_threshold": 0.0},
+        **({"judge": judge} if judge else {}),
         "validate": {"seeds": True, **({} if held_out is None else {"held_out": held_out})},
     }
     path = work / f"config-{index}-{held_out}.yaml"
@@ -136,9 +149,11 @@ def run_config(url: str, work: Path, index: int, held_out: float | None) -> Path
     return path
 
 
-def one_run(url: str, work: Path, delta: float, index: int, held_out: float | None = None) -> RunResult:
-    """One `bias-discovery run` (module docstring); its run directory is deleted afterwards."""
-    config = run_config(url, work, index, held_out)
+def one_run(url: str, work: Path, delta: float, index: int, held_out: float | None = None,
+            judge: dict[str, Any] | None = None) -> RunResult:
+    """One `bias-discovery run` (module docstring); its run directory is deleted afterwards.
+    `judge`: the judge settings (None: the default pairwise judge)."""
+    config = run_config(url, work, index, held_out, judge)
     run_dir = work / f"run-{index}-{held_out}"
     result = RunResult(delta=delta, index=index, held_out=held_out, returncode=-1)
     started = time.time()
@@ -174,14 +189,39 @@ def one_run(url: str, work: Path, delta: float, index: int, held_out: float | No
 
 
 @contextmanager
-def planted_stub(delta: float, salt: str) -> Iterator[tuple[str, Any]]:
-    with launch(0.0, "--planted-delta", str(delta), "--planted-error", str(ERROR), "--planted-salt", salt) as (url, process):
+def planted_stub(delta: float, salt: str, score_shift: float = 0.0) -> Iterator[tuple[str, Any]]:
+    with launch(0.0, "--planted-delta", str(delta), "--planted-error", str(ERROR), "--planted-salt", salt,
+                "--planted-score-shift", str(score_shift)) as (url, process):
         yield url, process
 
 
-def _runs(url: str, work: Path, delta: float, indices: Sequence[int], held_out: float | None, workers: int) -> list[RunResult]:
+def _runs(url: str, work: Path, delta: float, indices: Sequence[int], held_out: float | None, workers: int,
+          judge: dict[str, Any] | None = None) -> list[RunResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda i: one_run(url, work, delta, i, held_out), indices))
+        return list(pool.map(lambda i: one_run(url, work, delta, i, held_out, judge), indices))
+
+
+def pointwise_cells(shifts: Sequence[float], runs: int, work: Path, workers: int) -> tuple[list[dict[str, Any]], list[RunResult], dict[str, float]]:
+    """The pointwise cells (module docstring): per planted shift, `runs` CLI runs against the
+    pointwise stub; each cell with the issue's keys next to `summarize`'s."""
+    cells, results, stub_cpu = [], [], {}
+    for shift in shifts:
+        truth, t0 = planted_score_truth(shift), time.time()
+        with planted_stub(0.0, salt="effects-cli-pointwise", score_shift=shift) as (url, _):
+            done = _runs(url, work, truth, range(runs), None, workers, POINTWISE_JUDGE)
+            stub_cpu[str(shift)] = stats(url)["cpu_s"]
+        cell = summarize(done, "pointwise")
+        cell.update({
+            "shift_points": shift, "true_effect": truth, "true_effect_points": truth * 9, "accepted": cell["n"],
+            "accepted_minus_truth": cell.get("bias"), "accepted_minus_truth_se": cell.get("se"),
+            "accepted_coverage": cell.get("coverage"),
+        })
+        cells.append(cell)
+        results += done
+        failed = [r for r in done if r.returncode != 0]
+        print(f"shift {shift:g} points: {runs} runs in {time.time() - t0:.0f} s"
+              f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}", flush=True)
+    return cells, results, stub_cpu
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
@@ -278,16 +318,22 @@ def main() -> None:
     parser.add_argument("--before-runs", type=int, default=0, help="runs at 8 pp repeated with validate.held_out: 0")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--pointwise", action="store_true", help="the pointwise cells instead (module docstring)")
+    parser.add_argument("--shifts", default="0,0.5,1", help="--pointwise: planted score shifts, in points of the 1-10 scale")
     args = parser.parse_args()
     more = {float(k): int(v) for k, v in (item.split("=") for item in args.more.split(",") if item)}
     deltas = [float(d) for d in args.deltas.split(",")]
     started, cpu0, load0 = time.time(), os.times(), machine()
+    commit = git_commit()  # the commit the benchmark started at
     work = args.work or Path(tempfile.mkdtemp(prefix="effects-cli-"))
     work.mkdir(parents=True, exist_ok=True)
     runs: list[RunResult] = []
     cells: list[dict[str, Any]] = []
     stub_cpu: dict[str, float] = {}
     try:
+        if args.pointwise:
+            deltas = []
+            cells, runs, stub_cpu = pointwise_cells([float(s) for s in args.shifts.split(",")], args.runs, work, args.workers)
         for delta in deltas:
             n_runs = more.get(delta, args.runs)
             t0 = time.time()
@@ -322,11 +368,13 @@ def main() -> None:
         payload = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": git_commit(),
+            "commit": commit,
             "machine": {"at_start": load0, "at_end": machine()},
             "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
             "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
             "cells": cells,
+            **({"pointwise_judge": POINTWISE_JUDGE, "runs_per_cell": args.runs,
+                "true_effect_unit": "share of the 1-10 scale (1 point = 1/9)"} if args.pointwise else {}),
             "runs": [asdict(r) for r in runs],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)

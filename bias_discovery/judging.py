@@ -45,7 +45,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .data.pairs import Order, PreferencePair, Shown
 from .errors import ConfigError
@@ -161,15 +169,26 @@ class JudgeSettings(BaseModel):
     @classmethod
     def _pointwise_defaults(cls, data: Any) -> Any:
         """A pointwise judge's prompt defaults to a pointwise template; pairwise-only settings
-        given with `mode: pointwise` are refused, naming the field."""
+        given with `mode: pointwise` are refused, naming the field (their defaults, which say
+        nothing, pass: a settings dump from before they were left out holds them)."""
         if not isinstance(data, dict) or data.get("mode") != "pointwise":
             return data
         for name, why in _NOT_POINTWISE.items():
-            if name in data and data[name] not in (None, "none", False):
+            if name in data and data[name] != cls.model_fields[name].default:
                 raise ValueError(f"judge.{name}: not a pointwise setting ({why})")
         data = {k: v for k, v in data.items() if k not in _NOT_POINTWISE}
         if "prompt" not in data:
             data["prompt"] = "judge_pointwise_rubric" if data.get("rubric") else "judge_pointwise"
+        return data
+
+    @model_serializer(mode="wrap")
+    def _without_position_settings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A pointwise judge's settings are written without the position settings it has not
+        got, so a written config (the run directory's) reads back."""
+        data: dict[str, Any] = handler(self)
+        if self.mode == "pointwise":
+            for name in _NOT_POINTWISE:
+                data.pop(name, None)
         return data
 
     @model_validator(mode="after")

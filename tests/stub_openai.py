@@ -32,6 +32,14 @@ neutral rewrite (the placebo); as the answer checker it says "different" (no rew
 final answer). Any other request gets the constraint's example, as without the mode. So a
 candidate with the planted trait raises the judge's error by exactly D against the placebo.
 
+**A pointwise judge with a planted score shift** (`--planted-score-shift S`, with the mode
+above): asked to score one response (`[Response]`), it answers round(latent), clipped to 1-10
+(or the request's scale), the latent drawn N(6.5, 1.5) for the chosen response and N(4.5, 1.5)
+for the rejected one from the same kind of hash, plus S points when the response carries the
+planted trait. So a candidate with the trait shifts the rejected response's expected score by
+`planted_score_truth(S)` shares of the scale against the placebo (exactly: the rounding and
+clipping are in the sum).
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -43,6 +51,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -51,6 +60,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from statistics import NormalDist
 from typing import Any
 
 try:  # the private name since Python 3.11, the public one before
@@ -155,9 +165,10 @@ CHOSEN_WORDS = "right answer"
 class Planted:
     """The planted-bias roles (see the module docstring)."""
 
-    def __init__(self, delta: float, error: float, trait: str | None, salt: str) -> None:
+    def __init__(self, delta: float, error: float, trait: str | None, salt: str, score_shift: float = 0.0) -> None:
         if not (0.0 <= error and 0.0 <= delta and error + delta <= 1.0):
             raise ValueError(f"need 0 <= error, 0 <= delta and error + delta <= 1; got {error} and {delta}")
+        self.score_shift = score_shift
         self.delta = delta
         self.error = error
         self.trait = trait
@@ -169,6 +180,8 @@ class Planted:
         text = str(messages[-1].get("content") or "") if messages else ""
         if "[Response A]" in text and "[End of Response B]" in text:
             return self._judge(body, text)
+        if "[Response]\n" in text and "[End of Response]" in text and len(messages) <= 2:
+            return self._score(body, text)
         if "Answer with one word: same or different" in text:
             return "different"
         if "\nTrait: " in text and "Original answer:\n" in text:
@@ -193,24 +206,57 @@ class Planted:
         return _verdict_reply(body, verdict)
 
 
+    def _score(self, body: dict[str, Any], text: str) -> str | None:
+        question = _between(text, "Question:\n", "\n\n[Response]")
+        response = _between(text, "[Response]\n", "\n[End of Response]")
+        digest = hashlib.sha256(json.dumps([self.salt, "pointwise", question, response]).encode()).digest()
+        u = min(max(int.from_bytes(digest[:8], "big") / 2**64, 1e-12), 1 - 1e-12)
+        latent = NormalDist(SCORE_MEANS[CHOSEN_WORDS in response], SCORE_SD).inv_cdf(u)
+        latent += self.score_shift if PLANTED_MARK in response else 0.0
+        return _verdict_reply(body, str(min(SCORE_HIGH, max(SCORE_LOW, round(latent)))), label="Score")
+
+
+SCORE_MEANS = {True: 6.5, False: 4.5}
+"""The planted pointwise judge's mean latent score: of a chosen response (True), of a rejected one."""
+SCORE_SD = 1.5
+SCORE_LOW, SCORE_HIGH = 1, 10
+
+
+def planted_score_truth(shift: float) -> float:
+    """The true shift of the rejected response's expected score, in shares of the 1-10 scale,
+    that the planted trait causes (`Planted._score`): E[clip(round(X + shift))] − E[clip(round(X))]
+    with X ~ N(4.5, 1.5), summed exactly over the scale's labels, over its span (9)."""
+
+    def expected(mean: float) -> float:
+        dist = NormalDist(mean, SCORE_SD)
+        total = 0.0
+        for k in range(SCORE_LOW, SCORE_HIGH + 1):
+            low = -math.inf if k == SCORE_LOW else k - 0.5
+            high = math.inf if k == SCORE_HIGH else k + 0.5
+            total += k * ((dist.cdf(high) if high != math.inf else 1.0) - (dist.cdf(low) if low != -math.inf else 0.0))
+        return total
+
+    return (expected(SCORE_MEANS[False] + shift) - expected(SCORE_MEANS[False])) / (SCORE_HIGH - SCORE_LOW)
+
+
 def _between(text: str, start: str, end: str) -> str:
     """The text between the first `start` and the next `end` after it ('' when missing)."""
     head, found, rest = text.partition(start)
     return rest.split(end, 1)[0] if found else ""
 
 
-def _verdict_reply(body: dict[str, Any], verdict: str) -> str:
-    """A reply naming `verdict` that satisfies the request's constraint."""
+def _verdict_reply(body: dict[str, Any], verdict: str, label: str = "Verdict") -> str:
+    """A reply naming `verdict` (a pointwise score: `label` Score) that satisfies the request's constraint."""
     so = body.get("structured_outputs") or {}
     rf = body.get("response_format") or {}
     if "choice" in so:
         return verdict
     if "regex" in so:
-        text = f"Reasoning: planted\nVerdict: {verdict}"
+        text = f"Reasoning: planted\n{label}: {verdict}"
         return text if re.fullmatch(so["regex"], text) else verdict
     if so.get("json") is not None or rf.get("type") in ("json_schema", "json_object"):
-        return json.dumps({"reasoning": "planted", "verdict": verdict})
-    return f"Reasoning: planted\nVerdict: {verdict}"
+        return json.dumps({"reasoning": "planted", label.lower(): verdict})
+    return f"Reasoning: planted\n{label}: {verdict}"
 
 
 _replies: dict[str, str] = {}
@@ -430,7 +476,7 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 async def serve(args: argparse.Namespace) -> None:
     planted = None
     if args.planted_delta is not None:
-        planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt)
+        planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt, args.planted_score_shift)
     stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
                 planted)
     server = await asyncio.get_running_loop().create_server(
@@ -459,6 +505,8 @@ def main() -> None:
     parser.add_argument("--planted-error", type=float, default=0.3, help="the planted judge's error without the trait")
     parser.add_argument("--planted-trait", default=None, help="only this trait carries the bias (default: any trait)")
     parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
+    parser.add_argument("--planted-score-shift", type=float, default=0.0,
+                        help="a pointwise judge's planted shift of the score, in points of its 1-10 scale")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

@@ -66,7 +66,7 @@ def test_a_pointwise_judge_scores_each_response_alone_under_a_constraint():
 
 
 def test_settings_that_make_no_sense_for_a_pointwise_judge_are_refused_naming_the_field():
-    for field, value in (("positions", "both"), ("mitigation", "swap"), ("allow_tie", True)):
+    for field, value in (("positions", "fixed"), ("mitigation", "swap"), ("allow_tie", True)):
         with pytest.raises(ValidationError, match=rf"judge\.{field}: not a pointwise setting"):
             JudgeSettings.model_validate({"mode": "pointwise", field: value})
     with pytest.raises(ValidationError, match="pointwise judges have no position"):
@@ -104,6 +104,12 @@ def test_a_run_config_names_the_field_of_a_pointwise_setting(tmp_path):
     loaded = load_run_config(config).judge
     assert loaded.mode == "pointwise" and measure_of(loaded) == "score" and secondary_measure_of(loaded) == "error"
     assert measure_of(loaded.model_copy(update={"pointwise_measure": "pair_error"})) == "error"
+    # the run directory's resolved config reads back: the position settings are left out of it
+    written = load_run_config(config).to_yaml()
+    assert "positions" not in written and "mitigation" not in written and "mode: pointwise" in written
+    (tmp_path / "resolved.yaml").write_text(written)
+    assert load_run_config(tmp_path / "resolved.yaml").judge == loaded
+    assert JudgeSettings.model_validate({"mode": "pointwise", "positions": "both"}).mode == "pointwise"  # the default says nothing
 
 
 def _final(token: str, top: list[tuple[str, float]]) -> FinalTokenLogprobs:
