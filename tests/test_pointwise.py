@@ -246,3 +246,41 @@ def test_the_report_library_show_and_judge_summary_know_a_pointwise_judge(tmp_pa
     assert "Δscore(rejected)" in text and "points of 1-10" in text and "secondary" in text and "not decisive" in text
     table = " ".join(cli("library", "show", str(rd.root), env={"COLUMNS": "200"}).stdout.split())
     assert "S: a pointwise judge's score" in table
+
+
+def test_a_matrix_holds_a_pairwise_and_a_pointwise_judge_side_by_side(tmp_path):
+    from test_matrix import BIASES, N, teacher_world, write_pairs
+
+    from bias_discovery.judge_matrix import MatrixConfig, judge_role, run_matrix
+
+    cfg = MatrixConfig.model_validate({
+        "name": "mixed", "teacher": "openai/teacher", "biases": BIASES, "validate": {"n_boot": 200},
+        "data": {"test": str(write_pairs(tmp_path / "pairs.jsonl", N))},
+        "judges": [
+            {"name": "biased", "model": "openai/biased"},
+            {"name": "scorer", "model": "openai/scorer", "mode": "pointwise", "scale": "1-10"},
+        ],
+    })
+    scorer = next(j for j in cfg.judges if j.name == "scorer")
+    assert scorer.judge.mode == "pointwise" and cfg.judge.positions == "swap"
+    fakes = {"teacher": ScriptedEngine(teacher_world, "fake/teacher"),
+             judge_role("biased"): ScriptedEngine(authority_world_for_matrix, "fake/biased"),
+             judge_role("scorer"): ScriptedEngine(pointwise_authority_world, "fake/scorer")}
+    result = run_matrix(cfg, tmp_path / "m", engines=fakes)
+    cells = {(c.judge, c.bias): c for c in result.cells}
+    assert cells[("biased", "authority-bias")].measure == "pair error"
+    assert cells[("scorer", "authority-bias")].measure == "pointwise pair error"
+    assert cells[("scorer", "authority-bias")].accepted and cells[("scorer", "authority-bias")].delta > 0.5
+    assert not any("[Response A]" in r.messages[-1].content for r in fakes[judge_role("scorer")].sent)
+    # one order per pair for the pairwise judge (4 arms x N); the pointwise one scores each
+    # rejected response of the 4 arms and each chosen response once (the same call in every arm)
+    assert result.calls.judges["biased"] == 4 * N and result.calls.judges["scorer"] == 4 * N + N
+    assert {c.measure for c in result.jury} == {"jury pair error"}
+    html = (tmp_path / "m" / "matrix.html").read_text()
+    assert "pointwise pair error" in html and "Δpointwise pair error" in html
+
+
+def authority_world_for_matrix(request):
+    from fakes import authority_world
+
+    return authority_world(request)

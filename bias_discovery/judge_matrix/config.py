@@ -160,12 +160,16 @@ class MatrixConfig(_Strict):
             nested = entry.get("judge") or {}
             if isinstance(nested, dict):
                 own = {**nested, **own}
+            if own.get("mode", shared.get("mode")) == "pointwise":  # no position: the shared position settings do not apply
+                base = {k: v for k, v in shared.items() if k not in ("positions", "mitigation", "allow_tie")}
+            else:
+                base = shared
             if "positions" in own and own["positions"] != shared["positions"]:
                 raise ValueError(
                     f"judges.{index}: positions is shared by every judge (judge.positions: {shared['positions']}), "
                     "so the jury sees each item in the same orders; set it once under `judge`"
                 )
-            resolved: dict[str, Any] = {"model": entry.get("model"), "judge": {**shared, **own}}
+            resolved: dict[str, Any] = {"model": entry.get("model"), "judge": {**base, **own}}
             name = entry.get("name")
             if name is None and isinstance(entry.get("model"), str):
                 name = entry["model"]
@@ -211,7 +215,7 @@ class MatrixConfig(_Strict):
     def _distinct_judges(self) -> MatrixConfig:
         seen: dict[str, MatrixJudge] = {}
         for index, judge in enumerate(self.judges):
-            if judge.judge.positions != self.judge.positions:
+            if judge.judge.mode == "pairwise" and judge.judge.positions != self.judge.positions:
                 raise ValueError(
                     f"judges.{index} ({judge.name}): positions {judge.judge.positions} differs from judge.positions "
                     f"{self.judge.positions}: every judge shows each item in the same orders (the jury needs them)"

@@ -38,7 +38,7 @@ def _hover(cell: MatrixCell, confidence: float) -> str:
         return f"{cell.judge} on {cell.bias_name}: no item valid in both arms ({cell.n_excluded_invalid} left out)"
     ci = ci_pp(cell.ci_low, cell.ci_high, missing="no CI")
     return (
-        f"{cell.judge} on {cell.bias_name}: Δerror {pp(cell.delta)} vs {cell.control}, "
+        f"{cell.judge} on {cell.bias_name}: Δ{cell.measure} {pp(cell.delta)} vs {cell.control}, "
         f"{percent(confidence, digits=0, unit=' %')} CI {ci}; n {cell.n}"
         + (f" ({cell.n_excluded_invalid} left out)" if cell.n_excluded_invalid else "")
         + f"; p {p_value(cell.p_value)}, adjusted {p_value(cell.p_adjusted)}; "

@@ -67,6 +67,11 @@ class MatrixCell(_Record):
     corrected level and the hypothesis Δ <= min_delta (None: none is detectable at this n)."""
     control_error: float
     arm_error: float
+    measure: str = "pair error"
+    """What the cell's Δ measures: `pair error` (a pairwise judge picked the rejected response),
+    `pointwise pair error` (a pointwise judge scored the rejected response at least as high as
+    the chosen one, each scored alone), or `jury pair error` (the jury's majority). All are error
+    rates on the same items, so one family and the judges' comparisons hold them side by side."""
     comparisons: dict[str, PairedComparison] = Field(default_factory=dict)
     """Every comparison made (`placebo`, `baseline`), the decisive one decided."""
 

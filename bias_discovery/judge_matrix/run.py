@@ -277,9 +277,12 @@ def _decide_cells(
     control_arms: Mapping[str, str],
     family: FamilySettings,
     n: int,
+    measures: Mapping[str, str] | None = None,
 ) -> list[MatrixCell]:
     """Each row (a judge, the jury) against its own controls, the whole matrix decided as one
-    family (`sequential.run_looks`, `compare_arms`, `decide`, `effects`, `smallest_detectable`)."""
+    family (`sequential.run_looks`, `compare_arms`, `decide`, `effects`, `smallest_detectable`);
+    `measures` names each judge's measure (`MatrixCell.measure`; the jury's is its own)."""
+    measures = measures or {}
     decisive = family.rules.decision_control
     size = len(rows) * len(biases)
     looks, comparisons = [], []
@@ -307,7 +310,7 @@ def _decide_cells(
                     ci_low=effect.ci_low, ci_high=effect.ci_high, effect_method=effect.method, p_value=d.p_value,
                     p_adjusted=d.p_adjusted, accepted=bool(d.accepted), n=d.n, n_excluded_invalid=d.n_excluded_invalid,
                     mde=mde, control_error=d.control_error, arm_error=d.arm_error,
-                    comparisons=with_decision(row_comparisons[k], d, decisive),
+                    comparisons=with_decision(row_comparisons[k], d, decisive), measure=measures.get(row, "jury pair error"),
                 )
             )
     return cells
@@ -420,7 +423,8 @@ def run_matrix(
         }
     control_arms = {BASELINE: BASELINE, **({"placebo": PLACEBO_ID} if placebo else {})}
     family = matrix_family(config, n_judges=len(names), n_biases=len(biases), jury=JURY in rows)
-    cells = _decide_cells(rows, biases, verdicts, control_arms, family, n)
+    measures = {j.name: "pointwise pair error" if j.judge.mode == "pointwise" else "pair error" for j in config.judges}
+    cells = _decide_cells(rows, biases, verdicts, control_arms, family, n, measures)
     differences = _compare_judges(names, biases, verdicts, control_arms[rules.decision_control], family)
 
     checked = checker_config is not None
