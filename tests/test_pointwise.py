@@ -284,3 +284,11 @@ def authority_world_for_matrix(request):
     from fakes import authority_world
 
     return authority_world(request)
+
+
+def test_the_audit_refuses_a_pointwise_judge_naming_the_field():
+    from bias_discovery.auditing import AuditSettings, run_audit
+
+    settings = AuditSettings(judge=JudgeSettings(mode="pointwise"))
+    with pytest.raises(ConfigError, match=r"judge\.mode: pointwise: the known-bias audit measures pairwise verdicts"):
+        run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0)], [], settings, model="m", data="d")

@@ -9,7 +9,16 @@ from typing import Any
 
 from pydantic import Field
 
-from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
+from ..auditing import (
+    AuditOutput,
+    AuditSettings,
+    AuditTarget,
+    check_pairwise,
+    check_repeats,
+    check_teacher,
+    resolve_targets,
+    run_audit,
+)
 from ..auditing.output import write_audit_dir
 from ..config import load_run_config
 from ..data.loaders import describe_source
@@ -87,6 +96,7 @@ def audit(
     warn = on_warning or python_warning
     audit_settings = opts.settings
     check_repeats(audit_settings.repeats)
+    check_pairwise(audit_settings.judge)
     targets = resolve_targets(spec_list(biases))
     configs = {"target": model_config_of(model, base_url, timeout_s)}
     check_teacher(targets, has_teacher=teacher is not None)

@@ -44,7 +44,9 @@ from .records import (
 )
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
-__all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]
+__all__ = [
+    "AuditJudgment", "AuditOutput", "AuditSettings", "check_pairwise", "check_repeats", "check_teacher", "repeat_seed", "run_audit",
+]
 
 ORIGINAL = "original"
 ORDERS: tuple[Order, Order] = ("chosen_first", "rejected_first")
@@ -124,6 +126,18 @@ def check_repeats(repeats: int) -> None:
         )
 
 
+def check_pairwise(judge: JudgeSettings) -> None:
+    """The audit's measures read pairwise verdicts in both orders; a pointwise judge is refused,
+    naming the field, until its own measures exist (docs/concepts/pointwise.md)."""
+    if judge.mode == "pointwise":
+        raise ConfigError(
+            "judge.mode: pointwise: the known-bias audit measures pairwise verdicts shown in both orders (position, "
+            "CALM's robustness rate, Wei et al.'s de-noised measures); its pointwise measures (score against padded "
+            "length, CALM's robustness rate for scores, self-enhancement) are not built yet. Pointwise judges have no "
+            "position; `run` (discovery and validation) and `matrix` take them"
+        )
+
+
 def check_teacher(targets: Sequence[AuditTarget], *, has_teacher: bool) -> None:
     """Library biases are injected by a teacher; the built-ins need none."""
     library_targets = [t for t in targets if t.needs_teacher]
@@ -149,6 +163,7 @@ def run_audit(
     """Audit the judge `target` on `pairs` for `targets`; `teacher` rewrites the rejected
     responses for library biases (built-ins need none)."""
     check_repeats(settings.repeats)
+    check_pairwise(settings.judge)
     if not pairs:
         raise ConfigError("the audit has no pairs to judge")
     check_teacher(targets, has_teacher=teacher is not None)
