@@ -597,6 +597,7 @@ def main() -> None:
     args = parser.parse_args()
     wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type", "pointwise"} if args.cells == "all" else set(args.cells.split(","))
     started = time.time()
+    commit = git_commit()  # the commit the benchmark started at
     numbers: dict[str, float | None] = {}
     timings: dict[str, float] = {}
     accepted: list[dict[str, Any]] = []
@@ -634,7 +635,9 @@ def main() -> None:
         by_stop = stop_type_cells(args.replications, args.seed)
         timings["by_stop_type"] = round(time.time() - t0, 1)
 
-    print(f"validation_sim: seed {args.seed}, {args.replications} replications per cell, {N_ITEMS} items, noise discordance {NOISE}")
+    reps = f"{args.replications} replications per cell" + (
+        f" ({args.pointwise_replications} in the pointwise cells)" if "pointwise" in wanted and args.pointwise_replications else "")
+    print(f"validation_sim: seed {args.seed}, {reps}, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
     for key, value in numbers.items():
         print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
@@ -650,7 +653,7 @@ def main() -> None:
             **numbers,
             "command": " ".join(["python", *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": git_commit(),
+            "commit": commit,
             "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
             "seconds_per_cell": timings,
             "seed": args.seed,
