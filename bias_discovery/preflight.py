@@ -121,6 +121,8 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     candidates = v.max_candidates or n_target
     cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
     how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
+    if config.judge.mode == "pointwise":
+        how = f"pointwise: each response scored alone on {config.judge.scale}"
     rows = [
         StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
                    note=plural(n_target, "target pair")),
