@@ -50,7 +50,7 @@ def _model_spec() -> str:
 @pytest.mark.model
 def test_the_embedded_model_scores_with_constrained_scores(tmp_path: Path, smollm2_gguf_path):
     result = cli("judge", "--model", _model_spec(), "--data", "demo", "--limit", "3", "--mode", "pointwise", "--scale", "1-5",
-                 "--reasoning-chars", "120", "--max-tokens", "64", "--no-cache", "--out", str(tmp_path / "p"))
+                 "--reasoning-chars", "120", "--max-tokens", "96", "--no-cache", "--out", str(tmp_path / "p"))
     judgments, summary = read_outputs(tmp_path / "p")
     assert summary["mode"] == "pointwise" and summary["n_judgments"] == 6
     assert [j["order"] for j in judgments] == ["chosen", "rejected"] * 3
