@@ -68,7 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer live with the tests
 
 from kill_anywhere import write_pairs  # noqa: E402
-from provenance import git_commit  # noqa: E402
+from provenance import cpu_model, git_commit  # noqa: E402
 
 from stub_openai import launch, planted_score_truth, stats  # noqa: E402
 
@@ -201,9 +201,12 @@ def _runs(url: str, work: Path, delta: float, indices: Sequence[int], held_out: 
         return list(pool.map(lambda i: one_run(url, work, delta, i, held_out, judge), indices))
 
 
-def pointwise_cells(shifts: Sequence[float], runs: int, work: Path, workers: int) -> tuple[list[dict[str, Any]], list[RunResult], dict[str, float]]:
+def pointwise_cells(
+    shifts: Sequence[float], runs: int, work: Path, workers: int, on_cell: Any = None
+) -> tuple[list[dict[str, Any]], list[RunResult], dict[str, float]]:
     """The pointwise cells (module docstring): per planted shift, `runs` CLI runs against the
-    pointwise stub; each cell with the issue's keys next to `summarize`'s."""
+    pointwise stub; each cell with the issue's keys next to `summarize`'s. `on_cell(cells,
+    results, stub_cpu)` after each cell (the record is written as the cells finish)."""
     cells, results, stub_cpu = [], [], {}
     for shift in shifts:
         truth, t0 = planted_score_truth(shift), time.time()
@@ -221,6 +224,8 @@ def pointwise_cells(shifts: Sequence[float], runs: int, work: Path, workers: int
         failed = [r for r in done if r.returncode != 0]
         print(f"shift {shift:g} points: {runs} runs in {time.time() - t0:.0f} s"
               f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}", flush=True)
+        if on_cell is not None:
+            on_cell(cells, results, stub_cpu)
     return cells, results, stub_cpu
 
 
@@ -333,7 +338,13 @@ def main() -> None:
     try:
         if args.pointwise:
             deltas = []
-            cells, runs, stub_cpu = pointwise_cells([float(s) for s in args.shifts.split(",")], args.runs, work, args.workers)
+
+            def partial(done: list[dict[str, Any]], results: list[RunResult], cpu: dict[str, float]) -> None:
+                spent = os.times()
+                write_record(args, commit, load0, time.time() - started,
+                             (spent.children_user + spent.children_system) - (cpu0.children_user + cpu0.children_system), cpu, done, results)
+
+            cells, runs, stub_cpu = pointwise_cells([float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial)
         for delta in deltas:
             n_runs = more.get(delta, args.runs)
             t0 = time.time()
@@ -365,11 +376,18 @@ def main() -> None:
           f"the stub's CPU {stub_total:.1f} s ({100 * stub_total / max(children_cpu, 1e-9):.1f} % of the runs'); "
           f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed")
     if args.json is not None:
+        write_record(args, commit, load0, wall, children_cpu, stub_cpu, cells, runs)
+
+
+def write_record(args: argparse.Namespace, commit: str, load0: dict[str, Any], wall: float, children_cpu: float,
+                 stub_cpu: dict[str, float], cells: Sequence[dict[str, Any]], runs: Sequence[RunResult]) -> None:
+    """The JSON record (`--json`): the command, date, commit it started at, machine, cells and runs."""
+    if args.json is not None:
         payload = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "commit": commit,
-            "machine": {"at_start": load0, "at_end": machine()},
+            "machine": {"at_start": load0, "at_end": machine()}, "cpu": cpu_model(),
             "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
             "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
             "cells": cells,
