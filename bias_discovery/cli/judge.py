@@ -27,7 +27,8 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     verdict = ", verdict: score" if summary.score is not None else ""
     shown = f"pointwise, scale {summary.pointwise.scale}" if summary.pointwise else f"positions: {summary.positions}"
     table = Table(title=f"{summary.model} on {summary.data} ({shown}{mitigation}{verdict}{prompt})")
-    columns = ["domain", "pairs", "valid", "error", "95% CI", "JudgeBench score"]
+    pointwise = summary.pointwise is not None  # JudgeBench's score counts verdicts on pairs: none here
+    columns = ["domain", "pairs", "valid", "error", "95% CI", *([] if pointwise else ["JudgeBench score"])]
     if summary.score is not None:
         columns += ["P(rejected)", "95% CI"]
     for column in columns:
@@ -43,11 +44,11 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     for domain, d in summary.per_domain.items():
         table.add_row(
             domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high),
-            percent(d.judgebench_score), *score_cells(d.score),
+            *([] if pointwise else [percent(d.judgebench_score)]), *score_cells(d.score),
         )
     table.add_row(
         "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high), percent(summary.judgebench_score),
+        percent_range(summary.error_ci_low, summary.error_ci_high), *([] if pointwise else [percent(summary.judgebench_score)]),
         *score_cells(summary.score), style="bold",
     )
     console.print(table)
