@@ -253,8 +253,8 @@ def _verdicts(item: JudgedItem) -> str:
         return item.outcome
     parts = []
     for v in item.verdicts:
-        shown = "chosen first" if v.order == "chosen_first" else "rejected first"
-        said = v.verdict or f"no verdict ({v.invalid_reason})"
+        shown = {"chosen_first": "chosen first", "rejected_first": "rejected first"}.get(v.order, f"the {v.order} response alone")
+        said = v.verdict or (f"score {number(v.score)}" if v.score is not None else f"no verdict ({v.invalid_reason})")
         picked = f" = the {v.picked}" if v.picked in ("chosen", "rejected") else ""
         reason = f", \u201c{_cut(v.reasoning, 240)}\u201d" if v.reasoning else ""
         parts.append(f"{shown}: {said}{picked}{reason}")

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..data.pairs import PreferencePair, Shown
 from ..errors import BiasDiscoveryError, ConfigError
-from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, combine
+from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, combine, combine_scores
 from ..library import Bias, BiasLibrary, BiasValidation
 from ..metrics import Preference
 from ..run import JsonArtifact, RunDir, ValidationReport
@@ -222,6 +222,8 @@ class ItemVerdict(_Record):
     invalid_reason: str | None = None
     reasoning: str = ""
     """The judge's reasoning without the verdict line ("" when it gave none)."""
+    score: float | None = None
+    """A pointwise judge's score of the response shown alone (`order` chosen or rejected)."""
 
 
 class JudgedItem(_Record):
@@ -345,7 +347,7 @@ def _judged(judgments: Sequence[Judgment], correct: bool | None) -> JudgedItem:
         verdicts=[
             ItemVerdict(
                 order=j.order, verdict=j.verdict, picked=j.picked, correct=j.correct,
-                invalid_reason=j.invalid_reason, reasoning=reasoning_of(j.explanation, j.verdict),
+                invalid_reason=j.invalid_reason, reasoning=reasoning_of(j.explanation, j.verdict), score=j.score,
             )
             for j in judgments
         ],
@@ -408,14 +410,17 @@ class EvidenceReader:
 
     @cached_property
     def judge(self) -> JudgeSettings | None:
-        """How the run judged, as far as it lays out its judgments (positions, mitigation);
-        None when the config does not say it in a form the judge settings take."""
+        """How the run judged, as far as it lays out its judgments (positions, mitigation; a
+        pointwise judge's mode); None when the config does not say it in a form the judge
+        settings take."""
         from ..config import RunConfig
 
         default = RunConfig.model_fields["judge"].get_default(call_default_factory=True)
         found = self.config.get("judge")
         raw: dict[str, Any] = found if isinstance(found, dict) else {}
         try:
+            if raw.get("mode") == "pointwise":  # two calls per pair, each response alone; no position
+                return JudgeSettings.model_validate({"mode": "pointwise", "scale": raw.get("scale", "1-10")})
             return JudgeSettings.model_validate(
                 {"positions": raw.get("positions", default.positions), "mitigation": raw.get("mitigation", default.mitigation)}
             )
@@ -542,7 +547,7 @@ class EvidenceReader:
             if len(mine) != calls or any(j.pair_id != record.pair_id for j in mine):
                 break
             pair = PreferencePair.model_construct(id=record.pair_id, domain=record.domain)  # what combine reads
-            outcome = combine(pair, mine, judge.mitigation)
+            outcome = combine_scores(pair, mine, judge.scale_spec) if judge.mode == "pointwise" else combine(pair, mine, judge.mitigation)
             items.append((record, _judged(mine, outcome.correct)))
         else:
             if k == len(judgments):
