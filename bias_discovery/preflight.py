@@ -323,6 +323,8 @@ def _endpoint_name(config: ModelConfig) -> str:
         return f"OpenAI-compatible server {config.base_urls[0] if config.base_urls else '(no base_url)'}"
     if config.provider == "llamacpp":
         return f"embedded llama.cpp ({config.model}, n_ctx {config.n_ctx})"
+    if config.provider == "hf":
+        return f"embedded transformers ({config.model}, batched)"
     if config.provider == "vllm":
         return f"vLLM in this process ({config.model}, TP {config.tensor_parallel_size})"
     return f"{config.provider} in this process ({config.model})"
@@ -337,11 +339,11 @@ def check_endpoint(
     smoke: Callable[[ModelConfig], SmokeResult] | None = None,
 ) -> EndpointReport:
     """Every check of one server (or one embedded / in-process engine) for one role.
-    `smoke`: the child-process check of a llama.cpp engine (`llm.smoke`), run before the
-    engine is loaded in this process."""
+    `smoke`: the child-process check of an embedded engine, transformers or llama.cpp
+    (`llm.smoke`), run before the engine is loaded in this process."""
     report = EndpointReport(role=role, spec=config.spec, endpoint=_endpoint_name(config))
     add = report.findings.append
-    if smoke is not None and config.provider == "llamacpp":
+    if smoke is not None and config.provider in SMOKE_CHECKED_PROVIDERS:
         # first in a child process: a build that crashes on this CPU would take the check down
         result = smoke(config)
         if not result.ok:
@@ -459,16 +461,21 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
 # --------------------------------------------------------------------------------------
 
 
+SMOKE_CHECKED_PROVIDERS = ("hf", "llamacpp")
+"""Engines that run in this process and are first checked in a child (`llm.smoke`)."""
+
+
 def _smoke_once() -> Callable[[ModelConfig], SmokeResult]:
-    """`llm.smoke.check_llamacpp`, once per model (a target that is also the teacher is checked once)."""
-    from .llm.smoke import check_llamacpp
+    """`llm.smoke.check_engine`, once per engine and model (a target that is also the teacher
+    is checked once)."""
+    from .llm.smoke import check_engine
 
     done: dict[str, SmokeResult] = {}
 
     def smoke(config: ModelConfig) -> SmokeResult:
-        if config.model not in done:
-            done[config.model] = check_llamacpp(config.model)
-        return done[config.model]
+        if config.spec not in done:
+            done[config.spec] = check_engine(config.provider, config.model)
+        return done[config.spec]
 
     return smoke
 
@@ -489,7 +496,7 @@ def run_preflight(
 ) -> PreflightReport:
     """Check every server of the run's roles and plan its calls (see the module docstring).
     `make_engine` builds engines without a call cache (tests may pass their own). `smoke`
-    checks a llama.cpp engine in a child process first; by default `llm.smoke.check_llamacpp`
+    checks an embedded engine (hf, llamacpp) in a child process first; by default `llm.smoke.check_engine`
     when the engines are the real ones, none with a `make_engine` of the caller's."""
     from .data.loaders import load_pairs
     from .llm.registry import make_engine as registry_make_engine

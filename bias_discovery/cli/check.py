@@ -26,10 +26,10 @@ def check(
 
     Each role's server or engine answers, serves the
     configured model, enforces output constraints (probed), and fits the run's longest prompts in its
-    context; plus the planned calls per stage. A llama.cpp engine is first run in a child process, so a
-    build that crashes on this CPU is named with its signal and the remedy. Without a config: that
-    check of the embedded engine (llamacpp/smollm2) and of the embedder. Exit 1 when something would
-    fail the run."""
+    context; plus the planned calls per stage. An embedded engine (transformers or llama.cpp) is first
+    run in a child process, so an engine that crashes on this CPU is named with its signal and the
+    remedy. Without a config: that check of the embedded default (hf/smollm2), of llama.cpp where it
+    is installed, and of the embedder. Exit 1 when something would fail the run."""
     from ..config import load_run_config
     from ..preflight import run_preflight
 
@@ -66,10 +66,16 @@ def check(
 
 
 def _check_embedded() -> None:
-    """The embedded default's engine and embedder, each in a child process (`llm.smoke`)."""
-    from ..llm.smoke import check_embedder, check_llamacpp
+    """The embedded default's engine and embedder, and llama.cpp where it is installed, each in a
+    child process (`llm.smoke`)."""
+    import importlib.util
 
-    results = [check_llamacpp("smollm2"), check_embedder()]
+    from ..llm.smoke import check_embedder, check_llamacpp, check_transformers
+
+    results = [check_transformers("smollm2")]
+    if importlib.util.find_spec("llama_cpp") is not None:
+        results.append(check_llamacpp("smollm2"))
+    results.append(check_embedder())
     for result in results:
         mark = _MARK["ok" if result.ok else "fail"]
         how = "" if result.ok else (f"killed by {result.signal}: " if result.signal else f"{result.failure}: ")
