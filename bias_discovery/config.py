@@ -24,7 +24,7 @@ DEFAULT_SEED = 42
 
 
 def parse_model_config(value: Any) -> Any:
-    """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
+    """Accept `hf/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
     if isinstance(value, dict) and "spec" in value:
@@ -347,7 +347,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
     for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
         if isinstance(child, str):
-            # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
+            # `target: hf/smollm2` written as a string: expand it before setting a sub-key.
             child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(

@@ -18,7 +18,7 @@ def read_outputs(out: Path) -> tuple[list[dict], dict]:
 @pytest.mark.model
 def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: Path, smollm2_gguf_path):
     cache = tmp_path / "calls.sqlite"
-    args = ["judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "4", "--reasoning-chars", "200", "--max-tokens", "96", "--cache", str(cache)]
+    args = ["judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "4", "--reasoning-chars", "200", "--max-tokens", "96", "--cache", str(cache)]
     first = cli(*args, "--out", str(tmp_path / "a"))
     judgments, summary = read_outputs(tmp_path / "a")
     assert len(judgments) == 8 and summary["n_pairs"] == 4 and summary["n_judgments"] == 8
@@ -46,7 +46,7 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
 
 @pytest.mark.model
 def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path):
-    result = cli("judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "1", "--reasoning-chars", "120",
+    result = cli("judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "1", "--reasoning-chars", "120",
                  "--max-tokens", "64", "--verdict", "score", "--out", str(tmp_path / "s"))
     judgments, summary = read_outputs(tmp_path / "s")
     assert summary["verdict"] == "score" and summary["score"]["n"] == 1
@@ -57,7 +57,7 @@ def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path)
 
 @pytest.mark.model
 def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm2_gguf_path):
-    cli("judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "2", "--no-reasoning", "--max-tokens", "4",
+    cli("judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "2", "--no-reasoning", "--max-tokens", "4",
         "--allow-tie", "--mitigation", "swap", "--out", str(tmp_path / "m"))
     judgments, summary = read_outputs(tmp_path / "m")
     assert summary["mitigation"] == "swap" and summary["n_judgments"] == 4 and len(judgments) == 4
@@ -82,7 +82,7 @@ def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
         pytest.skip("../shared/data is not present")
     # JudgeBench's claude split holds one pair of identical responses (line 265): refused
     # without --skip-bad-rows, skipped and counted with it.
-    args = ["judge", "--model", "llamacpp/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
+    args = ["judge", "--model", "hf/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
             "--limit", "3", "--positions", "swap", "--no-reasoning", "--out", str(tmp_path / "jb")]
     refused = cli(*args, check=False)
     assert refused.returncode == 2 and ".jsonl:265: fields 'response_A' and 'response_B' hold the same text" in refused.stderr
@@ -102,7 +102,7 @@ def test_a_field_too_long_for_the_context_says_so_on_screen(tmp_path: Path, smol
     data = tmp_path / "big.jsonl"
     big = ("The quick brown fox jumps over the lazy dog. " * 70000)[:3_000_000]
     data.write_text(json.dumps({"question": "Which is right?", "chosen": "4", "rejected": big}) + "\n")
-    result = cli("judge", "--model", "llamacpp/smollm2", "--data", str(data), "--no-cache", "--max-tokens", "16",
+    result = cli("judge", "--model", "hf/smollm2", "--data", str(data), "--no-cache", "--max-tokens", "16",
                  "--out", str(tmp_path / "j"))
     out = " ".join(result.stdout.split())
     assert "engine_error (2): llama.cpp error: Requested tokens (" in out and "exceed context window of 8192" in out
@@ -123,7 +123,7 @@ def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: s
 @pytest.mark.model
 def test_prompt_and_reasoning_cap_options_with_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     cache = ["--cache", str(tmp_path / "calls.sqlite")]
-    common = ["judge", "--model", "llamacpp/smollm2", "--data", "demo:test", "--limit", "2", *cache]
+    common = ["judge", "--model", "hf/smollm2", "--data", "demo:test", "--limit", "2", *cache]
     cli(*common, "--no-reasoning-cap", "--max-tokens", "128", "--out", str(tmp_path / "free"))
     judgments, summary = read_outputs(tmp_path / "free")
     assert summary["n_judgments"] == 4
@@ -147,30 +147,30 @@ def _bad(tmp_path: Path, *args: str) -> str:
 def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "q2", "chosen": \n')
-    assert f"{bad}:2" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", str(bad))
+    assert f"{bad}:2" in _bad(tmp_path, "--model", "hf/smollm2", "--data", str(bad))
     missing = tmp_path / "missing.jsonl"
     missing.write_text('{"question": "q", "chosen": "a"}\n')
-    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", str(missing))
+    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", str(missing))
     assert "rejected" in message and f"{missing}:1" in message
     label = tmp_path / "label.jsonl"
     label.write_text('{"question": "q", "response_A": "a", "response_B": "b", "label": "A=B"}\n')
-    assert "A=B" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", str(label))
+    assert "A=B" in _bad(tmp_path, "--model", "hf/smollm2", "--data", str(label))
     message = _bad(tmp_path, "--model", "nosuch/model", "--data", "demo")
     assert "nosuch" in message and "llamacpp" in message and "openai" in message and "vllm" in message
-    assert "demo" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "no-such-set")
-    assert "both" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--positions", "sideways")
-    assert "shuffle3" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--mitigation", "sideways")
-    assert "demo:target, demo:test" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo:train")
-    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap")
+    assert "demo" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "no-such-set")
+    assert "both" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--positions", "sideways")
+    assert "shuffle3" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--mitigation", "sideways")
+    assert "demo:target, demo:test" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo:train")
+    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap")
     assert "--reasoning-chars and --no-reasoning-cap contradict" in message
     template = tmp_path / "judge.txt"
     template.write_text("=== user ===\n${question} ${response_a} ${answer_b}\n")
-    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(template))
+    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--prompt", str(template))
     assert str(template) in message and "missing ${response_b}" in message and "unknown ${answer_b}" in message
-    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--prompt", str(tmp_path / "none.txt"))
+    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--prompt", str(tmp_path / "none.txt"))
     assert "none.txt not found" in message
-    assert "'choice' or 'score'" in _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--verdict", "sure")
-    message = _bad(tmp_path, "--model", "llamacpp/smollm2", "--data", "demo", "--verdict", "score", "--allow-tie")
+    assert "'choice' or 'score'" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--verdict", "sure")
+    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--verdict", "score", "--allow-tie")
     assert "verdict: score" in message and "allow_tie" in message
 
 

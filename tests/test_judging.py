@@ -180,10 +180,10 @@ def test_a_template_with_wrong_placeholders_is_refused_naming_the_file_and_the_p
 
 def test_run_config_names_the_field_of_a_bad_judge_prompt(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  prompt: nowhere.txt\n")
+    config.write_text("target: hf/smollm2\nteacher: hf/smollm2\njudge:\n  prompt: nowhere.txt\n")
     with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge\.prompt: .*nowhere\.txt not found"):
         load_run_config(config)
-    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  reasoning_chars: null\n")
+    config.write_text("target: hf/smollm2\nteacher: hf/smollm2\njudge:\n  reasoning_chars: null\n")
     assert load_run_config(config).judge.reasoning_chars is None
 
 

@@ -59,7 +59,7 @@ def settings_of(value: _Settings | Mapping[str, Any] | None, model: type[_Settin
 
 
 def model_config_of(model: str | ModelConfig, base_url: str | None = None, timeout_s: float | None = None) -> ModelConfig:
-    """A model as the API takes it: a spec (``llamacpp/smollm2``, ``openai/NAME``) or a
+    """A model as the API takes it: a spec (``hf/smollm2``, ``openai/NAME``) or a
     ModelConfig; `base_url` sets (or replaces) the server of either, `timeout_s` its request
     deadline (None: unchanged)."""
     if isinstance(model, ModelConfig):

@@ -82,7 +82,7 @@ def print_audit(report: AuditReport) -> None:
 
 @app.command()
 def audit(
-    model: str = typer.Option(..., "--model", help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    model: str = typer.Option(..., "--model", help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
     data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
     biases: str = typer.Option(
         ..., "--biases",

@@ -95,7 +95,7 @@ def _check_compare_dir(value: Path | None) -> Path | None:
 
 @app.command()
 def judge(
-    model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
     data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
     out: Path | None = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),

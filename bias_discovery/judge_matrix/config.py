@@ -32,6 +32,7 @@ from ..errors import ConfigError
 from ..judging import JudgeSettings
 from ..library import Bias, BiasLibrary
 from ..llm.config import ModelConfig, same_model
+from ..llm.providers import EMBEDDED_DEFAULT
 from ..options import OperationOptions
 
 __all__ = [
@@ -115,7 +116,7 @@ class MatrixConfig(_Strict):
     seed: int = DEFAULT_SEED
     """One seed for everything: the test sample, the position swaps, every model's sampling.
     The same seed gives every judge the same rewrites (and the call cache answers them)."""
-    teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec("llamacpp/smollm2"))
+    teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec(EMBEDDED_DEFAULT))
     """The model that rewrites the rejected responses (each bias, and the neutral placebo)."""
     library: str = SEED_LIBRARY
     """The biases: `seeds` (the seed library `seed_library`), a shipped seed library name

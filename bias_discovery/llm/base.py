@@ -43,7 +43,7 @@ mid-batch then loses at most the calls in flight."""
 class Engine(Protocol):
     """A batch-first text generator.
 
-    `engine_id` identifies the engine *and* model (e.g. "llamacpp/smollm2@<file hash>") so
+    `engine_id` identifies the engine *and* model (e.g. "hf/smollm2-135m-instruct-hf-<GGUF hash>:bfloat16") so
     that cached results of one model are never served for another.
     """
 

@@ -203,7 +203,7 @@ class Provenance(_Record):
 
     origin: Literal["seed", "discovered"]
     summary: str
-    """``seed (biasscope7)`` or ``discovered in iteration 1 (judge llamacpp/smollm2)``."""
+    """``seed (biasscope7)`` or ``discovered in iteration 1 (judge hf/smollm2)``."""
     iteration: int
     seed_library: str | None = None
     target_model: str | None = None

@@ -173,7 +173,7 @@ def default_text(info: FieldInfo) -> str:
 
 
 def group_default_text(value: BaseModel) -> list[str]:
-    """A group's default where it is not its model's own: a model spec (`llamacpp/smollm2`), or
+    """A group's default where it is not its model's own: a model spec (`hf/smollm2`), or
     the settings that differ (`positions: swap`); nothing when it is the model's defaults."""
     if hasattr(value, "spec"):
         return [f"default `{value.spec}`"]
