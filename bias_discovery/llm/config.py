@@ -65,9 +65,9 @@ class ModelConfig(BaseModel):
     """Context window for llama.cpp (prompt + completion tokens)."""
 
     n_threads: int | None = None
-    """CPU threads for llama.cpp; default: all cores but one (a spinning thread that loses its
-    core to another process stalls every step: on a busy 2-core machine 2 threads ran ~20x
-    slower than 1)."""
+    """CPU threads of an embedded engine (llama.cpp, or torch for hf/ on a CPU); default: all
+    cores but one (a spinning thread that loses its core to another process stalls every step:
+    on a busy 2-core machine 2 threads ran ~20x slower than 1)."""
 
     tensor_parallel_size: int = Field(default=1, ge=1)
     """vLLM: GPUs to shard the model over."""

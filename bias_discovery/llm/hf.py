@@ -47,6 +47,7 @@ from .base import (
     BatchReport,
     Submission,
     SubmitQueue,
+    default_threads,
     fail_unanswered,
     final_token_index,
     message_dicts,
@@ -179,8 +180,8 @@ class TransformersEngine(BaseEngine):
         self.device, self.dtype = choose_device_dtype(torch, config.dtype)
         model_path, identity = _resolve_model(config.model)
         super().__init__(f"hf/{identity}:{self.dtype}")
-        if config.n_threads is not None and self.device == "cpu":
-            torch.set_num_threads(config.n_threads)
+        if self.device == "cpu":  # torch's threads are per process: the embedder's too
+            torch.set_num_threads(config.n_threads or default_threads())
         try:
             with no_library_bars():
                 self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(model_path)

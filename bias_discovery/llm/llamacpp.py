@@ -20,7 +20,6 @@ depend on call order, which would break resume's reproducibility).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from ..errors import ConfigError, EngineError
 from ..smollm2_hf import packaged_gguf as _packaged_gguf
 from ..smollm2_hf import smollm2_gguf_path
-from .base import SequentialEngine, final_token_index, finish_reason, message_dicts
+from .base import SequentialEngine, default_threads, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .grammar import constraint_to_gbnf
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
@@ -55,17 +54,6 @@ def resolve_gguf_path(model: str) -> Path:
             "model, or llamacpp/<path to a .gguf file>)"
         )
     return path
-
-
-def default_threads() -> int:
-    """All usable cores but one. llama.cpp threads spin at barriers: when one of them loses
-    its core to another process every step waits for it (on a busy 2-core machine, 2 threads
-    generated ~20x slower than 1), and this process has other work to do too."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
 
 
 def sampling_fields(temperature: float) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def test_the_conformance_probes_pass(engine, kind) -> None:  # type: ignore[no-u
     request = probe_request(kind)
     [response] = engine.generate([request])
     assert probe_failure(kind, response) is None, response.text
-    assert violation(PROBE_CONSTRAINTS[kind], response.text) is None
+    if response.finish_reason == "stop":  # a reply cut at max_tokens is a start the constraint allows
+        assert violation(PROBE_CONSTRAINTS[kind], response.text) is None
 
 
 def test_a_mixed_batch_keeps_every_constraint_and_order(engine) -> None:  # type: ignore[no-untyped-def]
