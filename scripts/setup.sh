@@ -144,7 +144,7 @@ fi
 # keyed by its hash (~30 s; python -m bias_discovery.smollm2_hf): the embedded engine and vLLM
 # load it.
 if [ "$extras" != "gpu" ]; then
-  echo "setup.sh: the embedded model in Hugging Face format: $(HF_HUB_OFFLINE=1 "$VENV/bin/python" -m bias_discovery.smollm2_hf)" >&2
+  echo "setup.sh: the embedded model in Hugging Face format: $(HF_HUB_OFFLINE=1 TQDM_DISABLE=1 "$VENV/bin/python" -m bias_discovery.smollm2_hf)" >&2
 fi
 
 # The smoke check: grammar-constrained, multi-token completions in one batch on the embedded
