@@ -203,7 +203,8 @@ def run_audit(
     with bar("judge", len(requests)) as advance:
         responses = target.generate(requests, progress=advance)
     judged: dict[CallKey, Judgment] = {
-        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie) for k, r in zip(keys, responses)
+        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie, score=judge_settings.verdict == "score")
+        for k, r in zip(keys, responses)
     }
 
     # 3. The measures, per scheme, overall and per domain.
