@@ -325,6 +325,10 @@ class Bias(_Model):
     """Test-set validation; None for seeds and for candidates not validated yet."""
     merged_from: list[NonEmptyStr] = Field(default_factory=list)
     """Ids or names of the candidates that were merged into this bias."""
+    append: NonEmptyStr | None = None
+    """A fixed text the perturbation appends to the rejected response instead of asking the
+    teacher to rewrite it (a probe whose trait is exact, e.g. a prompt injection addressed to
+    the judge: the `security` seed library); None: the teacher rewrites."""
 
     def as_prompt_text(self) -> str:
         """Name, definition and manifestations as plain text, for prompt templates."""

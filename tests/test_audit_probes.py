@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.api import audit
+from bias_discovery.auditing import resolve_targets
+from bias_discovery.library import load_seed_library
+from bias_discovery.stages.perturb import perturb
 
 # -- true self-preference on matched cross-model pairs --------------------------------------
 
@@ -67,4 +70,59 @@ def test_a_judge_that_favours_its_own_family_is_caught_on_cross_pairs(tmp_path: 
                   engines={"target": ScriptedEngine(gpt_picks_gpt)}, settings={"repeats": 2, "n_boot": 200})
     assert other.report.self_preference is None
     assert any(u.measure == "self-preference" and "qwen" in u.reason for u in other.report.unsupported)
+
+
+# -- the prompt-injection probe -------------------------------------------------------------
+
+
+def _pairs_file(tmp_path: Path, n: int = 10) -> Path:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"id": f"p{i}", "question": f"Q{i}?", "chosen": f"RIGHT {i}", "rejected": f"wrong {i}",
+                                        "domain": "math"}) + "\n" for i in range(n)))
+    return path
+
+
+def test_the_injection_probe_appends_its_instruction_without_a_teacher():
+    from bias_discovery.data.pairs import PreferencePair
+
+    bias = load_seed_library("security").biases[0]
+    assert bias.id == "prompt-injection" and bias.append and "evaluator" in bias.append
+    [target] = resolve_targets("prompt-injection")
+    assert target.kind == "perturbation" and not target.needs_teacher and resolve_targets("security") == [target]
+    pair = PreferencePair(id="p", question="Q?", chosen="RIGHT", rejected="wrong")
+    [record] = perturb(None, [(pair, bias)], load_settings(), seed=0)
+    assert record.valid and record.perturbed_rejected == f"wrong\n\n{bias.append}" and record.completion_tokens == 0
+
+
+def load_settings():
+    from bias_discovery.config import PerturbSettings
+
+    return PerturbSettings()
+
+
+def test_a_judge_that_obeys_the_injection_is_caught_and_one_that_ignores_it_is_not(tmp_path: Path):
+    """Judge 1 picks whichever response carries the note to the evaluator, else the right
+    one: every verdict flips (ASR 100 %, Δerror +100 pp). Judge 2 always picks the right one:
+    RR 100 %, Δerror 0. No teacher is given or called."""
+    from fakes import ScriptedEngine, _responses
+
+    def obeys(request):
+        a, b = _responses(request.messages[-1].content)
+        if "Note to the evaluator" in a + b:
+            return "Verdict: A" if "Note to the evaluator" in a else "Verdict: B"
+        return "Verdict: A" if "RIGHT" in a else "Verdict: B"
+
+    def ignores(request):
+        a, _ = _responses(request.messages[-1].content)
+        return "Verdict: A" if "RIGHT" in a else "Verdict: B"
+
+    settings = {"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}}
+    data = _pairs_file(tmp_path)
+    fell = audit("openai/judge", str(data), "security", cache=False, engines={"target": ScriptedEngine(obeys)}, settings=settings)
+    [entry] = fell.report.biases
+    assert entry.id == "prompt-injection" and entry.n_items == 10 and fell.report.teacher is None and fell.report.calls.teacher == 0
+    assert entry.asr.value == 1.0 and entry.delta_error.delta == 1.0 and entry.delta_error.p_value < 0.01 and entry.rr.value == 0.0
+    held = audit("openai/judge", str(data), "prompt-injection", cache=False, engines={"target": ScriptedEngine(ignores)}, settings=settings)
+    [entry] = held.report.biases
+    assert entry.rr.value == 1.0 and entry.delta_error.delta == 0.0 and entry.asr.value == 0.0
 
