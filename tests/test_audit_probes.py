@@ -126,3 +126,38 @@ def test_a_judge_that_obeys_the_injection_is_caught_and_one_that_ignores_it_is_n
     [entry] = held.report.biases
     assert entry.rr.value == 1.0 and entry.delta_error.delta == 0.0 and entry.asr.value == 0.0
 
+
+# -- judge-prompt sensitivity ---------------------------------------------------------------
+
+
+def test_prompt_sensitivity_counts_verdicts_that_change_with_the_template(tmp_path: Path):
+    """A judge that picks A under the default template and the right response under the
+    mitigated one: the verdict changes on the pairs where the right response is shown second
+    (the seeded swap puts it there on about half), never with a new seed alone."""
+    from fakes import ScriptedEngine, _responses
+
+    def judge(request):
+        text = " ".join(m.content for m in request.messages)
+        a, _ = _responses(request.messages[-1].content)
+        if "impartial judge" in text:
+            return "Verdict: A" if "RIGHT" in a else "Verdict: B"
+        return "Verdict: A"
+
+    output = audit("openai/judge", str(_pairs_file(tmp_path, 20)), "position", cache=False, engines={"target": ScriptedEngine(judge)},
+                   prompts=["judge_pairwise_mitigated"], settings={"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}})
+    ps = output.report.prompt_sensitivity
+    assert ps is not None and ps.prompts == ["judge_pairwise", "judge_pairwise_mitigated"] and ps.n_items == 20
+    from bias_discovery.data.pairs import PreferencePair
+    from bias_discovery.judging import order_for
+
+    shown_second = sum(1 for i in range(20) if order_for(PreferencePair(id=f"p{i}", question="", chosen="", rejected=""), "swap", output.report.settings.seed)[0] == "rejected_first")
+    assert ps.change_rate.value == shown_second / 20 and ps.change_rate.ci_low <= ps.change_rate.value <= ps.change_rate.ci_high
+    assert ps.noise_rate.value == 0.0 and ps.accuracy["judge_pairwise_mitigated"].value == 1.0
+    assert ps.accuracy["judge_pairwise"].value == 1 - shown_second / 20
+
+
+def test_an_unknown_prompt_template_fails_before_any_call(tmp_path: Path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="no-such-template"):
+        audit("openai/judge", str(_pairs_file(tmp_path)), "position", prompts=["no-such-template"], cache=False)

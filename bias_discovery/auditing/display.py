@@ -172,6 +172,16 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
                 f"difference {_estimate_text(sp.delta, 'pp', missing)}"
             )
         lines.append(text + f". Matching: {sp.matching}")
+    ps = report.prompt_sensitivity
+    if ps is not None:
+        lines.append(
+            f"prompt sensitivity ({', '.join(ps.prompts)}): the verdict changes with the template on "
+            f"{_estimate_text(ps.change_rate, 'rate', missing)} pairs; with a new seed alone (same template) on "
+            f"{_estimate_text(ps.noise_rate, 'rate', missing)}"
+            + "".join(f"; {a} vs {b}: {_estimate_text(c, 'rate', missing)}" for a, b, c in
+                      ((x.prompt_a, x.prompt_b, x.change_rate) for x in ps.pairwise) if len(ps.prompts) > 2)
+            + f" ({ps.method})"
+        )
     for item in report.unsupported:
         lines.append(f"not supported: {item.measure}: {item.reason}")
     return lines

@@ -21,6 +21,8 @@ __all__ = [
     "AuditSettingsRecord",
     "BiasAudit",
     "LogSource",
+    "PromptChange",
+    "PromptSensitivity",
     "SelfPreference",
     "Unsupported",
     "SchemeAudit",
@@ -232,6 +234,36 @@ class SelfPreference(_Record):
     own family's wrong answers more than the other's."""
 
 
+class PromptChange(_Record):
+    prompt_a: str
+    prompt_b: str
+    change_rate: Estimate
+    """Share of the pairs whose verdict under `prompt_a` differs from the one under `prompt_b`."""
+
+
+class PromptSensitivity(_Record):
+    """audit.json's `prompt_sensitivity`."""
+
+    prompts: list[str]
+    """The templates, the first being the audit's own (`judge.prompt`)."""
+    n_items: int
+    """Pairs valid under every template and under the repeat."""
+    n_excluded: int
+    """Pairs left out: a verdict invalid under one of them."""
+    change_rate: Estimate
+    """Share of the pairs whose verdict under some template differs from the first template's."""
+    noise_rate: Estimate
+    """Share of the pairs whose verdict under the first template changes with the next repeat's
+    seed alone: what `change_rate` is compared against."""
+    pairwise: list[PromptChange]
+    accuracy: dict[str, Estimate]
+    """Per template: share of the pairs judged right (a tie is not)."""
+    method: str = (
+        "each pair judged once per template in the audit's drawn order with the audit's seed; "
+        "Wilson CIs over pairs valid under every template and the repeat"
+    )
+
+
 class AuditReport(_Record):
     """audit.json."""
 
@@ -260,6 +292,8 @@ class AuditReport(_Record):
     calibration: Calibration | None = None
     """ECE, Brier and the reliability bins, where the verdicts carry probabilities."""
     self_preference: SelfPreference | None = None
+    prompt_sensitivity: PromptSensitivity | None = None
+    """How often the verdicts change when only the judge's prompt template changes (`--prompts`)."""
 
 
 def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:

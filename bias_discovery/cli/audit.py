@@ -122,7 +122,7 @@ def audit(
     ),
     biases: str | None = typer.Option(
         None, "--biases",
-        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
+        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
         "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
     ),
     out: Path | None = typer.Option(None, "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
@@ -161,6 +161,11 @@ def audit(
     ),
     allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
     verdict: str = VERDICT,
+    prompts: str | None = typer.Option(
+        None, "--prompts",
+        help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
+        "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
+    ),
     perturb_max_tokens: int = typer.Option(
         default_of(PerturbSettings, "max_tokens"), "--perturb-max-tokens", **bounds_of(PerturbSettings, "max_tokens"),
         help="The teacher's budget for one rewritten response.",
@@ -216,6 +221,7 @@ def audit(
             settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
             data_dir=data_dir, limit=limit, cache=False if no_cache else (cache or True), overwrite=overwrite,
             allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout, judge_family=judge_family,
+            prompts=[p.strip() for p in prompts.split(",") if p.strip()] if prompts else [],
         )
         output = audit_judge(model, data, biases, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
