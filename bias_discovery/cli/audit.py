@@ -195,7 +195,9 @@ def audit(
     from ..progress import progress_bar
 
     if from_log is not None:
-        given = [flag for flag, value in (("--model", model), ("--biases", biases), ("--teacher", teacher)) if value]
+        given = [
+            flag for flag, value in (("--model", model), ("--biases", biases), ("--teacher", teacher), ("--prompts", prompts)) if value
+        ]
         if given:
             fail(f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out")
         _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
