@@ -136,7 +136,7 @@ def self_preference(
         mixed.append(True)
     if not picks:
         if not any(p.models for p in log.pairs):
-            return None, "the log does not name the model that wrote each response"
+            return None, "the data does not name the model that wrote each response"
         return None, f"no pair has exactly one response by the judge's family ({judge_family}) and a valid verdict"
     pick, better = np.array(picks), np.array(own_better)
     everything = np.ones(len(pick), dtype=bool)
