@@ -61,7 +61,7 @@ from .llm.types import (
 from .metrics import Preference
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .prompts import PromptTemplate, is_prompt_path, load_prompt
-from .stats import Measure, mean_t_interval, wilson_interval
+from .stats import Calibration, Measure, calibration, mean_t_interval, wilson_interval
 
 PositionMode = Literal["both", "swap", "fixed"]
 JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
@@ -290,6 +290,9 @@ class JudgeSummary(BaseModel):
     score_one_label: int = 0
     """Score verdicts: judgments whose verdict token's top log-probabilities held only one of
     the labels (the other counted as probability 0, which pushes p_rejected to 0 or 1)."""
+    calibration: Calibration | None = None
+    """Score verdicts: ECE and Brier of the verdict probabilities against the labels, with
+    bootstrap CIs over pairs, and the reliability bins (`verdict_calibration`)."""
 
 
 _VERDICT_PATTERNS = (
@@ -627,6 +630,17 @@ def net_votes(result: JudgeResult) -> list[int]:
     return votes
 
 
+def verdict_calibration(judgments: Sequence[Judgment], *, n_boot: int = 2000, seed: int = 0) -> Calibration | None:
+    """Calibration of score verdicts: each valid judgment's probability of the chosen (the
+    labelled better) response, 1 - `p_rejected`, grouped by pair for the bootstrap
+    (`stats.calibration`); None when no judgment has a probability."""
+    by_pair: dict[str, list[float]] = defaultdict(list)
+    for j in judgments:
+        if j.p_rejected is not None and j.picked is not None:
+            by_pair[j.pair_id].append(1.0 - j.p_rejected)
+    return calibration(list(by_pair.values()), n_boot=n_boot, seed=seed) if by_pair else None
+
+
 def score_summary(outcomes: Sequence[PairOutcome]) -> ScoreSummary:
     """The mean `p_rejected` over the outcomes that have one, with a 95 % Student-t CI over
     pairs, clipped to [0, 1] (one pair: [0, 1])."""
@@ -712,4 +726,5 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         verdict=settings.verdict,
         score=score_summary(outcomes) if score else None,
         score_one_label=sum(1 for j in judgments if j.labels_in_top == 1),
+        calibration=verdict_calibration(judgments, seed=seed) if score else None,
     )

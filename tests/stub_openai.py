@@ -32,6 +32,13 @@ neutral rewrite (the placebo); as the answer checker it says "different" (no rew
 final answer). Any other request gets the constraint's example, as without the mode. So a
 candidate with the planted trait raises the judge's error by exactly D against the placebo.
 
+**Planted position and length biases** (`--planted-position P`, `--planted-length L`, for
+`audit` and `audit --from-log`): before the rule above, the judge answers A with probability P
+(a draw of its own per order shown), else picks the longer response (whitespace words) with
+probability L (a draw that is the same in both orders). Wei et al.'s raw PB is then P and their
+LB is (1 - P) L (in expectation, on pairs whose responses differ in length), whatever the
+error; the draws ignore the seed, so repeats agree (q̂ = 0 and PB, LB equal their raw forms).
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -155,13 +162,23 @@ CHOSEN_WORDS = "right answer"
 class Planted:
     """The planted-bias roles (see the module docstring)."""
 
-    def __init__(self, delta: float, error: float, trait: str | None, salt: str) -> None:
+    def __init__(
+        self, delta: float, error: float, trait: str | None, salt: str, position: float = 0.0, length: float = 0.0
+    ) -> None:
         if not (0.0 <= error and 0.0 <= delta and error + delta <= 1.0):
             raise ValueError(f"need 0 <= error, 0 <= delta and error + delta <= 1; got {error} and {delta}")
+        if not (0.0 <= position <= 1.0 and 0.0 <= length <= 1.0):
+            raise ValueError(f"need planted position and length in [0, 1]; got {position} and {length}")
         self.delta = delta
         self.error = error
         self.trait = trait
         self.salt = salt
+        self.position = position
+        self.length = length
+
+    def _draw(self, *parts: object) -> float:
+        digest = hashlib.sha256(json.dumps([self.salt, *parts]).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
 
     def reply(self, body: dict[str, Any]) -> str | None:
         """The planted role's reply, or None for a request no role answers."""
@@ -186,8 +203,11 @@ class Planted:
         if (CHOSEN_WORDS in a) == (CHOSEN_WORDS in b):
             return None  # not one of our pairs
         chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)
-        digest = hashlib.sha256(json.dumps([self.salt, question, sorted([a, b])]).encode()).digest()
-        u = int.from_bytes(digest[:8], "big") / 2**64
+        if self.position and self._draw("position", question, a, b) < self.position:
+            return _verdict_reply(body, "A")  # a draw per order shown
+        if self.length and len(a.split()) != len(b.split()) and self._draw("length", question, sorted([a, b])) < self.length:
+            return _verdict_reply(body, "A" if len(a.split()) > len(b.split()) else "B")
+        u = self._draw(question, sorted([a, b]))
         wrong = u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
         verdict = ("B" if chosen == "A" else "A") if wrong else chosen
         return _verdict_reply(body, verdict)
@@ -429,8 +449,9 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 
 async def serve(args: argparse.Namespace) -> None:
     planted = None
-    if args.planted_delta is not None:
-        planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt)
+    if args.planted_delta is not None or args.planted_position or args.planted_length:
+        planted = Planted(args.planted_delta or 0.0, args.planted_error, args.planted_trait, args.planted_salt,
+                          args.planted_position, args.planted_length)
     stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
                 planted)
     server = await asyncio.get_running_loop().create_server(
@@ -459,6 +480,9 @@ def main() -> None:
     parser.add_argument("--planted-error", type=float, default=0.3, help="the planted judge's error without the trait")
     parser.add_argument("--planted-trait", default=None, help="only this trait carries the bias (default: any trait)")
     parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
+    parser.add_argument("--planted-position", type=float, default=0.0, help="the planted judge answers A with this probability")
+    parser.add_argument("--planted-length", type=float, default=0.0,
+                        help="else it picks the longer response with this probability")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

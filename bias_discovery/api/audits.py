@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..auditing import AuditOutput, AuditSettings, AuditTarget, check_repeats, check_teacher, resolve_targets, run_audit
+from ..auditing.fromlog import live_self_preference, model_family
 from ..auditing.output import write_audit_dir
+from ..auditing.records import Unsupported
+from ..auditing.sensitivity import prompt_sensitivity
 from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
@@ -18,6 +21,7 @@ from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
 from ..io import check_output_dir
+from ..judging import JudgeSettings, verdict_calibration
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
@@ -59,6 +63,18 @@ class AuditOptions(OperationOptions):
     """Skip and count unusable data rows instead of stopping at the first."""
     timeout_s: float | None = Field(default=None, gt=0.0)
     """Each request's deadline, retries included (None: the model configs')."""
+    prompts: list[str] = Field(default_factory=list)
+    """Other judge prompt templates (shipped names or files): each pair is also judged under
+    each, and the audit reports how often the verdict changes (`prompt_sensitivity`)."""
+    judge_family: str | None = None
+    """The judge's model family for self-preference (default: read from its name, e.g.
+    openai/gpt-4o -> gpt), on data that names the model of each response."""
+
+
+    @field_validator("prompts")
+    @classmethod
+    def _check_prompts(cls, value: list[str]) -> list[str]:
+        return [JudgeSettings(prompt=p).prompt for p in value]  # a bad template fails here, before any call
 
 
 def audit(
@@ -110,7 +126,13 @@ def audit(
             teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
             progress=progress,
         )
-    report = output.report.model_copy(update={"data_overlap": overlaps})
+        sensitivity = None
+        if opts.prompts:
+            sensitivity = prompt_sensitivity(
+                roles["target"], pairs, audit_settings.judge, [audit_settings.judge.prompt, *opts.prompts], seed=audit_settings.seed
+            )
+    output.report.prompt_sensitivity = sensitivity
+    report = output.report.model_copy(update={"data_overlap": overlaps, **_judge_measures(output, pairs, opts, configs["target"].spec)})
     if bad_rows:
         report.notes.append(
             f"{plural(len(bad_rows), 'bad data row')} skipped at load (`skip_bad_rows`), not among the {plural(len(pairs), 'pair')}"
@@ -119,6 +141,22 @@ def audit(
     if out_dir is not None:
         write_audit_dir(out_dir, output, overwrite=overwrite)
     return output
+
+
+def _judge_measures(output: AuditOutput, pairs: list[PreferencePair], opts: AuditOptions, spec: str) -> dict[str, Any]:
+    """Calibration (score verdicts) and self-preference (data naming each response's model) of
+    the audit's verdicts on the original pairs, and why a measure could not be had."""
+    settings = opts.settings
+    original = [j for j in output.judgments if j.condition == "original"]  # every order and repeat asked
+    unsupported = []
+    calibration = verdict_calibration(original, n_boot=settings.n_boot, seed=settings.seed)
+    if calibration is None:
+        unsupported.append(Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)"))
+    family = opts.judge_family or model_family(spec)
+    sp, why = live_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+    if why is not None:
+        unsupported.append(Unsupported(measure="self-preference", reason=why))
+    return {"calibration": calibration, "self_preference": sp, "unsupported": unsupported}
 
 
 def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:

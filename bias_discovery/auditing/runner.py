@@ -125,7 +125,7 @@ def check_repeats(repeats: int) -> None:
 
 
 def check_teacher(targets: Sequence[AuditTarget], *, has_teacher: bool) -> None:
-    """Library biases are injected by a teacher; the built-ins need none."""
+    """Library biases are injected by a teacher; the built-ins and appended probes need none."""
     library_targets = [t for t in targets if t.needs_teacher]
     if library_targets and not has_teacher:
         raise ConfigError(
@@ -152,7 +152,7 @@ def run_audit(
     if not pairs:
         raise ConfigError("the audit has no pairs to judge")
     check_teacher(targets, has_teacher=teacher is not None)
-    library_targets = [t for t in targets if t.needs_teacher]
+    library_targets = [t for t in targets if t.kind == "perturbation"]  # injected by the teacher or appended
     bar = progress_or_quiet(progress)
     seed, K = settings.seed, settings.repeats
     judge_settings = settings.judge.model_copy(update={"mitigation": "none"})
@@ -166,7 +166,6 @@ def run_audit(
     perturbed: list[PerturbedPair] = []
     condition_pairs: dict[str, list[PreferencePair | None]] = {ORIGINAL: list(pairs)}
     if library_targets:
-        assert teacher is not None
         work = [(pair, t.bias) for t in library_targets for pair in pairs if t.bias is not None]
         with bar("perturb", len(work)) as advance:
             perturbed = perturb(teacher, work, settings.perturb, seed=seed, progress=advance)
@@ -203,7 +202,8 @@ def run_audit(
     with bar("judge", len(requests)) as advance:
         responses = target.generate(requests, progress=advance)
     judged: dict[CallKey, Judgment] = {
-        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie) for k, r in zip(keys, responses)
+        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie, score=judge_settings.verdict == "score")
+        for k, r in zip(keys, responses)
     }
 
     # 3. The measures, per scheme, overall and per domain.
@@ -274,7 +274,7 @@ def run_audit(
         )
     report = AuditReport(
         model=model,
-        teacher=teacher_spec if library_targets else None,
+        teacher=teacher_spec if any(t.needs_teacher for t in library_targets) else None,
         data=data,
         n_pairs=len(pairs),
         domains=domains,
@@ -292,7 +292,7 @@ def run_audit(
             judge=len(keys),
             judge_cached=sum(1 for r in responses if r.cached),
             judge_invalid=sum(1 for j in judged.values() if j.invalid_reason),
-            teacher=len(perturbed),
+            teacher=sum(len(pairs) for t in library_targets if t.needs_teacher),
             prompt_tokens=sum(r.prompt_tokens for r in responses),
             completion_tokens=sum(r.completion_tokens for r in responses),
         ),

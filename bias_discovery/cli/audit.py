@@ -17,7 +17,16 @@ from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from .options import (
+    NO_REASONING_CAP,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    VERDICT,
+    bounds_of,
+    default_of,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..auditing import AuditReport, SchemeAudit
@@ -29,12 +38,21 @@ def print_audit(report: AuditReport) -> None:
     from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
+    temperature = report.settings.temperature
     console.print(
         f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
-        f"temperature {report.settings.temperature:g}, seed {report.settings.seed}"
+        + (f"temperature {temperature:g}, " if temperature is not None else "")
+        + f"seed {report.settings.seed}"
         + (f", teacher {report.teacher}" if report.teacher else ""),
         highlight=False,
     )
+    if report.from_log is not None:
+        log = report.from_log
+        console.print(
+            f"from a log ({log.format}): {count(log.verdicts)} verdicts of {count(log.rows)} rows in {log.path}; no model called"
+            + "".join(f"; {count(k)} rows skipped ({why})" for why, k in log.skipped.items()),
+            highlight=False, soft_wrap=True,
+        )
     for entry in report.biases:
         title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
         if entry.n_perturb_invalid:
@@ -70,7 +88,12 @@ def print_audit(report: AuditReport) -> None:
                 shown.append(row.label)
                 console.print(f"  {row.label}: {row.meaning}", highlight=False, soft_wrap=True)
     console.print(f"  {EXCLUDED_MEANING}", highlight=False, soft_wrap=True)
+    print_judge_measures(report)
     calls = report.calls
+    if report.from_log is not None:
+        for note in report.notes:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        return
     console.print(
         f"judge calls: {count(calls.judge)} distinct ({count(calls.judge_cached)} from the cache, {count(calls.judge_invalid)} invalid)"
         f" | teacher calls: {count(calls.teacher)} | tokens: {count(calls.prompt_tokens)} prompt, {count(calls.completion_tokens)} completion",
@@ -80,16 +103,43 @@ def print_audit(report: AuditReport) -> None:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
+def print_judge_measures(report: AuditReport) -> None:
+    """Agreement with the labels, calibration and self-preference, and what the data could
+    not support (and why)."""
+    from ..auditing.display import judge_measure_lines
+
+    for line in judge_measure_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
 @app.command()
 def audit(
-    model: str = typer.Option(..., "--model", help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
-    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    biases: str = typer.Option(
-        ..., "--biases",
-        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
+    model: str | None = typer.Option(None, "--model", help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID (not with --from-log)."),
+    data: str | None = typer.Option(
+        None, "--data",
+        help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
+        "judgments.jsonl judged (lengths, response models).",
+    ),
+    biases: str | None = typer.Option(
+        None, "--biases",
+        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
         "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
     ),
-    out: Path = typer.Option(..., "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
+    from_log: Path | None = typer.Option(
+        None, "--from-log",
+        help="Audit verdicts a judge already gave, with no model call: our judgments.jsonl, an inspect_ai log (.eval, .json), "
+        "or a JSONL/CSV/parquet log with --columns.",
+    ),
+    columns: str | None = typer.Option(
+        None, "--columns",
+        help="--from-log: the column map of a generic log, key=column,... (pair_id, verdict, label, order, probability, "
+        "response_a/b, length_a/b, model_a/b, judge_model, repeat, domain) or a YAML file of them.",
+    ),
+    judge_model: str | None = typer.Option(None, "--judge-model", help="--from-log: the judge, when the log does not name it."),
+    judge_family: str | None = typer.Option(
+        None, "--judge-family", help="The judge's model family for self-preference (default: read from its name: openai/gpt-4o -> gpt)."
+    ),
     teacher: str | None = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
     base_url: str | None = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
     teacher_base_url: str | None = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
@@ -110,6 +160,12 @@ def audit(
         help="Completion token budget per judgment; must cover the reasoning.",
     ),
     allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
+    verdict: str = VERDICT,
+    prompts: str | None = typer.Option(
+        None, "--prompts",
+        help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
+        "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
+    ),
     perturb_max_tokens: int = typer.Option(
         default_of(PerturbSettings, "max_tokens"), "--perturb-max-tokens", **bounds_of(PerturbSettings, "max_tokens"),
         help="The teacher's budget for one rewritten response.",
@@ -138,6 +194,18 @@ def audit(
     from ..api import audit as audit_judge
     from ..progress import progress_bar
 
+    if from_log is not None:
+        given = [
+            flag for flag, value in (("--model", model), ("--biases", biases), ("--teacher", teacher), ("--prompts", prompts)) if value
+        ]
+        if given:
+            fail(f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out")
+        _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
+        return
+    missing = [flag for flag, value in (("--model", model), ("--data", data), ("--biases", biases), ("--out", out)) if value is None]
+    if missing:
+        fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
+    assert model is not None and data is not None and biases is not None and out is not None
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
         settings = AuditSettings(
@@ -145,13 +213,17 @@ def audit(
             mitigation=mitigation,  # type: ignore[arg-type]
             seed=seed,
             n_boot=n_boot,
-            judge=JudgeSettings(max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, **reasoning_settings),
+            judge=JudgeSettings(
+                max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, verdict=verdict,  # type: ignore[arg-type]
+                **reasoning_settings,
+            ),
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
         options = AuditOptions(
             settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
             data_dir=data_dir, limit=limit, cache=False if no_cache else (cache or True), overwrite=overwrite,
-            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout,
+            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout, judge_family=judge_family,
+            prompts=[p.strip() for p in prompts.split(",") if p.strip()] if prompts else [],
         )
         output = audit_judge(model, data, biases, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
@@ -160,3 +232,24 @@ def audit(
         fail(str(exc))
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+
+
+def _audit_from_log(
+    path: Path, columns: str | None, data: str | None, data_dir: Path | None, judge_model: str | None,
+    judge_family: str | None, seed: int, n_boot: int, out: Path | None, overwrite: bool,
+) -> None:
+    from ..api import LogAuditOptions, audit_log
+
+    try:
+        options = LogAuditOptions(
+            columns=columns, data=data, data_dir=data_dir, judge_model=judge_model, judge_family=judge_family,
+            seed=seed, n_boot=n_boot, out=out, overwrite=overwrite,
+        )
+        output = audit_log(path, options)
+    except ValidationError as exc:
+        fail(options_error(exc) if exc.title == "LogAuditOptions" else format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    print_audit(output.report)
+    if out is not None:
+        console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)

@@ -15,10 +15,34 @@ from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..judging import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from .options import (
+    NO_REASONING_CAP,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    VERDICT,
+    bounds_of,
+    default_of,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSummary, ScoreSummary
+    from ..stats import Calibration
+
+
+def print_calibration(cal: Calibration) -> None:
+    """ECE and Brier with their CIs, and the reliability bins as a small table."""
+    from ..auditing.display import calibration_line
+
+    console.print(calibration_line(cal), highlight=False, soft_wrap=True)
+    table = Table(title="reliability (confidence = probability of the verdict's label)", title_justify="left")
+    for column in ("confidence bin", "verdicts", "mean confidence", "accuracy"):
+        table.add_column(column, justify="right")
+    for b in cal.bins:
+        if b.n:
+            table.add_row(f"{b.low:.2f}-{b.high:.2f}", str(b.n), percent(b.confidence), percent(b.accuracy))
+    console.print(table)
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
@@ -58,6 +82,8 @@ def print_judge_summary(summary: JudgeSummary) -> None:
             "among the verdict token's top log-probabilities",
             highlight=False,
         )
+    if summary.calibration is not None:
+        print_calibration(summary.calibration)
     orders = "both orders" if summary.positions == "both" else "one order per pair"
     console.print(
         f"error: share of the valid pairs judged wrong in at least one order (both-orders-correct rule). "
@@ -116,10 +142,7 @@ def judge(
         default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
         help="Completion token budget per judgment; must cover the reasoning.",
     ),
-    verdict: str = typer.Option(
-        default_of(JudgeSettings, "verdict"), "--verdict",
-        help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: each pair's probability of preferring the rejected response; same calls).",
-    ),
+    verdict: str = VERDICT,
     cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ..judging import JudgeSettings
 from .common import fail
 
-__all__ = ["bounds_of", "default_of", "reasoning_fields", "REASONING", "REASONING_CHARS", "NO_REASONING_CAP", "QUIET"]
+__all__ = ["bounds_of", "default_of", "reasoning_fields", "REASONING", "REASONING_CHARS", "NO_REASONING_CAP", "QUIET", "VERDICT"]
 
 
 def default_of(model: type[BaseModel], field: str) -> Any:
@@ -52,6 +52,11 @@ NO_REASONING_CAP: Any = typer.Option(
     "and a cut output is invalid.",
 )
 QUIET: Any = typer.Option(False, "--quiet", help="No progress bars.")
+VERDICT: Any = typer.Option(
+    default_of(JudgeSettings, "verdict"), "--verdict",
+    help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: "
+    "each pair's probability of preferring the rejected response, and the verdicts' calibration; same calls).",
+)
 
 
 def reasoning_fields(reasoning: bool, reasoning_chars: int | None, no_reasoning_cap: bool) -> dict[str, Any]:

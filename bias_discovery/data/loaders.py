@@ -8,7 +8,9 @@
     the odd-numbered pairs of each domain are the target half, the even-numbered the test
     half), so a quick run discovers on one half and validates on the other;
   - ``judgebench``: JudgeBench, both response-model splits (gpt first, then claude);
-    ``judgebench:gpt`` / ``judgebench:claude`` for one of them;
+    ``judgebench:gpt`` / ``judgebench:claude`` for one of them; ``judgebench:cross`` for the
+    matched cross-model pairs of the questions both models answered (`data.cross_model`:
+    one model's correct answer against the other's incorrect one, for self-preference);
   - ``rewardbench``: RewardBench's ``filtered`` split; ``rewardbench:<section>`` for one of its
     sections (``chat``, ``chat-hard``, ``safety``, ``reasoning``; case, ``-``, ``_`` and spaces
     are ignored);
@@ -131,6 +133,7 @@ KNOWN_DATASETS: dict[str, str] = {
     "judgebench": "JudgeBench, both response-model splits (gpt then claude)",
     "judgebench:gpt": "JudgeBench, pairs answered by gpt-4o",
     "judgebench:claude": "JudgeBench, pairs answered by claude-3.5-sonnet",
+    "judgebench:cross": "JudgeBench's questions answered by both models, crossed: one model's correct answer against the other's incorrect one",
     "rewardbench": "RewardBench, filtered split (domain = section)",
     "rewardbench:<section>": "one RewardBench section: " + ", ".join(REWARDBENCH_SECTIONS),
 }
@@ -683,6 +686,8 @@ def _resolve(source: str | Path) -> _Resolved:
         return _named_split("demo", "demo", text, DEMO_SPLITS, whole="demo (all 48 pairs)")
     if lowered == "judgebench":
         return _Resolved("judgebench", "judgebench", splits=tuple(JUDGEBENCH_FILES))
+    if lowered == "judgebench:cross":  # matched cross-model pairs (data/cross_model.py)
+        return _Resolved("judgebench", "judgebench:cross", splits=tuple(JUDGEBENCH_FILES), section="cross")
     if lowered.startswith("judgebench:"):
         return _named_split("judgebench", "JudgeBench", text, JUDGEBENCH_FILES)
     if lowered == "rewardbench":
@@ -779,6 +784,10 @@ def load_pairs(
             pairs = [p for p in pairs if demo_split(p.id) == resolved.splits[0]]
     elif resolved.kind == "judgebench":
         pairs = _load_judgebench(list(resolved.splits), resolve_data_dir(data_dir), bad_rows)
+        if resolved.section == "cross":
+            from .cross_model import cross_model_pairs
+
+            pairs = cross_model_pairs(pairs)
     elif resolved.kind == "rewardbench":
         pairs = _load_rewardbench(resolved.section, resolve_data_dir(data_dir), bad_rows)
     elif resolved.kind == "hf":

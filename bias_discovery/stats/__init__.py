@@ -34,7 +34,8 @@ Also here: Cohen's kappa, for the annotation of exported benchmarks.
 Modules: `intervals` (Wilson, Student-t, the paired bootstrap), `tests` (McNemar, Tango, the
 paired t and sign-flip tests), `multiplicity` (Holm, BH), `comparison` (`PairedComparison`, the
 acceptance decision, the error statement, two judges' Δ compared), `sequential` (plans, looks,
-alpha spending), `effect` (the effect after a stop), `power`, `agreement` (Cohen's kappa).
+alpha spending), `effect` (the effect after a stop), `power`, `agreement` (Cohen's kappa),
+`calibration` (ECE, Brier and the reliability bins of verdict probabilities).
 Every public name is re-exported here: ``from bias_discovery.stats import X`` works for all.
 """
 
@@ -42,6 +43,12 @@ from __future__ import annotations
 
 from .agreement import (
     cohens_kappa,
+)
+from .calibration import (
+    Calibration,
+    ReliabilityBin,
+    calibration,
+    expected_calibration_error,
 )
 from .comparison import (
     MEASURE_LABELS,
@@ -192,6 +199,10 @@ __all__ = [
     "tango_z",
     "wilson_interval",
     "cohens_kappa",
+    "Calibration",
+    "ReliabilityBin",
+    "calibration",
+    "expected_calibration_error",
     "LookOutcome",
     "RECORDED_AT_STOP",
 ]
