@@ -17,7 +17,17 @@ from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from .findings import audit_findings, exit_on_findings, parse_fail_on
+from .options import (
+    NO_REASONING_CAP,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    bounds_of,
+    default_of,
+    fail_on_option,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..auditing import AuditReport, SchemeAudit
@@ -127,6 +137,7 @@ def audit(
     ),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
     timeout: float | None = timeout_option(),
+    fail_on: list[str] = fail_on_option("flagged", "threshold"),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -138,6 +149,7 @@ def audit(
     from ..api import audit as audit_judge
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
         settings = AuditSettings(
@@ -160,3 +172,4 @@ def audit(
         fail(str(exc))
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    exit_on_findings(audit_findings(output.report, conditions))

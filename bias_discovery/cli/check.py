@@ -10,6 +10,7 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import plural
 from .common import app, console, err_console, fail, timeout_option
+from .exit_codes import ExitCode
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 
@@ -61,7 +62,7 @@ def check(
             f"[bold red]check failed:[/] {plural(report.problems, 'problem')} above (FAIL); fix them before a long run",
             highlight=False,
         )
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed", highlight=False)
 
 
@@ -80,5 +81,5 @@ def _check_embedded() -> None:
             console.print(f"     llama.cpp build: {result.system_info.strip()}", highlight=False, soft_wrap=True)
     if not all(r.ok for r in results):
         err_console.print("[bold red]check failed:[/] the embedded default does not work on this machine (above)", highlight=False)
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed: the embedded engine and the embedder work here", highlight=False)
