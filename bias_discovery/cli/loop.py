@@ -252,7 +252,8 @@ def status(
         console.print(skipped, highlight=False)
     if report["current"]:
         c = report["current"]
-        label = "in progress" if effective == "running" else "interrupted in"
+        label = "in progress" if effective == "running" else (
+            "stopped in" if state is not None and state.status == "stopped" else "interrupted in")
         console.print(f"{label}: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
     table = Table(title="calls and tokens by stage")
     for column in ("stage", "role", "requests", "cached", "prompt tokens", "completion tokens"):

@@ -116,7 +116,8 @@ class Budget:
         self.prices = dict(prices)
         self.spent: dict[str, Spend] = {role: s.model_copy() for role, s in (spent or {}).items()}
         self._reserved: dict[str, Spend] = {}
-        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._lock = threading.Condition()
 
     def spend(self) -> dict[str, Spend]:
         """Spend so far by role (a copy)."""
@@ -142,12 +143,22 @@ class Budget:
                     if measure(used.plus(need)) > bound:
                         raise BudgetReached(self._message(scope, key, bound, what, used, need), self.spent)
             self._reserved[role] = self._reserved.get(role, Spend()).plus(need)
+            self._in_flight += 1
         return need
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every admitted request has its response (or failed), at most `timeout`
+        seconds: a run stopped at its budget books what is still in flight before it says what
+        it spent. False: some were still out."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._in_flight == 0, timeout)
 
     def settle(self, role: str, reserved: Spend, response: GenerationResponse | None, paid: bool = True) -> None:
         """Release a reservation and book what the response cost (`paid` False: the cache
         answered it after all, or the request failed before a response)."""
         with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
+            self._lock.notify_all()
             left = self._reserved.get(role, Spend())
             self._reserved[role] = Spend(**{k: max(0, v - getattr(reserved, k)) for k, v in left.model_dump().items()})
             if response is not None and paid:
@@ -159,7 +170,7 @@ class Budget:
         shown: Any = f"${bound:g}" if key == "max_usd" else f"{bound:,.0f}"
         return (f"budget reached: the next request could take {scope} past {key.replace('_', ' ')} = {shown} "
                 f"({what}: spent and in flight {_MEASURES[key][1](used):,.4g}, this request at most "
-                f"{_MEASURES[key][1](need):,.4g}); spent so far: {_sum(self.spent.values()).text()}")
+                f"{_MEASURES[key][1](need):,.4g})")
 
 
 def _sum(spends: Any) -> Spend:

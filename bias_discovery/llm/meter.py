@@ -62,32 +62,59 @@ class MeteredEngine(BaseEngine):
     def submit_booked(self, request: GenerationRequest, stage: str) -> Future[GenerationResponse]:
         """`submit`, booked to `stage` when the response arrives; with a budget, a paid request
         is admitted first (`BudgetReached` raised here, nothing sent, when it is not)."""
-        reserved = self._admit([request])[0] if self.budget is not None else None
-        try:
+        if self.budget is None:
             future = self.engine.submit(request)
+            future.add_done_callback(lambda done: self._book_done(stage, done))
+            return future
+        reserved = self._admit([request])[0]
+        try:
+            sent = self.engine.submit(request)
         except BaseException:
             self._settle(reserved, None)
             raise
-        future.add_done_callback(lambda done: self._book_done(stage, done))
-        if reserved is not None:
-            future.add_done_callback(
-                lambda done: self._settle(reserved, None if done.cancelled() or done.exception() else done.result()))
-        return future
+        # An admitted request is seen through even when its caller gives up (a stage stopped at
+        # the budget cancels the rest): its response is paid, booked and kept by the call cache.
+        answer: Future[GenerationResponse] = Future()
+
+        def arrived(done: Future[GenerationResponse]) -> None:
+            failed = done.cancelled() or done.exception() is not None
+            self._settle(reserved, None if failed else done.result())
+            self._book_done(stage, done)
+            if answer.cancelled():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif done.exception() is not None:
+                answer.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                answer.set_result(done.result())
+
+        sent.add_done_callback(arrived)
+        return answer
 
     def _admit(self, requests: Sequence[GenerationRequest]) -> list[Spend | None]:
         """Each request's reservation (None: the call cache answers it, free), in order; at the
         first one the budget refuses, the reservations made are released and `BudgetReached`
         carries how many came before it (`admitted`)."""
         assert self.budget is not None
-        if not self.budget.settings.is_set():  # nothing to keep: only book what is paid
-            return [Spend() for _ in requests]
+        if not self.budget.settings.is_set():  # nothing to keep: book what is paid, copies once
+            seen: set[str] = set()
+            free = []
+            for request in requests:
+                key = request.content_hash(self.engine_id)
+                free.append(key in seen)
+                seen.add(key)
+            return [None if copy else Spend() for copy in free]
         known = getattr(self.engine, "known", None)
         cached = known(requests) if callable(known) else [False] * len(requests)
         reserved: list[Spend | None] = []
+        keys: set[str] = set()
         for request, hit in zip(requests, cached):
-            if hit:
+            key = request.content_hash(self.engine_id)
+            if hit or key in keys:  # cached, or a copy the cache sends once: free
                 reserved.append(None)
                 continue
+            keys.add(key)
             try:
                 reserved.append(self.budget.admit(self.role, request))
             except BudgetReached as exc:
@@ -143,8 +170,7 @@ class MeteredEngine(BaseEngine):
 
     def _generate_paid(self, stage: str, requests: Sequence[GenerationRequest], reserved: list[Spend | None],
                        progress: ProgressCallback | None, on_response: ResponseCallback | None) -> list[GenerationResponse]:
-        """Generate admitted requests and book what they cost; an in-batch copy of a request is
-        paid once (the call cache sends it once)."""
+        """Generate admitted requests and book what they cost (`reserved` None: free)."""
         try:
             responses = self.engine.generate(requests, progress=progress, on_response=on_response)
         except BaseException:
@@ -152,11 +178,8 @@ class MeteredEngine(BaseEngine):
                 self._settle(r, None)
             raise
         self.book(stage, responses)
-        seen: set[str] = set()
-        for request, r, response in zip(requests, reserved, responses):
-            key = request.content_hash(self.engine_id)
-            self._settle(r, None if key in seen else response)
-            seen.add(key)
+        for r, response in zip(reserved, responses):
+            self._settle(r, response)
         return responses
 
     def _release(self) -> None:

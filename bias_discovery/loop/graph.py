@@ -342,6 +342,9 @@ def _execute_held(
         discovery.book.record_spend()
         return final
     except BudgetReached as exc:  # at a request boundary: resumable with a larger budget
+        if roles.budget is not None:  # what was admitted before the stop is paid: book it first
+            roles.budget.wait_idle(timeout=max(m.timeout_s for m in roles.configs.values()))
+            exc.spend = roles.budget.spend()
         discovery.book.record_spend(status="stopped", stop_reason=str(exc)[:2000], error=None)
         run.event("budget_reached", reason=str(exc)[:2000])
         raise
