@@ -146,3 +146,31 @@ def test_audit_thresholds_exit_3_when_met_and_0_when_not(tmp_path: Path) -> None
     assert "fail-on: position-consistency<0.8: position has rr = 0" in " ".join(met.stderr.split())
     assert (tmp_path / "met" / "audit.json").is_file()  # outputs are written before the exit
     assert unmet.returncode == ExitCode.OK, unmet.stdout + unmet.stderr
+
+
+def test_a_run_stopped_at_its_budget_exits_4_says_so_and_resumes_with_a_larger_one(tmp_path: Path) -> None:
+    from bias_discovery.report.render import render_report
+
+    with launch(0.0) as (url, _):
+        config = planted_config(tmp_path, url, n_test=20)
+        run_dir = tmp_path / "run"
+        stopped = cli("run", str(config), "--run-dir", str(run_dir), "--quiet", "--set", "budget.max_calls=25",
+                      "--set", "teacher.price.input_per_mtok=3", "--set", "teacher.price.output_per_mtok=15")
+        assert stopped.returncode == ExitCode.BUDGET == 4, stopped.stdout + stopped.stderr
+        err = " ".join(stopped.stderr.split())
+        assert "stopped: budget reached: the next request could take the run past max calls = 25" in err
+        assert f"bias-discovery resume {run_dir} --set budget.max_usd=..." in err and "Traceback" not in err
+        status = cli("status", str(run_dir))
+        headline = " ".join(status.stdout.split())
+        assert "planted: stopped: budget reached at stage" in headline and "spent 25 calls" in headline
+        state = json.loads((run_dir / "run.json").read_text())
+        assert state["status"] == "stopped" and sum(s["calls"] for s in state["spend"].values()) == 25
+        assert "Paid" in render_report(run_dir) and "calls paid" in render_report(run_dir)  # `view` shows the spend
+        refused = cli("resume", str(run_dir), "--quiet", "--set", "seed=4")
+        assert refused.returncode == ExitCode.ERROR and "only its budget may change" in " ".join(refused.stderr.split())
+        resumed = cli("resume", str(run_dir), "--quiet", "--set", "budget.max_calls=100000")
+    assert resumed.returncode == ExitCode.OK, resumed.stdout + resumed.stderr
+    out = " ".join(resumed.stdout.split())
+    assert "paid (every session of the run; calls answered by the call cache cost nothing):" in out
+    assert "teacher:" in out and "$" in out
+    assert "max_calls: 100000" in (run_dir / "config.yaml").read_text()  # the new budget is the run's

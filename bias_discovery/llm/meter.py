@@ -85,7 +85,7 @@ class MeteredEngine(BaseEngine):
             if done.cancelled():
                 answer.cancel()
             elif done.exception() is not None:
-                answer.set_exception(done.exception())  # type: ignore[arg-type]
+                answer.set_exception(done.exception())
             else:
                 answer.set_result(done.result())
 
