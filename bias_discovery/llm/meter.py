@@ -62,9 +62,12 @@ class MeteredEngine(BaseEngine):
     def submit_booked(self, request: GenerationRequest, stage: str) -> Future[GenerationResponse]:
         """`submit`, booked to `stage` when the response arrives; with a budget, a paid request
         is admitted first (`BudgetReached` raised here, nothing sent, when it is not)."""
-        if self.budget is None:
+        if self.budget is None or not self.budget.settings.is_set():  # no limit: book what arrives
             future = self.engine.submit(request)
             future.add_done_callback(lambda done: self._book_done(stage, done))
+            if self.budget is not None:
+                future.add_done_callback(lambda done: self._settle(
+                    Spend(), None if done.cancelled() or done.exception() is not None else done.result()))
             return future
         reserved = self._admit([request])[0]
         try:
