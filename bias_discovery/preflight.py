@@ -61,6 +61,8 @@ class EndpointReport(BaseModel):
     spec: str
     endpoint: str
     findings: list[Finding] = []
+    tokens_per_s: float | None = None
+    """Completion tokens a second the server (or engine) gave in `check`'s throughput probe."""
 
     @property
     def failed(self) -> bool:
@@ -401,7 +403,37 @@ def check_endpoint(
     add(Finding(status="info" if context else "warn", what="context",
                 detail=f"{context} tokens ({source})" if context else source))
     _measure(engine, prompts, context, add)
+    report.tokens_per_s = _throughput(engine, config, add)
     return report
+
+
+PROBE_REQUESTS = 8
+PROBE_TOKENS = 32
+
+
+def _throughput(engine: Engine, config: ModelConfig, add: Callable[[Finding], None]) -> float | None:
+    """Completion tokens a second on a short probe: `PROBE_REQUESTS` distinct requests of up to
+    `PROBE_TOKENS` tokens at once (as many as the server takes in flight), timed from the first
+    send to the last reply. A server busy with other work, or a batch larger than the probe's,
+    gives a different rate: the wall times of `check` rest on this one measurement."""
+    n = min(PROBE_REQUESTS, config.max_concurrency or PROBE_REQUESTS)
+    requests = [GenerationRequest.chat(f"Count from {i} upwards, one number a line.", max_tokens=PROBE_TOKENS,
+                                       temperature=0.0, seed=i) for i in range(n)]
+    started = time.monotonic()
+    try:
+        responses = engine.generate(requests)
+    except BiasDiscoveryError as exc:
+        add(Finding(status="warn", what="throughput", detail=f"the probe failed ({exc}); no wall time"))
+        return None
+    seconds = time.monotonic() - started
+    tokens = sum(r.completion_tokens for r in responses)
+    if not tokens or seconds <= 0:
+        add(Finding(status="warn", what="throughput", detail="the probe's replies report no tokens; no wall time"))
+        return None
+    rate = tokens / seconds
+    add(Finding(status="info", what="throughput", detail=(
+        f"{rate:,.1f} completion tokens/s ({n} requests of up to {PROBE_TOKENS} tokens at once, {seconds:.2f} s)")))
+    return rate
 
 
 def _probe(engine: Engine, kinds: Sequence[ConstraintKind], add: Callable[[Finding], None]) -> None:

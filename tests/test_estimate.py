@@ -47,3 +47,25 @@ def test_without_max_candidates_the_bound_is_one_candidate_per_target_pair() -> 
     config, target, test, rows = estimates()
     validate = next(r for r in rows if r.stage == "validate (judge)")
     assert validate.calls_bound == len(target) * len(test) * config.max_iterations
+
+
+def test_check_prints_expected_figures_dollars_and_wall_time_from_a_throughput_probe(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    from kill_anywhere import stub_config
+
+    from stub_openai import launch
+
+    with launch(0.0) as (url, _):
+        config = stub_config(tmp_path / "config.yaml", url, pipeline="streamed", n_target=8, n_test=20, priced=True)
+        result = subprocess.run([sys.executable, "-m", "bias_discovery.cli", "check", str(config)], capture_output=True,
+                                text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "throughput: " in out and "completion tokens/s (8 requests of up to 32 tokens at once" in out
+    assert "│ perturb │ teacher │ 8 | ≤ 8 │" in out  # exact: one rewrite per target pair
+    assert "all (teacher) │ teacher │" in out and "$" in out  # dollars per role at kill_anywhere.PRICE
+    assert "wall time, target: about" in out and "wall time, teacher: about" in out
+    assert "assumed (not measured)" in out

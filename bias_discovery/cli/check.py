@@ -97,6 +97,18 @@ def _print_estimates(report: PreflightReport) -> None:
                       pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)), usd,
                       style="bold")
     console.print(table)
+    from ..formatting import duration
+
+    for role in roles:
+        rates = [e.tokens_per_s for e in report.endpoints if e.role == role and e.tokens_per_s]
+        if not rates:  # the checker is not probed on its own
+            continue
+        rate = sum(rates)  # replicas serve at once
+        rows = [e for e in report.estimates if e.role == role]
+        console.print(
+            f"wall time, {role}: about {duration(sum(e.completion_tokens for e in rows) / rate)} expected, at most "
+            f"{duration(sum(e.completion_tokens_bound for e in rows) / rate)} (its completion tokens at the probe's "
+            f"{rate:,.0f} tokens/s; prefill and waiting on the other role not counted)", highlight=False, soft_wrap=True)
     a = report.assumptions
     console.print(
         f"assumed (not measured): {a.misjudged_share:.0%} of perturbed target pairs misjudged; "
