@@ -213,7 +213,9 @@ def discover(
     deadline (a fresh run records it; a resume uses it for this session only). `engines`
     ({"target", "teacher"}) and `embedder` replace the configured models (tests). A live run
     in `run_dir` is refused (RunBusyError); Ctrl-C raises KeyboardInterrupt with the run
-    resumable.
+    resumable. A run that reaches its `budget` raises `BudgetReached` (its `spend` by role) with
+    the run resumable; `resume=True` with `overrides` of `budget.*` gives it a larger budget
+    (the only settings a resume changes).
     """
     warn = on_warning or python_warning
     extra = ["data.allow_overlap=true"] if allow_overlap else []
