@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from .errors import ConfigError
 from .io import read_utf8
 from .judging import JudgeSettings
+from .llm.budget import ROLES, BudgetSettings
 from .llm.config import ModelConfig, same_model
 from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
@@ -278,8 +279,20 @@ class RunConfig(_Strict):
     identify: IdentifySettings = Field(default_factory=IdentifySettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    """What the run may pay (cached calls are free): when the next request could pass a limit,
+    the run stops before it, resumable with a larger budget (`resume --set budget.max_usd=...`),
+    exit code 4."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_roles(cls, budget: BudgetSettings) -> BudgetSettings:
+        unknown = sorted(set(budget.roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"budget.roles: no role {', '.join(unknown)} (roles: {', '.join(ROLES)})")
+        return budget
 
     @model_validator(mode="before")
     @classmethod

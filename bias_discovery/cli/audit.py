@@ -17,6 +17,7 @@ from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..judging import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
+from .findings import audit_findings, exit_on_findings, parse_fail_on
 from .options import (
     NO_REASONING_CAP,
     QUIET,
@@ -25,6 +26,7 @@ from .options import (
     VERDICT,
     bounds_of,
     default_of,
+    fail_on_option,
     reasoning_fields,
 )
 
@@ -183,6 +185,7 @@ def audit(
     ),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
     timeout: float | None = timeout_option(),
+    fail_on: list[str] = fail_on_option("flagged", "threshold"),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -194,13 +197,15 @@ def audit(
     from ..api import audit as audit_judge
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
     if from_log is not None:
         given = [
             flag for flag, value in (("--model", model), ("--biases", biases), ("--teacher", teacher), ("--prompts", prompts)) if value
         ]
         if given:
             fail(f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out")
-        _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
+        logged = _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
+        exit_on_findings(audit_findings(logged, conditions))
         return
     missing = [flag for flag, value in (("--model", model), ("--data", data), ("--biases", biases), ("--out", out)) if value is None]
     if missing:
@@ -232,12 +237,13 @@ def audit(
         fail(str(exc))
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    exit_on_findings(audit_findings(output.report, conditions))
 
 
 def _audit_from_log(
     path: Path, columns: str | None, data: str | None, data_dir: Path | None, judge_model: str | None,
     judge_family: str | None, seed: int, n_boot: int, out: Path | None, overwrite: bool,
-) -> None:
+) -> AuditReport:
     from ..api import LogAuditOptions, audit_log
 
     try:
@@ -253,3 +259,4 @@ def _audit_from_log(
     print_audit(output.report)
     if out is not None:
         console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    return output.report

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import plural
+
+if TYPE_CHECKING:
+    from ..preflight import PreflightReport
 from .common import app, console, err_console, fail, timeout_option
+from .exit_codes import ExitCode
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 
@@ -56,13 +61,62 @@ def check(
         mark = "" if row.exact else "≤ "
         table.add_row(row.stage, row.role, f"{mark}{row.per_iteration:,}", f"{mark}{row.total:,}", row.note)
     console.print(table)
+    _print_estimates(report)
     if report.problems:
         err_console.print(
             f"[bold red]check failed:[/] {plural(report.problems, 'problem')} above (FAIL); fix them before a long run",
             highlight=False,
         )
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed", highlight=False)
+
+
+def _print_estimates(report: PreflightReport) -> None:
+    """Expected figures beside their bounds per stage and role, dollars per role, the assumptions."""
+    if not report.estimates or report.assumptions is None:
+        return
+    from ..formatting import count
+
+    def pair(expected: float, bound: float) -> str:
+        return f"{count(round(expected))} | ≤ {count(round(bound))}"
+
+    table = Table(title="expected | at most, whole run (expected: from the assumptions below; at most: none assumed)")
+    for column in ("stage", "role", "calls", "prompt tokens", "completion tokens", "dollars"):
+        table.add_column(column, justify="left" if column in ("stage", "role") else "right")
+    for e in report.estimates:
+        usd = "-" if e.usd is None or e.usd_bound is None else f"${e.usd:,.2f} | ≤ ${e.usd_bound:,.2f}"
+        table.add_row(e.stage, e.role, pair(e.calls, e.calls_bound), pair(e.prompt_tokens, e.prompt_tokens_bound),
+                      pair(e.completion_tokens, e.completion_tokens_bound), usd)
+    roles = list(dict.fromkeys(e.role for e in report.estimates))
+    for role in roles:
+        rows = [e for e in report.estimates if e.role == role]
+        priced = all(e.usd is not None for e in rows)
+        usd = f"${sum(e.usd or 0 for e in rows):,.2f} | ≤ ${sum(e.usd_bound or 0 for e in rows):,.2f}" if priced else "no price"
+        table.add_row(f"all ({role})", role, pair(sum(e.calls for e in rows), sum(e.calls_bound for e in rows)),
+                      pair(sum(e.prompt_tokens for e in rows), sum(e.prompt_tokens_bound for e in rows)),
+                      pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)), usd,
+                      style="bold")
+    console.print(table)
+    from ..formatting import duration
+
+    for role in roles:
+        rates = [e.tokens_per_s for e in report.endpoints if e.role == role and e.tokens_per_s]
+        if not rates:  # the checker is not probed on its own
+            continue
+        rate = sum(rates)  # replicas serve at once
+        rows = [e for e in report.estimates if e.role == role]
+        console.print(
+            f"wall time, {role}: about {duration(sum(e.completion_tokens for e in rows) / rate)} expected, at most "
+            f"{duration(sum(e.completion_tokens_bound for e in rows) / rate)} (its completion tokens at the probe's "
+            f"{rate:,.0f} tokens/s; prefill and waiting on the other role not counted)", highlight=False, soft_wrap=True)
+    a = report.assumptions
+    console.print(
+        f"assumed (not measured): {a.misjudged_share:.0%} of perturbed target pairs misjudged; "
+        f"{a.candidates_per_iteration} candidates per iteration (at most validate.max_candidates); sequential "
+        f"validation stops after {a.sequential_share:.0%} of the test items on average; {a.chars_per_token:g} "
+        f"characters a prompt token; free-text answers use {a.completion_share:.0%} of max_tokens; every iteration "
+        "runs. Calls answered by the call cache cost nothing. Without validate.max_candidates, validation's bound "
+        "is one candidate per misjudged pair.", highlight=False, soft_wrap=True)
 
 
 def _check_embedded() -> None:
@@ -86,5 +140,5 @@ def _check_embedded() -> None:
             console.print(f"     llama.cpp build: {result.system_info.strip()}", highlight=False, soft_wrap=True)
     if not all(r.ok for r in results):
         err_console.print("[bold red]check failed:[/] the embedded default does not work on this machine (above)", highlight=False)
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed: the embedded engine and the embedder work here", highlight=False)

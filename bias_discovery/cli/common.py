@@ -1,7 +1,7 @@
 """What every command module shares: the Typer app, the consoles, `fail`, error formatting.
 
 User errors (`BiasDiscoveryError`, invalid config values) end with a one-paragraph message
-on stderr and exit code 2; nothing half-written is left behind. Only light modules are
+on stderr and exit code 2 (`exit_codes.ExitCode.ERROR`; every code is in `exit_codes.EXIT_CODES`); nothing half-written is left behind. Only light modules are
 imported here: the CLI must start fast, so each command imports what it needs when it runs.
 """
 
@@ -14,6 +14,8 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+
+from .exit_codes import ExitCode
 
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
@@ -131,10 +133,10 @@ def fail(message: str) -> NoReturn:
     """Print `message` as an error on stderr and exit with code 2 (a user error); settings it
     names are shown as their flags (`with_flags`)."""
     err_console.print(f"[bold red]error:[/] {with_flags(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=ExitCode.ERROR)
 
 
 def interrupted(run_dir: Path) -> NoReturn:
     """Ctrl-C during a run: say how to continue it, exit with code 130."""
     err_console.print(f"interrupted; continue with: bias-discovery resume {run_dir}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=130)
+    raise typer.Exit(code=ExitCode.INTERRUPTED)

@@ -16,7 +16,8 @@ from ..judge_matrix.config import (
     MatrixData,  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
 )
 from .common import app, console, fail, options_error
-from .options import QUIET, bounds_of
+from .findings import exit_on_findings, matrix_findings, parse_fail_on
+from .options import QUIET, bounds_of, fail_on_option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judge_matrix import MatrixResult
@@ -94,6 +95,7 @@ def matrix(
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip test rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them."),
     overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
     quiet: bool = QUIET,
+    fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Validate every bias against every judge on the same items.
 
@@ -107,6 +109,7 @@ def matrix(
     from ..judge_matrix.config import MatrixOptions
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["accepted"])
     try:
         options = MatrixOptions(
             out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
@@ -118,3 +121,4 @@ def matrix(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_matrix(result, out)
+    exit_on_findings(matrix_findings(result, conditions))

@@ -17,7 +17,10 @@ from pydantic import BaseModel
 from ..judging import JudgeSettings
 from .common import fail
 
-__all__ = ["bounds_of", "default_of", "reasoning_fields", "REASONING", "REASONING_CHARS", "NO_REASONING_CAP", "QUIET", "VERDICT"]
+__all__ = [
+    "bounds_of", "default_of", "fail_on_option", "reasoning_fields", "REASONING", "REASONING_CHARS", "NO_REASONING_CAP", "QUIET",
+    "VERDICT",
+]
 
 
 def default_of(model: type[BaseModel], field: str) -> Any:
@@ -69,3 +72,11 @@ def reasoning_fields(reasoning: bool, reasoning_chars: int | None, no_reasoning_
     elif reasoning_chars is not None:
         fields["reasoning_chars"] = reasoning_chars
     return fields
+
+
+def fail_on_option(*kinds: str) -> Any:
+    """`--fail-on CONDITION` (repeatable) for a command that offers the condition `kinds`
+    (`findings.parse_fail_on`): a met condition exits with `ExitCode.FINDING`."""
+    from .findings import fail_on_help
+
+    return typer.Option([], "--fail-on", metavar="CONDITION", help=fail_on_help(kinds))

@@ -12,6 +12,8 @@ from rich.text import Text
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
 from .common import app, console, fail, options_error, timeout_option
+from .findings import exit_on_findings, parse_fail_on, replication_findings
+from .options import fail_on_option
 
 
 @app.command()
@@ -29,6 +31,7 @@ def replicate(
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     timeout: float | None = timeout_option(),
+    fail_on: list[str] = fail_on_option("replication-failed"),
 ) -> None:
     """Re-validate a run's biases on fresh perturbations.
 
@@ -40,6 +43,7 @@ def replicate(
     from ..replication import ReplicationOptions
     from ..stats import MEASURE_LABELS
 
+    conditions = parse_fail_on(fail_on, ["replication-failed"])
     try:
         options = ReplicationOptions(
             seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature, out=out,
@@ -102,3 +106,4 @@ def replicate(
         highlight=False,
     )
     console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
+    exit_on_findings(replication_findings(r, conditions))

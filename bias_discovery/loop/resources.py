@@ -12,20 +12,22 @@ from ..data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from ..data.pairs import PreferencePair
 from ..embeddings import Embedder
 from ..llm.base import Engine
+from ..llm.budget import Budget, Spend
 from ..llm.roles import ModelRoles
 from ..run import RunDir
 from .bookkeeping import RunBook, state_or_none
 
 
-def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
+def loop_roles(
+    config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None, spent: Mapping[str, Spend] | None = None
+) -> ModelRoles:
     """The loop's roles, through the run's call cache: target, teacher, and the checker of
     answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
-    model); one engine per model."""
-    return ModelRoles(
-        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
-        cache_path=run.cache_path,
-        engines=engines,
-    )
+    model); one engine per model. Every role keeps the run's budget (`config.budget`), counted
+    on from `spent` (run.json's, on a resume)."""
+    models = {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()}
+    budget = Budget(config.budget, {role: model.price for role, model in models.items()}, spent)
+    return ModelRoles(models, cache_path=run.cache_path, engines=engines, budget=budget)
 
 
 def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:

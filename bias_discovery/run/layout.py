@@ -74,6 +74,8 @@ EVENT_KINDS: dict[str, str] = {
     "resume": "`resume` continued the run from its checkpoint",
     "restart": "`resume` started the loop over in place (no checkpoint yet, or none left)",
     "resume_failed": "a resume stopped on an error (error)",
+    "budget_reached": "the run stopped before a request that could pass a limit of its budget (reason); `resume` with a larger one continues",
+    "budget_changed": "`resume --set budget...` gave the run a new budget (budget)",
     "removed_partial_files": "temporary files of writes a kill cut short, removed on resume",
     "repaired": "a damaged file rewritten (what)",
 }
