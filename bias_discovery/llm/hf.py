@@ -75,9 +75,19 @@ MAX_BATCH_TOKENS = 12288
 MAX_BATCH_ROWS = 32
 """Rows decoded together: past this, a step's cost grows with the rows and gains little."""
 
+SHORT_GENERATION = 16
+"""Requests that may generate more tokens than this (rewrites, explanations) are batched apart
+from the short ones (verdicts): a sub-batch decodes as many steps as its longest row, and a
+verdict row that finished after two steps would otherwise leave the rewrites decoding in
+smaller batches, one sub-batch after another."""
+
 MAX_PADDING_SHARE = 0.25
 """A sub-batch is closed before a request whose length would make padding exceed this share
 of its tokens (requests are sorted by length, so this rarely splits a stage's batch)."""
+
+LONG_GENERATION_PADDING_SHARE = 0.6
+"""The same for long generations: their time goes to decoding steps, which padding does not
+lengthen, so fewer, more padded sub-batches decode faster than many tight ones."""
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """/proc/cpuinfo flags of CPUs that compute bf16 matmuls natively (oneDNN uses them)."""
@@ -123,7 +133,7 @@ def choose_device_dtype(torch: Any, requested: str = "auto") -> tuple[str, str]:
     return device, dtype
 
 
-def plan_batches(lengths: Sequence[int]) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], max_padding_share: float = MAX_PADDING_SHARE) -> list[list[int]]:
     """Request indices grouped into sub-batches: sorted by prompt length (longest first, so a
     memory problem shows in the first), cut where rows, padded tokens or padding share would
     pass their bounds."""
@@ -136,7 +146,7 @@ def plan_batches(lengths: Sequence[int]) -> list[list[int]]:
             rows = len(current) + 1
             padded = rows * longest
             useful = sum(lengths[i] for i in current) + lengths[index]
-            if rows > MAX_BATCH_ROWS or padded > MAX_BATCH_TOKENS or (padded - useful) > MAX_PADDING_SHARE * padded:
+            if rows > MAX_BATCH_ROWS or padded > MAX_BATCH_TOKENS or (padded - useful) > max_padding_share * padded:
                 batches.append(current)
                 current = []
         current.append(index)
@@ -235,14 +245,28 @@ class TransformersEngine(BaseEngine):
                 report.done(index, responses[index])  # type: ignore[arg-type]
             else:
                 runnable.append(index)
-        for group in plan_batches([len(prompts[i]) for i in runnable]):
-            indices = [runnable[i] for i in group]
+        for kind in (True, False):  # long generations decode together, short verdicts apart
+            same = [i for i in runnable if (requests[i].max_tokens > SHORT_GENERATION) == kind]
+            share = LONG_GENERATION_PADDING_SHARE if kind else MAX_PADDING_SHARE
+            for group in plan_batches([len(prompts[i]) for i in same], share):
+                self._run_group([same[i] for i in group], requests, prompts, responses, report)
+        return [r for r in responses if r is not None]
+
+    def _run_group(
+        self,
+        indices: list[int],
+        requests: Sequence[GenerationRequest],
+        prompts: list[list[int]],
+        responses: list[GenerationResponse | None],
+        report: BatchReport,
+    ) -> None:
+        """Decode one sub-batch, reporting each response as its row finishes."""
+        if indices:
             rows = [self._new_row(i, requests[i], len(prompts[i])) for i in indices]
             for row in self._decode(rows, [prompts[i] for i in indices]):
                 response = self._response(row)
                 responses[row.index] = response
                 report.done(row.index, response)
-        return [r for r in responses if r is not None]
 
     def _new_row(self, index: int, request: GenerationRequest, prompt_tokens: int) -> _Row:
         row = _Row(index=index, request=request, prompt_tokens=prompt_tokens)
