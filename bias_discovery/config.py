@@ -15,9 +15,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from .errors import ConfigError
 from .io import read_utf8
-from .judging import JudgeSettings
 from .llm.config import ModelConfig, same_model
-from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
+from .settings.judge import JudgeSettings
+from .settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 DEFAULT_SEED = 42
 """The seed of a run, a judge, an audit and a matrix when none is given."""

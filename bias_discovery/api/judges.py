@@ -14,11 +14,12 @@ from ..errors import OutputError
 from ..export.compare import CompareReport, check_pro_dir, compare_with_pro
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
-from ..judging import JudgeSettings, JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
+from ..judging import JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..options import OperationOptions
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.judge import JudgeSettings
 from ..tables import Tabular
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
 

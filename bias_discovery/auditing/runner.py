@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from ..config import DEFAULT_SEED, PerturbSettings
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError
-from ..judging import JudgeSettings, Judgment, judge_request, order_for, to_judgment
+from ..judging import Judgment, judge_request, order_for, to_judgment
 from ..library import utc_now_iso
 from ..llm.base import Engine
 from ..metrics import Preference
@@ -29,7 +28,6 @@ from ..progress import ProgressFactory, progress_or_quiet
 from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import count_tokens
-from ..stats import DEFAULT_BOOTSTRAP_RESAMPLES
 from ..tables import Tabular
 from .compute import Context, ItemInfo, length_metrics, perturbation_metrics, position_metrics
 from .records import (
@@ -42,6 +40,7 @@ from .records import (
     SchemeAudit,
     csv_rows,
 )
+from .settings import AuditSettings
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]
@@ -50,25 +49,6 @@ ORIGINAL = "original"
 ORDERS: tuple[Order, Order] = ("chosen_first", "rejected_first")
 CallKey = tuple[str, int, Order, int]
 """(condition, item index, order shown first, seed)."""
-
-
-class AuditSettings(BaseModel):
-    """How to audit: repeats, mitigation, the judge's and the teacher's settings."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    repeats: int = 3
-    """K: every verdict is asked K times with derived seeds (flipping noise, CALM's CR)."""
-    mitigation: Mitigation = "none"
-    """Also measure this mitigated judge on the same items."""
-    seed: int = DEFAULT_SEED
-    """Seed of the order draw, the repeats and the models' sampling."""
-    n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
-    """Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."""
-    judge: JudgeSettings = Field(default_factory=JudgeSettings)
-    """Prompt, reasoning, budget, temperature and ties; `positions` and `mitigation` are the
-    audit's own (both orders, and `mitigation` above)."""
-    perturb: PerturbSettings = Field(default_factory=PerturbSettings)
 
 
 class AuditJudgment(Judgment):

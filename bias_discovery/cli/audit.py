@@ -11,11 +11,11 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from ..auditing.runner import AuditSettings
+from ..auditing.settings import AuditSettings
 from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
-from ..judging import JudgeSettings
+from ..settings.judge import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 

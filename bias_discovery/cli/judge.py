@@ -13,7 +13,7 @@ from rich.table import Table
 from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
-from ..judging import JudgeSettings
+from ..settings.judge import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
 from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
 

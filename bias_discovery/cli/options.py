@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from ..judging import JudgeSettings
+from ..settings.judge import JudgeSettings
 from .common import fail
 
 __all__ = ["bounds_of", "default_of", "reasoning_fields", "REASONING", "REASONING_CHARS", "NO_REASONING_CAP", "QUIET"]

@@ -55,7 +55,7 @@ from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
-from ..judging import JudgeSettings, Judgment, judge_pairs
+from ..judging import Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
 from ..llm.config import ModelConfig, same_model
@@ -65,6 +65,7 @@ from ..run.context import RunContext
 from ..run.overlap import check_run_overlap
 from ..run.reviews import Review
 from ..run.selection import select_biases
+from ..settings.judge import JudgeSettings
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls

@@ -29,10 +29,10 @@ from ..config import (
     validate_settings,
 )
 from ..errors import ConfigError
-from ..judging import JudgeSettings
 from ..library import Bias, BiasLibrary
 from ..llm.config import ModelConfig, same_model
 from ..options import OperationOptions
+from ..settings.judge import JudgeSettings
 
 __all__ = [
     "JURY",

@@ -30,7 +30,7 @@ from ..data.overlap import DataOverlap
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError, DataError
 from ..formatting import plural
-from ..judging import JudgeSettings, calls_per_pair, judge_pairs, order_for
+from ..judging import calls_per_pair, judge_pairs, order_for
 from ..library import Bias, utc_now_iso
 from ..llm.base import Engine
 from ..llm.cache import CachedEngine
@@ -40,6 +40,7 @@ from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
 from ..run.reviews import Review
+from ..settings.judge import JudgeSettings
 from ..stages.family import (
     FamilySettings,
     acceptance_thresholds,

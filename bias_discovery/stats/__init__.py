@@ -40,6 +40,7 @@ Every public name is re-exported here: ``from bias_discovery.stats import X`` wo
 
 from __future__ import annotations
 
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 from .agreement import (
     cohens_kappa,
 )
@@ -78,7 +79,6 @@ from .effect import (
     stopping_design,
 )
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     mean_and_sd,
     mean_t_interval,
@@ -106,7 +106,6 @@ from .sequential import (
     SequentialPlan,
     SpendingFunction,
     alpha_spent,
-    check_look_fractions,
     conditional_power,
     expected_final_n,
     look_outcome,

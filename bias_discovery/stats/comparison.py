@@ -9,8 +9,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     _bootstrap_mean_ci,
     _check_confidence,
