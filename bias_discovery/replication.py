@@ -30,7 +30,7 @@ from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_
 from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of
 from .library import Bias, BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
-from .options import OperationOptions
+from .options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from .progress import ProgressFactory, progress_or_quiet
 from .run.context import RunContext
 from .run.overlap import check_run_overlap
@@ -53,32 +53,23 @@ DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature of the fresh rewrites when the run rewrote greedily (temperature 0)."""
 
 
-class ReplicationOptions(OperationOptions):
+class ReplicationOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):
     """What a replication of a run may change (`bias-discovery replicate`'s options, the
-    arguments of `api.replicate`); everything else is the run's own."""
+    arguments of `api.replicate`); everything else is the run's own.
+
+    The shared fields are inherited; here their None is the run's: `out` defaults to
+    RUN_DIR/replications/seed-S, `limit` to the run's test_limit (with the run's data),
+    `data_dir` and `timeout_s` to the run's, and `skip_bad_rows` is on when the run used
+    data.skip_bad_rows."""
 
     seed: int | None = None
     """Seed of the fresh rewrites, position swaps and test sample (None: the run's + 1)."""
     data: str | None = None
     """Other test data: a named set or a file (None: the run's test data)."""
-    data_dir: Path | None = None
-    """Where named sets are read from (None: the run's)."""
-    limit: int | None = Field(default=None, ge=1)
-    """A seeded sample of this many test pairs (None: the run's test_limit, with the run's data)."""
     biases: str | None = None
     """Ids or names (comma-separated) to replicate instead of the accepted biases; seeds too."""
     temperature: float | None = Field(default=None, ge=0.0)
     """Teacher sampling of the fresh rewrites (None: the run's, or 0.7 when it rewrote greedily)."""
-    out: Path | None = None
-    """Output directory (None: RUN_DIR/replications/seed-S)."""
-    overwrite: bool = False
-    """Replace a non-empty `out`."""
-    allow_overlap: bool = False
-    """Replicate on data that shares pairs (id or content) with the run's target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows (on when the run used data.skip_bad_rows)."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
-    """Each model request's deadline, retries included (None: the run's)."""
 
     @field_validator("biases", mode="before")
     @classmethod

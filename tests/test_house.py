@@ -1,13 +1,16 @@
-"""The house rules that stay true by test: no function in the package over 100 lines, and a
+"""The house rules that stay true by test: no function in the package over 100 lines, a
 complexity list (ruff C901's per-file-ignores) that names only files that still need it, so it
-only shrinks."""
+only shrinks, commit subjects of at most 72 characters, and every flag of the command line
+written once."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,38 @@ def test_the_pre_commit_config_runs_the_gates() -> None:
     for hook in hooks.values():
         script = REPO / hook["entry"].split()[-1]
         assert hook["entry"].startswith("ruff") or script.is_file(), hook
+
+
+FLAG_LITERAL = re.compile(r"""["'](-{1,2}[a-z][a-z0-9-]*(?:/-{1,2}[a-z][a-z0-9-]*)?)["']""")
+"""A string literal that is a flag and nothing else ("--out", "-k", "--reasoning/--no-reasoning")."""
+
+
+def test_no_flag_is_defined_twice_in_the_cli() -> None:
+    """Every flag is written once in cli/: commands take the shared ones from cli/options.py and
+    make the others from their setting's name (`flag`, `option`)."""
+    found = Counter(
+        flag for path in sorted((REPO / "bias_discovery" / "cli").glob("*.py"))
+        for flag in FLAG_LITERAL.findall(path.read_text(encoding="utf-8"))
+    )
+    assert found["--reasoning/--no-reasoning"] == 1  # the grep sees the flags
+    assert [flag for flag, n in found.items() if n > 1] == []
+
+
+def test_every_option_a_command_takes_is_named_once_per_command() -> None:
+    """What the generated flags must still keep: no two parameters of a command share a flag."""
+    import typer.main
+
+    from bias_discovery.cli import app
+
+    def commands(group, path=()):  # noqa: ANN001, ANN202 - click's command groups
+        for name, command in group.commands.items():
+            yield path + (name,), command
+            if hasattr(command, "commands"):
+                yield from commands(command, path + (name,))
+
+    seen = 0
+    for path, command in commands(typer.main.get_command(app)):
+        flags = [opt for param in command.params for opt in [*param.opts, *param.secondary_opts]]
+        assert len(flags) == len(set(flags)), path
+        seen += len(flags)
+    assert seen > 100

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
@@ -15,9 +14,27 @@ from ..auditing.settings import AuditSettings
 from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
+from ..options import DataOptions
 from ..settings.judge import JudgeSettings
-from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from .common import app, console, fail, format_validation_error, options_error, warn
+from .options import (
+    ALLOW_OVERLAP,
+    CACHE,
+    DATA_DIR,
+    NO_CACHE,
+    NO_REASONING_CAP,
+    OVERWRITE,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    SKIP_BAD_ROWS,
+    TIMEOUT,
+    bounds_of,
+    default_of,
+    flag,
+    option,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..auditing import AuditReport, SchemeAudit
@@ -82,51 +99,40 @@ def print_audit(report: AuditReport) -> None:
 
 @app.command()
 def audit(
-    model: str = typer.Option(..., "--model", help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
-    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    biases: str = typer.Option(
-        ..., "--biases",
-        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
+    model: str = flag("model", ..., help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    data: str = flag("data", ..., help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    biases: str = flag("biases", ..., help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
         "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
     ),
-    out: Path = typer.Option(..., "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
-    teacher: str | None = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
-    teacher_base_url: str | None = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
-    repeats: int = typer.Option(default_of(AuditSettings, "repeats"), "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
-    mitigation: str = typer.Option(default_of(AuditSettings, "mitigation"), "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
-    seed: int = typer.Option(default_of(AuditSettings, "seed"), "--seed", help="Seed of the order draw, the repeats and sampling."),
-    temperature: float = typer.Option(
-        default_of(JudgeSettings, "temperature"), "--temperature", **bounds_of(JudgeSettings, "temperature"),
-        help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1).",
+    out: Path = flag("out", ..., help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
+    teacher: str | None = flag("teacher", None, help="Teacher model spec that injects library biases (not needed for position, length)."),
+    base_url: str | None = flag("base_url", None, help="Server URL of an openai/ judge."),
+    teacher_base_url: str | None = flag("teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url)."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="Audit only the first N pairs."),
+    repeats: int = option(AuditSettings, "repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
+    mitigation: str = option(AuditSettings, "mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
+    seed: int = option(AuditSettings, "seed", help="Seed of the order draw, the repeats and sampling."),
+    temperature: float = option(JudgeSettings, "temperature", help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1).",
     ),
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    max_tokens: int = typer.Option(
-        default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
-        help="Completion token budget per judgment; must cover the reasoning.",
+    max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning.",
     ),
-    allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
-    perturb_max_tokens: int = typer.Option(
-        default_of(PerturbSettings, "max_tokens"), "--perturb-max-tokens", **bounds_of(PerturbSettings, "max_tokens"),
+    allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (Chen et al.)."),
+    perturb_max_tokens: int = flag("perturb_max_tokens", default_of(PerturbSettings, "max_tokens"), **bounds_of(PerturbSettings, "max_tokens"),
         help="The teacher's budget for one rewritten response.",
     ),
-    n_boot: int = typer.Option(
-        default_of(AuditSettings, "n_boot"), "--n-boot", **bounds_of(AuditSettings, "n_boot"),
-        help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.",
+    n_boot: int = option(AuditSettings, "n_boot", help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.",
     ),
-    cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+    cache: Path | None = CACHE,
+    no_cache: bool = NO_CACHE,
+    overwrite: bool = OVERWRITE,
     quiet: bool = QUIET,
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
-    ),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
-    timeout: float | None = timeout_option(),
+    allow_overlap: bool = ALLOW_OVERLAP,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Audit a judge on known biases.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -14,6 +14,7 @@ from ..formatting import ci_pp, delta_clause, excluded_above, number, p_value, p
 from ..report.evidence import DEFAULT_EXAMPLES
 from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
+from .options import AS_JSON, flag
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -65,6 +66,11 @@ def _wrapped(text: str, width: int, max_lines: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def _examples_option(help: str) -> Any:
+    """`--examples K` of the commands that show a bias's validation items."""
+    return flag("examples", DEFAULT_EXAMPLES, "-k", min=0, help=help)
+
+
 _STATUS_STYLE = {
     "accepted": "green",
     "rejected": "yellow",
@@ -81,12 +87,11 @@ def library_show(
     bias: str | None = typer.Argument(
         None, metavar="[BIAS_ID]", help="Show this bias alone (an id or a name): its provenance, examples and reviews."
     ),
-    iteration: int | None = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
-    examples: int = typer.Option(
-        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+    iteration: int | None = flag("iteration", None, "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
+    examples: int = _examples_option(
         help="With BIAS_ID: validation items shown whose verdict the bias flipped (and half as many it did not).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Show a bias library, or one bias of it.
 
@@ -319,7 +324,7 @@ def _row_summary(row: dict) -> str:
 def library_diff(
     a: str = typer.Argument(..., metavar="A", help="Older library: " + _LIBRARY_REF_HELP),
     b: str = typer.Argument(..., metavar="B", help="Newer library: " + _LIBRARY_REF_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Compare two libraries.
 
@@ -377,10 +382,9 @@ def library_diff(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
-    out: Path | None = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
-    bias: str | None = typer.Option(None, "--bias", metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
-    examples: int = typer.Option(
-        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+    out: Path | None = flag("out", None, help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
+    bias: str | None = flag("bias", None, metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
+    examples: int = _examples_option(
         help="Validation items shown per bias whose verdict it flipped (and half as many it did not).",
     ),
 ) -> None:
@@ -435,7 +439,7 @@ def report(
 @app.command()
 def view(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
+    port: int = flag("port", 8765, min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
 ) -> None:
     """Serve a run's report while the run goes on.
 

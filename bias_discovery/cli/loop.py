@@ -11,7 +11,8 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from .common import app, console, fail, interrupted, timeout_option, warn
+from .common import app, console, fail, interrupted, warn
+from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, flag
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import Run
@@ -96,13 +97,13 @@ def _print_summary(run: Run) -> None:
 @app.command()
 def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
+    run_dir: Path | None = flag("run_dir", None, help="Run directory (default: runs/<name>)."),
+    set_: list[str] = OVERRIDES,
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -130,11 +131,11 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Continue a stopped or killed run.
 
@@ -157,7 +158,7 @@ def resume(
 @app.command()
 def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Where a run stands.
 
