@@ -26,6 +26,7 @@ from ..llm.types import GenerationResponse
 from ..metrics import Preference
 from ..mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, derive_seed, plan
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.audit import AuditSettings
 from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import count_tokens
@@ -41,7 +42,6 @@ from .records import (
     SchemeAudit,
     csv_rows,
 )
-from .settings import AuditSettings
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = ["AuditJudgment", "AuditOutput", "AuditSettings", "check_repeats", "check_teacher", "repeat_seed", "run_audit"]

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from ..auditing.settings import AuditSettings
-from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
 from ..options import DataOptions
+from ..settings.audit import AuditSettings
+from ..settings.common import PerturbSettings
 from ..settings.judge import JudgeSettings
 from .common import app, console, fail, format_validation_error, options_error, warn
 from .options import (

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, excluded_above, number, p_value, percent, plural, pp
-from ..report.evidence import DEFAULT_EXAMPLES
+from ..settings.common import DEFAULT_EXAMPLES
 from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
 from .options import AS_JSON, flag

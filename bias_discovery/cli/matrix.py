@@ -12,11 +12,9 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
-from ..judge_matrix.config import (
-    MatrixData,  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
-)
+from ..options import DataOptions
 from .common import app, console, fail, options_error
-from .options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, bounds_of, flag
+from .options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, flag, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judge_matrix import MatrixResult
@@ -88,7 +86,7 @@ def matrix(
     biases: str | None = flag("biases", None, help="ID,NAME,...: only these biases of the library."),
     data: str | None = flag("data", None, help="The test set: a named set (demo:test, judgebench ...) or a file."),
     data_dir: Path | None = DATA_DIR,
-    limit: int | None = flag("limit", None, **bounds_of(MatrixData, "limit"), help="A seeded sample of N test pairs."),
+    limit: int | None = option(DataOptions, "limit", help="A seeded sample of N test pairs."),
     teacher: str | None = flag("teacher", None, help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
     allow_overlap: bool = ALLOW_OVERLAP,
     skip_bad_rows: bool = SKIP_BAD_ROWS,

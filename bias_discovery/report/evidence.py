@@ -41,6 +41,7 @@ from ..metrics import Preference
 from ..run import JsonArtifact, RunDir, ValidationReport
 from ..run.library_ref import LibraryRef
 from ..run.reviews import Review
+from ..settings.common import DEFAULT_EXAMPLES
 from ..settings.judge import JudgeSettings
 from ..stages import candidates_from_records
 from ..stages.merge import MergeDecision
@@ -70,8 +71,6 @@ __all__ = [
     "word_diff",
 ]
 
-DEFAULT_EXAMPLES = 3
-"""Flipped examples shown per bias unless asked otherwise (`--examples K`)."""
 
 
 def not_flipped_count(k: int) -> int:

@@ -1,14 +1,13 @@
 """An audit's settings (`AuditSettings`): what the command line, the Python API and audit.json
-share. A settings module: it imports no logic (the import-linter contract "Settings import no
-logic" checks it), so the CLI builds it without importing the judge or the statistics."""
+share; `bias_discovery.auditing` re-exports it."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import DEFAULT_SEED, PerturbSettings
-from ..settings.judge import JudgeSettings, Mitigation
-from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
+from .common import DEFAULT_SEED, PerturbSettings
+from .judge import JudgeSettings, Mitigation
+from .validate import DEFAULT_BOOTSTRAP_RESAMPLES
 
 __all__ = ["AuditSettings"]
 
