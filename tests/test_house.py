@@ -136,3 +136,19 @@ def test_every_option_a_command_takes_is_named_once_per_command() -> None:
         assert len(flags) == len(set(flags)), path
         seen += len(flags)
     assert seen > 100
+
+
+def test_the_command_line_starts_on_the_settings_alone() -> None:
+    """Importing the CLI (what `bias-discovery --help` does) imports the settings, not the logic
+    nor numpy: a command imports what it runs when it runs."""
+    probe = (
+        "import sys, bias_discovery.cli; "
+        "print(' '.join(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('bias_discovery.'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert {"bias_discovery.cli", "bias_discovery.settings.judge", "bias_discovery.config"} <= loaded
+    logic = {"numpy", "bias_discovery.judging", "bias_discovery.stats", "bias_discovery.library", "bias_discovery.stages",
+             "bias_discovery.auditing", "bias_discovery.report", "bias_discovery.judge_matrix", "bias_discovery.run"}
+    assert loaded & logic == set()
