@@ -41,7 +41,7 @@ def _end_run(run: Run) -> None:
 
 
 def _print_run_end(run: Run) -> None:
-    from ..stats import MEASURE_LABELS
+    from ..formatting import MEASURE_LABELS
 
     state = run.state
     latest = run.library

@@ -37,10 +37,10 @@ def replicate(
     Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
+    from ..api import ReplicationOptions
     from ..api import replicate as replicate_biases
+    from ..formatting import MEASURE_LABELS
     from ..progress import progress_bar
-    from ..replication import ReplicationOptions
-    from ..stats import MEASURE_LABELS
 
     try:
         options = ReplicationOptions(

@@ -40,12 +40,12 @@ Every public name is re-exported here: ``from bias_discovery.stats import X`` wo
 
 from __future__ import annotations
 
+from ..formatting import MEASURE_LABELS
 from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 from .agreement import (
     cohens_kappa,
 )
 from .comparison import (
-    MEASURE_LABELS,
     AcceptanceRule,
     EffectDifference,
     ErrorControl,
