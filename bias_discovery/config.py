@@ -15,13 +15,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from .errors import ConfigError
 from .io import read_utf8
-from .judging import JudgeSettings
 from .llm.budget import ROLES, BudgetSettings
 from .llm.config import ModelConfig, same_model
-from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
-
-DEFAULT_SEED = 42
-"""The seed of a run, a judge, an audit and a matrix when none is given."""
+from .settings.common import DEFAULT_SEED as DEFAULT_SEED
+from .settings.common import PerturbSettings as PerturbSettings
+from .settings.judge import JudgeSettings
+from .settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
 def parse_model_config(value: Any) -> Any:
@@ -67,16 +66,6 @@ class DataConfig(_Strict):
     """Skip data rows that cannot be used (malformed, a missing field, two identical responses,
     a repeated id) instead of stopping; how many were skipped is recorded in run.json and
     shown by `status`. JudgeBench's claude split has one pair of identical responses."""
-
-
-class PerturbSettings(_Strict):
-    """Perturb: the teacher rewrites a pair's rejected response to carry one bias, keeping its
-    content and final answer."""
-
-    max_tokens: int = Field(default=768, ge=16)
-    """Completion budget for one rewritten response."""
-    temperature: float = Field(default=0.0, ge=0.0)
-    """0 = greedy, as in the paper."""
 
 
 class ExplainSettings(_Strict):

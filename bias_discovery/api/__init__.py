@@ -27,8 +27,8 @@ returns; no function draws progress bars unless given `progress` (e.g.
 from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
-from ..judging import JudgeSettings
 from ..replication import Replication, ReplicationOptions
+from ..settings.judge import JudgeSettings
 from .audit_logs import LogAuditOptions, audit_log
 from .audits import AuditOptions, audit
 from .common import WarningHandler

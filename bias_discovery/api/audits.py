@@ -25,7 +25,7 @@ from ..judging import JudgeSettings, verdict_calibration
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
-from ..options import OperationOptions
+from ..options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from ..progress import ProgressFactory
 from ..run import RunDir
 from ..run.overlap import check_run_overlap
@@ -34,9 +34,13 @@ from .common import WarningHandler, cache_path_of, load_data, model_config_of, p
 __all__ = ["AuditOptions", "audit"]
 
 
-class AuditOptions(OperationOptions):
+class AuditOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):
     """How a judge is audited (`bias-discovery audit`'s options, the arguments of `api.audit`):
-    the audit's settings, the teacher that injects library biases, data, outputs, cache."""
+    the audit's settings, the teacher that injects library biases, data, outputs, cache.
+
+    The shared fields are inherited: `out` is a directory for audit.json, audit.csv,
+    judgments.jsonl and perturbed.jsonl, written whole at the end (None: nothing is written);
+    `limit` audits the first N pairs; `allow_overlap` concerns a run's biases."""
 
     settings: AuditSettings = Field(default_factory=AuditSettings)
     """Repeats, mitigation, seed, the judge's settings ... (a dict of its fields is read as one)."""
@@ -46,22 +50,8 @@ class AuditOptions(OperationOptions):
     """The server of an `openai/` judge."""
     teacher_base_url: str | None = None
     """The server of an `openai/` teacher (None: `base_url`)."""
-    out: Path | None = None
-    """A directory for audit.json, audit.csv, judgments.jsonl and perturbed.jsonl, written whole
-    at the end (None: nothing is written)."""
-    overwrite: bool = False
-    """Replace a non-empty `out`."""
-    data_dir: Path | None = None
-    """Where named data sets are read from."""
-    limit: int | None = Field(default=None, ge=1)
-    """Audit only the first this many pairs."""
     cache: Path | bool = True
     """True: the shared call cache; False: none; or a SQLite file."""
-    allow_overlap: bool = False
-    """Measure a run's biases on data that shares pairs with its target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows instead of stopping at the first."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
     """Each request's deadline, retries included (None: the model configs')."""
     prompts: list[str] = Field(default_factory=list)
     """Other judge prompt templates (shipped names or files): each pair is also judged under
@@ -98,21 +88,19 @@ def audit(
     `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
     """
     opts = AuditOptions.with_overrides(options, overrides)
-    out, teacher, base_url, timeout_s, overwrite = opts.out, opts.teacher, opts.base_url, opts.timeout_s, opts.overwrite
-    data_dir, limit = opts.data_dir, opts.limit
     warn = on_warning or python_warning
     audit_settings = opts.settings
     check_repeats(audit_settings.repeats)
     targets = resolve_targets(spec_list(biases))
-    configs = {"target": model_config_of(model, base_url, timeout_s)}
-    check_teacher(targets, has_teacher=teacher is not None)
-    if teacher is not None and any(t.needs_teacher for t in targets):
-        configs["teacher"] = model_config_of(teacher, opts.teacher_base_url or base_url, timeout_s)
-    out_dir = Path(out) if out is not None else None
+    configs = {"target": model_config_of(model, opts.base_url, opts.timeout_s)}
+    check_teacher(targets, has_teacher=opts.teacher is not None)
+    if opts.teacher is not None and any(t.needs_teacher for t in targets):
+        configs["teacher"] = model_config_of(opts.teacher, opts.teacher_base_url or opts.base_url, opts.timeout_s)
+    out_dir = Path(opts.out) if opts.out is not None else None
     if out_dir is not None:
-        check_output_dir(out_dir, overwrite=overwrite, error=ExportError)
-    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
-    data_name = describe_source(data, data_dir, portable=True)
+        check_output_dir(out_dir, overwrite=opts.overwrite, error=ExportError)
+    pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
+    data_name = describe_source(data, opts.data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=opts.allow_overlap)
     with ModelRoles(configs, cache_path=cache_path_of(opts.cache), engines=engines) as roles:
         output = run_audit(
@@ -139,7 +127,7 @@ def audit(
         )
     output = output.model_copy(update={"report": report, "out": out_dir})
     if out_dir is not None:
-        write_audit_dir(out_dir, output, overwrite=overwrite)
+        write_audit_dir(out_dir, output, overwrite=opts.overwrite)
     return output
 
 

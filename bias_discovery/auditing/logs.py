@@ -207,6 +207,18 @@ def _side_record(path: Path) -> dict[str, Any]:
     return {}
 
 
+def _judgment_fields(where: str, obj: dict[str, Any]) -> tuple[str, str, Any]:
+    """A judgments.jsonl row's pair id, order and pick, each checked (the row named if not)."""
+    pair_id, order, picked = obj.get("pair_id"), obj.get("order"), obj.get("picked")
+    if not isinstance(pair_id, str) or not pair_id:
+        raise DataError(f"{where}: field 'pair_id' is missing or not a string")
+    if order not in ("chosen_first", "rejected_first"):
+        raise DataError(f"{where}: field 'order' has value {order!r}; expected chosen_first or rejected_first")
+    if picked not in ("chosen", "rejected", "tie", None):
+        raise DataError(f"{where}: field 'picked' has value {picked!r}; expected chosen, rejected, tie or null")
+    return pair_id, order, picked
+
+
 def _read_judgments(path: Path, data: str | None, data_dir: Path | None) -> LoadedLog:
     side = _side_record(path)
     seed = side.get("settings", {}).get("seed") if "settings" in side else side.get("seed")
@@ -226,13 +238,7 @@ def _read_judgments(path: Path, data: str | None, data_dir: Path | None) -> Load
         if condition != "original":
             skipped[f"condition {condition}"] = skipped.get(f"condition {condition}", 0) + 1
             continue
-        pair_id, order, picked = obj.get("pair_id"), obj.get("order"), obj.get("picked")
-        if not isinstance(pair_id, str) or not pair_id:
-            raise DataError(f"{where}: field 'pair_id' is missing or not a string")
-        if order not in ("chosen_first", "rejected_first"):
-            raise DataError(f"{where}: field 'order' has value {order!r}; expected chosen_first or rejected_first")
-        if picked not in ("chosen", "rejected", "tie", None):
-            raise DataError(f"{where}: field 'picked' has value {picked!r}; expected chosen, rejected, tie or null")
+        pair_id, order, picked = _judgment_fields(where, obj)
         first: Response = 0 if order == "chosen_first" else 1
         p_rej = _probability(where, "p_rejected", obj.get("p_rejected"))
         p_first = None if p_rej is None else (1.0 - p_rej if first == 0 else p_rej)

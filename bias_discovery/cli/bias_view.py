@@ -13,22 +13,25 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
 from ..formatting import ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
-from ..report.evidence import (
-    BiasDetail,
-    DiffSegment,
-    JudgedItem,
-    MergedCandidate,
-    ProvenanceCase,
-    ValidationExample,
-)
-from ..run.reviews import Review
-from ..stats import PairedComparison
+
+if TYPE_CHECKING:  # annotations only: the CLI must start fast
+    from ..report.evidence import (
+        BiasDetail,
+        DiffSegment,
+        JudgedItem,
+        MergedCandidate,
+        ProvenanceCase,
+        ValidationExample,
+    )
+    from ..run.reviews import Review
+    from ..stats import PairedComparison
 
 __all__ = ["print_bias", "terminal_text"]
 

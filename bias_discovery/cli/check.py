@@ -13,8 +13,9 @@ from ..formatting import plural
 
 if TYPE_CHECKING:
     from ..preflight import PreflightReport
-from .common import app, console, err_console, fail, timeout_option
+from .common import app, console, err_console, fail
 from .exit_codes import ExitCode
+from .options import OVERRIDES, TIMEOUT
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 
@@ -24,8 +25,8 @@ def check(
     config_path: Path | None = typer.Argument(
         None, metavar="[CONFIG.yaml]", help="Run config (see experiments/); without one, the embedded engine and embedder."
     ),
-    set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
-    timeout: float | None = timeout_option(),
+    set_: list[str] = OVERRIDES,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Preflight a run config on the node that will run it.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -57,20 +57,6 @@ def show_logs() -> None:
     logger = logging.getLogger("bias_discovery")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-
-
-def timeout_option() -> Any:
-    """`--timeout SECONDS` for every command that calls a model: each request's deadline,
-    retries included (ModelConfig.timeout_s; unset keeps the config's, whose default is read
-    from the model)."""
-    from ..llm.config import ModelConfig
-
-    default = ModelConfig.model_fields["timeout_s"].default
-    return typer.Option(
-        None, "--timeout", metavar="SECONDS", min=0.1,
-        help=f"Deadline of each request to a model server, retries and backoff included: a server that "
-        f"accepts and never answers fails after this long (default: the config's timeout_s, {default:g} s).",
-    )
 
 
 def default_cache_path() -> Path:

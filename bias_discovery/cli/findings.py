@@ -156,21 +156,27 @@ def audit_findings(report: AuditReport, conditions: Sequence[Condition]) -> list
             flagged = [e.id for e in report.biases if e.position_flag or e.length_flag]
             if flagged:
                 found.append(f"flagged: the monitor flagged {', '.join(flagged)}")
+        elif condition.kind == "threshold":
+            found += _threshold_findings(report, condition)
+    return found
+
+
+def _threshold_findings(report: AuditReport, condition: Condition) -> list[str]:
+    """The audited biases whose measure meets one threshold condition (a warning when none
+    has the measure: the condition cannot be met)."""
+    found: list[str] = []
+    measured = 0
+    for entry in report.biases:
+        if condition.bias and condition.bias not in (entry.id, entry.name):
             continue
-        if condition.kind != "threshold":
+        if condition.bias_kind and entry.kind != condition.bias_kind:
             continue
-        measured = 0
-        for entry in report.biases:
-            if condition.bias and condition.bias not in (entry.id, entry.name):
-                continue
-            if condition.bias_kind and entry.kind != condition.bias_kind:
-                continue
-            value = _measure_value(getattr(entry, condition.field))
-            if value is None:
-                continue
-            measured += 1
-            if OPERATORS[condition.op](value, condition.value):
-                found.append(f"{condition.text}: {entry.id} has {condition.field} = {value:.4g}")
-        if not measured:
-            warn(f"--fail-on {condition.text}: no audited bias has this measure; the condition cannot be met")
+        value = _measure_value(getattr(entry, condition.field))
+        if value is None:
+            continue
+        measured += 1
+        if OPERATORS[condition.op](value, condition.value):
+            found.append(f"{condition.text}: {entry.id} has {condition.field} = {value:.4g}")
+    if not measured:
+        warn(f"--fail-on {condition.text}: no audited bias has this measure; the condition cannot be met")
     return found

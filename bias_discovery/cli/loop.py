@@ -13,10 +13,10 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
 from ..llm.budget import BudgetReached, Spend
-from .common import app, console, err_console, fail, interrupted, timeout_option, warn
+from .common import app, console, err_console, fail, interrupted, warn
 from .exit_codes import ExitCode
 from .findings import exit_on_findings, parse_fail_on, run_findings
-from .options import fail_on_option
+from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, flag
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import Run
@@ -62,7 +62,7 @@ def _end_run(run: Run) -> None:
 
 
 def _print_run_end(run: Run) -> None:
-    from ..stats import MEASURE_LABELS
+    from ..formatting import MEASURE_LABELS
 
     state = run.state
     latest = run.library
@@ -122,13 +122,13 @@ def _print_summary(run: Run) -> None:
 @app.command()
 def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
+    run_dir: Path | None = flag("run_dir", None, help="Run directory (default: runs/<name>)."),
+    set_: list[str] = OVERRIDES,
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
     fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Run the discovery loop to convergence.
@@ -161,15 +161,15 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
+    set_: list[str] = flag(
+        "overrides", [], help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
         "only budget settings change on a resume); written to the run's config.yaml."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
     fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Continue a stopped or killed run.
@@ -194,10 +194,36 @@ def resume(
     exit_on_findings(run_findings(run_, conditions))
 
 
+def _status_record(
+    state: Any, effective: str, problems: list[str], live: Any, last_seen: float | None, report: dict[str, Any]
+) -> dict[str, Any]:
+    """`status --json`: the state file, the status as it stands, the lock's liveness and the events' summary."""
+    return {
+        "state": state.model_dump() if state else None,
+        "status": effective,
+        "problems": problems,
+        "liveness": {
+            "state": live.state,
+            "reason": live.reason,
+            "holder": live.holder.model_dump() if live.holder else None,
+            "heartbeat_age": live.heartbeat_age,
+            "last_seen": last_seen,
+        },
+        **report,
+    }
+
+
+def _last_seen(state: Any, live: Any, events: list[dict[str, Any]]) -> float | None:
+    """The newest sign of the run: its state's update, its lock holder's heartbeat, its last event."""
+    signs = (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
+             events[-1].get("time") if events else None)
+    return max([t for t in signs if isinstance(t, (int, float))], default=None)
+
+
 @app.command()
 def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Where a run stands.
 
@@ -222,27 +248,10 @@ def status(
     if problems and not as_json:
         warn(f"{plural(len(problems), 'unreadable line')} of events.jsonl left out: " + "; ".join(problems[:3]))
     live = rd.liveness()
-    last_seen = max(
-        [t for t in (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
-                     events[-1].get("time") if events else None) if isinstance(t, (int, float))],
-        default=None,
-    )
+    last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
-    data = {
-        "state": state.model_dump() if state else None,
-        "status": effective,
-        "problems": problems,
-        "liveness": {
-            "state": live.state,
-            "reason": live.reason,
-            "holder": live.holder.model_dump() if live.holder else None,
-            "heartbeat_age": live.heartbeat_age,
-            "last_seen": last_seen,
-        },
-        **report,
-    }
     if as_json:
-        console.print_json(_json.dumps(data))
+        console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
         return
     console.print(_status_headline(run_dir, state, live, effective, last_seen), highlight=False, soft_wrap=True)
     if state and state.error:
@@ -255,6 +264,15 @@ def status(
         label = "in progress" if effective == "running" else (
             "stopped in" if state is not None and state.status == "stopped" else "interrupted in")
         console.print(f"{label}: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
+    console.print(_usage_table(report))
+    if state is not None and state.spend:
+        console.print("paid so far (every session; cached calls cost nothing):", highlight=False)
+        for line in spend_lines(state.spend):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _usage_table(report: dict[str, Any]) -> Table:
+    """The events' calls and tokens by stage and role, with the totals."""
     table = Table(title="calls and tokens by stage")
     for column in ("stage", "role", "requests", "cached", "prompt tokens", "completion tokens"):
         table.add_column(column, justify="left" if column in ("stage", "role") else "right")
@@ -262,11 +280,7 @@ def status(
         table.add_row(row["stage"], row["role"], str(row["requests"]), str(row["cached"]), str(row["prompt_tokens"]), str(row["completion_tokens"]))
     t = report["totals"]
     table.add_row("all", "", str(t["requests"]), str(t["cached"]), str(t["prompt_tokens"]), str(t["completion_tokens"]), style="bold")
-    console.print(table)
-    if state is not None and state.spend:
-        console.print("paid so far (every session; cached calls cost nothing):", highlight=False)
-        for line in spend_lines(state.spend):
-            console.print(f"  {line}", highlight=False, soft_wrap=True)
+    return table
 
 
 def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effective: str, last_seen: Any) -> str:

@@ -29,11 +29,11 @@ from ..config import (
     validate_settings,
 )
 from ..errors import ConfigError
-from ..judging import JudgeSettings
 from ..library import Bias, BiasLibrary
 from ..llm.config import ModelConfig, same_model
 from ..llm.providers import EMBEDDED_DEFAULT
-from ..options import OperationOptions
+from ..options import DataOptions, OverlapOptions
+from ..settings.judge import JudgeSettings
 
 __all__ = [
     "JURY",
@@ -266,10 +266,10 @@ def load_matrix_config(path: Path | str, overrides: list[str] | None = None) -> 
     return load_settings(path, MatrixConfig, overrides)
 
 
-class MatrixOptions(OperationOptions):
+class MatrixOptions(DataOptions, OverlapOptions):
     """What one invocation of the matrix sets on top of its config (`bias-discovery matrix`'s
     options, the arguments of `api.matrix`): where it writes, and the parts of the config it
-    replaces."""
+    replaces (the inherited data fields too: `limit` takes a seeded sample of the test pairs)."""
 
     out: Path
     """The matrix directory (its call cache: a rerun continues, a judge added later pays only
@@ -282,16 +282,8 @@ class MatrixOptions(OperationOptions):
     """ID,NAME,...: the biases of the library to validate (None: all)."""
     data: str | None = None
     """The test data: a named set or a file."""
-    data_dir: Path | None = None
-    """Where named data sets are read from."""
-    limit: int | None = Field(default=None, ge=1)
-    """A seeded sample of this many test pairs."""
     teacher: str | None = None
     """The model that writes the rewrites."""
-    allow_overlap: bool = False
-    """Validate a run's biases on data that shares pairs with its target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows."""
     overrides: list[str] = Field(default_factory=list)
     """KEY=VALUE settings applied last (dotted keys)."""
 

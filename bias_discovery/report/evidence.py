@@ -35,12 +35,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..data.pairs import Order, PreferencePair
 from ..errors import BiasDiscoveryError, ConfigError
-from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, combine
+from ..judging import JudgeResult, Judgment, calls_per_pair, combine
 from ..library import Bias, BiasLibrary, BiasValidation
 from ..metrics import Preference
 from ..run import JsonArtifact, RunDir, ValidationReport
 from ..run.library_ref import LibraryRef
 from ..run.reviews import Review
+from ..settings.common import DEFAULT_EXAMPLES
+from ..settings.judge import JudgeSettings
 from ..stages import candidates_from_records
 from ..stages.merge import MergeDecision
 from ..stages.perturb import keyed_rng
@@ -69,8 +71,6 @@ __all__ = [
     "word_diff",
 ]
 
-DEFAULT_EXAMPLES = 3
-"""Flipped examples shown per bias unless asked otherwise (`--examples K`)."""
 
 
 def not_flipped_count(k: int) -> int:

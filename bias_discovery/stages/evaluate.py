@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, judge_pairs
+from ..judging import JudgeResult, Judgment, PairOutcome, judge_pairs
 from ..llm.base import Engine, ProgressCallback
+from ..settings.judge import JudgeSettings
 from .records import MisjudgedCase, PerturbedPair
 
 

@@ -29,12 +29,13 @@ from typing import Any, TypeVar
 
 from ..config import ExplainSettings, IdentifySettings, PerturbSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, build_tasks, calls_per_pair, judge_pair
+from ..judging import JudgeResult, Judgment, PairOutcome, build_tasks, calls_per_pair, judge_pair
 from ..library import Bias
 from ..llm.aio import frozen_heap
 from ..llm.base import Engine, ask, flush
 from ..llm.types import GenerationRequest, GenerationResponse
 from ..progress import ProgressCallback
+from ..settings.judge import JudgeSettings
 from .evaluate import misjudged_case
 from .explain import build_explain_request, explained_case
 from .identify import identify_attempt, identify_record, parse_identify_reply

@@ -41,10 +41,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import PerturbSettings, Pipeline, ValidateSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, calls_per_pair, judge_pairs, measure_of
+from ..judging import JudgeResult, Judgment, PairOutcome, calls_per_pair, judge_pairs, measure_of
 from ..library import Bias, BiasValidation, RewriteEffect
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.judge import JudgeSettings
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     Effect,

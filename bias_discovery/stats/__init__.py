@@ -41,6 +41,8 @@ Every public name is re-exported here: ``from bias_discovery.stats import X`` wo
 
 from __future__ import annotations
 
+from ..formatting import MEASURE_LABELS
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 from .agreement import (
     cohens_kappa,
 )
@@ -51,7 +53,6 @@ from .calibration import (
     expected_calibration_error,
 )
 from .comparison import (
-    MEASURE_LABELS,
     AcceptanceRule,
     EffectDifference,
     ErrorControl,
@@ -85,7 +86,6 @@ from .effect import (
     stopping_design,
 )
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     mean_and_sd,
     mean_t_interval,
@@ -113,7 +113,6 @@ from .sequential import (
     SequentialPlan,
     SpendingFunction,
     alpha_spent,
-    check_look_fractions,
     conditional_power,
     expected_final_n,
     look_outcome,

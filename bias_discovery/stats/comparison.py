@@ -9,8 +9,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..formatting import MEASURE_LABELS
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     _bootstrap_mean_ci,
     _check_confidence,
@@ -24,8 +25,6 @@ from .tests import paired_p_value, paired_t_one_sided, sign_flip_p_value
 Measure = Literal["error", "p_rejected"]
 """What a comparison's per-item values are: the judge's errors (choice verdicts: True wrong,
 False right) or its probability of preferring the rejected response (score verdicts)."""
-MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)"}
-"""How a difference of each measure is named wherever it is printed."""
 
 AcceptanceRule = Literal["paired", "paper"]
 """`paired`: the adjusted p-value of H0: Delta <= min_delta is <= alpha (default; exact one-sided
