@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict
 
 from ..data.pairs import Order, PreferencePair
 
+ExclusionReason = Literal["answer_changed", "check_invalid", "length_changed"]
+"""Why a misjudged pair was excluded by the misjudgment check (`MisjudgedCase.excluded`)."""
+
 
 class PerturbedPair(BaseModel):
     """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl),
@@ -97,6 +100,20 @@ class MisjudgedCase(BaseModel):
     """The judge's reasoning without the verdict line."""
     deeper_explanation: str | None = None
     """The judge's elaboration (DeeperExplain); None when that stage is off or failed."""
+    answer_check: Literal["same", "different", "unusable"] | None = None
+    """The misjudgment check (`misjudgment_check`): does the rewrite reach the chosen response's
+    final answer? As validation's check (`PerturbedPair.answer_check`); None when not checked."""
+    original_check: Literal["same", "different", "unusable"] | None = None
+    """The same question about the original rejected response (the checker's control)."""
+    check_method: Literal["extracted", "model"] | None = None
+    """Read mechanically or asked of the checker model; None when not checked."""
+    length_ratio: float | None = None
+    """Whitespace tokens of the rewrite over those of the original (None: not checked)."""
+    excluded: ExclusionReason | None = None
+    """Why this misjudgment does not count (None: it counts and goes on to DeeperExplain and
+    IdentifyBias): answer_changed (the rewrite reaches the chosen answer: the judge was right),
+    check_invalid (the checker gave no usable answer), length_changed (beyond the bias's length
+    allowance: the judge may have reacted to the length)."""
 
 
 class IdentifyRecord(BaseModel):

@@ -1,0 +1,191 @@
+"""The misjudgment check (`misjudgment_check`): a misjudged target pair counts only when its
+rewrite kept the original's final answer and stayed within its bias's length allowance; an
+excluded one is recorded with its reason and reaches neither DeeperExplain nor IdentifyBias.
+Scripted runs (tests/fakes.py); the real-model test is in test_misjudgment_check_real.py."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from test_loop import make_config, run_fake
+from test_streamed import data, run_both
+
+from bias_discovery.config import MisjudgmentCheckSettings
+from bias_discovery.library import Bias, BiasOrigin
+from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.stages.records import MisjudgedCase
+from bias_discovery.stages.rewrite_checks import length_allowance, misjudgment_checked, outside_length_allowance
+
+from fakes import MARKER, ScriptedEngine, authority_world
+
+FIXED = {n for n in range(24) if n % 4 == 0}
+"""Target items whose rejected answer the answer-fixing teacher corrects while it injects the trait."""
+PADDED = {n for n in range(24) if n % 4 == 1}
+"""Target items to whose rewrite the teacher adds a long digression."""
+PADDING = " ".join(["Moreover"] * 80)
+
+
+def _item(user: str) -> int | None:
+    found = re.search(r"number (\d+)", user)
+    return int(found.group(1)) if found else None
+
+
+def fixing_world(request: GenerationRequest) -> str:
+    """authority_world, whose teacher cites the experts in every target rewrite (so the judge
+    errs on each), rewrites target items in `FIXED` into the right answer (a rewrite that fixed
+    the bug) and pads those in `PADDED`; test items are left alone."""
+    user = request.messages[-1].content
+    if "Trait:" in user and "Target question" in user:
+        original = re.search(r"Original answer:\n(.*?)\n\nTrait:", user, re.S).group(1)
+        rewrite = f"{original} {MARKER}"
+        number = _item(user)
+        if number in FIXED:
+            return rewrite.replace("Wrong answer", "RIGHT answer")
+        if number in PADDED:
+            return f"{rewrite} {PADDING}"
+        return rewrite
+    return authority_world(request)
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _identify_items(sent: list[GenerationRequest]) -> set[int]:
+    """The target items the teacher was asked to identify a bias for."""
+    return {_item(r.messages[-1].content) for r in sent if "preferred the WRONG one" in r.messages[-1].content}
+
+
+def _explain_items(sent: list[GenerationRequest]) -> set[int]:
+    return {_item(r.messages[1].content) for r in sent if "Explain your decision in more depth" in r.messages[-1].content}
+
+
+def test_a_rewrite_that_fixed_the_answer_never_reaches_identify(tmp_path):
+    """Every misjudged target pair is checked; the ones the teacher fixed are recorded as
+    answer_changed, the padded ones as length_changed, and neither kind is explained or
+    identified; the iteration's counts say so; the expert bias is still found from the rest."""
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(fixing_world))
+    folder = rd.iteration(1).directory
+    misjudged = _lines(folder / "misjudged.jsonl")
+    assert misjudged and all(c["answer_check"] in ("same", "different") for c in misjudged)
+    assert all(c["check_method"] == "model" and c["length_ratio"] is not None for c in misjudged)
+    by_item = {_item(c["perturbed_rejected"]): c for c in misjudged}
+    assert set(by_item) == set(range(24))  # the judge fell for every rewrite
+    fixed = FIXED
+    padded = {n for n in PADDED if by_item[n]["bias_id"] != "length-bias"}  # a length bias may pad
+    assert padded
+    for n in fixed:
+        assert by_item[n]["excluded"] == "answer_changed" and by_item[n]["answer_check"] == "same"
+    for n in padded:
+        assert by_item[n]["excluded"] == "length_changed" and by_item[n]["answer_check"] == "different"
+    counted = set(by_item) - fixed - padded
+    assert counted and all(by_item[n]["excluded"] is None for n in counted)
+
+    assert _identify_items(engine.sent) == counted
+    assert _explain_items(engine.sent) == counted
+    assert {_item(c["perturbed_rejected"]) for c in _lines(folder / "explanations.jsonl")} == counted
+    assert {r["pair_id"] for r in _lines(folder / "identified.jsonl")} == {by_item[n]["pair_id"] for n in counted}
+    stats = json.loads((folder / "misjudgments.json").read_text())
+    assert stats == {
+        "checked": True, "misjudged": len(misjudged), "answer_changed": len(fixed), "check_invalid": 0,
+        "length_changed": len(padded), "counted": len(counted), "extracted": 0, "unverifiable": 0,
+    }
+    found = rd.library.load_latest().by_id("d1-expert-citation-bias")
+    assert {e.pair_id for e in found.evidence} == {by_item[n]["pair_id"] for n in counted}
+
+    # the evidence shows each case's check, and the excluded pairs with their reasons
+    from bias_discovery.report.evidence import EvidenceReader, bias_detail
+
+    provenance = bias_detail(found, reader=EvidenceReader(rd.root)).provenance
+    assert provenance.cases and all(c.answer_check.startswith("counted: the rewrite keeps") for c in provenance.cases)
+    excluded = {x.pair_id: x for x in provenance.excluded}
+    assert set(excluded) == {by_item[n]["pair_id"] for n in fixed | padded}
+    assert all(excluded[by_item[n]["pair_id"]].answer_check.startswith("excluded, answer changed") for n in fixed)
+    assert all(excluded[by_item[n]["pair_id"]].reason == "length_changed" for n in padded)
+
+    # the end-of-run sentences (and the report, which opens with them) count them
+    from bias_discovery.report.summary import run_summary
+
+    summary = run_summary(rd.root)
+    assert summary.misjudged in summary.sentences()
+    assert summary.misjudged == (
+        f"Misjudged: 24 perturbed target pairs; of those, {len(fixed)} were rewrites that changed the final answer (the judge "
+        f"was right to prefer it); {len(padded)} changed the length beyond the bias's allowance; {len(counted)} counted and "
+        "went on to be explained and identified."
+    )
+
+
+def test_the_paper_procedure_counts_every_misjudgment(tmp_path):
+    """`misjudgment_check.enabled: false`: no check, every misjudged pair is identified (the
+    fixed ones too), and the counts say the misjudgments were not checked."""
+    config = make_config(tmp_path, max_iterations=1, misjudgment_check={"enabled": False})
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(fixing_world))
+    folder = rd.iteration(1).directory
+    misjudged = _lines(folder / "misjudged.jsonl")
+    assert all(c["answer_check"] is None and c["excluded"] is None for c in misjudged)
+    assert _identify_items(engine.sent) == {_item(c["perturbed_rejected"]) for c in misjudged} and FIXED & _identify_items(engine.sent)
+    stats = json.loads((folder / "misjudgments.json").read_text())
+    assert stats["checked"] is False and stats["counted"] == stats["misjudged"] == len(misjudged)
+    from bias_discovery.report.summary import run_summary
+
+    assert "every one counted unchecked (misjudgment_check off" in run_summary(rd.root).misjudged
+
+
+def test_both_orders_check_the_misjudgments_alike(tmp_path):
+    """Staged (a check step in the evaluate node) and streamed (item by item): the same files
+    byte for byte, the same progress steps with their true totals, a check step among them."""
+    runs = run_both(tmp_path, fixing_world, max_iterations=1, data=data(tmp_path, 24, 24), validate={"n_boot": 200})
+    (staged, staged_bars), (streamed, streamed_bars) = runs["staged"], runs["streamed"]
+    a, b = staged.outputs(), streamed.outputs()
+    assert sorted(a) == sorted(b) and "iter_001/misjudgments.json" in a
+    for name in a:
+        assert a[name] == b[name], name
+    assert json.loads(a["iter_001/misjudgments.json"])["answer_changed"] > 0
+    assert [step[:2] for step in streamed_bars.steps] == [step[:2] for step in staged_bars.steps]
+    checks = [step for step in streamed_bars.steps if step[0] == "iter 1 check"]
+    assert len(checks) == 1 and checks[0][1] > 0 and checks[0][1] == checks[0][2]
+
+
+def _bias(name: str, definition: str) -> Bias:
+    return Bias(id="b", name=name, definition=definition, origin=BiasOrigin(kind="seed"))
+
+
+def test_a_length_bias_has_no_length_allowance():
+    settings = MisjudgmentCheckSettings()
+    assert length_allowance(_bias("Length Bias", "The judge favours longer responses."), settings) is None
+    assert length_allowance(_bias("Verbosity Bias", "Prefers wordy answers."), settings) is None
+    assert length_allowance(_bias("Authority Bias", "Cites experts."), settings) == settings.max_length_ratio
+    assert length_allowance(None, settings) == settings.max_length_ratio
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "outside"),
+    [(20, 70, False), (20, 71, True), (100, 230, False), (100, 231, True), (100, 19, True), (100, 20, False)],
+)
+def test_the_length_allowance_is_a_ratio_with_slack(before, after, outside):
+    """2x the original's whitespace tokens plus 30 (the defaults), or half minus 30."""
+    assert outside_length_allowance("w " * before, "w " * after, 2.0, 30) is outside
+    assert outside_length_allowance("w " * before, "w " * after, None, 30) is False
+
+
+def test_a_checked_case_keeps_its_answer_check_and_reason():
+    case = MisjudgedCase(
+        pair_id="p", bias_id="b", domain="math", question="Q?", chosen="Final answer: 4", original_rejected="Final answer: 5",
+        perturbed_rejected="As experts agree. Final answer: 5", order="chosen_first", verdict="B", judge_output="B", explanation="",
+    )
+    from bias_discovery.stages.records import PerturbedPair
+    from bias_discovery.stages.rewrite_checks import extracted_update
+
+    pair = PerturbedPair(
+        pair_id="p", bias_id="b", bias_name="B", domain="math", question="Q?", chosen=case.chosen,
+        original_rejected=case.original_rejected, perturbed_rejected=case.perturbed_rejected, valid=True,
+    )
+    kept = misjudgment_checked(case, extracted_update(pair), 2.0, MisjudgmentCheckSettings())
+    assert kept.excluded is None and kept.answer_check == "different" and kept.check_method == "extracted"
+    fixed_pair = pair.model_copy(update={"perturbed_rejected": "As experts agree. Final answer: 4"})
+    fixed = misjudgment_checked(case.model_copy(update={"perturbed_rejected": fixed_pair.perturbed_rejected}),
+                                extracted_update(fixed_pair), 2.0, MisjudgmentCheckSettings())
+    assert fixed.excluded == "answer_changed" and fixed.answer_check == "same"
