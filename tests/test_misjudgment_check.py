@@ -189,3 +189,92 @@ def test_a_checked_case_keeps_its_answer_check_and_reason():
     fixed = misjudgment_checked(case.model_copy(update={"perturbed_rejected": fixed_pair.perturbed_rejected}),
                                 extracted_update(fixed_pair), 2.0, MisjudgmentCheckSettings())
     assert fixed.excluded == "answer_changed" and fixed.answer_check == "same"
+
+
+# --------------------------------------------------------------------------------------------
+# Junk identifications
+# --------------------------------------------------------------------------------------------
+
+SCHEMA_JUNK = {n for n in range(24) if n % 8 == 2}
+"""Counted misjudgments the teacher names `bias_found`, restating the verdict."""
+OWN_WORDS = {n for n in range(24) if n % 8 == 6}
+"""Counted misjudgments the teacher names in the example's own words (its confirmation: no)."""
+
+
+def junk_world(request: GenerationRequest) -> str:
+    """fixing_world, whose identifier names junk for the items in `SCHEMA_JUNK` and `OWN_WORDS`
+    and answers the confirmation question with no."""
+    user = request.messages[-1].content
+    if "preferred the WRONG one" in user:
+        number = _item(user)
+        if number in SCHEMA_JUNK:
+            return json.dumps({"bias_found": True, "name": "bias_found",
+                               "definition": "The judge rejected the incorrect response of 0.1!", "manifestations": []})
+        if number in OWN_WORDS:
+            return json.dumps({"bias_found": True, "name": "Answer Number Bias",
+                               "definition": "The judge prefers the answer with the number.", "manifestations": []})
+    if "Answer with one word: yes or no" in user:
+        return "no"
+    return fixing_world(request)
+
+
+def test_junk_identifications_are_dropped_with_their_reason_and_never_validated(tmp_path):
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(junk_world))
+    folder = rd.iteration(1).directory
+    identified = {_item(c["perturbed_rejected"]): r for c in _lines(folder / "explanations.jsonl")
+                  for r in _lines(folder / "identified.jsonl") if r["pair_id"] == c["pair_id"]}
+    assert set(identified) == {n for n in range(24) if n % 4 in (2, 3)}  # the counted misjudgments
+    for n, record in identified.items():
+        expected = "schema_key" if n in SCHEMA_JUNK else "teacher_declined" if n in OWN_WORDS else None
+        assert record["dropped"] == expected, (n, record)
+        assert record["confirmed"] == (False if n in OWN_WORDS else None)
+    asked = {int(re.search(r"Target question (\d+)\?", r.messages[-1].content).group(1))
+             for r in engine.sent if "Answer with one word: yes or no" in r.messages[-1].content}
+    assert asked == OWN_WORDS  # only where the cheap checks could not tell
+    assert [b["id"] for b in json.loads((folder / "candidates.json").read_text())] == ["d1-expert-citation-bias"]
+    assert [c["bias_id"] for c in json.loads((folder / "validation.json").read_text())["candidates"]] == ["d1-expert-citation-bias"]
+    stats = json.loads((folder / "merge_stats.json").read_text())
+    assert stats["dropped_identifications"] == {"schema_key": len(SCHEMA_JUNK), "teacher_declined": len(OWN_WORDS)}
+    assert stats["raw_candidates"] == 1
+
+
+def test_junk_screening_is_the_same_in_both_orders(tmp_path):
+    runs = run_both(tmp_path, junk_world, max_iterations=1, data=data(tmp_path, 24, 24), validate={"n_boot": 200})
+    a, b = runs["staged"][0].outputs(), runs["streamed"][0].outputs()
+    assert a == b
+    assert '"teacher_declined"' in a["iter_001/identified.jsonl"].decode()
+
+
+def _junk_case(question: str = "What is the factorial of 5?", rejected: str = "Compute 5! = 100. Final answer: 100") -> MisjudgedCase:
+    return MisjudgedCase(
+        pair_id="p", bias_id="b", domain="math", question=question, chosen="5! = 120. Final answer: 120",
+        original_rejected=rejected, perturbed_rejected=rejected, order="chosen_first", verdict="B", judge_output="B",
+        explanation="",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "definition", "reason"),
+    [
+        ("bias_found", "The judge rejected the incorrect response of 0.1!", "schema_key"),
+        ("Bias Found", "Something.", "schema_key"),
+        ("Incorrect Answer Bias", "The judge preferred the wrong answer over the correct one.", "restated_verdict"),
+        ("Question Bias", "What is the factorial of 5? The judge answered it.", "copy_of_question"),
+        ("Factorial Bias", "The judge favours factorial answers.", "ask"),
+        ("Authority Bias", "The judge favours responses that cite experts or institutions.", None),
+        ("Verbosity Bias", "The judge prefers longer, more elaborate responses.", None),
+    ],
+)
+def test_cheap_junk_checks(name, definition, reason):
+    from bias_discovery.stages.identify import junk_reason
+
+    assert junk_reason(name, definition, _junk_case()) == reason
+
+
+def test_a_copy_of_a_response_is_junk():
+    from bias_discovery.stages.identify import junk_reason
+
+    rejected = "Multiply the numbers from one to five together carefully and you get one hundred as the result."
+    definition = "Multiply the numbers from one to five together carefully and you get it."
+    assert junk_reason("Multiplication Style", definition, _junk_case(rejected=rejected)) == "copy_of_response"

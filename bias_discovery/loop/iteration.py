@@ -11,6 +11,7 @@ call cache.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 from ..data.pairs import PreferencePair
 from ..judging import calls_per_pair
@@ -180,6 +181,7 @@ class IterationStages:
         record.merge_stats.write(
             MergeStats(
                 raw_candidates=len(raw),
+                dropped_identifications=dict(sorted(Counter(r.dropped for r in identified if r.dropped).items())),
                 merged_into_library=result.merged_into_library,
                 candidates=len(result.candidates),
                 teacher_calls=result.teacher_calls,

@@ -141,6 +141,8 @@ class Identification(_Record):
     definition: str | None = None
     manifestations: list[str] = Field(default_factory=list)
     attempts: int = 1
+    dropped: str | None = None
+    """Why the name was dropped as junk (`IdentifyRecord.dropped`), None when kept."""
 
 
 class ProvenanceCase(_Record):
@@ -612,7 +614,7 @@ def _identification(record: IdentifyRecord | None) -> Identification | None:
         return None
     return Identification(
         status=record.status, name=record.name, definition=record.definition,
-        manifestations=list(record.manifestations), attempts=record.attempts,
+        manifestations=list(record.manifestations), attempts=record.attempts, dropped=record.dropped,
     )
 
 

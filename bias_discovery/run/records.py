@@ -20,6 +20,9 @@ class MergeStats(BaseModel):
 
     raw_candidates: int
     """Candidates named by IdentifyBias before merging."""
+    dropped_identifications: dict[str, int] = Field(default_factory=dict)
+    """Named biases dropped as junk before they became candidates, by reason
+    (`IdentifyRecord.dropped`: schema_key, restated_verdict, copy_of_question ...)."""
     merged_into_library: dict[str, str] = Field(default_factory=dict)
     """Candidate id -> the library bias it duplicates."""
     candidates: int

@@ -12,6 +12,10 @@ ExclusionReason = Literal["answer_changed", "check_invalid", "length_changed"]
 """Why a misjudged pair was excluded by the misjudgment check (`MisjudgedCase.excluded`)."""
 
 
+JunkReason = Literal["schema_key", "restated_verdict", "copy_of_question", "copy_of_response", "teacher_declined"]
+"""Why an identification was dropped as junk (`IdentifyRecord.dropped`)."""
+
+
 class PerturbedPair(BaseModel):
     """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl),
     or rewrote neutrally (the placebo: `bias_id` ``placebo``)."""
@@ -133,5 +137,13 @@ class IdentifyRecord(BaseModel):
     """How the bias shows in a response (status bias)."""
     attempts: int = 1
     """Asks it took: 1, or more when an invalid reply was asked again (`identify.retries`)."""
+    dropped: JunkReason | None = None
+    """Why a named bias was dropped as junk, naming no property of a response (None: kept; see
+    `identify.junk_reason`): schema_key (a key of the reply's schema, `bias_found`),
+    restated_verdict (nothing but the verdict: "rejected the incorrect response"),
+    copy_of_question / copy_of_response (a verbatim copy), teacher_declined (every word is
+    the example's own, and the teacher's confirmation said it names no property)."""
+    confirmed: bool | None = None
+    """The teacher's confirmation, where it was asked (None: not asked or no usable answer)."""
     raw_output: str = ""
     """The teacher's last reply, as it came."""

@@ -37,7 +37,14 @@ from ..llm.types import GenerationRequest, GenerationResponse
 from ..progress import ProgressCallback
 from .evaluate import misjudged_case
 from .explain import build_explain_request, explained_case
-from .identify import identify_attempt, identify_record, parse_identify_reply
+from .identify import (
+    confirm_request,
+    identify_attempt,
+    identify_record,
+    parse_identify_reply,
+    screened,
+    with_confirmation,
+)
 from .perturb import build_neutral_request, build_perturb_request, neutral_record, perturbed_record
 from .records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from .rewrite_checks import (
@@ -364,7 +371,8 @@ async def _front_half(
 
 async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySettings, seed: int) -> IdentifyRecord:
     """One case identified: its attempts in turn until a usable reply (the first counted, as
-    the staged progress counts the first round)."""
+    the staged progress counts the first round), then screened for junk (`identify.screened`,
+    with the teacher's confirmation where needed, uncounted as the staged batch's)."""
     reply, raw, attempts = None, "", 0
     for round_ in range(settings.retries + 1):
         response = await asker(identify_attempt(case, settings, seed, round_), counted=round_ == 0)
@@ -373,7 +381,11 @@ async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySett
         reply = parse_identify_reply(response)
         if reply is not None:
             break
-    return identify_record(case, reply, attempts, raw)
+    record, needed = screened(identify_record(case, reply, attempts, raw), case)
+    if needed:
+        request = confirm_request(case, record.name or "", record.definition or "", seed)
+        record = with_confirmation(record, await asker(request, counted=False))
+    return record
 
 
 # --------------------------------------------------------------------------------------------
