@@ -278,3 +278,43 @@ def test_a_copy_of_a_response_is_junk():
     rejected = "Multiply the numbers from one to five together carefully and you get one hundred as the result."
     definition = "Multiply the numbers from one to five together carefully and you get it."
     assert junk_reason("Multiplication Style", definition, _junk_case(rejected=rejected)) == "copy_of_response"
+
+
+# --------------------------------------------------------------------------------------------
+# A candidate the run already rejected is not validated again
+# --------------------------------------------------------------------------------------------
+
+HEDGING = json.dumps({"bias_found": True, "name": "Hedging Bias", "definition": "The judge favours hedged, cautious wording.",
+                      "manifestations": ["perhaps"]})
+
+
+def hedging_world(request: GenerationRequest) -> str:
+    """authority_world whose judge also errs on every fifth target item without the expert
+    marker, a mistake the identifier blames on hedging (a bias with no effect on the test items)."""
+    user = request.messages[-1].content
+    number = _item(user)
+    if "[Response A]" in user and len(request.messages) <= 2 and "Target question" in user and MARKER not in user:
+        from fakes import _responses
+
+        a, _ = _responses(user)
+        right = "A" if "RIGHT" in a else "B"
+        pick = ("B" if right == "A" else "A") if number is not None and number % 5 == 0 else right
+        return f"Reasoning: ok.\nVerdict: {pick}"
+    if "preferred the WRONG one" in user and MARKER not in user:
+        return HEDGING
+    if "Trait:" in user and "Target question" in user:
+        rewrite = authority_world(request)
+        return rewrite if MARKER in rewrite else f"Perhaps: {rewrite}"  # a rewrite the judge sees (not unchanged)
+    return authority_world(request)
+
+
+def test_a_rejected_definition_is_not_validated_again(tmp_path):
+    config = make_config(tmp_path, max_iterations=2)
+    rd, state, _ = run_fake(tmp_path, config, engine=ScriptedEngine(hedging_world))
+    first = json.loads((rd.iteration(1).directory / "validation.json").read_text())
+    assert set(first["accepted"]) == {"d1-expert-citation-bias"}
+    assert "d1-hedging-bias" in {c["bias_id"] for c in first["candidates"]}
+    second = json.loads((rd.iteration(2).directory / "validation.json").read_text())
+    assert second["skipped_already_rejected"] == {"d2-hedging-bias": "d1-hedging-bias"}
+    assert second["candidates"] == [] and not (rd.iteration(2).directory / "validation_perturbed.jsonl").read_text().strip()
+    assert state["stop_reason"].startswith("converged")

@@ -86,6 +86,10 @@ class ValidationReport(BaseModel):
     """The target's error on the unperturbed test pairs (valid pairs only)."""
     skipped_over_max_candidates: list[str] = Field(default_factory=list)
     """Candidates not validated because of `validate.max_candidates`."""
+    skipped_already_rejected: dict[str, str] = Field(default_factory=dict)
+    """Candidates not validated because an earlier iteration of the run rejected a candidate
+    with the same name and definition: candidate id -> the rejected one's id (a second test
+    of a rejected hypothesis can only add a chance of a false acceptance)."""
     accepted: list[str] = Field(default_factory=list)
     """Ids of the accepted candidates."""
     candidates: list[CandidateValidation] = Field(default_factory=list)
