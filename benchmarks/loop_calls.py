@@ -17,7 +17,9 @@ reference procedure of the paper's scripts, which differs in these places:
   reference has no placebo and no answer check (ours: a placebo once per run, and one check
   per rewrite: the price of the controls). By default the reference uses the same test items
   as the run; `--full-test-size N` prices it on a full test set of N items instead.
-Stages that are the same in both (perturb, evaluate, explain, identify) count the same.
+- Explain and identify every misjudged pair (ours, with `misjudgment_check`: only those that
+  count; the check's own calls, stage `check`, have no counterpart): from misjudgments.json.
+Stages that are the same in both (perturb, evaluate) count the same.
 Cache hits are shown separately: they cost nothing.
 
 **--simulate**: a simulated judge and teacher (no model): every iteration validates
@@ -89,8 +91,13 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
     per_item_judge = 2 if config.judge.positions == "both" else 1
     ref_merge = ref_validate = ref_baseline = ref_seeds = 0
     items_used = items_all = 0
+    front: dict[str, int] = defaultdict(int)  # the reference explains and identifies every misjudgment
     for t in rd.iterations():
         record = rd.iteration(t)
+        misjudged = record.misjudgments.read_if_exists()
+        if misjudged is not None and misjudged.checked:
+            front["deeper_explain"] += misjudged.misjudged if config.deeper_explain.enabled else 0
+            front["identify"] += misjudged.misjudged
         stats = record.merge_stats.read_if_exists()
         if stats is not None:
             ref_merge += stats.all_pairs_calls
@@ -108,11 +115,16 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
                 items_used += v.n_test if held_out or c.stopped_at is None else c.stopped_at
                 items_all += v.n_test
 
-    reference = {"merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0}
+    reference = {
+        "merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0, "check": 0,
+    }
+    for stage, n in front.items():  # a run without the misjudgment check: the same as ours
+        reference[stage] = n
     print(f"run {rd.root}: {len(rd.iterations())} iteration folders; run's test items: {run_test}; reference priced on {full_test}")
     print(f"{'stage':15s} {'requests':>9s} {'cached':>7s} {'prompt tok':>11s} {'compl tok':>10s} {'reference':>10s} {'ratio':>7s}")
     total_ours = total_ref = 0
-    for stage in ("perturb", "evaluate", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate_seeds", "validate"):
+    stages = ("perturb", "evaluate", "check", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate_seeds", "validate")
+    for stage in stages:
         row = ours.get(stage, {})
         n = row.get("requests", 0)
         ref = reference.get(stage, n)
@@ -121,7 +133,8 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
         ratio = f"{n / ref:.3f}" if ref else "-"
         print(f"{stage:15s} {n:9d} {row.get('cached', 0):7d} {row.get('prompt_tokens', 0):11d} {row.get('completion_tokens', 0):10d} {ref:10d} {ratio:>7s}")
     print(f"{'all':15s} {total_ours:9d} {'':7s} {'':11s} {'':10s} {total_ref:10d} {total_ours / total_ref if total_ref else 0:7.3f}")
-    print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks have no reference counterpart")
+    print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks (check: the misjudged pairs') "
+          "have no reference counterpart")
     if items_all:
         print(
             f"sequential looks and held-out rounds: candidates were perturbed on {items_used} of {items_all} candidate x "
