@@ -68,6 +68,24 @@ class DataConfig(_Strict):
     shown by `status`. JudgeBench's claude split has one pair of identical responses."""
 
 
+class MisjudgmentCheckSettings(_Strict):
+    """Each misjudged target pair is checked before it counts as a mistake: its rewrite must
+    keep the original's final answer (the same check as validation's, `stages.rewrite_checks`)
+    and stay within the bias's length allowance. A pair that fails is recorded with its reason
+    in misjudged.jsonl and goes on to neither DeeperExplain nor IdentifyBias: a teacher that
+    fixed the answer made the judge right, not biased."""
+
+    enabled: bool = True
+    """false: every misjudged pair counts, unchecked (the paper's procedure)."""
+    max_length_ratio: float = Field(default=2.0, ge=1.0)
+    """A rewrite for a bias that is not about length may have at most this many times its
+    original's whitespace tokens (plus `length_slack`), and at least its original's over this
+    (minus the slack); beyond that the judge may have reacted to the length. A bias about length
+    (its name or definition speaks of length, verbosity, brevity or detail) has no allowance."""
+    length_slack: int = Field(default=30, ge=0)
+    """Whitespace tokens allowed beyond the ratio, so that a short answer may gain a sentence."""
+
+
 class ExplainSettings(_Strict):
     """DeeperExplain: the judge elaborates on each of its mistakes before the teacher reads them."""
 
@@ -264,6 +282,7 @@ class RunConfig(_Strict):
     next. Both make the same requests and write the same files, in the same order."""
     judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(positions="swap"))
     perturb: PerturbSettings = Field(default_factory=PerturbSettings)
+    misjudgment_check: MisjudgmentCheckSettings = Field(default_factory=MisjudgmentCheckSettings)
     deeper_explain: ExplainSettings = Field(default_factory=ExplainSettings)
     identify: IdentifySettings = Field(default_factory=IdentifySettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)

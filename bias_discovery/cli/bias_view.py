@@ -237,6 +237,9 @@ def _provenance(detail: BiasDetail) -> list[RenderableType]:
     if p.merged:
         lines.append(_indent(Text("candidates merged into it:", style="bold")))
         lines += [_merged(m) for m in p.merged]
+    if p.excluded:
+        lines.append(_indent(f"not counted: {plural(len(p.excluded), 'misjudged pair')} of its iteration excluded by the misjudgment check"))
+        lines += [_indent(f"{terminal_text(x.pair_id)}: {terminal_text(x.answer_check)}", 2) for x in p.excluded]
     for i, case in enumerate(p.cases, start=1):
         lines += _case(i, case)
     return lines

@@ -46,7 +46,7 @@ from ..stages.validate import PlaceboArm
 from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore
 from .lock import Liveness, RunLock
-from .records import MergeStats, ValidationReport
+from .records import MergeStats, MisjudgmentStats, ValidationReport
 from .reviews import ReviewLog
 
 RunStatus = Literal["running", "finished", "failed", "stopped"]
@@ -118,6 +118,7 @@ class IterationRecord:
         self.perturbed = JsonlArtifact(directory / "perturbed.jsonl", PerturbedPair)
         self.judgments = JsonlArtifact(directory / "judgments.jsonl", Judgment)
         self.misjudged = JsonlArtifact(directory / "misjudged.jsonl", MisjudgedCase)
+        self.misjudgments = JsonArtifact(directory / "misjudgments.json", MisjudgmentStats)
         self.explanations = JsonlArtifact(directory / "explanations.jsonl", MisjudgedCase)
         self.identified = JsonlArtifact(directory / "identified.jsonl", IdentifyRecord)
         self.merges = JsonlArtifact(directory / "merges.jsonl", MergeDecision)
