@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from .data.loaders import describe_source, load_pairs
+from .data.loaders import bad_rows_for, describe_source, load_pairs
 from .data.overlap import DataOverlap
 from .errors import BiasDiscoveryError, ExportError
 from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_output
@@ -262,7 +262,7 @@ def replicate_run(
             header.out = Path(target)
             return header, Path(target)
 
-        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
         pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed, bad_rows=bad_rows)
         if not pairs:
             raise ReplicationError(f"data {source!r} has no pairs")
