@@ -8,6 +8,7 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -39,22 +40,30 @@ def _group(
     ),
 ) -> None:
     """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
-    if verbose:
-        show_logs()
+    show_logs(verbose)
 
 
-def show_logs() -> None:
-    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/, INFO
-    and up) on stderr, one line each, under whatever the command prints."""
+def show_logs(verbose: bool = True) -> None:
+    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/) on
+    stderr, one line each, under whatever the command prints: WARNING and up always (a server
+    that keeps a request waiting says so every 30 s, TTY or not), INFO too with `verbose`."""
     import logging
 
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     logger = logging.getLogger("bias_discovery")
+    for old in [h for h in logger.handlers if h.get_name() == "bias-discovery-cli"]:
+        logger.removeHandler(old)  # one handler, however often the app is invoked in a process
+    handler: logging.Handler
+    if err_console.is_terminal:
+        from rich.logging import RichHandler  # here: the CLI must start fast
+
+        handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:  # a log file: one unwrapped line per record, with its time
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.set_name("bias-discovery-cli")
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def timeout_option() -> Any:
