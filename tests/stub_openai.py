@@ -32,6 +32,11 @@ neutral rewrite (the placebo); as the answer checker it says "different" (no rew
 final answer). Any other request gets the constraint's example, as without the mode. So a
 candidate with the planted trait raises the judge's error by exactly D against the placebo.
 
+**In flight at once, by count** (`--hold-until N`): chat completions are held unanswered until N
+are in flight together, then all are answered (after `--latency`), and later ones as usual. A
+client that keeps N in flight gets every reply; one that cannot waits until its own deadline:
+so a test asserts "N at once" on counts, whatever the machine's speed.
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -308,9 +313,12 @@ class Stub:
     def __init__(
         self, latency: float, model: str, owned_by: str, hang: bool,
         token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
-        planted: Planted | None = None,
+        planted: Planted | None = None, hold_until: int | None = None,
     ) -> None:
         self.planted = planted
+        self.hold_until = hold_until
+        self.held: list[Callable[[], None]] | None = [] if hold_until else None
+        """Answers held until `hold_until` requests are in flight (None: released, or no hold)."""
         self.latency = latency
         self.model = model
         self.owned_by = owned_by
@@ -367,7 +375,13 @@ class Stub:
                 conn.send(200, reply)
 
             decode_s = self.latency + tokens * self.token_latency
-            if self.capacity is not None:
+            if self.held is not None:
+                self.held.append(lambda: self.loop.call_later(decode_s, answer))
+                if s.in_flight >= (self.hold_until or 0):
+                    held, self.held = self.held, None
+                    for release in held:
+                        release()
+            elif self.capacity is not None:
                 self.waiting.append((decode_s, answer))
                 self._start_waiting()
             elif decode_s > 0:
@@ -432,7 +446,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.planted_delta is not None:
         planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt)
     stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
-                planted)
+                planted, args.hold_until)
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -459,6 +473,8 @@ def main() -> None:
     parser.add_argument("--planted-error", type=float, default=0.3, help="the planted judge's error without the trait")
     parser.add_argument("--planted-trait", default=None, help="only this trait carries the bias (default: any trait)")
     parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
+    parser.add_argument("--hold-until", type=int, default=None,
+                        help="hold every reply until this many chat completions are in flight at once")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()
