@@ -37,6 +37,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from provenance import Provenance
+
 from bias_discovery.config import PerturbSettings, ValidateSettings, load_run_config
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.data.pairs import PreferencePair
@@ -281,6 +283,7 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=6, help="candidates per iteration (at least 2)")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    Provenance.start(print_at_exit=True)
     if args.simulate:
         if args.candidates < 2:
             parser.error("--candidates must be at least 2")

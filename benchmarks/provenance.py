@@ -88,10 +88,12 @@ class Provenance:
     _t0: float = field(repr=False)
 
     @classmethod
-    def start(cls, argv: list[str] | None = None) -> Provenance:
-        """Capture the run's provenance now: call it first in main(), before any work."""
+    def start(cls, argv: list[str] | None = None, *, print_at_exit: bool = False) -> Provenance:
+        """Capture the run's provenance now: call it first in main(), before any work.
+        `print_at_exit`: a benchmark that prints its figures and writes no file prints its
+        provenance block as its last line (one JSON line, "provenance: {...}")."""
         head, dirty = _git_state(REPO)
-        return cls(
+        started = cls(
             command=" ".join(["python", *(sys.argv if argv is None else argv)]),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             commit=head + (" (with uncommitted changes)" if dirty else ""),
@@ -104,6 +106,11 @@ class Provenance:
             load_at_start=[round(x, 2) for x in os.getloadavg()],
             _t0=time.monotonic(),
         )
+        if print_at_exit:
+            import atexit
+
+            atexit.register(lambda: print("provenance: " + json.dumps(started.stamp()), flush=True))
+        return started
 
     def stamp(self) -> dict[str, Any]:
         """The record's `provenance` block: the start's facts, the duration so far, the load now."""
