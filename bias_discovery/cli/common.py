@@ -7,6 +7,7 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -58,12 +59,29 @@ def show_logs(verbose: bool = True) -> None:
 
         handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    else:  # a log file: one unwrapped line per record, with its time
-        handler = logging.StreamHandler(sys.stderr)
+    else:  # a log file: one unwrapped line per record, with its time, on whatever stderr is now
+        handler = _StderrNow()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.set_name("bias-discovery-cli")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+class _StderrNow(logging.StreamHandler):
+    """A stream handler on the `sys.stderr` of the moment a record is written (as logging's
+    last-resort handler is): a handler kept past the invocation it was made in (the CLI run
+    in-process, by tests or a notebook) never writes to a stream that is gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def timeout_option() -> Any:
