@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer live with the tests
 
 from kill_anywhere import write_pairs  # noqa: E402
-from provenance import git_commit  # noqa: E402
+from provenance import Provenance  # noqa: E402
 
 from stub_openai import launch, stats  # noqa: E402
 
@@ -278,7 +278,10 @@ def main() -> None:
     parser.add_argument("--before-runs", type=int, default=0, help="runs at 8 pp repeated with validate.held_out: 0")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--cells-only", action="store_true",
+                        help="leave the per-run records out of --json (what benchmarks/results/ keeps: they are large)")
     args = parser.parse_args()
+    provenance = Provenance.start()
     more = {float(k): int(v) for k, v in (item.split("=") for item in args.more.split(",") if item)}
     deltas = [float(d) for d in args.deltas.split(",")]
     started, cpu0, load0 = time.time(), os.times(), machine()
@@ -320,17 +323,15 @@ def main() -> None:
           f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed")
     if args.json is not None:
         payload = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": git_commit(),
+            "commit": provenance.commit,
             "machine": {"at_start": load0, "at_end": machine()},
             "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
             "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
             "cells": cells,
-            "runs": [asdict(r) for r in runs],
+            "runs": "left out (--cells-only): rerun the command for them" if args.cells_only else [asdict(r) for r in runs],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        provenance.write_json(args.json, payload, indent=1)
         print(f"wrote {args.json}")
 
 

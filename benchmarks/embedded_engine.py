@@ -14,9 +14,9 @@ start's own requests.
 
     python benchmarks/embedded_engine.py [--rounds 3] [--replays 2] [--json benchmarks/results/embedded_engine.json]
 
-Needs both engines installed (./scripts/setup.sh --llamacpp). Records the command, the start
-time, the commit it started at, the CPU model and flags, the dtype the hf engine chose, and the
-machine's load before and after.
+Needs both engines installed (./scripts/setup.sh --llamacpp). Records its provenance
+(`benchmarks/provenance.py`: the command, the start time, the commit it started at, the CPU
+model and flags), the dtype the hf engine chose, and the machine's load before and after.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import REPO, cpu_model, git_commit
+from provenance import REPO, Provenance
 
 ENGINES = {"hf": "hf/smollm2", "llamacpp": "llamacpp/smollm2"}
 
@@ -117,17 +117,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="quick-start runs per engine (alternating)")
     parser.add_argument("--replays", type=int, default=2, help="replays of the requests per engine child")
     parser.add_argument("--json", type=Path, default=REPO / "benchmarks" / "results" / "embedded_engine.json")
+    provenance = Provenance.start()
     args = parser.parse_args()
-    record: dict[str, Any] = {
-        "command": " ".join(["python", "benchmarks/embedded_engine.py", *sys.argv[1:]]),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": git_commit(),
-        "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
-        "cores": len(os.sched_getaffinity(0)),
-        "load_before": os.getloadavg(),
-    }
-    started = time.perf_counter()
+    record: dict[str, Any] = {"engine_cpu_flags": cpu_flags(), "load_before": os.getloadavg()}
     work = Path(tempfile.mkdtemp(prefix="embedded-engine-"))
     try:
         runs = []
@@ -156,9 +148,8 @@ def main() -> None:
         record["quickstart_wall_s"]["hf"]["median"] / record["quickstart_wall_s"]["llamacpp"]["median"], 2
     )
     record["load_after"] = os.getloadavg()
-    record["duration_s"] = round(time.perf_counter() - started, 1)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(record, indent=2) + "\n")
+    provenance.write_json(args.json, record)
     print(json.dumps({k: record[k] for k in ("prompt_tok_s", "generated_tok_s", "prompt_tok_s_ratio",
                                               "quickstart_wall_s", "hf_dtype")}, indent=2))
 

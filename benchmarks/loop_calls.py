@@ -54,6 +54,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from provenance import Provenance
+
 from bias_discovery.config import PerturbSettings, ValidateSettings, load_run_config
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.data.pairs import PreferencePair
@@ -496,6 +498,7 @@ def main() -> None:
     parser.add_argument("--fix-share", type=float, default=0.2, help="share of target rewrites whose answer the teacher fixes (--loop)")
     parser.add_argument("--out", type=Path, default=None, help="write the --loop record here (benchmarks/results/loop_calls.json)")
     args = parser.parse_args()
+    Provenance.start(print_at_exit=True)
     if args.loop:
         discovery_mode(args.target_items, args.items, args.iterations, args.fix_share, args.runs, args.out)
     elif args.simulate:

@@ -65,7 +65,8 @@ class DataConfig(_Strict):
     skip_bad_rows: bool = False
     """Skip data rows that cannot be used (malformed, a missing field, two identical responses,
     a repeated id) instead of stopping; how many were skipped is recorded in run.json and
-    shown by `status`. JudgeBench's claude split has one pair of identical responses."""
+    shown by `status`. A published set (`judgebench`, `rewardbench`) skips and counts them
+    without it: JudgeBench's claude split has one pair of identical responses (line 265)."""
 
 
 class MisjudgmentCheckSettings(_Strict):

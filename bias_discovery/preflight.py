@@ -533,7 +533,7 @@ def run_preflight(
     `make_engine` builds engines without a call cache (tests may pass their own). `smoke`
     checks an embedded engine (hf, llamacpp) in a child process first; by default `llm.smoke.check_engine`
     when the engines are the real ones, none with a `make_engine` of the caller's."""
-    from .data.loaders import load_pairs
+    from .data.loaders import bad_rows_for, load_pairs
     from .llm.registry import make_engine as registry_make_engine
 
     def default_build(c: ModelConfig) -> Engine:
@@ -541,9 +541,9 @@ def run_preflight(
         return registry_make_engine(c.model_copy(update={"max_retries": min(c.max_retries, 2)}))
 
     d = config.data
-    bad_rows: list[str] | None = [] if d.skip_bad_rows else None
-    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=bad_rows)
-    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=bad_rows)
+    target_bad, test_bad = bad_rows_for(d.target, d.skip_bad_rows), bad_rows_for(d.test, d.skip_bad_rows)
+    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=target_bad)
+    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=test_bad)
     library = load_seed_library(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
@@ -566,7 +566,7 @@ def run_preflight(
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),
-        skipped_rows=len(bad_rows or []),
+        skipped_rows=len(target_bad or []) + len(test_bad or []),
     )
 
 

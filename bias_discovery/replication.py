@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from .data.loaders import describe_source, load_pairs
+from .data.loaders import bad_rows_for, describe_source, load_pairs
 from .data.overlap import DataOverlap
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError, ExportError
@@ -300,7 +300,7 @@ def _plan(ctx: RunContext, run_path: Path, opts: ReplicationOptions) -> _Plan:
 def _run(ctx: RunContext, plan: _Plan, opts: ReplicationOptions, bar: ProgressFactory) -> _Outcome:
     """Load the data, judge the baseline, rewrite the placebo and validate the fresh biases."""
     config, settings, seed = ctx.config, ctx.config.validate_, plan.seed
-    bad_rows: list[str] | None = [] if opts.skip_bad_rows or config.data.skip_bad_rows else None
+    bad_rows = bad_rows_for(plan.source, opts.skip_bad_rows or config.data.skip_bad_rows)
     pairs = load_pairs(plan.source, data_dir=plan.data_dir, limit=plan.limit, seed=seed, bad_rows=bad_rows)
     if not pairs:
         raise ReplicationError(f"data {plan.source!r} has no pairs")

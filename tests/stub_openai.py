@@ -39,6 +39,11 @@ probability L (a draw that is the same in both orders). Wei et al.'s raw PB is t
 LB is (1 - P) L (in expectation, on pairs whose responses differ in length), whatever the
 error; the draws ignore the seed, so repeats agree (q̂ = 0 and PB, LB equal their raw forms).
 
+**In flight at once, by count** (`--hold-until N`): chat completions are held unanswered until N
+are in flight together, then all are answered (after `--latency`), and later ones as usual. A
+client that keeps N in flight gets every reply; one that cannot waits until its own deadline:
+so a test asserts "N at once" on counts, whatever the machine's speed.
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -328,9 +333,12 @@ class Stub:
     def __init__(
         self, latency: float, model: str, owned_by: str, hang: bool,
         token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
-        planted: Planted | None = None,
+        planted: Planted | None = None, hold_until: int | None = None,
     ) -> None:
         self.planted = planted
+        self.hold_until = hold_until
+        self.held: list[Callable[[], None]] | None = [] if hold_until else None
+        """Answers held until `hold_until` requests are in flight (None: released, or no hold)."""
         self.latency = latency
         self.model = model
         self.owned_by = owned_by
@@ -387,7 +395,13 @@ class Stub:
                 conn.send(200, reply)
 
             decode_s = self.latency + tokens * self.token_latency
-            if self.capacity is not None:
+            if self.held is not None:
+                self.held.append(lambda: self.loop.call_later(decode_s, answer))
+                if s.in_flight >= (self.hold_until or 0):
+                    held, self.held = self.held, None
+                    for release in held:
+                        release()
+            elif self.capacity is not None:
                 self.waiting.append((decode_s, answer))
                 self._start_waiting()
             elif decode_s > 0:
@@ -453,7 +467,7 @@ async def serve(args: argparse.Namespace) -> None:
         planted = Planted(args.planted_delta or 0.0, args.planted_error, args.planted_trait, args.planted_salt,
                           args.planted_position, args.planted_length)
     stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
-                planted)
+                planted, args.hold_until)
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -483,6 +497,8 @@ def main() -> None:
     parser.add_argument("--planted-position", type=float, default=0.0, help="the planted judge answers A with this probability")
     parser.add_argument("--planted-length", type=float, default=0.0,
                         help="else it picks the longer response with this probability")
+    parser.add_argument("--hold-until", type=int, default=None,
+                        help="hold every reply until this many chat completions are in flight at once")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

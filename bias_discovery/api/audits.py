@@ -123,7 +123,7 @@ def audit(
     report = output.report.model_copy(update={"data_overlap": overlaps, **_judge_measures(output, pairs, opts, configs["target"].spec)})
     if bad_rows:
         report.notes.append(
-            f"{plural(len(bad_rows), 'bad data row')} skipped at load (`skip_bad_rows`), not among the {plural(len(pairs), 'pair')}"
+            f"{plural(len(bad_rows), 'bad data row')} skipped at load, not among the {plural(len(pairs), 'pair')}"
         )
     output = output.model_copy(update={"report": report, "out": out_dir})
     if out_dir is not None:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..data.loaders import load_pairs, skipped_rows_message
+from ..data.loaders import bad_rows_for, load_pairs, skipped_rows_message
 from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryWarning, DataError
 from ..llm.config import ModelConfig
@@ -81,7 +81,7 @@ def load_data(
 ) -> tuple[list[PreferencePair], list[str]]:
     """The pairs of `data` and the bad rows skipped (`skip_bad_rows`: named in a warning;
     otherwise the first bad row is a DataError naming it). No pairs at all is a DataError."""
-    bad_rows: list[str] | None = [] if skip_bad_rows else None
+    bad_rows = bad_rows_for(data, skip_bad_rows)
     pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
     if bad_rows:
         warn(skipped_rows_message(bad_rows, data))

@@ -7,9 +7,11 @@ imported here: the CLI must start fast, so each command imports what it needs wh
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -41,22 +43,47 @@ def _group(
     ),
 ) -> None:
     """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
-    if verbose:
-        show_logs()
+    show_logs(verbose)
 
 
-def show_logs() -> None:
-    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/, INFO
-    and up) on stderr, one line each, under whatever the command prints."""
+def show_logs(verbose: bool = True) -> None:
+    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/) on
+    stderr, one line each, under whatever the command prints: WARNING and up always (a server
+    that keeps a request waiting says so every 30 s, TTY or not), INFO too with `verbose`."""
     import logging
 
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     logger = logging.getLogger("bias_discovery")
+    for old in [h for h in logger.handlers if h.get_name() == "bias-discovery-cli"]:
+        logger.removeHandler(old)  # one handler, however often the app is invoked in a process
+    handler: logging.Handler
+    if err_console.is_terminal:
+        from rich.logging import RichHandler  # here: the CLI must start fast
+
+        handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:  # a log file: one unwrapped line per record, with its time, on whatever stderr is now
+        handler = _StderrNow()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.set_name("bias-discovery-cli")
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+class _StderrNow(logging.StreamHandler):
+    """A stream handler on the `sys.stderr` of the moment a record is written (as logging's
+    last-resort handler is): a handler kept past the invocation it was made in (the CLI run
+    in-process, by tests or a notebook) never writes to a stream that is gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def default_cache_path() -> Path:

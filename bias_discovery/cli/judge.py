@@ -114,7 +114,7 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     for reason, example in summary.invalid_examples.items():
         console.print(f"{reason} ({summary.invalid_reasons.get(reason, 0)}): {example}", highlight=False, soft_wrap=True)
     if summary.skipped_rows:
-        console.print(f"skipped bad data rows (--skip-bad-rows): {summary.skipped_rows}, not among the pairs above", highlight=False)
+        console.print(f"skipped bad data rows: {summary.skipped_rows}, not among the pairs above (named on stderr)", highlight=False)
 
 
 def _check_compare_dir(value: Path | None) -> Path | None:

@@ -24,11 +24,11 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 
 def _skipped_rows_line(state: RunState | None) -> str | None:
-    """"skipped bad data rows (data.skip_bad_rows): target 1, test 2 ...", or None."""
+    """"skipped bad data rows: target 1, test 2 ...", or None."""
     if state is None or not state.skipped_rows:
         return None
     counts = ", ".join(f"{role} {n}" for role, n in state.skipped_rows.items())
-    return f"skipped bad data rows (data.skip_bad_rows): {counts}; each is named in events.jsonl"
+    return f"skipped bad data rows: {counts}; each is named in events.jsonl"
 
 
 def budget_stop(run_dir: Path, exc: BudgetReached) -> NoReturn:

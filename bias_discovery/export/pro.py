@@ -50,7 +50,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
@@ -540,7 +540,7 @@ def export_judgebench_pro(
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
         # bad data rows: skipped and counted when asked, or when the run itself skipped them
-        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
         pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")

@@ -100,7 +100,8 @@ class MatrixData(_Strict):
     (same id or content); refused otherwise (`--allow-overlap`). Recorded in matrix.json."""
     skip_bad_rows: bool = False
     """Skip test rows that cannot be used (malformed, a missing field, two identical responses,
-    a repeated id) instead of stopping (`--skip-bad-rows`); counted in matrix.json."""
+    a repeated id) instead of stopping (`--skip-bad-rows`); counted in matrix.json. A published
+    set (`judgebench`, `rewardbench`) skips and counts them without it."""
 
 
 def _matrix_validate_defaults() -> ValidateSettings:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ValidateSettings
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.overlap import DataOverlap
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError, DataError
@@ -370,7 +370,7 @@ def _matrix_biases(config: MatrixConfig) -> tuple[list[Bias], str, Path | None]:
 
 def _matrix_pairs(config: MatrixConfig) -> tuple[list[PreferencePair], int]:
     """The test pairs of the matrix and how many bad rows were skipped loading them."""
-    bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None
+    bad_rows = bad_rows_for(config.data.test, config.data.skip_bad_rows)
     pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows)
     if not pairs:
         raise DataError(f"test data {config.data.test!r} has no pairs")

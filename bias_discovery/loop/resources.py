@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from ..config import RunConfig
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from ..data.pairs import PreferencePair
 from ..embeddings import Embedder
@@ -93,7 +93,7 @@ class LoopResources:
     def _load_pairs(self, role: str, source: str, limit: int | None) -> list[PreferencePair]:
         """The `role` data; with `data.skip_bad_rows` the skipped rows are counted in run.json
         (`status` shows them) and named in events.jsonl."""
-        bad_rows: list[str] | None = [] if self.config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(source, self.config.data.skip_bad_rows)
         pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
         if bad_rows:
             state = state_or_none(self.run)

@@ -125,6 +125,7 @@ from .sequential import (
 from .tests import (
     mcnemar_exact_one_sided,
     paired_p_value,
+    paired_score_interval,
     paired_t_one_sided,
     sign_flip_p_value,
     tango_restricted_helped_rate,
@@ -194,6 +195,7 @@ __all__ = [
     "mean_t_interval",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
+    "paired_score_interval",
     "tango_restricted_helped_rate",
     "tango_z",
     "wilson_interval",
