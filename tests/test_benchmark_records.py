@@ -27,6 +27,10 @@ WRITTEN_BEFORE_PROVENANCE = {
     "validation_sim_null_run.json": "stamped at write time; no CPU model",
     "embedded_build.json": "no commit; needs a second (native) llama.cpp build to rerun",
     "first_run.json": "the commit at write time, short; three rounds of the quick start to rerun",
+    "budget_anywhere.json": "written by issue 38's branch while the provenance block was being built on "
+    "another: its own keys name the command, start time, start commit and machine; no provenance block",
+    "loop_calls.json": "written by issue 37's branch while the provenance block was being built on another: "
+    "its own keys name the command, start time, start commit and CPU; no provenance block",
     "vs_biasscope.json": "the commit at write time; the peer's repository and a long run to rerun "
     "(its script becomes a package in issue 35's other half)",
 }
