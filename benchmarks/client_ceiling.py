@@ -52,6 +52,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server lives with the tests that use it too
 
+from provenance import Provenance  # noqa: E402
+
 from stub_openai import launch, stats  # noqa: E402
 
 MODEL = "served"
@@ -231,6 +233,7 @@ def main() -> None:
     parser.add_argument("--with-submit", action="store_true",
                         help="also run ours with every request submitted on its own (the streamed order's way in)")
     args = parser.parse_args()
+    provenance = Provenance.start()
 
     from bias_discovery.llm.aio import loop_kind
     from bias_discovery.llm.openai import build_payload
@@ -316,7 +319,7 @@ def main() -> None:
     }
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        provenance.write_json(args.json, {**result, "commit": provenance.commit})
         print(f"wrote {args.json}")
 
 

@@ -68,7 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer live with the tests
 
 from kill_anywhere import write_pairs  # noqa: E402
-from provenance import cpu_model, git_commit  # noqa: E402
+from provenance import Provenance  # noqa: E402
 
 from stub_openai import launch, planted_score_truth, stats  # noqa: E402
 
@@ -325,11 +325,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--pointwise", action="store_true", help="the pointwise cells instead (module docstring)")
     parser.add_argument("--shifts", default="0,0.5,1", help="--pointwise: planted score shifts, in points of the 1-10 scale")
+    parser.add_argument("--cells-only", action="store_true",
+                        help="leave the per-run records out of --json (what benchmarks/results/ keeps: they are large)")
     args = parser.parse_args()
+    provenance = Provenance.start()
     more = {float(k): int(v) for k, v in (item.split("=") for item in args.more.split(",") if item)}
     deltas = [float(d) for d in args.deltas.split(",")]
     started, cpu0, load0 = time.time(), os.times(), machine()
-    commit = git_commit()  # the commit the benchmark started at
     work = args.work or Path(tempfile.mkdtemp(prefix="effects-cli-"))
     work.mkdir(parents=True, exist_ok=True)
     runs: list[RunResult] = []
@@ -341,7 +343,7 @@ def main() -> None:
 
             def partial(done: list[dict[str, Any]], results: list[RunResult], cpu: dict[str, float]) -> None:
                 spent = os.times()
-                write_record(args, commit, load0, time.time() - started,
+                write_record(args, provenance, load0, time.time() - started,
                              (spent.children_user + spent.children_system) - (cpu0.children_user + cpu0.children_system), cpu, done, results)
 
             cells, runs, stub_cpu = pointwise_cells([float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial)
@@ -376,27 +378,26 @@ def main() -> None:
           f"the stub's CPU {stub_total:.1f} s ({100 * stub_total / max(children_cpu, 1e-9):.1f} % of the runs'); "
           f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed")
     if args.json is not None:
-        write_record(args, commit, load0, wall, children_cpu, stub_cpu, cells, runs)
+        write_record(args, provenance, load0, wall, children_cpu, stub_cpu, cells, runs)
 
 
-def write_record(args: argparse.Namespace, commit: str, load0: dict[str, Any], wall: float, children_cpu: float,
+def write_record(args: argparse.Namespace, provenance: Provenance, load0: dict[str, Any], wall: float, children_cpu: float,
                  stub_cpu: dict[str, float], cells: Sequence[dict[str, Any]], runs: Sequence[RunResult]) -> None:
-    """The JSON record (`--json`): the command, date, commit it started at, machine, cells and runs."""
+    """The JSON record (`--json`): the machine, cells and runs, with the provenance block (the command,
+    start time, commit it started at, CPU)."""
     if args.json is not None:
         payload = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": commit,
-            "machine": {"at_start": load0, "at_end": machine()}, "cpu": cpu_model(),
+            "commit": provenance.commit,
+            "machine": {"at_start": load0, "at_end": machine()},
             "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
             "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
             "cells": cells,
             **({"pointwise_judge": POINTWISE_JUDGE, "runs_per_cell": args.runs,
                 "true_effect_unit": "share of the 1-10 scale (1 point = 1/9)"} if args.pointwise else {}),
-            "runs": [asdict(r) for r in runs],
+            "runs": "left out (--cells-only): rerun the command for them" if args.cells_only else [asdict(r) for r in runs],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        provenance.write_json(args.json, payload, indent=1)
         print(f"wrote {args.json}")
 
 

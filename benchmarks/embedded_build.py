@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import cpu_model, git_commit
+from provenance import Provenance, cpu_model
 
 CHILD = r"""
 import json, sys, time
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    provenance = Provenance.start()
     builds: list[tuple[str, Path | None]] = [("installed", None)]
     if args.other_site:
         builds.append(("other", args.other_site))
@@ -105,7 +106,7 @@ def main() -> None:
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+        "commit": provenance.commit, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
         "builds": {},
     }
     for label, runs in results.items():
@@ -126,7 +127,7 @@ def main() -> None:
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n")
+        provenance.write_json(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from kill_anywhere import stub_config  # noqa: E402
-from provenance import cpu_model, git_commit  # noqa: E402
+from provenance import Provenance  # noqa: E402
 
 from stub_openai import launch, stats  # noqa: E402
 
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--failures", type=Path, default=Path(tempfile.gettempdir()) / "exit-codes-failures")
     parser.add_argument("--fake-embedder", action="store_true", help="bag-of-words embeddings instead of torch's")
     args = parser.parse_args()
+    provenance = Provenance.start()
     work = Path(tempfile.mkdtemp(prefix="exit-codes-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
     if args.fake_embedder:
@@ -69,30 +70,29 @@ def main() -> None:
             if (i + 1) % 50 == 0:
                 print(f"{i + 1} runs: {dict(codes)}", file=sys.stderr, flush=True)
                 # the counts so far, so a benchmark stopped early still says how far it got
-                write(summary(args, codes, failures, started, stats(url)["cpu_s"]), args.json)
-        text = write(summary(args, codes, failures, started, stats(url)["cpu_s"]), args.json)
+                write(summary(args, codes, failures, started, stats(url)["cpu_s"], provenance), args.json, provenance)
+        text = write(summary(args, codes, failures, started, stats(url)["cpu_s"], provenance), args.json, provenance)
     print(text)
     shutil.rmtree(work, ignore_errors=True)
 
 
 def summary(args: argparse.Namespace, codes: collections.Counter[int], failures: list[dict[str, object]], started: float,
-            stub_cpu: float) -> dict[str, object]:
-    """The exit codes counted so far, with the command, date, commit, machine and the stub's CPU share."""
+            stub_cpu: float, provenance: Provenance) -> dict[str, object]:
+    """The exit codes counted so far and the stub's CPU share (the command, start, commit and
+    machine are the `provenance` block `write` adds)."""
     wall = time.monotonic() - started
     return {
-        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load": os.getloadavg()[0]},
+        "commit": provenance.commit,
         "runs_planned": args.runs, "runs": sum(codes.values()), "exit_codes": {str(k): v for k, v in sorted(codes.items())},
         "all_zero": set(codes) == {0}, "embedder": "bag-of-words (fake)" if args.fake_embedder else "all-MiniLM-L6-v2",
         "wall_s": round(wall, 1), "stub_cpu_share": round(stub_cpu / wall, 4), "failures": failures,
     }
 
 
-def write(record: dict[str, object], path: Path | None) -> str:
-    text = json.dumps(record, indent=2)
+def write(record: dict[str, object], path: Path | None, provenance: Provenance) -> str:
     if path is not None:
-        path.write_text(text + "\n")
-    return text
+        provenance.write_json(path, record)
+    return json.dumps({**record, "provenance": provenance.stamp()}, indent=2)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import cpu_model, git_commit
+from provenance import Provenance, cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "experiments/quickstart-cpu.yaml"
@@ -142,6 +142,7 @@ def main() -> None:
     parser.add_argument("--components", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    provenance = Provenance.start()
     work = Path(tempfile.mkdtemp(prefix="first-run-"))
     old = work / "before"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True)
@@ -160,7 +161,7 @@ def main() -> None:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        "commit": provenance.commit,
         "before_commit": args.before,
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": os.getloadavg()[0]},
     }
@@ -182,7 +183,7 @@ def main() -> None:
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n")
+        provenance.write_json(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+from provenance import Provenance
+
 from bias_discovery.data.loaders import load_pairs
 from bias_discovery.judging import JudgeSettings, build_tasks, judge_pairs
 from bias_discovery.llm.base import message_dicts
@@ -68,6 +70,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    Provenance.start(print_at_exit=True)
 
     model = args.model
     if model is None and args.engine == "vllm":

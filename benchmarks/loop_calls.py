@@ -4,6 +4,8 @@ Two modes, each printing ratios measured in one run:
 
     python benchmarks/loop_calls.py RUN_DIR [--full-test-size 620]
     python benchmarks/loop_calls.py --simulate [--items 620] [--iterations 4] [--candidates 6] [--runs 3]
+    python benchmarks/loop_calls.py --loop [--items 620] [--target-items 120] [--iterations 4] [--fix-share 0.2]
+                                    [--runs 3] [--out benchmarks/results/loop_calls.json]
 
 **RUN_DIR**: a finished run's calls and tokens per stage (from events.jsonl) next to the
 reference procedure of the paper's scripts, which differs in these places:
@@ -15,7 +17,9 @@ reference procedure of the paper's scripts, which differs in these places:
   reference has no placebo and no answer check (ours: a placebo once per run, and one check
   per rewrite: the price of the controls). By default the reference uses the same test items
   as the run; `--full-test-size N` prices it on a full test set of N items instead.
-Stages that are the same in both (perturb, evaluate, explain, identify) count the same.
+- Explain and identify every misjudged pair (ours, with `misjudgment_check`: only those that
+  count; the check's own calls, stage `check`, have no counterpart): from misjudgments.json.
+Stages that are the same in both (perturb, evaluate) count the same.
 Cache hits are shown separately: they cost nothing.
 
 **--simulate**: a simulated judge and teacher (no model): every iteration validates
@@ -25,17 +29,32 @@ round judges a candidate accepted early on the rest of the items too), with sequ
 and `effect: conditional` (no held-out round), and once on every item, with the same placebo
 and baseline, and prints the calls of each, their ratios to every item, and whether the
 accepted sets are the same; the paper's reference procedure is priced on the same candidates.
+
+**--loop**: the whole loop on a simulated world (`DiscoveryWorld`), through the stages' own code
+(perturb, evaluate, the misjudgment check, deeper explain, identify with its junk screen,
+validation): a teacher that fixes the answer of `--fix-share` of its target rewrites (the judge
+then "errs" by preferring the right answer; the identifier blames a spurious bias, half of them
+junk names), and six seed traits behind which the identifier names a latent bias (planted
+effects +30 pp, +15 pp and four null). Run twice on the same seed: `before` (every misjudgment
+counts, no junk screen, a rejected candidate validated again when named again: this branch's
+parent) and `after`; each priced next to the paper's reference procedure on the `before`
+run's front half and candidates. Merge is not simulated (a candidate named like a library bias
+is a duplicate, no call, in both). `calls_ratio_vs_reference` in the `--out` record is the
+mean of after / reference.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from provenance import Provenance
 
 from bias_discovery.config import PerturbSettings, ValidateSettings, load_run_config
 from bias_discovery.data.loaders import load_pairs
@@ -74,8 +93,13 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
     per_item_judge = 2 if config.judge.positions == "both" else 1
     ref_merge = ref_validate = ref_baseline = ref_seeds = 0
     items_used = items_all = 0
+    front: dict[str, int] = defaultdict(int)  # the reference explains and identifies every misjudgment
     for t in rd.iterations():
         record = rd.iteration(t)
+        misjudged = record.misjudgments.read_if_exists()
+        if misjudged is not None and misjudged.checked:
+            front["deeper_explain"] += misjudged.misjudged if config.deeper_explain.enabled else 0
+            front["identify"] += misjudged.misjudged
         stats = record.merge_stats.read_if_exists()
         if stats is not None:
             ref_merge += stats.all_pairs_calls
@@ -93,11 +117,16 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
                 items_used += v.n_test if held_out or c.stopped_at is None else c.stopped_at
                 items_all += v.n_test
 
-    reference = {"merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0}
+    reference = {
+        "merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0, "check": 0,
+    }
+    for stage, n in front.items():  # a run without the misjudgment check: the same as ours
+        reference[stage] = n
     print(f"run {rd.root}: {len(rd.iterations())} iteration folders; run's test items: {run_test}; reference priced on {full_test}")
     print(f"{'stage':15s} {'requests':>9s} {'cached':>7s} {'prompt tok':>11s} {'compl tok':>10s} {'reference':>10s} {'ratio':>7s}")
     total_ours = total_ref = 0
-    for stage in ("perturb", "evaluate", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate_seeds", "validate"):
+    stages = ("perturb", "evaluate", "check", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate_seeds", "validate")
+    for stage in stages:
         row = ours.get(stage, {})
         n = row.get("requests", 0)
         ref = reference.get(stage, n)
@@ -106,7 +135,8 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
         ratio = f"{n / ref:.3f}" if ref else "-"
         print(f"{stage:15s} {n:9d} {row.get('cached', 0):7d} {row.get('prompt_tokens', 0):11d} {row.get('completion_tokens', 0):10d} {ref:10d} {ratio:>7s}")
     print(f"{'all':15s} {total_ours:9d} {'':7s} {'':11s} {'':10s} {total_ref:10d} {total_ours / total_ref if total_ref else 0:7.3f}")
-    print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks have no reference counterpart")
+    print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks (check: the misjudged pairs') "
+          "have no reference counterpart")
     if items_all:
         print(
             f"sequential looks and held-out rounds: candidates were perturbed on {items_used} of {items_all} candidate x "
@@ -271,6 +301,189 @@ def simulate_mode(n_items: int, iterations: int, n_candidates: int, runs: int) -
     print("reference has neither (and re-judges the baseline every iteration)")
 
 
+# --------------------------------------------------------------------------------------------
+# A simulated loop, front half included, with an answer-fixing teacher
+# --------------------------------------------------------------------------------------------
+
+LATENT_EFFECTS = (0.30, 0.15, 0.0, 0.0, 0.0, 0.0)
+"""The planted effect of the bias the teacher names behind a mistake on seed trait k."""
+_INCORRECT = re.compile(r"Incorrect response \(the judge preferred it\):\n(.*?)\n\nThe judge's explanation", re.S)
+
+
+class DiscoveryWorld(SimulatedWorld):
+    """`SimulatedWorld` with the front half of the loop: on a target item the teacher fixes the
+    answer of `fix_share` of its rewrites (a "Fixed answer", which the checker reads as the
+    chosen one's and the judge prefers 9 times in 10: it is right to); the target explains; the
+    identifier names, behind a mistake on seed trait k, the bias "Latent Trait k" (planted
+    effects `LATENT_EFFECTS`), and behind a mistake on a fixed answer a spurious bias: half of
+    them junk (`bias_found`, restating the verdict), the others one of five null names."""
+
+    def __init__(self, effects: dict[str, float], fix_share: float) -> None:
+        super().__init__(effects)
+        self.fix_share = fix_share
+        self.latent = {trait_mark(f"Seed Trait {k}"): k for k in range(len(LATENT_EFFECTS))}
+
+    def _respond(self, request: GenerationRequest) -> str:
+        user = request.messages[-1].content
+        if "Explain your decision in more depth" in user:
+            self.calls["explain"] += 1
+            return "It seemed better."
+        if "preferred the WRONG one" in user:
+            self.calls["identify"] += 1
+            return self._identify(_INCORRECT.search(user).group(1))
+        if "Answer with one word: yes or no" in user:
+            self.calls["confirm"] += 1
+            return "no"
+        if "[Response A]" in user and "Fixed answer" in user:
+            self.calls["judge"] += 1
+            responses = dict(_RESPONSE.findall(user))
+            fixed = "A" if "Fixed answer" in responses["A"] else "B"
+            wrong = _unit("fixed verdict", request.seed, user) < 0.9
+            return f"Reasoning: simulated.\nVerdict: {fixed if wrong else ('B' if fixed == 'A' else 'A')}"
+        if "same or different" in user and "target item" in user:
+            self.calls["check"] += 1
+            candidate = user.split("[Response 2]", 1)[1]
+            return "same" if "Fixed answer" in candidate else "different"
+        if "Trait:" in user and "target item" in user:
+            rewrite = super()._respond(request)
+            if _unit("fix", user) < self.fix_share:
+                rewrite = rewrite.replace("Wrong answer", "Fixed answer")
+            return rewrite
+        return super()._respond(request)
+
+    def _identify(self, rejected: str) -> str:
+        item = int(re.search(r"item (\d+)", rejected).group(1))
+        if "Fixed answer" in rejected:
+            if item % 2 == 0:
+                name, definition = "bias_found", "The judge rejected the incorrect response."
+            else:
+                name, definition = f"Spurious Trait {item % 5}", f"The judge favours spurious trait {item % 5} phrasing."
+        else:
+            mark = re.search(r"\{mark (\w+)\}", rejected)
+            k = self.latent.get(mark.group(1)) if mark else None
+            if k is None:
+                return json.dumps({"bias_found": False, "name": "", "definition": "", "manifestations": []})
+            name, definition = f"Latent Trait {k}", f"The judge favours latent trait {k} phrasing."
+        return json.dumps({"bias_found": True, "name": name, "definition": definition, "manifestations": [name.lower()]})
+
+
+def _pairs(n: int, kind: str) -> list[PreferencePair]:
+    return [
+        PreferencePair(id=f"{kind[0]}{i}", question=f"Question {i} ({kind})?", chosen=f"RIGHT answer, {kind} item {i}.",
+                       rejected=f"Wrong answer, {kind} item {i}.", domain=("math", "code", "knowledge", "reasoning")[i % 4])
+        for i in range(n)
+    ]
+
+
+def simulate_discovery(
+    n_target: int, n_items: int, iterations: int, fix_share: float, seed: int, *, improved: bool
+) -> dict[str, object]:
+    """One simulated loop run with the stages' own code: perturb, evaluate, (`improved`: the
+    misjudgment check and the junk screen) explain, identify, the candidates (Merge stands in
+    as: a candidate named like a library bias is a duplicate, no call; both procedures alike)
+    and the validation of each iteration's family (with `improved`, a candidate the library's
+    run already rejected with the same definition is not validated again). Returns the calls by
+    kind, the accepted ids per iteration, and what the paper's reference would have spent on
+    the same front half and candidates (every candidate on every test item, the baseline judged
+    again every iteration, no check)."""
+    from bias_discovery.config import ExplainSettings, IdentifySettings, MisjudgmentCheckSettings
+    from bias_discovery.stages import (
+        assign_biases,
+        candidates_from_records,
+        deeper_explain,
+        evaluate,
+        identify_biases,
+        perturb,
+    )
+    from bias_discovery.stages.evaluate import check_misjudged
+    from bias_discovery.stages.rewrite_checks import length_allowances
+
+    effects = {f"Latent Trait {k}": e for k, e in enumerate(LATENT_EFFECTS) if e}
+    world = DiscoveryWorld(effects, fix_share)
+    targets, tests = _pairs(n_target, "target"), _pairs(n_items, "test")
+    judge = JudgeSettings(positions="swap", reasoning=True)
+    perturb_settings, check = PerturbSettings(), MisjudgmentCheckSettings(enabled=improved)
+    settings = ValidateSettings(n_boot=100)
+    setup = ValidationSetup(
+        family=FamilySettings.planned(settings, iterations, seed=seed), perturb=perturb_settings, judge=judge, test_data="simulated"
+    )
+    baseline = judge_pairs(world, tests, judge, seed=seed)
+    placebo = run_placebo(world, world, world, tests, baseline, perturb_settings=perturb_settings, judge_settings=judge,
+                          settings=settings, seed=seed)
+    library = [Bias(id=f"seed-trait-{k}", name=f"Seed Trait {k}", definition=f"Seed trait {k}.", origin=BiasOrigin(kind="seed"))
+               for k in range(len(LATENT_EFFECTS))]
+    rejected: set[tuple[str, str]] = set()
+    accepted_ids: list[list[str]] = []
+    reference = n_items  # the reference's baseline of the first iteration (ours: once, above)
+    for t in range(1, iterations + 1):
+        items = assign_biases(targets, library, seed=seed, iteration=t)
+        rewrites = perturb(world, items, perturb_settings, seed=seed)
+        _, cases = evaluate(world, rewrites, judge, seed=seed)
+        reference += 2 * len(items) + 2 * len(cases)  # perturb, judge; explain and identify every mistake
+        if improved:
+            cases = check_misjudged(world, rewrites, cases, length_allowances(library, check), check, seed=seed)
+            cases = [c for c in cases if c.excluded is None]
+        records = identify_biases(world, deeper_explain(world, cases, judge, ExplainSettings(), seed=seed), IdentifySettings(), seed=seed)
+        if not improved:
+            records = [r.model_copy(update={"dropped": None, "confirmed": None}) for r in records]
+        names = {b.name for b in library}
+        raw = candidates_from_records(records, cases, iteration=t, target_model="simulated", taken_ids=[b.id for b in library])
+        candidates = [b for b in raw if b.name not in names]
+        reference += len(candidates) * n_items * 2 + (n_items if t > 1 else 0)
+        if improved:
+            candidates = [b for b in candidates if (b.name, b.definition) not in rejected]
+        out = validate_biases(ValidationModels(world, world, world), candidates, tests, baseline, setup, placebo=placebo)
+        accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
+        rejected |= {(b.name, b.definition) for b in out.candidates if b.validation and not b.validation.accepted}
+        accepted_ids.append(sorted(b.name for b in accepted))
+        library += accepted
+    return {"calls": dict(world.calls), "total": sum(world.calls.values()), "accepted": accepted_ids, "reference": reference}
+
+
+def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: float, runs: int, out: Path | None) -> None:
+    """Calls per accepted bias of the loop before and after the misjudgment check, the junk
+    screen and not re-validating a rejected definition, each next to the paper's reference on
+    the same simulated run; written to `out` through benchmarks/provenance.py."""
+    import time
+
+    from provenance import cpu_model, git_commit
+
+    started, commit = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), git_commit()
+    print(f"simulated loop: {n_target} target items, {n_items} test items, {iterations} iterations, answer-fixing share "
+          f"{fix_share:.2f} of target rewrites, {runs} runs; planted effects {LATENT_EFFECTS}")
+    rows = []
+    for run in range(runs):
+        row: dict[str, object] = {"seed": 1000 + run}
+        for label, improved in (("before", False), ("after", True)):
+            r = simulate_discovery(n_target, n_items, iterations, fix_share, 1000 + run, improved=improved)
+            n_accepted = sum(len(a) for a in r["accepted"])  # type: ignore[arg-type]
+            row[label] = {**r, "n_accepted": n_accepted, "ratio_vs_reference": r["total"] / r["reference"]}  # type: ignore[operator]
+        before, after = row["before"], row["after"]  # type: ignore[index]
+        row["same_accepted_set"] = before["accepted"] == after["accepted"]  # type: ignore[index]
+        row["calls_ratio_vs_reference"] = after["total"] / before["reference"]  # type: ignore[index]
+        rows.append(row)
+        print(f"run {run}: before {before['total']} calls ({before['n_accepted']} accepted; reference {before['reference']}: "  # type: ignore[index]
+              f"ratio {before['ratio_vs_reference']:.3f}); after {after['total']} calls ({after['n_accepted']} accepted; "  # type: ignore[index]
+              f"ratio {row['calls_ratio_vs_reference']:.3f} vs the same reference); same accepted set: {row['same_accepted_set']}")
+        print(f"       calls by kind before {before['calls']}; after {after['calls']}")  # type: ignore[index]
+    ratio = statistics.mean(float(r["calls_ratio_vs_reference"]) for r in rows)  # type: ignore[arg-type]
+    before_ratio = statistics.mean(float(r["before"]["ratio_vs_reference"]) for r in rows)  # type: ignore[index]
+    print(f"mean calls / reference: before {before_ratio:.3f}, after {ratio:.3f}")
+    if out is not None:
+        record = {
+            "command": " ".join(sys.argv), "started": started, "commit": commit, "cpu": cpu_model(),
+            "what": ("calls of the simulated loop (stages' own code, scripted world) next to the paper's reference procedure "
+                     "priced on the same front half and candidates; reference = the 'before' run's candidates on every test item"),
+            "n_target": n_target, "n_items": n_items, "iterations": iterations, "fix_share": fix_share, "runs": runs,
+            "latent_effects": list(LATENT_EFFECTS),
+            "calls_ratio_vs_reference": ratio, "calls_ratio_vs_reference_before": before_ratio,
+            "same_accepted_set_runs": sum(bool(r["same_accepted_set"]) for r in rows), "rows": rows,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="?")
@@ -280,8 +493,15 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--candidates", type=int, default=6, help="candidates per iteration (at least 2)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--loop", action="store_true", help="simulate the whole loop (front half, answer-fixing teacher)")
+    parser.add_argument("--target-items", type=int, default=120, help="simulated target items per iteration (--loop)")
+    parser.add_argument("--fix-share", type=float, default=0.2, help="share of target rewrites whose answer the teacher fixes (--loop)")
+    parser.add_argument("--out", type=Path, default=None, help="write the --loop record here (benchmarks/results/loop_calls.json)")
     args = parser.parse_args()
-    if args.simulate:
+    Provenance.start(print_at_exit=True)
+    if args.loop:
+        discovery_mode(args.target_items, args.items, args.iterations, args.fix_share, args.runs, args.out)
+    elif args.simulate:
         if args.candidates < 2:
             parser.error("--candidates must be at least 2")
         simulate_mode(args.items, args.iterations, args.candidates, args.runs)

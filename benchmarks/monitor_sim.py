@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from provenance import Provenance
 
 from bias_discovery.metrics import Preference, length_spearman, position_z, spearman
 from bias_discovery.stats import wilson_interval
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--replications", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    Provenance.start(print_at_exit=True)
     n = args.replications
     print(f"false alarms of the bias monitor under null judges with item-level random preferences, {n} replications per cell, seed {args.seed}")
     print("rate [95 % Wilson CI over the replications]; item: the monitor (item as the unit); verdict: as published (each verdict a unit)")

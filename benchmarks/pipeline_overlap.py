@@ -40,6 +40,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the stub server and the fake embedder live with the tests
 
+from provenance import Provenance  # noqa: E402
+
 from stub_openai import launch, stats  # noqa: E402
 
 ORDERS = ("staged", "streamed")
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--reply-tokens", type=int, default=128, help="tokens a reply decodes (at most its max_tokens)")
     parser.add_argument("--rounds", type=int, default=1, help="runs per order, alternating which goes first")
     args = parser.parse_args()
+    provenance = Provenance.start()
 
     work = Path(tempfile.mkdtemp(prefix="pipeline-overlap-"))
     data = {"target": write_pairs(work / "target.jsonl", args.target_items, "t"),
@@ -165,7 +168,7 @@ def main() -> None:
         "runs": rows,
     }
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
+        provenance.write_json(args.json, {**result, "commit": provenance.commit})
         print(f"wrote {args.json}")
 
 

@@ -44,7 +44,6 @@ interval: the held-out items' Δ (the default) and the estimate given the stop a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import Provenance
 
 from bias_discovery.config import ValidateSettings
 from bias_discovery.stages.family import (
@@ -282,6 +282,7 @@ def main() -> None:
     parser.add_argument("--sequential-reps", type=int, default=500, help="validations per sequential cell (0: none)")
     parser.add_argument("--json", type=Path, help="also write the tables as JSON")
     args = parser.parse_args()
+    provenance = Provenance.start()
 
     items = [int(x) for x in args.items.split(",")]
     shifts = [float(x) for x in args.shifts.split(",")]
@@ -311,9 +312,11 @@ def main() -> None:
     print(f"({time.monotonic() - started:.0f} s)")
     if args.json:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        args.json.write_text(json.dumps(
-            {"settings": settings, "rows": rows, "calls_for_80_percent_power": summary, "sequential": sequential}, indent=2
-        ))
+        provenance.write_json(
+            args.json,
+            {"settings": settings, "rows": rows, "calls_for_80_percent_power": summary, "sequential": sequential,
+             "commit": provenance.commit},
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any
 
+from provenance import Provenance
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -48,6 +50,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=None, help="in flight (default: the engine's for the dialect)")
     args = parser.parse_args()
+    Provenance.start(print_at_exit=True)
 
     from bias_discovery.data.loaders import load_pairs
     from bias_discovery.judging import JudgeSettings, build_tasks

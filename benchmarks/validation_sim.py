@@ -74,10 +74,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
-import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -85,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from provenance import cpu_model, git_commit
+from provenance import Provenance
 
 from bias_discovery.config import RunConfig, ValidateSettings
 from bias_discovery.stages.family import (
@@ -116,14 +113,30 @@ TARGETS = {
     "null_run_false_accept": "≤ 0.05",
     "monitor_false_alarm_z": "≤ 0.06",
     "monitor_false_alarm_rho": "≤ 0.06",
+    "accepted_coverage_4pp": "≥ 0.94",
     "accepted_bias_8pp": "within ±0.01",
-    "accepted_coverage_8pp": "≥ 0.93",
+    "accepted_coverage_8pp": "≥ 0.94",
     "accepted_bias_15pp": "within ±0.01",
-    "accepted_coverage_15pp": "≥ 0.93",
+    "accepted_coverage_15pp": "≥ 0.94",
     **{f"pointwise_null_run_false_accept_{m}": "≤ 0.05" for m in ("score", "error")},
     **{f"pointwise_accepted_bias_in_se_{m}_{s:g}pt": "within ±2" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
     **{f"pointwise_accepted_coverage_{m}_{s:g}pt": "≥ 0.93" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
 }
+COVERAGE_TARGET = 0.94
+"""Every accepted-only row's 95 % CI must cover the truth this often (the nominal 0.95 less
+about one Monte Carlo se at a few hundred accepted candidates); each row says whether it did."""
+
+
+def met(key: str, value: float | None) -> bool | None:
+    """Whether a cell's value meets its target in `TARGETS` (None: no target, or no value)."""
+    target = TARGETS.get(key)
+    if target is None or value is None or math.isnan(value):
+        return None
+    if target.startswith("≥ "):
+        return value >= float(target[2:])
+    if target.startswith("≤ "):
+        return value <= float(target[2:])
+    return abs(value) <= float(target.removeprefix("within ±"))
 
 
 def _paired_errors(rng: np.random.Generator, reps: int, n: int, delta: float, noise: float = NOISE) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +265,9 @@ def _accepted_row(world: str, design: str, truth: float, records: list[dict[str,
         row[f"{prefix}coverage"] = float(np.mean([_covers(r["effect"], truth) for r in group]))
         row[f"{prefix}ci_width"] = float(np.mean([_width(r["effect"]) for r in group]))
         row[f"{prefix}effect_n"] = float(np.mean([r["effect"].n or 0 for r in group]))
+        row[f"{prefix}coverage_se"] = math.sqrt(row[f"{prefix}coverage"] * (1 - row[f"{prefix}coverage"]) / len(group))
+    row["coverage_target"] = COVERAGE_TARGET
+    row["coverage_met"] = None if not accepted else bool(row["coverage"] >= COVERAGE_TARGET)
     bounds = [r["effect"].upper_bound for r in records if not r["accepted"] and r["effect"].upper_bound is not None]
     if bounds:
         upper = np.array(bounds)
@@ -595,9 +611,9 @@ def main() -> None:
     parser.add_argument("--pointwise-replications", type=int, default=None,
                         help="replications of the pointwise cells (default: --replications)")
     args = parser.parse_args()
+    provenance = Provenance.start()
     wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type", "pointwise"} if args.cells == "all" else set(args.cells.split(","))
     started = time.time()
-    commit = git_commit()  # the commit the benchmark started at
     numbers: dict[str, float | None] = {}
     timings: dict[str, float] = {}
     accepted: list[dict[str, Any]] = []
@@ -640,7 +656,8 @@ def main() -> None:
     print(f"validation_sim: seed {args.seed}, {reps}, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
     for key, value in numbers.items():
-        print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')}")
+        verdict = {True: "met", False: "NOT MET", None: ""}[met(key, value)]
+        print(f"{key:44s} {_fmt(value):>9s}  {TARGETS.get(key, '')} {verdict}")
     if missing:
         print(f"monitor cells missing: {missing}")
     if accepted:
@@ -651,10 +668,8 @@ def main() -> None:
     if args.json is not None:
         payload: dict[str, Any] = {
             **numbers,
-            "command": " ".join(["python", *sys.argv]),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "commit": commit,
-            "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
+            "commit": provenance.commit,
+            "targets_met": {key: met(key, value) for key, value in numbers.items() if key in TARGETS},
             "seconds_per_cell": timings,
             "seed": args.seed,
             "replications": args.replications,
@@ -667,9 +682,8 @@ def main() -> None:
             "by_stop_type": by_stop,
             "pointwise": pointwise,
             "pointwise_replications": (args.pointwise_replications or args.replications) if pointwise else None,
-            "cpu": cpu_model(),
         }
-        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        provenance.write_json(args.json, payload)
         print(f"wrote {args.json}")
 
 

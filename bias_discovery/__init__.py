@@ -2,7 +2,7 @@
 
 The Python API (`bias_discovery.api`) is importable from here:
 
-    from bias_discovery import discover, judge, audit, matrix, replicate, load_run
+    from bias_discovery import discover, judge, audit, audit_log, matrix, replicate, load_run
 
 Importing this package stays light: the API is imported on first use of one of its names,
 and torch, vllm, llama_cpp and sentence-transformers only by the code paths that need them.
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import Run, audit, discover, judge, load_run, matrix, replicate
+    from .api import Run, audit, audit_log, discover, judge, load_run, matrix, replicate
 
-__all__ = ["Run", "__version__", "audit", "discover", "judge", "load_run", "matrix", "replicate"]
+__all__ = ["Run", "__version__", "audit", "audit_log", "discover", "judge", "load_run", "matrix", "replicate"]
 
 API_NAMES = frozenset(__all__) - {"__version__"}
 """The API names this package hands out (`bias_discovery.api` has the result types too)."""

@@ -15,16 +15,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from .errors import ConfigError
 from .io import read_utf8
-from .judging import JudgeSettings
+from .llm.budget import ROLES, BudgetSettings
 from .llm.config import ModelConfig, same_model
-from .stats import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
-
-DEFAULT_SEED = 42
-"""The seed of a run, a judge, an audit and a matrix when none is given."""
+from .settings.common import DEFAULT_SEED as DEFAULT_SEED
+from .settings.common import PerturbSettings as PerturbSettings
+from .settings.judge import JudgeSettings
+from .settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
 def parse_model_config(value: Any) -> Any:
-    """Accept `llamacpp/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
+    """Accept `hf/smollm2` or `{spec: openai/NAME, base_url: ...}` besides the full form."""
     if isinstance(value, str):
         return ModelConfig.from_spec(value).model_dump()
     if isinstance(value, dict) and "spec" in value:
@@ -65,17 +65,26 @@ class DataConfig(_Strict):
     skip_bad_rows: bool = False
     """Skip data rows that cannot be used (malformed, a missing field, two identical responses,
     a repeated id) instead of stopping; how many were skipped is recorded in run.json and
-    shown by `status`. JudgeBench's claude split has one pair of identical responses."""
+    shown by `status`. A published set (`judgebench`, `rewardbench`) skips and counts them
+    without it: JudgeBench's claude split has one pair of identical responses (line 265)."""
 
 
-class PerturbSettings(_Strict):
-    """Perturb: the teacher rewrites a pair's rejected response to carry one bias, keeping its
-    content and final answer."""
+class MisjudgmentCheckSettings(_Strict):
+    """Each misjudged target pair is checked before it counts as a mistake: its rewrite must
+    keep the original's final answer (the same check as validation's, `stages.rewrite_checks`)
+    and stay within the bias's length allowance. A pair that fails is recorded with its reason
+    in misjudged.jsonl and goes on to neither DeeperExplain nor IdentifyBias: a teacher that
+    fixed the answer made the judge right, not biased."""
 
-    max_tokens: int = Field(default=768, ge=16)
-    """Completion budget for one rewritten response."""
-    temperature: float = Field(default=0.0, ge=0.0)
-    """0 = greedy, as in the paper."""
+    enabled: bool = True
+    """false: every misjudged pair counts, unchecked (the paper's procedure)."""
+    max_length_ratio: float = Field(default=2.0, ge=1.0)
+    """A rewrite for a bias that is not about length may have at most this many times its
+    original's whitespace tokens (plus `length_slack`), and at least its original's over this
+    (minus the slack); beyond that the judge may have reacted to the length. A bias about length
+    (its name or definition speaks of length, verbosity, brevity or detail) has no allowance."""
+    length_slack: int = Field(default=30, ge=0)
+    """Whitespace tokens allowed beyond the ratio, so that a short answer may gain a sentence."""
 
 
 class ExplainSettings(_Strict):
@@ -275,12 +284,25 @@ class RunConfig(_Strict):
     next. Both make the same requests and write the same files, in the same order."""
     judge: JudgeSettings = Field(default_factory=lambda: JudgeSettings(positions="swap"))
     perturb: PerturbSettings = Field(default_factory=PerturbSettings)
+    misjudgment_check: MisjudgmentCheckSettings = Field(default_factory=MisjudgmentCheckSettings)
     deeper_explain: ExplainSettings = Field(default_factory=ExplainSettings)
     identify: IdentifySettings = Field(default_factory=IdentifySettings)
     merge: MergeSettings = Field(default_factory=MergeSettings)
     validate_: ValidateSettings = Field(default_factory=ValidateSettings, alias="validate")
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    """What the run may pay (cached calls are free): when the next request could pass a limit,
+    the run stops before it, resumable with a larger budget (`resume --set budget.max_usd=...`),
+    exit code 4."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_roles(cls, budget: BudgetSettings) -> BudgetSettings:
+        unknown = sorted(set(budget.roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"budget.roles: no role {', '.join(unknown)} (roles: {', '.join(ROLES)})")
+        return budget
 
     @model_validator(mode="before")
     @classmethod
@@ -348,7 +370,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any, item: str) -> Non
     for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
         if isinstance(child, str):
-            # `target: llamacpp/smollm2` written as a string: expand it before setting a sub-key.
+            # `target: hf/smollm2` written as a string: expand it before setting a sub-key.
             child = parse_model_config(child)
         if not isinstance(child, dict):
             raise ConfigError(

@@ -9,9 +9,12 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 from __future__ import annotations
 
 __all__ = [
-    "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "excluded_above", "excluded_clause", "number",
+    "MEASURE_LABELS", "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "excluded_above", "excluded_clause", "number",
     "p_clause", "p_value", "percent", "percent_range", "plural", "pp",
 ]
+
+MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)", "score": "Δscore(rejected)"}
+"""How a difference of each measure is named wherever it is printed."""
 
 MISSING = "-"
 """What a missing value prints as in the terminal."""

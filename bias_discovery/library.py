@@ -32,9 +32,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -361,6 +363,18 @@ class Bias(_Model):
     """Test-set validation; None for seeds and for candidates not validated yet."""
     merged_from: list[NonEmptyStr] = Field(default_factory=list)
     """Ids or names of the candidates that were merged into this bias."""
+    append: NonEmptyStr | None = None
+    """A fixed text the perturbation appends to the rejected response instead of asking the
+    teacher to rewrite it (a probe whose trait is exact, e.g. a prompt injection addressed to
+    the judge: the `security` seed library); None: the teacher rewrites."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_append(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`append` is written only when set, so libraries without it read and write as before."""
+        data: dict[str, Any] = handler(self)
+        if data.get("append", 0) is None:
+            del data["append"]
+        return data
 
     def as_prompt_text(self) -> str:
         """Name, definition and manifestations as plain text, for prompt templates."""

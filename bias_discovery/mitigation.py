@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .data.pairs import Order
 from .metrics import Preference, chen_vote_preference
+from .settings.judge import MITIGATIONS, Mitigation
 
 __all__ = [
     "CALLS_PER_VERDICT",
@@ -40,8 +40,6 @@ __all__ = [
     "plan",
 ]
 
-Mitigation = Literal["none", "swap", "shuffle3", "votes6"]
-MITIGATIONS: tuple[Mitigation, ...] = ("none", "swap", "shuffle3", "votes6")
 CALLS_PER_VERDICT: dict[Mitigation, int] = {"none": 1, "swap": 2, "shuffle3": 3, "votes6": 6}
 """What a mitigation costs: model calls per verdict."""
 

@@ -61,6 +61,8 @@ class EndpointReport(BaseModel):
     spec: str
     endpoint: str
     findings: list[Finding] = []
+    tokens_per_s: float | None = None
+    """Completion tokens a second the server (or engine) gave in `check`'s throughput probe."""
 
     @property
     def failed(self) -> bool:
@@ -79,6 +81,9 @@ class StageCalls(BaseModel):
 class PreflightReport(BaseModel):
     endpoints: list[EndpointReport]
     calls: list[StageCalls]
+    estimates: list[StageEstimate] = []
+    """Expected calls, tokens and dollars per stage and role beside their bounds (`estimate_run`)."""
+    assumptions: Assumptions | None = None
     max_iterations: int
     n_target: int
     n_test: int
@@ -325,6 +330,8 @@ def _endpoint_name(config: ModelConfig) -> str:
         return f"OpenAI-compatible server {config.base_urls[0] if config.base_urls else '(no base_url)'}"
     if config.provider == "llamacpp":
         return f"embedded llama.cpp ({config.model}, n_ctx {config.n_ctx})"
+    if config.provider == "hf":
+        return f"embedded transformers ({config.model}, batched)"
     if config.provider == "vllm":
         return f"vLLM in this process ({config.model}, TP {config.tensor_parallel_size})"
     return f"{config.provider} in this process ({config.model})"
@@ -339,11 +346,11 @@ def check_endpoint(
     smoke: Callable[[ModelConfig], SmokeResult] | None = None,
 ) -> EndpointReport:
     """Every check of one server (or one embedded / in-process engine) for one role.
-    `smoke`: the child-process check of a llama.cpp engine (`llm.smoke`), run before the
-    engine is loaded in this process."""
+    `smoke`: the child-process check of an embedded engine, transformers or llama.cpp
+    (`llm.smoke`), run before the engine is loaded in this process."""
     report = EndpointReport(role=role, spec=config.spec, endpoint=_endpoint_name(config))
     add = report.findings.append
-    if smoke is not None and config.provider == "llamacpp":
+    if smoke is not None and config.provider in SMOKE_CHECKED_PROVIDERS:
         # first in a child process: a build that crashes on this CPU would take the check down
         result = smoke(config)
         if not result.ok:
@@ -400,7 +407,37 @@ def check_endpoint(
     add(Finding(status="info" if context else "warn", what="context",
                 detail=f"{context} tokens ({source})" if context else source))
     _measure(engine, prompts, context, add)
+    report.tokens_per_s = _throughput(engine, config, add)
     return report
+
+
+PROBE_REQUESTS = 8
+PROBE_TOKENS = 32
+
+
+def _throughput(engine: Engine, config: ModelConfig, add: Callable[[Finding], None]) -> float | None:
+    """Completion tokens a second on a short probe: `PROBE_REQUESTS` distinct requests of up to
+    `PROBE_TOKENS` tokens at once (as many as the server takes in flight), timed from the first
+    send to the last reply. A server busy with other work, or a batch larger than the probe's,
+    gives a different rate: the wall times of `check` rest on this one measurement."""
+    n = min(PROBE_REQUESTS, config.max_concurrency or PROBE_REQUESTS)
+    requests = [GenerationRequest.chat(f"Count from {i} upwards, one number a line.", max_tokens=PROBE_TOKENS,
+                                       temperature=0.0, seed=i) for i in range(n)]
+    started = time.monotonic()
+    try:
+        responses = engine.generate(requests)
+    except BiasDiscoveryError as exc:
+        add(Finding(status="warn", what="throughput", detail=f"the probe failed ({exc}); no wall time"))
+        return None
+    seconds = time.monotonic() - started
+    tokens = sum(r.completion_tokens for r in responses)
+    if not tokens or seconds <= 0:
+        add(Finding(status="warn", what="throughput", detail="the probe's replies report no tokens; no wall time"))
+        return None
+    rate = tokens / seconds
+    add(Finding(status="info", what="throughput", detail=(
+        f"{rate:,.1f} completion tokens/s ({n} requests of up to {PROBE_TOKENS} tokens at once, {seconds:.2f} s)")))
+    return rate
 
 
 def _probe(engine: Engine, kinds: Sequence[ConstraintKind], add: Callable[[Finding], None]) -> None:
@@ -461,16 +498,21 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
 # --------------------------------------------------------------------------------------
 
 
+SMOKE_CHECKED_PROVIDERS = ("hf", "llamacpp")
+"""Engines that run in this process and are first checked in a child (`llm.smoke`)."""
+
+
 def _smoke_once() -> Callable[[ModelConfig], SmokeResult]:
-    """`llm.smoke.check_llamacpp`, once per model (a target that is also the teacher is checked once)."""
-    from .llm.smoke import check_llamacpp
+    """`llm.smoke.check_engine`, once per engine and model (a target that is also the teacher
+    is checked once)."""
+    from .llm.smoke import check_engine
 
     done: dict[str, SmokeResult] = {}
 
     def smoke(config: ModelConfig) -> SmokeResult:
-        if config.model not in done:
-            done[config.model] = check_llamacpp(config.model)
-        return done[config.model]
+        if config.spec not in done:
+            done[config.spec] = check_engine(config.provider, config.model)
+        return done[config.spec]
 
     return smoke
 
@@ -491,9 +533,9 @@ def run_preflight(
 ) -> PreflightReport:
     """Check every server of the run's roles and plan its calls (see the module docstring).
     `make_engine` builds engines without a call cache (tests may pass their own). `smoke`
-    checks a llama.cpp engine in a child process first; by default `llm.smoke.check_llamacpp`
+    checks an embedded engine (hf, llamacpp) in a child process first; by default `llm.smoke.check_engine`
     when the engines are the real ones, none with a `make_engine` of the caller's."""
-    from .data.loaders import load_pairs
+    from .data.loaders import bad_rows_for, load_pairs
     from .llm.registry import make_engine as registry_make_engine
 
     def default_build(c: ModelConfig) -> Engine:
@@ -501,9 +543,9 @@ def run_preflight(
         return registry_make_engine(c.model_copy(update={"max_retries": min(c.max_retries, 2)}))
 
     d = config.data
-    bad_rows: list[str] | None = [] if d.skip_bad_rows else None
-    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=bad_rows)
-    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=bad_rows)
+    target_bad, test_bad = bad_rows_for(d.target, d.skip_bad_rows), bad_rows_for(d.test, d.skip_bad_rows)
+    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=target_bad)
+    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=test_bad)
     library = load_seed_library(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
@@ -521,8 +563,127 @@ def run_preflight(
     return PreflightReport(
         endpoints=endpoints,
         calls=planned_calls(config, len(target_pairs), len(test_pairs), len(library.biases)),
+        estimates=estimate_run(config, target_pairs, test_pairs, library),
+        assumptions=Assumptions(),
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),
-        skipped_rows=len(bad_rows or []),
+        skipped_rows=len(target_bad or []) + len(test_bad or []),
     )
+
+
+# --------------------------------------------------------------------------------------
+# The expected calls, tokens and dollars, beside their bounds
+# --------------------------------------------------------------------------------------
+
+
+class Assumptions(BaseModel):
+    """What the expected figures of `check` assume (each printed with them; the bounds assume
+    none of it)."""
+
+    misjudged_share: float = 0.3
+    """Share of the perturbed target pairs the judge gets wrong (each goes on to deeper_explain,
+    identify and merge)."""
+    candidates_per_iteration: int = 5
+    """New candidates Merge leaves per iteration (at most `validate.max_candidates`)."""
+    sequential_share: float = 0.5
+    """Share of the test items a candidate is judged on before its sequential validation stops
+    (stopping early for futility or efficacy; 1 without sequential looks)."""
+    chars_per_token: float = 4.0
+    """Characters per prompt token (English text with the usual tokenizers)."""
+    completion_share: float = 0.5
+    """Share of `max_tokens` a free-text completion uses (explanations, identified biases)."""
+
+
+class StageEstimate(BaseModel):
+    """One stage and role: calls, prompt and completion tokens, expected and at most, and dollars."""
+
+    stage: str
+    role: str
+    calls: float
+    calls_bound: int
+    prompt_tokens: float
+    prompt_tokens_bound: float
+    completion_tokens: float
+    completion_tokens_bound: float
+    usd: float | None = None
+    usd_bound: float | None = None
+
+
+def _chars(requests: Sequence[GenerationRequest]) -> tuple[float, int]:
+    """Mean and largest prompt size in characters."""
+    sizes = [sum(len(m.content) for m in r.messages) for r in requests] or [0]
+    return sum(sizes) / len(sizes), max(sizes)
+
+
+def estimate_run(
+    config: RunConfig,
+    target_pairs: Sequence[PreferencePair],
+    test_pairs: Sequence[PreferencePair],
+    library: BiasLibrary,
+    assumptions: Assumptions | None = None,
+) -> list[StageEstimate]:
+    """Per stage and role of `planned_calls`: the expected calls from `assumptions` beside the
+    bound (the same rows), prompt tokens from the stage's own prompts on the data (mean and
+    longest, at `chars_per_token`), completion tokens (expected from the answers' sizes or
+    `completion_share`, bounded by each stage's `max_tokens`), and dollars at the roles' prices."""
+    from .stages.perturb import build_perturb_request
+
+    a = assumptions or Assumptions()
+    judge, v = config.judge, config.validate_
+    t = config.max_iterations
+    n_target, n_test = len(target_pairs), len(test_pairs)
+    bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
+    judge_mean, judge_max = _chars([task.request for task in build_tasks(test_pairs, judge, seed=config.seed)])
+    eval_mean, eval_max = _chars([task.request for task in build_tasks(target_pairs, judge, seed=config.seed)])
+    perturb_mean, perturb_max = _chars([build_perturb_request(p, bias, config.perturb, config.seed)
+                                        for p in [*target_pairs, *test_pairs]])
+    answer = sum(len(p.rejected) for p in [*target_pairs, *test_pairs]) / max(1, n_target + n_test) / a.chars_per_token
+    verdict = (judge.reasoning_chars or judge.max_tokens * a.chars_per_token) / a.chars_per_token + 8 if judge.reasoning else 2
+    sizes: dict[str, tuple[float, float, float, float]] = {  # prompt mean, prompt max, completion mean, completion max
+        "judge": (judge_mean / a.chars_per_token, judge_max / a.chars_per_token, min(verdict, judge.max_tokens), judge.max_tokens),
+        "evaluate": (eval_mean / a.chars_per_token, eval_max / a.chars_per_token, min(verdict, judge.max_tokens), judge.max_tokens),
+        "perturb": (perturb_mean / a.chars_per_token, perturb_max / a.chars_per_token,
+                    min(answer, config.perturb.max_tokens), config.perturb.max_tokens),
+        "explain": (eval_mean / a.chars_per_token + answer + verdict, eval_max / a.chars_per_token + config.perturb.max_tokens
+                    + judge.max_tokens, a.completion_share * config.deeper_explain.max_tokens, config.deeper_explain.max_tokens),
+        "identify": (eval_mean / a.chars_per_token + answer + verdict, eval_max / a.chars_per_token + config.perturb.max_tokens
+                     + judge.max_tokens + config.deeper_explain.max_tokens, a.completion_share * config.identify.max_tokens,
+                     config.identify.max_tokens),
+        "merge": (2 * len(bias.as_prompt_text()) / a.chars_per_token + 100, 2 * len(bias.as_prompt_text()) / a.chars_per_token + 400,
+                  config.merge.max_tokens, config.merge.max_tokens),
+        "check": (judge_mean / a.chars_per_token, judge_max / a.chars_per_token + config.perturb.max_tokens, 2, 8),
+    }
+    seq = a.sequential_share if v.sequential.enabled else 1.0
+    candidates = min(a.candidates_per_iteration, v.max_candidates or n_target)
+    expected_share = {  # expected calls / bound calls, per stage of `planned_calls`
+        "deeper_explain": a.misjudged_share, "identify": a.misjudged_share / (1 + config.identify.retries),
+        "merge": a.misjudged_share, "validate (perturb)": candidates * seq / max(1, v.max_candidates or n_target),
+    }
+    expected_share["validate (judge)"] = expected_share["validate (check)"] = expected_share["validate (perturb)"]
+    for stage in ("validate_seeds (perturb)", "validate_seeds (judge)", "validate_seeds (check)"):
+        expected_share[stage] = seq
+    kind = {"perturb": "perturb", "evaluate": "evaluate", "deeper_explain": "explain", "identify": "identify",
+            "merge": "merge", "baseline": "judge", "placebo (rewrite)": "perturb", "placebo (judge)": "judge",
+            "placebo (check)": "check", "validate_seeds (perturb)": "perturb", "validate_seeds (judge)": "judge",
+            "validate_seeds (check)": "check", "validate (perturb)": "perturb", "validate (judge)": "judge",
+            "validate (check)": "check"}
+    prices = {"target": config.target.price, "teacher": config.teacher.price, "checker": config.answer_checker().price}
+    out = []
+    for row in planned_calls(config, n_target, n_test, len(library.biases)):
+        p_mean, p_max, c_mean, c_max = sizes[kind[row.stage]]
+        calls = row.total * expected_share.get(row.stage, 1.0)
+        price = prices.get(row.role)
+        estimate = StageEstimate(
+            stage=row.stage, role=row.role, calls=calls, calls_bound=row.total, prompt_tokens=calls * p_mean,
+            prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max)
+        if price is not None:
+            estimate.usd = (estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok) / 1e6
+            estimate.usd_bound = (estimate.prompt_tokens_bound * price.input_per_mtok
+                                  + estimate.completion_tokens_bound * price.output_per_mtok) / 1e6
+        out.append(estimate)
+    _ = t
+    return out
+
+
+PreflightReport.model_rebuild()

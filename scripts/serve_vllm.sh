@@ -7,7 +7,7 @@
 #   scripts/serve_vllm.sh            # check the memory split, start, wait
 #   scripts/serve_vllm.sh --check    # only print the arithmetic and the commands
 #
-# Before anything starts, the split is checked (bias_discovery/gpu_plan.py: weights = params
+# Before anything starts, the split is checked (scripts/gpu_plan.py: weights = params
 # x bytes / TP; KV per token = 2 x layers x KV heads x head dim x bytes; the KV room left in
 # each server's memory fraction must hold one MAX_LEN sequence), and a split that cannot fit
 # is refused with the arithmetic. Every server runs with `--generation-config vllm`, so the
@@ -96,7 +96,7 @@ launches=()
 if [ "$DEVICE" = gpu ]; then
   GPUS="${GPUS:-$(nvidia-smi -L | wc -l)}"
   GPU_GIB="${GPU_GIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%.1f", $1 / 1024}')}"
-  plan_cmd=("$PYTHON" -m bias_discovery.gpu_plan --gpus "$GPUS" --gpu-gib "$GPU_GIB" --max-len "$MAX_LEN"
+  plan_cmd=("$PYTHON" "$(dirname "$0")/gpu_plan.py" --gpus "$GPUS" --gpu-gib "$GPU_GIB" --max-len "$MAX_LEN"
             --overhead-gib "$OVERHEAD_GIB" "${specs[@]}")
   if [ "${FIT_CHECK:-1}" = 0 ]; then
     echo "FIT_CHECK=0: starting without the memory check" >&2

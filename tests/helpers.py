@@ -38,6 +38,20 @@ REPO = Path(__file__).resolve().parents[1]
 # wherever $BIAS_DISCOVERY_TEST_DATA_DIR points (a clone elsewhere); tests skip when absent.
 SHARED_DATA = Path(os.environ.get("BIAS_DISCOVERY_TEST_DATA_DIR") or REPO.parent / "shared" / "data")
 
+
+def shared_data() -> Path:
+    """SHARED_DATA with both sets in it; else the test skips, or fails when
+    $BIAS_DISCOVERY_TEST_DATA_DIR names it (as .ci/run does): where the data is promised, a
+    test that skips for want of it would hide a failure."""
+    if (SHARED_DATA / "judgebench").is_dir() and (SHARED_DATA / "rewardbench").is_dir():
+        return SHARED_DATA
+    import pytest
+
+    message = f"shared data not found at {SHARED_DATA} (judgebench/ and rewardbench/)"
+    if os.environ.get("BIAS_DISCOVERY_TEST_DATA_DIR"):
+        pytest.fail(message + ": $BIAS_DISCOVERY_TEST_DATA_DIR names it")
+    pytest.skip(message)
+
 # A real discovery run, small enough for CI: SmolLM2 as target and teacher, one iteration.
 # The merge threshold is high so SmolLM2's candidates reach validation (it calls most pairs "same").
 SMALL_RUN_OVERRIDES = [
@@ -95,7 +109,8 @@ def sigkill_when(
     try:
         while not ready():
             assert process.poll() is None, f"the process ended before {what}"
-            assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+            if time.monotonic() >= deadline:  # a hang guard, not a claim about speed
+                raise AssertionError(f"no {what} within {timeout:.0f} s")
             time.sleep(0.05)
         if before_kill is not None:
             before_kill()

@@ -45,16 +45,22 @@ def write_pairs(path: Path, n: int, prefix: str) -> str:
     return str(path)
 
 
+PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
+"""A hosted model's price (dollars per million tokens), for runs that count dollars."""
+
+
 def stub_config(path: Path, base_url: str, *, pipeline: str, n_target: int = 16, n_test: int = 60,
-                embedder: str | None = None) -> Path:
+                embedder: str | None = None, priced: bool = False) -> Path:
     """A run on the stub server in both roles: one seed validated on the test pairs, then one
     iteration (the stub names every mistake "x", which Merge folds into a seed, so the iteration
-    ends with an empty candidate set)."""
+    ends with an empty candidate set). `priced`: both roles carry `PRICE`."""
     import yaml
 
     data_dir = path.parent
-    model = {"spec": "openai/served", "base_url": base_url, "structured_outputs": "vllm", "max_concurrency": 8,
-             "timeout_s": 60}
+    model: dict[str, Any] = {"spec": "openai/served", "base_url": base_url, "structured_outputs": "vllm",
+                             "max_concurrency": 8, "timeout_s": 60}
+    if priced:
+        model["price"] = dict(PRICE)
     raw: dict[str, Any] = {
         "name": "kill-anywhere", "pipeline": pipeline, "max_iterations": 1, "seed": 7,
         "target": model, "teacher": dict(model),
@@ -192,3 +198,98 @@ def summary_line(trial: Trial) -> str:
     extra += f" failures={trial.failures}" if trial.failures else ""
     return f"seed {trial.seed}: kill at {trial.kill_at:.2f}s, {trial.kills} kill(s), {trial.resumes} resume(s): {state}{extra}"
 
+
+
+# --------------------------------------------------------------------------------------
+# Stopped at a budget, resumed with a larger one
+# --------------------------------------------------------------------------------------
+
+BUDGET_KINDS = ("max_calls", "max_tokens", "max_usd")
+
+
+def run_spend(run_dir: Path) -> dict[str, float]:
+    """The run's spend (run.json), all roles together: calls, tokens, usd."""
+    state = json.loads((run_dir / "run.json").read_text())
+    roles = state.get("spend") or {}
+    return {"max_calls": sum(r["calls"] for r in roles.values()),
+            "max_tokens": sum(r["prompt_tokens"] + r["completion_tokens"] for r in roles.values()),
+            "max_usd": sum(r["usd"] for r in roles.values())}
+
+
+def paid_twice(run_dir: Path) -> int:
+    """Calls the run's cache holds that were paid more than once."""
+    import sqlite3
+
+    conn = sqlite3.connect(run_dir / "calls.sqlite")
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM calls WHERE paid > 1").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@dataclass
+class BudgetTrial:
+    seed: int
+    kind: str
+    budgets: list[float] = field(default_factory=list)
+    """The budget of each session, in order (None-free: the last session has none)."""
+    stops: int = 0
+    finished: bool = False
+    tracebacks: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)
+    status_lines: list[str] = field(default_factory=list)
+    """`status`'s headline after each stop."""
+    spent: dict[str, float] = field(default_factory=dict)
+    paid_twice: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return (self.finished and not self.tracebacks and not self.differing and not self.failures
+                and self.paid_twice == 0 and all("stopped: budget reached" in line for line in self.status_lines))
+
+
+def budget_trial(config: Path, run_dir: Path, reference: dict[str, Any], totals: dict[str, float], *, seed: int,
+                 max_stops: int = 3, env: dict[str, str] | None = None) -> BudgetTrial:
+    """A run with a budget drawn uniformly below what the whole run pays (`totals`: the reference
+    run's spend), stopped by it (exit 4), resumed with a larger budget drawn above the last, up to
+    `max_stops` times, then without a limit; compared with the reference."""
+    rng = random.Random(seed)
+    kind = BUDGET_KINDS[seed % len(BUDGET_KINDS)]
+    trial = BudgetTrial(seed=seed, kind=kind)
+    full_env = {**os.environ, **(env or {})}
+    budget = rng.uniform(0.0, totals[kind])
+    args: list[str] = ["run", str(config), "--run-dir", str(run_dir)]
+    for session in range(max_stops + 1):
+        last = session == max_stops
+        value = "null" if last else (str(int(budget)) if kind != "max_usd" else f"{budget:.9f}")
+        trial.budgets.append(budget if not last else float("inf"))
+        result = subprocess.run(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), capture_output=True,
+                                text=True, env=full_env, cwd=REPO, timeout=900)
+        output = result.stdout + result.stderr
+        if "Traceback" in output:
+            trial.tracebacks.append(output[-3000:])
+        if result.returncode == 0:
+            trial.finished = True
+            break
+        if result.returncode != 4:
+            trial.failures.append(f"rc {result.returncode}: {output.strip().splitlines()[-1:]}")
+            break
+        trial.stops += 1
+        status = subprocess.run(_command("status", str(run_dir)), capture_output=True, text=True, env=full_env, cwd=REPO)
+        trial.status_lines.append(" ".join(status.stdout.split())[:400])
+        args = ["resume", str(run_dir)]
+        budget = budget + rng.uniform(0.0, totals[kind] - budget) if budget < totals[kind] else budget * 1.5
+    if trial.finished:
+        got = artifacts(run_dir)
+        trial.differing = sorted(k for k in set(got) | set(reference) if got.get(k) != reference.get(k))
+        trial.spent = run_spend(run_dir)
+        trial.paid_twice = paid_twice(run_dir)
+    return trial
+
+
+def budget_summary_line(trial: BudgetTrial) -> str:
+    state = "ok" if trial.ok else ("unfinished" if not trial.finished else "differs" if trial.differing else "bad")
+    return (f"seed {trial.seed}: {trial.kind} budgets {[round(b, 6) for b in trial.budgets]}, {trial.stops} stop(s): "
+            f"{state}" + (f" differing={trial.differing}" if trial.differing else "")
+            + (f" failures={trial.failures}" if trial.failures else "") + (f" paid_twice={trial.paid_twice}" if trial.paid_twice else ""))

@@ -39,6 +39,17 @@ for the rejected one from the same kind of hash, plus S points when the response
 planted trait. So a candidate with the trait shifts the rejected response's expected score by
 `planted_score_truth(S)` shares of the scale against the placebo (exactly: the rounding and
 clipping are in the sum).
+**Planted position and length biases** (`--planted-position P`, `--planted-length L`, for
+`audit` and `audit --from-log`): before the rule above, the judge answers A with probability P
+(a draw of its own per order shown), else picks the longer response (whitespace words) with
+probability L (a draw that is the same in both orders). Wei et al.'s raw PB is then P and their
+LB is (1 - P) L (in expectation, on pairs whose responses differ in length), whatever the
+error; the draws ignore the seed, so repeats agree (q̂ = 0 and PB, LB equal their raw forms).
+
+**In flight at once, by count** (`--hold-until N`): chat completions are held unanswered until N
+are in flight together, then all are answered (after `--latency`), and later ones as usual. A
+client that keeps N in flight gets every reply; one that cannot waits until its own deadline:
+so a test asserts "N at once" on counts, whatever the machine's speed.
 
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
@@ -165,14 +176,25 @@ CHOSEN_WORDS = "right answer"
 class Planted:
     """The planted-bias roles (see the module docstring)."""
 
-    def __init__(self, delta: float, error: float, trait: str | None, salt: str, score_shift: float = 0.0) -> None:
+    def __init__(
+        self, delta: float, error: float, trait: str | None, salt: str, position: float = 0.0, length: float = 0.0,
+        score_shift: float = 0.0,
+    ) -> None:
         if not (0.0 <= error and 0.0 <= delta and error + delta <= 1.0):
             raise ValueError(f"need 0 <= error, 0 <= delta and error + delta <= 1; got {error} and {delta}")
+        if not (0.0 <= position <= 1.0 and 0.0 <= length <= 1.0):
+            raise ValueError(f"need planted position and length in [0, 1]; got {position} and {length}")
         self.score_shift = score_shift
         self.delta = delta
         self.error = error
         self.trait = trait
         self.salt = salt
+        self.position = position
+        self.length = length
+
+    def _draw(self, *parts: object) -> float:
+        digest = hashlib.sha256(json.dumps([self.salt, *parts]).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
 
     def reply(self, body: dict[str, Any]) -> str | None:
         """The planted role's reply, or None for a request no role answers."""
@@ -199,8 +221,11 @@ class Planted:
         if (CHOSEN_WORDS in a) == (CHOSEN_WORDS in b):
             return None  # not one of our pairs
         chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)
-        digest = hashlib.sha256(json.dumps([self.salt, question, sorted([a, b])]).encode()).digest()
-        u = int.from_bytes(digest[:8], "big") / 2**64
+        if self.position and self._draw("position", question, a, b) < self.position:
+            return _verdict_reply(body, "A")  # a draw per order shown
+        if self.length and len(a.split()) != len(b.split()) and self._draw("length", question, sorted([a, b])) < self.length:
+            return _verdict_reply(body, "A" if len(a.split()) > len(b.split()) else "B")
+        u = self._draw(question, sorted([a, b]))
         wrong = u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
         verdict = ("B" if chosen == "A" else "A") if wrong else chosen
         return _verdict_reply(body, verdict)
@@ -354,9 +379,12 @@ class Stub:
     def __init__(
         self, latency: float, model: str, owned_by: str, hang: bool,
         token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
-        planted: Planted | None = None,
+        planted: Planted | None = None, hold_until: int | None = None,
     ) -> None:
         self.planted = planted
+        self.hold_until = hold_until
+        self.held: list[Callable[[], None]] | None = [] if hold_until else None
+        """Answers held until `hold_until` requests are in flight (None: released, or no hold)."""
         self.latency = latency
         self.model = model
         self.owned_by = owned_by
@@ -413,7 +441,13 @@ class Stub:
                 conn.send(200, reply)
 
             decode_s = self.latency + tokens * self.token_latency
-            if self.capacity is not None:
+            if self.held is not None:
+                self.held.append(lambda: self.loop.call_later(decode_s, answer))
+                if s.in_flight >= (self.hold_until or 0):
+                    held, self.held = self.held, None
+                    for release in held:
+                        release()
+            elif self.capacity is not None:
                 self.waiting.append((decode_s, answer))
                 self._start_waiting()
             elif decode_s > 0:
@@ -475,10 +509,11 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 
 async def serve(args: argparse.Namespace) -> None:
     planted = None
-    if args.planted_delta is not None:
-        planted = Planted(args.planted_delta, args.planted_error, args.planted_trait, args.planted_salt, args.planted_score_shift)
+    if args.planted_delta is not None or args.planted_position or args.planted_length:
+        planted = Planted(args.planted_delta or 0.0, args.planted_error, args.planted_trait, args.planted_salt,
+                          args.planted_position, args.planted_length, score_shift=args.planted_score_shift)
     stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
-                planted)
+                planted, args.hold_until)
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -507,6 +542,11 @@ def main() -> None:
     parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
     parser.add_argument("--planted-score-shift", type=float, default=0.0,
                         help="a pointwise judge's planted shift of the score, in points of its 1-10 scale")
+    parser.add_argument("--planted-position", type=float, default=0.0, help="the planted judge answers A with this probability")
+    parser.add_argument("--planted-length", type=float, default=0.0,
+                        help="else it picks the longer response with this probability")
+    parser.add_argument("--hold-until", type=int, default=None,
+                        help="hold every reply until this many chat completions are in flight at once")
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

@@ -14,7 +14,7 @@ from bias_discovery.stages.records import PerturbedPair
 from bias_discovery.stages.rewrite_checks import check_answers, check_calls, extracted_check, item_answers
 
 from fakes import ScriptedEngine
-from helpers import SHARED_DATA
+from helpers import shared_data
 
 LETTER_Q = (
     "Which is right?\n(A) one\n(B) two\n(C) three\nIf you cannot determine the correct multiple-choice answer, take "
@@ -127,11 +127,9 @@ def test_demo_items_with_a_final_answer_are_decided_mechanically():
 
 @pytest.fixture
 def judgebench_pairs():
-    """JudgeBench from the project's read-only copy; skip where absent."""
-    if not (SHARED_DATA / "judgebench").is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    """JudgeBench from the project's read-only copy (`helpers.shared_data`)."""
     skipped: list[str] = []
-    pairs = load_pairs("judgebench", data_dir=SHARED_DATA, bad_rows=skipped)
+    pairs = load_pairs("judgebench", data_dir=shared_data(), bad_rows=skipped)
     assert len(skipped) == 1 and "hold the same text" in skipped[0]  # the claude split's pair of identical responses
     return pairs
 

@@ -262,7 +262,7 @@ def test_the_notebook_example_runs_on_the_embedded_model(small_real_run: Path, t
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
-    assert re.search(r"llamacpp/smollm2 on demo .*: error \S+ \(95% Wilson CI \S+\) over [1-6] valid pairs?", out), out
+    assert re.search(r"hf/smollm2 on demo .*: error \S+ \(95% Wilson CI \S+\) over [1-6] valid pairs?", out), out
     # the audit's first repeat is the judge cell's calls: the call cache answers them
     cached = re.search(r"audit judge calls: 24 distinct, (\d+) answered by the call cache", out)
     assert cached and int(cached.group(1)) >= 12, out

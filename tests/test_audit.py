@@ -298,7 +298,7 @@ def test_library_biases_need_a_teacher():
 
 def _bad(tmp_path: Path, *args: str) -> str:
     out = tmp_path / "out"
-    result = cli("audit", "--model", "llamacpp/smollm2", "--data", "demo", "--out", str(out), *args, check=False)
+    result = cli("audit", "--model", "hf/smollm2", "--data", "demo", "--out", str(out), *args, check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     assert not out.exists(), "something was written to --out"
     return " ".join(result.stderr.split())
@@ -407,8 +407,8 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     swap mitigation, then the HTML report (in Chromium where it is installed)."""
     out = tmp_path / "audit"
     result = cli(
-        "audit", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "4",
-        "--biases", "position,length,authority-bias", "--teacher", "llamacpp/smollm2", "--perturb-max-tokens", "200",
+        "audit", "--model", "hf/smollm2", "--data", "demo", "--limit", "4",
+        "--biases", "position,length,authority-bias", "--teacher", "hf/smollm2", "--perturb-max-tokens", "200",
         "--repeats", "2", "--reasoning-chars", "200", "--max-tokens", "96", "--mitigation", "swap", "--n-boot", "500",
         "--out", str(out),
     )
@@ -425,10 +425,10 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     assert position["mitigated"]["pb"]["value"] == 0.0 and position["mitigated"]["calls_per_verdict"] == 2
     seed_bias = next(b for b in data["biases"] if b["id"] == "authority-bias")
     assert seed_bias["n_items"] + seed_bias["n_perturb_invalid"] == 4
-    assert data["teacher"] == "llamacpp/smollm2" and data["calls"]["teacher"] == 4
+    assert data["teacher"] == "hf/smollm2" and data["calls"]["teacher"] == 4
     cli("report", str(out))
     html = (out / "report.html").read_text()
-    assert 'id="bias-authority-bias"' in html and "llamacpp/smollm2" in html
+    assert 'id="bias-authority-bias"' in html and "hf/smollm2" in html
     if CHROMIUM.exists():
         dom = _chromium("--dump-dom", (out / "report.html").resolve().as_uri(), user_data=tmp_path / "profile")
         assert dom.returncode == 0 and "Authority Bias" in dom.stdout

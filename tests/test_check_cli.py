@@ -83,7 +83,7 @@ def test_check_refuses_a_bad_config(tmp_path: Path) -> None:
 
 def test_planned_calls_follow_the_config() -> None:
     config = RunConfig.model_validate({
-        "target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "max_iterations": 3,
+        "target": "hf/smollm2", "teacher": "hf/smollm2", "max_iterations": 3,
         "judge": {"positions": "both"}, "identify": {"retries": 1}, "merge": {"top_k": 2},
         "validate": {"max_candidates": 5},
     })

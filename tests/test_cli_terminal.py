@@ -118,7 +118,7 @@ def test_option_defaults_are_the_settings_models_defaults() -> None:
 
 def test_audit_refuses_a_cap_and_no_cap_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
     result = CliRunner().invoke(app, [
-        "audit", "--model", "llamacpp/smollm2", "--data", "demo", "--biases", "position", "--out", str(tmp_path / "a"),
+        "audit", "--model", "hf/smollm2", "--data", "demo", "--biases", "position", "--out", str(tmp_path / "a"),
         "--reasoning-chars", "100", "--no-reasoning-cap",
     ])
     assert result.exit_code == 2 and "--reasoning-chars and --no-reasoning-cap contradict each other" in result.output

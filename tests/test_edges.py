@@ -104,7 +104,7 @@ def test_report_export_and_audit_refuse_an_unwritable_out(read_only_dir: Path, t
     for command in (
         ["export", "judgebench-pro", str(run), "--filter-model", "llamacpp/other.gguf"],
         ["export", "dpo", str(run), "--data", "demo"],
-        ["audit", "--model", "llamacpp/smollm2", "--data", "demo", "--biases", "position"],
+        ["audit", "--model", "hf/smollm2", "--data", "demo", "--biases", "position"],
     ):
         target = read_only_dir / "out"
         message = one_line_error(cli(*command, "--out", str(target), check=False))
@@ -122,11 +122,11 @@ def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Pat
         json.dumps({"question": "2+2?", "chosen": "4", "rejected": "5"}) + "\n"
         + json.dumps({"question": "3+3?", "chosen": "6", "rejected": " 6\n"}) + "\n"
     )
-    message = one_line_error(cli("judge", "--model", "llamacpp/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False))
+    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False))
     assert f"{data}:2: fields 'chosen' and 'rejected' hold the same text" in message and "--skip-bad-rows" in message
     labelled = tmp_path / "labelled.jsonl"
     labelled.write_text(json.dumps({"question": "q", "response_A": "same", "response_B": "same", "label": "A>B"}) + "\n")
-    message = one_line_error(cli("judge", "--model", "llamacpp/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False))
+    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False))
     assert f"{labelled}:1: fields 'response_A' and 'response_B' hold the same text" in message
     assert not (tmp_path / "j").exists()
 
@@ -134,11 +134,11 @@ def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Pat
 def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
     jsonl = tmp_path / "pairs.jsonl"
     jsonl.write_bytes(b'{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "caf\xe9", "chosen": "a", "rejected": "b"}\n')
-    message = one_line_error(cli("judge", "--model", "llamacpp/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False))
+    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False))
     assert f"{jsonl}:2: not UTF-8 text (byte 0xe9 at column 18)" in message
     listed = tmp_path / "pairs.json"
     listed.write_bytes(b'[\n {"question": "q", "chosen": "a", "rejected": "b"},\n {"question": "\xff"}\n]\n')
-    message = one_line_error(cli("audit", "--model", "llamacpp/smollm2", "--data", str(listed), "--biases", "position",
+    message = one_line_error(cli("audit", "--model", "hf/smollm2", "--data", str(listed), "--biases", "position",
                                  "--out", str(tmp_path / "a"), check=False))
     assert f"{listed}:3: not UTF-8 text (byte 0xff at column 16)" in message
 
@@ -188,7 +188,7 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
     assert skipped[0]["rows"][0].startswith(f"{target}:25: malformed JSON") and f"{target}:26: fields 'chosen'" in skipped[0]["rows"][1]
     assert len(rd.baseline.result.read().outcomes) == 24
     text = " ".join(cli("status", str(rd.root)).stdout.split())
-    assert "skipped bad data rows (data.skip_bad_rows): target 2, test 2" in text
+    assert "skipped bad data rows: target 2, test 2" in text
     # without the setting the same data is refused at the first bad row, naming it
     strict = make_config(tmp_path, max_iterations=1, data={"target": str(target), "test": str(data)})
     rd2 = RunDir(tmp_path / "strict")

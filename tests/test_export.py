@@ -778,7 +778,7 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
     print("real Pro set counts:", json.dumps(c), "length:", json.dumps(stats["length"]))
     assert c["test_pairs"] == 3 and c["variants_per_pair"] == 2 and c["generated"] == 6
     assert_counts_add_up(c)
-    assert stats["models"]["teacher"] == stats["models"]["filter"] == stats["models"]["checker"] == "llamacpp/smollm2"
+    assert stats["models"]["teacher"] == stats["models"]["filter"] == stats["models"]["checker"] == "hf/smollm2"
     assert stats["self_filter"] is True and stats["self_checked"] is True
     control = stats["checker_control"]
     assert control["n_asked"] <= 3 and control["n_usable"] <= control["n_asked"]
@@ -837,12 +837,12 @@ def test_real_dpo_export_loads(small_real_run: Path, tmp_path: Path):
 def test_judge_compare_prints_both_sets(fake_pro: Path, tmp_path: Path, smollm2_gguf_path: Path):
     out = tmp_path / "judge"
     result = cli(
-        "judge", "--model", "llamacpp/smollm2", "--data", "demo", "--limit", "4", "--no-reasoning",
+        "judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "4", "--no-reasoning",
         "--out", str(out), "--compare", str(fake_pro),
         env={"BIAS_DISCOVERY_CACHE_DIR": str(tmp_path / "cache")},
     )
     report = json.loads((out / "compare.json").read_text())
-    assert report["model"] == "llamacpp/smollm2"
+    assert report["model"] == "hf/smollm2"
     # --limit applies to both sets (the Pro set has 6 samples).
     assert report["original"]["n_pairs"] == 4 and report["pro"]["n_pairs"] == 4
     rows = {r["domain"]: r for r in report["rows"]}
@@ -892,7 +892,7 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
     # With vLLM a second engine would be a second `LLM()` in one process.
     out = tmp_path / "judge"
     result, built = _judge_in_process(
-        monkeypatch, ["--model", "llamacpp/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
+        monkeypatch, ["--model", "hf/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
                       "--out", str(out), "--compare", str(fake_pro)],
     )
     assert result.exit_code == 0, result.output
@@ -916,7 +916,7 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
 def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, tmp_path: Path, monkeypatch):
     out = tmp_path / "judge"
     result, built = _judge_in_process(
-        monkeypatch, ["--model", "llamacpp/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
+        monkeypatch, ["--model", "hf/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
                       "--out", str(out), "--compare", str(fake_pro)],
         fail_on_call=6,  # the original set's 6 judgments pass, the Pro set's fail
     )

@@ -1,5 +1,5 @@
 """The lint gates run with the suite (so `pytest` alone, as the README's test command runs it,
-is what CI passes or fails on): ruff, mypy and import-linter, as scripts/lint.sh runs them with
+is what CI passes or fails on): ruff, mypy, import-linter and the function-length gate, as scripts/lint.sh runs them with
 the tools of this environment (./scripts/setup.sh --test installs them, at the locked versions)."""
 
 from __future__ import annotations
@@ -25,4 +25,4 @@ def test_ruff_mypy_and_the_import_contracts_pass() -> None:
     result = subprocess.run(["bash", "scripts/lint.sh"], cwd=REPO, capture_output=True, text=True, timeout=1200,
                             env={**os.environ, "VENV": str(bin_dir.parent)})
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert "lint: ruff, mypy and import-linter passed" in result.stdout
+    assert "lint: ruff, mypy, import-linter and function-length passed" in result.stdout

@@ -180,10 +180,10 @@ def test_a_template_with_wrong_placeholders_is_refused_naming_the_file_and_the_p
 
 def test_run_config_names_the_field_of_a_bad_judge_prompt(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  prompt: nowhere.txt\n")
+    config.write_text("target: hf/smollm2\nteacher: hf/smollm2\njudge:\n  prompt: nowhere.txt\n")
     with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge\.prompt: .*nowhere\.txt not found"):
         load_run_config(config)
-    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  reasoning_chars: null\n")
+    config.write_text("target: hf/smollm2\nteacher: hf/smollm2\njudge:\n  reasoning_chars: null\n")
     assert load_run_config(config).judge.reasoning_chars is None
 
 
@@ -427,6 +427,11 @@ def test_pairs_average_their_orders_and_the_summary_has_a_t_interval():
     assert (summary.score.ci_low, summary.score.ci_high) == pytest.approx((0.2, 0.2))  # no spread
     assert summary.per_domain["code"].score is not None and summary.per_domain["code"].score.n == 1
     assert (summary.per_domain["code"].score.ci_low, summary.per_domain["code"].score.ci_high) == (0.0, 1.0)
+    # calibration: P(chosen) 0.9 and 0.7 in the two orders, both leaning right: ECE = the mean
+    # gap (0.1 + 0.3) / 2, Brier = (0.1² + 0.3²) / 2, over 8 verdicts of 4 pairs
+    cal = summary.calibration
+    assert cal is not None and cal.n_verdicts == 8 and cal.n_items == 4
+    assert cal.ece == pytest.approx(0.2) and cal.brier == pytest.approx(0.05) and cal.accuracy == 1.0
     # with a seed where the second order has no probabilities, those pairs have no score
     broken = judge_pairs(engine, pairs, settings, seed=1)
     assert [o.p_rejected for o in broken.outcomes] == [None] * 4

@@ -26,7 +26,7 @@ from bias_discovery.resources import bias_library_dir
 from bias_discovery.run import LibraryStore, RunDir, iteration_filename
 from bias_discovery.stats import Effect, PairedComparison
 
-SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "social5": 5}
+SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "security": 1, "social5": 5}
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -195,8 +195,8 @@ def test_combined_seed_libraries_deduplicate_by_id_keeping_the_first():
     assert load_seed_library(" biasscope7 + chen4 ").ids() == combined.ids()
 
 
-def test_all_four_seed_libraries_combine():
-    combined = load_seed_library("biasscope7+calm12+chen4+social5")
+def test_all_the_seed_libraries_combine():
+    combined = load_seed_library("biasscope7+calm12+chen4+security+social5")
     assert len(set(combined.ids())) == len(combined.biases)
     assert {b.origin.seed_library for b in combined.biases} == set(SEED_COUNTS)
 

@@ -247,16 +247,16 @@ def test_resume_after_crash_redoes_only_the_interrupted_stage(tmp_path, pipeline
 
 def test_config_errors_name_the_field(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nmax_iteratons: 2\n")
+    path.write_text("target: hf/smollm2\nteacher: hf/smollm2\nmax_iteratons: 2\n")
     with pytest.raises(ConfigError, match="max_iteratons"):
         load_run_config(path)
-    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  alpha: 2\n")
+    path.write_text("target: hf/smollm2\nteacher: hf/smollm2\nvalidate:\n  alpha: 2\n")
     with pytest.raises(ConfigError, match=r"validate\.alpha"):
         load_run_config(path)
-    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  sequential:\n    looks: [0.5, 0.25, 1.0]\n")
+    path.write_text("target: hf/smollm2\nteacher: hf/smollm2\nvalidate:\n  sequential:\n    looks: [0.5, 0.25, 1.0]\n")
     with pytest.raises(ConfigError, match=r"validate\.sequential\.looks.*must increase"):
         load_run_config(path)
-    path.write_text("target: nosuch/model\nteacher: llamacpp/smollm2\n")
+    path.write_text("target: nosuch/model\nteacher: hf/smollm2\n")
     with pytest.raises(ConfigError, match="known providers"):
         load_run_config(path)
     ok = load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["max_iterations=1", "target.n_ctx=2048"])
@@ -265,7 +265,7 @@ def test_config_errors_name_the_field(tmp_path):
 
 def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\nvalidate:\n  alpha: 2\n")
+    path.write_text("target: hf/smollm2\nteacher: hf/smollm2\nvalidate:\n  alpha: 2\n")
     with pytest.raises(ConfigError) as info:
         load_run_config(path, ["max_iterations=abc", "judge.reasoning_chars=5"])
     message = str(info.value)

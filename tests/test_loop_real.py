@@ -107,14 +107,14 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
     # SmolLM2 is target and teacher: it checks its own rewrites, and the record says so; the
     # demo's "Final answer: X" items are read mechanically where the rewrite kept that line,
     # code always goes to the model
-    assert validation["checker"] == "llamacpp/smollm2" and validation["self_checked"] is True
+    assert validation["checker"] == "hf/smollm2" and validation["self_checked"] is True
     checked_rewrites = [p for p in rewrites + placebo.perturbed if p.check_method is not None]
     assert all(p.check_method == "model" for p in checked_rewrites if p.domain == "code")
     assert all(p.domain != "code" and "Final answer" in p.chosen for p in checked_rewrites if p.check_method == "extracted")
     assert effect.n_answer_extracted == sum(p.check_method == "extracted" for p in placebo.perturbed)
     for bias in rd.library.load_latest().biases:
         if bias.origin.kind == "discovered":
-            assert bias.validation.self_checked is True and bias.validation.checker == "llamacpp/smollm2"
+            assert bias.validation.self_checked is True and bias.validation.checker == "hf/smollm2"
     usage = [e for e in rd.read_events() if e["event"] == "stage_end" and e["stage"] in ("placebo", "validate")]
     assert any(e["usage"].get("checker", {}).get("requests", 0) > 0 for e in usage)
     state = rd.read_state()
@@ -141,7 +141,7 @@ def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     [bias] = data["biases"]
     assert bias["id"] == "authority-bias" and isinstance(bias["reproduced"], bool)
     assert data["n_test"] == 3 and data["temperature"] == 0.7 and data["control"] == "placebo"
-    assert data["models"]["checker"] == "llamacpp/smollm2" and data["self_checked"] is True
+    assert data["models"]["checker"] == "hf/smollm2" and data["self_checked"] is True
     assert bias["validation"]["self_checked"] is True
     assert data["reproduction_rate"] in (0.0, 1.0) and data["rewrite_effect"] is not None
     assert bias["n"] + bias["record"]["vs_placebo"]["n_excluded_invalid"] == 3
@@ -305,7 +305,7 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
                 manifestations=["As leading experts confirm, ..."], origin=BiasOrigin(kind="discovered", iteration=1))
     records = []
     for _ in range(2):
-        teacher = make_engine("llamacpp/smollm2", cache_path=tmp_path / "calls.sqlite")
+        teacher = make_engine("hf/smollm2", cache_path=tmp_path / "calls.sqlite")
         out = validate_biases(ValidationModels(teacher, target, checker=teacher), [bias], pairs, baseline, setup)
         records.append((out.records[0], teacher))
     (record, first), (again, second) = records

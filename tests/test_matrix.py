@@ -238,12 +238,12 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
         {
             "data": {"test": str(write_pairs(tmp_path / "p.jsonl", 4))},
             "judges": [
-                {"model": "llamacpp/smollm2"},
-                {"name": "mitigated", "model": "llamacpp/smollm2", "prompt": "judge_pairwise_mitigated"},
+                {"model": "hf/smollm2"},
+                {"name": "mitigated", "model": "hf/smollm2", "prompt": "judge_pairwise_mitigated"},
             ],
         }
     )
-    assert [j.name for j in cfg.judges] == ["llamacpp/smollm2", "mitigated"]
+    assert [j.name for j in cfg.judges] == ["hf/smollm2", "mitigated"]
     assert cfg.judge.positions == "swap"  # the shared default, which every judge has
     assert [j.judge.prompt for j in cfg.judges] == ["judge_pairwise", "judge_pairwise_mitigated"]
     assert all(j.judge.positions == "swap" for j in cfg.judges)
@@ -252,8 +252,8 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
                         engines={"teacher": shared})
     prompts = {r.messages[0].content for r in shared.sent if "[Response A]" in r.messages[-1].content}
     assert len(prompts) == 2  # the two system prompts: the judges' requests never coincide
-    assert result.calls.judges == {"llamacpp/smollm2": 3 * 4, "mitigated": 3 * 4}
-    assert result.self_checked is True and result.checker == "llamacpp/smollm2"
+    assert result.calls.judges == {"hf/smollm2": 3 * 4, "mitigated": 3 * 4}
+    assert result.self_checked is True and result.checker == "hf/smollm2"
 
 
 @pytest.mark.parametrize(
@@ -282,13 +282,13 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     cases = [
-        (["--judges", "llamacpp/smollm2", "--data", str(data), "--out", str(tmp_path / "busy")], "not a matrix directory"),
+        (["--judges", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "busy")], "not a matrix directory"),
         (["--data", str(data), "--out", str(tmp_path / "o")], "no judges"),
-        (["--judges", "llamacpp/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")], "'no-such-bias' not in seed library biasscope7"),
+        (["--judges", "hf/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")], "'no-such-bias' not in seed library biasscope7"),
         (["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")], "missing.yaml: config file not found"),
         (["--judges", "smollm2", "--out", str(tmp_path / "o")], "expected a model spec"),
         (["experiments/matrix-cpu.yaml", "--set", "validate.alpha=2", "--out", str(tmp_path / "o")], "--set validate.alpha=2"),
-        (["--judges", "llamacpp/smollm2", "--library", "nope", "--out", str(tmp_path / "o")], "unknown seed library 'nope'"),
+        (["--judges", "hf/smollm2", "--library", "nope", "--out", str(tmp_path / "o")], "unknown seed library 'nope'"),
     ]
     for args, message in cases:
         result = cli("matrix", *args, check=False)

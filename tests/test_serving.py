@@ -1,4 +1,4 @@
-"""scripts/serve_vllm.sh and its memory arithmetic (bias_discovery/gpu_plan.py): splits that fit
+"""scripts/serve_vllm.sh and its memory arithmetic (scripts/gpu_plan.py): splits that fit
 start, splits that cannot are refused with the reason, and the configs match the servers the
 script starts for them."""
 
@@ -13,9 +13,24 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.config import load_run_config
-from bias_discovery.gpu_plan import KNOWN_SHAPES, PlanError, ServerSpec, make_plan, parse_server, requests_in_flight
 
 from helpers import REPO
+
+
+def _load_gpu_plan():  # noqa: ANN202 - scripts/gpu_plan.py, a tool of serve_vllm.sh outside the package
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_plan", REPO / "scripts" / "gpu_plan.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_plan"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+_gpu_plan = _load_gpu_plan()
+KNOWN_SHAPES, PlanError, ServerSpec = _gpu_plan.KNOWN_SHAPES, _gpu_plan.PlanError, _gpu_plan.ServerSpec
+make_plan, parse_server, requests_in_flight = _gpu_plan.make_plan, _gpu_plan.parse_server, _gpu_plan.requests_in_flight
 
 H100_GIB = 79.6  # nvidia-smi: 81559 MiB
 

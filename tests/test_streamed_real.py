@@ -7,7 +7,7 @@ by its kill test."""
 from __future__ import annotations
 
 import functools
-import time
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,20 +35,23 @@ SEED = 42
 
 
 class Timed:
-    """A llama.cpp engine that records when each of its calls ran."""
+    """A llama.cpp engine that records the order in which its calls started and ended: each
+    gets a number from `ORDER`, shared by the engines (an order, not times)."""
+
+    ORDER = itertools.count()
 
     def __init__(self, engine: LlamaCppEngine) -> None:
         self.engine = engine
         self.engine_id = engine.engine_id
-        self.spans: list[tuple[float, float]] = []
+        self.spans: list[tuple[int, int]] = []
 
     def generate(self, requests, progress=None, on_response=None):  # type: ignore[no-untyped-def]
         return self.engine.generate(requests, progress, on_response)
 
     def submit(self, request):  # type: ignore[no-untyped-def]
-        start = time.monotonic()
+        start = next(Timed.ORDER)
         future = self.engine.submit(request)
-        future.add_done_callback(lambda _: self.spans.append((start, time.monotonic())))
+        future.add_done_callback(lambda _: self.spans.append((start, next(Timed.ORDER))))
         return future
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from bias_discovery.stats import (
     SequentialPlan,
     acceptance_threshold,
     held_out_method,
+    paired_score_interval,
     sequential_effect,
 )
 
@@ -253,7 +254,10 @@ def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_th
     assert strong["vs_placebo"]["n"] == 25 and strong["vs_placebo"]["delta"] == 1.0
     effect = strong["effect"]
     assert effect["method"] == held_out_method(75, 1, 3) and effect["n"] == 75
-    assert effect["delta"] == effect["ci_low"] == effect["ci_high"] == 1.0  # every held-out item flips too
+    # every held-out item flips too: Δ 1, and Tango's score interval on 75 items (its low end by hand:
+    # (75 - q^2) / (75 + q^2), tests/stats/test_stats_intervals.py)
+    assert effect["delta"] == effect["ci_high"] == 1.0 and effect["ci_low"] == pytest.approx(paired_score_interval(75, 0, 75)[0])
+    assert 0.90 < effect["ci_low"] < 0.91
     assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
 
 
@@ -280,7 +284,8 @@ def test_every_accepted_candidate_is_measured_on_items_no_decision_saw(tmp_path)
     assert first_held >= 40 and set(rewritten[40:]) == set(slice_order(100, config.seed)[20:])
     effect = strong["effect"]
     assert effect["method"] == held_out_method(80, 1, 3, reserved=20) and effect["n"] == 80
-    assert effect["delta"] == effect["ci_low"] == effect["ci_high"] == 1.0 and effect["upper_bound"] is None
+    assert effect["delta"] == effect["ci_high"] == 1.0 and effect["upper_bound"] is None
+    assert effect["ci_low"] == pytest.approx(paired_score_interval(80, 0, 80)[0])  # Tango's score interval
     assert strong["vs_placebo"]["n"] == 20  # the decision's comparison stays on its items
     assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
 

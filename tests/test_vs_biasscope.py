@@ -22,7 +22,7 @@ from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.library import BiasLibrary
 
 from fakes import ScriptedEngine, authority_world
-from helpers import REPO, SHARED_DATA
+from helpers import REPO, shared_data
 
 RESULT = REPO / "benchmarks" / "results" / "vs_biasscope.json"
 REQUIRED_KEYS = {
@@ -90,9 +90,7 @@ def test_select_pairs_is_seeded_bounded_in_length_and_keeps_file_order(vb):
 
 
 def test_subsets_of_the_shared_data_are_fixed_and_disjoint(vb):
-    data_dir = SHARED_DATA
-    if not (data_dir / "rewardbench").is_dir() or not (data_dir / "judgebench").is_dir():
-        pytest.skip(f"shared data not found at {data_dir}")
+    data_dir = shared_data()
     first = vb.make_subsets(data_dir, 6, 5, 5)
     again = vb.make_subsets(data_dir, 6, 5, 5)
     assert [p.id for p in first.target] == [p.id for p in again.target]

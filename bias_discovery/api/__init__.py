@@ -10,6 +10,7 @@
 - `bias_evidence(RUN_DIR, BIAS) -> BiasDetail`: the same for any library reference.
 - `judge(model, data, ...) -> JudgeOutput`: a judge's error, per domain, with its CI.
 - `audit(model, data, biases, ...) -> AuditOutput`: known biases with the published measures.
+- `audit_log(path, ...) -> AuditOutput`: the same from verdicts a judge already gave (no model call).
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
   the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
@@ -26,8 +27,9 @@ returns; no function draws progress bars unless given `progress` (e.g.
 from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
-from ..judging import JudgeSettings
 from ..replication import Replication, ReplicationOptions
+from ..settings.judge import JudgeSettings
+from .audit_logs import LogAuditOptions, audit_log
 from .audits import AuditOptions, audit
 from .common import WarningHandler
 from .judges import JudgeOptions, JudgeOutput, judge
@@ -42,6 +44,7 @@ __all__ = [
     "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
+    "LogAuditOptions",
     "MatrixConfig",
     "MatrixOptions",
     "MatrixResult",
@@ -51,6 +54,7 @@ __all__ = [
     "RunConfig",
     "WarningHandler",
     "audit",
+    "audit_log",
     "bias_evidence",
     "discover",
     "judge",

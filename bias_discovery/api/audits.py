@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..auditing import (
     AuditOutput,
@@ -19,7 +19,10 @@ from ..auditing import (
     resolve_targets,
     run_audit,
 )
+from ..auditing.fromlog import live_self_preference, model_family
 from ..auditing.output import write_audit_dir
+from ..auditing.records import Unsupported
+from ..auditing.sensitivity import prompt_sensitivity
 from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
@@ -27,10 +30,11 @@ from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
 from ..io import check_output_dir
+from ..judging import JudgeSettings, verdict_calibration
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..llm.roles import ModelRoles
-from ..options import OperationOptions
+from ..options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from ..progress import ProgressFactory
 from ..run import RunDir
 from ..run.overlap import check_run_overlap
@@ -39,9 +43,13 @@ from .common import WarningHandler, cache_path_of, load_data, model_config_of, p
 __all__ = ["AuditOptions", "audit"]
 
 
-class AuditOptions(OperationOptions):
+class AuditOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):
     """How a judge is audited (`bias-discovery audit`'s options, the arguments of `api.audit`):
-    the audit's settings, the teacher that injects library biases, data, outputs, cache."""
+    the audit's settings, the teacher that injects library biases, data, outputs, cache.
+
+    The shared fields are inherited: `out` is a directory for audit.json, audit.csv,
+    judgments.jsonl and perturbed.jsonl, written whole at the end (None: nothing is written);
+    `limit` audits the first N pairs; `allow_overlap` concerns a run's biases."""
 
     settings: AuditSettings = Field(default_factory=AuditSettings)
     """Repeats, mitigation, seed, the judge's settings ... (a dict of its fields is read as one)."""
@@ -51,23 +59,21 @@ class AuditOptions(OperationOptions):
     """The server of an `openai/` judge."""
     teacher_base_url: str | None = None
     """The server of an `openai/` teacher (None: `base_url`)."""
-    out: Path | None = None
-    """A directory for audit.json, audit.csv, judgments.jsonl and perturbed.jsonl, written whole
-    at the end (None: nothing is written)."""
-    overwrite: bool = False
-    """Replace a non-empty `out`."""
-    data_dir: Path | None = None
-    """Where named data sets are read from."""
-    limit: int | None = Field(default=None, ge=1)
-    """Audit only the first this many pairs."""
     cache: Path | bool = True
     """True: the shared call cache; False: none; or a SQLite file."""
-    allow_overlap: bool = False
-    """Measure a run's biases on data that shares pairs with its target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows instead of stopping at the first."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
     """Each request's deadline, retries included (None: the model configs')."""
+    prompts: list[str] = Field(default_factory=list)
+    """Other judge prompt templates (shipped names or files): each pair is also judged under
+    each, and the audit reports how often the verdict changes (`prompt_sensitivity`)."""
+    judge_family: str | None = None
+    """The judge's model family for self-preference (default: read from its name, e.g.
+    openai/gpt-4o -> gpt), on data that names the model of each response."""
+
+
+    @field_validator("prompts")
+    @classmethod
+    def _check_prompts(cls, value: list[str]) -> list[str]:
+        return [JudgeSettings(prompt=p).prompt for p in value]  # a bad template fails here, before any call
 
 
 def audit(
@@ -91,22 +97,20 @@ def audit(
     `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
     """
     opts = AuditOptions.with_overrides(options, overrides)
-    out, teacher, base_url, timeout_s, overwrite = opts.out, opts.teacher, opts.base_url, opts.timeout_s, opts.overwrite
-    data_dir, limit = opts.data_dir, opts.limit
     warn = on_warning or python_warning
     audit_settings = opts.settings
     check_repeats(audit_settings.repeats)
     check_pairwise(audit_settings.judge)
     targets = resolve_targets(spec_list(biases))
-    configs = {"target": model_config_of(model, base_url, timeout_s)}
-    check_teacher(targets, has_teacher=teacher is not None)
-    if teacher is not None and any(t.needs_teacher for t in targets):
-        configs["teacher"] = model_config_of(teacher, opts.teacher_base_url or base_url, timeout_s)
-    out_dir = Path(out) if out is not None else None
+    configs = {"target": model_config_of(model, opts.base_url, opts.timeout_s)}
+    check_teacher(targets, has_teacher=opts.teacher is not None)
+    if opts.teacher is not None and any(t.needs_teacher for t in targets):
+        configs["teacher"] = model_config_of(opts.teacher, opts.teacher_base_url or opts.base_url, opts.timeout_s)
+    out_dir = Path(opts.out) if opts.out is not None else None
     if out_dir is not None:
-        check_output_dir(out_dir, overwrite=overwrite, error=ExportError)
-    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
-    data_name = describe_source(data, data_dir, portable=True)
+        check_output_dir(out_dir, overwrite=opts.overwrite, error=ExportError)
+    pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
+    data_name = describe_source(data, opts.data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=opts.allow_overlap)
     with ModelRoles(configs, cache_path=cache_path_of(opts.cache), engines=engines) as roles:
         output = run_audit(
@@ -120,15 +124,37 @@ def audit(
             teacher_spec=configs["teacher"].spec if "teacher" in configs else None,
             progress=progress,
         )
-    report = output.report.model_copy(update={"data_overlap": overlaps})
+        sensitivity = None
+        if opts.prompts:
+            sensitivity = prompt_sensitivity(
+                roles["target"], pairs, audit_settings.judge, [audit_settings.judge.prompt, *opts.prompts], seed=audit_settings.seed
+            )
+    output.report.prompt_sensitivity = sensitivity
+    report = output.report.model_copy(update={"data_overlap": overlaps, **_judge_measures(output, pairs, opts, configs["target"].spec)})
     if bad_rows:
         report.notes.append(
-            f"{plural(len(bad_rows), 'bad data row')} skipped at load (`skip_bad_rows`), not among the {plural(len(pairs), 'pair')}"
+            f"{plural(len(bad_rows), 'bad data row')} skipped at load, not among the {plural(len(pairs), 'pair')}"
         )
     output = output.model_copy(update={"report": report, "out": out_dir})
     if out_dir is not None:
-        write_audit_dir(out_dir, output, overwrite=overwrite)
+        write_audit_dir(out_dir, output, overwrite=opts.overwrite)
     return output
+
+
+def _judge_measures(output: AuditOutput, pairs: list[PreferencePair], opts: AuditOptions, spec: str) -> dict[str, Any]:
+    """Calibration (score verdicts) and self-preference (data naming each response's model) of
+    the audit's verdicts on the original pairs, and why a measure could not be had."""
+    settings = opts.settings
+    original = [j for j in output.judgments if j.condition == "original"]  # every order and repeat asked
+    unsupported = []
+    calibration = verdict_calibration(original, n_boot=settings.n_boot, seed=settings.seed)
+    if calibration is None:
+        unsupported.append(Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)"))
+    family = opts.judge_family or model_family(spec)
+    sp, why = live_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+    if why is not None:
+        unsupported.append(Unsupported(measure="self-preference", reason=why))
+    return {"calibration": calibration, "self_preference": sp, "unsupported": unsupported}
 
 
 def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..data.loaders import load_pairs, skipped_rows_message
+from ..data.loaders import bad_rows_for, load_pairs, skipped_rows_message
 from ..data.pairs import PreferencePair
 from ..errors import BiasDiscoveryWarning, DataError
 from ..llm.config import ModelConfig
@@ -59,7 +59,7 @@ def settings_of(value: _Settings | Mapping[str, Any] | None, model: type[_Settin
 
 
 def model_config_of(model: str | ModelConfig, base_url: str | None = None, timeout_s: float | None = None) -> ModelConfig:
-    """A model as the API takes it: a spec (``llamacpp/smollm2``, ``openai/NAME``) or a
+    """A model as the API takes it: a spec (``hf/smollm2``, ``openai/NAME``) or a
     ModelConfig; `base_url` sets (or replaces) the server of either, `timeout_s` its request
     deadline (None: unchanged)."""
     if isinstance(model, ModelConfig):
@@ -81,7 +81,7 @@ def load_data(
 ) -> tuple[list[PreferencePair], list[str]]:
     """The pairs of `data` and the bad rows skipped (`skip_bad_rows`: named in a warning;
     otherwise the first bad row is a DataError naming it). No pairs at all is a DataError."""
-    bad_rows: list[str] | None = [] if skip_bad_rows else None
+    bad_rows = bad_rows_for(data, skip_bad_rows)
     pairs = load_pairs(data, data_dir=data_dir, limit=limit, bad_rows=bad_rows)
     if bad_rows:
         warn(skipped_rows_message(bad_rows, data))

@@ -14,11 +14,12 @@ from ..errors import OutputError
 from ..export.compare import CompareReport, check_pro_dir, compare_with_pro
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
-from ..judging import JudgeSettings, JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
+from ..judging import JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
-from ..options import OperationOptions
+from ..options import CallOptions, DataOptions
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.judge import JudgeSettings
 from ..tables import Tabular
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
 
@@ -44,9 +45,11 @@ class JudgeOutput(BaseModel, Tabular):
         return [j.model_dump() for j in self.judgments]
 
 
-class JudgeOptions(OperationOptions):
+class JudgeOptions(DataOptions, CallOptions):
     """How one data set is judged (`bias-discovery judge`'s options, the arguments of
-    `api.judge`): the judge's settings, where the data and the outputs are, the call cache."""
+    `api.judge`): the judge's settings, where the data and the outputs are, the call cache.
+    `limit` (inherited, as are the data's and the deadline's fields) judges the first N pairs,
+    of the Pro set too."""
 
     settings: JudgeSettings = Field(default_factory=JudgeSettings)
     """The judge: positions, prompt, reasoning, mitigation, verdict ... (a dict of its fields
@@ -56,19 +59,12 @@ class JudgeOptions(OperationOptions):
     (None: nothing is written)."""
     base_url: str | None = None
     """The server of an `openai/` model (sets or replaces the model config's)."""
-    data_dir: Path | None = None
-    """Where named data sets are read from (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."""
-    limit: int | None = Field(default=None, ge=1)
-    """Judge only the first this many pairs (of the Pro set too)."""
     seed: int = DEFAULT_SEED
     """Seed of the position swaps and of sampling."""
     cache: Path | bool = True
     """True: the shared call cache; False: none; or a SQLite file."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows instead of stopping at the first."""
     compare: Path | None = None
     """An exported Pro set, judged with the same engine after the data (its files go to `out`)."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
     """Each request's deadline, retries included (None: the model config's)."""
 
 
@@ -91,18 +87,17 @@ def judge(
     setting that does not validate.
     """
     opts = JudgeOptions.with_overrides(options, overrides)
-    out, data_dir, limit, seed, cache, compare = opts.out, opts.data_dir, opts.limit, opts.seed, opts.cache, opts.compare
     warn = on_warning or python_warning
     judge_settings = opts.settings
     config = model_config_of(model, opts.base_url, opts.timeout_s)
-    out_dir = Path(out) if out is not None else None
+    out_dir = Path(opts.out) if opts.out is not None else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise OutputError(f"`out` {out_dir} exists and is not a directory")
         probe_writable(out_dir, what="`out`")  # before any call is paid for, not after all of them
-    pro_dir = check_pro_dir(Path(compare)) if compare is not None else None
-    pairs, bad_rows = load_data(data, data_dir=data_dir, limit=limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
-    cache_path = cache_path_of(cache)
+    pro_dir = check_pro_dir(Path(opts.compare)) if opts.compare is not None else None
+    pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
+    cache_path = cache_path_of(opts.cache)
     own_engine = engine is None
     if engine is None:
         from ..llm import registry  # through the module: tests replace registry.make_engine
@@ -113,15 +108,15 @@ def judge(
     try:
         bar = progress_or_quiet(progress)
         with bar(f"judging {plural(len(pairs), 'pair')}", len(pairs) * calls_per_pair(judge_settings)) as advance:
-            result = judge_pairs(engine, pairs, judge_settings, seed=seed, progress=advance)
-        summary = summarize(result, model=config.spec, data=describe_source(data, data_dir), settings=judge_settings, seed=seed)
+            result = judge_pairs(engine, pairs, judge_settings, seed=opts.seed, progress=advance)
+        summary = summarize(result, model=config.spec, data=describe_source(data, opts.data_dir), settings=judge_settings, seed=opts.seed)
         summary.skipped_rows = len(bad_rows)
         output = JudgeOutput(summary=summary, judgments=result.judgments, outcomes=result.outcomes, out=out_dir)
         if out_dir is not None:
             _write(out_dir, output, cache_path)
         if pro_dir is not None:
             output.compare = compare_with_pro(
-                config, judge_settings, summary, pro_dir, out=out_dir, cache_path=cache_path, seed=seed, limit=limit,
+                config, judge_settings, summary, pro_dir, out=out_dir, cache_path=cache_path, seed=opts.seed, limit=opts.limit,
                 progress=progress, engine=engine,
             )
         return output

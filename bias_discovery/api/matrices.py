@@ -31,7 +31,7 @@ def matrix(
 
     `config`: a MatrixConfig, a YAML file (``experiments/matrix-cpu.yaml``) or a dict of its
     settings; `options` (`MatrixOptions`) and keyword `overrides` of its fields replace its parts
-    as the command's flags do (``matrix(CONFIG, out=DIR, judges=["llamacpp/smollm2"])``;
+    as the command's flags do (``matrix(CONFIG, out=DIR, judges=["hf/smollm2"])``;
     `library` may be a `Run`). `engines` replaces models by role (``teacher``, ``checker``,
     ``judge:NAME``; tests).
     """

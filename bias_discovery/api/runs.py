@@ -213,7 +213,9 @@ def discover(
     deadline (a fresh run records it; a resume uses it for this session only). `engines`
     ({"target", "teacher"}) and `embedder` replace the configured models (tests). A live run
     in `run_dir` is refused (RunBusyError); Ctrl-C raises KeyboardInterrupt with the run
-    resumable.
+    resumable. A run that reaches its `budget` raises `BudgetReached` (its `spend` by role) with
+    the run resumable; `resume=True` with `overrides` of `budget.*` gives it a larger budget
+    (the only settings a resume changes).
     """
     warn = on_warning or python_warning
     extra = ["data.allow_overlap=true"] if allow_overlap else []
@@ -257,6 +259,20 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+def _new_budget(rd: RunDir, settings: RunConfig, overrides: list[str]) -> RunConfig:
+    """The run's settings with the `budget` settings of `overrides` (the only settings a resume
+    changes: a larger budget continues a run stopped at its own), written to its config.yaml."""
+    budget = [o for o in overrides if o.partition("=")[0].strip().split(".")[0] == "budget"]
+    if not budget:
+        return settings
+    raw: dict[str, Any] = settings.model_dump(mode="json", by_alias=True)
+    updated = validate_settings(raw, RunConfig, source=str(rd.config_path), overrides=budget)
+    if updated.budget != settings.budget:
+        atomic_write_text(rd.config_path, updated.to_yaml())
+        rd.event("budget_changed", budget=updated.budget.model_dump())
+    return updated
+
+
 def _resume(
     run_dir: Path,
     config: RunConfigLike | None,
@@ -273,17 +289,25 @@ def _resume(
     rd.require_resumable()
     rd.lock.refuse_if_held(run_dir)  # before anything below writes
     settings = load_run_config(rd.config_path)
+    if config is None:
+        others = [o for o in overrides if o.partition("=")[0].strip().split(".")[0] != "budget"
+                  and o != "data.allow_overlap=true"]
+        if others:
+            raise ConfigError(
+                f"a resumed run keeps its own settings; only its budget may change (budget.max_usd=...), not "
+                f"{', '.join(others)}")
     if config is not None:
         given = run_config_of(config, overrides).model_dump(mode="json")
         stored = settings.model_dump(mode="json")
         for tree in (given, stored):
             tree["data"].pop("allow_overlap")
-        changed = [key for key in _differences(stored, given) if not key.endswith("timeout_s")]
+        changed = [key for key in _differences(stored, given) if not key.endswith("timeout_s") and not key.startswith("budget")]
         if changed:
             raise ConfigError(
                 f"the config differs from {rd.config_path} in {', '.join(changed)}: a resumed run keeps its own "
                 "settings; pick another run_dir for new ones"
             )
+    settings = _new_budget(rd, settings, overrides)
     if allow_overlap and not settings.data.allow_overlap:
         settings = settings.model_copy(update={"data": settings.data.model_copy(update={"allow_overlap": True})})
         atomic_write_text(rd.config_path, settings.to_yaml())

@@ -12,9 +12,10 @@ from typing import Literal
 
 from ..formatting import MISSING, number, p_value, percent, pp
 from ..metrics import Estimate
-from .records import AuditMetrics
+from ..stats import Calibration
+from .records import AuditMetrics, AuditReport
 
-__all__ = ["EXCLUDED_MEANING", "MetricRow", "ROWS", "excluded_text", "metric_rows"]
+__all__ = ["EXCLUDED_MEANING", "MetricRow", "ROWS", "calibration_line", "excluded_text", "judge_measure_lines", "metric_rows"]
 
 Unit = Literal["rate", "pp", "z", "rho"]
 
@@ -129,3 +130,58 @@ def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> 
             "flag": flag, "meaning": row.meaning,
         })
     return out
+
+
+def _estimate_text(est: Estimate | None, unit: Unit, missing: str = MISSING) -> str:
+    if est is None:
+        return missing
+    return f"{_fmt(est.value, unit, missing)} {_ci(est.ci_low, est.ci_high, unit, missing)}, n = {est.n}"
+
+
+def calibration_line(cal: Calibration, *, missing: str = MISSING) -> str:
+    """ECE and Brier with their 95 % CIs, n and what they compare."""
+    def num(x: float | None) -> str:
+        return number(x, digits=3, missing=missing)
+
+    return (
+        f"calibration: ECE {num(cal.ece)} [{num(cal.ece_ci_low)}, {num(cal.ece_ci_high)}], Brier {num(cal.brier)} "
+        f"[{num(cal.brier_ci_low)}, {num(cal.brier_ci_high)}], {cal.n_verdicts} verdicts of {cal.n_items} items; "
+        f"mean confidence {percent(cal.mean_confidence, missing=missing)} vs accuracy {percent(cal.accuracy, missing=missing)} "
+        f"({cal.method}; Brier: mean squared error of the probability given to the labelled better response)"
+    )
+
+
+def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[str]:
+    """The measures of the judge beyond the per-bias tables, one line each, every number with
+    its 95 % CI and n: agreement with the labels, calibration (ECE, Brier), self-preference;
+    then each measure the data could not support, with why."""
+    lines = []
+    if report.agreement is not None:
+        lines.append(f"agreement with labels: {_estimate_text(report.agreement, 'rate', missing)} items ({report.agreement.method})")
+    if report.calibration is not None:
+        lines.append(calibration_line(report.calibration, missing=missing))
+    sp = report.self_preference
+    if sp is not None:
+        text = f"self-preference ({sp.judge_family}): picks its family's response {_estimate_text(sp.own_pick_rate, 'rate', missing)} items"
+        if sp.excess is not None:
+            text += f"; the labels say it is better on {_estimate_text(sp.own_better_rate, 'rate', missing)}; excess {_estimate_text(sp.excess, 'pp', missing)}"
+        if sp.delta is not None:
+            text += (
+                f"; picks the worse response when it is its family's {_estimate_text(sp.error_own_worse, 'rate', missing)}, "
+                f"when it is the other's {_estimate_text(sp.error_other_worse, 'rate', missing)}, "
+                f"difference {_estimate_text(sp.delta, 'pp', missing)}"
+            )
+        lines.append(text + f". Matching: {sp.matching}")
+    ps = report.prompt_sensitivity
+    if ps is not None:
+        lines.append(
+            f"prompt sensitivity ({', '.join(ps.prompts)}): the verdict changes with the template on "
+            f"{_estimate_text(ps.change_rate, 'rate', missing)} pairs; with a new seed alone (same template) on "
+            f"{_estimate_text(ps.noise_rate, 'rate', missing)}"
+            + "".join(f"; {a} vs {b}: {_estimate_text(c, 'rate', missing)}" for a, b, c in
+                      ((x.prompt_a, x.prompt_b, x.change_rate) for x in ps.pairwise) if len(ps.prompts) > 2)
+            + f" ({ps.method})"
+        )
+    for item in report.unsupported:
+        lines.append(f"not supported: {item.measure}: {item.reason}")
+    return lines

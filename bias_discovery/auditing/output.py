@@ -29,7 +29,8 @@ def write_audit_dir(out: Path, output: AuditOutput, *, overwrite: bool = False) 
             writer.writeheader()
             for row in csv_rows(output.report):
                 writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-        atomic_write_jsonl(tmp / "judgments.jsonl", output.judgments)
+        if output.report.from_log is None:  # an audit from a log made no call; its log is its input
+            atomic_write_jsonl(tmp / "judgments.jsonl", output.judgments)
         if output.perturbed:
             atomic_write_jsonl(tmp / "perturbed.jsonl", output.perturbed)
     return out

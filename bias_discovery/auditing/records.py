@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..data.overlap import DataOverlap
 from ..metrics import Estimate
 from ..mitigation import Mitigation
-from ..stats import PairedComparison
+from ..stats import Calibration, PairedComparison
 
 __all__ = [
     "AUDIT_VERSION",
@@ -20,6 +20,11 @@ __all__ = [
     "AuditReport",
     "AuditSettingsRecord",
     "BiasAudit",
+    "LogSource",
+    "PromptChange",
+    "PromptSensitivity",
+    "SelfPreference",
+    "Unsupported",
     "SchemeAudit",
     "csv_rows",
     "CSV_COLUMNS",
@@ -156,10 +161,11 @@ class AuditSettingsRecord(_Record):
     seed: int
     repeats: int
     mitigation: Mitigation
-    temperature: float
-    allow_tie: bool
-    reasoning: bool
-    max_tokens: int
+    temperature: float | None
+    """None: not known (an audit from a log that does not record it)."""
+    allow_tie: bool | None
+    reasoning: bool | None
+    max_tokens: int | None
     n_boot: int
     confidence: float = 0.95
 
@@ -173,6 +179,89 @@ class AuditCalls(_Record):
     teacher: int
     prompt_tokens: int
     completion_tokens: int
+
+
+class LogSource(_Record):
+    """Where an audit from a log (`audit --from-log`) read its verdicts: no model was called."""
+
+    path: str
+    format: Literal["judgments", "inspect", "generic"]
+    """judgments: our judgments.jsonl; inspect: an inspect_ai eval log; generic: a JSONL, CSV
+    or parquet file read with a column map."""
+    rows: int
+    """Rows (or inspect samples) in the log."""
+    verdicts: int
+    """Of those, the verdicts audited."""
+    skipped: dict[str, int] = Field(default_factory=dict)
+    """Rows not audited, by why (a perturbed condition of an audit's log)."""
+    labelled: bool
+    """Whether the log says which response is better (else every measure that needs it is
+    unsupported)."""
+    columns: dict[str, Any] | None = None
+    """The column map of a generic log."""
+
+
+class Unsupported(_Record):
+    """A known-bias measure the audit could not compute, and why."""
+
+    measure: str
+    reason: str
+
+
+class SelfPreference(_Record):
+    """Whether the judge prefers responses written by its own model family, on pairs where
+    exactly one response is its family's (`matching` says which pairs and how)."""
+
+    judge_family: str
+    matching: str
+    n_items: int
+    """Pairs with exactly one response of the judge's family and a valid verdict."""
+    own_pick_rate: Estimate
+    """Share of the valid verdicts that picked the judge's family's response (ties: half),
+    mean over items; CI: bootstrap over items."""
+    own_better_rate: Estimate | None = None
+    """Share of those items whose better (labelled) response is the judge's family's: what an
+    unbiased judge's own-pick rate would follow."""
+    excess: Estimate | None = None
+    """own_pick_rate − own_better_rate on the same items: > 0 = the judge picks its family's
+    responses more often than the labels say they are better."""
+    error_own_worse: Estimate | None = None
+    """Items whose worse response is the judge's family's: share of verdicts picking it."""
+    error_other_worse: Estimate | None = None
+    """Items whose worse response is the other family's: share of verdicts picking it."""
+    delta: Estimate | None = None
+    """error_own_worse − error_other_worse (bootstrap over items): > 0 = the judge forgives its
+    own family's wrong answers more than the other's."""
+
+
+class PromptChange(_Record):
+    prompt_a: str
+    prompt_b: str
+    change_rate: Estimate
+    """Share of the pairs whose verdict under `prompt_a` differs from the one under `prompt_b`."""
+
+
+class PromptSensitivity(_Record):
+    """audit.json's `prompt_sensitivity`."""
+
+    prompts: list[str]
+    """The templates, the first being the audit's own (`judge.prompt`)."""
+    n_items: int
+    """Pairs valid under every template and under the repeat."""
+    n_excluded: int
+    """Pairs left out: a verdict invalid under one of them."""
+    change_rate: Estimate
+    """Share of the pairs whose verdict under some template differs from the first template's."""
+    noise_rate: Estimate
+    """Share of the pairs whose verdict under the first template changes with the next repeat's
+    seed alone: what `change_rate` is compared against."""
+    pairwise: list[PromptChange]
+    accuracy: dict[str, Estimate]
+    """Per template: share of the pairs judged right (a tie is not)."""
+    method: str = (
+        "each pair judged once per template in the audit's drawn order with the audit's seed; "
+        "Wilson CIs over pairs valid under every template and the repeat"
+    )
 
 
 class AuditReport(_Record):
@@ -193,6 +282,18 @@ class AuditReport(_Record):
     data_overlap: list[DataOverlap] = Field(default_factory=list)
     """Per run whose biases are audited: audit pairs that are also that run's target
     (discovery) pairs, by id and by content."""
+    from_log: LogSource | None = None
+    """Set when the audit read existing verdicts (`audit --from-log`) instead of calling a judge."""
+    unsupported: list[Unsupported] = Field(default_factory=list)
+    """Known-bias measures the data could not support, and why."""
+    agreement: Estimate | None = None
+    """Agreement with the labels: share of the valid verdicts (every order and repeat) that
+    picked the labelled better response; a tie counts as not; CI: bootstrap over items."""
+    calibration: Calibration | None = None
+    """ECE, Brier and the reliability bins, where the verdicts carry probabilities."""
+    self_preference: SelfPreference | None = None
+    prompt_sensitivity: PromptSensitivity | None = None
+    """How often the verdicts change when only the judge's prompt template changes (`--prompts`)."""
 
 
 def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:

@@ -38,7 +38,8 @@ class AuditTarget:
 
     @property
     def needs_teacher(self) -> bool:
-        return self.kind == "perturbation"
+        """A library bias is injected by the teacher, unless it appends a fixed text (`Bias.append`)."""
+        return self.kind == "perturbation" and (self.bias is None or self.bias.append is None)
 
 
 def _from_bias(bias: Bias, source: str) -> AuditTarget:

@@ -6,18 +6,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from ..auditing.runner import AuditSettings
-from ..config import PerturbSettings
 from ..errors import BiasDiscoveryError
 from ..formatting import count, plural
-from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from ..options import DataOptions
+from ..settings.audit import AuditSettings
+from ..settings.common import PerturbSettings
+from ..settings.judge import JudgeSettings
+from .common import app, console, fail, flag_of, format_validation_error, options_error, warn
+from .findings import audit_findings, exit_on_findings, parse_fail_on
+from .options import (
+    ALLOW_OVERLAP,
+    CACHE,
+    DATA_DIR,
+    NO_CACHE,
+    NO_REASONING_CAP,
+    OVERWRITE,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    SKIP_BAD_ROWS,
+    TIMEOUT,
+    VERDICT,
+    bounds_of,
+    default_of,
+    fail_on_option,
+    flag,
+    option,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..auditing import AuditReport, SchemeAudit
@@ -29,12 +49,21 @@ def print_audit(report: AuditReport) -> None:
     from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows
 
     mitigation = report.settings.mitigation
+    temperature = report.settings.temperature
     console.print(
         f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
-        f"temperature {report.settings.temperature:g}, seed {report.settings.seed}"
+        + (f"temperature {temperature:g}, " if temperature is not None else "")
+        + f"seed {report.settings.seed}"
         + (f", teacher {report.teacher}" if report.teacher else ""),
         highlight=False,
     )
+    if report.from_log is not None:
+        log = report.from_log
+        console.print(
+            f"from a log ({log.format}): {count(log.verdicts)} verdicts of {count(log.rows)} rows in {log.path}; no model called"
+            + "".join(f"; {count(k)} rows skipped ({why})" for why, k in log.skipped.items()),
+            highlight=False, soft_wrap=True,
+        )
     for entry in report.biases:
         title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
         if entry.n_perturb_invalid:
@@ -70,7 +99,12 @@ def print_audit(report: AuditReport) -> None:
                 shown.append(row.label)
                 console.print(f"  {row.label}: {row.meaning}", highlight=False, soft_wrap=True)
     console.print(f"  {EXCLUDED_MEANING}", highlight=False, soft_wrap=True)
+    print_judge_measures(report)
     calls = report.calls
+    if report.from_log is not None:
+        for note in report.notes:
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        return
     console.print(
         f"judge calls: {count(calls.judge)} distinct ({count(calls.judge_cached)} from the cache, {count(calls.judge_invalid)} invalid)"
         f" | teacher calls: {count(calls.teacher)} | tokens: {count(calls.prompt_tokens)} prompt, {count(calls.completion_tokens)} completion",
@@ -80,53 +114,66 @@ def print_audit(report: AuditReport) -> None:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
+def print_judge_measures(report: AuditReport) -> None:
+    """Agreement with the labels, calibration and self-preference, and what the data could
+    not support (and why)."""
+    from ..auditing.display import judge_measure_lines
+
+    for line in judge_measure_lines(report):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
 @app.command()
 def audit(
-    model: str = typer.Option(..., "--model", help="Judge model spec: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
-    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    biases: str = typer.Option(
-        ..., "--biases",
-        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5), "
+    model: str | None = flag("model", None, help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID (not with --from-log)."),
+    data: str | None = flag("data", None,
+        help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
+        "judgments.jsonl judged (lengths, response models).",
+    ),
+    biases: str | None = flag("biases", None,
+        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
         "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
     ),
-    out: Path = typer.Option(..., "--out", help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
-    teacher: str | None = typer.Option(None, "--teacher", help="Teacher model spec that injects library biases (not needed for position, length)."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Server URL of an openai/ judge."),
-    teacher_base_url: str | None = typer.Option(None, "--teacher-base-url", help="Server URL of an openai/ teacher (default: --base-url)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Audit only the first N pairs."),
-    repeats: int = typer.Option(default_of(AuditSettings, "repeats"), "--repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
-    mitigation: str = typer.Option(default_of(AuditSettings, "mitigation"), "--mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
-    seed: int = typer.Option(default_of(AuditSettings, "seed"), "--seed", help="Seed of the order draw, the repeats and sampling."),
-    temperature: float = typer.Option(
-        default_of(JudgeSettings, "temperature"), "--temperature", **bounds_of(JudgeSettings, "temperature"),
-        help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1).",
+    out: Path | None = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
+    from_log: Path | None = flag("from_log", None,
+        help="Audit verdicts a judge already gave, with no model call: our judgments.jsonl, an inspect_ai log (.eval, .json), "
+        "or a JSONL/CSV/parquet log with --columns.",
     ),
+    columns: str | None = flag("columns", None,
+        help="--from-log: the column map of a generic log, key=column,... (pair_id, verdict, label, order, probability, "
+        "response_a/b, length_a/b, model_a/b, judge_model, repeat, domain) or a YAML file of them.",
+    ),
+    judge_model: str | None = flag("judge_model", None, help="--from-log: the judge, when the log does not name it."),
+    judge_family: str | None = flag("judge_family", None, help="The judge's model family for self-preference (default: read from its name: openai/gpt-4o -> gpt)."),
+    teacher: str | None = flag("teacher", None, help="Teacher model spec that injects library biases (not needed for position, length)."),
+    base_url: str | None = flag("base_url", None, help="Server URL of an openai/ judge."),
+    teacher_base_url: str | None = flag("teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url)."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="Audit only the first N pairs."),
+    repeats: int = option(AuditSettings, "repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
+    mitigation: str = option(AuditSettings, "mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
+    seed: int = option(AuditSettings, "seed", help="Seed of the order draw, the repeats and sampling."),
+    temperature: float = option(JudgeSettings, "temperature", help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1)."),
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    max_tokens: int = typer.Option(
-        default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
-        help="Completion token budget per judgment; must cover the reasoning.",
+    max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning."),
+    allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (Chen et al.)."),
+    verdict: str = VERDICT,
+    prompts: str | None = flag("prompts", None,
+        help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
+        "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
     ),
-    allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (Chen et al.)."),
-    perturb_max_tokens: int = typer.Option(
-        default_of(PerturbSettings, "max_tokens"), "--perturb-max-tokens", **bounds_of(PerturbSettings, "max_tokens"),
-        help="The teacher's budget for one rewritten response.",
-    ),
-    n_boot: int = typer.Option(
-        default_of(AuditSettings, "n_boot"), "--n-boot", **bounds_of(AuditSettings, "n_boot"),
-        help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.",
-    ),
-    cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out directory that is not empty."),
+    perturb_max_tokens: int = flag("perturb_max_tokens", default_of(PerturbSettings, "max_tokens"), **bounds_of(PerturbSettings, "max_tokens"), help="The teacher's budget for one rewritten response."),
+    n_boot: int = option(AuditSettings, "n_boot", help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."),
+    cache: Path | None = CACHE,
+    no_cache: bool = NO_CACHE,
+    overwrite: bool = OVERWRITE,
     quiet: bool = QUIET,
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Audit a run's biases on data that shares pairs (id or content) with its target pairs; recorded."
-    ),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
-    timeout: float | None = timeout_option(),
+    allow_overlap: bool = ALLOW_OVERLAP,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    timeout: float | None = TIMEOUT,
+    fail_on: list[str] = fail_on_option("flagged", "threshold"),
 ) -> None:
     """Audit a judge on known biases.
 
@@ -138,6 +185,16 @@ def audit(
     from ..api import audit as audit_judge
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
+    if from_log is not None:
+        _refuse_model_flags(model=model, biases=biases, teacher=teacher, prompts=prompts)
+        logged = _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
+        exit_on_findings(audit_findings(logged, conditions))
+        return
+    missing = [flag_of(name) for name, value in (("model", model), ("data", data), ("biases", biases), ("out", out)) if value is None]
+    if missing:
+        fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
+    assert model is not None and data is not None and biases is not None and out is not None
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     try:
         settings = AuditSettings(
@@ -145,13 +202,17 @@ def audit(
             mitigation=mitigation,  # type: ignore[arg-type]
             seed=seed,
             n_boot=n_boot,
-            judge=JudgeSettings(max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, **reasoning_settings),
+            judge=JudgeSettings(
+                max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, verdict=verdict,  # type: ignore[arg-type]
+                **reasoning_settings,
+            ),
             perturb=PerturbSettings(max_tokens=perturb_max_tokens),
         )
         options = AuditOptions(
             settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
             data_dir=data_dir, limit=limit, cache=False if no_cache else (cache or True), overwrite=overwrite,
-            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout,
+            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout, judge_family=judge_family,
+            prompts=[p.strip() for p in prompts.split(",") if p.strip()] if prompts else [],
         )
         output = audit_judge(model, data, biases, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
@@ -160,3 +221,33 @@ def audit(
         fail(str(exc))
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    exit_on_findings(audit_findings(output.report, conditions))
+
+
+def _refuse_model_flags(**given_flags: str | None) -> None:
+    """--from-log calls no model: a flag that would call one is an error, named."""
+    given = [flag_of(name) for name, value in given_flags.items() if value]
+    if given:
+        fail(f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out")
+
+
+def _audit_from_log(
+    path: Path, columns: str | None, data: str | None, data_dir: Path | None, judge_model: str | None,
+    judge_family: str | None, seed: int, n_boot: int, out: Path | None, overwrite: bool,
+) -> AuditReport:
+    from ..api import LogAuditOptions, audit_log
+
+    try:
+        options = LogAuditOptions(
+            columns=columns, data=data, data_dir=data_dir, judge_model=judge_model, judge_family=judge_family,
+            seed=seed, n_boot=n_boot, out=out, overwrite=overwrite,
+        )
+        output = audit_log(path, options)
+    except ValidationError as exc:
+        fail(options_error(exc) if exc.title == "LogAuditOptions" else format_validation_error(exc))
+    except BiasDiscoveryError as exc:
+        fail(str(exc))
+    print_audit(output.report)
+    if out is not None:
+        console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    return output.report

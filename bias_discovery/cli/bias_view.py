@@ -13,22 +13,25 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from ..formatting import ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
-from ..report.evidence import (
-    BiasDetail,
-    DiffSegment,
-    JudgedItem,
-    MergedCandidate,
-    ProvenanceCase,
-    ValidationExample,
-)
-from ..run.reviews import Review
-from ..stats import MEASURE_LABELS, PairedComparison
+from ..formatting import MEASURE_LABELS, ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
+
+if TYPE_CHECKING:  # annotations only: the CLI must start fast
+    from ..report.evidence import (
+        BiasDetail,
+        DiffSegment,
+        JudgedItem,
+        MergedCandidate,
+        ProvenanceCase,
+        ValidationExample,
+    )
+    from ..run.reviews import Review
+    from ..stats import PairedComparison
 
 __all__ = ["print_bias", "terminal_text"]
 
@@ -243,6 +246,9 @@ def _provenance(detail: BiasDetail) -> list[RenderableType]:
     if p.merged:
         lines.append(_indent(Text("candidates merged into it:", style="bold")))
         lines += [_merged(m) for m in p.merged]
+    if p.excluded:
+        lines.append(_indent(f"not counted: {plural(len(p.excluded), 'misjudged pair')} of its iteration excluded by the misjudgment check"))
+        lines += [_indent(f"{terminal_text(x.pair_id)}: {terminal_text(x.answer_check)}", 2) for x in p.excluded]
     for i, case in enumerate(p.cases, start=1):
         lines += _case(i, case)
     return lines

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, excluded_above, number, p_value, percent, plural, pp
-from ..report.evidence import DEFAULT_EXAMPLES
+from ..settings.common import DEFAULT_EXAMPLES
 from .bias_view import terminal_text
 from .common import PLAIN_HELP, app, console, fail, warn
+from .options import AS_JSON, flag
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from ..report.data import BiasRow, LibraryView
 
 library_app = typer.Typer(
     no_args_is_help=True,
@@ -58,6 +66,11 @@ def _wrapped(text: str, width: int, max_lines: int | None = None) -> str:
     return "\n".join(lines)
 
 
+def _examples_option(help: str) -> Any:
+    """`--examples K` of the commands that show a bias's validation items."""
+    return flag("examples", DEFAULT_EXAMPLES, "-k", min=0, help=help)
+
+
 _STATUS_STYLE = {
     "accepted": "green",
     "rejected": "yellow",
@@ -74,12 +87,11 @@ def library_show(
     bias: str | None = typer.Argument(
         None, metavar="[BIAS_ID]", help="Show this bias alone (an id or a name): its provenance, examples and reviews."
     ),
-    iteration: int | None = typer.Option(None, "--iteration", "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
-    examples: int = typer.Option(
-        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+    iteration: int | None = flag("iteration", None, "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
+    examples: int = _examples_option(
         help="With BIAS_ID: validation items shown whose verdict the bias flipped (and half as many it did not).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Show a bias library, or one bias of it.
 
@@ -95,8 +107,6 @@ def library_show(
     as a word diff, the verdicts on both), and its reviews.
     """
     import json as _json
-
-    from rich.text import Text
 
     from ..report.data import library_view, rejected_candidates
     from ..run.library_ref import resolve_library
@@ -117,10 +127,57 @@ def library_show(
     if as_json:
         typer.echo(_json.dumps(view.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return
-    lib = view.library
-    from rich import box
+    _print_library(view, from_run=resolved.run_dir is not None)
+
+
+@dataclass
+class _Marks:
+    """What the rows of a library table used, for the legend under it."""
+
+    n_rejected: int = 0
+    any_scored: bool = False
+    any_bound: bool = False
+    methods: dict[str, str] = field(default_factory=dict)
+    """Each effect estimator named in the table, and the asterisks that mark it."""
+
+
+def _print_library(view: LibraryView, *, from_run: bool) -> None:
+    """The view of `library show`: the table, its legend, the error statements, the rewrite
+    effect and (for a run) the count of rejected candidates."""
+    from rich.text import Text
 
     narrow = console.width < _NARROW
+    table, marks = _library_table(view, narrow)
+    console.print(table)
+    console.print(_legend(marks, narrow), style="dim")
+    for entry in view.error_statements:
+        where = f" (iterations {', '.join(str(t) for t in entry.iterations)})" if entry.iterations else ""
+        console.print(Text(f"error control{where}: {entry.statement}"))
+    effect = view.rewrite_effect
+    if effect is not None:
+        console.print(
+            Text(
+                "rewrite effect (placebo vs baseline): Δerror "
+                f"{delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value)}; "
+                f"answer changed in {percent(effect.answer_change_rate)} of "
+                f"{effect.n_answer_checked if effect.n_answer_checked is not None else '-'} checked rewrites; "
+                f"length ×{number(effect.length_ratio, digits=2)}"
+            )
+        )
+    if from_run:
+        n_rejected = marks.n_rejected
+        console.print(
+            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {view.library.iteration} "
+                 + ("is" if n_rejected == 1 else "are") + " listed after the library.")
+        )
+
+
+def _library_table(view: LibraryView, narrow: bool) -> tuple[Table, _Marks]:
+    """The library's biases as a table that fits 80 columns, and what its rows used."""
+    from rich import box
+    from rich.text import Text
+
+    lib = view.library
     widths: dict[str, int | None] = dict(_COMPACT_WIDTHS) if narrow else dict.fromkeys(_COMPACT_WIDTHS)
     others = sum(_COMPACT_WIDTHS.values()) + len(_COMPACT_WIDTHS)  # one space between columns
     name_width = min(40, max(12, console.width - (others if narrow else others + 14)))
@@ -149,57 +206,68 @@ def library_show(
     table.add_column("p\n(adj)", justify="right", no_wrap=True, width=widths["p"])
     table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
     table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
-    n_rejected = 0
-    any_scored = any_bound = False
-    methods: dict[str, str] = {}
+    marks = _Marks()
     for row in view.biases:
-        n_rejected += row.status == "rejected" and not row.in_library
-        any_scored = any_scored or row.measure in ("p_rejected", "score")
-        effect_text = "-"
-        if row.effect_upper_bound is not None:  # rejected: what its looks exclude, not a two-sided interval
-            any_bound = True
-            effect_text = f"{excluded_above(row.effect_upper_bound, unit='')}\n{row.decisive}"
-        elif row.effect is not None:
-            mark = methods.setdefault(row.effect_method or "estimator not recorded", "*" * (len(methods) + 1))
-            effect_text = (
-                f"{pp(row.effect, unit='')}{mark}\n{row.decisive}"
-                + (f"\n{ci_pp(row.effect_ci_low, row.effect_ci_high)}" if row.effect_ci_low is not None else "")
-            )
-        delta = pp(row.delta_vs_baseline, unit="") + (
-            f"\n{ci_pp(row.ci_low_vs_baseline, row.ci_high_vs_baseline)}" if row.ci_low_vs_baseline is not None else ""
+        table.add_row(*_row_cells(row, marks, narrow, name_width))
+    return table, marks
+
+
+def _row_cells(row: BiasRow, marks: _Marks, narrow: bool, name_width: int) -> list[Text]:
+    """One bias's cells (`marks` notes what the legend must explain)."""
+    from rich.text import Text
+
+    marks.n_rejected += row.status == "rejected" and not row.in_library
+    marks.any_scored = marks.any_scored or row.measure in ("p_rejected", "score")
+    effect_text = "-"
+    if row.effect_upper_bound is not None:  # rejected: what its looks exclude, not a two-sided interval
+        marks.any_bound = True
+        effect_text = f"{excluded_above(row.effect_upper_bound, unit='')}\n{row.decisive}"
+    elif row.effect is not None:
+        mark = marks.methods.setdefault(row.effect_method or "estimator not recorded", "*" * (len(marks.methods) + 1))
+        effect_text = (
+            f"{pp(row.effect, unit='')}{mark}\n{row.decisive}"
+            + (f"\n{ci_pp(row.effect_ci_low, row.effect_ci_high)}" if row.effect_ci_low is not None else "")
         )
-        placebo = pp(row.delta_vs_placebo, unit="") + (
-            f"\n{ci_pp(row.ci_low_vs_placebo, row.ci_high_vs_placebo)}" if row.ci_low_vs_placebo is not None else ""
-        )
-        p_text = p_value(row.decision_p) + (f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else "")
-        mde = "-" if row.mde_n is None else f"{pp(row.mde, unit='', missing='none')}\n({row.mde_n})"
-        mark = {"p_rejected": "P ", "score": "S "}.get(row.measure or "", "")
-        errors = "-" if row.baseline_error is None else (
-            f"{mark}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
-        )
-        top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
-        name = Text(_wrapped(terminal_text(row.name), name_width, _NAME_LINES))
-        name.append("\n" + _wrapped(row.id, name_width), style="dim")
-        origin = "seed" if row.origin == "seed" else f"iter {row.origin_iteration}"
-        decision = Text("" if row.status == "seed" else origin + "\n")
-        decision.append(row.status + ("" if row.in_library else "\n(not in\nlibrary)"),
-                        style=_STATUS_STYLE.get(row.status, ""))
-        cells = [name, decision, Text("-" if row.n is None else str(row.n)), Text(errors), Text(effect_text), Text(delta)]
-        cells += [] if narrow else [Text(placebo)]
-        table.add_row(*cells, Text(p_text), Text(mde), Text(top))
-    console.print(table)
-    console.print(
+    delta = pp(row.delta_vs_baseline, unit="") + (
+        f"\n{ci_pp(row.ci_low_vs_baseline, row.ci_high_vs_baseline)}" if row.ci_low_vs_baseline is not None else ""
+    )
+    placebo = pp(row.delta_vs_placebo, unit="") + (
+        f"\n{ci_pp(row.ci_low_vs_placebo, row.ci_high_vs_placebo)}" if row.ci_low_vs_placebo is not None else ""
+    )
+    p_text = p_value(row.decision_p) + (f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else "")
+    mde = "-" if row.mde_n is None else f"{pp(row.mde, unit='', missing='none')}\n({row.mde_n})"
+    mark = {"p_rejected": "P ", "score": "S "}.get(row.measure or "", "")
+    errors = "-" if row.baseline_error is None else (
+        f"{mark}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
+    )
+    top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
+    name = Text(_wrapped(terminal_text(row.name), name_width, _NAME_LINES))
+    name.append("\n" + _wrapped(row.id, name_width), style="dim")
+    origin = "seed" if row.origin == "seed" else f"iter {row.origin_iteration}"
+    decision = Text("" if row.status == "seed" else origin + "\n")
+    decision.append(row.status + ("" if row.in_library else "\n(not in\nlibrary)"),
+                    style=_STATUS_STYLE.get(row.status, ""))
+    cells = [name, decision, Text("-" if row.n is None else str(row.n)), Text(errors), Text(effect_text), Text(delta)]
+    cells += [] if narrow else [Text(placebo)]
+    return [*cells, Text(p_text), Text(mde), Text(top)]
+
+
+def _legend(marks: _Marks, narrow: bool) -> Text:
+    """What the table's columns and marks mean (only the marks it used)."""
+    from rich.text import Text
+
+    return (
         Text(
             "effect: the reported Δerror against the control that decided, with its confidence interval "
-            "(" + "; ".join(f"{mark} {method}" for method, mark in methods.items()) + "); "
-            if methods
+            "(" + "; ".join(f"{mark} {method}" for method, mark in marks.methods.items()) + "); "
+            if marks.methods
             else ""
         )
         + Text(
             "< X: a candidate not accepted (rejected, unconfirmed): its one-sided 95 % upper bound, given how it stopped "
             "and that it was not accepted: an effect above X is excluded (none: no effect up to +100 pp is); its estimate "
             "and two-sided interval are in --json; "
-            if any_bound
+            if marks.any_bound
             else ""
         )
         + Text(
@@ -213,31 +281,11 @@ def library_show(
                 "(one-sided paired t-test). S: a pointwise judge's score of the rejected response as a share "
                 "of its scale, every Δ, CI and MDE of the row in percent of the scale (one-sided paired t-test; "
                 "`library show RUN BIAS` gives it in scale points and SDs)."
-                if any_scored
+                if marks.any_scored
                 else ""
             )
-        ),
-        style="dim",
+        )
     )
-    for entry in view.error_statements:
-        where = f" (iterations {', '.join(str(t) for t in entry.iterations)})" if entry.iterations else ""
-        console.print(Text(f"error control{where}: {entry.statement}"))
-    effect = view.rewrite_effect
-    if effect is not None:
-        console.print(
-            Text(
-                "rewrite effect (placebo vs baseline): Δerror "
-                f"{delta_clause(effect.delta, effect.ci_low, effect.ci_high, effect.n, effect.p_value)}; "
-                f"answer changed in {percent(effect.answer_change_rate)} of "
-                f"{effect.n_answer_checked if effect.n_answer_checked is not None else '-'} checked rewrites; "
-                f"length ×{number(effect.length_ratio, digits=2)}"
-            )
-        )
-    if resolved.run_dir is not None:
-        console.print(
-            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {lib.iteration} "
-                 + ("is" if n_rejected == 1 else "are") + " listed after the library.")
-        )
 
 
 def _show_bias(ref: str, bias: str, *, iteration: int | None, examples: int, as_json: bool) -> None:
@@ -278,7 +326,7 @@ def _row_summary(row: dict) -> str:
 def library_diff(
     a: str = typer.Argument(..., metavar="A", help="Older library: " + _LIBRARY_REF_HELP),
     b: str = typer.Argument(..., metavar="B", help="Newer library: " + _LIBRARY_REF_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON on stdout."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Compare two libraries.
 
@@ -336,10 +384,9 @@ def library_diff(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
-    out: Path | None = typer.Option(None, "--out", help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
-    bias: str | None = typer.Option(None, "--bias", metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
-    examples: int = typer.Option(
-        DEFAULT_EXAMPLES, "--examples", "-k", min=0,
+    out: Path | None = flag("out", None, help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
+    bias: str | None = flag("bias", None, metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
+    examples: int = _examples_option(
         help="Validation items shown per bias whose verdict it flipped (and half as many it did not).",
     ),
 ) -> None:
@@ -394,7 +441,7 @@ def report(
 @app.command()
 def view(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
+    port: int = flag("port", 8765, min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
 ) -> None:
     """Serve a run's report while the run goes on.
 

@@ -1,19 +1,23 @@
 """What every command module shares: the Typer app, the consoles, `fail`, error formatting.
 
 User errors (`BiasDiscoveryError`, invalid config values) end with a one-paragraph message
-on stderr and exit code 2; nothing half-written is left behind. Only light modules are
+on stderr and exit code 2 (`exit_codes.ExitCode.ERROR`; every code is in `exit_codes.EXIT_CODES`); nothing half-written is left behind. Only light modules are
 imported here: the CLI must start fast, so each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+
+from .exit_codes import ExitCode
 
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and
@@ -39,36 +43,47 @@ def _group(
     ),
 ) -> None:
     """Discover the unknown biases of an LLM judge, and turn them into harder benchmarks."""
-    if verbose:
-        show_logs()
+    show_logs(verbose)
 
 
-def show_logs() -> None:
-    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/, INFO
-    and up) on stderr, one line each, under whatever the command prints."""
+def show_logs(verbose: bool = True) -> None:
+    """Print the package's log records (`logging.getLogger(__name__)` in llm/ and loop/) on
+    stderr, one line each, under whatever the command prints: WARNING and up always (a server
+    that keeps a request waiting says so every 30 s, TTY or not), INFO too with `verbose`."""
     import logging
 
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     logger = logging.getLogger("bias_discovery")
+    for old in [h for h in logger.handlers if h.get_name() == "bias-discovery-cli"]:
+        logger.removeHandler(old)  # one handler, however often the app is invoked in a process
+    handler: logging.Handler
+    if err_console.is_terminal:
+        from rich.logging import RichHandler  # here: the CLI must start fast
+
+        handler = RichHandler(console=err_console, show_path=False, markup=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:  # a log file: one unwrapped line per record, with its time, on whatever stderr is now
+        handler = _StderrNow()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.set_name("bias-discovery-cli")
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
-def timeout_option() -> Any:
-    """`--timeout SECONDS` for every command that calls a model: each request's deadline,
-    retries included (ModelConfig.timeout_s; unset keeps the config's, whose default is read
-    from the model)."""
-    from ..llm.config import ModelConfig
+class _StderrNow(logging.StreamHandler):
+    """A stream handler on the `sys.stderr` of the moment a record is written (as logging's
+    last-resort handler is): a handler kept past the invocation it was made in (the CLI run
+    in-process, by tests or a notebook) never writes to a stream that is gone."""
 
-    default = ModelConfig.model_fields["timeout_s"].default
-    return typer.Option(
-        None, "--timeout", metavar="SECONDS", min=0.1,
-        help=f"Deadline of each request to a model server, retries and backoff included: a server that "
-        f"accepts and never answers fails after this long (default: the config's timeout_s, {default:g} s).",
-    )
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def default_cache_path() -> Path:
@@ -131,10 +146,10 @@ def fail(message: str) -> NoReturn:
     """Print `message` as an error on stderr and exit with code 2 (a user error); settings it
     names are shown as their flags (`with_flags`)."""
     err_console.print(f"[bold red]error:[/] {with_flags(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=ExitCode.ERROR)
 
 
 def interrupted(run_dir: Path) -> NoReturn:
     """Ctrl-C during a run: say how to continue it, exit with code 130."""
     err_console.print(f"interrupted; continue with: bias-discovery resume {run_dir}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=130)
+    raise typer.Exit(code=ExitCode.INTERRUPTED)

@@ -12,7 +12,9 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
-from .common import PLAIN_HELP, app, console, fail, format_validation_error, timeout_option
+from ..options import DataOptions
+from .common import PLAIN_HELP, app, console, fail, format_validation_error
+from .options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, REVIEWED_ONLY, SKIP_BAD_ROWS, TIMEOUT, flag, option
 
 export_app = typer.Typer(
     no_args_is_help=True,
@@ -50,23 +52,23 @@ def _print_skipped(stats: dict) -> None:
 @export_app.command("judgebench-pro")
 def export_judgebench_pro_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
-    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: str | None = typer.Option(None, "--biases", help=_BIASES_HELP),
-    variants: int = typer.Option(10, "--variants", min=1, help="Biased variants per test pair (K; the paper uses 10)."),
-    filter_model: str | None = typer.Option(None, "--filter-model", help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
-    filter_base_url: str | None = typer.Option(None, "--filter-base-url", help="Server URL for an openai/ filter model."),
-    allow_self_filter: bool = typer.Option(False, "--allow-self-filter", help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
-    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Build on data that shares pairs (id or content) with the run's target pairs; recorded in stats.json."),
-    checker_model: str | None = typer.Option(None, "--checker-model", help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
-    checker_base_url: str | None = typer.Option(None, "--checker-base-url", help="Server URL for an openai/ checker model."),
-    data: str | None = typer.Option(None, "--data", help="Test pairs (default: the run's test data): a named set or a file."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N test pairs (the run's seed)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
-    reviewed_only: bool = typer.Option(False, "--reviewed-only", help=_REVIEWED_HELP),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: str | None = flag("biases", None, help=_BIASES_HELP),
+    variants: int = flag("variants", 10, min=1, help="Biased variants per test pair (K; the paper uses 10)."),
+    filter_model: str | None = flag("filter_model", None, help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
+    filter_base_url: str | None = flag("filter_base_url", None, help="Server URL for an openai/ filter model."),
+    allow_self_filter: bool = flag("allow_self_filter", False, help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
+    allow_overlap: bool = ALLOW_OVERLAP,
+    checker_model: str | None = flag("checker_model", None, help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
+    checker_base_url: str | None = flag("checker_base_url", None, help="Server URL for an openai/ checker model."),
+    data: str | None = flag("data", None, help="Test pairs (default: the run's test data): a named set or a file."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="Use a seeded sample of N test pairs (the run's seed)."),
+    overwrite: bool = OVERWRITE,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    reviewed_only: bool = REVIEWED_ONLY,
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Build a JudgeBench-Pro-style benchmark.
 
@@ -129,18 +131,18 @@ def export_apply_annotations_cmd(
 @export_app.command("dpo")
 def export_dpo_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
-    data: str = typer.Option(..., "--data", help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file."),
-    out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: str | None = typer.Option(None, "--biases", help=_BIASES_HELP),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (default: the run's)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Use a seeded sample of N pairs (the run's seed)."),
-    fmt: str = typer.Option("standard", "--format", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
-    include_original: bool = typer.Option(False, "--include-original", help="Also keep each original (unperturbed) pair."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
-    reviewed_only: bool = typer.Option(False, "--reviewed-only", help=_REVIEWED_HELP),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    data: str = flag("data", ..., help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file."),
+    out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
+    biases: str | None = flag("biases", None, help=_BIASES_HELP),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="Use a seeded sample of N pairs (the run's seed)."),
+    fmt: str = flag("format", "standard", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
+    include_original: bool = flag("include_original", False, help="Also keep each original (unperturbed) pair."),
+    overwrite: bool = OVERWRITE,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    reviewed_only: bool = REVIEWED_ONLY,
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
 ) -> None:
     """Bias-augmented DPO data from a run's biases.
 
@@ -177,11 +179,11 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
 
     def command(
         src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
-        out: Path = typer.Option(..., "--out", help="Output directory (created; must not exist or be empty unless --overwrite)."),
-        biases: str | None = typer.Option(None, "--biases", help=_HARNESS_BIASES_HELP),
-        task_name: str | None = typer.Option(None, "--task-name", help="Task name (default: the run's name + _pro or _biased)."),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-        reviewed_only: bool = typer.Option(False, "--reviewed-only", help=f"Run directory only. {_REVIEWED_HELP}"),
+        out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
+        biases: str | None = flag("biases", None, help=_HARNESS_BIASES_HELP),
+        task_name: str | None = flag("task_name", None, help="Task name (default: the run's name + _pro or _biased)."),
+        overwrite: bool = OVERWRITE,
+        reviewed_only: bool = flag("reviewed_only", False, help=f"Run directory only. {_REVIEWED_HELP}"),
     ) -> None:
         from ..export.harness import export_harness
 

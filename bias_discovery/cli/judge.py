@@ -6,19 +6,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
 from pydantic import ValidationError
 from rich.table import Table
 
 from ..config import RunConfig
 from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
-from ..judging import JudgeSettings
-from .common import app, console, fail, format_validation_error, options_error, timeout_option, warn
-from .options import NO_REASONING_CAP, QUIET, REASONING, REASONING_CHARS, bounds_of, default_of, reasoning_fields
+from ..options import DataOptions
+from ..settings.judge import JudgeSettings
+from .common import app, console, fail, format_validation_error, options_error, warn
+from .options import (
+    CACHE,
+    DATA_DIR,
+    NO_CACHE,
+    NO_REASONING_CAP,
+    QUIET,
+    REASONING,
+    REASONING_CHARS,
+    SKIP_BAD_ROWS,
+    TIMEOUT,
+    VERDICT,
+    default_of,
+    flag,
+    option,
+    reasoning_fields,
+)
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judging import JudgeSummary, ScoreSummary
+    from ..stats import Calibration
+
+
+def print_calibration(cal: Calibration) -> None:
+    """ECE and Brier with their CIs, and the reliability bins as a small table."""
+    from ..auditing.display import calibration_line
+
+    console.print(calibration_line(cal), highlight=False, soft_wrap=True)
+    table = Table(title="reliability (confidence = probability of the verdict's label)", title_justify="left")
+    for column in ("confidence bin", "verdicts", "mean confidence", "accuracy"):
+        table.add_column(column, justify="right")
+    for b in cal.bins:
+        if b.n:
+            table.add_row(f"{b.low:.2f}-{b.high:.2f}", str(b.n), percent(b.confidence), percent(b.accuracy))
+    console.print(table)
+
+
+def _print_score_notes(summary: JudgeSummary) -> None:
+    """What P(rejected) means and the verdicts' calibration, for score verdicts."""
+    if summary.score is not None:
+        console.print(
+            f"P(rejected): the judge's mean probability of preferring the rejected response over the "
+            f"{summary.score.n} valid pairs (verdict token's P(A), P(B) renormalised; mean over the judged "
+            f"orders), 95% Student-t CI over pairs; {summary.score_one_label} judgments had only one label "
+            "among the verdict token's top log-probabilities",
+            highlight=False,
+        )
+    if summary.calibration is not None:
+        print_calibration(summary.calibration)
 
 
 def print_judge_summary(summary: JudgeSummary) -> None:
@@ -52,14 +96,7 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         *score_cells(summary.score), style="bold",
     )
     console.print(table)
-    if summary.score is not None:
-        console.print(
-            f"P(rejected): the judge's mean probability of preferring the rejected response over the "
-            f"{summary.score.n} valid pairs (verdict token's P(A), P(B) renormalised; mean over the judged "
-            f"orders), 95% Student-t CI over pairs; {summary.score_one_label} judgments had only one label "
-            "among the verdict token's top log-probabilities",
-            highlight=False,
-        )
+    _print_score_notes(summary)
     if summary.pointwise is not None:
         print_pointwise(summary)
         return
@@ -83,7 +120,7 @@ def print_judge_summary(summary: JudgeSummary) -> None:
     for reason, example in summary.invalid_examples.items():
         console.print(f"{reason} ({summary.invalid_reasons.get(reason, 0)}): {example}", highlight=False, soft_wrap=True)
     if summary.skipped_rows:
-        console.print(f"skipped bad data rows (--skip-bad-rows): {summary.skipped_rows}, not among the pairs above", highlight=False)
+        console.print(f"skipped bad data rows: {summary.skipped_rows}, not among the pairs above (named on stderr)", highlight=False)
 
 
 def print_pointwise(summary: JudgeSummary) -> None:
@@ -130,42 +167,51 @@ def _check_compare_dir(value: Path | None) -> Path | None:
         fail(str(exc))
 
 
+def _judge_fields(
+    *, mode: str, positions: str, scale: str, rubric: str | None, prompt: str | None, **rest: object
+) -> dict[str, object]:
+    """The judge settings the flags give: a pointwise judge takes --scale and --rubric and no
+    position option left at its default (no choice of the user's); a pairwise one refuses them."""
+    fields: dict[str, object] = {"mode": mode, "positions": positions, **rest}
+    if prompt is not None:
+        fields["prompt"] = prompt
+    if mode == "pointwise":
+        fields.update(scale=scale, rubric=rubric)
+        if positions == default_of(JudgeSettings, "positions"):
+            del fields["positions"]
+    elif rubric is not None or scale != default_of(JudgeSettings, "scale"):
+        fail("--scale and --rubric are pointwise settings: give --mode pointwise too")
+    return fields
+
+
 @app.command()
 def judge(
-    model: str = typer.Option(..., "--model", help="Judge model spec, provider/model: llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
-    data: str = typer.Option(..., "--data", help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Local copy of the named data sets (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Judge only the first N pairs."),
-    positions: str = typer.Option(default_of(JudgeSettings, "positions"), "--positions", help="both | swap | fixed (pairwise only)."),
-    mode: str = typer.Option(default_of(JudgeSettings, "mode"), "--mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale)."),
-    scale: str = typer.Option(default_of(JudgeSettings, "scale"), "--scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
-    rubric: str | None = typer.Option(None, "--rubric", help="Pointwise: the rubric text (selects the judge_pointwise_rubric prompt unless --prompt is given)."),
-    seed: int = typer.Option(default_of(RunConfig, "seed"), "--seed", help="Seed for the position swap and sampling."),
-    base_url: str | None = typer.Option(None, "--base-url", help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
+    model: str = flag("model", ..., help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    data: str = flag("data", ..., help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    out: Path | None = flag("out", None, help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="Judge only the first N pairs."),
+    positions: str = option(JudgeSettings, "positions", help="both | swap | fixed (pairwise only)."),
+    mode: str = option(JudgeSettings, "mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale)."),
+    scale: str = option(JudgeSettings, "scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
+    rubric: str | None = flag("rubric", None, help="Pointwise: the rubric text (selects the judge_pointwise_rubric prompt unless --prompt is given)."),
+    seed: int = option(RunConfig, "seed", help="Seed for the position swap and sampling."),
+    base_url: str | None = flag("base_url", None, help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    prompt: str | None = typer.Option(None, "--prompt", help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). ""Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
-    allow_tie: bool = typer.Option(default_of(JudgeSettings, "allow_tie"), "--allow-tie", help="Offer a third verdict, tie (never counted correct)."),
-    mitigation: str = typer.Option(
-        default_of(JudgeSettings, "mitigation"), "--mitigation",
-        help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
+    prompt: str | None = flag("prompt", None, help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
+    allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (never counted correct)."),
+    mitigation: str = option(JudgeSettings, "mitigation", help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
     ),
-    max_tokens: int = typer.Option(
-        default_of(JudgeSettings, "max_tokens"), "--max-tokens", **bounds_of(JudgeSettings, "max_tokens"),
-        help="Completion token budget per judgment; must cover the reasoning.",
+    max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning.",
     ),
-    verdict: str = typer.Option(
-        default_of(JudgeSettings, "verdict"), "--verdict",
-        help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: each pair's probability of preferring the rejected response; same calls).",
-    ),
-    cache: Path | None = typer.Option(None, "--cache", help="SQLite call cache (default: ~/.cache/bias-discovery/calls.sqlite)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the call cache."),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id), count them and say so, instead of stopping at the first."),
-    timeout: float | None = timeout_option(),
-    compare: Path | None = typer.Option(
-        None, "--compare", metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
+    verdict: str = VERDICT,
+    cache: Path | None = CACHE,
+    no_cache: bool = NO_CACHE,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    timeout: float | None = TIMEOUT,
+    compare: Path | None = flag("compare", None, metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
         help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
     ),
     quiet: bool = QUIET,
@@ -183,18 +229,10 @@ def judge(
     if compare is not None and out is None:
         fail("--compare writes compare.json and the Pro set's judgments: give --out DIR too")
     try:
-        fields: dict[str, object] = {
-            "mode": mode, "positions": positions, "max_tokens": max_tokens, **reasoning_settings, "allow_tie": allow_tie,
-            "mitigation": mitigation, "verdict": verdict,
-        }
-        if prompt is not None:
-            fields["prompt"] = prompt
-        if mode == "pointwise":  # a position option left at its default is no choice of the user's
-            fields.update(scale=scale, rubric=rubric)
-            if positions == default_of(JudgeSettings, "positions"):
-                del fields["positions"]
-        elif rubric is not None or scale != default_of(JudgeSettings, "scale"):
-            fail("--scale and --rubric are pointwise settings: give --mode pointwise too")
+        fields = _judge_fields(
+            mode=mode, positions=positions, scale=scale, rubric=rubric, prompt=prompt, max_tokens=max_tokens,
+            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict, **reasoning_settings,
+        )
         settings = JudgeSettings.model_validate(fields)
         options = JudgeOptions(
             settings=settings, out=out, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,

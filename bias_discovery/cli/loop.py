@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from .common import app, console, fail, interrupted, timeout_option, warn
+from ..llm.budget import BudgetReached, Spend
+from .common import app, console, err_console, fail, interrupted, warn
+from .exit_codes import ExitCode
+from .findings import exit_on_findings, parse_fail_on, run_findings
+from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, flag
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import Run
@@ -19,11 +24,28 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 
 def _skipped_rows_line(state: RunState | None) -> str | None:
-    """"skipped bad data rows (data.skip_bad_rows): target 1, test 2 ...", or None."""
+    """"skipped bad data rows: target 1, test 2 ...", or None."""
     if state is None or not state.skipped_rows:
         return None
     counts = ", ".join(f"{role} {n}" for role, n in state.skipped_rows.items())
-    return f"skipped bad data rows (data.skip_bad_rows): {counts}; each is named in events.jsonl"
+    return f"skipped bad data rows: {counts}; each is named in events.jsonl"
+
+
+def budget_stop(run_dir: Path, exc: BudgetReached) -> NoReturn:
+    """The run stopped at its budget: say what it spent and how to go on, exit 4."""
+    err_console.print(f"[bold]stopped:[/] {exc}", highlight=False, soft_wrap=True)
+    for line in spend_lines(exc.spend):
+        err_console.print(f"  {line}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"continue with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=... "
+        "(or budget.max_calls, budget.max_tokens); no call is paid twice", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=ExitCode.BUDGET)
+
+
+def spend_lines(spend: Mapping[str, Spend]) -> list[str]:
+    """One line per role that paid: calls, tokens and dollars (cached calls cost nothing)."""
+    return [f"{role}: {s.calls:,} calls paid, {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, "
+            f"${s.usd:,.4f}" for role, s in spend.items() if s.calls]
 
 
 def _end_run(run: Run) -> None:
@@ -40,7 +62,7 @@ def _end_run(run: Run) -> None:
 
 
 def _print_run_end(run: Run) -> None:
-    from ..stats import MEASURE_LABELS
+    from ..formatting import MEASURE_LABELS
 
     state = run.state
     latest = run.library
@@ -70,6 +92,10 @@ def _print_run_end(run: Run) -> None:
     skipped = _skipped_rows_line(state)
     if skipped:
         console.print(skipped, highlight=False)
+    if state is not None and state.spend:
+        console.print("paid (every session of the run; calls answered by the call cache cost nothing):", highlight=False)
+        for line in spend_lines(state.spend):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
     effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
     if effect is not None:
         console.print(
@@ -96,13 +122,14 @@ def _print_summary(run: Run) -> None:
 @app.command()
 def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default: runs/<name>)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
+    run_dir: Path | None = flag("run_dir", None, help="Run directory (default: runs/<name>)."),
+    set_: list[str] = OVERRIDES,
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
+    fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Run the discovery loop to convergence.
 
@@ -112,6 +139,7 @@ def run(
     from ..config import load_run_config
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["accepted"])
     root = run_dir or Path("runs")
     try:
         config = load_run_config(config_path, set_)
@@ -120,21 +148,29 @@ def run(
             config, run_dir=root, allow_overlap=allow_overlap, timeout_s=timeout, progress=None if quiet else progress_bar,
             on_warning=warn,
         )
+    except BudgetReached as exc:
+        budget_stop(root, exc)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(root)
     _end_run(run_)
+    exit_on_findings(run_findings(run_, conditions))
 
 
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    allow_overlap: bool = typer.Option(
-        False, "--allow-overlap", help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+    allow_overlap: bool = flag(
+        "allow_overlap", False, help="Go on although test pairs are also target pairs; written to the run's config.yaml."
     ),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    set_: list[str] = flag(
+        "overrides", [], help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
+        "only budget settings change on a resume); written to the run's config.yaml."
+    ),
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
+    fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Continue a stopped or killed run.
 
@@ -142,22 +178,52 @@ def resume(
     from ..api import discover
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["accepted"])
     try:
         run_ = discover(
             run_dir=run_dir, resume=True, allow_overlap=allow_overlap, timeout_s=timeout,
-            progress=None if quiet else progress_bar, on_warning=warn,
+            progress=None if quiet else progress_bar, on_warning=warn, overrides=set_,
         )
+    except BudgetReached as exc:
+        budget_stop(run_dir, exc)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted(run_dir)
     _end_run(run_)
+    exit_on_findings(run_findings(run_, conditions))
+
+
+def _status_record(
+    state: Any, effective: str, problems: list[str], live: Any, last_seen: float | None, report: dict[str, Any]
+) -> dict[str, Any]:
+    """`status --json`: the state file, the status as it stands, the lock's liveness and the events' summary."""
+    return {
+        "state": state.model_dump() if state else None,
+        "status": effective,
+        "problems": problems,
+        "liveness": {
+            "state": live.state,
+            "reason": live.reason,
+            "holder": live.holder.model_dump() if live.holder else None,
+            "heartbeat_age": live.heartbeat_age,
+            "last_seen": last_seen,
+        },
+        **report,
+    }
+
+
+def _last_seen(state: Any, live: Any, events: list[dict[str, Any]]) -> float | None:
+    """The newest sign of the run: its state's update, its lock holder's heartbeat, its last event."""
+    signs = (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
+             events[-1].get("time") if events else None)
+    return max([t for t in signs if isinstance(t, (int, float))], default=None)
 
 
 @app.command()
 def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Where a run stands.
 
@@ -182,27 +248,10 @@ def status(
     if problems and not as_json:
         warn(f"{plural(len(problems), 'unreadable line')} of events.jsonl left out: " + "; ".join(problems[:3]))
     live = rd.liveness()
-    last_seen = max(
-        [t for t in (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
-                     events[-1].get("time") if events else None) if isinstance(t, (int, float))],
-        default=None,
-    )
+    last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
-    data = {
-        "state": state.model_dump() if state else None,
-        "status": effective,
-        "problems": problems,
-        "liveness": {
-            "state": live.state,
-            "reason": live.reason,
-            "holder": live.holder.model_dump() if live.holder else None,
-            "heartbeat_age": live.heartbeat_age,
-            "last_seen": last_seen,
-        },
-        **report,
-    }
     if as_json:
-        console.print_json(_json.dumps(data))
+        console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
         return
     console.print(_status_headline(run_dir, state, live, effective, last_seen), highlight=False, soft_wrap=True)
     if state and state.error:
@@ -212,8 +261,18 @@ def status(
         console.print(skipped, highlight=False)
     if report["current"]:
         c = report["current"]
-        label = "in progress" if effective == "running" else "interrupted in"
+        label = "in progress" if effective == "running" else (
+            "stopped in" if state is not None and state.status == "stopped" else "interrupted in")
         console.print(f"{label}: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
+    console.print(_usage_table(report))
+    if state is not None and state.spend:
+        console.print("paid so far (every session; cached calls cost nothing):", highlight=False)
+        for line in spend_lines(state.spend):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _usage_table(report: dict[str, Any]) -> Table:
+    """The events' calls and tokens by stage and role, with the totals."""
     table = Table(title="calls and tokens by stage")
     for column in ("stage", "role", "requests", "cached", "prompt tokens", "completion tokens"):
         table.add_column(column, justify="left" if column in ("stage", "role") else "right")
@@ -221,7 +280,7 @@ def status(
         table.add_row(row["stage"], row["role"], str(row["requests"]), str(row["cached"]), str(row["prompt_tokens"]), str(row["completion_tokens"]))
     t = report["totals"]
     table.add_row("all", "", str(t["requests"]), str(t["cached"]), str(t["prompt_tokens"]), str(t["completion_tokens"]), style="bold")
-    console.print(table)
+    return table
 
 
 def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effective: str, last_seen: Any) -> str:
@@ -238,6 +297,12 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
         )
     if effective == "finished" and state is not None:
         return f"{name}: finished, iteration {state.iteration}, stopped: {state.stop_reason}{library}"
+    if state is not None and state.status == "stopped":
+        spent = Spend()
+        for s in state.spend.values():
+            spent = spent.plus(s)
+        return (f"{name}: stopped: budget reached at {where} ({state.stop_reason}); spent {spent.text()}; "
+                f"resume with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=...{library}")
     ago = f" ({duration(time.time() - last_seen)} ago)" if last_seen is not None else ""
     failed = ", after an error" if state is not None and state.status == "failed" else ""
     return f"{name}: stopped at {where}{ago}{failed}, resume with: bias-discovery resume {run_dir}{library}"

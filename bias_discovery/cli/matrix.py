@@ -12,11 +12,10 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
-from ..judge_matrix.config import (
-    MatrixData,  # the --limit bounds (about 40 ms at start, most of it shared with `audit`)
-)
+from ..options import DataOptions
 from .common import app, console, fail, options_error
-from .options import QUIET, bounds_of
+from .findings import exit_on_findings, matrix_findings, parse_fail_on
+from .options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, fail_on_option, flag, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..judge_matrix import MatrixResult
@@ -82,18 +81,19 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
 @app.command()
 def matrix(
     config: Path | None = typer.Argument(None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."),
-    out: Path = typer.Option(..., "--out", help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge)."),
-    judges: str | None = typer.Option(None, "--judges", help="SPEC,SPEC,...: model specs (llamacpp/smollm2) or per-judge YAML files (name, model, prompt ...)."),
-    library: str | None = typer.Option(None, "--library", help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
-    biases: str | None = typer.Option(None, "--biases", help="ID,NAME,...: only these biases of the library."),
-    data: str | None = typer.Option(None, "--data", help="The test set: a named set (demo:test, judgebench ...) or a file."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where named sets are read from."),
-    limit: int | None = typer.Option(None, "--limit", **bounds_of(MatrixData, "limit"), help="A seeded sample of N test pairs."),
-    teacher: str | None = typer.Option(None, "--teacher", help="The model that writes the rewrites (default: the config's, else llamacpp/smollm2)."),
-    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="With a run's library, validate on pairs the run discovered its biases on (recorded)."),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip test rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a setting: key.sub=value (repeatable)."),
+    out: Path = flag("out", ..., help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge)."),
+    judges: str | None = flag("judges", None, help="SPEC,SPEC,...: model specs (hf/smollm2) or per-judge YAML files (name, model, prompt ...)."),
+    library: str | None = flag("library", None, help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
+    biases: str | None = flag("biases", None, help="ID,NAME,...: only these biases of the library."),
+    data: str | None = flag("data", None, help="The test set: a named set (demo:test, judgebench ...) or a file."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="A seeded sample of N test pairs."),
+    teacher: str | None = flag("teacher", None, help="The model that writes the rewrites (default: the config's, else hf/smollm2)."),
+    allow_overlap: bool = ALLOW_OVERLAP,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    overrides: list[str] = OVERRIDES,
     quiet: bool = QUIET,
+    fail_on: list[str] = fail_on_option("accepted"),
 ) -> None:
     """Validate every bias against every judge on the same items.
 
@@ -107,6 +107,7 @@ def matrix(
     from ..judge_matrix.config import MatrixOptions
     from ..progress import progress_bar
 
+    conditions = parse_fail_on(fail_on, ["accepted"])
     try:
         options = MatrixOptions(
             out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
@@ -118,3 +119,4 @@ def matrix(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     print_matrix(result, out)
+    exit_on_findings(matrix_findings(result, conditions))

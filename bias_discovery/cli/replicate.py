@@ -11,35 +11,40 @@ from rich.text import Text
 
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
-from .common import app, console, fail, options_error, timeout_option
+from ..options import DataOptions
+from .common import app, console, fail, options_error
+from .findings import exit_on_findings, parse_fail_on, replication_findings
+from .options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, SKIP_BAD_ROWS, TIMEOUT, fail_on_option, flag, option
 
 
 @app.command()
 def replicate(
     run_dir: Path = typer.Argument(..., metavar="RUN"),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of the fresh rewrites, swaps and test sample (default: the run's + 1)."),
-    data: str | None = typer.Option(None, "--data", help="Other test data: a named set (judgebench, demo ...) or a file (default: the run's test data)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where named sets are read from (default: the run's)."),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="A seeded sample of N test pairs (default: the run's test_limit)."),
-    biases: str | None = typer.Option(None, "--biases", help="ID,NAME,... to replicate instead of the accepted biases (seeds too)."),
-    temperature: float | None = typer.Option(None, "--temperature", min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
-    out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN/replications/seed-S)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
-    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Replicate on data that shares pairs (id or content) with the run's target pairs; recorded."),
-    skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip data rows that cannot be used (malformed, a missing field, identical responses, a repeated id) and count them (on by default when the run used data.skip_bad_rows)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    timeout: float | None = timeout_option(),
+    seed: int | None = flag("seed", None, help="Seed of the fresh rewrites, swaps and test sample (default: the run's + 1)."),
+    data: str | None = flag("data", None, help="Other test data: a named set (judgebench, demo ...) or a file (default: the run's test data)."),
+    data_dir: Path | None = DATA_DIR,
+    limit: int | None = option(DataOptions, "limit", help="A seeded sample of N test pairs (default: the run's test_limit)."),
+    biases: str | None = flag("biases", None, help="ID,NAME,... to replicate instead of the accepted biases (seeds too)."),
+    temperature: float | None = flag("temperature", None, min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
+    out: Path | None = flag("out", None, help="Output directory (default: RUN/replications/seed-S)."),
+    overwrite: bool = OVERWRITE,
+    allow_overlap: bool = ALLOW_OVERLAP,
+    skip_bad_rows: bool = SKIP_BAD_ROWS,
+    quiet: bool = QUIET,
+    timeout: float | None = TIMEOUT,
+    fail_on: list[str] = fail_on_option("replication-failed"),
 ) -> None:
     """Re-validate a run's biases on fresh perturbations.
 
     Every accepted bias, with a new seed or new data,
     with the run's own rule, control and models; report per bias whether it reproduced, its Δ and p,
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
+    from ..api import ReplicationOptions
     from ..api import replicate as replicate_biases
+    from ..formatting import MEASURE_LABELS
     from ..progress import progress_bar
-    from ..replication import ReplicationOptions
-    from ..stats import MEASURE_LABELS
 
+    conditions = parse_fail_on(fail_on, ["replication-failed"])
     try:
         options = ReplicationOptions(
             seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature, out=out,
@@ -102,3 +107,4 @@ def replicate(
         highlight=False,
     )
     console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
+    exit_on_findings(replication_findings(r, conditions))

@@ -8,21 +8,20 @@ import typer
 
 from ..errors import BiasDiscoveryError
 from .common import app, console, fail
+from .options import AS_JSON, flag
 
 
 @app.command()
 def review(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     bias: str = typer.Argument(..., metavar="BIAS_ID", help="A bias of the run's newest library (its id or name)."),
-    decision: str = typer.Option(
-        ..., "--decision", metavar="confirmed|rejected|unsure",
+    decision: str = flag("decision", ..., metavar="confirmed|rejected|unsure",
         help="confirmed: the bias is real and shown; rejected: it is not; unsure: not decided yet.",
     ),
-    note: str = typer.Option("", "--note", help="Why, in your words (shown with the decision)."),
-    reviewer: str | None = typer.Option(
-        None, "--reviewer", help="Who reviews (default: $BIAS_DISCOVERY_REVIEWER, else your login name).",
+    note: str = flag("note", "", help="Why, in your words (shown with the decision)."),
+    reviewer: str | None = flag("reviewer", None, help="Who reviews (default: $BIAS_DISCOVERY_REVIEWER, else your login name).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the stored review as JSON on stdout."),
+    as_json: bool = AS_JSON,
 ) -> None:
     """Record a reviewer's decision about a bias.
 

@@ -8,7 +8,9 @@
     the odd-numbered pairs of each domain are the target half, the even-numbered the test
     half), so a quick run discovers on one half and validates on the other;
   - ``judgebench``: JudgeBench, both response-model splits (gpt first, then claude);
-    ``judgebench:gpt`` / ``judgebench:claude`` for one of them;
+    ``judgebench:gpt`` / ``judgebench:claude`` for one of them; ``judgebench:cross`` for the
+    matched cross-model pairs of the questions both models answered (`data.cross_model`:
+    one model's correct answer against the other's incorrect one, for self-preference);
   - ``rewardbench``: RewardBench's ``filtered`` split; ``rewardbench:<section>`` for one of its
     sections (``chat``, ``chat-hard``, ``safety``, ``reasoning``; case, ``-``, ``_`` and spaces
     are ignored);
@@ -36,12 +38,15 @@ and the offending value. Decisions worth knowing:
   hub revision) gets domain ``"unknown"`` and keeps its ``source``, so nothing is dropped.
 - A row whose two responses are the same text (after trimming whitespace) has no better
   response: any verdict on it would be scored as a judge error. It is a bad row. JudgeBench's
-  claude split has one (line 265): `judgebench` and `judgebench:claude` need
-  ``bad_rows`` (``--skip-bad-rows``), which loads 269 of its 270 pairs and says so.
+  claude split has one (line 265).
 - A bad row (malformed JSON or bytes that are not UTF-8 on its line, a missing or mistyped
   field, a bad label, identical responses, a repeated id) is a `DataError` naming its file and
   line (or row) and the field; with ``bad_rows`` it is skipped and its message recorded
   instead. Problems with a whole file (missing, not a list, not parquet) are always errors.
+- A published benchmark (``judgebench``, ``rewardbench``: `is_published`) loads as published:
+  its callers pass ``bad_rows`` without being asked (`bad_rows_for`), so the rows the loader
+  refuses are skipped, counted and named in one line (`skipped_rows_message`); ``judgebench``
+  loads 619 of its 620 pairs. A user's own file keeps the error unless ``--skip-bad-rows``.
 - RewardBench's ``id`` 3692 occurs twice (a ``donotanswer`` and a ``hep-python`` row). An id
   that occurs more than once in the file gets its subset appended (``"3692-donotanswer"``,
   ``"3692-hep-python"``) on every occurrence, so ids do not depend on row order, filtering or
@@ -131,6 +136,7 @@ KNOWN_DATASETS: dict[str, str] = {
     "judgebench": "JudgeBench, both response-model splits (gpt then claude)",
     "judgebench:gpt": "JudgeBench, pairs answered by gpt-4o",
     "judgebench:claude": "JudgeBench, pairs answered by claude-3.5-sonnet",
+    "judgebench:cross": "JudgeBench's questions answered by both models, crossed: one model's correct answer against the other's incorrect one",
     "rewardbench": "RewardBench, filtered split (domain = section)",
     "rewardbench:<section>": "one RewardBench section: " + ", ".join(REWARDBENCH_SECTIONS),
 }
@@ -683,6 +689,8 @@ def _resolve(source: str | Path) -> _Resolved:
         return _named_split("demo", "demo", text, DEMO_SPLITS, whole="demo (all 48 pairs)")
     if lowered == "judgebench":
         return _Resolved("judgebench", "judgebench", splits=tuple(JUDGEBENCH_FILES))
+    if lowered == "judgebench:cross":  # matched cross-model pairs (data/cross_model.py)
+        return _Resolved("judgebench", "judgebench:cross", splits=tuple(JUDGEBENCH_FILES), section="cross")
     if lowered.startswith("judgebench:"):
         return _named_split("judgebench", "JudgeBench", text, JUDGEBENCH_FILES)
     if lowered == "rewardbench":
@@ -779,6 +787,10 @@ def load_pairs(
             pairs = [p for p in pairs if demo_split(p.id) == resolved.splits[0]]
     elif resolved.kind == "judgebench":
         pairs = _load_judgebench(list(resolved.splits), resolve_data_dir(data_dir), bad_rows)
+        if resolved.section == "cross":
+            from .cross_model import cross_model_pairs
+
+            pairs = cross_model_pairs(pairs)
     elif resolved.kind == "rewardbench":
         pairs = _load_rewardbench(resolved.section, resolve_data_dir(data_dir), bad_rows)
     elif resolved.kind == "hf":
@@ -799,9 +811,36 @@ def _take(pairs: list[PreferencePair], limit: int | None, seed: int | None) -> l
     return [pairs[i] for i in keep]
 
 
+PUBLISHED_KINDS: tuple[str, ...] = ("judgebench", "rewardbench")
+"""Named sets that are published benchmarks: loaded as published, never fixed by hand."""
+
+
+def is_published(source: str | Path) -> bool:
+    """Whether `source` names a published benchmark (``judgebench``, ``rewardbench`` and their
+    splits). Its rows are the benchmark as its authors released it: a user cannot fix them, so
+    the rows the loader refuses are skipped and counted without `skip_bad_rows`. A user's own
+    file (or an ``hf:`` set) keeps the error: it can be fixed. A source `load_pairs` would
+    refuse by name is not published (`load_pairs` then raises its error)."""
+    try:
+        return _resolve(source).kind in PUBLISHED_KINDS
+    except DataError:
+        return False
+
+
+def bad_rows_for(source: str | Path, skip_bad_rows: bool) -> list[str] | None:
+    """The `bad_rows` argument of `load_pairs` for `source`: an empty list (skip and count)
+    with `skip_bad_rows` or for a published benchmark (`is_published`), else None (the first
+    bad row is an error naming it)."""
+    return [] if skip_bad_rows or is_published(source) else None
+
+
 def skipped_rows_message(bad_rows: list[str], data: str | Path) -> str:
-    """The warning for the rows `skip_bad_rows` skipped: how many, and the first few by name."""
+    """The one-line warning for the rows skipped at load: how many, why they were skipped
+    (a published benchmark, or `skip_bad_rows`), and the first few by name."""
     shown = "; ".join(bad_rows[:3]) + (f"; and {len(bad_rows) - 3} more" if len(bad_rows) > 3 else "")
+    if is_published(data):
+        why = "the rows of a published benchmark the loader refuses are skipped and counted, not fixed"
+        return f"skipped {plural(len(bad_rows), 'row')} of {data} ({why}): {shown}"
     return f"skipped {plural(len(bad_rows), 'bad row')} of {data} (`skip_bad_rows`): {shown}"
 
 
@@ -846,7 +885,10 @@ __all__ = [
     "DEMO_SPLITS",
     "FieldMap",
     "KNOWN_DATASETS",
+    "PUBLISHED_KINDS",
+    "bad_rows_for",
     "describe_source",
+    "is_published",
     "judgebench_domain",
     "load_pairs",
     "resolve_data_dir",

@@ -20,9 +20,10 @@ from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import percent, plural, pp
 from ..io import atomic_write_json, atomic_write_jsonl
-from ..judging import JudgeSettings, JudgeSummary, calls_per_pair, judge_pairs, summarize
+from ..judging import JudgeSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.config import ModelConfig
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.judge import JudgeSettings
 from .pro_stats import read_pro_stats
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import number, percent, plural
@@ -229,7 +229,7 @@ def export_dpo(
         chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
         decisions = ctx.run.reviews.decisions()
         where = data_dir if data_dir is not None else config.data.data_dir
-        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(data, skip_bad_rows or config.data.skip_bad_rows)
         pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {data!r} has no pairs")

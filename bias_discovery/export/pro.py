@@ -50,12 +50,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..config import PerturbSettings
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
-from ..judging import JudgeSettings, Judgment, judge_pairs
+from ..judging import Judgment, judge_pairs
 from ..library import Bias
 from ..llm.base import Engine
 from ..llm.config import ModelConfig, same_model
@@ -65,6 +65,7 @@ from ..run.context import RunContext
 from ..run.overlap import check_run_overlap
 from ..run.reviews import Review
 from ..run.selection import select_biases
+from ..settings.judge import JudgeSettings
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls
@@ -229,8 +230,26 @@ def build_pro_set(
     bar = progress_or_quiet(progress)
     items = assign_variants(pairs, biases, variants, seed=seed)
     counts = ProCounts(test_pairs=len(pairs), biases=len(biases), variants_per_pair=variants, generated=len(items))
+    records = _generate(items, teacher, perturb_settings, seed, counts, bar)
+    _drop_duplicates(records, counts)
+    control = _check_equivalence(records, checker, seed, counts, bar)
+    _adversarial_filter(records, filter_judge, judge_settings, seed, counts, bar)
+    kept = [r for r in records if r.status == "kept"]
+    samples = [sample_row(r, seed) for r in kept]
+    lengths = length_stats([(r.chosen, r.original_rejected, r.new_rejected) for r in kept])
+    return ProBuild(samples=samples, variants=records, counts=counts, length=lengths, checker_control=control)
 
-    # 1. Generate, one teacher batch per round (round r uses seed + r).
+
+def _generate(
+    items: Sequence[tuple[PreferencePair, Bias, int]],
+    teacher: Engine,
+    perturb_settings: PerturbSettings,
+    seed: int,
+    counts: ProCounts,
+    bar: ProgressFactory,
+) -> list[VariantRecord]:
+    """Step 1: generate, one teacher batch per round (round r uses seed + r); a failed rewrite
+    is recorded as `invalid_perturbation` and counted."""
     by_round: dict[int, list[int]] = defaultdict(list)
     for index, (_, _, round_) in enumerate(items):
         by_round[round_].append(index)
@@ -264,8 +283,11 @@ def build_pro_set(
     reasons = Counter(r.invalid_reason for r in records if r.status == "invalid_perturbation")
     counts.dropped_invalid_perturbation = sum(reasons.values())
     counts.invalid_perturbation_reasons = dict(sorted(reasons.items()))  # type: ignore[arg-type]
+    return records
 
-    # 3. Duplicates: identical (question, new rejected).
+
+def _drop_duplicates(records: Sequence[VariantRecord], counts: ProCounts) -> None:
+    """Step 3: duplicates, identical (question, new rejected), are marked and counted."""
     seen: dict[tuple[str, str], str] = {}
     for r in records:
         if r.status != "kept":
@@ -277,7 +299,12 @@ def build_pro_set(
         else:
             seen[key] = r.sample_id
 
-    # 4. Equivalence check: read mechanically where possible, else the checker, with its control.
+
+def _check_equivalence(
+    records: Sequence[VariantRecord], checker: Engine, seed: int, counts: ProCounts, bar: ProgressFactory
+) -> CheckerControl:
+    """Step 4: the equivalence check, read mechanically where possible, else by the checker;
+    returns the checker's control."""
     alive = [r for r in records if r.status == "kept"]
     counts.equivalence_checked = len(alive)
     rewrites = [
@@ -301,46 +328,51 @@ def build_pro_set(
         elif c.answer_check == "same":
             r.status = "equivalent"
             counts.dropped_equivalent += 1
-    control = checker_control([c for c in checked if c.check_method == "model"])
+    return checker_control([c for c in checked if c.check_method == "model"])
 
-    # 5. Adversarial filter: both orders, keep what is wrong in both.
+
+def _adversarial_filter(
+    records: Sequence[VariantRecord],
+    filter_judge: Engine,
+    judge_settings: JudgeSettings,
+    seed: int,
+    counts: ProCounts,
+    bar: ProgressFactory,
+) -> None:
+    """Step 5: the adversarial filter judges both orders and keeps what is wrong in both."""
     alive = [r for r in records if r.status == "kept"]
     counts.filter_judged = len(alive)
-    if alive:
-        # The paper's rule: one verdict per order, wrong in both. A run's mitigation (several
-        # votes per verdict) would change what "wrong in both orders" means, so it is off here.
-        settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
-        judged = [
-            PreferencePair(
-                id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
-            )
-            for r in alive
-        ]
-        with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
-            result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
-        grouped: dict[str, list[Judgment]] = defaultdict(list)
-        for j in result.judgments:
-            grouped[j.pair_id].append(j)
-        for r in alive:
-            js = grouped[r.sample_id]
-            r.filter_picked = {j.order: j.picked for j in js}
-            r.filter_explanations = {j.order: j.explanation for j in js}
-            if any(j.picked is None for j in js):
-                r.status = "filter_invalid"
-                counts.dropped_filter_invalid += 1
-            elif all(j.picked == "rejected" for j in js):
-                counts.kept_by_filter += 1
-            elif any(j.picked == "chosen" for j in js):
-                r.status = "filter_correct"
-                counts.dropped_filter_correct += 1
-            else:  # a tie in some order, never the chosen response: not right, not fooled twice
-                r.status = "filter_tie"
-                counts.dropped_filter_tie += 1
-
-    kept = [r for r in records if r.status == "kept"]
-    samples = [sample_row(r, seed) for r in kept]
-    lengths = length_stats([(r.chosen, r.original_rejected, r.new_rejected) for r in kept])
-    return ProBuild(samples=samples, variants=records, counts=counts, length=lengths, checker_control=control)
+    if not alive:
+        return
+    # The paper's rule: one verdict per order, wrong in both. A run's mitigation (several
+    # votes per verdict) would change what "wrong in both orders" means, so it is off here.
+    settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
+    judged = [
+        PreferencePair(
+            id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
+        )
+        for r in alive
+    ]
+    with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
+        result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
+    grouped: dict[str, list[Judgment]] = defaultdict(list)
+    for j in result.judgments:
+        grouped[j.pair_id].append(j)
+    for r in alive:
+        js = grouped[r.sample_id]
+        r.filter_picked = {j.order: j.picked for j in js}
+        r.filter_explanations = {j.order: j.explanation for j in js}
+        if any(j.picked is None for j in js):
+            r.status = "filter_invalid"
+            counts.dropped_filter_invalid += 1
+        elif all(j.picked == "rejected" for j in js):
+            counts.kept_by_filter += 1
+        elif any(j.picked == "chosen" for j in js):
+            r.status = "filter_correct"
+            counts.dropped_filter_correct += 1
+        else:  # a tie in some order, never the chosen response: not right, not fooled twice
+            r.status = "filter_tie"
+            counts.dropped_filter_tie += 1
 
 
 def labelled_row(
@@ -508,7 +540,7 @@ def export_judgebench_pro(
         source = data or config.data.test
         where = data_dir if data_dir is not None else config.data.data_dir
         # bad data rows: skipped and counted when asked, or when the run itself skipped them
-        bad_rows: list[str] | None = [] if skip_bad_rows or config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
         pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
         if not pairs:
             raise ExportError(f"data {source!r} has no pairs")
@@ -545,19 +577,7 @@ def export_judgebench_pro(
             "seed": config.seed,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "bias_discovery_version": package_version(),
-            "models": {
-                "teacher": teacher_cfg.spec,
-                "checker": checker_cfg.spec,
-                "filter": filter_cfg.spec,
-                "target": config.target.spec,
-            },
-            "self_filter": same_model(filter_cfg, config.target),
-            "self_checked": same_model(checker_cfg, teacher_cfg),
-            # A user's template by file name: the exporting machine's paths mean nothing to readers.
-            "filter_judge_settings": {
-                **judge_settings.model_dump(mode="json"),
-                "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
-            },
+            **_models_info(teacher_cfg, checker_cfg, filter_cfg, config.target, judge_settings),
             "perturb_settings": config.perturb.model_dump(mode="json"),
             "data_overlap": overlap.model_dump(mode="json"),
         }
@@ -565,3 +585,25 @@ def export_judgebench_pro(
     with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)
     return stats
+
+
+def _models_info(
+    teacher: ModelConfig, checker: ModelConfig, filter_: ModelConfig, target: ModelConfig, judge_settings: JudgeSettings
+) -> dict[str, Any]:
+    """stats.json's models: their specs, whether the filter is the target and the checker the
+    teacher, and the filter judge's settings."""
+    return {
+        "models": {
+            "teacher": teacher.spec,
+            "checker": checker.spec,
+            "filter": filter_.spec,
+            "target": target.spec,
+        },
+        "self_filter": same_model(filter_, target),
+        "self_checked": same_model(checker, teacher),
+        # A user's template by file name: the exporting machine's paths mean nothing to readers.
+        "filter_judge_settings": {
+            **judge_settings.model_dump(mode="json"),
+            "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
+        },
+    }

@@ -29,10 +29,11 @@ from ..config import (
     validate_settings,
 )
 from ..errors import ConfigError
-from ..judging import JudgeSettings
 from ..library import Bias, BiasLibrary
 from ..llm.config import ModelConfig, same_model
-from ..options import OperationOptions
+from ..llm.providers import EMBEDDED_DEFAULT
+from ..options import DataOptions, OverlapOptions
+from ..settings.judge import JudgeSettings
 
 __all__ = [
     "JURY",
@@ -99,11 +100,41 @@ class MatrixData(_Strict):
     (same id or content); refused otherwise (`--allow-overlap`). Recorded in matrix.json."""
     skip_bad_rows: bool = False
     """Skip test rows that cannot be used (malformed, a missing field, two identical responses,
-    a repeated id) instead of stopping (`--skip-bad-rows`); counted in matrix.json."""
+    a repeated id) instead of stopping (`--skip-bad-rows`); counted in matrix.json. A published
+    set (`judgebench`, `rewardbench`) skips and counts them without it."""
 
 
 def _matrix_validate_defaults() -> ValidateSettings:
     return ValidateSettings(sequential=SequentialSettings(enabled=False), held_out=0.0)
+
+
+def _judge_on_shared(index: int, entry: Any, shared: dict[str, Any]) -> Any:
+    """One `judges` entry with its own settings on top of the `shared` judge settings (a
+    pointwise judge has no position: the shared position settings do not apply to it)."""
+    if isinstance(entry, str):
+        entry = {"model": entry}
+    if not isinstance(entry, dict):
+        return entry
+    own = {k: v for k, v in entry.items() if k not in ("name", "model", "judge")}
+    nested = entry.get("judge") or {}
+    if isinstance(nested, dict):
+        own = {**nested, **own}
+    if own.get("mode", shared.get("mode")) == "pointwise":
+        base = {k: v for k, v in shared.items() if k not in ("positions", "mitigation", "allow_tie")}
+    else:
+        base = shared
+    if "positions" in own and own["positions"] != shared["positions"]:
+        raise ValueError(
+            f"judges.{index}: positions is shared by every judge (judge.positions: {shared['positions']}), "
+            "so the jury sees each item in the same orders; set it once under `judge`"
+        )
+    resolved: dict[str, Any] = {"model": entry.get("model"), "judge": {**base, **own}}
+    name = entry.get("name")
+    if name is None and isinstance(entry.get("model"), str):
+        name = entry["model"]
+    if name is not None:
+        resolved["name"] = name
+    return resolved
 
 
 class MatrixConfig(_Strict):
@@ -115,7 +146,7 @@ class MatrixConfig(_Strict):
     seed: int = DEFAULT_SEED
     """One seed for everything: the test sample, the position swaps, every model's sampling.
     The same seed gives every judge the same rewrites (and the call cache answers them)."""
-    teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec("llamacpp/smollm2"))
+    teacher: ModelSpec = Field(default_factory=lambda: ModelConfig.from_spec(EMBEDDED_DEFAULT))
     """The model that rewrites the rejected responses (each bias, and the neutral placebo)."""
     library: str = SEED_LIBRARY
     """The biases: `seeds` (the seed library `seed_library`), a shipped seed library name
@@ -149,33 +180,7 @@ class MatrixConfig(_Strict):
         raw = {**raw, "judge": shared}
         if not isinstance(raw.get("judges"), list):
             return raw
-        judges = []
-        for index, entry in enumerate(raw["judges"]):
-            if isinstance(entry, str):
-                entry = {"model": entry}
-            if not isinstance(entry, dict):
-                judges.append(entry)
-                continue
-            own = {k: v for k, v in entry.items() if k not in ("name", "model", "judge")}
-            nested = entry.get("judge") or {}
-            if isinstance(nested, dict):
-                own = {**nested, **own}
-            if own.get("mode", shared.get("mode")) == "pointwise":  # no position: the shared position settings do not apply
-                base = {k: v for k, v in shared.items() if k not in ("positions", "mitigation", "allow_tie")}
-            else:
-                base = shared
-            if "positions" in own and own["positions"] != shared["positions"]:
-                raise ValueError(
-                    f"judges.{index}: positions is shared by every judge (judge.positions: {shared['positions']}), "
-                    "so the jury sees each item in the same orders; set it once under `judge`"
-                )
-            resolved: dict[str, Any] = {"model": entry.get("model"), "judge": {**base, **own}}
-            name = entry.get("name")
-            if name is None and isinstance(entry.get("model"), str):
-                name = entry["model"]
-            if name is not None:
-                resolved["name"] = name
-            judges.append(resolved)
+        judges = [_judge_on_shared(index, entry, shared) for index, entry in enumerate(raw["judges"])]
         return {**raw, "judges": judges}
 
     @model_validator(mode="before")
@@ -269,10 +274,10 @@ def load_matrix_config(path: Path | str, overrides: list[str] | None = None) -> 
     return load_settings(path, MatrixConfig, overrides)
 
 
-class MatrixOptions(OperationOptions):
+class MatrixOptions(DataOptions, OverlapOptions):
     """What one invocation of the matrix sets on top of its config (`bias-discovery matrix`'s
     options, the arguments of `api.matrix`): where it writes, and the parts of the config it
-    replaces."""
+    replaces (the inherited data fields too: `limit` takes a seeded sample of the test pairs)."""
 
     out: Path
     """The matrix directory (its call cache: a rerun continues, a judge added later pays only
@@ -285,16 +290,8 @@ class MatrixOptions(OperationOptions):
     """ID,NAME,...: the biases of the library to validate (None: all)."""
     data: str | None = None
     """The test data: a named set or a file."""
-    data_dir: Path | None = None
-    """Where named data sets are read from."""
-    limit: int | None = Field(default=None, ge=1)
-    """A seeded sample of this many test pairs."""
     teacher: str | None = None
     """The model that writes the rewrites."""
-    allow_overlap: bool = False
-    """Validate a run's biases on data that shares pairs with its target pairs (recorded)."""
-    skip_bad_rows: bool = False
-    """Skip and count unusable data rows."""
     overrides: list[str] = Field(default_factory=list)
     """KEY=VALUE settings applied last (dotted keys)."""
 

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import cast
 
 from ..config import ValidateSettings
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.overlap import DataOverlap
 from ..data.pairs import Order, PreferencePair
 from ..errors import ConfigError, DataError
 from ..formatting import plural
-from ..judging import JudgeSettings, calls_per_pair, judge_pairs, order_for
+from ..judging import calls_per_pair, judge_pairs, order_for
 from ..library import Bias, utc_now_iso
 from ..llm.base import Engine
 from ..llm.cache import CachedEngine
@@ -41,6 +41,7 @@ from ..metrics import Preference
 from ..mitigation import jury_verdict
 from ..progress import ProgressFactory, progress_or_quiet
 from ..run.reviews import Review
+from ..settings.judge import JudgeSettings
 from ..stages.family import (
     FamilySettings,
     acceptance_thresholds,
@@ -362,6 +363,24 @@ def _run_reviews(run_dir: Path) -> dict[str, Review]:
     return RunDir(run_dir).reviews.decisions()
 
 
+def _matrix_biases(config: MatrixConfig) -> tuple[list[Bias], str, Path | None]:
+    """The biases of the matrix: the library's selected ones, its description and its run."""
+    library, library_desc, library_run = load_matrix_library(config.library, config.seed_library)
+    biases: list[Bias] = selected_biases(library, config.biases, library_desc)
+    if not biases:
+        raise ConfigError(f"library {library_desc} holds no bias")
+    return biases, library_desc, library_run
+
+
+def _matrix_pairs(config: MatrixConfig) -> tuple[list[PreferencePair], int]:
+    """The test pairs of the matrix and how many bad rows were skipped loading them."""
+    bad_rows = bad_rows_for(config.data.test, config.data.skip_bad_rows)
+    pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows)
+    if not pairs:
+        raise DataError(f"test data {config.data.test!r} has no pairs")
+    return pairs, len(bad_rows or [])
+
+
 def run_matrix(
     config: MatrixConfig,
     out_dir: Path | str,
@@ -380,14 +399,8 @@ def run_matrix(
     out = Path(out_dir)
     bar = progress_or_quiet(progress)
     rules = config.validate_
-    library, library_desc, library_run = load_matrix_library(config.library, config.seed_library)
-    biases: list[Bias] = selected_biases(library, config.biases, library_desc)
-    if not biases:
-        raise ConfigError(f"library {library_desc} holds no bias")
-    bad_rows: list[str] | None = [] if config.data.skip_bad_rows else None
-    pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows)
-    if not pairs:
-        raise DataError(f"test data {config.data.test!r} has no pairs")
+    biases, library_desc, library_run = _matrix_biases(config)
+    pairs, skipped_rows = _matrix_pairs(config)
     data_name = _data_description(config, len(pairs))
     overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
     decisions = _run_reviews(library_run) if library_run else {}
@@ -438,7 +451,7 @@ def run_matrix(
         data=data_name,
         data_overlap=overlap,
         n_test=n,
-        skipped_rows=len(bad_rows or []),
+        skipped_rows=skipped_rows,
         library=library_desc,
         reviews={b.id: r for b in biases if (r := decisions.get(b.id)) is not None},
         teacher=config.teacher.spec,

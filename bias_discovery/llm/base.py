@@ -21,6 +21,7 @@ directly.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
@@ -43,7 +44,7 @@ mid-batch then loses at most the calls in flight."""
 class Engine(Protocol):
     """A batch-first text generator.
 
-    `engine_id` identifies the engine *and* model (e.g. "llamacpp/smollm2@<file hash>") so
+    `engine_id` identifies the engine *and* model (e.g. "hf/smollm2-135m-instruct-hf-<GGUF hash>:bfloat16") so
     that cached results of one model are never served for another.
     """
 
@@ -87,6 +88,19 @@ def finish_reason(raw: str | None, unknown: FinishReason) -> FinishReason:
     none) means to that engine: "stop" for llama.cpp and servers (e.g. llama.cpp's
     "tool_calls"), "error" for vLLM (its "abort")."""
     return RAW_FINISH_REASONS.get(raw, unknown) if raw is not None else unknown
+
+
+def default_threads() -> int:
+    """CPU threads an embedded engine computes with by default: all usable cores but one.
+    llama.cpp's threads and torch's OpenMP threads wait for each other at every step's barriers:
+    when one of them loses its core to another process every step waits for it (on a busy
+    2-core machine, 2 llama.cpp threads generated ~20x slower than 1, and torch stalled the same
+    way), and this process has other work to do too."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def message_dicts(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:

@@ -142,6 +142,12 @@ class CachedEngine(BaseEngine):
                 "path": str(self.path),
             }
 
+    def known(self, requests: Sequence[GenerationRequest]) -> list[bool]:
+        """Whether the cache holds each request's response now (a budget does not count those)."""
+        keys = [r.content_hash(self.engine_id) for r in requests]
+        found = self._lookup(set(keys))
+        return [key in found for key in keys]
+
     def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
         """One request: from the cache, from the claim of the same request in flight, or
         submitted to the inner engine alone (stored within `FLUSH_SECONDS` of its arrival)."""

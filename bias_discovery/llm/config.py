@@ -17,6 +17,17 @@ else:  # the names of the registry's table, so pydantic's error lists the known 
     Provider = Literal[KNOWN_PROVIDERS]
 
 
+class Price(BaseModel):
+    """What a hosted model charges, in dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: float = Field(ge=0)
+    """Dollars per million prompt (input) tokens."""
+    output_per_mtok: float = Field(ge=0)
+    """Dollars per million completion (output) tokens."""
+
+
 class ModelConfig(BaseModel):
     """How to reach one model. Built from a `provider/model` spec plus optional settings."""
 
@@ -65,9 +76,9 @@ class ModelConfig(BaseModel):
     """Context window for llama.cpp (prompt + completion tokens)."""
 
     n_threads: int | None = None
-    """CPU threads for llama.cpp; default: all cores but one (a spinning thread that loses its
-    core to another process stalls every step: on a busy 2-core machine 2 threads ran ~20x
-    slower than 1)."""
+    """CPU threads of an embedded engine (llama.cpp, or torch for hf/ on a CPU); default: all
+    cores but one (a spinning thread that loses its core to another process stalls every step:
+    on a busy 2-core machine 2 threads ran ~20x slower than 1)."""
 
     tensor_parallel_size: int = Field(default=1, ge=1)
     """vLLM: GPUs to shard the model over."""
@@ -82,6 +93,12 @@ class ModelConfig(BaseModel):
 
     dtype: str = "auto"
     """vLLM / transformers: weight dtype."""
+
+    price: Price | None = None
+    """What the model's provider charges (`--set teacher.price.input_per_mtok=3 --set
+    teacher.price.output_per_mtok=15`): `check` and the end of `run` give dollars per role, and
+    `budget.max_usd` counts them. None: free (a local model); calls answered by the call cache
+    cost nothing either way."""
 
     engine_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments passed straight to the engine constructor (vllm.LLM, Llama); a

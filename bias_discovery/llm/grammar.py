@@ -85,7 +85,7 @@ def json_schema_to_gbnf(schema: dict[str, Any]) -> str:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError(
             "json_schema constraints for llama.cpp need llama-cpp-python "
-            "(pip install 'bias-discovery[cpu]')"
+            "(pip install 'bias-discovery[llamacpp]')"
         ) from exc
     try:
         return str(_convert(json.dumps(schema)))

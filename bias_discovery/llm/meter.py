@@ -1,4 +1,6 @@
-"""Count calls and tokens per stage, so a run can say what each step cost."""
+"""Count calls and tokens per stage, so a run can say what each step cost, and keep the run's
+budget (`budget.py`): a paid request is admitted before it is sent, a refused one stops the
+batch there, after the requests before it (`BudgetReached`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pydantic import BaseModel
 
 from ..progress import ProgressCallback
 from .base import BaseEngine, BatchReport, Engine, ResponseCallback, flush
+from .budget import Budget, BudgetReached, Spend
 from .types import GenerationRequest, GenerationResponse
 
 
@@ -30,10 +33,11 @@ class MeteredEngine(BaseEngine):
     name = "metered"
     thread_safe = True  # as thread-safe as the engine it wraps
 
-    def __init__(self, engine: Engine, role: str) -> None:
+    def __init__(self, engine: Engine, role: str, budget: Budget | None = None) -> None:
         super().__init__(engine.engine_id)
         self.engine = engine
         self.role = role
+        self.budget = budget
         self.stage = "unknown"
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         self._usage_lock = threading.Lock()
@@ -56,10 +60,74 @@ class MeteredEngine(BaseEngine):
         return self.submit_booked(request, self.stage)
 
     def submit_booked(self, request: GenerationRequest, stage: str) -> Future[GenerationResponse]:
-        """`submit`, booked to `stage` when the response arrives."""
-        future = self.engine.submit(request)
-        future.add_done_callback(lambda done: self._book_done(stage, done))
-        return future
+        """`submit`, booked to `stage` when the response arrives; with a budget, a paid request
+        is admitted first (`BudgetReached` raised here, nothing sent, when it is not)."""
+        if self.budget is None or not self.budget.settings.is_set():  # no limit: book what arrives
+            future = self.engine.submit(request)
+            future.add_done_callback(lambda done: self._book_done(stage, done))
+            if self.budget is not None:
+                future.add_done_callback(lambda done: self._settle(
+                    Spend(), None if done.cancelled() or done.exception() is not None else done.result()))
+            return future
+        reserved = self._admit([request])[0]
+        try:
+            sent = self.engine.submit(request)
+        except BaseException:
+            self._settle(reserved, None)
+            raise
+        # An admitted request is seen through even when its caller gives up (a stage stopped at
+        # the budget cancels the rest): its response is paid, booked and kept by the call cache.
+        answer: Future[GenerationResponse] = Future()
+
+        def arrived(done: Future[GenerationResponse]) -> None:
+            failed = done.cancelled() or done.exception() is not None
+            self._settle(reserved, None if failed else done.result())
+            self._book_done(stage, done)
+            if answer.cancelled():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif done.exception() is not None:
+                answer.set_exception(done.exception())
+            else:
+                answer.set_result(done.result())
+
+        sent.add_done_callback(arrived)
+        return answer
+
+    def _admit(self, requests: Sequence[GenerationRequest]) -> list[Spend | None]:
+        """Each request's reservation (None: the call cache answers it, free), in order; at the
+        first one the budget refuses, the reservations made are released and `BudgetReached`
+        carries how many came before it (`admitted`)."""
+        assert self.budget is not None
+        if not self.budget.settings.is_set():  # nothing to keep: book what is paid, copies once
+            seen: set[str] = set()
+            free = []
+            for request in requests:
+                key = request.content_hash(self.engine_id)
+                free.append(key in seen)
+                seen.add(key)
+            return [None if copy else Spend() for copy in free]
+        known = getattr(self.engine, "known", None)
+        cached = known(requests) if callable(known) else [False] * len(requests)
+        reserved: list[Spend | None] = []
+        keys: set[str] = set()
+        for request, hit in zip(requests, cached):
+            key = request.content_hash(self.engine_id)
+            if hit or key in keys:  # cached, or a copy the cache sends once: free
+                reserved.append(None)
+                continue
+            keys.add(key)
+            try:
+                reserved.append(self.budget.admit(self.role, request))
+            except BudgetReached as exc:
+                exc.admitted = reserved  # type: ignore[attr-defined]
+                raise
+        return reserved
+
+    def _settle(self, reserved: Spend | None, response: GenerationResponse | None) -> None:
+        if reserved is not None and self.budget is not None:
+            self.budget.settle(self.role, reserved, response, paid=response is not None and not response.cached)
 
     def flush(self) -> None:
         flush(self.engine)
@@ -79,9 +147,42 @@ class MeteredEngine(BaseEngine):
     def _generate_batch(
         self, requests: Sequence[GenerationRequest], report: BatchReport
     ) -> list[GenerationResponse]:
-        stage = self.stage
-        responses = self.engine.generate(requests, progress=report.advance, on_response=report.done)
+        return self.generate_booked(self.stage, requests, report.advance, report.done)
+
+    def generate_booked(
+        self,
+        stage: str,
+        requests: Sequence[GenerationRequest],
+        progress: ProgressCallback | None = None,
+        on_response: ResponseCallback | None = None,
+    ) -> list[GenerationResponse]:
+        """Generate `requests` booked to `stage`. With a budget, the requests up to the first it
+        refuses are sent (the call cache keeps their responses), then `BudgetReached` is raised."""
+        if self.budget is None:
+            responses = self.engine.generate(requests, progress=progress, on_response=on_response)
+            self.book(stage, responses)
+            return responses
+        try:
+            reserved = self._admit(requests)
+        except BudgetReached as exc:  # send what was admitted, then stop
+            admitted = exc.admitted  # type: ignore[attr-defined]
+            if admitted:
+                self._generate_paid(stage, requests[: len(admitted)], admitted, progress, on_response)
+            raise
+        return self._generate_paid(stage, requests, reserved, progress, on_response)
+
+    def _generate_paid(self, stage: str, requests: Sequence[GenerationRequest], reserved: list[Spend | None],
+                       progress: ProgressCallback | None, on_response: ResponseCallback | None) -> list[GenerationResponse]:
+        """Generate admitted requests and book what they cost (`reserved` None: free)."""
+        try:
+            responses = self.engine.generate(requests, progress=progress, on_response=on_response)
+        except BaseException:
+            for r in reserved:
+                self._settle(r, None)
+            raise
         self.book(stage, responses)
+        for r, response in zip(reserved, responses):
+            self._settle(r, response)
         return responses
 
     def _release(self) -> None:
@@ -103,9 +204,7 @@ class StageEngine:
         progress: ProgressCallback | None = None,
         on_response: ResponseCallback | None = None,
     ) -> list[GenerationResponse]:
-        responses = self.meter.engine.generate(requests, progress=progress, on_response=on_response)
-        self.meter.book(self.stage, responses)
-        return responses
+        return self.meter.generate_booked(self.stage, requests, progress, on_response)
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
         return self.meter.submit_booked(request, self.stage)

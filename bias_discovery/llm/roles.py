@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .base import Engine
+from .budget import Budget
 from .config import ModelConfig
 from .meter import MeteredEngine, StageUsage
 
@@ -27,12 +28,14 @@ class ModelRoles:
         *,
         cache_path: Path | str | None = None,
         engines: Mapping[str, Engine] | None = None,
+        budget: Budget | None = None,
     ) -> None:
         """`configs`: the model of each role. `cache_path`: the SQLite call cache every built
         engine goes through (None: no cache). `engines`: ready engines for some roles (tests use
         scripted fakes; roles the job does not use are ignored); a role whose config equals such a
-        role's config shares its engine."""
+        role's config shares its engine. `budget`: kept by every role's meter (`llm.budget`)."""
         self.configs = dict(configs)
+        self.budget = budget
         self.cache_path = cache_path
         self._by_config: dict[str, Engine] = {}
         self._owned: list[Engine] = []
@@ -45,12 +48,13 @@ class ModelRoles:
             self._meters[role] = self._meter(engine, role)
 
     def _meter(self, engine: Engine, role: str) -> MeteredEngine:
-        meter = MeteredEngine(engine, role)
+        meter = MeteredEngine(engine, role, self.budget)
         meter.stage = self._stage
         return meter
 
     def _key(self, role: str) -> str:
-        return self.configs[role].model_dump_json()
+        """Roles with equal configs share an engine (a price is not the engine's)."""
+        return self.configs[role].model_dump_json(exclude={"price"})
 
     def __contains__(self, role: object) -> bool:
         return role in self.configs

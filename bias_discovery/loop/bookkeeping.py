@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -54,8 +54,10 @@ class StageProgress:
     twice."""
 
     def __init__(
-        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int]
+        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int],
+        spend_note: Callable[[], str] = lambda: "",
     ) -> None:
+        self.spend_note = spend_note
         self.run = run
         self.progress = progress
         self.stage = stage
@@ -64,7 +66,7 @@ class StageProgress:
 
     @contextmanager
     def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
-        label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "")
+        label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "") + self.spend_note()
         carried = self.carried.get((self.iteration, self.stage, name, total), 0)
         done = shown = 0
         last = 0.0
@@ -115,6 +117,21 @@ class RunBook:
             state = RunState(name=self.name, status="running", started_at=now, updated_at=now)
         self.run.write_state(state.model_copy(update=fields))
 
+    def record_spend(self, **fields: Any) -> None:
+        """Write what each role paid so far (the budget's ledger) into run.json, with `fields`."""
+        if self.roles.budget is not None:
+            fields["spend"] = self.roles.budget.spend()
+        if fields:
+            self.update_state(**fields)
+
+    def spend_note(self) -> str:
+        """" ($1.23 spent)" for a progress bar's label: the run's spend so far, when it has a price or a budget."""
+        budget = self.roles.budget
+        if budget is None or not (budget.settings.is_set() or any(budget.prices.values())):
+            return ""
+        total = budget.total()
+        return f" (${total.usd:,.2f}, {total.calls:,} calls paid)"
+
     @contextmanager
     def stage(self, name: str, iteration: int, total: int | None) -> Iterator[StageProgress]:
         """Book calls to `name` and log its start and end (with calls and tokens per role).
@@ -125,8 +142,9 @@ class RunBook:
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
         log.info("iteration %d: %s started (%s items)", iteration, name, "?" if total is None else total)
         started = time.time()
-        yield StageProgress(self.run, self.progress, name, iteration, self.carried)
+        yield StageProgress(self.run, self.progress, name, iteration, self.carried, self.spend_note)
         usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
+        self.record_spend()
         seconds = round(time.time() - started, 2)
         self.run.event("stage_end", iteration=iteration, stage=name, total=total, seconds=seconds, usage=usage)
         calls = ", ".join(f"{role} {u['requests']} ({u['cached']} cached)" for role, u in usage.items()) or "none"

@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..io import remove_orphaned_temporaries
 from ..library import load_seed_library
 from ..llm.base import Engine
+from ..llm.budget import BudgetReached
 from ..llm.roles import ModelRoles
 from ..progress import ProgressFactory
 from ..run import RunBusyError, RunDir
@@ -301,7 +302,7 @@ def _execute_held(
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     before = state_or_none(run)
-    roles = loop_roles(config, run, engines)
+    roles = loop_roles(config, run, engines, spent=before.spend if before else None)
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
         discovery.book.carried = counts_so_far(run.read_events())
@@ -338,9 +339,22 @@ def _execute_held(
                 )
         else:
             final = graph.invoke({"iteration": 0}, run_config, durability="sync")
+        discovery.book.record_spend()
         return final
+    except BudgetReached as exc:  # at a request boundary: resumable with a larger budget
+        if roles.budget is not None:  # what was admitted before the stop is paid: book it first
+            roles.budget.wait_idle(timeout=max(m.timeout_s for m in roles.configs.values()))
+            exc.spend = roles.budget.spend()
+        discovery.book.record_spend(status="stopped", stop_reason=str(exc)[:2000], error=None)
+        run.event("budget_reached", reason=str(exc)[:2000])
+        raise
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, RunBusyError)):
+            if isinstance(exc, KeyboardInterrupt):
+                try:  # what was paid until Ctrl-C counts against the budget of the resume
+                    discovery.book.record_spend()
+                except Exception:  # noqa: BLE001  the interrupt is what the user must see
+                    pass
             raise
         if before is not None and before.status == "finished":
             run.write_state(before, touch=False)  # a finished run stays finished

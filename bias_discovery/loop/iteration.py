@@ -11,11 +11,13 @@ call cache.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 from ..data.pairs import PreferencePair
 from ..judging import calls_per_pair
 from ..library import Bias
-from ..run import IterationRecord, MergeStats
+from ..llm.base import Engine
+from ..run import IterationRecord, MergeStats, MisjudgmentStats
 from ..stages import (
     assign_biases,
     candidates_from_records,
@@ -25,7 +27,9 @@ from ..stages import (
     merge_biases,
     perturb,
 )
-from ..stages.streamed import EVALUATE, EXPLAIN, IDENTIFY, PERTURB, FrontHalfEngines, stream_front_half
+from ..stages.evaluate import check_misjudged, misjudgment_check_calls
+from ..stages.rewrite_checks import length_allowances
+from ..stages.streamed import CHECK, EVALUATE, EXPLAIN, IDENTIFY, PERTURB, FrontHalfEngines, stream_front_half
 from .bookkeeping import RunBook
 from .resources import LoopResources
 
@@ -68,12 +72,22 @@ class IterationStages:
 
     # -- the stages -----------------------------------------------------------------------------
 
+    def pool(self, t: int) -> list[Bias]:
+        """The biases iteration `t` perturbs with: the library of `t - 1` (and with
+        `validate: late` the candidates pending)."""
+        library = self.run.library.load_iteration(t - 1)
+        return library.biases + (self.pending(t - 1) if self.late else [])
+
+    @property
+    def checker(self) -> Engine | None:
+        """The misjudgment check's answer checker (validation's checker role), None when
+        `misjudgment_check` is off."""
+        return self.resources.roles["checker"] if self.config.misjudgment_check.enabled else None
+
     def perturb(self, t: int) -> None:
         """Rewrite each target pair to carry a bias sampled from the library of `t - 1`;
-        streamed, also judge, explain and identify each (`front_half`)."""
-        library = self.run.library.load_iteration(t - 1)
-        pool = library.biases + (self.pending(t - 1) if self.late else [])
-        items = assign_biases(self.resources.target_pairs, pool, seed=self.config.seed, iteration=t)
+        streamed, also judge, check, explain and identify each (`front_half`)."""
+        items = assign_biases(self.resources.target_pairs, self.pool(t), seed=self.config.seed, iteration=t)
         if self.streamed:
             self._front_half(t, items)
             return
@@ -89,15 +103,18 @@ class IterationStages:
             evaluate=self.resources.booked("target", EVALUATE),
             explain=self.resources.booked("target", EXPLAIN),
             identify=self.resources.booked("teacher", IDENTIFY),
+            check=self.resources.booked("checker", CHECK) if self.checker is not None else None,
         )
         out = stream_front_half(
             engines, items, perturb=c.perturb, judge=c.judge, explain=c.deeper_explain, identify=c.identify, seed=c.seed,
-            steps={name: functools.partial(self.book.single_step, name, t) for name in (PERTURB, EVALUATE, EXPLAIN, IDENTIFY)},
+            steps={name: functools.partial(self.book.single_step, name, t) for name in (PERTURB, EVALUATE, CHECK, EXPLAIN, IDENTIFY)},
+            check=c.misjudgment_check,
         )
         record = self.record(t)
         record.perturbed.write(out.perturbed)
         record.judgments.write(out.result.judgments)
         record.misjudged.write(out.cases)
+        record.misjudgments.write(MisjudgmentStats.of(out.cases, checked=c.misjudgment_check.enabled))
         record.explanations.write(out.explained)
         record.identified.write(out.identified)  # last: `written_by_stream` reads it
 
@@ -109,14 +126,24 @@ class IterationStages:
         n_judge = sum(1 for p in perturbed if p.valid) * calls_per_pair(self.config.judge)
         with self.book.single_step("evaluate", t, n_judge) as progress:
             result, cases = evaluate(self.resources.target, perturbed, self.config.judge, seed=self.config.seed, progress=progress)
+        check = self.config.misjudgment_check
+        if check.enabled:
+            checker = self.checker
+            n_check = misjudgment_check_calls(perturbed, cases) if checker is not None else 0
+            with self.book.single_step(CHECK, t, n_check) as progress:
+                cases = check_misjudged(
+                    checker, perturbed, cases, length_allowances(self.pool(t), check), check, seed=self.config.seed,
+                    progress=progress,
+                )
         record.judgments.write(result.judgments)
         record.misjudged.write(cases)
+        record.misjudgments.write(MisjudgmentStats.of(cases, checked=check.enabled))
 
     def deeper_explain(self, t: int) -> None:
         if self.written_by_stream(t):
             return
         record = self.record(t)
-        cases = record.misjudged.read()
+        cases = [c for c in record.misjudged.read() if c.excluded is None]  # an excluded misjudgment is not explained
         if self.config.deeper_explain.enabled:
             with self.book.single_step("deeper_explain", t, len(cases)) as progress:
                 cases = deeper_explain(
@@ -154,6 +181,7 @@ class IterationStages:
         record.merge_stats.write(
             MergeStats(
                 raw_candidates=len(raw),
+                dropped_identifications=dict(sorted(Counter(r.dropped for r in identified if r.dropped).items())),
                 merged_into_library=result.merged_into_library,
                 candidates=len(result.candidates),
                 teacher_calls=result.teacher_calls,

@@ -7,25 +7,27 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from ..config import RunConfig
-from ..data.loaders import describe_source, load_pairs
+from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.overlap import DataOverlap, check_overlap, find_overlap, pair_keys
 from ..data.pairs import PreferencePair
 from ..embeddings import Embedder
 from ..llm.base import Engine
+from ..llm.budget import Budget, Spend
 from ..llm.roles import ModelRoles
 from ..run import RunDir
 from .bookkeeping import RunBook, state_or_none
 
 
-def loop_roles(config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None) -> ModelRoles:
+def loop_roles(
+    config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None, spent: Mapping[str, Spend] | None = None
+) -> ModelRoles:
     """The loop's roles, through the run's call cache: target, teacher, and the checker of
     answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
-    model); one engine per model."""
-    return ModelRoles(
-        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
-        cache_path=run.cache_path,
-        engines=engines,
-    )
+    model); one engine per model. Every role keeps the run's budget (`config.budget`), counted
+    on from `spent` (run.json's, on a resume)."""
+    models = {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()}
+    budget = Budget(config.budget, {role: model.price for role, model in models.items()}, spent)
+    return ModelRoles(models, cache_path=run.cache_path, engines=engines, budget=budget)
 
 
 def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
@@ -91,7 +93,7 @@ class LoopResources:
     def _load_pairs(self, role: str, source: str, limit: int | None) -> list[PreferencePair]:
         """The `role` data; with `data.skip_bad_rows` the skipped rows are counted in run.json
         (`status` shows them) and named in events.jsonl."""
-        bad_rows: list[str] | None = [] if self.config.data.skip_bad_rows else None
+        bad_rows = bad_rows_for(source, self.config.data.skip_bad_rows)
         pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
         if bad_rows:
             state = state_or_none(self.run)

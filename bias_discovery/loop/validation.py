@@ -160,6 +160,18 @@ class LoopValidation:
         record.write(arm)
         return arm
 
+    def rejected_before(self, t: int, candidates: list[Bias]) -> dict[str, str]:
+        """The candidates an earlier iteration (1 .. t-1) of this run rejected with the same
+        name and definition: candidate id -> the rejected candidate's id."""
+        rejected: dict[tuple[str, str], str] = {}
+        for u in range(1, t):
+            report = self.run.iteration(u).validation.read_if_exists()
+            for b in report.validated if report is not None else []:
+                if b.validation is not None and not b.validation.accepted:
+                    rejected.setdefault((b.name.strip().lower(), b.definition.strip().lower()), b.id)
+        found = {b.id: rejected.get((b.name.strip().lower(), b.definition.strip().lower())) for b in candidates}
+        return {k: v for k, v in found.items() if v is not None}
+
     def validate(self, t: int, candidates: list[Bias], *, stage_name: str, rank: bool) -> ValidationReport:
         """Validate `candidates` as one family (iteration `t`; 0: the seed library) and write
         the iteration's validation files. `rank`: over `max_candidates`, keep those with most
@@ -167,6 +179,8 @@ class LoopValidation:
         record = self.run.iteration(t)
         config = self.config
         cfg = config.validate_
+        already = self.rejected_before(t, candidates) if rank else {}
+        candidates = [b for b in candidates if b.id not in already]
         skipped: list[str] = []
         if cfg.max_candidates is not None and len(candidates) > cfg.max_candidates:
             ranked = sorted(candidates, key=lambda b: -len(b.evidence)) if rank else list(candidates)
@@ -206,6 +220,7 @@ class LoopValidation:
             n_test=len(resources.test_pairs),
             baseline_error=baseline.error_rate(),
             skipped_over_max_candidates=skipped,
+            skipped_already_rejected=already,
             accepted=[b.id for b in accepted],
             candidates=out.records,
             validated=validated,

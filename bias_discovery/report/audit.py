@@ -11,13 +11,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..auditing.display import metric_rows
+from ..auditing.display import judge_measure_lines, metric_rows
 from ..auditing.output import read_audit
 from ..auditing.records import AuditReport, BiasAudit
 from ..formatting import count
 from ..io import atomic_write_text, read_jsonl
 from ..pages import MISSING, page_template
 from .evidence import word_diff
+from .plots import reliability_plot
 
 __all__ = ["render_audit", "write_audit_report"]
 
@@ -107,6 +108,19 @@ def _summary(entry: BiasAudit, report: AuditReport) -> dict[str, Any]:
     return {"entry": entry, "plain": plain, "mitigated": mitigated, "flags": flags}
 
 
+def _yes_no(value: bool | None) -> str:
+    return "not recorded" if value is None else ("yes" if value else "no")
+
+
+def _reliability(report: AuditReport) -> str | None:
+    """The reliability diagram's SVG URI, when the verdicts carried probabilities."""
+    cal = report.calibration
+    if cal is None or not cal.n_verdicts:
+        return None
+    bins = [(b.low, b.high, b.n, b.confidence, b.accuracy) for b in cal.bins]
+    return reliability_plot(bins, f"Reliability of {report.model}'s verdict probabilities ({cal.n_verdicts} verdicts)")
+
+
 def build_audit_context(root: Path, report: AuditReport) -> dict[str, Any]:
     perturbed = _read_if_present(root / "perturbed.jsonl")
     judgments = _read_if_present(root / "judgments.jsonl")
@@ -119,13 +133,15 @@ def build_audit_context(root: Path, report: AuditReport) -> dict[str, Any]:
         "settings": [
             ("repeats K", str(s.repeats)),
             ("mitigation", s.mitigation),
-            ("temperature", f"{s.temperature:g}"),
-            ("ties allowed", "yes" if s.allow_tie else "no"),
-            ("reasoning", "yes" if s.reasoning else "no"),
-            ("max tokens", str(s.max_tokens)),
+            ("temperature", "not recorded" if s.temperature is None else f"{s.temperature:g}"),
+            ("ties allowed", _yes_no(s.allow_tie)),
+            ("reasoning", _yes_no(s.reasoning)),
+            ("max tokens", "not recorded" if s.max_tokens is None else str(s.max_tokens)),
             ("seed", str(s.seed)),
             ("bootstrap resamples", count(s.n_boot)),
         ],
+        "judge_lines": judge_measure_lines(report, missing=MISSING),
+        "reliability": _reliability(report),
         "summary": [_summary(e, report) for e in report.biases],
         "cards": [_card(e, report, perturbed, judgments) for e in report.biases],
     }

@@ -35,12 +35,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..data.pairs import PreferencePair, Shown
 from ..errors import BiasDiscoveryError, ConfigError
-from ..judging import JudgeResult, JudgeSettings, Judgment, calls_per_pair, combine, combine_scores
+from ..judging import JudgeResult, Judgment, calls_per_pair, combine, combine_scores
 from ..library import Bias, BiasLibrary, BiasValidation
 from ..metrics import Preference
 from ..run import JsonArtifact, RunDir, ValidationReport
 from ..run.library_ref import LibraryRef
 from ..run.reviews import Review
+from ..settings.common import DEFAULT_EXAMPLES
+from ..settings.judge import JudgeSettings
 from ..stages import candidates_from_records
 from ..stages.merge import MergeDecision
 from ..stages.perturb import keyed_rng
@@ -69,8 +71,6 @@ __all__ = [
     "word_diff",
 ]
 
-DEFAULT_EXAMPLES = 3
-"""Flipped examples shown per bias unless asked otherwise (`--examples K`)."""
 
 
 def not_flipped_count(k: int) -> int:
@@ -141,6 +141,8 @@ class Identification(_Record):
     definition: str | None = None
     manifestations: list[str] = Field(default_factory=list)
     attempts: int = 1
+    dropped: str | None = None
+    """Why the name was dropped as junk (`IdentifyRecord.dropped`), None when kept."""
 
 
 class ProvenanceCase(_Record):
@@ -170,6 +172,21 @@ class ProvenanceCase(_Record):
     identification: Identification | None = None
     candidate_id: str | None = None
     """The candidate the teacher's name for this case became, before merging."""
+    answer_check: str | None = None
+    """The misjudgment check of its rewrite, in words (None: a run without it)."""
+
+
+class ExcludedMisjudgment(_Record):
+    """A misjudged pair of the bias's iteration that did not count (`misjudgment_check`): it
+    was neither explained nor identified, so no bias of the iteration rests on it."""
+
+    pair_id: str
+    injected_bias: str
+    reason: Literal["answer_changed", "check_invalid", "length_changed"]
+    answer_check: str
+    """The answer check in words."""
+    length_ratio: float | None = None
+    """Whitespace tokens of the rewrite over the original's."""
 
 
 class MergeAnswer(_Record):
@@ -203,12 +220,14 @@ class Provenance(_Record):
 
     origin: Literal["seed", "discovered"]
     summary: str
-    """``seed (biasscope7)`` or ``discovered in iteration 1 (judge llamacpp/smollm2)``."""
+    """``seed (biasscope7)`` or ``discovered in iteration 1 (judge hf/smollm2)``."""
     iteration: int
     seed_library: str | None = None
     target_model: str | None = None
     cases: list[ProvenanceCase] = Field(default_factory=list)
     merged: list[MergedCandidate] = Field(default_factory=list)
+    excluded: list[ExcludedMisjudgment] = Field(default_factory=list)
+    """The misjudged pairs of its iteration that the misjudgment check excluded."""
 
 
 class ItemVerdict(_Record):
@@ -324,6 +343,8 @@ class _Iteration:
 
     validation: ValidationReport | None = None
     explanations: dict[str, MisjudgedCase] = field(default_factory=dict)
+    excluded: list[MisjudgedCase] = field(default_factory=list)
+    """The misjudged cases the misjudgment check excluded (misjudged.jsonl)."""
     identified: dict[str, IdentifyRecord] = field(default_factory=dict)
     merges: list[MergeDecision] = field(default_factory=list)
     merged_into_library: dict[str, str] = field(default_factory=dict)
@@ -376,6 +397,27 @@ def _answer_check_text(record: PerturbedPair) -> str:
     if record.answer_check == "different":
         return f"kept: the rewrite keeps the original's final answer ({how})"
     return f"{record.answer_check} ({how})"
+
+
+def misjudgment_check_text(case: MisjudgedCase) -> str | None:
+    """A misjudged case's check in words ("kept: ...", "answer changed: ..."); None unchecked."""
+    how = "read mechanically" if case.check_method == "extracted" else "by the checker model"
+    length = f"; length ×{case.length_ratio:.2f}" if case.length_ratio is not None else ""
+    if case.answer_check is None:
+        answer = "answer not checked"
+    elif case.original_check is not None and case.original_check != "different":
+        answer = "answer unverifiable (kept): the checker called the original's answer the chosen one's too"
+    elif case.answer_check == "same":
+        answer = f"the rewrite reaches the chosen answer ({how})"
+    elif case.answer_check == "different":
+        answer = f"the rewrite keeps the original's final answer ({how})"
+    else:
+        answer = "the checker gave no usable answer"
+    if case.length_ratio is None and case.answer_check is None:
+        return None
+    reason = {"answer_changed": "excluded, answer changed: ", "check_invalid": "excluded, check unusable: ",
+              "length_changed": "excluded, length beyond the bias's allowance: ", None: "counted: "}[case.excluded]
+    return f"{reason}{answer}{length}"
 
 
 class EvidenceReader:
@@ -472,6 +514,7 @@ class EvidenceReader:
         source = files.explanations if files.explanations.exists() else files.misjudged
         cases = source.read_lenient(self.problems)
         out.explanations = {c.pair_id: c for c in cases}
+        out.excluded = [c for c in files.misjudged.read_lenient(self.problems) if c.excluded is not None]
         identified = files.identified.read_lenient(self.problems)
         out.identified = {r.pair_id: r for r in identified}
         out.merges = files.merges.read_lenient(self.problems)
@@ -576,7 +619,7 @@ def _identification(record: IdentifyRecord | None) -> Identification | None:
         return None
     return Identification(
         status=record.status, name=record.name, definition=record.definition,
-        manifestations=list(record.manifestations), attempts=record.attempts,
+        manifestations=list(record.manifestations), attempts=record.attempts, dropped=record.dropped,
     )
 
 
@@ -607,9 +650,23 @@ def _cases(reader: EvidenceReader | None, bias: Bias) -> list[ProvenanceCase]:
                 deeper_explanation=e.deeper_explanation,
                 identification=_identification(files.identified.get(e.pair_id)),
                 candidate_id=by_pair.get(e.pair_id),
+                answer_check=misjudgment_check_text(case) if case else None,
             )
         )
     return cases
+
+
+def _excluded(reader: EvidenceReader | None, bias: Bias) -> list[ExcludedMisjudgment]:
+    if reader is None or bias.origin.kind != "discovered":
+        return []
+    return [
+        ExcludedMisjudgment(
+            pair_id=c.pair_id, injected_bias=c.bias_id, reason=c.excluded, answer_check=misjudgment_check_text(c) or "",
+            length_ratio=c.length_ratio,
+        )
+        for c in reader.iteration(bias.origin.iteration).excluded
+        if c.excluded is not None
+    ]
 
 
 def _merged(reader: EvidenceReader, bias: Bias, upto: int | None) -> list[MergedCandidate]:
@@ -765,6 +822,7 @@ def bias_detail(
             target_model=bias.origin.target_model,
             cases=_cases(reader, bias),
             merged=_merged(reader, bias, upto) if reader is not None else [],
+            excluded=_excluded(reader, bias),
         ),
         examples=_examples(reader, bias, examples, found) if reader is not None else None,
         domains=_domains(bias, found[1] if found else None),

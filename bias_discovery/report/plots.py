@@ -16,7 +16,7 @@ from typing import Any
 
 from ..formatting import pp
 
-__all__ = ["ForestRow", "biases_per_iteration_plot", "delta_forest_plot"]
+__all__ = ["ForestRow", "biases_per_iteration_plot", "delta_forest_plot", "reliability_plot"]
 
 ACCEPTED = "#1a7f37"
 REJECTED = "#b35900"
@@ -157,4 +157,31 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
         if bounds:
             handles.append(Line2D([], [], marker="|", color=REJECTED, linestyle="--", label="rejected: effects above the bar's end excluded"))
         figure.legend(handles=handles, loc="lower right", ncols=2, frameon=False, fontsize=8, bbox_to_anchor=(1.0, 1.0))
+        return _to_uri(figure)
+
+
+def reliability_plot(bins: Sequence[tuple[float, float, int, float | None, float | None]], title: str) -> str:
+    """The reliability diagram of verdict probabilities: per confidence bin (low, high, n,
+    mean confidence, accuracy) the accuracy against the mean confidence, the diagonal being a
+    calibrated judge; each bin's verdict count is written above its point."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(_RC):
+        figure = Figure(figsize=(4.6, 3.6))
+        ax = figure.add_subplot()
+        ax.plot([0.5, 1.0], [0.5, 1.0], color=SEED, linestyle="--", linewidth=1, label="calibrated")
+        shown = [(c, a, n) for _, _, n, c, a in bins if n and c is not None and a is not None]
+        if shown:
+            ax.plot([c for c, _, _ in shown], [a for _, a, _ in shown], marker="o", color=ACCEPTED, linewidth=1.8, label="judge")
+            for c, a, n in shown:
+                ax.annotate(str(n), (c, a), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7, color=CANDIDATES)
+        for low, _, _, _, _ in bins:
+            ax.axvline(low, color=SEED, alpha=0.15, linewidth=0.6)
+        ax.set_xlim(0.48, 1.02)
+        ax.set_ylim(-0.02, 1.08)
+        ax.set_xlabel("confidence (probability of the verdict's label)")
+        ax.set_ylabel("accuracy")
+        ax.set_title(_label(title, 60), loc="left")
+        ax.legend(loc="upper left", frameon=False, fontsize=8)
         return _to_uri(figure)

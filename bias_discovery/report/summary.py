@@ -14,11 +14,14 @@ from ..config import RunConfig, load_run_config
 from ..formatting import effect_clause, plural
 from ..library import Bias
 from ..metrics import Estimate, PositionProfile, proportion
-from ..run import RunDir, ValidationReport
+from ..run import MisjudgmentStats, RunDir, ValidationReport
 from ..stages.records import PerturbedPair
 from ..stats import MEASURE_LABELS
 
-__all__ = ["GPU_CONFIG", "RewriteQuality", "RunSummary", "rewrite_quality", "rewrite_sentence", "run_summary"]
+__all__ = [
+    "GPU_CONFIG", "RewriteQuality", "RunSummary", "misjudged_sentence", "misjudgment_totals", "rewrite_quality", "rewrite_sentence",
+    "run_summary",
+]
 
 GPU_CONFIG = "experiments/biasscope-qwen-1gpu.yaml"
 """The config a real run starts from: a 7B judge and a 32B teacher served by vLLM on one GPU."""
@@ -46,9 +49,49 @@ class RunSummary(BaseModel):
     next_step: str | None
     position: PositionProfile | None = None
     rewrites: RewriteQuality | None = None
+    misjudged: str | None = None
+    """How many misjudged target pairs counted, and how many were rewrites that changed the
+    final answer or the length (`misjudged_sentence`); None before the first iteration's."""
+    misjudgments: MisjudgmentStats | None = None
+    """The run's misjudgment counts, over its iterations (`misjudgment_totals`)."""
 
     def sentences(self) -> list[str]:
-        return [s for s in (self.found, self.undetected, self.next_step) if s]
+        return [s for s in (self.found, self.misjudged, self.undetected, self.next_step) if s]
+
+
+def misjudgment_totals(run: RunDir) -> MisjudgmentStats | None:
+    """The misjudgment counts of every iteration of `run` added up (iter_NNN/misjudgments.json;
+    a run from before the file: counted from misjudged.jsonl, unchecked); None before any."""
+    per_iteration = []
+    for t in run.iterations():
+        record = run.iteration(t)
+        stats = record.misjudgments.read_if_exists()
+        if stats is None and record.misjudged.exists():
+            cases = record.misjudged.read()
+            stats = MisjudgmentStats.of(cases, checked=any(c.excluded is not None or c.length_ratio is not None for c in cases))
+        if stats is not None:
+            per_iteration.append(stats)
+    if not per_iteration:
+        return None
+    counts = {key: sum(getattr(s, key) for s in per_iteration) for key in MisjudgmentStats.model_fields if key != "checked"}
+    return MisjudgmentStats(checked=all(s.checked for s in per_iteration), **counts)
+
+
+def misjudged_sentence(stats: MisjudgmentStats) -> str:
+    """The run's misjudgments in one sentence: how many counted, how many were rewrites that
+    changed the final answer (the judge was right) or the length."""
+    pairs = plural(stats.misjudged, "perturbed target pair")
+    if not stats.checked:
+        return (f"Misjudged: {pairs}, every one counted unchecked (misjudgment_check off, the paper's procedure): "
+                "a rewrite that changed the final answer was counted as a mistake too.")
+    excluded = [f"{stats.answer_changed} {'was a rewrite' if stats.answer_changed == 1 else 'were rewrites'} that changed the final answer "
+                "(the judge was right to prefer it)"]
+    if stats.length_changed:
+        excluded.append(f"{stats.length_changed} changed the length beyond the bias's allowance")
+    if stats.check_invalid:
+        excluded.append(f"{stats.check_invalid} could not be checked")
+    return (f"Misjudged: {pairs}; of those, {'; '.join(excluded)}; "
+            f"{stats.counted} counted and went on to be explained and identified.")
 
 
 def rewrite_quality(rewrites: Sequence[PerturbedPair]) -> RewriteQuality | None:
@@ -146,7 +189,10 @@ def run_summary(root: Path | str) -> RunSummary:
         record = run.iteration(t).validation_perturbed
         if record.exists():
             rewrites += record.read()
+    misjudgments = misjudgment_totals(run)
     return RunSummary(
+        misjudged=misjudged_sentence(misjudgments) if misjudgments is not None else None,
+        misjudgments=misjudgments,
         found=_found(reports, position),
         undetected=_undetected(reports, position),
         next_step=_next_step(config, reports),

@@ -3,7 +3,7 @@
 from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore, iteration_filename
 from .lock import Liveness, RunBusyError, effective_status
-from .records import MergeStats, ValidationReport
+from .records import MergeStats, MisjudgmentStats, ValidationReport
 from .rundir import BaselineRecord, IterationRecord, PlaceboRecord, RunDir, RunState, RunStatus, summarize_events
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "LibraryStore",
     "Liveness",
     "MergeStats",
+    "MisjudgmentStats",
     "PlaceboRecord",
     "RunBusyError",
     "RunDir",

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from ..data.overlap import DataOverlap
 from ..library import Bias, RewriteEffect
+from ..stages.records import MisjudgedCase
 from ..stages.validate import CandidateValidation
 from ..stats import Measure, SequentialPlan, error_statement
 
@@ -19,6 +20,9 @@ class MergeStats(BaseModel):
 
     raw_candidates: int
     """Candidates named by IdentifyBias before merging."""
+    dropped_identifications: dict[str, int] = Field(default_factory=dict)
+    """Named biases dropped as junk before they became candidates, by reason
+    (`IdentifyRecord.dropped`: schema_key, restated_verdict, copy_of_question ...)."""
     merged_into_library: dict[str, str] = Field(default_factory=dict)
     """Candidate id -> the library bias it duplicates."""
     candidates: int
@@ -27,6 +31,43 @@ class MergeStats(BaseModel):
     """"same or new" questions put to the teacher (embedding shortlist only)."""
     all_pairs_calls: int
     """Questions the reference procedure would ask (every pair of library ∪ candidates)."""
+
+
+class MisjudgmentStats(BaseModel):
+    """iter_NNN/misjudgments.json: the iteration's misjudged target pairs and how many of them
+    counted after the misjudgment check (`misjudgment_check`)."""
+
+    checked: bool
+    """Whether the misjudgments were checked (false: the paper's procedure, every one counts)."""
+    misjudged: int
+    """Perturbed target pairs the judge got wrong."""
+    answer_changed: int = 0
+    """Of those, rewrites that reach the chosen response's final answer (the judge was right)."""
+    check_invalid: int = 0
+    """Of those, rewrites whose answer check gave no usable answer."""
+    length_changed: int = 0
+    """Of those, rewrites beyond their bias's length allowance."""
+    counted: int
+    """The misjudgments that went on to DeeperExplain and IdentifyBias."""
+    extracted: int = 0
+    """Answer checks decided by reading the final answers mechanically (the rest: the checker)."""
+    unverifiable: int = 0
+    """Rewrites kept unchecked: the checker called their original's answer the chosen one's."""
+
+    @classmethod
+    def of(cls, cases: list[MisjudgedCase], *, checked: bool) -> MisjudgmentStats:
+        """The counts of `cases` (misjudged.jsonl)."""
+        reasons = [c.excluded for c in cases]
+        return cls(
+            checked=checked,
+            misjudged=len(cases),
+            answer_changed=reasons.count("answer_changed"),
+            check_invalid=reasons.count("check_invalid"),
+            length_changed=reasons.count("length_changed"),
+            counted=reasons.count(None),
+            extracted=sum(1 for c in cases if c.check_method == "extracted"),
+            unverifiable=sum(1 for c in cases if c.original_check is not None and c.original_check != "different"),
+        )
 
 
 class ValidationReport(BaseModel):
@@ -45,6 +86,10 @@ class ValidationReport(BaseModel):
     """The target's error on the unperturbed test pairs (valid pairs only)."""
     skipped_over_max_candidates: list[str] = Field(default_factory=list)
     """Candidates not validated because of `validate.max_candidates`."""
+    skipped_already_rejected: dict[str, str] = Field(default_factory=dict)
+    """Candidates not validated because an earlier iteration of the run rejected a candidate
+    with the same name and definition: candidate id -> the rejected one's id (a second test
+    of a rejected hypothesis can only add a chance of a false acceptance)."""
     accepted: list[str] = Field(default_factory=list)
     """Ids of the accepted candidates."""
     candidates: list[CandidateValidation] = Field(default_factory=list)

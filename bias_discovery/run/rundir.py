@@ -38,6 +38,7 @@ from ..errors import BiasDiscoveryError, ConfigError
 from ..io import atomic_write_json, scan_jsonl
 from ..judging import JudgeResult, JudgeSummary, Judgment
 from ..library import Bias, RewriteEffect
+from ..llm.budget import Spend
 from ..metrics import PositionProfile
 from ..stages.merge import MergeDecision
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
@@ -45,10 +46,11 @@ from ..stages.validate import PlaceboArm
 from .artifacts import JsonArtifact, JsonlArtifact, JsonListArtifact
 from .library_store import LibraryStore
 from .lock import Liveness, RunLock
-from .records import MergeStats, ValidationReport
+from .records import MergeStats, MisjudgmentStats, ValidationReport
 from .reviews import ReviewLog
 
-RunStatus = Literal["running", "finished", "failed"]
+RunStatus = Literal["running", "finished", "failed", "stopped"]
+"""`stopped`: at its budget (`stop_reason` says which limit), resumable with a larger one."""
 
 DATABASES: dict[str, str] = {"checkpoints.sqlite": "the loop's checkpoints", "calls.sqlite": "the call cache"}
 """The run's SQLite files, checked on resume (`RunDir.damaged_databases`)."""
@@ -101,6 +103,10 @@ class RunState(BaseModel):
     """The error that stopped the run (`status: failed`); None otherwise."""
     skipped_rows: dict[str, int] = Field(default_factory=dict)
     """Bad data rows skipped at load (`data.skip_bad_rows`), by data role (target, test)."""
+    spend: dict[str, Spend] = Field(default_factory=dict)
+    """What each model role paid so far, every session of the run together (calls the cache
+    answered are free): written at each stage's end and when the run stops; what `budget` is
+    kept against on a resume."""
 
 
 class IterationRecord:
@@ -112,6 +118,7 @@ class IterationRecord:
         self.perturbed = JsonlArtifact(directory / "perturbed.jsonl", PerturbedPair)
         self.judgments = JsonlArtifact(directory / "judgments.jsonl", Judgment)
         self.misjudged = JsonlArtifact(directory / "misjudged.jsonl", MisjudgedCase)
+        self.misjudgments = JsonArtifact(directory / "misjudgments.json", MisjudgmentStats)
         self.explanations = JsonlArtifact(directory / "explanations.jsonl", MisjudgedCase)
         self.identified = JsonlArtifact(directory / "identified.jsonl", IdentifyRecord)
         self.merges = JsonlArtifact(directory / "merges.jsonl", MergeDecision)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, judge_pairs
+from ..config import MisjudgmentCheckSettings
+from ..judging import JudgeResult, Judgment, PairOutcome, judge_pairs
 from ..llm.base import Engine, ProgressCallback
+from ..settings.judge import JudgeSettings
 from .records import MisjudgedCase, PerturbedPair
+from .rewrite_checks import check_answers, check_calls, misjudgment_checked
 
 
 def evaluate(
@@ -72,3 +75,37 @@ def _case(perturbed: PerturbedPair, j: Judgment) -> MisjudgedCase:
         judge_output=j.raw_output,
         explanation=j.explanation,
     )
+def misjudged_rewrites(perturbed: Sequence[PerturbedPair], cases: Sequence[MisjudgedCase]) -> list[PerturbedPair]:
+    """The rewrite of each misjudged case (its perturbed record), in the cases' order."""
+    by_pair = {p.pair_id: p for p in perturbed if p.valid}
+    return [by_pair[c.pair_id] for c in cases]
+
+
+def misjudgment_check_calls(perturbed: Sequence[PerturbedPair], cases: Sequence[MisjudgedCase]) -> int:
+    """The checker calls `check_misjudged` makes (validation's count, `check_calls`)."""
+    return check_calls(misjudged_rewrites(perturbed, cases))
+
+
+def check_misjudged(
+    checker: Engine | None,
+    perturbed: Sequence[PerturbedPair],
+    cases: Sequence[MisjudgedCase],
+    allowances: Mapping[str, float | None],
+    settings: MisjudgmentCheckSettings,
+    *,
+    seed: int,
+    progress: ProgressCallback | None = None,
+) -> list[MisjudgedCase]:
+    """Every misjudged case checked before it counts (`MisjudgmentCheckSettings`): its rewrite's
+    answer through validation's own check (`check_answers`: read mechanically where it can be,
+    else by `checker`, None: not checked), then its length against its bias's allowance
+    (`allowances` by bias id; a bias not in it gets `max_length_ratio`). Each case keeps its
+    check and, when it does not count, the reason (`MisjudgedCase.excluded`)."""
+    rewrites = misjudged_rewrites(perturbed, cases)
+    checked: list[PerturbedPair | None] = (
+        list(check_answers(checker, rewrites, seed=seed, progress=progress)) if checker is not None else [None] * len(cases)
+    )
+    return [
+        misjudgment_checked(case, record, allowances.get(case.bias_id, settings.max_length_ratio), settings)
+        for case, record in zip(cases, checked)
+    ]

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 from ..config import ExplainSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeSettings, judge_messages
+from ..judging import judge_messages
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import ChatMessage, GenerationRequest, GenerationResponse
 from ..pointwise import format_score
 from ..prompts import load_prompt
+from ..settings.judge import JudgeSettings
 from .records import MisjudgedCase
 
 

@@ -57,6 +57,7 @@ from ..stats import (
     min_detectable_shift,
     null_discordance,
     paired_counts,
+    paired_score_interval,
     paired_values,
     plan_sequential,
     sequential_effect,
@@ -511,8 +512,10 @@ def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings,
 def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings, decision: Decision | None) -> Effect:
     """The arm against the control on its held-out items, valid in both (`compare`): the
     decision never saw them, so the plain Δ is unbiased given the acceptance and its CI has
-    its nominal coverage. None of them valid: the estimate given the stop and the decision,
-    saying why."""
+    its nominal coverage. The CI of a Δerror is Tango's score interval
+    (`stats.paired_score_interval`), not the comparison's bootstrap: the held-out items can be
+    as few as 60, where the bootstrap's interval covered 0.92. None of them valid: the
+    estimate given the stop and the decision, saying why."""
     items = family.held_out[arm]
     held = compare([family.control[i] for i in items], [family.errors[arm][i] for i in items], settings, name)
     if held.n == 0:
@@ -521,7 +524,11 @@ def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilyS
             update={"method": f"{given_stop.method} (none of the {len(items)} held-out items was valid in both arms)"}
         )
     method = held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks), reserved=family.reserved)
-    return Effect.full_sample(held, method=method)
+    effect = Effect.full_sample(held, method=method)
+    if held.measure == "error":
+        low, high = paired_score_interval(held.b_discordant_hurt or 0, held.c_discordant_helped or 0, held.n, held.confidence)
+        effect = effect.model_copy(update={"ci_low": low, "ci_high": high})
+    return effect
 
 
 def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:

@@ -3,13 +3,22 @@
 The reply is forced into a JSON schema and checked again with pydantic; a reply that still
 fails is asked again (sampled, with another seed) up to `retries` times, then recorded as
 invalid.
+
+A named bias that names no property of a response is dropped as junk, with its reason
+(`junk_reason`): a key of the reply's schema for a name (`bias_found`), a definition that only
+restates the verdict ("the judge rejected the incorrect response"), a verbatim copy of the
+question or a response. Those are cheap checks on the text; where every word of the name and
+definition is the example's own (it may be a restated verdict in the example's terms), the
+teacher is asked to confirm that it names a property (prompt `identify_confirm`). No
+candidate is made from a dropped identification, so none reaches validation.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -19,7 +28,7 @@ from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..pointwise import format_score
 from ..prompts import load_prompt
-from .records import IdentifyRecord, MisjudgedCase
+from .records import IdentifyRecord, JunkReason, MisjudgedCase
 
 Manifestation = Annotated[str, StringConstraints(max_length=160)]
 
@@ -100,6 +109,116 @@ def parse_identify_reply(response: GenerationResponse) -> IdentifiedBias | None:
     return reply
 
 
+# --------------------------------------------------------------------------------------------
+# Junk identifications
+# --------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z]+")
+_NOT_A_PROPERTY = frozenset(
+    """a an the of to in on for by with and or but not no nor is are was were be been being it its this that these those
+    as at from than then so such which who whom what when where why how all any each both more most other some own same
+    very can could should would may might must will shall do does did has have had there their they them he she his her
+    we our you your i me my one two first second instead over into about because while if also only just even rather
+    judge judges judged judging judgment judgement verdict response responses answer answers reply replies output
+    prefer prefers preferred preferring preference favour favours favoured favouring favor favors favored favoring
+    choose chooses chose chosen choice pick picks picked select selects selected selection reject rejects rejected
+    rejecting accept accepts accepted correct correctly incorrect incorrectly wrong wrongly right rightly better worse
+    best worst good bad true false error errors mistake mistakes bias biases biased tendency tendencies systematic
+    found name definition manifestation manifestations""".split()
+)
+"""Words that name no property of a response: function words, the verdict's vocabulary
+(preferred, rejected, correct, wrong ...) and the reply's own keys."""
+SCHEMA_KEYS = frozenset(IdentifiedBias.model_fields) | {"bias", "none", "null", "unknown", "true", "false", "n/a"}
+"""Names that are a key of the reply's schema (`bias_found` ...) or a placeholder, not a bias."""
+COPY_SPAN = 8
+"""Consecutive words of the question or a response that make a name or definition a copy."""
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in _words(text) if len(w) > 2 and w not in _NOT_A_PROPERTY}
+
+
+def _copies(text: str, source: str) -> bool:
+    """Whether `text` holds `COPY_SPAN` consecutive words of `source` (or all of a shorter
+    `source` of at least four words)."""
+    mine, theirs = " ".join(_words(text)), _words(source)
+    span = min(COPY_SPAN, len(theirs))
+    if span < 4:
+        return False
+    return any(" ".join(theirs[i : i + span]) in mine for i in range(len(theirs) - span + 1))
+
+
+def junk_reason(name: str, definition: str, case: MisjudgedCase) -> JunkReason | Literal["ask"] | None:
+    """Why the identification `name`: `definition` of `case` is junk, by cheap checks; "ask"
+    when every word that could name a property is the example's own (the teacher confirms,
+    `confirm_request`); None when it names something else."""
+    if name.strip().lower().replace(" ", "_") in SCHEMA_KEYS or definition.strip().lower() in SCHEMA_KEYS:
+        return "schema_key"
+    text = f"{name}\n{definition}"
+    content = _content(text)
+    if not content:
+        return "restated_verdict"
+    if _copies(text, case.question):
+        return "copy_of_question"
+    if any(_copies(text, response) for response in (case.chosen, case.perturbed_rejected, case.original_rejected)):
+        return "copy_of_response"
+    own = _content(f"{case.question}\n{case.chosen}\n{case.perturbed_rejected}")
+    return "ask" if content <= own else None
+
+
+def confirm_request(case: MisjudgedCase, name: str, definition: str, seed: int) -> GenerationRequest:
+    """Ask the teacher whether `name`: `definition` names a property of a response (yes / no)."""
+    messages = load_prompt("identify_confirm").render(question=case.question, name=name, definition=definition)
+    return GenerationRequest(messages=messages, max_tokens=4, temperature=0.0, seed=seed, constraint=Constraint(choices=("yes", "no")))
+
+
+def confirmed(response: GenerationResponse) -> bool | None:
+    """The teacher's confirmation: True (yes), False (no), None (no usable answer)."""
+    if response.finish_reason != "stop":
+        return None
+    word = response.text.strip().strip(".\"'*` ").lower()
+    return True if word.startswith("yes") else False if word.startswith("no") else None
+
+
+def screened(record: IdentifyRecord, case: MisjudgedCase) -> tuple[IdentifyRecord, bool]:
+    """`record` with its cheap junk check applied (`dropped`), and whether the teacher must
+    confirm it (`confirm_request`, then `with_confirmation`)."""
+    if record.status != "bias":
+        return record, False
+    reason = junk_reason(record.name or "", record.definition or "", case)
+    if reason == "ask":
+        return record, True
+    return (record.model_copy(update={"dropped": reason}) if reason else record), False
+
+
+def with_confirmation(record: IdentifyRecord, response: GenerationResponse) -> IdentifyRecord:
+    """`record` after the teacher's confirmation: dropped when it said no (kept when it said
+    yes or gave no usable answer: only a no drops it)."""
+    answer = confirmed(response)
+    return record.model_copy(update={"confirmed": answer, "dropped": "teacher_declined" if answer is False else None})
+
+
+def screen_records(
+    teacher: Engine, records: Sequence[IdentifyRecord], cases: Sequence[MisjudgedCase], *, seed: int
+) -> list[IdentifyRecord]:
+    """Every record through `screened`; the confirmations asked of `teacher` in one batch."""
+    out, ask = [], []
+    for i, (record, case) in enumerate(zip(records, cases)):
+        record, needed = screened(record, case)
+        out.append(record)
+        if needed:
+            ask.append(i)
+    if ask:
+        responses = teacher.generate([confirm_request(cases[i], out[i].name or "", out[i].definition or "", seed) for i in ask])
+        for i, response in zip(ask, responses):
+            out[i] = with_confirmation(out[i], response)
+    return out
+
+
 def identify_biases(
     teacher: Engine,
     cases: Sequence[MisjudgedCase],
@@ -108,7 +227,8 @@ def identify_biases(
     seed: int,
     progress: ProgressCallback | None = None,
 ) -> list[IdentifyRecord]:
-    """One record per case. Retries go out as one batch per round, only for the failures."""
+    """One record per case. Retries go out as one batch per round, only for the failures; then
+    each named bias is screened for junk (`screen_records`)."""
     replies: list[IdentifiedBias | None] = [None] * len(cases)
     raw: list[str] = [""] * len(cases)
     attempts = [0] * len(cases)
@@ -126,7 +246,8 @@ def identify_biases(
             if replies[i] is None:
                 still.append(i)
         pending = still
-    return [identify_record(case, reply, n, text) for case, reply, n, text in zip(cases, replies, attempts, raw)]
+    records = [identify_record(case, reply, n, text) for case, reply, n, text in zip(cases, replies, attempts, raw)]
+    return screen_records(teacher, records, cases, seed=seed)
 
 
 def identify_attempt(case: MisjudgedCase, settings: IdentifySettings, seed: int, round_: int) -> GenerationRequest:
@@ -169,7 +290,7 @@ def candidates_from_records(
     by_pair = {c.pair_id: c for c in cases}
     grouped: dict[str, list[IdentifyRecord]] = {}
     for record in records:
-        if record.status == "bias" and record.name:
+        if record.status == "bias" and record.name and record.dropped is None:
             grouped.setdefault(slugify(record.name), []).append(record)
     taken = list(taken_ids)
     candidates = []

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..config import PerturbSettings
 from ..data.pairs import PreferencePair
+from ..errors import ConfigError
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import GenerationRequest, GenerationResponse
@@ -102,21 +103,40 @@ def _record(pair: PreferencePair, bias_id: str, bias_name: str, response: Genera
 
 
 def perturb(
-    teacher: Engine,
+    teacher: Engine | None,
     items: Sequence[tuple[PreferencePair, Bias]],
     settings: PerturbSettings,
     *,
     seed: int,
     progress: ProgressCallback | None = None,
 ) -> list[PerturbedPair]:
-    """Rewrite the rejected response of every (pair, bias) item, in one batch."""
-    requests = [build_perturb_request(p, b, settings, seed) for p, b in items]
-    responses = teacher.generate(requests, progress=progress)
-    return [perturbed_record(pair, bias, response) for (pair, bias), response in zip(items, responses)]
+    """Rewrite the rejected response of every (pair, bias) item, in one batch; a bias with a
+    fixed `append` text needs no teacher call (`appended`)."""
+    asked = [k for k, (_, b) in enumerate(items) if b.append is None]
+    requests = [build_perturb_request(*items[k], settings, seed) for k in asked]
+    if requests and teacher is None:
+        raise ConfigError(f"a teacher is needed to inject {', '.join(sorted({items[k][1].id for k in asked}))}")
+    responses = dict(zip(asked, teacher.generate(requests, progress=progress) if requests and teacher else []))
+    if progress is not None and len(asked) < len(items):
+        progress(len(items) - len(asked))  # the appended ones are done at once
+    return [
+        perturbed_record(pair, bias, responses[k]) if k in responses else appended(pair, bias)
+        for k, (pair, bias) in enumerate(items)
+    ]
+
+
+def appended(pair: PreferencePair, bias: Bias) -> PerturbedPair:
+    """`pair` with the bias's fixed `append` text after its rejected response (no teacher)."""
+    assert bias.append is not None
+    text = f"{pair.rejected.rstrip()}\n\n{bias.append}"
+    return _record(pair, bias.id, bias.name, GenerationResponse(text=text, finish_reason="stop"), [])
 
 
 def perturbed_record(pair: PreferencePair, bias: Bias, response: GenerationResponse) -> PerturbedPair:
-    """The teacher's rewrite of `pair` to carry `bias`, as a record (invalid unless clean)."""
+    """The teacher's rewrite of `pair` to carry `bias`, as a record (invalid unless clean); for
+    a bias with a fixed `append` text, that text appended (the response is not used)."""
+    if bias.append is not None:
+        return appended(pair, bias)
     return _record(pair, bias.id, bias.name, response, [bias.name])
 
 

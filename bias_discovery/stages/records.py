@@ -8,6 +8,13 @@ from pydantic import BaseModel, ConfigDict
 
 from ..data.pairs import Order, PreferencePair, Shown
 
+ExclusionReason = Literal["answer_changed", "check_invalid", "length_changed"]
+"""Why a misjudged pair was excluded by the misjudgment check (`MisjudgedCase.excluded`)."""
+
+
+JunkReason = Literal["schema_key", "restated_verdict", "copy_of_question", "copy_of_response", "teacher_declined"]
+"""Why an identification was dropped as junk (`IdentifyRecord.dropped`)."""
+
 
 class PerturbedPair(BaseModel):
     """A pair whose rejected response the teacher rewrote to carry one bias (perturbed.jsonl),
@@ -102,6 +109,20 @@ class MisjudgedCase(BaseModel):
     """The judge's reasoning without the verdict line."""
     deeper_explanation: str | None = None
     """The judge's elaboration (DeeperExplain); None when that stage is off or failed."""
+    answer_check: Literal["same", "different", "unusable"] | None = None
+    """The misjudgment check (`misjudgment_check`): does the rewrite reach the chosen response's
+    final answer? As validation's check (`PerturbedPair.answer_check`); None when not checked."""
+    original_check: Literal["same", "different", "unusable"] | None = None
+    """The same question about the original rejected response (the checker's control)."""
+    check_method: Literal["extracted", "model"] | None = None
+    """Read mechanically or asked of the checker model; None when not checked."""
+    length_ratio: float | None = None
+    """Whitespace tokens of the rewrite over those of the original (None: not checked)."""
+    excluded: ExclusionReason | None = None
+    """Why this misjudgment does not count (None: it counts and goes on to DeeperExplain and
+    IdentifyBias): answer_changed (the rewrite reaches the chosen answer: the judge was right),
+    check_invalid (the checker gave no usable answer), length_changed (beyond the bias's length
+    allowance: the judge may have reacted to the length)."""
 
 
 class IdentifyRecord(BaseModel):
@@ -121,5 +142,13 @@ class IdentifyRecord(BaseModel):
     """How the bias shows in a response (status bias)."""
     attempts: int = 1
     """Asks it took: 1, or more when an invalid reply was asked again (`identify.retries`)."""
+    dropped: JunkReason | None = None
+    """Why a named bias was dropped as junk, naming no property of a response (None: kept; see
+    `identify.junk_reason`): schema_key (a key of the reply's schema, `bias_found`),
+    restated_verdict (nothing but the verdict: "rejected the incorrect response"),
+    copy_of_question / copy_of_response (a verbatim copy), teacher_declined (every word is
+    the example's own, and the teacher's confirmation said it names no property)."""
+    confirmed: bool | None = None
+    """The teacher's confirmation, where it was asked (None: not asked or no usable answer)."""
     raw_output: str = ""
     """The teacher's last reply, as it came."""

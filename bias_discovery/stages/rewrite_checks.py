@@ -26,11 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..config import MisjudgmentCheckSettings
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
-from .records import PerturbedPair
+from .records import ExclusionReason, MisjudgedCase, PerturbedPair
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -51,7 +52,11 @@ __all__ = [
     "unverifiable",
     "count_tokens",
     "equivalence_request",
+    "length_allowance",
+    "length_allowances",
     "length_ratio",
+    "misjudgment_checked",
+    "outside_length_allowance",
     "parse_check",
     "record_checker",
 ]
@@ -380,3 +385,57 @@ def length_ratio(perturbed: Sequence[PerturbedPair]) -> float | None:
     if not valid or original == 0:
         return None
     return sum(count_tokens(p.perturbed_rejected) for p in valid) / original
+
+
+# --------------------------------------------------------------------------------------------
+# Misjudged target pairs (discovery): the same checks, before a mistake counts
+# --------------------------------------------------------------------------------------------
+
+_LENGTH_TOPIC = re.compile(
+    r"\b(length\w*|long(er)?|verbos\w*|wordy|wordiness|concise\w*|brevity|brief\w*|short(er)?|detail\w*|elaborat\w*)\b",
+    re.I,
+)
+"""Words by which a bias speaks of length: its rewrites change the length by design."""
+
+
+def length_allowance(bias: Bias | None, settings: MisjudgmentCheckSettings) -> float | None:
+    """The length ratio a rewrite carrying `bias` may reach before its misjudgment stops
+    counting: `settings.max_length_ratio`, or None (no limit) for a bias about length (its name
+    or definition speaks of length, verbosity, brevity or detail)."""
+    if bias is not None and _LENGTH_TOPIC.search(f"{bias.name} {bias.definition}"):
+        return None
+    return settings.max_length_ratio
+
+
+def length_allowances(biases: Sequence[Bias], settings: MisjudgmentCheckSettings) -> dict[str, float | None]:
+    """`length_allowance` of each bias, by id."""
+    return {b.id: length_allowance(b, settings) for b in biases}
+
+
+def outside_length_allowance(original: str, rewrite: str, allowance: float | None, slack: int) -> bool:
+    """Whether `rewrite` has more than `allowance` times its original's whitespace tokens plus
+    `slack`, or fewer than the original's over `allowance` minus `slack` (None: no limit)."""
+    if allowance is None:
+        return False
+    before, after = count_tokens(original), count_tokens(rewrite)
+    return after > allowance * before + slack or after < before / allowance - slack
+
+
+def misjudgment_checked(
+    case: MisjudgedCase, checked: PerturbedPair | None, allowance: float | None, settings: MisjudgmentCheckSettings
+) -> MisjudgedCase:
+    """`case` with its answer check (`checked`: its rewrite after `check_answers`, or after
+    `extracted_update` / `model_checked` streamed; None: no checker, length only), its length
+    ratio and, when it does not count, why (`MisjudgedCase.excluded`): a changed answer or an
+    unusable check first, then a length beyond `allowance`."""
+    tokens = count_tokens(case.original_rejected)
+    update: dict[str, object] = {"length_ratio": count_tokens(case.perturbed_rejected) / tokens if tokens else None}
+    excluded: ExclusionReason | None = None
+    if checked is not None:
+        update.update(answer_check=checked.answer_check, original_check=checked.original_check, check_method=checked.check_method)
+        if checked.invalid_reason in ("answer_changed", "check_invalid"):
+            excluded = "answer_changed" if checked.invalid_reason == "answer_changed" else "check_invalid"
+    if excluded is None and outside_length_allowance(case.original_rejected, case.perturbed_rejected, allowance, settings.length_slack):
+        excluded = "length_changed"
+    update["excluded"] = excluded
+    return case.model_copy(update=update)

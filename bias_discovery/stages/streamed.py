@@ -27,20 +27,36 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..config import ExplainSettings, IdentifySettings, PerturbSettings
+from ..config import ExplainSettings, IdentifySettings, MisjudgmentCheckSettings, PerturbSettings
 from ..data.pairs import PreferencePair
-from ..judging import JudgeResult, JudgeSettings, Judgment, PairOutcome, build_tasks, calls_per_pair, judge_pair
+from ..judging import JudgeResult, Judgment, PairOutcome, build_tasks, calls_per_pair, judge_pair
 from ..library import Bias
 from ..llm.aio import frozen_heap
 from ..llm.base import Engine, ask, flush
 from ..llm.types import GenerationRequest, GenerationResponse
 from ..progress import ProgressCallback
+from ..settings.judge import JudgeSettings
 from .evaluate import misjudged_case
 from .explain import build_explain_request, explained_case
-from .identify import identify_attempt, identify_record, parse_identify_reply
+from .identify import (
+    confirm_request,
+    identify_attempt,
+    identify_record,
+    parse_identify_reply,
+    screened,
+    with_confirmation,
+)
 from .perturb import build_neutral_request, build_perturb_request, neutral_record, perturbed_record
 from .records import IdentifyRecord, MisjudgedCase, PerturbedPair
-from .rewrite_checks import check_calls, extracted_update, model_checked, original_check_request, rewrite_check_request
+from .rewrite_checks import (
+    check_calls,
+    extracted_update,
+    length_allowance,
+    misjudgment_checked,
+    model_checked,
+    original_check_request,
+    rewrite_check_request,
+)
 
 __all__ = [
     "FrontHalf",
@@ -59,8 +75,9 @@ _T = TypeVar("_T")
 Opener = Callable[[int], AbstractContextManager[ProgressCallback]]
 """Opens one step's progress (its bar, its events) given the step's total."""
 
-PERTURB, EVALUATE, EXPLAIN, IDENTIFY = "perturb", "evaluate", "deeper_explain", "identify"
-"""The stages of an iteration's front half (the staged loop's node names)."""
+PERTURB, EVALUATE, CHECK, EXPLAIN, IDENTIFY = "perturb", "evaluate", "check", "deeper_explain", "identify"
+"""The stages of an iteration's front half (the staged loop's node names; `check`, the
+misjudgment check, is a step of the staged evaluate node)."""
 
 
 def run(main: Coroutine[Any, Any, _T]) -> _T:
@@ -220,12 +237,16 @@ async def _gather_all(flows: Sequence[Awaitable[Any]], askers: Sequence[_Asker])
 @dataclass(frozen=True)
 class FrontHalfEngines:
     """The engine of each stage (the teacher perturbs and identifies, the target judges and
-    explains), each booking its calls to its stage."""
+    explains, the checker checks the misjudged pairs' answers), each booking its calls to its
+    stage."""
 
     perturb: Engine
     evaluate: Engine
     explain: Engine
     identify: Engine
+    check: Engine | None = None
+    """None: no answer check of the misjudged pairs (their length is still checked when
+    `misjudgment_check.enabled`)."""
 
 
 @dataclass
@@ -236,7 +257,9 @@ class FrontHalf:
     perturbed: list[PerturbedPair]
     result: JudgeResult
     cases: list[MisjudgedCase]
+    """Every misjudged pair, with its misjudgment check (the excluded ones too)."""
     explained: list[MisjudgedCase]
+    """The cases that count (not excluded), after DeeperExplain."""
     identified: list[IdentifyRecord]
 
 
@@ -250,12 +273,16 @@ def stream_front_half(
     identify: IdentifySettings,
     seed: int,
     steps: Mapping[str, Opener],
+    check: MisjudgmentCheckSettings | None = None,
 ) -> FrontHalf:
-    """Perturb every (pair, bias) item, judge each valid rewrite, explain (when
-    `explain.enabled`) and identify each misjudged one, item by item (module docstring).
-    `steps`: the progress of each stage (`PERTURB`, `EVALUATE`, `EXPLAIN`, `IDENTIFY`)."""
-    order = [PERTURB, EVALUATE, *([EXPLAIN] if explain.enabled else []), IDENTIFY]
-    return run(_front_half(engines, items, _FrontSettings(perturb, judge, explain, identify, seed), [(s, steps[s]) for s in order]))
+    """Perturb every (pair, bias) item, judge each valid rewrite, check each misjudged one
+    (`check.enabled`: `evaluate.check_misjudged`'s check), explain (when `explain.enabled`) and
+    identify each that counts, item by item (module docstring). `steps`: the progress of each
+    stage (`PERTURB`, `EVALUATE`, `CHECK`, `EXPLAIN`, `IDENTIFY`)."""
+    check = check or MisjudgmentCheckSettings(enabled=False)
+    order = [PERTURB, EVALUATE, *([CHECK] if check.enabled else []), *([EXPLAIN] if explain.enabled else []), IDENTIFY]
+    settings = _FrontSettings(perturb, judge, explain, identify, seed, check)
+    return run(_front_half(engines, items, settings, [(s, steps[s]) for s in order]))
 
 
 @dataclass(frozen=True)
@@ -265,15 +292,14 @@ class _FrontSettings:
     explain: ExplainSettings
     identify: IdentifySettings
     seed: int
+    check: MisjudgmentCheckSettings
 
 
 async def _front_half(
     engines: FrontHalfEngines, items: Sequence[tuple[PreferencePair, Bias]], settings: _FrontSettings,
     steps: Sequence[tuple[str, Opener]],
 ) -> FrontHalf:
-    perturb, judge, explain, identify, seed = (
-        settings.perturb, settings.judge, settings.explain, settings.identify, settings.seed
-    )
+    judge, explain, identify, seed, check = settings.judge, settings.explain, settings.identify, settings.seed, settings.check
     n = len(items)
     perturbed: list[PerturbedPair | None] = [None] * n
     judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * n
@@ -287,8 +313,11 @@ async def _front_half(
         def complete(step: str) -> None:
             if step == PERTURB:
                 chain.set_total(EVALUATE, sum(1 for p in perturbed if p is not None and p.valid) * calls_per_pair(judge))
-            elif step == EVALUATE:
-                k = sum(1 for c in cases if c is not None)
+            elif step == EVALUATE and check.enabled:
+                misjudged = [p for p, c in zip(perturbed, cases) if p is not None and c is not None]
+                chain.set_total(CHECK, check_calls(misjudged) if engines.check is not None else 0)
+            if step == (CHECK if check.enabled else EVALUATE):
+                k = sum(1 for c in cases if c is not None and c.excluded is None)
                 if explain.enabled:
                     chain.set_total(EXPLAIN, k)
                 chain.set_total(IDENTIFY, k)
@@ -297,18 +326,27 @@ async def _front_half(
         passes = _Passes(n, [name for name, _ in steps], complete)
         rewrite = _Asker(engines.perturb, chain, PERTURB)
         judging = _Asker(engines.evaluate, chain, EVALUATE)
+        checking = _Asker(engines.check, chain, CHECK) if engines.check is not None and check.enabled else None
         explaining = _Asker(engines.explain, chain, EXPLAIN)
         identifying = _Asker(engines.identify, chain, IDENTIFY)
 
         async def flow(i: int) -> None:
             pair, bias = items[i]
-            record = perturbed[i] = perturbed_record(pair, bias, await rewrite(build_perturb_request(pair, bias, perturb, seed)))
+            rewritten = await rewrite(build_perturb_request(pair, bias, settings.perturb, seed))
+            record = perturbed[i] = perturbed_record(pair, bias, rewritten)
             passes.through(PERTURB)
             case = None
             if record.valid:
                 judgments, outcome = judged[i] = await _judged(judging, record.to_pair(), judge, seed)
                 case = cases[i] = misjudged_case(record, judgments, outcome)
             passes.through(EVALUATE)
+            if check.enabled:
+                if case is not None:
+                    answer = await _answer_checked(checking, record, seed) if checking is not None else None
+                    case = cases[i] = misjudgment_checked(case, answer, length_allowance(bias, check), check)
+                passes.through(CHECK)
+            if case is not None and case.excluded is not None:
+                case = None  # recorded with its reason; neither explained nor identified
             if case is not None and explain.enabled:
                 case = explained[i] = explained_case(case, await explaining(build_explain_request(case, judge, explain, seed=seed)))
             elif case is not None:
@@ -319,7 +357,8 @@ async def _front_half(
                 identified[i] = await _identified(identifying, case, identify, seed)
             passes.through(IDENTIFY)
 
-        await _gather_all([flow(i) for i in range(n)], [rewrite, judging, explaining, identifying])
+        askers = [a for a in (rewrite, judging, checking, explaining, identifying) if a is not None]
+        await _gather_all([flow(i) for i in range(n)], askers)
 
     kept = [entry for entry in judged if entry is not None]
     return FrontHalf(
@@ -333,7 +372,8 @@ async def _front_half(
 
 async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySettings, seed: int) -> IdentifyRecord:
     """One case identified: its attempts in turn until a usable reply (the first counted, as
-    the staged progress counts the first round)."""
+    the staged progress counts the first round), then screened for junk (`identify.screened`,
+    with the teacher's confirmation where needed, uncounted as the staged batch's)."""
     reply, raw, attempts = None, "", 0
     for round_ in range(settings.retries + 1):
         response = await asker(identify_attempt(case, settings, seed, round_), counted=round_ == 0)
@@ -342,7 +382,11 @@ async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySett
         reply = parse_identify_reply(response)
         if reply is not None:
             break
-    return identify_record(case, reply, attempts, raw)
+    record, needed = screened(identify_record(case, reply, attempts, raw), case)
+    if needed:
+        request = confirm_request(case, record.name or "", record.definition or "", seed)
+        record = with_confirmation(record, await asker(request, counted=False))
+    return record
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,6 +471,19 @@ async def _judge_all(
     return JudgeResult(judgments=[j for js, _ in kept for j in js], outcomes=[o for _, o in kept])
 
 
+async def _answer_checked(checking: _Asker, record: PerturbedPair, seed: int) -> PerturbedPair:
+    """One rewrite's answer check, as `check_answers` makes it in a batch: read mechanically
+    where it can be, else the checker's two questions (the control about the pair's original,
+    asked once per pair, as a batch asks it)."""
+    mechanical = extracted_update(record)
+    if mechanical is not None:
+        return mechanical
+    original, reply = await asyncio.gather(
+        checking(original_check_request(record, seed), once=True), checking(rewrite_check_request(record, seed))
+    )
+    return model_checked(record, reply, original)
+
+
 @dataclass(frozen=True)
 class _Models:
     teacher: Engine
@@ -462,17 +519,6 @@ async def _rewrites(
     checking = _Asker(models.checker, chain, check) if models.checker is not None and check is not None else None
     judging = _Asker(models.target, chain, judge_step)
 
-    async def checked(record: PerturbedPair) -> PerturbedPair:
-        assert checking is not None
-        mechanical = extracted_update(record)
-        if mechanical is not None:
-            return mechanical
-        # the control question about the pair's original, once per pair (as a batch asks it)
-        original, reply = await asyncio.gather(
-            checking(original_check_request(record, seed), once=True), checking(rewrite_check_request(record, seed))
-        )
-        return model_checked(record, reply, original)
-
     async def flow(i: int) -> None:
         pair, bias = items[i]
         if bias is None:
@@ -483,7 +529,8 @@ async def _rewrites(
         passes.through(rewrite)
         if check is not None:
             if record.valid:
-                record = records[i] = await checked(record)
+                assert checking is not None
+                record = records[i] = await _answer_checked(checking, record, seed)
             passes.through(check)
         if record.valid:
             judged[i] = await _judged(judging, record.to_pair(), judge, seed)

@@ -43,7 +43,6 @@ from ..config import PerturbSettings, Pipeline, ValidateSettings
 from ..data.pairs import PreferencePair
 from ..judging import (
     JudgeResult,
-    JudgeSettings,
     Judgment,
     PairOutcome,
     calls_per_pair,
@@ -54,6 +53,7 @@ from ..judging import (
 from ..library import Bias, BiasValidation, RewriteEffect, ScoreShift
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
+from ..settings.judge import JudgeSettings
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     Effect,

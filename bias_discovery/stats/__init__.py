@@ -34,17 +34,25 @@ Also here: Cohen's kappa, for the annotation of exported benchmarks.
 Modules: `intervals` (Wilson, Student-t, the paired bootstrap), `tests` (McNemar, Tango, the
 paired t and sign-flip tests), `multiplicity` (Holm, BH), `comparison` (`PairedComparison`, the
 acceptance decision, the error statement, two judges' Δ compared), `sequential` (plans, looks,
-alpha spending), `effect` (the effect after a stop), `power`, `agreement` (Cohen's kappa).
+alpha spending), `effect` (the effect after a stop), `power`, `agreement` (Cohen's kappa),
+`calibration` (ECE, Brier and the reliability bins of verdict probabilities).
 Every public name is re-exported here: ``from bias_discovery.stats import X`` works for all.
 """
 
 from __future__ import annotations
 
+from ..formatting import MEASURE_LABELS
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 from .agreement import (
     cohens_kappa,
 )
+from .calibration import (
+    Calibration,
+    ReliabilityBin,
+    calibration,
+    expected_calibration_error,
+)
 from .comparison import (
-    MEASURE_LABELS,
     AcceptanceRule,
     EffectDifference,
     ErrorControl,
@@ -79,7 +87,6 @@ from .effect import (
     stopping_design,
 )
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     mean_and_sd,
     mean_t_interval,
@@ -107,7 +114,6 @@ from .sequential import (
     SequentialPlan,
     SpendingFunction,
     alpha_spent,
-    check_look_fractions,
     conditional_power,
     expected_final_n,
     look_outcome,
@@ -120,6 +126,7 @@ from .sequential import (
 from .tests import (
     mcnemar_exact_one_sided,
     paired_p_value,
+    paired_score_interval,
     paired_t_one_sided,
     sign_flip_p_value,
     tango_restricted_helped_rate,
@@ -190,10 +197,15 @@ __all__ = [
     "mean_t_interval",
     "paired_bootstrap_delta_ci",
     "per_domain_breakdown",
+    "paired_score_interval",
     "tango_restricted_helped_rate",
     "tango_z",
     "wilson_interval",
     "cohens_kappa",
+    "Calibration",
+    "ReliabilityBin",
+    "calibration",
+    "expected_calibration_error",
     "LookOutcome",
     "RECORDED_AT_STOP",
 ]

@@ -9,8 +9,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..formatting import MEASURE_LABELS
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
 from .intervals import (
-    DEFAULT_BOOTSTRAP_RESAMPLES,
     DOMAIN_BOOTSTRAP_RESAMPLES,
     _bootstrap_mean_ci,
     _check_confidence,
@@ -26,14 +27,13 @@ Measure = Literal["error", "p_rejected", "score"]
 False right), its probability of preferring the rejected response (score verdicts), or a
 pointwise judge's score of the rejected response as a share of its scale (0 the lowest label,
 1 the highest; a shift of 1 / span is one point of the scale)."""
-MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)", "score": "Δscore(rejected)"}
-"""How a difference of each measure is named wherever it is printed."""
 
 
 def is_shift(measure: str) -> bool:
     """Whether a measure's per-item values are numbers whose mean shift is tested (paired
     t-test: `p_rejected`, `score`) rather than errors counted (McNemar: `error`)."""
     return measure in ("p_rejected", "score")
+
 
 AcceptanceRule = Literal["paired", "paper"]
 """`paired`: the adjusted p-value of H0: Delta <= min_delta is <= alpha (default; exact one-sided

@@ -9,12 +9,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
+
 # Bound on the number of bootstrap indices drawn at once (int64: 2**21 * 8 B = 16 MiB).
 _MAX_DRAWS_PER_CHUNK = 2**21
 
-DEFAULT_BOOTSTRAP_RESAMPLES = 2000
-"""Resamples of a paired bootstrap CI of Δerror (`validate.n_boot`, `audit --n-boot`): on 300
-items the Monte Carlo error of each CI end is about 0.2 percentage points."""
 DOMAIN_BOOTSTRAP_RESAMPLES = 200
 """Resamples of the descriptive per-domain CIs (drawn for every candidate and domain)."""
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..settings.validate import check_look_fractions
 from .intervals import mean_and_sd
 from .multiplicity import _check_pvalues
 from .tests import _check_margin, paired_p_value, paired_t_one_sided
@@ -64,15 +65,6 @@ class SequentialPlan(BaseModel):
     spending: str = "none"
     futility: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Stop a candidate when its conditional power under the current trend is below this."""
-
-
-def check_look_fractions(fractions: Sequence[float]) -> list[float]:
-    """The cumulative shares of the test set a validation looks at, checked: increasing within
-    (0, 1] and ending at 1.0 (the config's `validate.sequential.looks` and `plan_sequential`)."""
-    fs = [float(f) for f in fractions]
-    if not fs or fs[-1] != 1.0 or any(not (0.0 < f <= 1.0) for f in fs) or any(a >= b for a, b in zip(fs, fs[1:])):
-        raise ValueError(f"look fractions must increase within (0, 1] and end at 1.0, e.g. [0.25, 0.5, 1.0]; got {fs}")
-    return fs
 
 
 def plan_sequential(

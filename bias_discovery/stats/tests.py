@@ -61,30 +61,61 @@ def _check_margin(margin: float) -> None:
 
 
 def tango_restricted_helped_rate(b: float, c: float, n: float, margin: float) -> float:
-    """The maximum-likelihood p01 (wrong -> right rate) under H0's boundary p10 - p01 = margin.
+    """The maximum-likelihood p01 (wrong -> right rate) under H0's boundary p10 - p01 = margin
+    (any margin in (-1, 1): the interval `paired_score_interval` needs negative ones too).
 
     With r = n - b - c concordant items the constrained log-likelihood is
     ``b log(p + m) + c log p + r log(1 - 2p - m)``; setting its derivative to zero gives
     ``2n p^2 - B p - c m (1 - m) = 0`` with ``B = b (1 - m) + c (1 - 3m) - 2 m r``, whose
-    positive root is returned (Tango 1998, Statistics in Medicine 17: 891-908).
+    larger root is returned (Tango 1998, Statistics in Medicine 17: 891-908).
     """
     if n <= 0:
         raise ValueError(f"need n > 0; got {n}")
     m = margin
     r = n - b - c
     big_b = b * (1.0 - m) + c * (1.0 - 3.0 * m) - 2.0 * m * r
-    return (big_b + math.sqrt(big_b * big_b + 8.0 * n * c * m * (1.0 - m))) / (4.0 * n)
+    return (big_b + math.sqrt(max(0.0, big_b * big_b + 8.0 * n * c * m * (1.0 - m)))) / (4.0 * n)
 
 
 def tango_z(b: float, c: float, n: float, margin: float) -> float:
     """Tango's score statistic for H0: Δ = p10 - p01 <= margin on n paired items:
     ``(b - c - n m) / sqrt(n (2 p01~ + m (1 - m)))`` with p01~ the restricted MLE (at margin 0
     it is McNemar's ``(b - c) / sqrt(b + c)``). 0.0 when the variance is 0 (no information)."""
-    p01 = tango_restricted_helped_rate(b, c, n, margin) if margin > 0.0 else (b + c) / (2.0 * n)
+    p01 = tango_restricted_helped_rate(b, c, n, margin) if margin != 0.0 else (b + c) / (2.0 * n)
     variance = n * (2.0 * p01 + margin * (1.0 - margin))
     if variance <= 0.0:
         return 0.0
     return (b - c - n * margin) / math.sqrt(variance)
+
+
+def paired_score_interval(b: int, c: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Tango's score interval for Δ = p10 - p01 on n paired items (b hurt, c helped): the Δ
+    that the two-sided score test at 1 - `confidence` does not reject (`tango_z` inverted with
+    scipy's brentq; it decreases in Δ). Why not the percentile bootstrap: on a few dozen items the
+    bootstrap's interval is too narrow (coverage 0.92 at 60 items in the accepted-only cells of
+    benchmarks/validation_sim.py); this one keeps its level there (exact coverage 0.946-0.953
+    at 60 to 240 items, tests/stats). n == 0: the uninformative (-1.0, 1.0)."""
+    if not (0.0 < confidence < 1.0):
+        raise ValueError(f"confidence must be in (0, 1); got {confidence!r}")
+    if b < 0 or c < 0 or b + c > n:
+        raise ValueError(f"need 0 <= b, c and b + c <= n; got b={b}, c={c}, n={n}")
+    if n == 0:
+        return (-1.0, 1.0)
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    q = float(norm.ppf(1.0 - (1.0 - confidence) / 2.0))
+    edge = 1.0 - 1e-12
+
+    def solve(target: float) -> float:
+        """The Δ where tango_z falls to `target` (an end of [-1, 1] when it never does)."""
+        if tango_z(b, c, n, -edge) <= target:
+            return -1.0
+        if tango_z(b, c, n, edge) >= target:
+            return 1.0
+        return float(brentq(lambda m: tango_z(b, c, n, m) - target, -edge, edge, xtol=1e-13))
+
+    return solve(q), solve(-q)
 
 
 def paired_p_value(b: int, c: int, n: int, margin: float = 0.0) -> float:

@@ -9,6 +9,8 @@
   the columns of each result's table from its row model.
 - reference/run-directory.md: every file of a run directory with its schema, from
   `bias_discovery.run.layout`, which walks the run record's own artifacts.
+- reference/exit-codes.md: every exit code of the command line, from
+  `bias_discovery.cli.exit_codes.EXIT_CODES`.
 
 The pages exist only in the build (`File.generated`): nothing generated is committed. The
 package is imported from this checkout (the directory of mkdocs.yml), not from wherever it is
@@ -58,7 +60,8 @@ def on_config(config: Any) -> Any:
 def on_files(files: Files, config: Any) -> Files:
     """Add the generated reference pages to the site."""
     for uri, make in (("reference/config.md", config_page), ("reference/cli.md", cli_page),
-                      ("reference/api.md", api_page), ("reference/run-directory.md", run_directory_page)):
+                      ("reference/api.md", api_page), ("reference/run-directory.md", run_directory_page),
+                      ("reference/exit-codes.md", exit_codes_page)):
         existing = files.get_file_from_path(uri)
         if existing is not None:
             files.remove(existing)
@@ -173,7 +176,7 @@ def default_text(info: FieldInfo) -> str:
 
 
 def group_default_text(value: BaseModel) -> list[str]:
-    """A group's default where it is not its model's own: a model spec (`llamacpp/smollm2`), or
+    """A group's default where it is not its model's own: a model spec (`hf/smollm2`), or
     the settings that differ (`positions: swap`); nothing when it is the model's defaults."""
     if hasattr(value, "spec"):
         return [f"default `{value.spec}`"]
@@ -433,6 +436,20 @@ def api_page() -> str:
 
 
 # --- reference/run-directory.md -----------------------------------------------------------------
+
+
+def exit_codes_page() -> str:
+    """Every exit code with the commands that use it and what it means (`cli.exit_codes`)."""
+    from bias_discovery.cli.exit_codes import exit_codes_markdown
+    from bias_discovery.cli.findings import __doc__ as fail_on_doc
+
+    conditions = inspect.cleandoc(fail_on_doc or "").split("\n\n", 1)[-1]
+    return "\n".join([
+        "# Exit codes", "", GENERATED_NOTE.format(source=" from `bias_discovery/cli/exit_codes.py`"), "",
+        "A command exits with one of these codes and no other; a CI job can tell a finding from an error "
+        "and from a run stopped at its budget.", "", exit_codes_markdown(), "## `--fail-on` conditions", "",
+        conditions, "",
+    ])
 
 
 def run_directory_page() -> str:

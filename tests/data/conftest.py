@@ -8,7 +8,7 @@ import pytest
 
 from bias_discovery.data.loaders import DATA_DIR_ENV
 
-from helpers import SHARED_DATA
+from helpers import shared_data as find_shared_data
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,5 @@ def _no_data_dir_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def shared_data() -> Path:
-    """The project's read-only copy of JudgeBench and RewardBench; skip where absent."""
-    if not (SHARED_DATA / "judgebench").is_dir() or not (SHARED_DATA / "rewardbench").is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
+    """The project's read-only copy of JudgeBench and RewardBench (`helpers.shared_data`)."""
+    return find_shared_data()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.data import DATA_DIR_ENV, describe_source, load_pairs
-from bias_discovery.data.loaders import JUDGEBENCH_FILES, REWARDBENCH_FILE
+from bias_discovery.data.loaders import JUDGEBENCH_FILES, REWARDBENCH_FILE, bad_rows_for, skipped_rows_message
 from bias_discovery.errors import DataError
 
 IDENTICAL_CLAUDE_LINE = 265
@@ -97,7 +97,9 @@ def test_judgebench_domains(shared_data: Path) -> None:
 
 def test_judgebench_identical_responses_are_refused_or_skipped_and_counted(shared_data: Path) -> None:
     """A pair whose responses are the same text has no right answer: scoring it would count a
-    judge error whatever the judge says. It is refused, naming the line, unless skipped."""
+    judge error whatever the judge says. `load_pairs` refuses it, naming the line, unless given
+    `bad_rows`; its callers give them for a published set (`bad_rows_for`), so JudgeBench loads
+    as published with the row skipped and counted."""
     path = shared_data / JUDGEBENCH_FILES["claude"]
     with pytest.raises(DataError) as info:
         load_pairs("judgebench:claude", data_dir=shared_data)
@@ -111,6 +113,15 @@ def test_judgebench_identical_responses_are_refused_or_skipped_and_counted(share
     ]
     assert "a28a8dae-78a7-51a7-a46f-84a6e502068d" not in {p.id for p in claude}
     assert not any(p.chosen.strip() == p.rejected.strip() for p in claude)
+    # a published set skips without being asked; the same rows in a user's own file stop
+    assert bad_rows_for("judgebench:claude", False) == [] and bad_rows_for("JudgeBench", False) == []
+    assert bad_rows_for("rewardbench:chat", False) == [] and bad_rows_for(str(path), False) is None
+    assert bad_rows_for(str(path), True) == [] and bad_rows_for("demo", False) is None
+    message = skipped_rows_message(bad_rows, "judgebench:claude")
+    assert message.startswith("skipped 1 row of judgebench:claude (the rows of a published benchmark")
+    assert "\n" not in message and f":{IDENTICAL_CLAUDE_LINE}: fields" in message
+    with pytest.raises(DataError, match=f":{IDENTICAL_CLAUDE_LINE}: fields 'response_A'"):
+        load_pairs(path, bad_rows=bad_rows_for(path, False))
 
 
 def test_rewardbench_mapping(shared_data: Path) -> None:

@@ -22,15 +22,19 @@ from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 from stub_openai import launch, stats
 
 IN_FLIGHT = 2048
-LATENCY_S = 5.0  # longer than it takes to hand 2048 requests to the server on a busy machine
 
 
 def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
+    """The stub answers nothing until 2048 requests are in flight at once (`--hold-until`): the
+    client either holds them all at once or never finishes (it fails at its deadline), however
+    long handing them over takes on a loaded machine."""
     verdict = verdict_constraint(JudgeSettings())  # the judge's regex: every reply is checked against it
     requests = [GenerationRequest.chat(f"question {i}", max_tokens=64, constraint=verdict) for i in range(IN_FLIGHT)]
     threads: list[int] = []
-    with launch(LATENCY_S) as (url, _):
-        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=IN_FLIGHT, max_retries=0)
+    with launch(0.0, "--hold-until", str(IN_FLIGHT)) as (url, _):
+        # no constraint probe: a probe alone in flight would be held too
+        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=IN_FLIGHT, max_retries=0,
+                                       constraint_probe=False, timeout_s=120)
         engine = make_engine(config, cache_path=tmp_path / "calls.sqlite")
         threads_before = threading.active_count()
         out = engine.generate(requests, progress=lambda n: threads.append(threading.active_count()))
@@ -39,9 +43,9 @@ def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
     assert len(out) == IN_FLIGHT
     assert [r.finish_reason for r in out] == ["stop"] * IN_FLIGHT  # no error, every reply passed its check
     assert all(r.text.startswith("Reasoning: ") for r in out)
-    # one probe of the regex kind, then each request once: nothing was retried (max_retries=0)
-    assert served["requests"] == IN_FLIGHT + 1
-    assert served["peak_in_flight"] >= 0.95 * IN_FLIGHT, served
+    # each request once: nothing was retried (max_retries=0); all of them in flight at once
+    assert served["requests"] == IN_FLIGHT
+    assert served["peak_in_flight"] == IN_FLIGHT, served
     # no thread per request: the event loop's thread and the cache's flush timer at most
     assert max(threads) <= threads_before + 3, (threads_before, max(threads))
     with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
@@ -103,23 +107,49 @@ class _Trickle(SequentialEngine):
         return GenerationResponse(text="ok " + request.messages[-1].content, finish_reason="stop")
 
 
-def test_cache_writes_are_grouped_and_committed_within_the_window(tmp_path: Path) -> None:
+class _ManualTimer:
+    """`threading.Timer` that fires only when the test says so (no time passes in the test)."""
+
+    made: list[_ManualTimer] = []
+
+    def __init__(self, interval: float, function) -> None:  # type: ignore[no-untyped-def]
+        self.interval, self.function = interval, function
+        self.started = self.cancelled = False
+        self.daemon = False
+        _ManualTimer.made.append(self)
+
+    def start(self) -> None:
+        self.started = True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_cache_writes_are_grouped_and_committed_within_the_window(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each fresh response starts the group's FLUSH_SECONDS timer, and the timer's firing (not
+    the batch's end) commits it: on a timer the test fires by hand, between responses."""
+    monkeypatch.setattr(cache_module.threading, "Timer", _ManualTimer)
+    _ManualTimer.made.clear()
     path = tmp_path / "calls.sqlite"
-    engine = CachedEngine(_Trickle(gap=0.6), path)
-    seen_while_running: list[int] = []
+    engine = CachedEngine(_Trickle(gap=0.0), path)
+    seen: list[tuple[int, int]] = []
 
     def rows() -> int:
         with sqlite3.connect(path) as conn:
             return int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
-    def on_progress(n: int) -> None:  # right after each response: stored within FLUSH_SECONDS?
-        time.sleep(cache_module.FLUSH_SECONDS + 0.3)
-        seen_while_running.append(rows())
+    def on_progress(n: int) -> None:  # right after each response: waiting for its timer
+        before = rows()
+        pending = [t for t in _ManualTimer.made if t.started and not t.cancelled]
+        assert len(pending) == 1 and pending[0].interval == cache_module.FLUSH_SECONDS
+        pending[0].function()  # the timer fires
+        seen.append((before, rows()))
 
     out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(3)], progress=on_progress)
+    engine.close()
     assert [r.text for r in out] == ["ok q0", "ok q1", "ok q2"]
-    # each response was committed by the timer while the batch was still running
-    assert seen_while_running == [1, 2, 3]
+    # each response waited for its timer, and was committed by it while the batch still ran
+    assert seen == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_a_full_group_is_one_transaction(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

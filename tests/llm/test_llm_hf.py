@@ -81,6 +81,37 @@ def test_oversize_prompt_is_an_error_response(engine) -> None:  # type: ignore[n
     assert out[0].finish_reason == "error" and "context window" in out[0].text
 
 
-def test_constraints_are_refused(engine) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(EngineError, match="constraints are not supported by the hf provider"):
-        engine.generate([GenerationRequest.chat("x", constraint=Constraint(choices=("a",)))])
+def test_a_choices_constraint_holds_on_any_tokenizer(engine) -> None:  # type: ignore[no-untyped-def]
+    """xgrammar reads the word-level tokenizer's vocabulary as it reads a BPE one's."""
+    out = engine.generate([
+        GenerationRequest.chat("is the answer better", max_tokens=4, constraint=Constraint(choices=("yes", "no"))),
+        GenerationRequest.chat("one two", max_tokens=4, temperature=1.0, seed=5, constraint=Constraint(choices=("one", "two"))),
+    ])
+    assert out[0].text in ("yes", "no") and out[0].finish_reason == "stop"
+    assert out[1].text in ("one", "two") and out[1].finish_reason == "stop"
+
+
+def test_a_failed_forward_pass_names_the_engine(engine, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(engine, "model", broken)
+    with pytest.raises(EngineError, match=r"transformers engine \(hf/.*\) failed in a forward pass: out of memory"):
+        engine.generate([GenerationRequest.chat("one", max_tokens=2)])
+
+
+def test_submitted_requests_are_gathered_into_one_batch(engine, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A streamed stage submits one request at a time; the engine runs what arrives together
+    as one batch (as vLLM's scheduler admits what waits), not one by one."""
+    sizes: list[int] = []
+    real = engine._generate_batch
+
+    def counting(requests, report):  # type: ignore[no-untyped-def]
+        sizes.append(len(requests))
+        return real(requests, report)
+
+    monkeypatch.setattr(engine, "_generate_batch", counting)
+    futures = [engine.submit(GenerationRequest.chat(f"one {word}", max_tokens=2)) for word in WORDS[:6]]
+    answers = [f.result(timeout=120) for f in futures]
+    assert len(answers) == 6 and all(a.finish_reason in ("stop", "length") for a in answers)
+    assert sum(sizes) == 6 and len(sizes) < 6

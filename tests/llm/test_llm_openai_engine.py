@@ -3,6 +3,7 @@ constraints checked, against a scripted in-process HTTP server; plus a server th
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -240,20 +241,24 @@ def test_vllm_context_refusal_costs_that_request_only(scripted) -> None:  # type
     assert not openai_wire.is_context_error(400, "Grammar error: unclosed group", "", "")
 
 
-def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(openai_engine, "BACKOFF_BASE_S", 0.5)  # the real default
     port = free_port()  # nothing listens there
     base_url = f"http://127.0.0.1:{port}/v1"
     engine = OpenAIServerEngine(
         ModelConfig(provider="openai", model="m", base_url=base_url, max_retries=2)
     )
-    started = time.monotonic()
-    with pytest.raises(EngineError) as info:
+    with caplog.at_level(logging.INFO, logger="bias_discovery.llm"), pytest.raises(EngineError) as info:
         engine.generate([GenerationRequest.chat("x"), GenerationRequest.chat("y")])
     message = str(info.value)
     assert base_url in message
     assert "after 3 attempts" in message
-    assert time.monotonic() - started < 30  # bounded: backoff is short and capped
+    # bounded: one backoff before each retry, each short and capped (the log's own numbers:
+    # how long it all took on this machine is the benchmarks' business, not a test's)
+    backoffs = [r.args for r in caplog.records if r.getMessage().startswith("no replica of")]
+    assert [(attempt, of) for _, _, attempt, of in backoffs] == [(2, 3), (3, 3)]  # type: ignore[misc]
+    for _, delay, attempt, _ in backoffs:  # type: ignore[misc]
+        assert 0 < delay <= min(openai_engine.BACKOFF_CAP_S, 0.5 * 2 ** (attempt - 2) * 1.5)
 
 
 def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  # type: ignore[no-untyped-def]
@@ -263,13 +268,13 @@ def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  
 
     server = scripted(slow_failure)
     engine = engine_for(server, max_retries=10, timeout_s=2.0, structured_outputs="vllm")
-    started = time.monotonic()
-    with pytest.raises(EngineError, match=r"within the 2 s deadline .*of 11 attempts\): (HTTP 503: overloaded|timed out)"):
+    with pytest.raises(EngineError, match=r"within the 2 s deadline .*; \d+ of 11 attempts\): (HTTP 503: overloaded|timed out)") as info:
         engine.generate([GenerationRequest.chat("x")])
-    took = time.monotonic() - started
-    # 11 attempts of 0.8 s would take ~9 s; the deadline cuts them at 2 s
-    assert took < 2.0 + 1.0, took
-    assert 2 <= len(server.posts()) <= 3
+    # 11 attempts of at least 0.8 s each would need 8.8 s: the one 2 s deadline left room for 3
+    # at most, however slow the machine; the error counts the attempts started, the server saw
+    # each one that reached it
+    tried = int(str(info.value).split(" of 11 attempts")[0].rsplit(" ", 1)[1])
+    assert 1 <= len(server.posts()) <= tried <= 3, (tried, len(server.posts()))
     engine.close()
 
 
@@ -284,10 +289,11 @@ def test_a_failed_batch_drops_its_other_requests_and_frees_their_slots(scripted)
     server = scripted(handler)
     engine = engine_for(server, structured_outputs="vllm", max_concurrency=3)
     requests = [GenerationRequest.chat("refused")] + [GenerationRequest.chat(f"q{i}") for i in range(20)]
-    started = time.monotonic()
     with pytest.raises(EngineError, match="401.*invalid api key"):
         engine.generate(requests)
-    assert time.monotonic() - started < 2.0  # failed at once, not after the queued requests
+    # failed at once, not after the queued requests: when the error came, at most the first
+    # slots' requests had been sent (each takes 0.5 s to answer, the refusal none)
+    assert len(server.posts()) <= 3
     # the requests still queued were never sent, and every slot came back
     time.sleep(0.7)
     assert len(server.posts()) <= 3

@@ -95,7 +95,8 @@ def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
         while not _paid(cache):  # the first response is in the cache
             if process.poll() is not None:
                 pytest.fail(f"the worker ended first:\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
-            assert time.monotonic() < deadline, "no response was cached within 420 s"
+            if time.monotonic() >= deadline:  # a hang guard, not a claim about speed
+                pytest.fail("no response was cached within 420 s")
             time.sleep(0.05)
         _kill_group(process)
     finally:

@@ -21,7 +21,12 @@ exponential backoff and jitter within that deadline; after `max_retries` retries
 the deadline passes, the batch fails with an EngineError naming the URL, so a server that is
 down, or accepts connections and never answers, fails clearly within `timeout_s`. While no
 answer has come for `WAIT_NOTE_AFTER_S`, the progress line says what the oldest request is
-waiting on ("waiting on http://...: 45 s, attempt 2/5"). A request the server refuses because
+waiting on ("waiting on http://...: 45 s, attempt 2/5"). A progress line is not seen in a log
+file, nor in a quiet run: once a request has waited `WAIT_LOG_EVERY_S` (30 s), the log says
+so, and again every 30 s while one waits, one WARNING line per server naming the server, the
+stage (`progress.current_stage`), the path, how long, the attempt and the deadline ("still
+waiting on http://... (stage: iter 1 evaluate (baseline), /chat/completions): 60 s, attempt
+1/5, deadline 300 s"); the CLI prints WARNING lines on stderr, TTY or not. A request the server refuses because
 it does not fit the context window (vLLM: HTTP 400 with `param: "input_tokens"`; llama.cpp:
 "exceed context window") gets a `finish_reason="error"` response, and the rest of the batch
 survives; any other 4xx fails the batch with the server's message.

@@ -21,7 +21,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, TypeVar
 
 from ...errors import ConfigError, EngineError
-from ...progress import show_wait
+from ...progress import current_stage, show_wait
 from .. import aio
 from ..base import BaseEngine, BatchReport, finish_reason
 from ..config import ModelConfig
@@ -57,6 +57,9 @@ REPLIES_PER_TURN = 32
 """Replies handled per turn of the event loop, at most (`TurnPacer`)."""
 WAIT_NOTE_AFTER_S = 5.0
 """With no answer for this long, the progress line says what the oldest request waits on."""
+WAIT_LOG_EVERY_S = 30.0
+"""A request in flight this long is named in the log, and again every as long, one line per
+server (`_log_waits`): a progress line is not seen in a log file, nor when it is quiet."""
 SYSTEMATIC_VIOLATIONS = 8
 """This many constrained replies in a row that break their constraint fail the batch."""
 
@@ -81,14 +84,22 @@ class _Reply:
         return json.loads(self.content)
 
 
+def _now() -> float:
+    """The clock of the wait note and the wait log (a test replaces it; deadlines keep theirs)."""
+    return time.monotonic()
+
+
 @dataclass
 class _Waiting:
-    """A request in flight, for the wait note ("waiting on URL: 45 s, attempt 2/5")."""
+    """A request in flight, for the wait note ("waiting on URL: 45 s, attempt 2/5") and the
+    wait log (which also names its stage, `progress.current_stage`, and path)."""
 
     url: str
     started: float
     attempt: int
     attempts: int
+    stage: str | None = None
+    path: str = ""
 
 
 # --------------------------------------------------------------------------------------
@@ -135,7 +146,9 @@ class OpenAIServerEngine(BaseEngine):
         self._violations_in_a_row = 0
         self._waiting: dict[int, _Waiting] = {}
         self._tokens = itertools.count()
-        self._last_answer = time.monotonic()
+        self._last_answer = _now()
+        self._wait_logged: dict[str, float] = {}
+        """Server -> when its last wait line was logged (`_now`)."""
         self._submit_watch: asyncio.Future[None] | None = None
         self._pacer = TurnPacer(REPLIES_PER_TURN)
 
@@ -299,14 +312,35 @@ class OpenAIServerEngine(BaseEngine):
         request in flight is waiting on."""
         while True:
             await asyncio.sleep(1.0)
+            self._log_waits(_now())
             note = self._wait_note()
             if note is not None:
                 deliver((_NOTE, -1, note))
 
+    def _log_waits(self, now: float) -> None:
+        """One WARNING line per server whose oldest request in flight has waited
+        WAIT_LOG_EVERY_S, and again every WAIT_LOG_EVERY_S while one still waits: which server,
+        which stage and path, how long, the attempt and the deadline. (Both watchers call it
+        on the loop's thread; the per-server time keeps a server to one line per period.)"""
+        oldest: dict[str, _Waiting] = {}
+        for waiting in self._waiting.values():
+            if waiting.url not in oldest or waiting.started < oldest[waiting.url].started:
+                oldest[waiting.url] = waiting
+        for url, waiting in oldest.items():
+            waited = now - waiting.started
+            if waited < WAIT_LOG_EVERY_S or now - self._wait_logged.get(url, -WAIT_LOG_EVERY_S) < WAIT_LOG_EVERY_S:
+                continue
+            self._wait_logged[url] = now
+            log.warning(
+                "still waiting on %s (stage: %s, %s): %.0f s, attempt %d/%d, deadline %g s (`timeout_s`)",
+                url, waiting.stage or "none named", waiting.path or "request", waited,
+                waiting.attempt, waiting.attempts, self.config.timeout_s,
+            )
+
     def _wait_note(self) -> str | None:
         """"waiting on URL: 45 s, attempt 2/5" when no answer has come for WAIT_NOTE_AFTER_S and
         the oldest request in flight has waited that long; else None."""
-        now = time.monotonic()
+        now = _now()
         if not self._waiting or now - self._last_answer < WAIT_NOTE_AFTER_S:
             return None
         oldest = min(self._waiting.values(), key=lambda w: w.started)
@@ -322,6 +356,7 @@ class OpenAIServerEngine(BaseEngine):
         try:
             while True:
                 await asyncio.sleep(1.0)
+                self._log_waits(_now())
                 note = self._wait_note()
                 if note is not None or shown:
                     show_wait(note)
@@ -372,7 +407,7 @@ class OpenAIServerEngine(BaseEngine):
             return self._to_response(replica, response, constraint, top_logprobs=payload.get("top_logprobs"))
 
         response = await self._with_failover(attempt, "/chat/completions")
-        self._last_answer = time.monotonic()
+        self._last_answer = _now()
         return response
 
     async def _with_failover(self, work: Callable[[Replica, float], Awaitable[_T]], path: str) -> _T:
@@ -395,7 +430,7 @@ class OpenAIServerEngine(BaseEngine):
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.config.timeout_s
-                    self._waiting[token] = _Waiting(replica.url, now, attempt, attempts)
+                    self._waiting[token] = _Waiting(replica.url, _now(), attempt, attempts, current_stage(), path)
                 elif now >= deadline:
                     self._replicas.give_back(replica)
                     break

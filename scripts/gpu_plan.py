@@ -23,13 +23,14 @@ parameter counts and config.json fields). Quantized weights (AWQ, GPTQ 4-bit) co
 plus one 16-bit scale and a 4-bit zero per group of 128 weights for the linear layers; the
 embedding and output matrices stay 16-bit.
 
-    python -m bias_discovery.gpu_plan --gpus 8 --gpu-gib 79.6 --max-len 16384 \\
+    python scripts/gpu_plan.py --gpus 8 --gpu-gib 79.6 --max-len 16384 \\
         --server teacher=Qwen/Qwen2.5-72B-Instruct:tp=4:mem=0.90:port=8000 \\
         --server target=Qwen/Qwen2.5-7B-Instruct:tp=1:mem=0.90:port=8001:replicas=4
 
 prints the arithmetic and one `LAUNCH role index model port gpus tp mem` line per server,
-and exits 1 (with the reason) when a split cannot fit. Pure stdlib: the serving script may
-run it with any Python.
+and exits 1 (with the reason) when a split cannot fit. Pure stdlib: the serving script runs
+it with any Python, from a checkout, without the package installed (a tool of
+scripts/serve_vllm.sh, not part of the library; tests/test_serving.py loads it by path).
 """
 
 from __future__ import annotations

@@ -1,0 +1,72 @@
+"""The transformers engine's choices that need no model: how a batch is cut, which dtype a
+machine gets."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bias_discovery.errors import ConfigError
+from bias_discovery.llm import hf
+from bias_discovery.llm.hf import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, MAX_PADDING_SHARE, choose_device_dtype, plan_batches
+
+
+@given(st.lists(st.integers(min_value=1, max_value=4000), max_size=200))
+def test_every_request_runs_once_within_the_batch_bounds(lengths: list[int]) -> None:
+    batches = plan_batches(lengths)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert lengths[batch[0]] == longest
+        if len(batch) > 1:  # a single request always runs, whatever its length
+            padded = longest * len(batch)
+            assert len(batch) <= MAX_BATCH_ROWS and padded <= MAX_BATCH_TOKENS
+            assert padded - sum(lengths[i] for i in batch) <= MAX_PADDING_SHARE * padded
+
+
+def test_similar_lengths_share_a_batch() -> None:
+    assert plan_batches([300, 310, 305, 320]) == [[3, 1, 2, 0]]
+
+
+class _FakeTorch:
+    """What `choose_device_dtype` asks of torch."""
+
+    float32 = object()
+    bfloat16 = object()
+    dtype = object
+
+    def __init__(self, cuda: bool = False, bf16: bool = False, mps: bool = False) -> None:
+        self.cuda = SimpleNamespace(is_available=lambda: cuda, is_bf16_supported=lambda: bf16)
+        self.backends = SimpleNamespace(mps=SimpleNamespace(is_available=lambda: mps))
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"), ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+     ({"avx2", "fma"}, "float32"), (set(), "float32")],
+)
+def test_a_cpu_gets_bf16_only_where_it_computes_it(monkeypatch: pytest.MonkeyPatch, flags: set[str], expected: str) -> None:
+    monkeypatch.setattr(hf, "cpu_flags", lambda: flags)
+    assert choose_device_dtype(_FakeTorch()) == ("cpu", expected)
+
+
+def test_a_gpu_is_used_when_there_is_one() -> None:
+    assert choose_device_dtype(_FakeTorch(cuda=True, bf16=True)) == ("cuda", "bfloat16")
+    assert choose_device_dtype(_FakeTorch(cuda=True, bf16=False)) == ("cuda", "float16")
+    assert choose_device_dtype(_FakeTorch(mps=True)) == ("mps", "float16")
+
+
+def test_a_requested_dtype_is_kept_and_a_wrong_one_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hf, "cpu_flags", lambda: set())
+    torch = _FakeTorch()
+    torch.dtype = type(torch.float32)
+    assert choose_device_dtype(torch, "bfloat16") == ("cpu", "bfloat16")
+    with pytest.raises(ConfigError, match="'bf17' is not a torch dtype"):
+        choose_device_dtype(torch, "bf17")
+
+
+def test_choices_become_an_alternation_of_literals() -> None:
+    assert hf.choices_ebnf(["A", "B", 'say "x"', "A"]) == 'root ::= "A" | "B" | "say \\"x\\""'

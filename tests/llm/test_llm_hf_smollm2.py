@@ -1,0 +1,134 @@
+"""The embedded default engine (transformers + torch, batched) on the real SmolLM2: constraints
+mean what they mean on the vLLM and OpenAI engines (the conformance checks hold), batches give
+the answers requests give alone, sampling follows the seed, errors stay per request."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bias_discovery.errors import ConfigError
+from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.conformance import PROBE_CONSTRAINTS, probe_failure, probe_request, violation
+from bias_discovery.llm.types import Constraint, GenerationRequest
+
+pytestmark = pytest.mark.model
+
+JUDGE = "Which answer is better for 'What is 2+2?': A) 4  B) 5. Reply with the verdict."
+
+
+@pytest.fixture(scope="module")
+def engine():  # type: ignore[no-untyped-def]
+    pytest.importorskip("xgrammar")
+    from bias_discovery.llm.hf import TransformersEngine
+
+    eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2"))
+    yield eng
+    eng.close()
+
+
+def test_engine_id_names_the_model_build_and_dtype(engine) -> None:  # type: ignore[no-untyped-def]
+    from bias_discovery.smollm2_hf import build_hf_smollm2
+
+    assert engine.engine_id == f"hf/{build_hf_smollm2().name}:{engine.dtype}"
+    assert re.search(r"-hf-[0-9a-f]{12}:", engine.engine_id)  # the GGUF's hash
+    assert engine.dtype in ("bfloat16", "float32")
+    assert engine.max_model_len and engine.max_model_len >= 2048
+
+
+@pytest.mark.parametrize("kind", ["choices", "regex", "json_schema"])
+def test_the_conformance_probes_pass(engine, kind) -> None:  # type: ignore[no-untyped-def]
+    """The probe that only a server enforcing the constraint can answer (llm/conformance.py)."""
+    request = probe_request(kind)
+    [response] = engine.generate([request])
+    assert probe_failure(kind, response) is None, response.text
+    if response.finish_reason == "stop":  # a reply cut at max_tokens is a start the constraint allows
+        assert violation(PROBE_CONSTRAINTS[kind], response.text) is None
+
+
+def test_a_mixed_batch_keeps_every_constraint_and_order(engine) -> None:  # type: ignore[no-untyped-def]
+    schema = {
+        "type": "object",
+        "properties": {"better": {"type": "string", "enum": ["A", "B"]}, "reason": {"type": "string", "maxLength": 60}},
+        "required": ["better", "reason"],
+        "additionalProperties": False,
+    }
+    requests = [
+        GenerationRequest.chat(JUDGE, max_tokens=4, constraint=Constraint(choices=("A", "B", "tie"))),
+        GenerationRequest.chat(JUDGE + " Answer as JSON.", max_tokens=60, constraint=Constraint(json_schema=schema)),
+        GenerationRequest.chat("Rate 2+2=4 from 1 to 9.", max_tokens=12, constraint=Constraint(regex=r"Score: [1-9]")),
+        GenerationRequest.chat("Say something about judges.", max_tokens=6),
+        GenerationRequest.chat(JUDGE, max_tokens=24, temperature=0.9, seed=3,
+                               constraint=Constraint(regex=r"(yes|no), because [a-z ]{3,20}\.")),
+    ]
+    ticks: list[int] = []
+    out = engine.generate(requests, progress=ticks.append)
+    assert len(out) == len(requests) and sum(ticks) == len(requests)
+    for request, response in zip(requests, out):
+        if request.constraint is not None and response.finish_reason == "stop":
+            assert violation(request.constraint, response.text) is None, response.text
+    assert out[0].text in ("A", "B", "tie") and out[0].finish_reason == "stop"
+    assert out[2].finish_reason == "stop" and re.fullmatch(r"Score: [1-9]", out[2].text)
+    if out[1].finish_reason == "stop":
+        assert json.loads(out[1].text)["better"] in ("A", "B")
+    assert out[3].finish_reason == "length" and out[3].completion_tokens == 6
+    for response in out:
+        assert response.prompt_tokens > 10
+
+
+def test_a_batch_answers_as_the_requests_do_alone(engine) -> None:  # type: ignore[no-untyped-def]
+    """Greedy answers do not depend on what else is in the batch, beyond bf16 rounding: the
+    verdict letters of a batch equal those of the same requests one by one."""
+    prompts = [f"Question {i}: is {i} + {i} = {2 * i}? Answer A for yes, B for no." for i in range(6)]
+    requests = [GenerationRequest.chat(p, max_tokens=2, constraint=Constraint(choices=("A", "B"))) for p in prompts]
+    together = [r.text for r in engine.generate(requests)]
+    alone = [engine.generate([r])[0].text for r in requests]
+    assert together == alone
+
+
+def test_sampling_follows_the_seed(engine) -> None:  # type: ignore[no-untyped-def]
+    def sample(seed: int) -> str:
+        request = GenerationRequest.chat("Name a colour.", max_tokens=12, temperature=1.0, top_p=0.95, seed=seed)
+        return engine.generate([request, GenerationRequest.chat("Hi.", max_tokens=3)])[0].text
+
+    first = sample(11)
+    assert sample(11) == first
+    assert len({sample(seed) for seed in range(12, 18)} | {first}) > 1
+
+
+def test_stop_strings_and_truncation(engine) -> None:  # type: ignore[no-untyped-def]
+    stop = engine.generate([GenerationRequest.chat("Count from 1 to 9 with commas.", max_tokens=40, stop=("5",))])[0]
+    assert "5" not in stop.text and stop.finish_reason == "stop"
+    cut = engine.generate([GenerationRequest.chat("Write a long story.", max_tokens=5)])[0]
+    assert cut.finish_reason == "length" and cut.completion_tokens == 5
+
+
+def test_oversize_prompt_is_an_error_response_not_a_crash(engine) -> None:  # type: ignore[no-untyped-def]
+    long = GenerationRequest.chat("word " * (engine.max_model_len + 10), max_tokens=2)
+    short = GenerationRequest.chat("Hi.", max_tokens=2)
+    out = engine.generate([long, short])
+    assert out[0].finish_reason == "error" and "context window" in out[0].text
+    assert out[1].finish_reason in ("stop", "length") and out[1].text
+
+
+def test_a_regex_xgrammar_cannot_compile_fails_before_any_work(engine) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="xgrammar cannot compile the regex constraint"):
+        engine.generate([GenerationRequest.chat("x", constraint=Constraint(regex=r"(a"))])
+
+
+def test_score_verdicts_come_with_the_verdict_tokens_probabilities(engine) -> None:  # type: ignore[no-untyped-def]
+    """Score verdicts on the real model: the verdict token comes back with its top
+    log-probabilities (after the grammar's mask, as vLLM's), and each judged order gets a
+    probability of preferring the rejected response that agrees with the greedy verdict."""
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.judging import JudgeSettings, judge_pairs
+
+    settings = JudgeSettings(positions="both", reasoning_chars=120, max_tokens=64, verdict="score")
+    pairs = load_pairs("demo:test", limit=2)
+    result = judge_pairs(engine, pairs, settings, seed=0)
+    for judgment in result.judgments:
+        assert judgment.invalid_reason is None, judgment
+        assert judgment.p_rejected is not None and 0.0 < judgment.p_rejected < 1.0
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment

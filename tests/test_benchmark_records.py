@@ -1,0 +1,61 @@
+"""Every record in benchmarks/results/ says where and when it was measured: written by its script
+through benchmarks/provenance.py (`Provenance.write_json`), with the command, the start time,
+the commit the run started at (and whether the tree was dirty), the CPU model and flags, and
+the duration. Records written before that contract are listed in `WRITTEN_BEFORE_PROVENANCE`
+with what they lack; the list only shrinks (a listed file that gains the block, or leaves,
+fails this test until it is taken off)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from provenance import PROVENANCE_KEYS  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+
+WRITTEN_BEFORE_PROVENANCE = {
+    "effects_cli.json": "edited by hand (its per-run records cut out) and stamped at write time; a "
+    "scaled rerun (--cells-only) is pending",
+    "exit_codes.json": "three runs' records merged by hand; a scaled rerun is pending",
+    "validation_sim_accepted.json": "stamped at write time, a dirty tree; its rerun with the score interval is pending",
+    "validation_sim_null_run.json": "stamped at write time; no CPU model",
+    "embedded_build.json": "no commit; needs a second (native) llama.cpp build to rerun",
+    "first_run.json": "the commit at write time, short; three rounds of the quick start to rerun",
+    "budget_anywhere.json": "written by issue 38's branch while the provenance block was being built on "
+    "another: its own keys name the command, start time, start commit and machine; no provenance block",
+    "loop_calls.json": "written by issue 37's branch while the provenance block was being built on another: "
+    "its own keys name the command, start time, start commit and CPU; no provenance block",
+    "vs_biasscope.json": "the commit at write time; the peer's repository and a long run to rerun "
+    "(its script becomes a package in issue 35's other half)",
+}
+"""Records from before issue 35 that could not be rerun in its time: what each lacks."""
+
+
+def _records() -> dict[str, dict]:
+    return {path.name: json.loads(path.read_text(encoding="utf-8")) for path in sorted(RESULTS.glob("*.json"))}
+
+
+def test_every_record_names_the_commit_it_started_at_and_its_machine() -> None:
+    records = _records()
+    assert records, f"no records in {RESULTS}"
+    for name, record in records.items():
+        if name in WRITTEN_BEFORE_PROVENANCE:
+            assert "provenance" not in record, f"{name} has its provenance now: take it off WRITTEN_BEFORE_PROVENANCE"
+            continue
+        block = record.get("provenance")
+        assert isinstance(block, dict), f"{name}: no provenance block (write it with Provenance.write_json)"
+        missing = [key for key in PROVENANCE_KEYS if key not in block]
+        assert not missing, f"{name}: provenance lacks {missing}"
+        assert re.fullmatch(r"[0-9a-f]{40}( \(with uncommitted changes\))?", block["commit"]), (name, block["commit"])
+        assert block["dirty"] == block["commit"].endswith("(with uncommitted changes)"), name
+        assert block["command"].startswith("python benchmarks/") and block["cpu_model"] and block["cpu_flags"], name
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", block["started_at"]) and block["duration_s"] >= 0, name
+        # a record's own "commit", when it has one, is the one the run started at
+        assert record.get("commit", block["commit"]) == block["commit"], name
+    assert set(WRITTEN_BEFORE_PROVENANCE) <= set(records), "a listed record is gone: take it off the list"
