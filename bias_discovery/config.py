@@ -106,6 +106,11 @@ class IdentifySettings(_Strict):
     retry_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     """Sampling temperature of the re-asks: the first ask is greedy, and a greedy re-ask of
     the same prompt would only repeat the invalid reply."""
+    drop_junk: bool = True
+    """Drop an identification that names no property of a response (a schema key such as
+    `bias_found`, a restated verdict, a copy of the example; `stages.identify.junk_reason`),
+    with its reason in identified.jsonl. false: keep every identification, as the paper's
+    procedure does."""
 
 
 class EmbedderConfig(_Strict):

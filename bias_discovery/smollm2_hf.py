@@ -15,8 +15,10 @@ them); they are imported only when a build is needed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -168,7 +170,10 @@ def _convert(gguf: Path, out_dir: Path) -> list[str]:
         pass
     from .progress import no_library_bars
 
-    with no_library_bars():  # set-up prints the result, not 272 tensors' progress
+    # set-up (and a run that builds the copy on first use) prints the result, not 272 tensors'
+    # progress: transformers' GGUF reader draws a tqdm bar of its own on sys.stderr, which
+    # neither its logging switch nor TQDM_DISABLE reaches; errors still raise
+    with no_library_bars(), contextlib.redirect_stderr(io.StringIO()):
         tokenizer: Any = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, **load_args)
     if getattr(model, "hf_quantizer", None) is not None or getattr(

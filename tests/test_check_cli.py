@@ -34,10 +34,11 @@ def test_check_passes_with_the_embedded_model() -> None:
     result = cli("check", "experiments/quickstart-cpu.yaml", *SMALL, "--set", "judge.reasoning=true")
     out = result.stdout
     assert result.returncode == 0 and "check passed" in out
-    assert "ok   engine (child process): a constrained reply of" in out  # the smoke check, before the in-process load
+    # the smoke check of the embedded transformers engine, before the in-process load
+    assert "ok   engine (child process): a batch of 3 constrained replies on cpu in" in out
     assert "regex constraint: enforced" in out  # the judge's verdict format
     assert "json_schema constraint: enforced" in out and "choices constraint: enforced" in out  # teacher
-    assert "n_ctx of the llama.cpp engine" in out
+    assert "max_model_len of the engine" in out
     assert "prompt: identify" in out and "<= context 8192" in out
     assert "planned calls" in out and "perturb" in out
 

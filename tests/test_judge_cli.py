@@ -127,9 +127,9 @@ def test_a_field_too_long_for_the_context_says_so_on_screen(tmp_path: Path, smol
     result = cli("judge", "--model", "hf/smollm2", "--data", str(data), "--no-cache", "--max-tokens", "16",
                  "--out", str(tmp_path / "j"))
     out = " ".join(result.stdout.split())
-    assert "engine_error (2): llama.cpp error: Requested tokens (" in out and "exceed context window of 8192" in out
+    assert "engine_error (2): transformers error: prompt of " in out and "does not fit the context window of" in out
     _, summary = read_outputs(tmp_path / "j")
-    assert summary["n_valid_pairs"] == 0 and "exceed context window" in summary["invalid_examples"]["engine_error"]
+    assert summary["n_valid_pairs"] == 0 and "does not fit the context window" in summary["invalid_examples"]["engine_error"]
 
 
 @pytest.mark.server

@@ -272,6 +272,17 @@ def test_cheap_junk_checks(name, definition, reason):
     assert junk_reason(name, definition, _junk_case()) == reason
 
 
+def test_drop_junk_false_keeps_every_identification_as_the_paper_does():
+    from bias_discovery.stages.identify import IdentifyRecord, screened
+
+    record = IdentifyRecord(pair_id="demo-code-03", status="bias", name="bias_found",
+                            definition="The judge rejected the incorrect response of 0.1!", manifestations=["A"])
+    dropped, _ = screened(record, _junk_case())
+    kept, ask = screened(record, _junk_case(), drop_junk=False)
+    assert dropped.dropped == "schema_key"
+    assert kept.dropped is None and kept == record and ask is False
+
+
 def test_a_copy_of_a_response_is_junk():
     from bias_discovery.stages.identify import junk_reason
 

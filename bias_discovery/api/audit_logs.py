@@ -32,6 +32,7 @@ class LogAuditOptions(OperationOptions):
     """The pairs a judgments.jsonl judged (demo, judgebench, a file): the responses' lengths
     and models, for the length and self-preference measures."""
     data_dir: Path | None = None
+    """Where the named data sets are read from (else $BIAS_DISCOVERY_DATA_DIR, else the hub)."""
     judge_model: str | None = None
     """The judge, when the log does not name it (self-preference needs its family)."""
     judge_family: str | None = None
@@ -39,9 +40,11 @@ class LogAuditOptions(OperationOptions):
     seed: int = DEFAULT_SEED
     """The seed of CALM's order draw and the bootstrap (an audit's judgments.jsonl: the audit's)."""
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
+    """Bootstrap resamples for the CIs."""
     out: Path | None = None
     """A directory for audit.json and audit.csv, written whole at the end (None: nothing written)."""
     overwrite: bool = False
+    """Replace a non-empty `out`."""
 
 
 def audit_log(path: str | Path, options: LogAuditOptions | None = None, **overrides: Any) -> AuditOutput:

@@ -58,21 +58,33 @@ class ColumnMap(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pair_id: str = "pair_id"
+    """The pair's id: the rows of one pair (its orders, its repeats) share it."""
     verdict: str = "verdict"
+    """The judge's verdict on the order shown: A, B or tie (or a value of `verdict_values`)."""
     label: str | None = None
+    """The better response as shown (A, B, A>B, B>A): agreement with the labels, and the order."""
     order: str | None = None
+    """Whether the pair's own first response was shown first (AB / original / 0, BA / swapped / 1)."""
     probability: str | None = None
+    """The judge's probability that the response shown first is better: calibration."""
     response_a: str | None = None
+    """The response shown first (its length is counted when no `length_a` is given)."""
     response_b: str | None = None
+    """The response shown second."""
     length_a: str | None = None
+    """The length of the response shown first (tokens or words, as the log counts them)."""
     length_b: str | None = None
+    """The length of the response shown second."""
     model_a: str | None = None
     """The model that wrote the response shown first."""
     model_b: str | None = None
+    """The model that wrote the response shown second."""
     judge_model: str | None = None
+    """The judge that gave the verdict (self-preference reads its family)."""
     repeat: str | None = None
     """The repeat (0, 1, ...); without it a pair's rows in one order are repeats in file order."""
     domain: str | None = None
+    """The pair's domain, for the per-domain figures."""
     verdict_values: dict[str, Literal["A", "B", "tie"]] = Field(default_factory=dict)
     """Extra verdict values, e.g. {"1": "A", "2": "B"}."""
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from ..config import RunConfig, load_run_config
 from ..formatting import effect_clause, plural
 from ..library import Bias
+from ..llm.providers import EMBEDDED_DEFAULT
 from ..metrics import Estimate, PositionProfile, proportion
 from ..run import MisjudgmentStats, RunDir, ValidationReport
 from ..stages.records import PerturbedPair
@@ -164,7 +165,8 @@ def _undetected(reports: Sequence[ValidationReport], position: PositionProfile |
 
 
 def _next_step(config: RunConfig, reports: Sequence[ValidationReport]) -> str | None:
-    embedded = [c for c in (config.target, config.teacher) if c.provider == "llamacpp"]
+    # the embedded model, on either engine (hf/smollm2, the default; llamacpp/...)
+    embedded = [c for c in (config.target, config.teacher) if c.provider == "llamacpp" or c.spec == EMBEDDED_DEFAULT]
     if embedded:
         return ("A real run needs a stronger teacher and judge than the embedded model: on a GPU node, "
                 f"`bias-discovery check {GPU_CONFIG}` then `bias-discovery run {GPU_CONFIG}` "

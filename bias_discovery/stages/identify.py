@@ -184,10 +184,10 @@ def confirmed(response: GenerationResponse) -> bool | None:
     return True if word.startswith("yes") else False if word.startswith("no") else None
 
 
-def screened(record: IdentifyRecord, case: MisjudgedCase) -> tuple[IdentifyRecord, bool]:
+def screened(record: IdentifyRecord, case: MisjudgedCase, *, drop_junk: bool = True) -> tuple[IdentifyRecord, bool]:
     """`record` with its cheap junk check applied (`dropped`), and whether the teacher must
-    confirm it (`confirm_request`, then `with_confirmation`)."""
-    if record.status != "bias":
+    confirm it (`confirm_request`, then `with_confirmation`); `drop_junk` false keeps it as it is."""
+    if record.status != "bias" or not drop_junk:
         return record, False
     reason = junk_reason(record.name or "", record.definition or "", case)
     if reason == "ask":
@@ -203,12 +203,13 @@ def with_confirmation(record: IdentifyRecord, response: GenerationResponse) -> I
 
 
 def screen_records(
-    teacher: Engine, records: Sequence[IdentifyRecord], cases: Sequence[MisjudgedCase], *, seed: int
+    teacher: Engine, records: Sequence[IdentifyRecord], cases: Sequence[MisjudgedCase], *, seed: int,
+    drop_junk: bool = True,
 ) -> list[IdentifyRecord]:
     """Every record through `screened`; the confirmations asked of `teacher` in one batch."""
     out, ask = [], []
     for i, (record, case) in enumerate(zip(records, cases)):
-        record, needed = screened(record, case)
+        record, needed = screened(record, case, drop_junk=drop_junk)
         out.append(record)
         if needed:
             ask.append(i)
@@ -247,7 +248,7 @@ def identify_biases(
                 still.append(i)
         pending = still
     records = [identify_record(case, reply, n, text) for case, reply, n, text in zip(cases, replies, attempts, raw)]
-    return screen_records(teacher, records, cases, seed=seed)
+    return screen_records(teacher, records, cases, seed=seed, drop_junk=settings.drop_junk)
 
 
 def identify_attempt(case: MisjudgedCase, settings: IdentifySettings, seed: int, round_: int) -> GenerationRequest:

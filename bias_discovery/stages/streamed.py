@@ -382,7 +382,7 @@ async def _identified(asker: _Asker, case: MisjudgedCase, settings: IdentifySett
         reply = parse_identify_reply(response)
         if reply is not None:
             break
-    record, needed = screened(identify_record(case, reply, attempts, raw), case)
+    record, needed = screened(identify_record(case, reply, attempts, raw), case, drop_junk=settings.drop_junk)
     if needed:
         request = confirm_request(case, record.name or "", record.definition or "", seed)
         record = with_confirmation(record, await asker(request, counted=False))
