@@ -32,11 +32,11 @@ def test_the_pointwise_quick_start_runs_every_stage_and_reports_the_scores(tmp_p
     assert summary["mode"] == "pointwise" and summary["positions"] is None and summary["n_pairs"] == 8
     pw = summary["pointwise"]
     assert pw["scale"] == "1-10" and pw["n"] + summary["n_invalid_judgments"] >= 8 and pw["length_n"] >= 2 * pw["n"]
-    judgments = [json.loads(line) for line in (run_dir / "baseline" / "judgments.jsonl").read_text().splitlines()]
+    judgments = json.loads((run_dir / "baseline" / "result.json").read_text())["judgments"]
     assert {j["order"] for j in judgments} == {"chosen", "rejected"}
     assert all(1 <= j["score"] <= 10 and j["score"] == int(j["score"]) for j in judgments if j["invalid_reason"] is None)
     assert not (run_dir / "baseline" / "positions.json").exists()  # pointwise judges have no position
-    iteration = run_dir / "iterations" / "1"
+    iteration = run_dir / "iter_001"
     for name in ("perturbed.jsonl", "judgments.jsonl", "candidates.json"):
         assert (iteration / name).is_file(), name
 
