@@ -43,7 +43,10 @@ from .records import (
 if TYPE_CHECKING:
     from .runner import AuditJudgment
 
-__all__ = ["LABEL_FIELDS", "REPEAT_FIELDS", "audit_log", "live_self_preference", "model_family", "self_preference"]
+__all__ = [
+    "LABEL_FIELDS", "REPEAT_FIELDS", "audit_log", "live_pointwise_self_preference", "live_self_preference", "model_family",
+    "self_preference",
+]
 
 LABEL_FIELDS = frozenset({
     "acc_ori", "acc_hack", "delta_error", "asr", "acc_both", "acc_random", "p_cr", "p_rc", "pb", "pb_raw",
@@ -319,3 +322,37 @@ def live_self_preference(
     ]
     log = LoadedLog(Path("audit"), "judgments", log_pairs, verdicts, True)
     return self_preference(log, judge_family, Context(repeats=1, seed=seed, n_boot=n_boot))
+
+
+def live_pointwise_self_preference(
+    pairs: Sequence[PreferencePair], judgments: Sequence[AuditJudgment], *, judge_family: str, seed: int, n_boot: int,
+) -> tuple[SelfPreference | None, str | None]:
+    """Self-preference of a pointwise judge: on the pairs with exactly one response of its
+    family, the response it scored higher (equal scores: half) takes the place of the
+    pairwise verdict (as the matrix's jury reads a pointwise vote), from the chosen and the
+    original rejected response scored with the audit's seed."""
+    from .runner import repeat_seed
+
+    first = repeat_seed(seed, 0)
+    scores: dict[tuple[str, str], float | None] = {
+        (j.pair_id, j.order): j.score for j in judgments if j.condition == "original" and j.seed == first
+    }
+    log_pairs = [LogPair(pair_id=p.id, domain=p.domain, models=_response_models(p)) for p in pairs]
+    verdicts = []
+    for i, p in enumerate(pairs):
+        chosen, rejected = scores.get((p.id, "chosen")), scores.get((p.id, "rejected"))
+        if (p.id, "chosen") not in scores:
+            continue
+        picked: Preference | None = None
+        if chosen is not None and rejected is not None:
+            picked = "chosen" if chosen > rejected else "rejected" if rejected > chosen else "tie"
+        verdicts.append(LogVerdict("", i, 0, picked, 0))
+    log = LoadedLog(Path("audit"), "judgments", log_pairs, verdicts, True)
+    sp, why = self_preference(log, judge_family, Context(repeats=1, seed=seed, n_boot=n_boot))
+    if sp is not None:
+        sp = sp.model_copy(update={"matching": (
+            f"pairs whose two responses come from different families, exactly one of them {judge_family} (the judge's); "
+            "pointwise: each response scored alone with the audit's seed, the higher score counts as the pick (equal "
+            "scores: half)"
+        )})
+    return sp, why
