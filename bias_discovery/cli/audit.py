@@ -186,7 +186,10 @@ def audit(
     CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
-    and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
+    and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv.
+
+    A pointwise judge (--mode pointwise) is audited on scores: the score shift against the
+    original, the robustness rate for scores, the pair error, the score against padded length."""
     from ..api import AuditOptions
     from ..api import audit as audit_judge
     from ..progress import progress_bar
