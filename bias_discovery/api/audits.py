@@ -93,6 +93,9 @@ def audit(
     as `options` (`AuditOptions`) and keyword `overrides` of its fields say
     (``audit(model, "demo", "position", limit=4, settings={"repeats": 2})``).
 
+    A pointwise judge (``settings={"judge": {"mode": "pointwise", "scale": "1-10"}}``) is
+    audited on scores (`auditing.scores`): ``length`` and library biases, not ``position``.
+
     A run's biases measured on data that shares pairs with its target pairs are refused unless
     `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
     """

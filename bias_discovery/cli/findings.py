@@ -109,9 +109,12 @@ def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
         if c.kind != "threshold" or c.field in ("delta_error",):
             continue
         if pointwise != (c.field in POINTWISE_FIELDS) or (pointwise and c.bias_kind == "position"):
-            has = "pointwise measures: " + ", ".join(sorted(f for f in POINTWISE_FIELDS if f not in ("padding", "length_flag")))
-            fail(f"--fail-on {c.text!r}: {c.field} is {'a pairwise' if pointwise else 'a pointwise'} measure and the judge's "
-                 f"mode is {mode} ({has}; pointwise judges have no position)")
+            if pointwise:
+                has = ", ".join(sorted(f.replace("_", "-") for f in POINTWISE_FIELDS if f not in ("padding", "length_flag")))
+                fail(f"--fail-on {c.text!r}: {c.field} is a pairwise measure and the judge's mode is pointwise (pointwise "
+                     f"judges have no position; their measures: {has})")
+            fail(f"--fail-on {c.text!r}: {c.field} is a pointwise measure (a score) and the judge's mode is {mode}; "
+                 "give --mode pointwise")
 
 
 def exit_on_findings(found: Sequence[str]) -> None:
