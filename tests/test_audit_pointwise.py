@@ -204,3 +204,12 @@ def test_padding_repeats_the_responses_own_words():
     padded, added = pad_response("a b", 3)
     assert padded.split() == ["a", "b"] * 3 and added == 4
     assert np.isclose(len(pad_response("x " * 10, 2.0)[0].split()), 20)
+
+
+def test_from_log_names_a_pointwise_audits_scores(tmp_path):
+    from bias_discovery.api import audit_log
+    from bias_discovery.errors import DataError
+
+    path = write_audit_dir(tmp_path / "audit", audit(ScriptedEngine(by_words), pairs(2), "length"))
+    with pytest.raises(DataError, match=r"judgments\.jsonl:1: field 'order' has value 'chosen': a pointwise judge's score"):
+        audit_log(path / "judgments.jsonl")
