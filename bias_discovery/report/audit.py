@@ -29,7 +29,7 @@ KEY_MEASURES = {
     "length": ("lb", "spearman_rho", "acc_both", "q_hat"),
     "perturbation": ("delta_error", "rr", "asr", "cr"),
     "pointwise:perturbation": ("score_shift", "score_unchanged", "delta_error", "score_repeat_unchanged"),
-    "pointwise:length": ("score_length_slope", "score_length_rho", "score_shift", "score_unchanged"),
+    "pointwise:length": ("score_length_slope", "score_length_rho", "score_shift@x3", "score_unchanged"),
 }
 """The measures of each kind shown per domain and in the summary."""
 
