@@ -195,7 +195,13 @@ def test_self_preference_of_a_pointwise_judge_reads_the_higher_score(tmp_path):
     assert sp is not None and sp.judge_family == "gpt" and sp.n_items == 6 and "higher score" in sp.matching
     assert sp.own_pick_rate.value == 1.0 and sp.own_better_rate.value == 0.5 and sp.excess.value == 0.5
     assert sp.error_own_worse.value == 1.0 and sp.error_other_worse.value == 0.0
+    # 9 for its own, 3 for the other's, whichever is better: a 6-point gap in both strata
+    assert sp.score_gap.value == 6.0 and sp.score_gap.n == 6 and sp.score_gap_balanced.value == 6.0
     assert any(u.measure == "calibration" for u in output.report.unsupported)
+    fair = api_audit("openai/gpt-4o", data, "length", settings=pointwise(scale="1-10"), cache=False,
+                     engines={"target": ScriptedEngine(lambda r: f"Score: {8 if 'RIGHT' in _scored(r.messages[-1].content) else 2}")})
+    sp = fair.report.self_preference
+    assert sp.score_gap.value == 0.0 and sp.score_gap_balanced.value == 0.0 and sp.excess.value == 0.0
 
 
 def test_padding_repeats_the_responses_own_words():

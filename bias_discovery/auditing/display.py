@@ -221,6 +221,11 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
                 f"when it is the other's {_estimate_text(sp.error_other_worse, 'rate', missing)}, "
                 f"difference {_estimate_text(sp.delta, 'pp', missing)}"
             )
+        if sp.score_gap_balanced is not None:
+            text += (
+                f"; score gap own − other {_estimate_text(sp.score_gap, 'points', missing)}, balanced over the "
+                f"own-better and own-worse items {_estimate_text(sp.score_gap_balanced, 'points', missing)} (scale points)"
+            )
         lines.append(text + f". Matching: {sp.matching}")
     ps = report.prompt_sensitivity
     if ps is not None:

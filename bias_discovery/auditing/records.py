@@ -306,6 +306,14 @@ class SelfPreference(_Record):
     delta: Estimate | None = None
     """error_own_worse − error_other_worse (bootstrap over items): > 0 = the judge forgives its
     own family's wrong answers more than the other's."""
+    score_gap: Estimate | None = None
+    """Pointwise: mean (own family's − other's) score in scale points over the items (Student-t
+    CI); follows which response is better, so read it with `score_gap_balanced`."""
+    score_gap_balanced: Estimate | None = None
+    """Pointwise: the mean of that gap where its family's response is the better one and where
+    it is the worse one, averaged (each stratum weighted 1/2): 0 for a judge that scores by
+    quality alone when the quality gaps are alike in both; > 0 = self-preference, in points.
+    CI: bootstrap over items."""
 
 
 class PromptChange(_Record):
