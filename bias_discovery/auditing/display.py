@@ -88,10 +88,17 @@ _SCORES = [
     MetricRow("pair_ties_perturbed", "ties (perturbed)", "the same with the perturbed rejected response", "rate"),
 ]
 ROWS["pointwise:perturbation"] = _SCORES
+
+
+def _padded_label(label: str) -> str:
+    """A score row's label in the length audit, where the changed arm is the ×3 padding."""
+    if "(perturbed)" in label:
+        return label.replace("(perturbed)", "(padded ×3)")
+    return label if "original" in label or "new seed" in label else f"{label} (×3)"
 ROWS["pointwise:length"] = [
     MetricRow("score_length_slope", "slope", "pointwise: score points per 100 words of padding (the rejected response's own words repeated), within-item least squares; CI: bootstrap over items", "points"),
     MetricRow("score_length_rho", "ρ (padding)", "Spearman ρ of the words added vs the score shift over every (item, padding); ρ > 0.3 with the slope's CI above 0 flags", "rho"),
-    *[MetricRow(r.field, f"{r.label} (×3)", r.meaning.replace("perturbed", "padded ×3"), r.unit)
+    *[MetricRow(r.field, _padded_label(r.label), r.meaning.replace("perturbed", "padded ×3"), r.unit)
       for r in _SCORES if r.field not in ("score_shift", "score_shift_share", "score_original")],
 ]
 """The largest padding's shift is the last `Δscore ×…` row (`_padding_rows`)."""
