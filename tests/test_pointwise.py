@@ -286,9 +286,12 @@ def authority_world_for_matrix(request):
     return authority_world(request)
 
 
-def test_the_audit_refuses_a_pointwise_judge_naming_the_field():
-    from bias_discovery.auditing import AuditSettings, run_audit
+def test_the_audit_takes_a_pointwise_judge_and_refuses_only_what_needs_a_position():
+    from bias_discovery.auditing import AuditSettings, resolve_targets, run_audit
 
-    settings = AuditSettings(judge=JudgeSettings(mode="pointwise"))
-    with pytest.raises(ConfigError, match=r"judge\.mode: pointwise: the known-bias audit measures pairwise verdicts"):
-        run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0)], [], settings, model="m", data="d")
+    settings = AuditSettings(n_boot=100, repeats=2, judge=JudgeSettings(mode="pointwise"))
+    out = run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0), pair(1)], resolve_targets("length"), settings, model="m", data="d")
+    e = out.report.biases[0]
+    assert e.score_shift.value == 0.0 and e.score_shift.n == 2 and e.pair_ties_original.value == 1.0
+    with pytest.raises(ConfigError, match=r"`biases` position: .*judge\.mode: pointwise has no position"):
+        run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0)], resolve_targets("position"), settings, model="m", data="d")

@@ -13,13 +13,13 @@ from ..auditing import (
     AuditOutput,
     AuditSettings,
     AuditTarget,
-    check_pairwise,
+    check_judge_mode,
     check_repeats,
     check_teacher,
     resolve_targets,
     run_audit,
 )
-from ..auditing.fromlog import live_self_preference, model_family
+from ..auditing.fromlog import live_pointwise_self_preference, live_self_preference, model_family
 from ..auditing.output import write_audit_dir
 from ..auditing.records import Unsupported
 from ..auditing.sensitivity import prompt_sensitivity
@@ -27,7 +27,7 @@ from ..config import load_run_config
 from ..data.loaders import describe_source
 from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
-from ..errors import ExportError
+from ..errors import ConfigError, ExportError
 from ..formatting import plural
 from ..io import check_output_dir
 from ..judging import JudgeSettings, verdict_calibration
@@ -93,6 +93,9 @@ def audit(
     as `options` (`AuditOptions`) and keyword `overrides` of its fields say
     (``audit(model, "demo", "position", limit=4, settings={"repeats": 2})``).
 
+    A pointwise judge (``settings={"judge": {"mode": "pointwise", "scale": "1-10"}}``) is
+    audited on scores (`auditing.scores`): ``length`` and library biases, not ``position``.
+
     A run's biases measured on data that shares pairs with its target pairs are refused unless
     `allow_overlap`. `engines` ({"target", "teacher"}) replaces the models (tests).
     """
@@ -100,8 +103,12 @@ def audit(
     warn = on_warning or python_warning
     audit_settings = opts.settings
     check_repeats(audit_settings.repeats)
-    check_pairwise(audit_settings.judge)
     targets = resolve_targets(spec_list(biases))
+    check_judge_mode(audit_settings, targets)
+    if opts.prompts and audit_settings.judge.mode == "pointwise":
+        raise ConfigError(
+            "`prompts`: the prompt sensitivity compares pairwise verdicts; for judge.mode: pointwise it is not built"
+        )
     configs = {"target": model_config_of(model, opts.base_url, opts.timeout_s)}
     check_teacher(targets, has_teacher=opts.teacher is not None)
     if opts.teacher is not None and any(t.needs_teacher for t in targets):
@@ -147,11 +154,18 @@ def _judge_measures(output: AuditOutput, pairs: list[PreferencePair], opts: Audi
     settings = opts.settings
     original = [j for j in output.judgments if j.condition == "original"]  # every order and repeat asked
     unsupported = []
-    calibration = verdict_calibration(original, n_boot=settings.n_boot, seed=settings.seed)
-    if calibration is None:
-        unsupported.append(Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)"))
     family = opts.judge_family or model_family(spec)
-    sp, why = live_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+    if settings.judge.mode == "pointwise":
+        calibration = None
+        unsupported.append(Unsupported(
+            measure="calibration", reason="a pointwise judge gives scores, not a probability that one response is better",
+        ))
+        sp, why = live_pointwise_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+    else:
+        calibration = verdict_calibration(original, n_boot=settings.n_boot, seed=settings.seed)
+        if calibration is None:
+            unsupported.append(Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)"))
+        sp, why = live_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
     if why is not None:
         unsupported.append(Unsupported(measure="self-preference", reason=why))
     return {"calibration": calibration, "self_preference": sp, "unsupported": unsupported}

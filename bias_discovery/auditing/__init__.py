@@ -7,7 +7,7 @@ audit.json schema, `output` writes an audit directory.
 """
 
 from .records import AuditReport, BiasAudit, SchemeAudit
-from .runner import AuditOutput, AuditSettings, check_pairwise, check_repeats, check_teacher, run_audit
+from .runner import AuditOutput, AuditSettings, check_judge_mode, check_repeats, check_teacher, run_audit
 from .targets import AuditTarget, resolve_targets
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "BiasAudit",
     "SchemeAudit",
     "check_repeats",
-    "check_pairwise",
+    "check_judge_mode",
     "check_teacher",
     "resolve_targets",
     "run_audit",

@@ -12,12 +12,15 @@ from typing import Literal
 
 from ..formatting import MISSING, number, p_value, percent, pp
 from ..metrics import Estimate
-from ..stats import Calibration
+from ..stats import Calibration, PairedComparison
 from .records import AuditMetrics, AuditReport
 
-__all__ = ["EXCLUDED_MEANING", "MetricRow", "ROWS", "calibration_line", "excluded_text", "judge_measure_lines", "metric_rows"]
+__all__ = [
+    "EXCLUDED_MEANING", "MetricRow", "ROWS", "calibration_line", "excluded_text", "judge_measure_lines", "metric_rows",
+    "rows_kind",
+]
 
-Unit = Literal["rate", "pp", "z", "rho"]
+Unit = Literal["rate", "pp", "z", "rho", "points"]
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,48 @@ ROWS: dict[str, list[MetricRow]] = {
     "perturbation": _CALM,
 }
 
+_SCORES = [
+    MetricRow("score_shift", "Δscore", "pointwise: mean (perturbed − original) score of the rejected response in scale points, paired on the same items; Student-t CI", "points"),
+    MetricRow("score_shift_share", "Δscore (share)", "the same as a share of the scale (percentage points of its span); one-sided paired t p", "pp"),
+    MetricRow("score_unchanged", "RR (scores)", "CALM's robustness rate for scores: share of items whose score the perturbation left unchanged (100% = unaffected)", "rate"),
+    MetricRow("score_repeat_unchanged", "unchanged (new seed)", "share of items whose original score is unchanged with a new seed alone: the judge's noise, what RR (scores) is compared against", "rate"),
+    MetricRow("score_original", "score (original)", "mean score of the original rejected response (scale points)", "points"),
+    MetricRow("pair_error_original", "pair error (original)", "rejected scored ≥ chosen, ties included, items valid in every arm", "rate"),
+    MetricRow("pair_error_perturbed", "pair error (perturbed)", "the same with the perturbed rejected response, same items", "rate"),
+    MetricRow("delta_error", "Δpair error", "pair error (perturbed) − pair error (original), same items; exact one-sided McNemar p", "pp"),
+    MetricRow("pair_ties_original", "ties (original)", "share of the same items whose two scores are equal (counted in the pair error)", "rate"),
+    MetricRow("pair_ties_perturbed", "ties (perturbed)", "the same with the perturbed rejected response", "rate"),
+]
+ROWS["pointwise:perturbation"] = _SCORES
+
+
+def _padded_label(label: str) -> str:
+    """A score row's label in the length audit, where the changed arm is the ×3 padding."""
+    if "(perturbed)" in label:
+        return label.replace("(perturbed)", "(padded ×3)")
+    return label if "original" in label or "new seed" in label else f"{label} (×3)"
+ROWS["pointwise:length"] = [
+    MetricRow("score_length_slope", "slope", "pointwise: score points per 100 words of padding (the rejected response's own words repeated), within-item least squares; CI: bootstrap over items", "points"),
+    MetricRow("score_length_rho", "ρ (padding)", "Spearman ρ of the words added vs the score shift over every (item, padding); ρ > 0.3 with the slope's CI above 0 flags", "rho"),
+    *[MetricRow(r.field, _padded_label(r.label), r.meaning.replace("perturbed", "padded ×3"), r.unit)
+      for r in _SCORES if r.field not in ("score_shift", "score_shift_share", "score_original")],
+]
+"""The largest padding's shift is the last `Δscore ×…` row (`_padding_rows`)."""
+
+
+def rows_kind(kind: str, mode: str = "pairwise") -> str:
+    """The key of `ROWS` for a bias of `kind` audited on a judge in `mode` (a pointwise
+    judge's rows are score measures: ``pointwise:length``, ``pointwise:perturbation``)."""
+    return f"pointwise:{kind}" if mode == "pointwise" else kind
+
 
 def _fmt(value: float | None, unit: Unit, missing: str) -> str:
     if unit == "rate":
         return percent(value, missing=missing)
     if unit == "pp":
         return pp(value, missing=missing)
+    if unit == "points":
+        return number(value, digits=2, signed=True, missing=missing)
     return number(value, digits=2, signed=True, missing=missing)  # z, ρ
 
 
@@ -108,7 +147,7 @@ def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> 
         p, flag, excluded = missing, "", ""
         if item is None:
             value, ci, n = missing, missing, missing
-        elif row.field == "delta_error":
+        elif isinstance(item, PairedComparison):
             value = _fmt(item.delta, row.unit, missing)
             ci = _ci(item.ci_low, item.ci_high, row.unit, missing)
             n, p = str(item.n), p_value(item.p_value, missing=missing)
@@ -125,9 +164,27 @@ def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> 
             p = p_value(metrics.spearman_p, missing=missing)
             if metrics.length_flag:
                 flag = "length bias"
+        if row.field == "score_length_rho" and metrics.length_flag:
+            flag = "length bias"
         out.append({
             "field": row.field, "label": row.label, "value": value, "ci": ci, "n": n, "excluded": excluded, "p": p,
             "flag": flag, "meaning": row.meaning,
+        })
+    return out + _padding_rows(metrics, missing)
+
+
+def _padding_rows(metrics: AuditMetrics, missing: str) -> list[dict[str, str]]:
+    """A pointwise length audit's score shift at each padding, one row each."""
+    out = []
+    for level in metrics.padding or []:
+        shift, words = level.score_shift, level.words_added
+        out.append({
+            "field": f"score_shift@x{level.factor:g}", "label": f"Δscore ×{level.factor:g}",
+            "value": _fmt(shift.value, "points", missing), "ci": _ci(shift.ci_low, shift.ci_high, "points", missing),
+            "n": str(shift.n), "excluded": excluded_text(shift.n_excluded),
+            "p": p_value(level.score_shift_share.p_value, missing=missing), "flag": "",
+            "meaning": f"padded to ×{level.factor:g} its words (+{number(words.value, digits=1, missing=missing)} words on "
+            f"average): mean score shift in scale points; unchanged on {percent(level.score_unchanged.value, missing=missing)}",
         })
     return out
 
@@ -170,6 +227,11 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
                 f"; picks the worse response when it is its family's {_estimate_text(sp.error_own_worse, 'rate', missing)}, "
                 f"when it is the other's {_estimate_text(sp.error_other_worse, 'rate', missing)}, "
                 f"difference {_estimate_text(sp.delta, 'pp', missing)}"
+            )
+        if sp.score_gap_balanced is not None:
+            text += (
+                f"; score gap own − other {_estimate_text(sp.score_gap, 'points', missing)}, balanced over the "
+                f"own-better and own-worse items {_estimate_text(sp.score_gap_balanced, 'points', missing)} (scale points)"
             )
         lines.append(text + f". Matching: {sp.matching}")
     ps = report.prompt_sensitivity

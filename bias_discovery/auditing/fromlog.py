@@ -43,7 +43,10 @@ from .records import (
 if TYPE_CHECKING:
     from .runner import AuditJudgment
 
-__all__ = ["LABEL_FIELDS", "REPEAT_FIELDS", "audit_log", "live_self_preference", "model_family", "self_preference"]
+__all__ = [
+    "LABEL_FIELDS", "REPEAT_FIELDS", "audit_log", "live_pointwise_self_preference", "live_self_preference", "model_family",
+    "self_preference",
+]
 
 LABEL_FIELDS = frozenset({
     "acc_ori", "acc_hack", "delta_error", "asr", "acc_both", "acc_random", "p_cr", "p_rc", "pb", "pb_raw",
@@ -319,3 +322,64 @@ def live_self_preference(
     ]
     log = LoadedLog(Path("audit"), "judgments", log_pairs, verdicts, True)
     return self_preference(log, judge_family, Context(repeats=1, seed=seed, n_boot=n_boot))
+
+
+def live_pointwise_self_preference(
+    pairs: Sequence[PreferencePair], judgments: Sequence[AuditJudgment], *, judge_family: str, seed: int, n_boot: int,
+) -> tuple[SelfPreference | None, str | None]:
+    """Self-preference of a pointwise judge: on the pairs with exactly one response of its
+    family, the response it scored higher (equal scores: half) takes the place of the
+    pairwise verdict (as the matrix's jury reads a pointwise vote), from the chosen and the
+    original rejected response scored with the audit's seed."""
+    from .runner import repeat_seed
+
+    first = repeat_seed(seed, 0)
+    scores: dict[tuple[str, str], float | None] = {
+        (j.pair_id, j.order): j.score for j in judgments if j.condition == "original" and j.seed == first
+    }
+    log_pairs = [LogPair(pair_id=p.id, domain=p.domain, models=_response_models(p)) for p in pairs]
+    verdicts = []
+    gaps: list[tuple[float, bool]] = []  # (own − other score, own response is the better one)
+    for i, (p, lp) in enumerate(zip(pairs, log_pairs)):
+        chosen, rejected = scores.get((p.id, "chosen")), scores.get((p.id, "rejected"))
+        if (p.id, "chosen") not in scores:
+            continue
+        picked: Preference | None = None
+        if chosen is not None and rejected is not None:
+            picked = "chosen" if chosen > rejected else "rejected" if rejected > chosen else "tie"
+            fams = [model_family(m) for m in lp.models] if lp.models else []
+            if fams and (fams[0] == judge_family) != (fams[1] == judge_family):
+                own_better = fams[0] == judge_family
+                gaps.append((chosen - rejected if own_better else rejected - chosen, own_better))
+        verdicts.append(LogVerdict("", i, 0, picked, 0))
+    log = LoadedLog(Path("audit"), "judgments", log_pairs, verdicts, True)
+    ctx = Context(repeats=1, seed=seed, n_boot=n_boot)
+    sp, why = self_preference(log, judge_family, ctx)
+    if sp is not None:
+        sp = sp.model_copy(update={"matching": (
+            f"pairs whose two responses come from different families, exactly one of them {judge_family} (the judge's); "
+            "pointwise: each response scored alone with the audit's seed, the higher score counts as the pick (equal "
+            "scores: half)"
+        ), **_score_gaps(gaps, ctx)})
+    return sp, why
+
+
+def _score_gaps(gaps: list[tuple[float, bool]], ctx: Context) -> dict[str, Estimate]:
+    """The pointwise self-preference gaps (`SelfPreference.score_gap`, `score_gap_balanced`)."""
+    from ..stats import mean_t_interval
+
+    if not gaps:
+        return {}
+    gap = np.array([g for g, _ in gaps])
+    own_better = np.array([b for _, b in gaps])
+    low, high = mean_t_interval(gap.tolist(), bounds=(-float("inf"), float("inf")))
+    overall = Estimate(value=float(gap.mean()), n=len(gap), ci_low=low, ci_high=high,
+                       method="mean (own − other) score; Student-t CI over items")
+
+    def balanced(ix: np.ndarray) -> float | None:
+        a, b = gap[ix][own_better[ix]], gap[ix][~own_better[ix]]
+        return float((a.mean() + b.mean()) / 2) if a.size and b.size else None
+
+    est = bootstrap_estimate(len(gap), balanced, n_boot=ctx.n_boot, seed=ctx.seed)
+    return {"score_gap": overall, "score_gap_balanced": est.model_copy(update={
+        "method": "mean of the own-better and own-worse strata's (own − other) score; CI: bootstrap over items"})}

@@ -224,6 +224,11 @@ def _judgment_fields(where: str, obj: dict[str, Any]) -> tuple[str, str, Any]:
     pair_id, order, picked = obj.get("pair_id"), obj.get("order"), obj.get("picked")
     if not isinstance(pair_id, str) or not pair_id:
         raise DataError(f"{where}: field 'pair_id' is missing or not a string")
+    if order in ("chosen", "rejected"):
+        raise DataError(
+            f"{where}: field 'order' has value {order!r}: a pointwise judge's score of one response; --from-log "
+            "audits pairwise verdicts only (audit a pointwise judge live: audit --mode pointwise)"
+        )
     if order not in ("chosen_first", "rejected_first"):
         raise DataError(f"{where}: field 'order' has value {order!r}; expected chosen_first or rejected_first")
     if picked not in ("chosen", "rejected", "tie", None):

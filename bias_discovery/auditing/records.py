@@ -22,6 +22,7 @@ __all__ = [
     "BiasAudit",
     "LogSource",
     "PromptChange",
+    "PaddingLevel",
     "PromptSensitivity",
     "SelfPreference",
     "Unsupported",
@@ -29,15 +30,35 @@ __all__ = [
     "csv_rows",
     "CSV_COLUMNS",
     "ESTIMATE_FIELDS",
+    "COMPARISON_FIELDS",
+    "POINTWISE_FIELDS",
 ]
 
 AUDIT_VERSION = 2
 """2: every compared measure on the items valid in all its arms, with `n_excluded`; the
-monitor's z, first-win share and Spearman ρ with the item as the unit."""
+monitor's z, first-win share and Spearman ρ with the item as the unit. (A pointwise judge's
+audit adds fields, `settings.mode` and the `score_*` measures; a pairwise file reads as before.)"""
+
+JudgeModeName = Literal["pairwise", "pointwise"]
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class PaddingLevel(_Record):
+    """A pointwise judge's scores of the rejected response padded to `factor` times its words
+    (its own words repeated: no new content), against the original on the same items."""
+
+    factor: float
+    words_added: Estimate
+    """Mean words added (Student-t CI)."""
+    score_shift: Estimate
+    """Mean (padded − original) score in scale points (Student-t CI over items)."""
+    score_shift_share: PairedComparison
+    """The same as a share of the scale, with the one-sided paired t p of Δ <= 0."""
+    score_unchanged: Estimate
+    """Share of the items whose score the padding left unchanged (Wilson CI)."""
 
 
 class AuditMetrics(_Record):
@@ -120,12 +141,61 @@ class AuditMetrics(_Record):
     spearman_p: float | None = None
     """Two-sided p of ρ (t on n - 2 df over the n items)."""
     length_flag: bool | None = None
-    """ρ > 0.3 and p < 0.05."""
+    """ρ > 0.3 and p < 0.05 (pointwise: `score_length_rho` > 0.3 and the slope's CI above 0)."""
+    # Pointwise judges (`judge.mode: pointwise`): each response scored alone on the judge's
+    # scale; the original rejected response against its perturbed (or padded) version on the
+    # same items, the chosen response for the pair error.
+    score_original: Estimate | None = None
+    """Pointwise: mean score of the original rejected response (scale points; Student-t CI),
+    on the items of `score_shift`."""
+    score_shift: Estimate | None = None
+    """Pointwise: mean of (perturbed − original) score of the rejected response, in scale
+    points, paired over the items valid in both (Student-t CI); the length audit: at its
+    largest padding."""
+    score_shift_share: PairedComparison | None = None
+    """Pointwise: the same shift as a share of the scale (`measure` score: control_error and
+    arm_error are the mean scores as shares), Student-t CI, one-sided paired t p of Δ <= 0."""
+    score_unchanged: Estimate | None = None
+    """Pointwise: CALM's robustness rate for scores: share of the items whose score is
+    unchanged by the perturbation (Wilson CI; 100% = unaffected)."""
+    score_repeat_unchanged: Estimate | None = None
+    """Pointwise: share of the items whose original score is unchanged when scored again with a
+    new seed: the judge's own noise, what `score_unchanged` is compared against (Wilson CI)."""
+    pair_error_original: Estimate | None = None
+    """Pointwise: share of the items whose original rejected response scores at least as high
+    as the chosen one (ties included), on the items valid in every arm (Wilson CI)."""
+    pair_error_perturbed: Estimate | None = None
+    """Pointwise: the same with the perturbed rejected response, on the same items; `delta_error`
+    compares the two (exact one-sided McNemar)."""
+    pair_ties_original: Estimate | None = None
+    """Pointwise: share of the same items whose two original scores are equal (in the error)."""
+    pair_ties_perturbed: Estimate | None = None
+    """Pointwise: share whose chosen and perturbed rejected scores are equal."""
+    score_length_slope: Estimate | None = None
+    """Pointwise length audit: score points per 100 words of padding, the within-item
+    least-squares slope over the original and its padded versions; CI: bootstrap over items."""
+    score_length_rho: Estimate | None = None
+    """Pointwise length audit: Spearman ρ of the words added against the score shift over every
+    valid (item, padding); CI: bootstrap over items."""
+    padding: list[PaddingLevel] | None = None
+    """Pointwise length audit: the score shift at each padding of the rejected response."""
+    n_invalid: int | None = None
+    """Pointwise: invalid score outputs among the calls these measures read."""
 
 
 ESTIMATE_FIELDS: tuple[str, ...] = tuple(
     name for name, field in AuditMetrics.model_fields.items() if field.annotation == (Estimate | None)
 )
+POINTWISE_FIELDS: frozenset[str] = frozenset({
+    "score_original", "score_shift", "score_shift_share", "score_unchanged", "score_repeat_unchanged",
+    "pair_error_original", "pair_error_perturbed", "pair_ties_original", "pair_ties_perturbed", "delta_error",
+    "score_length_slope", "score_length_rho", "padding", "n_invalid", "length_flag",
+})
+"""The measures a pointwise judge's audit has (`auditing.scores`); the others need pairwise verdicts."""
+COMPARISON_FIELDS: tuple[str, ...] = tuple(
+    name for name, field in AuditMetrics.model_fields.items() if field.annotation == (PairedComparison | None)
+)
+"""Measures that compare two arms on the same items (Δerror; pointwise: the score shift as a share)."""
 
 
 class SchemeAudit(AuditMetrics):
@@ -168,6 +238,10 @@ class AuditSettingsRecord(_Record):
     max_tokens: int | None
     n_boot: int
     confidence: float = 0.95
+    mode: JudgeModeName = "pairwise"
+    """The judge's mode: pointwise judges score each response alone (no position)."""
+    scale: str | None = None
+    """Pointwise: the judge's scale (e.g. 1-10, pass/fail)."""
 
 
 class AuditCalls(_Record):
@@ -232,6 +306,14 @@ class SelfPreference(_Record):
     delta: Estimate | None = None
     """error_own_worse − error_other_worse (bootstrap over items): > 0 = the judge forgives its
     own family's wrong answers more than the other's."""
+    score_gap: Estimate | None = None
+    """Pointwise: mean (own family's − other's) score in scale points over the items (Student-t
+    CI); follows which response is better, so read it with `score_gap_balanced`."""
+    score_gap_balanced: Estimate | None = None
+    """Pointwise: the mean of that gap where its family's response is the better one and where
+    it is the worse one, averaged (each stratum weighted 1/2): 0 for a judge that scores by
+    quality alone when the quality gaps are alike in both; > 0 = self-preference, in points.
+    CI: bootstrap over items."""
 
 
 class PromptChange(_Record):
@@ -303,19 +385,34 @@ def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str,
     }
 
 
+def _comparison_row(base: dict[str, Any], metric: str, d: PairedComparison) -> dict[str, Any]:
+    return {
+        **base, "metric": metric, "value": d.delta, "n": d.n, "n_excluded": d.n_excluded_invalid,
+        "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value,
+    }
+
+
 def _metric_rows(base: dict[str, Any], metrics: AuditMetrics) -> list[dict[str, Any]]:
     rows = []
     for name in ESTIMATE_FIELDS:
         est = getattr(metrics, name)
         if est is not None:
             rows.append(_estimate_row(base, name, est))
-    if metrics.delta_error is not None:
-        d = metrics.delta_error
-        rows.append({
-            **base, "metric": "delta_error", "value": d.delta, "n": d.n, "n_excluded": d.n_excluded_invalid,
-            "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value,
-        })
+    for name in COMPARISON_FIELDS:
+        d = getattr(metrics, name)
+        if d is not None:
+            rows.append(_comparison_row(base, name, d))
+    for level in metrics.padding or []:
+        tag = f"@x{level.factor:g}"
+        rows += [
+            _estimate_row(base, f"words_added{tag}", level.words_added),
+            _estimate_row(base, f"score_shift{tag}", level.score_shift),
+            _comparison_row(base, f"score_shift_share{tag}", level.score_shift_share),
+            _estimate_row(base, f"score_unchanged{tag}", level.score_unchanged),
+        ]
     blank = {"n": None, "n_excluded": None, "ci_low": None, "ci_high": None, "p_value": None}
+    if metrics.n_invalid is not None:
+        rows.append({**base, "metric": "n_invalid", "value": metrics.n_invalid, **blank})
     if metrics.spearman_p is not None:
         rows.append({**base, "metric": "spearman_p", "value": metrics.spearman_p, **blank})
     for flag in ("position_flag", "length_flag"):
@@ -332,13 +429,18 @@ class AuditRow(_Record):
     bias_id: str
     bias_name: str
     kind: Literal["position", "length", "perturbation"]
+    mode: JudgeModeName = "pairwise"
+    """The judge's mode: pairwise rows are the published pairwise measures, pointwise rows the
+    score measures (`score_*`, `pair_error_*`, the padding's `...@x2`)."""
     scheme: Mitigation
     """none (one call per verdict) or the mitigation."""
     scope: str
     """``all``, or a domain."""
     metric: str
     """An `AuditMetrics` field: rr, cr, acc_ori, acc_hack, delta_error, asr, pb, lb, z,
-    spearman_rho, spearman_p, position_flag (1 or 0) ..."""
+    spearman_rho, spearman_p, position_flag (1 or 0) ...; pointwise: score_shift (scale
+    points), score_shift_share (share of the scale), score_unchanged, pair_error_original ...,
+    and per padding of the length audit score_shift@x2 ..."""
     value: float | None
     n: int | None
     n_excluded: int | None
@@ -346,7 +448,8 @@ class AuditRow(_Record):
     ci_low: float | None
     ci_high: float | None
     p_value: float | None
-    """delta_error's exact one-sided McNemar p; None for the other measures."""
+    """delta_error's exact one-sided McNemar p, score_shift_share's one-sided paired t p; None
+    for the other measures."""
 
 
 CSV_COLUMNS: tuple[str, ...] = tuple(AuditRow.model_fields)
@@ -360,7 +463,8 @@ def csv_rows(report: AuditReport) -> list[dict[str, Any]]:
         for scheme in [entry, entry.mitigated]:
             if scheme is None:
                 continue
-            base = {"bias_id": entry.id, "bias_name": entry.name, "kind": entry.kind, "scheme": scheme.scheme}
+            base = {"bias_id": entry.id, "bias_name": entry.name, "kind": entry.kind, "mode": report.settings.mode,
+                    "scheme": scheme.scheme}
             rows += _metric_rows({**base, "scope": "all"}, scheme)
             for domain, metrics in scheme.per_domain.items():
                 rows += _metric_rows({**base, "scope": domain}, metrics)

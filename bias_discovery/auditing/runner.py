@@ -6,20 +6,29 @@ plan otherwise. The audit collects the distinct calls of every verdict of every 
 sends them to the judge in one batch (through the call cache: a repeated audit is free, and
 the unmitigated calls a mitigation shares with the plain judge are paid once), then combines
 them. Repeats use derived seeds (`repeat_seed`), because the cache keys on the seed.
+
+A pointwise judge (`judge.mode: pointwise`) scores one response per call: the audit scores
+each item's chosen response, its original rejected response (twice: the audit's seed and the
+next repeat's, the judge's own noise) and each perturbed or padded version of the rejected
+response, in the same one batch, and `scores` turns them into score measures. The built-in
+`position`, a mitigation and Wei et al.'s position measures need a pair shown in both orders
+and are refused for it, naming the target or field (`check_judge_mode`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, Field
 
-from ..data.pairs import Order, PreferencePair
+from ..data.pairs import Order, PreferencePair, Shown
 from ..errors import ConfigError
-from ..judging import Judgment, judge_request, order_for, to_judgment
+from ..judging import Judgment, judge_request, order_for, to_judgment, to_score_judgment
 from ..library import utc_now_iso
 from ..llm.base import Engine
 from ..llm.types import GenerationResponse
@@ -27,7 +36,6 @@ from ..metrics import Preference
 from ..mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, derive_seed, plan
 from ..progress import ProgressFactory, progress_or_quiet
 from ..settings.audit import AuditSettings
-from ..settings.judge import JudgeSettings
 from ..stages.perturb import perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import count_tokens
@@ -43,16 +51,21 @@ from .records import (
     SchemeAudit,
     csv_rows,
 )
+from .scores import ScoreArms, length_score_metrics, pad_response, perturbation_score_metrics
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = [
-    "AuditJudgment", "AuditOutput", "AuditSettings", "check_pairwise", "check_repeats", "check_teacher", "repeat_seed", "run_audit",
+    "PAD_FACTORS", "AuditJudgment", "AuditOutput", "AuditSettings", "check_judge_mode", "check_repeats", "check_teacher",
+    "repeat_seed", "run_audit",
 ]
 
 ORIGINAL = "original"
 ORDERS: tuple[Order, Order] = ("chosen_first", "rejected_first")
-CallKey = tuple[str, int, Order, int]
-"""(condition, item index, order shown first, seed)."""
+CallKey = tuple[str, int, Shown, int]
+"""(condition, item index, order shown first (pointwise: the response scored), seed)."""
+PAD_FACTORS: tuple[float, ...] = (1.5, 2.0, 3.0)
+"""A pointwise judge's length audit: the rejected response padded to these multiples of its
+words (`scores.pad_response`)."""
 
 
 class AuditJudgment(Judgment):
@@ -108,15 +121,27 @@ def check_repeats(repeats: int) -> None:
         )
 
 
-def check_pairwise(judge: JudgeSettings) -> None:
-    """The audit's measures read pairwise verdicts in both orders; a pointwise judge is refused,
-    naming the field, until its own measures exist (docs/concepts/pointwise.md)."""
-    if judge.mode == "pointwise":
+NEEDS_POSITION = frozenset({"position"})
+"""Targets that are measured by showing a pair in both orders (Wei et al.'s de-noised position
+bias, position consistency, the monitor's z): a pointwise judge has no position."""
+
+
+def check_judge_mode(settings: AuditSettings, targets: Sequence[AuditTarget] = ()) -> None:
+    """A pointwise judge is audited on scores (`scores`); what needs a pair shown in both
+    orders is refused, naming the target or the field (docs/concepts/pointwise.md)."""
+    if settings.judge.mode != "pointwise":
+        return
+    if settings.mitigation != "none":
         raise ConfigError(
-            "judge.mode: pointwise: the known-bias audit measures pairwise verdicts shown in both orders (position, "
-            "CALM's robustness rate, Wei et al.'s de-noised measures); its pointwise measures (score against padded "
-            "length, CALM's robustness rate for scores, self-enhancement) are not built yet. Pointwise judges have no "
-            "position; `run` (discovery and validation) and `matrix` take them"
+            f"`mitigation` {settings.mitigation}: judge.mode: pointwise has no position to mitigate "
+            "(pointwise judges have no position); leave `mitigation` at none"
+        )
+    refused = [t.id for t in targets if t.kind in NEEDS_POSITION]
+    if refused:
+        raise ConfigError(
+            f"`biases` {', '.join(refused)}: measured on a pair shown in both orders (Wei et al.'s de-noised position "
+            "bias, position consistency, the monitor's z), and judge.mode: pointwise has no position; audit `length` "
+            "(the score against padded length) and library biases (the score shift, CALM's robustness rate for scores)"
         )
 
 
@@ -145,7 +170,7 @@ def run_audit(
     """Audit the judge `target` on `pairs` for `targets`; `teacher` rewrites the rejected
     responses for library biases (built-ins need none)."""
     check_repeats(settings.repeats)
-    check_pairwise(settings.judge)
+    check_judge_mode(settings, targets)
     if not pairs:
         raise ConfigError("the audit has no pairs to judge")
     check_teacher(targets, has_teacher=teacher is not None)
@@ -156,15 +181,19 @@ def run_audit(
         for p in pairs
     ]
     perturbed, condition_pairs = _inject(teacher, pairs, targets, settings, bar)
-    calls, used = _plan_calls(targets, items, condition_pairs, settings)
-    judged, responses = _judge(target, calls, condition_pairs, settings, bar)
-    audit = _Judged(settings, items, condition_pairs, calls, used, judged)
-    entries = [_bias_audit(audit, t) for t in targets]
-    judgments = [AuditJudgment(**judged[k].model_dump(), condition=k[0], seed=k[3]) for k in calls.keys]
+    if settings.judge.mode == "pointwise":
+        keys, entries, judged, responses = _score_audit(target, targets, items, condition_pairs, settings, bar)
+    else:
+        calls, used = _plan_calls(targets, items, condition_pairs, settings)
+        keys = list(calls.keys)
+        judged, responses = _judge(target, keys, condition_pairs, settings, bar)
+        audit = _Judged(settings, items, condition_pairs, calls, used, judged)
+        entries = [_bias_audit(audit, t) for t in targets]
+    judgments = [AuditJudgment(**judged[k].model_dump(), condition=k[0], seed=k[3]) for k in keys]
     report = _report(
         settings, entries, model=model, data=data, teacher=teacher_spec if any(t.needs_teacher for t in targets) else None,
         items=items, calls=AuditCalls(
-            judge=len(calls.keys),
+            judge=len(keys),
             judge_cached=sum(1 for r in responses if r.cached),
             judge_invalid=sum(1 for j in judged.values() if j.invalid_reason),
             teacher=sum(len(pairs) for t in targets if t.needs_teacher),
@@ -231,11 +260,11 @@ def _plan_calls(
 
 
 def _judge(
-    target: Engine, calls: _Calls, condition_pairs: ConditionPairs, settings: AuditSettings, bar: ProgressFactory
+    target: Engine, keys: list[CallKey], condition_pairs: ConditionPairs, settings: AuditSettings, bar: ProgressFactory
 ) -> tuple[dict[CallKey, Judgment], list[GenerationResponse]]:
-    """Send every planned call to the judge in one batch (unmitigated: the schemes combine)."""
+    """Send every planned call to the judge in one batch (unmitigated: the schemes combine);
+    a pointwise judge's calls are scores of one response each."""
     judge_settings = settings.judge.model_copy(update={"mitigation": "none"})
-    keys = list(calls.keys)
 
     def pair_of(key: CallKey) -> PreferencePair:
         p = condition_pairs[key[0]][key[1]]
@@ -245,11 +274,101 @@ def _judge(
     requests = [judge_request(pair_of(k), k[2], judge_settings, k[3]) for k in keys]
     with bar("judge", len(requests)) as advance:
         responses = target.generate(requests, progress=advance)
-    judged = {
-        k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie, score=judge_settings.verdict == "score")
-        for k, r in zip(keys, responses)
-    }
+    if judge_settings.mode == "pointwise":
+        judged = {k: to_score_judgment(pair_of(k), k[2], r, judge_settings) for k, r in zip(keys, responses)}
+    else:
+        judged = {
+            k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie, score=judge_settings.verdict == "score")  # type: ignore[arg-type]
+            for k, r in zip(keys, responses)
+        }
     return judged, list(responses)
+
+
+def _pad_condition(factor: float) -> str:
+    return f"length@x{factor:g}"
+
+
+def _plan_score_calls(
+    targets: Sequence[AuditTarget], condition_pairs: ConditionPairs, seed: int
+) -> tuple[list[CallKey], dict[str, set[CallKey]]]:
+    """A pointwise audit's calls: every item's chosen response, its original rejected response
+    (with the audit's seed and the next repeat's), and each target's changed rejected response."""
+    first, second = repeat_seed(seed, 0), repeat_seed(seed, 1)
+    keys: dict[CallKey, None] = {}
+    used: dict[str, set[CallKey]] = {}
+    n = len(condition_pairs[ORIGINAL])
+
+    def base(i: int) -> list[CallKey]:
+        return [(ORIGINAL, i, "chosen", first), (ORIGINAL, i, "rejected", first), (ORIGINAL, i, "rejected", second)]
+
+    rejected: Shown = "rejected"
+
+    for t in targets:
+        conditions = [_pad_condition(f) for f in PAD_FACTORS] if t.kind == "length" else [t.id]
+        mine = used.setdefault(t.id, set())
+        for i in range(n):
+            changed: list[CallKey] = [(c, i, rejected, first) for c in conditions if condition_pairs[c][i] is not None]
+            if changed:
+                for key in [*base(i), *changed]:
+                    keys.setdefault(key, None)
+                    mine.add(key)
+    return list(keys), used
+
+
+def _score_audit(
+    target: Engine, targets: Sequence[AuditTarget], items: Sequence[ItemInfo], condition_pairs: ConditionPairs,
+    settings: AuditSettings, bar: ProgressFactory,
+) -> tuple[list[CallKey], list[BiasAudit], dict[CallKey, Judgment], list[GenerationResponse]]:
+    """A pointwise judge's audit: pad the rejected responses (length), score every response
+    the measures need in one batch, then each target's score measures."""
+    pads: dict[float, list[int]] = {}
+    if any(t.kind == "length" for t in targets):
+        for f in PAD_FACTORS:
+            made = [pad_response(p.rejected, f) if p is not None else None for p in condition_pairs[ORIGINAL]]
+            condition_pairs[_pad_condition(f)] = [
+                None if p is None or x is None else p.model_copy(update={"rejected": x[0]})
+                for p, x in zip(condition_pairs[ORIGINAL], made)
+            ]
+            pads[f] = [0 if x is None else x[1] for x in made]
+    keys, used = _plan_score_calls(targets, condition_pairs, settings.seed)
+    judged, responses = _judge(target, keys, condition_pairs, settings, bar)
+    n = len(items)
+
+    def scores(condition: str, shown: Shown, repeat: int = 0) -> np.ndarray:
+        seed = repeat_seed(settings.seed, repeat)
+        found = [judged.get((condition, i, shown, seed)) for i in range(n)]
+        return np.array([np.nan if j is None or j.score is None else j.score for j in found], dtype=float)
+
+    arms = ScoreArms(chosen=scores(ORIGINAL, "chosen"), original=scores(ORIGINAL, "rejected"), repeat=scores(ORIGINAL, "rejected", 1))
+    scale = settings.judge.scale_spec
+    ctx = Context(repeats=settings.repeats, seed=settings.seed, n_boot=settings.n_boot)
+    entries = []
+    for t in targets:
+        measure: Callable[[list[int]], AuditMetrics]
+        if t.kind == "length":
+            padded = {f: scores(_pad_condition(f), "rejected") for f in PAD_FACTORS}
+            added = {f: np.array(w) for f, w in pads.items()}
+            measure = partial(length_score_metrics, arms, padded, added, scale=scale, ctx=ctx)
+            idx = [i for i in range(n) if condition_pairs[_pad_condition(PAD_FACTORS[0])][i] is not None]
+        else:
+            measure = partial(perturbation_score_metrics, arms, scores(t.id, "rejected"), scale=scale, ctx=ctx)
+            idx = [i for i, p in enumerate(condition_pairs[t.id]) if p is not None]
+        entries.append(_score_entry(t, items, idx, measure, calls=len(used[t.id])))
+    return keys, entries, judged, responses
+
+
+def _score_entry(
+    t: AuditTarget, items: Sequence[ItemInfo], idx: list[int], measure: Callable[[list[int]], AuditMetrics], *, calls: int
+) -> BiasAudit:
+    """One target's score measures, overall and per domain (one call per score, no scheme)."""
+    domains = sorted({items[i].domain for i in idx})
+    per_domain = {d: measure([i for i in idx if items[i].domain == d]) for d in domains}
+    overall = measure(idx)
+    return BiasAudit(
+        **overall.model_dump(round_trip=True), scheme="none", calls_per_verdict=1, calls=calls, per_domain=per_domain,
+        id=t.id, name=t.name, kind=t.kind, source=t.source, definition=t.bias.definition if t.bias is not None else None,
+        n_items=len(idx), n_perturb_invalid=len(items) - len(idx),
+    )
 
 
 @dataclass
@@ -332,7 +451,17 @@ def _report(
 ) -> AuditReport:
     """audit.json: the settings, the calls and each target's measures."""
     notes = []
-    if settings.judge.temperature == 0:
+    if settings.judge.mode == "pointwise":
+        notes.append(
+            f"pointwise judge (scale {settings.judge.scale}): each response scored alone; the measures are score shifts "
+            "of the rejected response against its original on the same items, CALM's robustness rate for scores and "
+            "the pair error (rejected ≥ chosen, ties apart). Wei et al.'s de-noised position measures and position "
+            "consistency do not apply (no position). The original rejected response is scored with 2 seeds (the "
+            "judge's own noise); `repeats` beyond 2 are not used"
+        )
+    if settings.judge.temperature == 0 and settings.judge.mode == "pointwise":
+        notes.append("temperature 0 (greedy): the new-seed score differs only where the engine is not deterministic")
+    elif settings.judge.temperature == 0:
         notes.append(
             "temperature 0 (greedy): repeats differ only where the engine is not deterministic, so q̂ and CR "
             "measure that nondeterminism, and shuffle3's third vote repeats its first (Wei et al. judge at 0.1)"
@@ -348,10 +477,12 @@ def _report(
             repeats=settings.repeats,
             mitigation=settings.mitigation,
             temperature=settings.judge.temperature,
-            allow_tie=settings.judge.allow_tie,
+            allow_tie=None if settings.judge.mode == "pointwise" else settings.judge.allow_tie,
             reasoning=settings.judge.reasoning,
             max_tokens=settings.judge.max_tokens,
             n_boot=settings.n_boot,
+            mode=settings.judge.mode,
+            scale=settings.judge.scale if settings.judge.mode == "pointwise" else None,
         ),
         calls=calls,
         notes=notes,

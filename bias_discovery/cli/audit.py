@@ -17,7 +17,8 @@ from ..settings.audit import AuditSettings
 from ..settings.common import PerturbSettings
 from ..settings.judge import JudgeSettings
 from .common import app, console, fail, flag_of, format_validation_error, options_error, warn
-from .findings import audit_findings, exit_on_findings, parse_fail_on
+from .findings import audit_findings, check_fail_on_mode, exit_on_findings, parse_fail_on
+from .judge import _judge_fields
 from .options import (
     ALLOW_OVERLAP,
     CACHE,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows
+    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
 
     mitigation = report.settings.mitigation
     temperature = report.settings.temperature
@@ -54,9 +55,11 @@ def print_audit(report: AuditReport) -> None:
         f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
         + (f"temperature {temperature:g}, " if temperature is not None else "")
         + f"seed {report.settings.seed}"
-        + (f", teacher {report.teacher}" if report.teacher else ""),
+        + (f", teacher {report.teacher}" if report.teacher else "")
+        + (f"; pointwise judge, scale {report.settings.scale}: score measures" if report.settings.mode == "pointwise" else ""),
         highlight=False,
     )
+    mode = report.settings.mode
     if report.from_log is not None:
         log = report.from_log
         console.print(
@@ -69,14 +72,14 @@ def print_audit(report: AuditReport) -> None:
         if entry.n_perturb_invalid:
             title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
         table = Table(title=escape(title), title_justify="left", caption_justify="left")
-        table.add_column("measure", no_wrap=True)
+        table.add_column("score measure" if mode == "pointwise" else "measure", no_wrap=True)
         columns: list[tuple[str, SchemeAudit]] = [("none", entry)]
         if entry.mitigated is not None:
             columns.append((mitigation, entry.mitigated))
         for scheme, _ in columns:
             table.add_column(escape(f"{scheme}\n[95% CI]"), justify="right", no_wrap=True)
             table.add_column("n", justify="right", no_wrap=True)
-        rows = [metric_rows(metrics, entry.kind) for _, metrics in columns]
+        rows = [metric_rows(metrics, rows_kind(entry.kind, mode)) for _, metrics in columns]
         for i, first in enumerate(rows[0]):
             cells = [escape(first["label"])]
             for scheme_rows in rows:
@@ -87,13 +90,13 @@ def print_audit(report: AuditReport) -> None:
                 cells += [escape(text), r["n"] + (f"\n{r['excluded']}" if r["excluded"] else "")]
             table.add_row(*cells)
         table.caption = "cost: " + "; ".join(
-            f"{scheme} {plural(m.calls_per_verdict, 'call')} per verdict, {plural(m.calls, 'call')}"
+            f"{scheme} {plural(m.calls_per_verdict, 'call')} per {'score' if mode == 'pointwise' else 'verdict'}, {plural(m.calls, 'call')}"
             for scheme, m in columns
         )
         console.print(table)
     console.print("measures (each against what it is compared with):", highlight=False)
     shown = []
-    for kind in dict.fromkeys(e.kind for e in report.biases):
+    for kind in dict.fromkeys(rows_kind(e.kind, mode) for e in report.biases):
         for row in ROWS[kind]:
             if row.label not in shown:
                 shown.append(row.label)
@@ -160,6 +163,9 @@ def audit(
     max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning."),
     allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (Chen et al.)."),
     verdict: str = VERDICT,
+    mode: str = option(JudgeSettings, "mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale: score measures; no position)."),
+    scale: str = option(JudgeSettings, "scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
+    rubric: str | None = flag("rubric", None, help="Pointwise: the rubric text (the judge_pointwise_rubric prompt)."),
     prompts: str | None = flag("prompts", None,
         help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
         "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
@@ -180,7 +186,10 @@ def audit(
     CALM's RR/CR/Acc and Δerror (paired McNemar), Chen et al.'s
     ASR, Wei et al.'s Acc_both, flipping noise and de-noised position/length bias, the bias
     monitor's z and Spearman ρ; each overall and per domain with n and a 95 % CI, unmitigated
-    and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv."""
+    and (--mitigation) mitigated on the same items. Writes audit.json and audit.csv.
+
+    A pointwise judge (--mode pointwise) is audited on scores: the score shift against the
+    original, the robustness rate for scores, the pair error, the score against padded length."""
     from ..api import AuditOptions
     from ..api import audit as audit_judge
     from ..progress import progress_bar
@@ -195,18 +204,12 @@ def audit(
     if missing:
         fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
     assert model is not None and data is not None and biases is not None and out is not None
-    reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
+    check_fail_on_mode(conditions, mode)
     try:
-        settings = AuditSettings(
-            repeats=repeats,
-            mitigation=mitigation,  # type: ignore[arg-type]
-            seed=seed,
-            n_boot=n_boot,
-            judge=JudgeSettings(
-                max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie, verdict=verdict,  # type: ignore[arg-type]
-                **reasoning_settings,
-            ),
-            perturb=PerturbSettings(max_tokens=perturb_max_tokens),
+        settings = _settings(
+            repeats=repeats, mitigation=mitigation, seed=seed, n_boot=n_boot, perturb_max_tokens=perturb_max_tokens,
+            mode=mode, scale=scale, rubric=rubric, max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie,
+            verdict=verdict, **reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap),
         )
         options = AuditOptions(
             settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
@@ -222,6 +225,19 @@ def audit(
     print_audit(output.report)
     console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
     exit_on_findings(audit_findings(output.report, conditions))
+
+
+def _settings(
+    *, repeats: int, mitigation: str, seed: int, n_boot: int, perturb_max_tokens: int, mode: str, scale: str,
+    rubric: str | None, **judge: object,
+) -> AuditSettings:
+    """The audit's settings from its flags; a pointwise judge takes --scale and --rubric (and
+    no position setting), a pairwise one refuses them (`judge._judge_fields`)."""
+    fields = _judge_fields(mode=mode, positions=default_of(JudgeSettings, "positions"), scale=scale, rubric=rubric, prompt=None, **judge)
+    return AuditSettings(
+        repeats=repeats, mitigation=mitigation, seed=seed, n_boot=n_boot,  # type: ignore[arg-type]
+        judge=JudgeSettings.model_validate(fields), perturb=PerturbSettings(max_tokens=perturb_max_tokens),
+    )
 
 
 def _refuse_model_flags(**given_flags: str | None) -> None:

@@ -95,7 +95,26 @@ def _audit_measures() -> list[str]:
     from ..auditing.records import AuditMetrics
 
     return [name for name, info in AuditMetrics.model_fields.items() if not name.endswith("_flag")
-            and info.annotation is not None and "bool" not in str(info.annotation)]
+            and info.annotation is not None and "bool" not in str(info.annotation) and "list" not in str(info.annotation)]
+
+
+def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
+    """A threshold on a measure the judge's mode does not have is a usage error (exit 2),
+    before any call: a pointwise judge's audit has score measures (score_shift, score_unchanged,
+    pair_error_perturbed, ...), not the pairwise ones (rr, pb, z ...), and the reverse."""
+    from ..auditing.records import POINTWISE_FIELDS
+
+    pointwise = mode == "pointwise"
+    for c in conditions:
+        if c.kind != "threshold" or c.field in ("delta_error",):
+            continue
+        if pointwise != (c.field in POINTWISE_FIELDS) or (pointwise and c.bias_kind == "position"):
+            if pointwise:
+                has = ", ".join(sorted(f.replace("_", "-") for f in POINTWISE_FIELDS if f not in ("padding", "length_flag")))
+                fail(f"--fail-on {c.text!r}: {c.field} is a pairwise measure and the judge's mode is pointwise (pointwise "
+                     f"judges have no position; their measures: {has})")
+            fail(f"--fail-on {c.text!r}: {c.field} is a pointwise measure (a score) and the judge's mode is {mode}; "
+                 "give --mode pointwise")
 
 
 def exit_on_findings(found: Sequence[str]) -> None:

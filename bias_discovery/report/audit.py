@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..auditing.display import judge_measure_lines, metric_rows
+from ..auditing.display import judge_measure_lines, metric_rows, rows_kind
 from ..auditing.output import read_audit
 from ..auditing.records import AuditReport, BiasAudit
 from ..formatting import count
@@ -28,6 +28,8 @@ KEY_MEASURES = {
     "position": ("z", "pb", "acc_both", "q_hat"),
     "length": ("lb", "spearman_rho", "acc_both", "q_hat"),
     "perturbation": ("delta_error", "rr", "asr", "cr"),
+    "pointwise:perturbation": ("score_shift", "score_unchanged", "delta_error", "score_repeat_unchanged"),
+    "pointwise:length": ("score_length_slope", "score_length_rho", "score_shift@x3", "score_unchanged"),
 }
 """The measures of each kind shown per domain and in the summary."""
 
@@ -52,7 +54,7 @@ def _examples(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judg
         return []
     rewrites = {p["pair_id"]: p for p in perturbed if p.get("bias_id") == entry.id and p.get("valid")}
     mine = [j for j in judgments if j.get("condition") == entry.id and j.get("seed") == report.settings.seed]
-    mine.sort(key=lambda j: j.get("picked") != "rejected")  # the judge fell for it first
+    mine.sort(key=lambda j: (j.get("picked") != "rejected", -(j.get("score") or 0)))  # the judge fell for it first (pointwise: highest score)
     out: list[dict[str, Any]] = []
     shown: set[str] = set()
     for j in mine:
@@ -69,7 +71,7 @@ def _examples(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judg
                 "left": left,
                 "right": right,
                 "order": j.get("order", "").replace("_", " "),
-                "picked": j.get("picked") or "invalid",
+                "picked": j.get("picked") or (f"score {j['score']:g}" if j.get("score") is not None else "invalid"),
                 "explanation": j.get("explanation", ""),
             }
         )
@@ -80,15 +82,16 @@ def _examples(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judg
 
 def _card(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgments: list[dict]) -> dict[str, Any]:
     schemes = [("none", entry)] + ([(report.settings.mitigation, entry.mitigated)] if entry.mitigated else [])
-    tables = [metric_rows(m, entry.kind, missing=MISSING) for _, m in schemes]
+    kind = rows_kind(entry.kind, report.settings.mode)
+    tables = [metric_rows(m, kind, missing=MISSING) for _, m in schemes]
     rows = []
     for i, first in enumerate(tables[0]):
         rows.append({"label": first["label"], "meaning": first["meaning"], "cells": [t[i] for t in tables]})
     domains = []
     for domain, metrics in entry.per_domain.items():
-        cells = _pick(metric_rows(metrics, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])
+        cells = _pick(metric_rows(metrics, kind, missing=MISSING), KEY_MEASURES[kind])
         domains.append({"domain": domain, "cells": cells})
-    key_labels = [r["label"] for r in _pick(tables[0], KEY_MEASURES[entry.kind])]
+    key_labels = [r["label"] for r in _pick(tables[0], KEY_MEASURES[kind])]
     return {
         "entry": entry,
         "schemes": [{"name": name, "calls_per_verdict": m.calls_per_verdict, "calls": m.calls} for name, m in schemes],
@@ -100,9 +103,10 @@ def _card(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgment
 
 
 def _summary(entry: BiasAudit, report: AuditReport) -> dict[str, Any]:
-    plain = _pick(metric_rows(entry, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])[:2]
+    kind = rows_kind(entry.kind, report.settings.mode)
+    plain = _pick(metric_rows(entry, kind, missing=MISSING), KEY_MEASURES[kind])[:2]
     mitigated = (
-        _pick(metric_rows(entry.mitigated, entry.kind, missing=MISSING), KEY_MEASURES[entry.kind])[:2] if entry.mitigated else []
+        _pick(metric_rows(entry.mitigated, kind, missing=MISSING), KEY_MEASURES[kind])[:2] if entry.mitigated else []
     )
     flags = [f for f in ("position" if entry.position_flag else "", "length" if entry.length_flag else "") if f]
     return {"entry": entry, "plain": plain, "mitigated": mitigated, "flags": flags}
