@@ -129,3 +129,7 @@ def test_a_pointwise_pro_set_keeps_its_columns_through_annotation_and_is_refused
         with pytest.raises(ExportError, match=r"a Pro set for pointwise judges \(stats.json judge_mode: pointwise, scale 1-10\)"):
             export_harness(kind, out, tmp_path / kind)  # type: ignore[arg-type]
         assert not (tmp_path / kind).exists()
+    run = tmp_path / "run"
+    with pytest.raises(ExportError, match=r"the run's judge is pointwise \(judge.mode: pointwise, scale 1-10\)"):
+        export_harness("inspect", run, tmp_path / "from-run")
+    assert not (tmp_path / "from-run").exists()
