@@ -133,3 +133,30 @@ def test_a_pointwise_pro_set_keeps_its_columns_through_annotation_and_is_refused
     with pytest.raises(ExportError, match=r"the run's judge is pointwise \(judge.mode: pointwise, scale 1-10\)"):
         export_harness("inspect", run, tmp_path / "from-run")
     assert not (tmp_path / "from-run").exists()
+
+
+def test_judge_compare_scores_a_pointwise_pro_set_with_a_pointwise_judge_only(pointwise_pro, tmp_path):
+    """`judge --compare` on a pointwise set: the same pointwise judge scores the original pairs
+    and the set's (each response alone); a judge of another mode or scale is refused before
+    any call, naming the field."""
+    from test_export import write_pairs
+
+    from bias_discovery.api import judge
+    from bias_discovery.judging import JudgeSettings
+
+    out, _ = pointwise_pro
+    data = write_pairs(tmp_path / "original.jsonl", 6)
+    engine = ScriptedEngine(pointwise_world)
+    output = judge("openai/judge", str(data), settings=JudgeSettings(mode="pointwise", scale="1-10"), compare=out,
+                   out=tmp_path / "judged", engine=engine)
+    report = output.compare
+    assert report is not None and report.pro.mode == "pointwise" and report.pro.n_pairs == 6
+    assert not any("[Response A]" in r.messages[-1].content for r in engine.sent)
+    # originals: 7 against 3, all right; Pro samples: the expert citation's 8 against 7, all wrong
+    assert report.rows[-1].original_error == 0.0 and report.rows[-1].pro_error == 1.0
+    assert json.loads((tmp_path / "judged" / "compare.json").read_text())["pro"]["mode"] == "pointwise"
+    for settings, field in ((JudgeSettings(), r"judge.mode is pairwise"), (JudgeSettings(mode="pointwise", scale="1-5"), r"judge.scale is 1-5")):
+        refused = ScriptedEngine(pointwise_world)
+        with pytest.raises(ExportError, match=field):
+            judge("openai/judge", str(data), settings=settings, compare=out, engine=refused)
+        assert refused.sent == []
