@@ -160,3 +160,47 @@ def test_judge_compare_scores_a_pointwise_pro_set_with_a_pointwise_judge_only(po
         with pytest.raises(ExportError, match=field):
             judge("openai/judge", str(data), settings=settings, compare=out, engine=refused)
         assert refused.sent == []
+
+
+@pytest.mark.model
+def test_the_embedded_model_filters_a_pointwise_pro_set_by_its_scores(tmp_path, smollm2_gguf_path):
+    """The new step on the embedded model: the filter (the quick start's target, with
+    experiments/quickstart-pointwise.yaml's pointwise judge settings) scores the chosen and
+    the perturbed rejected response of each variant alone. The rewrites and the answer check
+    are scripted (test_export.world: the expert citation appended, the answers told apart), so
+    every variant reaches the filter. Whatever SmolLM2 scores, each variant gets two scores
+    on the scale or is counted invalid, and a kept one has the rejected response scored
+    strictly higher."""
+    import yaml
+    from test_export import make_pairs
+
+    from bias_discovery.config import PerturbSettings, RunConfig
+    from bias_discovery.export import build_pro_set
+    from bias_discovery.llm.registry import make_engine
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments" / "quickstart-pointwise.yaml").read_text())
+    config = RunConfig.model_validate(raw)
+    scripted = ScriptedEngine(world)
+    filter_judge = make_engine(config.target)
+    try:
+        build = build_pro_set(
+            make_pairs(3), [make_bias("Expert Citation Bias", discovered=True)], teacher=scripted, checker=scripted,
+            filter_judge=filter_judge, variants=1, seed=config.seed, perturb_settings=PerturbSettings(),
+            judge_settings=config.judge,
+        )
+    finally:
+        filter_judge.close()
+    c = build.counts
+    print("real pointwise filter:", c.model_dump_json(), [v.filter_scores for v in build.variants])
+    assert c.filter_judged == 3
+    assert_counts_add_up(c.model_dump())
+    assert build.judge_mode == "pointwise" and build.scale == "1-10"
+    for v in build.variants:
+        assert set(v.filter_scores) == {"chosen", "rejected"}
+        assert all(s is None or (1 <= s <= 10 and s == int(s)) for s in v.filter_scores.values())
+        chosen, rejected = v.filter_scores["chosen"], v.filter_scores["rejected"]
+        expected = ("filter_invalid" if chosen is None or rejected is None else "kept" if rejected > chosen
+                    else "filter_tie" if rejected == chosen else "filter_correct")
+        assert v.status == expected
+    assert all(row["judge_mode"] == "pointwise" and row["scale"] == "1-10" for row in build.samples)
+    assert len(build.samples) == c.kept_by_filter
