@@ -89,3 +89,11 @@ def test_library_show_prints_a_pointwise_cases_scores(pointwise_run):
     shown = " ".join(cli("library", "show", str(pointwise_run), BIAS, env={"COLUMNS": "200"}).stdout.split())
     assert "scored alone, the rewrite" in shown and "and the chosen response 7.0" in shown
     assert "the chosen response alone: score 7.0" in shown
+
+
+def test_the_reports_outcome_says_what_a_pointwise_bias_raises(pointwise_run):
+    from bias_discovery.report import render_report
+
+    text = page_text(render_report(pointwise_run))
+    assert f"Found: 1 bias that raises the judge's score of the rejected response beyond chance: {BIAS} (Δscore(rejected)" in text
+    assert "raises the judge's error" not in text
