@@ -97,3 +97,9 @@ def test_the_reports_outcome_says_what_a_pointwise_bias_raises(pointwise_run):
     text = page_text(render_report(pointwise_run))
     assert f"Found: 1 bias that raises the judge's score of the rejected response beyond chance: {BIAS} (Δscore(rejected)" in text
     assert "raises the judge's error" not in text
+    # the report's forest plot names the measure on its axis
+    from bias_discovery.report.render import _forest_label
+
+    run = load_run(pointwise_run)
+    assert _forest_label(run.library.biases) == "Δ score of rejected (pp of scale)"
+    assert _forest_label([b for b in run.library.biases if b.validation is None]) == "Δ error (pp)"
