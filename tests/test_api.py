@@ -217,7 +217,7 @@ def test_table_columns_are_the_documented_ones():
     tests/test_docs.py checks that it lists them)."""
     assert JudgeOutput.columns() == (
         "pair_id", "domain", "order", "verdict", "picked", "correct", "invalid_reason", "explanation", "raw_output",
-        "prompt_tokens", "completion_tokens", "cached", "p_rejected", "labels_in_top",
+        "prompt_tokens", "completion_tokens", "cached", "p_rejected", "labels_in_top", "score", "score_from", "response_words",
     )
     assert AuditOutput.columns() == (
         "bias_id", "bias_name", "kind", "scheme", "scope", "metric", "value", "n", "n_excluded", "ci_low", "ci_high", "p_value",
@@ -231,15 +231,19 @@ def test_table_columns_are_the_documented_ones():
         "ci_low_vs_placebo", "ci_high_vs_placebo", "p_vs_placebo", "p_adjusted_vs_placebo", "decision_p",
         "decision_p_adjusted", "rewrite_effect", "answer_change_rate", "n_answer_changed", "length_ratio", "mde", "mde_n",
         "mde_power", "stopped_at", "stop", "top_domain", "top_domain_delta", "n_evidence", "merged_from", "definition",
+        "score_shift_points", "score_shift_ci_low", "score_shift_ci_high", "score_shift_sd", "secondary_measure",
+        "secondary_delta", "secondary_ci_low", "secondary_ci_high",
     )
     assert Replication.columns() == (
         "id", "name", "origin", "reproduced", "control", "delta", "ci_low", "ci_high", "method", "n", "p_value",
         "p_adjusted", "original_delta", "original_ci_low", "original_ci_high", "original_method", "original_n",
-        "original_p_adjusted", "original_accepted",
+        "original_p_adjusted", "original_accepted", "measure", "secondary_measure", "secondary_delta", "secondary_ci_low",
+        "secondary_ci_high", "original_secondary_delta", "score_shift_points", "score_shift_ci_low", "score_shift_ci_high",
+        "original_score_shift_points",
     )
     assert MatrixResult.columns() == (
         "kind", "judge", "bias", "bias_name", "control", "delta", "ci_low", "ci_high", "p_value", "p_adjusted", "accepted",
-        "n", "n_excluded_invalid", "mde", "control_error", "arm_error",
+        "n", "n_excluded_invalid", "mde", "control_error", "arm_error", "measure",
     )
 
 
