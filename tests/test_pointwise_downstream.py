@@ -103,3 +103,46 @@ def test_the_reports_outcome_says_what_a_pointwise_bias_raises(pointwise_run):
     run = load_run(pointwise_run)
     assert _forest_label(run.library.biases) == "Δ score of rejected (pp of scale)"
     assert _forest_label([b for b in run.library.biases if b.validation is None]) == "Δ error (pp)"
+
+
+@pytest.mark.slow
+def test_replicate_on_the_command_line_against_a_pointwise_stub_judge(tmp_path):
+    """Outside in: `bias-discovery run` with a pointwise judge against the planted-score stub
+    (tests/stub_openai.py --planted-score-shift 1.5: the trait adds 1.5 points on 1-10, as
+    benchmarks/effects_cli.py's pointwise cells), then `bias-discovery replicate` of the planted
+    trait: the replication scores each response alone, decides on the score shift, reports the
+    pair error as secondary, and the planted shift reproduces within its CI."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from effects_cli import CHILD_ENV, POINTWISE_JUDGE, TRAIT, planted_stub, run_config
+
+    from stub_openai import planted_score_truth
+
+    truth = planted_score_truth(1.5)
+    with planted_stub(0.0, salt="replicate-pointwise", score_shift=1.5) as (url, _):
+        config = run_config(url, tmp_path, 1, None, POINTWISE_JUDGE)
+        run_dir = tmp_path / "run"
+        ran = cli("run", str(config), "--run-dir", str(run_dir), "--quiet", env=CHILD_ENV, check=False)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        shown = cli("replicate", str(run_dir), "--seed", "7", "--biases", TRAIT["id"], "--quiet",
+                    env={**CHILD_ENV, "COLUMNS": "250"}, check=False)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    where = run_dir / "replications" / "seed-7"
+    replication = json.loads((where / "replication.json").read_text())
+    assert (replication["judge_mode"], replication["scale"], replication["measure"], replication["secondary_measure"]) == (
+        "pointwise", "1-10", "score", "error"
+    )
+    [bias] = replication["biases"]
+    assert bias["id"] == TRAIT["id"] and bias["reproduced"] and bias["measure"] == "score"
+    print("replicated:", {k: bias[k] for k in ("delta", "ci_low", "ci_high", "n", "original_delta", "score_shift_points")},
+          "truth", truth, "secondary", bias["secondary_delta"])
+    assert bias["ci_low"] <= truth <= bias["ci_high"], (bias["delta"], truth)
+    assert bias["secondary"]["measure"] == "error" and bias["secondary"]["p_adjusted"] is None
+    assert bias["score_shift"]["n"] == bias["secondary"]["n"] and bias["score_shift_points"] > 0
+    orders = {json.loads(line)["order"] for line in (where / "validation_judgments.jsonl").read_text().splitlines()}
+    assert orders == {"chosen", "rejected"}
+    text = " ".join(shown.stdout.split())
+    assert "pointwise judge (scale 1-10)" in text and "secondary Δerror" in text and "not decisive" in text
