@@ -181,6 +181,8 @@ class Replication(BaseModel, Tabular):
     self_checked: bool | None = None
     """True when the answer checker is the teacher that wrote the rewrites (None: no check)."""
     baseline_error: float | None
+    """The judge's error on the replication's test pairs (a pointwise judge: the pair error
+    derived from its two scores, ties counted as errors)."""
     rewrite_effect: RewriteEffect | None = None
     biases: list[ReplicatedBias] = Field(default_factory=list)
     n_replicated: int
