@@ -8,6 +8,11 @@ greedy text), or new data with `--data`. Each bias is *reproduced* when the repl
 accepts it again (the replicated biases are one family: Holm across them at the run's alpha).
 Every call goes through the run's call cache, so a repeated replication is free.
 
+A pointwise judge (`judge.mode: pointwise`) is replicated as it was run: each response scored
+alone on the run's scale, each bias decided on the run's deciding measure
+(`judge.pointwise_measure`), the other measure reported next to it as secondary (never
+decisive), with the rejected response's score shift in scale points.
+
 Writes `replication.json` (`reproduction_rate`, `biases`: per bias the original and the new
 numbers, reproduced yes/no) and the replication's rewrites and judgments next to it.
 """
@@ -27,14 +32,15 @@ from .data.overlap import DataOverlap
 from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError, ExportError
 from .io import atomic_write_json, atomic_write_jsonl, check_output_dir, staged_output
-from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of
-from .library import Bias, BiasValidation, RewriteEffect, slugify
+from .judging import JudgeResult, calls_per_pair, judge_pairs, measure_of, secondary_measure_of
+from .library import Bias, BiasValidation, RewriteEffect, ScoreShift, slugify
 from .llm.base import Engine
 from .options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from .progress import ProgressFactory, progress_or_quiet
 from .run.context import RunContext
 from .run.overlap import check_run_overlap
 from .run.selection import select_biases
+from .settings.judge import JudgeMode
 from .stages.family import FamilySettings
 from .stages.rewrite_checks import record_checker
 from .stages.validate import (
@@ -46,7 +52,7 @@ from .stages.validate import (
     run_placebo,
     validate_biases,
 )
-from .stats import wilson_interval
+from .stats import Measure, PairedComparison, wilson_interval
 from .tables import Tabular
 
 DEFAULT_TEMPERATURE = 0.7
@@ -111,6 +117,27 @@ class ReplicatedBias(BaseModel):
     original_n: int | None = None
     original_p_adjusted: float | None = None
     original_accepted: bool | None = None
+    measure: Measure = "error"
+    """What `delta` compares per item (the run's deciding measure: `judging.measure_of`); a
+    pointwise judge's `score` is the rejected response's score as a share of the scale."""
+    secondary_measure: Measure | None = None
+    """Pointwise judges: the measure that did not decide, reported, never decisive; its Δ
+    against the same control on the items the decision saw, with its CI."""
+    secondary_delta: float | None = None
+    secondary_ci_low: float | None = None
+    secondary_ci_high: float | None = None
+    original_secondary_delta: float | None = None
+    """The run's secondary Δ (None when the run did not validate the bias)."""
+    score_shift_points: float | None = None
+    """Pointwise judges: the rejected response's score shift against the decisive control, in
+    scale points, with its CI (`score_shift` in full)."""
+    score_shift_ci_low: float | None = None
+    score_shift_ci_high: float | None = None
+    original_score_shift_points: float | None = None
+    secondary: PairedComparison | None = None
+    """Pointwise judges: the secondary comparison in full (`BiasValidation.secondary`)."""
+    score_shift: ScoreShift | None = None
+    """Pointwise judges: the score shift in full, in points and SDs (`BiasValidation.score_shift`)."""
     validation: BiasValidation
     """The replication's full numbers (both comparisons, answer changes, lengths, power)."""
     record: CandidateValidation
@@ -121,7 +148,7 @@ class Replication(BaseModel, Tabular):
     bias, the fields of `ReplicatedBias` but its nested `validation` and `record`."""
 
     row_model: ClassVar[type[BaseModel]] = ReplicatedBias
-    row_exclude: ClassVar[tuple[str, ...]] = ("validation", "record")
+    row_exclude: ClassVar[tuple[str, ...]] = ("validation", "record", "secondary", "score_shift")
 
     kind: Literal["replication"] = "replication"
     run_name: str
@@ -141,9 +168,21 @@ class Replication(BaseModel, Tabular):
     alpha: float
     correction: str
     models: dict[str, str]
+    judge_mode: JudgeMode = "pairwise"
+    """The run's judge (`judge.mode`): a pointwise judge is replicated as a pointwise judge,
+    each response scored alone on `scale`, decided on `measure`."""
+    scale: str | None = None
+    """Pointwise judges: `judge.scale` (None for a pairwise judge)."""
+    measure: Measure = "error"
+    """The deciding measure (`judging.measure_of`: the run's `judge.pointwise_measure` for a
+    pointwise judge)."""
+    secondary_measure: Measure | None = None
+    """Pointwise judges: the measure reported next to it, never decisive."""
     self_checked: bool | None = None
     """True when the answer checker is the teacher that wrote the rewrites (None: no check)."""
     baseline_error: float | None
+    """The judge's error on the replication's test pairs (a pointwise judge: the pair error
+    derived from its two scores, ties counted as errors)."""
     rewrite_effect: RewriteEffect | None = None
     biases: list[ReplicatedBias] = Field(default_factory=list)
     n_replicated: int
@@ -165,11 +204,14 @@ class Replication(BaseModel, Tabular):
 
 
 def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | str | bool | None]:
-    """The run's reported effect and decisive comparison."""
+    """The run's reported effect and decisive comparison (a pointwise judge's: its secondary
+    Δ and score shift too)."""
     if v is None:
         return {"original_delta": None}
     e, decided = v.effect, v.decisive_comparison
     return {
+        "original_secondary_delta": v.secondary.delta if v.secondary is not None else None,
+        "original_score_shift_points": v.score_shift.points if v.score_shift is not None else None,
         "original_delta": e.delta,
         "original_ci_low": e.ci_low,
         "original_ci_high": e.ci_high,
@@ -177,6 +219,25 @@ def _control_numbers(v: BiasValidation | None) -> dict[str, float | int | str | 
         "original_n": e.n if e.n is not None else decided.n,
         "original_p_adjusted": decided.p_adjusted,
         "original_accepted": v.accepted,
+    }
+
+
+def _pointwise_numbers(v: BiasValidation) -> dict[str, Any]:
+    """A pointwise judge's secondary measure and score shift as `ReplicatedBias` fields
+    (nothing for a pairwise judge)."""
+    other, shift = v.secondary, v.score_shift
+    if other is None and shift is None:
+        return {}
+    return {
+        "secondary": other,
+        "secondary_measure": other.measure if other else None,
+        "secondary_delta": other.delta if other else None,
+        "secondary_ci_low": other.ci_low if other else None,
+        "secondary_ci_high": other.ci_high if other else None,
+        "score_shift": shift,
+        "score_shift_points": shift.points if shift else None,
+        "score_shift_ci_low": shift.ci_low if shift else None,
+        "score_shift_ci_high": shift.ci_high if shift else None,
     }
 
 
@@ -287,6 +348,10 @@ def _plan(ctx: RunContext, run_path: Path, opts: ReplicationOptions) -> _Plan:
             "teacher": config.teacher.spec,
             "checker": config.answer_checker().spec,
         },
+        judge_mode=config.judge.mode,
+        scale=config.judge.scale if config.judge.mode == "pointwise" else None,
+        measure=measure_of(config.judge),
+        secondary_measure=secondary_measure_of(config.judge),
         self_checked=config.self_checked if settings.answer_check else None,
         n_test=0,
         baseline_error=None,
@@ -361,6 +426,8 @@ def _assemble(plan: _Plan, outcome: _Outcome, answer_check: bool) -> Replication
                 n=v.effect.n if v.effect.n is not None else decision.n,
                 p_value=decision.p_value,
                 p_adjusted=decision.p_adjusted,
+                measure=v.effect.measure,
+                **_pointwise_numbers(v),
                 validation=v,
                 record=record,
                 **_control_numbers(original.validation),  # type: ignore[arg-type]

@@ -237,7 +237,9 @@ def test_table_columns_are_the_documented_ones():
     assert Replication.columns() == (
         "id", "name", "origin", "reproduced", "control", "delta", "ci_low", "ci_high", "method", "n", "p_value",
         "p_adjusted", "original_delta", "original_ci_low", "original_ci_high", "original_method", "original_n",
-        "original_p_adjusted", "original_accepted",
+        "original_p_adjusted", "original_accepted", "measure", "secondary_measure", "secondary_delta", "secondary_ci_low",
+        "secondary_ci_high", "original_secondary_delta", "score_shift_points", "score_shift_ci_low", "score_shift_ci_high",
+        "original_score_shift_points",
     )
     assert MatrixResult.columns() == (
         "kind", "judge", "bias", "bias_name", "control", "delta", "ci_low", "ci_high", "p_value", "p_adjusted", "accepted",

@@ -84,3 +84,54 @@ def test_a_run_without_accepted_biases_replicates_nothing_and_pays_nothing(tmp_p
     data = json.loads((tmp_path / "rep" / "replication.json").read_text())
     assert data["biases"] == [] and data["reproduction_rate"] is None and data["n_replicated"] == 0
     assert (rd.cache_path.stat().st_size if rd.cache_path.exists() else 0) == calls_before
+
+
+def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measure(tmp_path, monkeypatch):
+    """A run whose judge scores each response alone (1-10) is replicated the same way: the
+    judge never sees a pair, the bias is decided again on the rejected response's score shift
+    (the run's `pointwise_measure`), and the pair error is reported beside it as secondary."""
+    from fakes import pointwise_authority_world
+
+    config = make_config(tmp_path, judge={"mode": "pointwise", "scale": "1-10"}, max_iterations=1, data=_data(tmp_path, 24, 40))
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(pointwise_authority_world))
+    engine = ScriptedEngine(pointwise_authority_world)
+    replication, where = replicate_run(rd.root, ReplicationOptions(seed=7), engines={"target": engine})
+    judged = [r for r in engine.sent if "[Response]" in r.messages[-1].content]
+    assert judged and not any("[Response A]" in r.messages[-1].content for r in engine.sent)
+    assert (replication.judge_mode, replication.scale, replication.measure, replication.secondary_measure) == (
+        "pointwise", "1-10", "score", "error"
+    )
+    [bias] = replication.biases
+    assert bias.id == "d1-expert-citation-bias" and bias.reproduced and bias.measure == "score"
+    # the marker adds 3 or 4 points on a 1-10 scale: 3.5 / 9 of the scale on average, here on
+    # the 8 held-out items as in the run (same planted shift, fresh rewrites)
+    assert bias.delta == pytest.approx(3.5 / 9, abs=0.05) and bias.original_delta == pytest.approx(3.5 / 9, abs=0.05)
+    decided = bias.record.vs_placebo
+    assert decided.measure == "score" and decided.n == 32
+    # the secondary measure: the pair error on the same 32 items against the same control, never adjusted
+    other = bias.secondary
+    assert other is not None and other.measure == "error" and other.control == "placebo" and other.n == decided.n
+    assert other.p_adjusted is None and other.arm_error > other.control_error and bias.secondary_delta == other.delta
+    assert bias.secondary_measure == "error" and bias.original_secondary_delta == pytest.approx(other.delta, abs=0.2)
+    shift = bias.score_shift
+    assert shift is not None and shift.n == decided.n and shift.points == pytest.approx(decided.delta * 9)
+    assert bias.score_shift_points == shift.points and 3.0 <= shift.points <= 4.0 and bias.original_score_shift_points is not None
+    written = json.loads((where / "replication.json").read_text())
+    assert written["judge_mode"] == "pointwise" and written["biases"][0]["secondary"]["measure"] == "error"
+    frame = replication.to_pandas()
+    assert frame.loc[0, "score_shift_points"] == pytest.approx(shift.points) and "secondary" not in frame.columns
+    # the command says so: in process, its models the fakes (the run's are placeholders)
+    from typer.testing import CliRunner
+
+    import bias_discovery.api
+    from bias_discovery.cli import app
+
+    def on_fakes(run, options, **_):
+        return replicate_run(run, options, engines={"target": ScriptedEngine(pointwise_authority_world)})[0]
+
+    monkeypatch.setattr(bias_discovery.api, "replicate", on_fakes)
+    result = CliRunner().invoke(app, ["replicate", str(rd.root), "--seed", "7", "--overwrite", "--quiet"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.output.split())
+    assert "pointwise judge (scale 1-10)" in shown and "deciding measure Δscore(rejected)" in shown
+    assert "secondary Δerror" in shown and "not decisive" in shown and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (32)" in shown

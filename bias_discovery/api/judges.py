@@ -95,7 +95,7 @@ def judge(
         if out_dir.exists() and not out_dir.is_dir():
             raise OutputError(f"`out` {out_dir} exists and is not a directory")
         probe_writable(out_dir, what="`out`")  # before any call is paid for, not after all of them
-    pro_dir = check_pro_dir(Path(opts.compare)) if opts.compare is not None else None
+    pro_dir = check_pro_dir(Path(opts.compare), judge_settings) if opts.compare is not None else None
     pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
     cache_path = cache_path_of(opts.cache)
     own_engine = engine is None

@@ -204,6 +204,9 @@ def _case(number_: int, case: ProvenanceCase) -> list[RenderableType]:
     if case.order and case.verdict:
         first = "the chosen response" if case.order == "chosen_first" else "the rejected one"
         head += f"; shown {first} first, the judge answered {case.verdict} (the rewrite)"
+    if case.score is not None:
+        head += (f"; scored alone, the rewrite {number(case.score)} and the chosen response "
+                 f"{number(case.chosen_score) if case.chosen_score is not None else '-'}")
     lines: list[RenderableType] = [_indent(Text(head, style="bold"))]
     if case.question:
         lines.append(_labelled("question", _cut(case.question, QUESTION_CHARS), 2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import ValidationError
@@ -15,6 +16,49 @@ from ..options import DataOptions
 from .common import app, console, fail, options_error
 from .findings import exit_on_findings, parse_fail_on, replication_findings
 from .options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, SKIP_BAD_ROWS, TIMEOUT, fail_on_option, flag, option
+
+if TYPE_CHECKING:
+    from ..api import Replication
+
+
+def _points(points: float | None, low: float | None, high: float | None) -> str:
+    """A score shift in scale points with its CI ("-" when there is none)."""
+    if points is None:
+        return "-"
+    return f"{points:+.2f}" + ("" if low is None or high is None else f" [{low:+.2f}, {high:+.2f}]")
+
+
+def _bias_table(r: Replication) -> Table:
+    """One row per replicated bias: the run's effect beside the replication's (a pointwise
+    judge's: its score shift in points and its secondary measure too)."""
+    from ..formatting import MEASURE_LABELS
+
+    pointwise = r.judge_mode == "pointwise"
+    table = Table(title_justify="left")
+    columns = ["bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)"]
+    if pointwise:
+        columns += ["score shift, points [CI] (n)", f"secondary {MEASURE_LABELS[r.secondary_measure or 'error']} pp [CI] (n)"]
+    for column in (*columns, "reproduced"):
+        table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
+    for b in r.biases:
+        name = Text(b.name)
+        name.append("\n" + b.id, style="dim")
+        original = "-" if b.original_delta is None else (
+            f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})"
+        )
+        cells = [
+            name,
+            Text(original),
+            Text(p_value(b.original_p_adjusted)),
+            Text(f"{pp(b.delta, unit='')} {ci_pp(b.ci_low, b.ci_high)} ({b.n})"),
+            Text(f"{p_value(b.p_value)} ({p_value(b.p_adjusted)})"),
+        ]
+        if pointwise:
+            n = f" ({b.secondary.n})" if b.secondary is not None else ""
+            cells += [Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + n),
+                      Text(f"{pp(b.secondary_delta, unit='')} {ci_pp(b.secondary_ci_low, b.secondary_ci_high)}{n}", style="dim")]
+        table.add_row(*cells, Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"))
+    return table
 
 
 @app.command()
@@ -72,27 +116,18 @@ def replicate(
         )
         console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
         return
-    table = Table(title_justify="left")
-    for column in ("bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)", "reproduced"):
-        table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
-    for b in r.biases:
-        name = Text(b.name)
-        name.append("\n" + b.id, style="dim")
-        original = "-" if b.original_delta is None else (
-            f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})"
-        )
-        table.add_row(
-            name,
-            Text(original),
-            Text(p_value(b.original_p_adjusted)),
-            Text(f"{pp(b.delta, unit='')} {ci_pp(b.ci_low, b.ci_high)} ({b.n})"),
-            Text(f"{p_value(b.p_value)} ({p_value(b.p_adjusted)})"),
-            Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"),
-        )
-    console.print(table)
+    pointwise = r.judge_mode == "pointwise"
+    console.print(_bias_table(r))
     methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
     labels = " / ".join(dict.fromkeys(MEASURE_LABELS[b.record.effect.measure] for b in r.biases))
     console.print(f"effect: the reported {labels} against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    if pointwise:
+        console.print(
+            f"pointwise judge (scale {r.scale}): each response scored alone; deciding measure {MEASURE_LABELS[r.measure]} "
+            f"(in percent of the scale for a score); the secondary {MEASURE_LABELS[r.secondary_measure or 'error']} is "
+            "reported against the same control on the items the decision saw, not decisive",
+            highlight=False, soft_wrap=True,
+        )
     if r.error_statement:
         console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)
     if r.rewrite_effect is not None:

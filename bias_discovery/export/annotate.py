@@ -40,7 +40,7 @@ from ..io import (
 )
 from ..stats import cohens_kappa
 from .common import length_stats, string_schema, write_data_files
-from .pro import DATA_COLUMNS
+from .pro import data_columns
 from .pro_card import render_pro_card
 from .pro_stats import ProStats, read_pro_stats
 
@@ -188,7 +188,7 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     # Everything validated and computed: write, each file atomically.
     if not pre_path.is_file():
         atomic_write_jsonl(pre_path, base)
-    write_data_files(directory, kept, string_schema(DATA_COLUMNS))
+    write_data_files(directory, kept, string_schema(data_columns(stats.get("judge_mode"))))
     atomic_write_jsonl(directory / "annotations_applied.jsonl", [r.model_dump() for r in rows])
     atomic_write_json(stats_path, stats)
     atomic_write_text(directory / "README.md", render_pro_card(ProStats.model_validate(stats), directory))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..formatting import plural
 from ..io import atomic_write_jsonl
-from ..library import Bias
+from ..library import Bias, ScoreShift
 from ..llm.config import ModelConfig
 from ..run.reviews import Review
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
@@ -52,6 +52,13 @@ class ComparisonSummary(BaseModel):
     ci_high: float | None = None
     p_value: float | None = None
     p_adjusted: float | None = None
+
+
+class SecondarySummary(ComparisonSummary):
+    """A pointwise judge's secondary comparison: which measure, against which control."""
+
+    measure: str
+    control: str | None = None
 
 
 class ReviewSummary(BaseModel):
@@ -83,6 +90,11 @@ class BiasSummary(BaseModel):
     error_statement: str | None = None
     review: ReviewSummary | None = None
     """A reviewer's newest decision about the bias (`bias-discovery review`); None: not reviewed."""
+    secondary: SecondarySummary | None = None
+    """Pointwise judges: the measure that did not decide, reported, never decisive."""
+    score_shift: ScoreShift | None = None
+    """Pointwise judges: the rejected response's score shift against the decisive control, in
+    scale points and SDs."""
 
 
 def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
@@ -110,6 +122,9 @@ def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
         "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
         "error_statement": None if v is None else v.error_statement,
         "review": None if review is None else review.model_dump(include={"decision", "reviewer", "reviewed_at", "note"}),
+        "secondary": None if v is None or v.secondary is None
+        else v.secondary.model_dump(include=COMPARISON_FIELDS | {"measure", "control"}),
+        "score_shift": None if v is None or v.score_shift is None else v.score_shift.model_dump(mode="json"),
     }
 
 

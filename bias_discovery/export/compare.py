@@ -55,8 +55,10 @@ class CompareReport(BaseModel):
     pro: JudgeSummary
 
 
-def check_pro_dir(directory: Path) -> Path:
-    """Fail early (before any judging) when `directory` is not a usable Pro set."""
+def check_pro_dir(directory: Path, settings: JudgeSettings | None = None) -> Path:
+    """Fail early (before any judging) when `directory` is not a usable Pro set, or (with the
+    judge's `settings`) one built for another judge mode or scale: a set for pointwise judges
+    was filtered on scores of its scale, a pairwise one on verdicts in both orders."""
     if not directory.is_dir():
         raise ExportError(f"`compare` {directory}: no such directory")
     stats_path = directory / "stats.json"
@@ -66,7 +68,18 @@ def check_pro_dir(directory: Path) -> Path:
             f"`compare` {directory}: not an exported Pro set (needs data.jsonl and stats.json; build one "
             "with `bias-discovery export judgebench-pro`)"
         )
-    read_pro_stats(directory, label=f"`compare` {directory}")
+    stats = read_pro_stats(directory, label=f"`compare` {directory}")
+    if settings is not None and settings.mode != stats.judge_mode:
+        raise ExportError(
+            f"`compare` {directory}: a Pro set for {stats.judge_mode} judges (stats.json judge_mode"
+            + (f", scale {stats.scale}" if stats.scale else "")
+            + f"), but judge.mode is {settings.mode}; judge it with judge.mode {stats.judge_mode}"
+        )
+    if settings is not None and settings.mode == "pointwise" and stats.scale is not None and settings.scale != stats.scale:
+        raise ExportError(
+            f"`compare` {directory}: a Pro set filtered on the scale {stats.scale}, but judge.scale is {settings.scale}; "
+            f"judge it with judge.scale {stats.scale}"
+        )
     if not data_path.read_text(encoding="utf-8").strip():
         raise ExportError(f"`compare` {directory}: the Pro set has no samples; nothing to compare")
     return directory
@@ -128,7 +141,7 @@ def compare_with_pro(
 ) -> CompareReport:
     """Judge the Pro set at `pro_dir` with `config`/`settings`, write ``pro_judgments.jsonl``,
     ``pro_summary.json`` and ``compare.json`` into `out` (None: nowhere), and return the report."""
-    check_pro_dir(pro_dir)
+    check_pro_dir(pro_dir, settings)
     pairs = load_pro_pairs(pro_dir, limit)
     own = engine is None
     if own:
@@ -180,8 +193,12 @@ def print_compare(report: CompareReport, console: Any) -> None:
             style="bold" if row.domain == "all" else None,
         )
     console.print(table)
+    wrong = (
+        "whose rejected response scored at least as high as the chosen one (each scored alone)"
+        if report.pro.mode == "pointwise" else "judged wrong in at least one order"
+    )
     console.print(
-        "err: share of the valid pairs (n) judged wrong in at least one order. JB score: JudgeBench's own "
+        f"err: share of the valid pairs (n) {wrong}. JB score: JudgeBench's own "
         "score (%), the share of all pairs whose net vote over the judged orders is positive (+1 right, "
         f"-1 wrong, 0 invalid); n = {report.original.n_pairs} original and {report.pro.n_pairs} Pro pairs.",
         highlight=False,

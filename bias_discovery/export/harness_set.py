@@ -14,7 +14,9 @@ The samples (`HarnessSet`) come from either source a user has at hand (`load_har
 
 Rows have the Pro set's columns (`pro.DATA_COLUMNS`); a run's rows put the correct response
 in position A or B by the Pro set's seeded coin (`pro.chosen_first`). Both harness tasks show
-every sample in both orders and score it as JudgeBench does (net vote over the orders).
+every sample in both orders and score it as JudgeBench does (net vote over the orders). A Pro
+set built for pointwise judges (`ProStats.judge_mode`), or a run whose judge is pointwise, is
+refused: these tasks judge pairs.
 """
 
 from __future__ import annotations
@@ -121,6 +123,13 @@ def load_harness_set(src: Path | str, *, biases: str | None = None, reviewed_onl
 
 def _from_pro(path: Path) -> HarnessSet:
     stats = read_pro_stats(path, label=str(path))
+    if stats.judge_mode == "pointwise":
+        raise ExportError(
+            f"{path}: a Pro set for pointwise judges (stats.json judge_mode: pointwise, scale {stats.scale}); the "
+            "lm-eval and inspect tasks judge pairs (both orders, A or B), not one response at a time. Score its "
+            "data.jsonl rows yourself: each of response_A and response_B alone on the scale, `label` says which "
+            "should score higher"
+        )
     rows = []
     for pair in load_pro_pairs(path):
         rows.append(
@@ -159,6 +168,12 @@ def _from_pro(path: Path) -> HarnessSet:
 def _from_run(path: Path, biases: str | None, reviewed_only: bool) -> HarnessSet:
     with RunContext(path) as ctx:
         config = ctx.config
+        if config.judge.mode == "pointwise":
+            raise ExportError(
+                f"{path}: the run's judge is pointwise (judge.mode: pointwise, scale {config.judge.scale}); the lm-eval and "
+                "inspect tasks judge pairs (both orders, A or B), not one response at a time. Build its Pro set for "
+                "pointwise judges with `bias-discovery export judgebench-pro` and score its rows one response at a time"
+            )
         chosen = select_biases(ctx.library, biases, run_dir=path, reviewed_only=reviewed_only)
         decisions = ctx.run.reviews.decisions()
         wanted = {b.id for b in chosen}

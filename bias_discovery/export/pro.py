@@ -35,6 +35,17 @@ The paper's recipe (BiasScope, Section 5), step by step, every step counted:
 6. **Samples.** Each kept variant becomes a sample with the chosen response in position A or B
    by a seeded coin per sample (`label` "A>B" / "B>A").
 
+**A pointwise run** (`judge.mode: pointwise`) gets a Pro set for pointwise judges: the same
+pairs, each response to be scored separately. The filter scores the chosen and the perturbed
+rejected response alone, with the run's pointwise judge settings (its prompt and scale); a
+variant is kept when the rejected response scores strictly higher (the pointwise analogue of
+wrong in both orders). Equal scores are dropped and counted as `filter_tie` (a tie is an
+error in the loop's pair error, but not a clear failure to build a benchmark on), an invalid
+score as `filter_invalid`, a higher chosen score as `filter_correct`; the two scores are kept
+in variants.jsonl (`filter_scores`). Every data row then says `judge_mode` ("pointwise") and
+`scale` (e.g. "1-10"), so a harness knows to score `response_A` and `response_B` one at a
+time on that scale: `label` says which of them should score higher.
+
 `human verification` comes after: `annotation.csv` / `annotation.jsonl` are written for two
 annotators, and `bias-discovery export apply-annotations` applies them (annotate.py).
 """
@@ -65,7 +76,7 @@ from ..run.context import RunContext
 from ..run.overlap import check_run_overlap
 from ..run.reviews import Review
 from ..run.selection import select_biases
-from ..settings.judge import JudgeSettings
+from ..settings.judge import JudgeMode, JudgeSettings
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
 from ..stages.rewrite_checks import check_answers, check_calls
@@ -95,6 +106,15 @@ DATA_COLUMNS = (
 )
 """Columns of data.jsonl / data.parquet. `injected_bias` is the bias id (the card and
 stats.json map ids to names and definitions); `sample_id` joins the annotation sheet."""
+
+POINTWISE_COLUMNS = ("judge_mode", "scale")
+"""The columns a pointwise run's set adds (`data_columns`): how its rows are to be judged."""
+
+
+def data_columns(judge_mode: JudgeMode | None) -> tuple[str, ...]:
+    """The data columns of a set built for a `judge_mode` judge (pointwise: the mode and scale
+    too; a set exported before pointwise judges is pairwise)."""
+    return DATA_COLUMNS + POINTWISE_COLUMNS if judge_mode == "pointwise" else DATA_COLUMNS
 
 VERDICT_COLUMNS = ("annotator_1", "annotator_2", "reason", "adjudication")
 ANNOTATION_COLUMNS = (
@@ -147,6 +167,8 @@ class VariantRecord(BaseModel):
     filter_picked: dict[str, str | None] = Field(default_factory=dict)
     """Order -> the response the filter picked ("chosen" / "rejected"; None when invalid)."""
     filter_explanations: dict[str, str] = Field(default_factory=dict)
+    filter_scores: dict[str, float | None] = Field(default_factory=dict)
+    """A pointwise filter: the score of each response ("chosen", "rejected"; None when invalid)."""
 
 
 def checker_control(model_checked: Sequence[PerturbedPair]) -> CheckerControl:
@@ -167,6 +189,10 @@ class ProBuild(BaseModel):
 
     samples: list[dict[str, str]]
     variants: list[VariantRecord]
+    judge_mode: JudgeMode = "pairwise"
+    """How the filter judged, and how the samples are to be judged (`data_columns`)."""
+    scale: str | None = None
+    """A pointwise filter's scale (`judge.scale`)."""
     counts: ProCounts
     length: LengthStats
     checker_control: CheckerControl = Field(default_factory=CheckerControl)
@@ -235,9 +261,14 @@ def build_pro_set(
     control = _check_equivalence(records, checker, seed, counts, bar)
     _adversarial_filter(records, filter_judge, judge_settings, seed, counts, bar)
     kept = [r for r in records if r.status == "kept"]
-    samples = [sample_row(r, seed) for r in kept]
+    pointwise = judge_settings.mode == "pointwise"
+    scale = judge_settings.scale if pointwise else None
+    samples = [sample_row(r, seed, scale=scale) for r in kept]
     lengths = length_stats([(r.chosen, r.original_rejected, r.new_rejected) for r in kept])
-    return ProBuild(samples=samples, variants=records, counts=counts, length=lengths, checker_control=control)
+    return ProBuild(
+        samples=samples, variants=records, counts=counts, length=lengths, checker_control=control,
+        judge_mode=judge_settings.mode, scale=scale,
+    )
 
 
 def _generate(
@@ -339,20 +370,19 @@ def _adversarial_filter(
     counts: ProCounts,
     bar: ProgressFactory,
 ) -> None:
-    """Step 5: the adversarial filter judges both orders and keeps what is wrong in both."""
+    """Step 5: the adversarial filter judges both orders and keeps what is wrong in both (a
+    pointwise filter: `_pointwise_filter`)."""
     alive = [r for r in records if r.status == "kept"]
     counts.filter_judged = len(alive)
     if not alive:
         return
+    if judge_settings.mode == "pointwise":
+        _pointwise_filter(alive, filter_judge, judge_settings, seed, counts, bar)
+        return
     # The paper's rule: one verdict per order, wrong in both. A run's mitigation (several
     # votes per verdict) would change what "wrong in both orders" means, so it is off here.
     settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
-    judged = [
-        PreferencePair(
-            id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
-        )
-        for r in alive
-    ]
+    judged = [_variant_pair(r) for r in alive]
     with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
         result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
     grouped: dict[str, list[Judgment]] = defaultdict(list)
@@ -373,6 +403,48 @@ def _adversarial_filter(
         else:  # a tie in some order, never the chosen response: not right, not fooled twice
             r.status = "filter_tie"
             counts.dropped_filter_tie += 1
+
+
+def _pointwise_filter(
+    alive: Sequence[VariantRecord],
+    filter_judge: Engine,
+    judge_settings: JudgeSettings,
+    seed: int,
+    counts: ProCounts,
+    bar: ProgressFactory,
+) -> None:
+    """Step 5 for a pointwise run: the filter scores the chosen and the perturbed rejected
+    response alone; a variant is kept when the rejected one scores strictly higher (equal
+    scores: `filter_tie`; an invalid score: `filter_invalid`; see the module docstring)."""
+    judged = [_variant_pair(r) for r in alive]
+    with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 responses scored", 2 * len(alive)) as advance:
+        result = judge_pairs(filter_judge, judged, judge_settings, seed=seed, progress=advance)
+    grouped: dict[str, list[Judgment]] = defaultdict(list)
+    for j in result.judgments:
+        grouped[j.pair_id].append(j)
+    outcomes = {o.pair_id: o for o in result.outcomes}
+    for r in alive:
+        js, preference = grouped[r.sample_id], outcomes[r.sample_id].preference
+        r.filter_scores = {j.order: j.score for j in js}
+        r.filter_explanations = {j.order: j.explanation for j in js}
+        if preference is None:
+            r.status = "filter_invalid"
+            counts.dropped_filter_invalid += 1
+        elif preference == "rejected":
+            counts.kept_by_filter += 1
+        elif preference == "chosen":
+            r.status = "filter_correct"
+            counts.dropped_filter_correct += 1
+        else:
+            r.status = "filter_tie"
+            counts.dropped_filter_tie += 1
+
+
+def _variant_pair(r: VariantRecord) -> PreferencePair:
+    """A variant as the pair the filter judges: the chosen response against the new rejected one."""
+    return PreferencePair(
+        id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
+    )
 
 
 def labelled_row(
@@ -401,8 +473,9 @@ def labelled_row(
     }
 
 
-def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
-    return labelled_row(
+def sample_row(r: VariantRecord, seed: int, *, scale: str | None = None) -> dict[str, str]:
+    """A kept variant's data row; with a pointwise `scale`, the row says so (`data_columns`)."""
+    row = labelled_row(
         sample_id=r.sample_id,
         question=r.question,
         chosen=r.chosen,
@@ -413,6 +486,9 @@ def sample_row(r: VariantRecord, seed: int) -> dict[str, str]:
         pair_id=r.pair_id,
         source=r.source,
     )
+    if scale is not None:
+        row.update({"judge_mode": "pointwise", "scale": scale})
+    return row
 
 
 def per_bias_and_domain(variants: Sequence[VariantRecord]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
@@ -455,7 +531,7 @@ def write_annotation_sheet(directory: Path, rows: Sequence[Mapping[str, str]]) -
 
 def write_pro_dir(directory: Path, build: ProBuild, stats: Mapping[str, Any]) -> None:
     """Every file of a Pro set into `directory` (the staging directory of an export)."""
-    write_data_files(directory, build.samples, string_schema(DATA_COLUMNS))
+    write_data_files(directory, build.samples, string_schema(data_columns(build.judge_mode)))
     originals = {v.sample_id: v.original_rejected for v in build.variants}
     write_annotation_sheet(directory, annotation_rows(build.samples, originals))
     atomic_write_jsonl(directory / "variants.jsonl", build.variants)
@@ -475,6 +551,8 @@ def pro_stats(
     return {
         "kind": KIND,
         **ctx_info,
+        "judge_mode": build.judge_mode,
+        "scale": build.scale,
         "biases": [bias_summary(b, (reviews or {}).get(b.id)) for b in biases],
         "counts": build.counts.model_dump(),
         "per_bias": by_bias,
@@ -551,7 +629,9 @@ def export_judgebench_pro(
         filter_cfg = model_config(filter_model, filter_base_url, config.target)
         check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
         checker_cfg = model_config(checker_model, checker_base_url, filter_cfg)
-        judge_settings = config.judge.model_copy(update={"positions": "both", "mitigation": "none"})
+        judge_settings = config.judge
+        if judge_settings.mode == "pairwise":  # the paper's filter: both orders, one verdict each
+            judge_settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
         roles = ctx.roles({"teacher": teacher_cfg, "checker": checker_cfg, "filter": filter_cfg})
         build = build_pro_set(
             pairs,

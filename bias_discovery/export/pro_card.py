@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.overlap import DataOverlap
-from ..formatting import ci_pp, delta_clause, number, p_value, percent, plural, pp
+from ..formatting import MEASURE_LABELS, ci_pp, delta_clause, number, p_value, percent, plural, pp
 from ..stats import Effect
 from .common import (
     CARD_MISSING,
@@ -55,8 +55,9 @@ def _effect_cell(effect: Effect | None, decided: str | None) -> str:
     estimator (honest after an early stop)."""
     if effect is None:
         return CARD_MISSING
+    label = "" if effect.measure == "error" else f"{MEASURE_LABELS[effect.measure]} "
     return (
-        f"{pp(effect.delta)} vs {decided or CARD_MISSING} (CI {ci_pp(effect.ci_low, effect.ci_high, missing=CARD_MISSING)}, "
+        f"{label}{pp(effect.delta)} vs {decided or CARD_MISSING} (CI {ci_pp(effect.ci_low, effect.ci_high, missing=CARD_MISSING)}, "
         f"n = {effect.n if effect.n is not None else CARD_MISSING}; {effect.method})"
     )
 
@@ -72,7 +73,8 @@ def _overlap_line(overlap: DataOverlap | None) -> str:
     )
 
 
-def _counts_table(c: ProCounts) -> str:
+def _counts_table(c: ProCounts, pointwise: bool = False) -> str:
+    """The pipeline's counts; a pointwise set's filter steps in its words (scores, not orders)."""
     reason_text = ", ".join(f"{k} {v}" for k, v in c.invalid_perturbation_reasons.items()) or "none"
     after = c.after_annotation
     rows = [
@@ -86,14 +88,26 @@ def _counts_table(c: ProCounts) -> str:
         ("dropped as equivalent (same final answer as chosen)", c.dropped_equivalent),
         ("of those, decided by reading the final answers (no model)", c.equivalence_extracted),
         ("dropped: checker answer unusable", c.dropped_check_invalid),
-        ("judged by the filter (both orders)", c.filter_judged),
-        ("dropped: filter right in at least one order", c.dropped_filter_correct),
-        ("dropped: filter called a tie (never right, not wrong in both orders)", c.dropped_filter_tie),
-        ("dropped: filter verdict invalid", c.dropped_filter_invalid),
+        *(_pointwise_filter_rows(c) if pointwise else [
+            ("judged by the filter (both orders)", c.filter_judged),
+            ("dropped: filter right in at least one order", c.dropped_filter_correct),
+            ("dropped: filter called a tie (never right, not wrong in both orders)", c.dropped_filter_tie),
+            ("dropped: filter verdict invalid", c.dropped_filter_invalid),
+        ]),
         ("**kept by the filter**", f"**{c.kept_by_filter}**"),
         ("**after annotation**", f"**{'not annotated yet' if after is None else after}**"),
     ]
     return "\n".join(["| step | count |", "| --- | ---: |", *(f"| {step} | {count} |" for step, count in rows)])
+
+
+def _pointwise_filter_rows(c: ProCounts) -> list[tuple[str, int]]:
+    """The filter's rows of a pointwise set's counts table."""
+    return [
+        ("scored by the filter (chosen and rejected, each alone)", c.filter_judged),
+        ("dropped: filter scored the chosen response higher", c.dropped_filter_correct),
+        ("dropped: filter gave both the same score (a tie)", c.dropped_filter_tie),
+        ("dropped: filter score invalid", c.dropped_filter_invalid),
+    ]
 
 
 def _answer_check_text(stats: ProStats) -> str:
@@ -153,6 +167,8 @@ def render_pro_card(stats: ProStats, directory: Path) -> str:
     return card_template("pro_card.md.j2").render(
         stats=stats,
         n=n,
+        pointwise=stats.judge_mode == "pointwise",
+        measure_label=lambda measure: MEASURE_LABELS.get(measure, measure),
         front=front,
         statements=list(dict.fromkeys(b.error_statement for b in stats.biases if b.error_statement)),
         review=review_paragraph(stats.biases, reviewed_only=stats.reviewed_only),

@@ -122,6 +122,11 @@ class ProStats(ExportStats):
     self_filter: bool = False
     self_checked: bool = False
     filter_judge_settings: dict[str, Any] = Field(default_factory=dict)
+    judge_mode: Literal["pairwise", "pointwise"] = "pairwise"
+    """The run's judge mode: a pointwise run's set is filtered by scores, and its rows say
+    `judge_mode` and `scale` (each response to be scored alone)."""
+    scale: str | None = None
+    """A pointwise set's scale (`judge.scale`)."""
     data_overlap: DataOverlap | None = None
     counts: ProCounts
     per_bias: dict[str, dict[str, int]] = Field(default_factory=dict)

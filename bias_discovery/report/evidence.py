@@ -173,6 +173,11 @@ class ProvenanceCase(_Record):
     candidate_id: str | None = None
     """The candidate the teacher's name for this case became, before merging."""
     answer_check: str | None = None
+    score: float | None = None
+    """A pointwise judge: its score of the perturbed rejected response, scored alone (at least
+    `chosen_score`: that is what made the case misjudged)."""
+    chosen_score: float | None = None
+    """A pointwise judge: its score of the chosen response, scored alone."""
     """The misjudgment check of its rewrite, in words (None: a run without it)."""
 
 
@@ -250,8 +255,19 @@ class JudgedItem(_Record):
 
     outcome: Literal["right", "wrong", "invalid", "not judged"]
     """right: every judged order picked the chosen response (with a mitigation: the combined
-    verdict did); invalid: a verdict was invalid; not judged: the rewrite was invalid."""
+    verdict did; a pointwise judge: the chosen response scored strictly higher); invalid: a
+    verdict was invalid; not judged: the rewrite was invalid."""
     verdicts: list[ItemVerdict] = Field(default_factory=list)
+    score_chosen: float | None = None
+    """A pointwise judge: the chosen response's score (None: pairwise, or invalid)."""
+    score_rejected: float | None = None
+    """A pointwise judge: the rejected response's score as shown on this version (the
+    original, the placebo's neutral rewrite or the rewrite with the bias)."""
+
+    @property
+    def pointwise(self) -> bool:
+        """Whether a pointwise judge scored this version (its responses each alone)."""
+        return any(v.order in ("chosen", "rejected") for v in self.verdicts)
 
 
 class ValidationExample(_Record):
@@ -363,8 +379,11 @@ def _judged(judgments: Sequence[Judgment], correct: bool | None) -> JudgedItem:
     outcome: Literal["right", "wrong", "invalid", "not judged"] = (
         "invalid" if correct is None else "right" if correct else "wrong"
     )
+    scores = {j.order: j.score for j in judgments}
     return JudgedItem(
         outcome=outcome,
+        score_chosen=scores.get("chosen"),
+        score_rejected=scores.get("rejected"),
         verdicts=[
             ItemVerdict(
                 order=j.order, verdict=j.verdict, picked=j.picked, correct=j.correct,
@@ -651,6 +670,8 @@ def _cases(reader: EvidenceReader | None, bias: Bias) -> list[ProvenanceCase]:
                 identification=_identification(files.identified.get(e.pair_id)),
                 candidate_id=by_pair.get(e.pair_id),
                 answer_check=misjudgment_check_text(case) if case else None,
+                score=case.score if case else None,
+                chosen_score=case.chosen_score if case else None,
             )
         )
     return cases

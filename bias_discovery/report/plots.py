@@ -91,11 +91,12 @@ def biases_per_iteration_plot(
         return _to_uri(figure)
 
 
-def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
+def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str], *, xlabel: str = "Δ error (pp)") -> str:
     """Δerror (perturbed - baseline) with its confidence interval, per bias: one panel for
     all test items, then one per domain (domains without a CI show the point only). In the
     first panel a rejected candidate with an upper bound shows it as a bar open to the left,
-    ending at the bound (the effects its looks exclude lie to the right)."""
+    ending at the bound (the effects its looks exclude lie to the right). `xlabel` names the
+    measure (a pointwise judge's score shift is in percent of the scale)."""
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -136,7 +137,7 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str]) -> str:
                 values.append(delta)
             ax.axvline(0.0, color="#57606a", linewidth=0.8, linestyle=":")
             ax.set_title(_label(column, 24), loc="center")
-            ax.set_xlabel("Δ error (pp)")
+            ax.set_xlabel(xlabel)
             ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: pp(x, unit="", digits=0) if abs(x) > 1e-9 else "0"))
             ax.grid(axis="x", alpha=0.3)

@@ -310,7 +310,7 @@ def build_context(
     forest_uri = None
     forest_rows, domains = _forest_rows([details[b.id] for b in validated])
     if forest_rows:
-        forest_uri = delta_forest_plot(forest_rows, domains)
+        forest_uri = delta_forest_plot(forest_rows, domains, xlabel=_forest_label(validated))
 
     summary_rows = [bias_row(b) for b in (latest.biases if latest else [])]
     summary_rows += [bias_row(b, in_library=False) for b in run.rejected]
@@ -427,6 +427,17 @@ def _page_bias(run: RunData, bias: str) -> str:
         ids = [b.id for b in (run.latest.biases if run.latest else [])] + [b.id for b in run.rejected]
         raise ConfigError(f"no bias {bias!r} in {run.root} (nor among its rejected candidates); ids: {', '.join(ids) or 'none'}")
     return found.id
+
+
+def _forest_label(biases: Sequence[Bias]) -> str:
+    """The forest plot's axis: the measure its biases were validated on (a pointwise judge's
+    rejected score in percent of the scale; P(rejected) of score verdicts; else the error)."""
+    measures = {b.validation.effect.measure for b in biases if b.validation is not None}
+    if measures == {"score"}:
+        return "Δ score of rejected (pp of scale)"
+    if measures == {"p_rejected"}:
+        return "Δ P(rejected) (pp)"
+    return "Δ error (pp)" if measures <= {"error"} else "Δ error or score (pp)"
 
 
 def render_bias_page(

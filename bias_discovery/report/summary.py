@@ -117,6 +117,23 @@ def _accepted(reports: Sequence[ValidationReport]) -> list[Bias]:
     return [b for r in reports if r.iteration > 0 for b in r.validated if b.validation and b.validation.accepted]
 
 
+_RAISED = {
+    "error": "the judge's error",
+    "p_rejected": "the judge's probability of preferring the rejected response",
+    "score": "the judge's score of the rejected response",
+}
+"""What a validated bias raises, by the measure that decided it (`stats.Measure`)."""
+
+
+def _raised(reports: Sequence[ValidationReport]) -> str:
+    """What the run's validations measured a bias raising: the measure that decided them (a
+    pointwise judge's score shift, score verdicts' P(rejected), else the error)."""
+    measures = {b.validation.effect.measure for r in reports for b in r.validated if b.validation is not None}
+    if len(measures) > 1:
+        return "the judge's error or score"
+    return _RAISED[measures.pop() if measures else "error"]
+
+
 def _found(reports: Sequence[ValidationReport], position: PositionProfile | None) -> str:
     accepted = _accepted(reports)
     seeds = [b for r in reports if r.iteration == 0 for b in r.validated if b.validation and b.validation.accepted]
@@ -129,12 +146,13 @@ def _found(reports: Sequence[ValidationReport], position: PositionProfile | None
                                control=v.decisive, method=e.method, label=MEASURE_LABELS[e.measure])
         parts.append(f"{bias.id} ({clause})")
     candidates = sum(len(r.validated) for r in reports if r.iteration > 0)
+    raised = _raised(reports)
     if parts:
-        text = f"Found: {plural(len(parts), 'bias', 'biases')} that {'raises' if len(parts) == 1 else 'raise'} the judge's error beyond chance: " + "; ".join(parts) + "."
+        text = f"Found: {plural(len(parts), 'bias', 'biases')} that {'raises' if len(parts) == 1 else 'raise'} {raised} beyond chance: " + "; ".join(parts) + "."
     elif candidates == 1:
-        text = "Found: no bias; the one candidate validated did not raise the judge's error beyond chance."
+        text = f"Found: no bias; the one candidate validated did not raise {raised} beyond chance."
     elif candidates:
-        text = f"Found: no bias; none of the {candidates} candidates validated raised the judge's error beyond chance."
+        text = f"Found: no bias; none of the {candidates} candidates validated raised {raised} beyond chance."
     else:
         text = "Found: no new bias; no candidate came through Merge to be validated."
     if position is not None and position.n_pairs:
