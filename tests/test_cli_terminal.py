@@ -102,8 +102,11 @@ def test_option_defaults_are_the_settings_models_defaults() -> None:
         return next(p.default for p in ROOT.commands[command].params if p.name == param)
 
     judge = JudgeSettings()
-    for param in ("positions", "prompt", "allow_tie", "mitigation", "max_tokens", "reasoning"):
+    for param in ("positions", "allow_tie", "mitigation", "max_tokens", "reasoning"):
         assert default("judge", param) == getattr(judge, param), param
+    # --prompt's default depends on --mode: left unset, the settings model picks the mode's own
+    assert default("judge", "prompt") is None
+    assert (judge.prompt, JudgeSettings(mode="pointwise").prompt) == ("judge_pairwise", "judge_pointwise")
     assert default("judge", "seed") == RunConfig.model_fields["seed"].default
     audit = AuditSettings()
     assert [default("audit", p) for p in ("repeats", "mitigation", "seed", "n_boot")] == [
