@@ -20,7 +20,7 @@ from kill_anywhere import write_pairs
 from bias_discovery.cli.exit_codes import EXIT_CODES, ExitCode, exit_codes_markdown
 
 from helpers import REPO, free_port
-from stub_openai import launch
+from stub_openai import launch, stats
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)])}
 TRAIT = {
@@ -108,15 +108,17 @@ def test_check_failed_exits_1(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
-    with launch(0.2) as (url, _):  # slow replies: the run is still going when SIGINT comes
+    # Replies are held (never released): the run is still waiting for one when SIGINT comes,
+    # however fast or loaded the machine.
+    with launch(0.0, "--hold-until", "1000000") as (url, _):
         config = planted_config(tmp_path, url, n_test=40)
         run_dir = tmp_path / "run"
         process = subprocess.Popen([sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir),
                                     "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV, cwd=REPO)
         deadline = time.monotonic() + 120
-        while not (run_dir / "events.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)  # the run has started its loop (its lock and first events are written)
-        time.sleep(1.0)
+        while stats(url)["in_flight"] == 0 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the run's loop has sent its first request
+        assert process.poll() is None, "the run ended before it sent a request"
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=120)
     assert process.returncode == ExitCode.INTERRUPTED == 130, out + err
