@@ -39,6 +39,7 @@ from .llm.config import ModelConfig
 from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
 from .llm.openai.wire import probe_kind
 from .llm.types import Constraint, GenerationRequest
+from .loop.pilot import PilotRecord
 
 if TYPE_CHECKING:
     from .llm.smoke import SmokeResult
@@ -89,6 +90,8 @@ class PreflightReport(BaseModel):
     n_test: int
     skipped_rows: int = 0
     """Bad data rows skipped at load (`data.skip_bad_rows`), target and test together."""
+    pilot: PilotRecord | None = None
+    """What `check --pilot N` measured (`loop.pilot`), when it ran."""
 
     @property
     def problems(self) -> int:
@@ -530,8 +533,11 @@ def run_preflight(
     *,
     make_engine: Callable[[ModelConfig], Engine] | None = None,
     smoke: Callable[[ModelConfig], SmokeResult] | None = None,
+    pilot: Callable[[RunConfig], PilotRecord] | None = None,
 ) -> PreflightReport:
     """Check every server of the run's roles and plan its calls (see the module docstring).
+    `pilot` (`check --pilot N`: `loop.pilot.run_pilot`) runs once every server passed, after
+    the check's engines are closed; what it measures replaces the estimate's assumptions.
     `make_engine` builds engines without a call cache (tests may pass their own). `smoke`
     checks an embedded engine (hf, llamacpp) in a child process first; by default `llm.smoke.check_engine`
     when the engines are the real ones, none with a `make_engine` of the caller's."""
@@ -560,16 +566,35 @@ def run_preflight(
                 )
     finally:
         engines.close()
+    record = pilot(config) if pilot is not None and not any(e.failed for e in endpoints) else None
     return PreflightReport(
         endpoints=endpoints,
         calls=planned_calls(config, len(target_pairs), len(test_pairs), len(library.biases)),
-        estimates=estimate_run(config, target_pairs, test_pairs, library),
-        assumptions=Assumptions(),
+        estimates=estimate_run(config, target_pairs, test_pairs, library, pilot=record),
+        assumptions=Assumptions.from_pilot(record, len(target_pairs)) if record else Assumptions(),
+        pilot=record,
         max_iterations=config.max_iterations,
         n_target=len(target_pairs),
         n_test=len(test_pairs),
         skipped_rows=len(target_bad or []) + len(test_bad or []),
     )
+
+
+def pilot_into(
+    run_dir: Path | None, n_pairs: int, *, announce: Callable[[Path], None] | None = None
+) -> Callable[[RunConfig], PilotRecord]:
+    """`check --pilot N`: `run_preflight`'s `pilot`, `loop.pilot.run_pilot` on the first
+    `n_pairs` target pairs into `run_dir` (default ``runs/NAME``, where `run` puts the run);
+    `announce` is told the directory as the pilot starts."""
+    from .loop.pilot import run_pilot
+
+    def pilot(config: RunConfig) -> PilotRecord:
+        root = run_dir or Path("runs") / config.name
+        if announce is not None:
+            announce(root)
+        return run_pilot(config, root, n_pairs)
+
+    return pilot
 
 
 # --------------------------------------------------------------------------------------
@@ -584,7 +609,7 @@ class Assumptions(BaseModel):
     misjudged_share: float = 0.3
     """Share of the perturbed target pairs the judge gets wrong (each goes on to deeper_explain,
     identify and merge)."""
-    candidates_per_iteration: int = 5
+    candidates_per_iteration: float = 5
     """New candidates Merge leaves per iteration (at most `validate.max_candidates`)."""
     sequential_share: float = 0.5
     """Share of the test items a candidate is judged on before its sequential validation stops
@@ -593,6 +618,35 @@ class Assumptions(BaseModel):
     """Characters per prompt token (English text with the usual tokenizers)."""
     completion_share: float = 0.5
     """Share of `max_tokens` a free-text completion uses (explanations, identified biases)."""
+    measured: dict[str, str] = {}
+    """The figures a pilot measured (`check --pilot N`), by field name: how, on what n; the
+    others are assumed."""
+
+    @classmethod
+    def from_pilot(cls, pilot: PilotRecord, n_target: int) -> Assumptions:
+        """The defaults, with what `pilot` measured in their place: the misjudged share (with
+        its Wilson interval), the candidates per iteration (candidates per counted misjudgment,
+        times the misjudgments expected on `n_target` pairs: merging across more pairs leaves
+        fewer, so this leans high) and the share of test items validation rewrote."""
+        a = cls()
+        m = pilot.misjudged
+        a.misjudged_share = m.share
+        a.measured["misjudged_share"] = (f"{m.k} of {m.n} perturbed target pairs, Wilson 95% CI "
+                                         f"{m.ci_low:.0%}–{m.ci_high:.0%}")
+        per = pilot.candidates_per_misjudged
+        a.candidates_per_iteration = (per or 0.0) * m.share * n_target
+        a.measured["candidates_per_iteration"] = (
+            f"{pilot.candidates} candidates from {m.k} misjudgments, x {m.share:.0%} of {n_target} pairs")
+        if pilot.sequential is not None:
+            q = pilot.sequential
+            a.sequential_share = q.share
+            a.measured["sequential_share"] = (f"{q.k} of {q.n} rewrites of {pilot.validated} candidate(s) "
+                                              f"on {pilot.n_test} test items")
+        return a
+
+
+PER_PAIR_STAGES = ("evaluate", "deeper_explain", "identify")
+"""Stages whose calls grow with the target pairs one by one: a pilot's calls per pair carry over."""
 
 
 class StageEstimate(BaseModel):
@@ -608,6 +662,10 @@ class StageEstimate(BaseModel):
     completion_tokens_bound: float
     usd: float | None = None
     usd_bound: float | None = None
+    measured_calls: int = 0
+    """Calls of the pilot the stage's calls per target pair were measured on (0: assumed)."""
+    measured_tokens: int = 0
+    """Calls of the pilot its tokens per call were measured on (0: from characters, assumed)."""
 
 
 def _chars(requests: Sequence[GenerationRequest]) -> tuple[float, int]:
@@ -622,14 +680,18 @@ def estimate_run(
     test_pairs: Sequence[PreferencePair],
     library: BiasLibrary,
     assumptions: Assumptions | None = None,
+    pilot: PilotRecord | None = None,
 ) -> list[StageEstimate]:
     """Per stage and role of `planned_calls`: the expected calls from `assumptions` beside the
     bound (the same rows), prompt tokens from the stage's own prompts on the data (mean and
     longest, at `chars_per_token`), completion tokens (expected from the answers' sizes or
-    `completion_share`, bounded by each stage's `max_tokens`), and dollars at the roles' prices."""
+    `completion_share`, bounded by each stage's `max_tokens`), and dollars at the roles' prices.
+    With a `pilot` (`check --pilot N`), its measurements replace the assumptions
+    (`Assumptions.from_pilot`), the calls per target pair of evaluate, deeper_explain and
+    identify, and the tokens per call of each stage and role it called."""
     from .stages.perturb import build_perturb_request
 
-    a = assumptions or Assumptions()
+    a = assumptions or (Assumptions.from_pilot(pilot, len(target_pairs)) if pilot else Assumptions())
     judge, v = config.judge, config.validate_
     t = config.max_iterations
     n_target, n_test = len(target_pairs), len(test_pairs)
@@ -672,11 +734,19 @@ def estimate_run(
     out = []
     for row in planned_calls(config, n_target, n_test, len(library.biases)):
         p_mean, p_max, c_mean, c_max = sizes[kind[row.stage]]
-        calls = row.total * expected_share.get(row.stage, 1.0)
+        share, measured_calls = expected_share.get(row.stage, 1.0), 0
+        used = pilot.tokens(row.stage.split(" (")[0], row.role) if pilot else None
+        if pilot and used and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
+            share, measured_calls = min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))), used.requests
+        if used:  # the pilot's own token counts
+            p_mean, c_mean = used.prompt_tokens / used.requests, used.completion_tokens / used.requests
+            p_max, c_max = max(p_max, p_mean), max(c_max, c_mean)
+        calls = row.total * share
         price = prices.get(row.role)
         estimate = StageEstimate(
             stage=row.stage, role=row.role, calls=calls, calls_bound=row.total, prompt_tokens=calls * p_mean,
-            prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max)
+            prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max,
+            measured_calls=measured_calls, measured_tokens=used.requests if used else 0)
         if price is not None:
             estimate.usd = (estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok) / 1e6
             estimate.usd_bound = (estimate.prompt_tokens_bound * price.input_per_mtok

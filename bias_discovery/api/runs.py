@@ -238,7 +238,7 @@ def discover(
         raise ConfigError(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another `run_dir`")
     if root.is_dir() and all(is_atomic_temporary(path) for path in root.iterdir()):
         remove_orphaned_temporaries(root)  # a run killed while writing its config.yaml left only this
-    if root.exists() and any(root.iterdir()):
+    if root.exists() and any(root.iterdir()) and not rd.holds_only_pilot():  # a pilot's calls are the run's
         raise ConfigError(f"{root} exists and is not empty; pick another `run_dir`")
     d = settings.data
     check_data_overlap(  # before the run directory exists: a refused run leaves nothing behind

@@ -12,10 +12,13 @@ from ..errors import BiasDiscoveryError
 from ..formatting import plural
 
 if TYPE_CHECKING:
-    from ..preflight import PreflightReport
+    from collections.abc import Callable
+
+    from ..config import RunConfig
+    from ..preflight import Assumptions, PilotRecord, PreflightReport, StageEstimate
 from .common import app, console, err_console, fail
 from .exit_codes import ExitCode
-from .options import OVERRIDES, TIMEOUT
+from .options import OVERRIDES, TIMEOUT, flag
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 
@@ -27,6 +30,10 @@ def check(
     ),
     set_: list[str] = OVERRIDES,
     timeout: float | None = TIMEOUT,
+    pilot: int = flag("pilot", 0, min=0, help=(
+        "Measure the estimate's assumptions on the first N target pairs: iteration 1 and its validation, through the "
+        "call cache of --run-dir, whose run then answers those calls from it (0: no pilot).")),
+    run_dir: Path | None = flag("run_dir", None, help="The run directory the pilot's calls go to (default: runs/<name>)."),
 ) -> None:
     """Preflight a run config on the node that will run it.
 
@@ -35,7 +42,10 @@ def check(
     context; plus the planned calls per stage. An embedded engine (transformers or llama.cpp) is first
     run in a child process, so an engine that crashes on this CPU is named with its signal and the
     remedy. Without a config: that check of the embedded default (hf/smollm2), of llama.cpp where it
-    is installed, and of the embedder. Exit 1 when something would fail the run."""
+    is installed, and of the embedder. With --pilot N, the loop's first iteration on N target pairs
+    and the validation of its candidates measure what the estimate would assume; their calls stay in
+    the run directory's call cache for `run --run-dir` (pilot.json records the measurements).
+    Exit 1 when something would fail the run."""
     from ..config import load_run_config
     from ..preflight import run_preflight
 
@@ -44,7 +54,7 @@ def check(
         return
     try:
         config = load_run_config(config_path, set_).with_timeout(timeout)
-        report = run_preflight(config)
+        report = run_preflight(config, pilot=_pilot(pilot, run_dir))
     except BiasDiscoveryError as exc:
         fail(str(exc))
     for endpoint in report.endpoints:
@@ -72,6 +82,29 @@ def check(
     console.print("check passed", highlight=False)
 
 
+def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecord] | None:
+    """`--pilot N` (`preflight.pilot_into`), said as it starts."""
+    from ..preflight import pilot_into
+
+    def announce(root: Path) -> None:
+        console.print(f"pilot: iteration 1 on {plural(pairs, 'target pair')} and the validation of its candidates, "
+                      f"calls cached in {root / 'calls.sqlite'} ...", highlight=False, soft_wrap=True)
+
+    return pilot_into(run_dir, pairs, announce=announce) if pairs else None
+
+
+def _print_pilot(record: PilotRecord) -> None:
+    """What the pilot measured and paid, and how its run reuses the calls."""
+    m = record.misjudged
+    paid = sum(s.calls for s in record.spend.values())
+    console.print(
+        f"pilot ({plural(len(record.pairs), 'target pair')}, {plural(record.n_test, 'test pair')}): {m.k} misjudged "
+        f"({m.share:.0%}, 95% CI {m.ci_low:.0%}–{m.ci_high:.0%}); {record.identified} identified, {record.candidates} "
+        f"candidate(s) after merging, {record.validated} validated; {paid:,} calls paid. Its calls are in the run "
+        "directory's call cache: `run --run-dir` there answers them from it (pilot.json has the figures).",
+        highlight=False, soft_wrap=True)
+
+
 def _print_estimates(report: PreflightReport) -> None:
     """Expected figures beside their bounds per stage and role, dollars per role, the assumptions."""
     if not report.estimates or report.assumptions is None:
@@ -81,13 +114,16 @@ def _print_estimates(report: PreflightReport) -> None:
     def pair(expected: float, bound: float) -> str:
         return f"{count(round(expected))} | ≤ {count(round(bound))}"
 
-    table = Table(title="expected | at most, whole run (expected: from the assumptions below; at most: none assumed)")
-    for column in ("stage", "role", "calls", "prompt tokens", "completion tokens", "dollars"):
-        table.add_column(column, justify="left" if column in ("stage", "role") else "right")
+    if report.pilot is not None:
+        _print_pilot(report.pilot)
+    table = Table(title="expected | at most, whole run (expected: from the figures below, measured or assumed; at most: "
+                  "none assumed)")
+    for column in ("stage", "role", "calls", "prompt tokens", "completion tokens", "dollars", "measured by the pilot"):
+        table.add_column(column, justify="left" if column in ("stage", "role", "measured by the pilot") else "right")
     for e in report.estimates:
         usd = "-" if e.usd is None or e.usd_bound is None else f"${e.usd:,.2f} | ≤ ${e.usd_bound:,.2f}"
         table.add_row(e.stage, e.role, pair(e.calls, e.calls_bound), pair(e.prompt_tokens, e.prompt_tokens_bound),
-                      pair(e.completion_tokens, e.completion_tokens_bound), usd)
+                      pair(e.completion_tokens, e.completion_tokens_bound), usd, _measured_note(e))
     roles = list(dict.fromkeys(e.role for e in report.estimates))
     for role in roles:
         rows = [e for e in report.estimates if e.role == role]
@@ -110,14 +146,39 @@ def _print_estimates(report: PreflightReport) -> None:
             f"wall time, {role}: about {duration(sum(e.completion_tokens for e in rows) / rate)} expected, at most "
             f"{duration(sum(e.completion_tokens_bound for e in rows) / rate)} (its completion tokens at the probe's "
             f"{rate:,.0f} tokens/s; prefill and waiting on the other role not counted)", highlight=False, soft_wrap=True)
-    a = report.assumptions
+    _print_figures(report.assumptions)
+
+
+def _print_figures(a: Assumptions) -> None:
+    """The figures the expected column rests on, each said measured (by the pilot, on what n) or assumed."""
+
+    def how(name: str) -> str:
+        if not a.measured:
+            return ""
+        return f" (measured: {a.measured[name]})" if name in a.measured else " (assumed)"
+
+    assumed = " (assumed)" if a.measured else ""
+    tokens = ("prompt and completion tokens per call of the stages the pilot called (measured: their column above); "
+              "of the others, " if a.measured else "")
     console.print(
-        f"assumed (not measured): {a.misjudged_share:.0%} of perturbed target pairs misjudged; "
-        f"{a.candidates_per_iteration} candidates per iteration (at most validate.max_candidates); sequential "
-        f"validation stops after {a.sequential_share:.0%} of the test items on average; {a.chars_per_token:g} "
-        f"characters a prompt token; free-text answers use {a.completion_share:.0%} of max_tokens; every iteration "
-        "runs. Calls answered by the call cache cost nothing. Without validate.max_candidates, validation's bound "
-        "is one candidate per misjudged pair.", highlight=False, soft_wrap=True)
+        ("figures, measured by the pilot or assumed: " if a.measured else "assumed (not measured): ")
+        + f"{a.misjudged_share:.0%} of perturbed target pairs misjudged{how('misjudged_share')}; "
+        f"{a.candidates_per_iteration:.3g} candidates per iteration, at most validate.max_candidates"
+        f"{how('candidates_per_iteration')}; sequential validation stops after {a.sequential_share:.0%} of the test "
+        f"items on average{how('sequential_share')}; {tokens}{a.chars_per_token:g} characters a prompt token; "
+        f"free-text answers use {a.completion_share:.0%} of max_tokens{assumed}; every iteration runs{assumed}. "
+        "Calls answered by the call cache cost nothing. Without validate.max_candidates, validation's bound is one "
+        "candidate per misjudged pair.", highlight=False, soft_wrap=True)
+
+
+def _measured_note(e: StageEstimate) -> str:
+    """Which of a row's figures the pilot measured, on how many of its calls."""
+    parts = []
+    if e.measured_calls:
+        parts.append(f"calls per pair (n={e.measured_calls})")
+    if e.measured_tokens:
+        parts.append(f"tokens per call (n={e.measured_tokens})")
+    return ", ".join(parts) or "-"
 
 
 def _check_embedded() -> None:

@@ -11,6 +11,7 @@
                                    candidates, merges, merge_stats, validation (+ its
                                    perturbed/judgments): `run.iteration(t)`
     RUN_DIR/calls.sqlite           call cache;  RUN_DIR/checkpoints.sqlite  LangGraph state
+    RUN_DIR/pilot.json             what `check --pilot N` measured (its calls are in calls.sqlite)
     RUN_DIR/events.jsonl           progress events, appended line by line
     RUN_DIR/lock.json              the process running the loop: pid, host, heartbeat (`lock.py`)
     RUN_DIR/reviews.jsonl          reviewers' decisions about its biases (`reviews.py`): not
@@ -54,6 +55,8 @@ RunStatus = Literal["running", "finished", "failed", "stopped"]
 
 DATABASES: dict[str, str] = {"checkpoints.sqlite": "the loop's checkpoints", "calls.sqlite": "the call cache"}
 """The run's SQLite files, checked on resume (`RunDir.damaged_databases`)."""
+PILOT_FILES = ("pilot.json", "calls.sqlite", "calls.sqlite-wal", "calls.sqlite-shm")
+"""What `check --pilot N` leaves in a run directory before the run (`RunDir.holds_only_pilot`)."""
 
 
 def sqlite_problem(path: Path) -> str | None:
@@ -185,6 +188,7 @@ class RunDir:
     checkpoint_path = property(lambda self: self.root / "checkpoints.sqlite")
     report_path = property(lambda self: self.root / "report.html")
     lock_path = property(lambda self: self.root / "lock.json")
+    pilot_path = property(lambda self: self.root / "pilot.json")
 
     def bias_page_path(self, bias_id: str) -> Path:
         """``bias-ID.html``: the page of one bias (`bias-discovery report --bias ID`)."""
@@ -252,7 +256,8 @@ class RunDir:
         people added (reviews.jsonl, report.html, the bias pages); a
         library's `created_at` time blanked. What two runs of one config with the same model
         responses agree on, byte for byte (the staged and the streamed order do)."""
-        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path, self.reviews.path}
+        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path, self.reviews.path,
+                      self.pilot_path}
         out: dict[str, bytes] = {}
         for path in sorted(self.root.rglob("*")):
             if not path.is_file() or path in how_it_ran or ".sqlite" in path.name or self._is_bias_page(path):
@@ -270,6 +275,11 @@ class RunDir:
         """A run directory: its config.yaml is written first, so a run killed in its first
         second (no checkpoint, no run.json yet) is one too, and resumes from the beginning."""
         return bool(self.config_path.is_file())
+
+    def holds_only_pilot(self) -> bool:
+        """Whether the directory holds nothing but what a pilot wrote (`PILOT_FILES`): a run
+        may start there, its calls answered from the pilot's cache."""
+        return self.root.is_dir() and all(path.name in PILOT_FILES for path in self.root.iterdir())
 
     def _require_directory(self) -> None:
         if self.root.exists() and not self.root.is_dir():
