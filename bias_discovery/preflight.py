@@ -40,6 +40,7 @@ from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, p
 from .llm.openai.wire import probe_kind
 from .llm.types import Constraint, GenerationRequest
 from .loop.pilot import PilotRecord
+from .progress import ProgressFactory
 
 if TYPE_CHECKING:
     from .llm.smoke import SmokeResult
@@ -581,18 +582,19 @@ def run_preflight(
 
 
 def pilot_into(
-    run_dir: Path | None, n_pairs: int, *, announce: Callable[[Path], None] | None = None
+    run_dir: Path | None, n_pairs: int, *, announce: Callable[[Path], None] | None = None,
+    progress: ProgressFactory | None = None,
 ) -> Callable[[RunConfig], PilotRecord]:
     """`check --pilot N`: `run_preflight`'s `pilot`, `loop.pilot.run_pilot` on the first
     `n_pairs` target pairs into `run_dir` (default ``runs/NAME``, where `run` puts the run);
-    `announce` is told the directory as the pilot starts."""
+    `announce` is told the directory as the pilot starts; `progress` draws its bars."""
     from .loop.pilot import run_pilot
 
     def pilot(config: RunConfig) -> PilotRecord:
         root = run_dir or Path("runs") / config.name
         if announce is not None:
             announce(root)
-        return run_pilot(config, root, n_pairs)
+        return run_pilot(config, root, n_pairs, progress=progress)
 
     return pilot
 

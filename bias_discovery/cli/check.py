@@ -90,7 +90,9 @@ def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecor
         console.print(f"pilot: iteration 1 on {plural(pairs, 'target pair')} and the validation of its candidates, "
                       f"calls cached in {root / 'calls.sqlite'} ...", highlight=False, soft_wrap=True)
 
-    return pilot_into(run_dir, pairs, announce=announce) if pairs else None
+    from ..progress import progress_bar
+
+    return pilot_into(run_dir, pairs, announce=announce, progress=progress_bar) if pairs else None
 
 
 def _print_pilot(record: PilotRecord) -> None:

@@ -26,6 +26,7 @@ from ..embeddings import Embedder
 from ..errors import ConfigError
 from ..llm.base import Engine
 from ..llm.budget import Spend
+from ..progress import ProgressFactory
 from ..run import RunDir, summarize_events
 from ..stats import wilson_interval
 from .graph import Discovery, LoopState
@@ -101,11 +102,12 @@ def run_pilot(
     *,
     engines: Mapping[str, Engine] | None = None,
     embedder: Embedder | None = None,
+    progress: ProgressFactory | None = None,
 ) -> PilotRecord:
     """Run the pilot (module docstring) on the first `n_pairs` target pairs, with the run's
     call cache in `run_dir`, and write ``pilot.json`` there. A `run_dir` holding a run is
     refused (its calls are in its cache already). `engines` and `embedder` replace the
-    configured models (tests; injected engines bypass the cache)."""
+    configured models (tests; injected engines bypass the cache); `progress` draws the stages' bars."""
     run = RunDir(run_dir)
     if run.is_run():
         raise ConfigError(f"{run_dir} already holds a run: a pilot goes before its run, in an empty run directory")
@@ -116,7 +118,7 @@ def run_pilot(
         scratch = RunDir(scratch_dir)
         roles = loop_roles(config, run, engines)
         try:
-            record = _measure(Discovery(scratch, config, roles, embedder=embedder), n_pairs)
+            record = _measure(Discovery(scratch, config, roles, embedder=embedder, progress=progress), n_pairs)
             record.spend = roles.budget.spend() if roles.budget is not None else {}
         finally:
             roles.close()
