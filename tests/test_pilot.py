@@ -107,6 +107,14 @@ def test_a_pilot_refuses_a_directory_that_holds_a_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml"]
 
 
+def test_pilot_flags_without_a_config_or_without_each_other_are_usage_errors(tmp_path: Path) -> None:
+    alone = cli("check", "--pilot", "3", check=False)
+    assert alone.returncode == 2 and "a pilot runs a config's loop: give the config" in alone.stderr
+    run_dir = cli("check", "experiments/quickstart-cpu.yaml", "--run-dir", str(tmp_path / "r"), check=False)
+    assert run_dir.returncode == 2 and "--run-dir is where the pilot's calls go: give --pilot N too" in run_dir.stderr
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.model
 def test_check_pilot_on_the_quick_start_and_the_run_reuses_its_calls(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

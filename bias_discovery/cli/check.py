@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from ..config import RunConfig
     from ..preflight import Assumptions, PilotRecord, PreflightReport, StageEstimate
-from .common import app, console, err_console, fail
+from .common import app, console, err_console, fail, flag_of
 from .exit_codes import ExitCode
 from .options import OVERRIDES, TIMEOUT, flag
 
@@ -50,8 +50,13 @@ def check(
     from ..preflight import run_preflight
 
     if config_path is None:
+        if pilot or run_dir is not None:
+            fail(f"a pilot runs a config's loop: give the config ({flag_of('pilot')} N [{flag_of('run_dir')} DIR] "
+                 "CONFIG.yaml)")
         _check_embedded()
         return
+    if run_dir is not None and not pilot:
+        fail(f"{flag_of('run_dir')} is where the pilot's calls go: give {flag_of('pilot')} N too")
     try:
         config = load_run_config(config_path, set_).with_timeout(timeout)
         report = run_preflight(config, pilot=_pilot(pilot, run_dir))
