@@ -92,7 +92,8 @@ def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecor
     from ..preflight import pilot_into
 
     def announce(root: Path) -> None:
-        console.print(f"pilot: iteration 1 on {plural(pairs, 'target pair')} and the validation of its candidates, "
+        console.print(f"pilot: iteration 1 on the first {plural(pairs, 'target pair')} (at most) and the validation of "
+                      "its candidates, "
                       f"calls cached in {root / 'calls.sqlite'} ...", highlight=False, soft_wrap=True)
 
     from ..progress import progress_bar
