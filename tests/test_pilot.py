@@ -105,6 +105,14 @@ def test_a_pilot_refuses_a_directory_that_holds_a_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="already holds a run"):
         run_pilot(config, tmp_path / "run", 2)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml"]
+    other = tmp_path / "other"  # a pilot's files and something else: not a pilot's directory, for the pilot nor the run
+    other.mkdir()
+    (other / "pilot.json").write_text("{}")
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds more than a pilot's files"):
+        run_pilot(config, other, 2)
+    with pytest.raises(ConfigError, match="exists and is not empty"):
+        discover(config, run_dir=other)
 
 
 def test_pilot_flags_without_a_config_or_without_each_other_are_usage_errors(tmp_path: Path) -> None:
