@@ -123,23 +123,35 @@ def test_pilot_flags_without_a_config_or_without_each_other_are_usage_errors(tmp
     assert not (tmp_path / "r").exists()
 
 
+def requests_by_stage(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """(requests, of those cached) of the run, by stage (events.jsonl)."""
+    out: dict[str, tuple[int, int]] = {}
+    for row in summarize_events(RunDir(run_dir).read_events())["usage"]:
+        n, c = out.get(row["stage"], (0, 0))
+        out[row["stage"]] = (n + row["requests"], c + row["cached"])
+    return out
+
+
 @pytest.mark.model
 def test_check_pilot_on_the_quick_start_and_the_run_reuses_its_calls(tmp_path: Path) -> None:
+    """The pilot takes 3 of the run's 4 target pairs: the run answers their calls from the cache
+    and pays for the fourth pair's."""
     run_dir = tmp_path / "run"
-    small = ["--set", "data.target_limit=3", "--set", "data.test_limit=6"]
+    small = ["--set", "data.target_limit=4", "--set", "data.test_limit=6"]
     env = {"COLUMNS": "220"}
     result = cli("check", "experiments/quickstart-cpu.yaml", *small, "--pilot", "3", "--run-dir", str(run_dir), env=env)
     out = " ".join(result.stdout.split())
     assert "pilot (3 target pairs, 6 test pairs):" in out and "figures, measured by the pilot or assumed:" in out
     assert "perturbed target pairs misjudged (measured: " in out and "of 3 perturbed target pairs, Wilson 95% CI" in out
-    assert "tokens per call (n=" in out
+    assert "tokens per call (n=3)" in out  # the perturb row: the pilot's 3 rewrites
     pilot = PilotRecord.model_validate_json((run_dir / "pilot.json").read_text())
-    assert pilot.misjudged.n == 3 and len(pilot.pairs) == 3
-    assert sorted(p.name for p in run_dir.iterdir()) == ["calls.sqlite", "pilot.json"]
+    assert pilot.misjudged.n == 3 and len(pilot.pairs) == 3 and sum(s.calls for s in pilot.spend.values()) > 0
+    assert RunDir(run_dir).holds_only_pilot()
     run = cli("run", "experiments/quickstart-cpu.yaml", *small, "--run-dir", str(run_dir), "--quiet", env=env)
     assert "Traceback" not in run.stderr
     assert paid_twice(run_dir) == 0
-    cached = cached_requests(run_dir)
-    assert cached.get("perturb", 0) == 3 and cached.get("baseline", 0) == 6
-    assert sum(cached.get(s, 0) for s in ("evaluate", "deeper_explain", "identify")) >= sum(
-        u.requests for u in pilot.usage if u.stage in ("evaluate", "deeper_explain", "identify"))
+    by_stage = requests_by_stage(run_dir)
+    assert by_stage["perturb"] == (4, 3)  # the pilot's 3 rewrites from the cache, the fourth paid
+    assert by_stage["baseline"] == (6, 6)
+    front = ("evaluate", "deeper_explain", "identify")
+    assert sum(by_stage.get(s, (0, 0))[1] for s in front) == sum(u.requests for u in pilot.usage if u.stage in front)
