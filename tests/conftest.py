@@ -31,18 +31,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.markexpr = ""
 
 
-SHARED_SESSION_FIXTURES = ("small_real_run", "llama_server")
-"""Session fixtures that cost minutes (a real discovery run, a real llama.cpp server). Under
-pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) every worker would build its
-own; the tests that use one are kept on one worker instead (`xdist_group`), as the real-vLLM
-tier is (tests/vllm_real/conftest.py)."""
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under pytest-xdist (`-n 2`, the README's test command) every test is a unit of its own,
+    but the real-vLLM tier (tests/vllm_real) is one unit: one worker runs it, in its own order
+    (own-process tests before the shared engine), so only one vLLM runs at a time. (xdist's
+    `--dist loadgroup` would say this with markers, but it renames node ids in a way pytest 9.2
+    no longer reads.) Session fixtures such as the shared real run are built at most once per
+    worker."""
+    from xdist.scheduler import LoadScopeScheduling
 
+    class VLLMTierOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/vllm_real" if nodeid.startswith("tests/vllm_real/") else nodeid
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
+    return VLLMTierOnOneWorker(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

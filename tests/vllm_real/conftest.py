@@ -47,7 +47,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tier = [item for item in items if _in_tier(item)]
     for item in tier:
         item.add_marker(pytest.mark.vllm)
-        item.add_marker(pytest.mark.xdist_group("vllm"))  # one worker: one vLLM at a time, in this order
         if VLLM_MISSING:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
     # own-process tests first (stable: file order otherwise kept), still after the other tiers
