@@ -76,6 +76,9 @@ class Provenance:
     """Where and when a benchmark run started (`start`), written with its result (`stamp`)."""
 
     command: str
+    cwd: str
+    """Where `command` was typed, relative to the repository's root ("." for the root, "benchmarks"
+    for a script started in its folder): the command's relative paths are that folder's."""
     started_at: str
     commit: str
     dirty: bool
@@ -95,6 +98,7 @@ class Provenance:
         head, dirty = _git_state(REPO)
         started = cls(
             command=" ".join(["python", *(sys.argv if argv is None else argv)]),
+            cwd=os.path.relpath(os.getcwd(), REPO),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             commit=head + (" (with uncommitted changes)" if dirty else ""),
             dirty=dirty,
