@@ -130,6 +130,10 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
         return replicate_run(run, options, engines={"target": ScriptedEngine(pointwise_authority_world)})[0]
 
     monkeypatch.setattr(bias_discovery.api, "replicate", on_fakes)
+    # the CLI's console got its width when it was made (COLUMNS then): wide enough for the table
+    from bias_discovery.cli import common
+
+    monkeypatch.setattr(common.console, "_width", 250)
     result = CliRunner().invoke(app, ["replicate", str(rd.root), "--seed", "7", "--overwrite", "--quiet"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     shown = " ".join(result.output.split())
