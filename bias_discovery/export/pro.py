@@ -385,24 +385,19 @@ def _adversarial_filter(
     judged = [_variant_pair(r) for r in alive]
     with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 orders", 2 * len(alive)) as advance:
         result = judge_pairs(filter_judge, judged, settings, seed=seed, progress=advance)
-    grouped: dict[str, list[Judgment]] = defaultdict(list)
-    for j in result.judgments:
-        grouped[j.pair_id].append(j)
+    grouped = _by_pair(result.judgments)
     for r in alive:
         js = grouped[r.sample_id]
         r.filter_picked = {j.order: j.picked for j in js}
         r.filter_explanations = {j.order: j.explanation for j in js}
         if any(j.picked is None for j in js):
-            r.status = "filter_invalid"
-            counts.dropped_filter_invalid += 1
+            _settle(r, None, counts)
         elif all(j.picked == "rejected" for j in js):
-            counts.kept_by_filter += 1
+            _settle(r, "rejected", counts)
         elif any(j.picked == "chosen" for j in js):
-            r.status = "filter_correct"
-            counts.dropped_filter_correct += 1
+            _settle(r, "chosen", counts)
         else:  # a tie in some order, never the chosen response: not right, not fooled twice
-            r.status = "filter_tie"
-            counts.dropped_filter_tie += 1
+            _settle(r, "tie", counts)
 
 
 def _pointwise_filter(
@@ -419,25 +414,37 @@ def _pointwise_filter(
     judged = [_variant_pair(r) for r in alive]
     with bar(f"adversarial filter: {plural(len(alive), 'variant')} x 2 responses scored", 2 * len(alive)) as advance:
         result = judge_pairs(filter_judge, judged, judge_settings, seed=seed, progress=advance)
-    grouped: dict[str, list[Judgment]] = defaultdict(list)
-    for j in result.judgments:
-        grouped[j.pair_id].append(j)
+    grouped = _by_pair(result.judgments)
     outcomes = {o.pair_id: o for o in result.outcomes}
     for r in alive:
-        js, preference = grouped[r.sample_id], outcomes[r.sample_id].preference
+        js = grouped[r.sample_id]
         r.filter_scores = {j.order: j.score for j in js}
         r.filter_explanations = {j.order: j.explanation for j in js}
-        if preference is None:
-            r.status = "filter_invalid"
-            counts.dropped_filter_invalid += 1
-        elif preference == "rejected":
-            counts.kept_by_filter += 1
-        elif preference == "chosen":
-            r.status = "filter_correct"
-            counts.dropped_filter_correct += 1
-        else:
-            r.status = "filter_tie"
-            counts.dropped_filter_tie += 1
+        _settle(r, outcomes[r.sample_id].preference, counts)
+
+
+def _by_pair(judgments: Sequence[Judgment]) -> dict[str, list[Judgment]]:
+    """The filter's judgments of each variant, by its id."""
+    grouped: dict[str, list[Judgment]] = defaultdict(list)
+    for j in judgments:
+        grouped[j.pair_id].append(j)
+    return grouped
+
+
+def _settle(r: VariantRecord, preference: str | None, counts: ProCounts) -> None:
+    """The filter's outcome for one variant, in both filters' terms: kept when the rejected
+    response won ("rejected"), else dropped as invalid (None), correct ("chosen") or a tie."""
+    if preference is None:
+        r.status = "filter_invalid"
+        counts.dropped_filter_invalid += 1
+    elif preference == "rejected":
+        counts.kept_by_filter += 1
+    elif preference == "chosen":
+        r.status = "filter_correct"
+        counts.dropped_filter_correct += 1
+    else:
+        r.status = "filter_tie"
+        counts.dropped_filter_tie += 1
 
 
 def _variant_pair(r: VariantRecord) -> PreferencePair:
