@@ -28,6 +28,8 @@ from helpers import REPO, SMALL_RUN_OVERRIDES, cli
 pytestmark = pytest.mark.vllm_subprocess
 
 N_REQUESTS = 16
+LONGEST_MAX_TOKENS = 768
+"""The last request's budget: several hundred decode steps past the others."""
 
 WORKER = textwrap.dedent(
     """
@@ -74,12 +76,15 @@ def _kill_group(process: subprocess.Popen[Any]) -> None:
 def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
     hf_smollm2_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """One batch whose outputs finish over several seconds (max_tokens 8, 16, ... 128): the
-    process is SIGKILLed once the first response is in calls.sqlite."""
+    """One batch whose outputs finish over several seconds (max_tokens 8, 16, ... 120, and
+    LONGEST_MAX_TOKENS for the last): the process is SIGKILLed once the first response is in
+    calls.sqlite. The last request keeps the batch going for hundreds of steps after the first
+    one ends, so even a CPU that decodes this small model in a millisecond a step (AMX) cannot
+    finish the batch between the first commit and the kill (CI saw 16 of 16 with 128 last)."""
     requests = [
         GenerationRequest.chat(f"Write a long essay about the number {i}.", max_tokens=8 * (i + 1))
-        for i in range(N_REQUESTS)
-    ]
+        for i in range(N_REQUESTS - 1)
+    ] + [GenerationRequest.chat("Write a long essay about the number 15.", max_tokens=LONGEST_MAX_TOKENS)]
     requests_file = tmp_path / "requests.jsonl"
     requests_file.write_text("".join(r.model_dump_json() + "\n" for r in requests))
     script = tmp_path / "worker.py"
