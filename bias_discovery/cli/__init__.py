@@ -40,10 +40,14 @@ def main() -> None:
     finished run now and then (rc -11 after the summary was printed). Python-level exit
     handlers still run (`atexit._run_exitfuncs`: the shared event loop is stopped and joined,
     logging flushed); the C-level teardown is skipped. A bug (an exception the CLI does not
-    turn into a message) keeps the ordinary exit and its traceback."""
+    turn into a message) keeps the ordinary exit and its traceback. A Ctrl-C that a callback
+    swallowed is sent again (`interrupts`), so every command stops on the first one."""
+    from ..interrupts import redeliver_lost_interrupts
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        app()
+        with redeliver_lost_interrupts():
+            app()
     except SystemExit as exc:
         leave(exc.code)
     leave(0)

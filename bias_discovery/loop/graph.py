@@ -27,6 +27,7 @@ from typing import Any, Literal, TypedDict
 from ..config import RunConfig
 from ..embeddings import Embedder
 from ..errors import ConfigError
+from ..interrupts import redeliver_lost_interrupts
 from ..io import remove_orphaned_temporaries
 from ..library import load_seed_library
 from ..llm.base import Engine
@@ -277,9 +278,10 @@ def execute(
     checks both SQLite files and names the damaged ones with what to do, and removes the
     temporary files of writes a kill cut short. Checkpoints are written before the next node
     starts (LangGraph's `durability="sync"`), so a kill loses at most the node it was in. A failed resume of a
-    finished run leaves its run.json as it was (the failure is logged in events.jsonl).
+    finished run leaves its run.json as it was (the failure is logged in events.jsonl). A Ctrl-C
+    is never lost, even where it lands in a callback (`interrupts.redeliver_lost_interrupts`).
     """
-    with run.lock.hold(run.root, "resume" if resume else "run"):
+    with redeliver_lost_interrupts(), run.lock.hold(run.root, "resume" if resume else "run"):
         if resume:
             damaged = run.damaged_databases()
             if damaged:
