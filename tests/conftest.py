@@ -34,9 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under pytest-xdist (`-n 2`, the README's test command) every test is a unit of its own,
     but the real-vLLM tier (tests/vllm_real) is one unit: one worker runs it, in its own order
-    (own-process tests before the shared engine), so only one vLLM runs at a time, and last. (xdist's
-    `--dist loadgroup` would say this with markers, but it renames node ids in a way pytest 9.2
-    no longer reads.) Session fixtures such as the shared real run are built at most once per
+    (own-process tests before the shared engine), so only one vLLM runs at a time, and first.
+    (xdist's `--dist loadgroup` would say this with markers, but it renames node ids in a way
+    pytest 9.2 no longer reads.) Session fixtures such as the shared real run are built at most once per
     worker."""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -44,9 +44,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         def _split_scope(self, nodeid: str) -> str:
             return "tests/vllm_real" if nodeid.startswith("tests/vllm_real/") else nodeid
 
-    # units in collection order, so the vLLM tier (collected last) starts when the other tests
-    # are nearly done: vLLM's CPU threads stall when another engine takes their cores
-    config.option.loadscopereorder = False
+    # the largest unit first (xdist's reorder: by size, stable), so the vLLM tier, the longest
+    # stretch of the suite (about 40 min under load), starts at once beside the other worker's
+    # tests instead of running alone at the end (CI at 64017d1: 65 min with it last). Two vLLMs
+    # at once stall (each binds its OpenMP thread to core 0); one beside another engine does not.
+    config.option.loadscopereorder = True
     return VLLMTierOnOneWorker(config, log)  # type: ignore[arg-type]
 
 
