@@ -30,12 +30,10 @@ def _wait(seconds: float) -> None:
 def test_a_swallowed_keyboard_interrupt_arrives_again_in_the_main_thread() -> None:
     assert threading.current_thread() is threading.main_thread()
     before = sys.unraisablehook
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # lost: the wait ends and nothing is raised
         with redeliver_lost_interrupts():
             _SwallowsAnInterrupt()  # freed at once: its KeyboardInterrupt is swallowed
             _wait(30)  # a hang guard: the interrupt arrives in milliseconds
-    assert time.monotonic() - started < 30, "the interrupt was lost"
     assert sys.unraisablehook is before  # the hook is put back, on the way out of an interrupt too
 
 
