@@ -41,13 +41,13 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..auditing import AuditReport, SchemeAudit
+    from ..api.audits import AuditReport, SchemeAudit
 
 
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
+    from ..api.views import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
 
     mitigation = report.settings.mitigation
     temperature = report.settings.temperature
@@ -120,7 +120,7 @@ def print_audit(report: AuditReport) -> None:
 def print_judge_measures(report: AuditReport) -> None:
     """Agreement with the labels, calibration and self-preference, and what the data could
     not support (and why)."""
-    from ..auditing.display import judge_measure_lines
+    from ..api.views import judge_measure_lines
 
     for line in judge_measure_lines(report):
         console.print(line, highlight=False, soft_wrap=True)

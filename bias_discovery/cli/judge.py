@@ -33,13 +33,13 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..judging import JudgeSummary, ScoreSummary
-    from ..stats import Calibration
+    from ..api.judges import JudgeSummary, ScoreSummary
+    from ..api.views import Calibration
 
 
 def print_calibration(cal: Calibration) -> None:
     """ECE and Brier with their CIs, and the reliability bins as a small table."""
-    from ..auditing.display import calibration_line
+    from ..api.views import calibration_line
 
     console.print(calibration_line(cal), highlight=False, soft_wrap=True)
     table = Table(title="reliability (confidence = probability of the verdict's label)", title_justify="left")
@@ -159,7 +159,7 @@ def _check_compare_dir(value: Path | None) -> Path | None:
     """`judge --compare` callback: refuse a directory that is not a Pro set before judging."""
     if value is None:
         return None
-    from ..export.compare import check_pro_dir
+    from ..api.exports import check_pro_dir
 
     try:
         return check_pro_dir(value)
@@ -222,7 +222,7 @@ def judge(
     position-A rate and position consistency; writes judgments.jsonl and summary.json."""
     from ..api import JudgeOptions
     from ..api import judge as judge_model
-    from ..export.compare import print_compare
+    from ..api.views import print_compare
     from ..progress import progress_bar
 
     reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
