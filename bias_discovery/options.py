@@ -64,6 +64,11 @@ class OverlapOptions(OperationOptions):
     which its biases were found; the overlap is recorded either way."""
 
 
+DEFAULT_TIMEOUT_S = 300.0
+"""A model request's deadline when neither the model config nor the operation sets one
+(`ModelConfig.timeout_s`'s default; the CLI's `--timeout` help names it)."""
+
+
 class CallOptions(OperationOptions):
     """The options of an operation that calls models."""
 

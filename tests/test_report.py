@@ -323,6 +323,27 @@ def test_report_cli(hostile_run: Path, tmp_path: Path):
     assert bad.returncode == 2 and "no such run directory" in bad.stderr
 
 
+def test_the_api_report_writes_the_page_its_directory_calls_for(hostile_run: Path, tmp_path: Path):
+    """`api.report` (what `bias-discovery report` calls): a run's page, one bias's page, and no
+    bias page of an audit directory (the CLI names the setting as its flag, exit 2)."""
+    from bias_discovery.api import report
+    from bias_discovery.errors import ConfigError
+
+    problems: list[str] = []
+    assert report(hostile_run, problems=problems) == hostile_run / "report.html"
+    page = report(hostile_run, bias="d1-expert-citation-bias")
+    assert page == RunDir(hostile_run).bias_page_path("d1-expert-citation-bias") and page.is_file()
+    audit_dir = tmp_path / "audit"
+    audit_dir.mkdir()
+    (audit_dir / "audit.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^`bias`: .* is an audit directory"):
+        report(audit_dir, bias="position")
+    bad = cli("report", str(audit_dir), "--bias", "position", check=False)
+    assert bad.returncode == 2, bad.stderr
+    assert f"--bias: {audit_dir} is an audit directory; a bias page is drawn from a run" in " ".join(bad.stderr.split())
+    assert not (audit_dir / "report.html").exists()
+
+
 def test_report_of_a_run_in_progress(hostile_run: Path):
     rd = RunDir(hostile_run)
     state = rd.read_state()

@@ -14,6 +14,16 @@
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
   the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
+- `report(DIR) -> Path`: the HTML page of a run, one of its biases, or an audit directory;
+  `ReportServer` serves a run's page live; `resolve_library(REF)` loads a library
+  (`bias_discovery.api.reports`: what `library show` and `library diff` print).
+- `export_judgebench_pro`, `apply_annotations`, `export_dpo`, `export_harness`: a run's
+  products as files (`bias_discovery.api.exports`).
+- `run_preflight(config) -> PreflightReport`: what a run would meet, before it starts
+  (`bias_discovery.api.checks`).
+
+The command line reaches the logic only through this package: `api/views.py` holds the view
+functions it prints with, the other modules the types of what it prints.
 
 Every result converts to a pandas DataFrame (`.to_pandas()`) and a `datasets.Dataset`
 (`.to_dataset()`) with stable columns (`.columns()`: the fields of its row model, see
@@ -31,16 +41,20 @@ from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
 from .audit_logs import LogAuditOptions, audit_log
 from .audits import AuditOptions, audit
+from .checks import run_preflight
 from .common import WarningHandler
+from .exports import apply_annotations, export_dpo, export_harness, export_judgebench_pro
 from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import MatrixOptions, matrix
 from .replications import replicate
-from .runs import Run, bias_evidence, discover, load_run, run_config_of
+from .reports import ReportServer, report, resolve_library
+from .runs import BudgetReached, Run, bias_evidence, discover, load_run, run_config_of
 
 __all__ = [
     "AuditOptions",
     "AuditOutput",
     "AuditSettings",
+    "BudgetReached",
     "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
@@ -50,16 +64,24 @@ __all__ = [
     "MatrixResult",
     "Replication",
     "ReplicationOptions",
+    "ReportServer",
     "Run",
     "RunConfig",
     "WarningHandler",
+    "apply_annotations",
     "audit",
     "audit_log",
     "bias_evidence",
     "discover",
+    "export_dpo",
+    "export_harness",
+    "export_judgebench_pro",
     "judge",
     "load_run",
     "matrix",
     "replicate",
+    "report",
+    "resolve_library",
     "run_config_of",
+    "run_preflight",
 ]

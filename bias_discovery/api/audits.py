@@ -1,5 +1,7 @@
 """`audit(model, data, biases)`: measure a judge on known biases with the published measures
-(what `bias-discovery audit` runs), unmitigated and with a mitigation, on the same items."""
+(what `bias-discovery audit` runs), unmitigated and with a mitigation, on the same items.
+Its result's report (`AuditReport`: per bias a `SchemeAudit` of `AuditMetrics`, and
+`POINTWISE_FIELDS`, the measures a pointwise judge has) is handed out here too."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from ..auditing import (
 )
 from ..auditing.fromlog import live_pointwise_self_preference, live_self_preference, model_family
 from ..auditing.output import write_audit_dir
-from ..auditing.records import Unsupported
+from ..auditing.records import POINTWISE_FIELDS, AuditMetrics, AuditReport, SchemeAudit, Unsupported
 from ..auditing.sensitivity import prompt_sensitivity
 from ..config import load_run_config
 from ..data.loaders import describe_source
@@ -40,7 +42,7 @@ from ..run import RunDir
 from ..run.overlap import check_run_overlap
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, spec_list
 
-__all__ = ["AuditOptions", "audit"]
+__all__ = ["POINTWISE_FIELDS", "AuditMetrics", "AuditOptions", "AuditReport", "SchemeAudit", "audit"]
 
 
 class AuditOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):

@@ -1,5 +1,6 @@
 """`judge(model, data)`: measure a judge model on a pairwise data set (what `bias-discovery
-judge` runs), optionally on an exported Pro set too, with the same engine."""
+judge` runs), optionally on an exported Pro set too, with the same engine; its summary is a
+`JudgeSummary` (a pointwise judge's scores: `ScoreSummary`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ..errors import OutputError
 from ..export.compare import CompareReport, check_pro_dir, compare_with_pro
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, probe_writable
-from ..judging import JudgeSummary, Judgment, PairOutcome, calls_per_pair, judge_pairs, summarize
+from ..judging import JudgeSummary, Judgment, PairOutcome, ScoreSummary, calls_per_pair, judge_pairs, summarize
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..options import CallOptions, DataOptions
@@ -23,7 +24,7 @@ from ..settings.judge import JudgeSettings
 from ..tables import Tabular
 from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
 
-__all__ = ["JudgeOptions", "JudgeOutput", "judge"]
+__all__ = ["JudgeOptions", "JudgeOutput", "JudgeSummary", "ScoreSummary", "judge"]
 
 
 class JudgeOutput(BaseModel, Tabular):

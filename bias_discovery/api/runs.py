@@ -1,6 +1,11 @@
 """`discover(config) -> Run`: the discovery loop (what `bias-discovery run` and `resume` run),
 `load_run(RUN_DIR)`: a finished (or stopped, or running) run, read back, and
-`bias_evidence(RUN_DIR, BIAS)`: one bias with its provenance, examples and reviews."""
+`bias_evidence(RUN_DIR, BIAS)`: one bias with its provenance, examples and reviews.
+
+What `run`, `resume`, `status` and `review` print from is handed out here too: a run's record
+(`RunDir`, `RunState`, `effective_status`, `summarize_events`, `Liveness`), a reviewer's
+decision (`Review`, `ReviewDecision`) and a budget's stop (`BudgetReached`, with the `Spend`
+of each role)."""
 
 from __future__ import annotations
 
@@ -20,18 +25,22 @@ from ..formatting import plural
 from ..io import atomic_write_text, is_atomic_temporary, probe_writable, remove_orphaned_temporaries
 from ..library import Bias, BiasLibrary
 from ..llm.base import Engine
+from ..llm.budget import BudgetReached, Spend
 from ..loop.graph import check_data_overlap, execute
 from ..progress import ProgressFactory
 from ..report.data import BiasRow, library_rows, read_validation_records, rejected_candidates
 from ..report.evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, find_bias
-from ..run import RunDir, RunState, ValidationReport, effective_status
+from ..run import Liveness, RunDir, RunState, ValidationReport, effective_status, summarize_events
 from ..run.library_ref import require_run_like, resolve_library
 from ..run.reviews import Review, ReviewDecision
 from ..run.selection import validated_biases
 from ..tables import Tabular
 from .common import WarningHandler, python_warning
 
-__all__ = ["Run", "bias_evidence", "discover", "load_run", "run_config_of"]
+__all__ = [
+    "BudgetReached", "Liveness", "Review", "ReviewDecision", "Run", "RunDir", "RunState", "Spend", "bias_evidence",
+    "discover", "effective_status", "load_run", "run_config_of", "summarize_events",
+]
 
 RunConfigLike = RunConfig | str | Path | Mapping[str, Any]
 """A run config as the API takes it: a RunConfig, a YAML file, or a dict of its settings."""

@@ -4,7 +4,7 @@ bias monitor), unmitigated and with a mitigation, on the same items."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.markup import escape
@@ -41,13 +41,13 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..auditing import AuditReport, SchemeAudit
+    from ..api.audits import AuditOptions, AuditReport, SchemeAudit
 
 
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..auditing.display import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
+    from ..api.views import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
 
     mitigation = report.settings.mitigation
     temperature = report.settings.temperature
@@ -120,58 +120,110 @@ def print_audit(report: AuditReport) -> None:
 def print_judge_measures(report: AuditReport) -> None:
     """Agreement with the labels, calibration and self-preference, and what the data could
     not support (and why)."""
-    from ..auditing.display import judge_measure_lines
+    from ..api.views import judge_measure_lines
 
     for line in judge_measure_lines(report):
         console.print(line, highlight=False, soft_wrap=True)
 
 
+_MODEL: Any = flag(
+    "model", None,
+    help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID (not with --from-log).",
+)
+_DATA: Any = flag(
+    "data", None,
+    help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
+    "judgments.jsonl judged (lengths, response models).",
+)
+_BIASES: Any = flag(
+    "biases", None,
+    help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
+    "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
+)
+_OUT: Any = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl.")
+_FROM_LOG: Any = flag(
+    "from_log", None,
+    help="Audit verdicts a judge already gave, with no model call: our judgments.jsonl, an inspect_ai log (.eval, .json), "
+    "or a JSONL/CSV/parquet log with --columns.",
+)
+_COLUMNS: Any = flag(
+    "columns", None,
+    help="--from-log: the column map of a generic log, key=column,... (pair_id, verdict, label, order, probability, "
+    "response_a/b, length_a/b, model_a/b, judge_model, repeat, domain) or a YAML file of them.",
+)
+_JUDGE_MODEL: Any = flag("judge_model", None, help="--from-log: the judge, when the log does not name it.")
+_JUDGE_FAMILY: Any = flag(
+    "judge_family", None,
+    help="The judge's model family for self-preference (default: read from its name: openai/gpt-4o -> gpt).",
+)
+_TEACHER: Any = flag(
+    "teacher", None, help="Teacher model spec that injects library biases (not needed for position, length)."
+)
+_TEACHER_BASE_URL: Any = flag(
+    "teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url)."
+)
+_REPEATS: Any = option(
+    AuditSettings, "repeats",
+    help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2.",
+)
+_MITIGATION: Any = option(
+    AuditSettings, "mitigation",
+    help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6.",
+)
+_TEMPERATURE: Any = option(
+    JudgeSettings, "temperature", help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1)."
+)
+_MAX_TOKENS: Any = option(
+    JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning."
+)
+_MODE: Any = option(
+    JudgeSettings, "mode",
+    help="pairwise (pick one of two) | pointwise (score each response alone on --scale: score measures; no position).",
+)
+_RUBRIC: Any = flag("rubric", None, help="Pointwise: the rubric text (the judge_pointwise_rubric prompt).")
+_PROMPTS: Any = flag(
+    "prompts", None,
+    help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
+    "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
+)
+_PERTURB_MAX_TOKENS: Any = flag(
+    "perturb_max_tokens", default_of(PerturbSettings, "max_tokens"), **bounds_of(PerturbSettings, "max_tokens"),
+    help="The teacher's budget for one rewritten response.",
+)
+_N_BOOT: Any = option(AuditSettings, "n_boot", help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.")
+
+
 @app.command()
 def audit(
-    model: str | None = flag("model", None, help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID (not with --from-log)."),
-    data: str | None = flag("data", None,
-        help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
-        "judgments.jsonl judged (lengths, response models).",
-    ),
-    biases: str | None = flag("biases", None,
-        help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
-        "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
-    ),
-    out: Path | None = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl."),
-    from_log: Path | None = flag("from_log", None,
-        help="Audit verdicts a judge already gave, with no model call: our judgments.jsonl, an inspect_ai log (.eval, .json), "
-        "or a JSONL/CSV/parquet log with --columns.",
-    ),
-    columns: str | None = flag("columns", None,
-        help="--from-log: the column map of a generic log, key=column,... (pair_id, verdict, label, order, probability, "
-        "response_a/b, length_a/b, model_a/b, judge_model, repeat, domain) or a YAML file of them.",
-    ),
-    judge_model: str | None = flag("judge_model", None, help="--from-log: the judge, when the log does not name it."),
-    judge_family: str | None = flag("judge_family", None, help="The judge's model family for self-preference (default: read from its name: openai/gpt-4o -> gpt)."),
-    teacher: str | None = flag("teacher", None, help="Teacher model spec that injects library biases (not needed for position, length)."),
+    model: str | None = _MODEL,
+    data: str | None = _DATA,
+    biases: str | None = _BIASES,
+    out: Path | None = _OUT,
+    from_log: Path | None = _FROM_LOG,
+    columns: str | None = _COLUMNS,
+    judge_model: str | None = _JUDGE_MODEL,
+    judge_family: str | None = _JUDGE_FAMILY,
+    teacher: str | None = _TEACHER,
     base_url: str | None = flag("base_url", None, help="Server URL of an openai/ judge."),
-    teacher_base_url: str | None = flag("teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url)."),
+    teacher_base_url: str | None = _TEACHER_BASE_URL,
     data_dir: Path | None = DATA_DIR,
     limit: int | None = option(DataOptions, "limit", help="Audit only the first N pairs."),
-    repeats: int = option(AuditSettings, "repeats", help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2."),
-    mitigation: str = option(AuditSettings, "mitigation", help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6."),
+    repeats: int = _REPEATS,
+    mitigation: str = _MITIGATION,
     seed: int = option(AuditSettings, "seed", help="Seed of the order draw, the repeats and sampling."),
-    temperature: float = option(JudgeSettings, "temperature", help="Judge sampling temperature (0 = greedy; Wei et al. use 0.1)."),
+    temperature: float = _TEMPERATURE,
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning."),
+    max_tokens: int = _MAX_TOKENS,
     allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (Chen et al.)."),
     verdict: str = VERDICT,
-    mode: str = option(JudgeSettings, "mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale: score measures; no position)."),
+    mode: str = _MODE,
     scale: str = option(JudgeSettings, "scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
-    rubric: str | None = flag("rubric", None, help="Pointwise: the rubric text (the judge_pointwise_rubric prompt)."),
-    prompts: str | None = flag("prompts", None,
-        help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
-        "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
-    ),
-    perturb_max_tokens: int = flag("perturb_max_tokens", default_of(PerturbSettings, "max_tokens"), **bounds_of(PerturbSettings, "max_tokens"), help="The teacher's budget for one rewritten response."),
-    n_boot: int = option(AuditSettings, "n_boot", help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror."),
+    rubric: str | None = _RUBRIC,
+    prompts: str | None = _PROMPTS,
+    perturb_max_tokens: int = _PERTURB_MAX_TOKENS,
+    n_boot: int = _N_BOOT,
     cache: Path | None = CACHE,
     no_cache: bool = NO_CACHE,
     overwrite: bool = OVERWRITE,
@@ -191,8 +243,6 @@ def audit(
     A pointwise judge (--mode pointwise) is audited on scores: the score shift against the
     original, the robustness rate for scores, the pair error, the score against padded length."""
     from ..api import AuditOptions
-    from ..api import audit as audit_judge
-    from ..progress import progress_bar
 
     conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
     if from_log is not None:
@@ -200,10 +250,7 @@ def audit(
         logged = _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
         exit_on_findings(audit_findings(logged, conditions))
         return
-    missing = [flag_of(name) for name, value in (("model", model), ("data", data), ("biases", biases), ("out", out)) if value is None]
-    if missing:
-        fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
-    assert model is not None and data is not None and biases is not None and out is not None
+    model, data, biases, out = _required(model=model, data=data, biases=biases, out=out)
     check_fail_on_mode(conditions, mode)
     try:
         settings = _settings(
@@ -217,14 +264,43 @@ def audit(
             allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout, judge_family=judge_family,
             prompts=[p.strip() for p in prompts.split(",") if p.strip()] if prompts else [],
         )
+    except ValidationError as exc:
+        fail(options_error(exc) if exc.title == "AuditOptions" else format_validation_error(exc))
+    report = _audit_model(model, data, biases, options, quiet=quiet)
+    exit_on_findings(audit_findings(report, conditions))
+
+
+def _required(
+    *, model: str | None, data: str | None, biases: str | None, out: Path | None
+) -> tuple[str, str, str, Path]:
+    """A model audit needs --model, --data, --biases and --out: the ones missing, named (exit 2)."""
+    missing = [flag_of(name) for name, value in (("model", model), ("data", data), ("biases", biases), ("out", out)) if value is None]
+    if missing:
+        fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
+    assert model is not None and data is not None and biases is not None and out is not None
+    return model, data, biases, out
+
+
+def _audit_model(model: str, data: str, biases: str, options: AuditOptions, *, quiet: bool) -> AuditReport:
+    """Audit `model` through the API (`api.audit`), print the audit and say where it went."""
+    from ..api import audit as audit_judge
+    from ..progress import progress_bar
+
+    try:
         output = audit_judge(model, data, biases, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
         fail(options_error(exc) if exc.title == "AuditOptions" else format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    print_audit(output.report)
-    console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
-    exit_on_findings(audit_findings(output.report, conditions))
+    _print_written(output.report, options.out)
+    return output.report
+
+
+def _print_written(report: AuditReport, out: Path | None) -> None:
+    """The audit as tables, and the files it was written to (none: a log audited without --out)."""
+    print_audit(report)
+    if out is not None:
+        console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
 
 
 def _settings(
@@ -263,7 +339,5 @@ def _audit_from_log(
         fail(options_error(exc) if exc.title == "LogAuditOptions" else format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    print_audit(output.report)
-    if out is not None:
-        console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+    _print_written(output.report, out)
     return output.report

@@ -22,16 +22,16 @@ from rich.text import Text
 from ..formatting import MEASURE_LABELS, ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
 
 if TYPE_CHECKING:  # annotations only: the CLI must start fast
-    from ..report.evidence import (
+    from ..api.runs import Review
+    from ..api.views import (
         BiasDetail,
         DiffSegment,
         JudgedItem,
         MergedCandidate,
+        PairedComparison,
         ProvenanceCase,
         ValidationExample,
     )
-    from ..run.reviews import Review
-    from ..stats import PairedComparison
 
 __all__ = ["print_bias", "terminal_text"]
 

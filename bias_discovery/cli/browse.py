@@ -19,7 +19,7 @@ from .options import AS_JSON, flag
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from ..report.data import BiasRow, LibraryView
+    from ..api.reports import BiasRow, LibraryView
 
 library_app = typer.Typer(
     no_args_is_help=True,
@@ -108,8 +108,7 @@ def library_show(
     """
     import json as _json
 
-    from ..report.data import library_view, rejected_candidates
-    from ..run.library_ref import resolve_library
+    from ..api.reports import library_view, rejected_candidates, resolve_library
 
     if bias is not None:
         _show_bias(ref, bias, iteration=iteration, examples=examples, as_json=as_json)
@@ -338,8 +337,7 @@ def library_diff(
     """
     import json as _json
 
-    from ..report.data import bias_row, diff_refs, diff_to_json
-    from ..run.library_ref import resolve_library
+    from ..api.reports import bias_row, diff_refs, diff_to_json, resolve_library
 
     try:
         ref_a, ref_b = resolve_library(a), resolve_library(b)
@@ -399,9 +397,8 @@ def report(
     candidates) and examples from validation (original vs perturbed response, the verdicts).
     With --bias, the page of one bias. An audit directory (`bias-discovery audit --out DIR`) gets
     its measures, per domain, with examples."""
-    from ..auditing.output import is_audit_dir
+    from ..api import report as write_page
     from ..io import probe_writable
-    from ..report.render import write_report
 
     if out is not None and out.is_dir():
         fail(f"--out {out} is a directory; give a file name such as {out / 'report.html'}")
@@ -414,20 +411,7 @@ def report(
             except BiasDiscoveryError as exc:
                 raise type(exc)(f"{exc}; write it elsewhere with --out FILE") from None
         problems: list[str] = []
-        if is_audit_dir(run_dir):
-            if bias is not None:
-                fail(f"--bias: {run_dir} is an audit directory; a bias page is drawn from a run")
-            from ..report.audit import write_audit_report
-
-            path = write_audit_report(run_dir, out)
-        elif bias is not None:
-            from ..report.render import write_bias_page
-            from ..run.library_ref import require_run_like
-
-            require_run_like(run_dir)
-            path = write_bias_page(run_dir, bias, out, examples=examples, problems=problems)
-        else:
-            path = write_report(run_dir, out, problems, examples=examples)
+        path = write_page(run_dir, out, bias=bias, examples=examples, problems=problems)
     except BiasDiscoveryError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -447,8 +431,7 @@ def view(
 
     On 127.0.0.1, kept current as the run writes its files (and a page per bias at /bias/ID);
     Ctrl-C stops."""
-    from ..report.viewer import ReportServer
-    from ..run.library_ref import require_run_like
+    from ..api.reports import ReportServer, require_run_like
 
     try:
         require_run_like(run_dir)

@@ -14,8 +14,8 @@ from ..formatting import plural
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..api.checks import Assumptions, PilotRecord, PreflightReport, StageEstimate
     from ..config import RunConfig
-    from ..preflight import Assumptions, PilotRecord, PreflightReport, StageEstimate
 from .common import app, console, err_console, fail, flag_of
 from .exit_codes import ExitCode
 from .options import OVERRIDES, TIMEOUT, flag
@@ -46,8 +46,8 @@ def check(
     and the validation of its candidates measure what the estimate would assume; their calls stay in
     the run directory's call cache for `run --run-dir` (pilot.json records the measurements).
     Exit 1 when something would fail the run."""
+    from ..api.checks import run_preflight
     from ..config import load_run_config
-    from ..preflight import run_preflight
 
     if config_path is None:
         if pilot or run_dir is not None:
@@ -89,7 +89,7 @@ def check(
 
 def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecord] | None:
     """`--pilot N` (`preflight.pilot_into`), said as it starts."""
-    from ..preflight import pilot_into
+    from ..api.checks import pilot_into
 
     def announce(root: Path) -> None:
         console.print(f"pilot: iteration 1 on the first {plural(pairs, 'target pair')} (at most) and the validation of "
@@ -194,7 +194,7 @@ def _check_embedded() -> None:
     child process (`llm.smoke`)."""
     import importlib.util
 
-    from ..llm.smoke import check_embedder, check_llamacpp, check_transformers
+    from ..api.checks import check_embedder, check_llamacpp, check_transformers
 
     results = [check_transformers("smollm2")]
     if importlib.util.find_spec("llama_cpp") is not None:

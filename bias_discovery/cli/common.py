@@ -86,13 +86,6 @@ class _StderrNow(logging.StreamHandler):
         pass
 
 
-def default_cache_path() -> Path:
-    """The shared call cache for one-off commands (`judge`); runs keep their own."""
-    from ..smollm2_hf import default_cache_dir  # the one place that names the cache root
-
-    return default_cache_dir() / "calls.sqlite"
-
-
 def format_validation_error(exc: ValidationError, where: str = "") -> str:
     lines = []
     for error in exc.errors():
@@ -102,7 +95,7 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
 
 
 SETTINGS_WITH_FLAGS = frozenset({
-    "allow_overlap", "base_url", "biases", "compare", "data", "data_dir", "format", "iteration", "judges", "out",
+    "allow_overlap", "base_url", "bias", "biases", "compare", "data", "data_dir", "format", "iteration", "judges", "out",
     "overrides", "overwrite", "repeats", "reviewed_only", "run_dir", "seed", "skip_bad_rows", "task_name", "teacher",
     "temperature", "timeout_s", "variants",
 })

@@ -74,7 +74,7 @@ def export_judgebench_pro_cmd(
 
     K biased variants per test pair, equivalence check, adversarial filter (both orders),
     dataset card, annotation sheet."""
-    from ..export.pro import export_judgebench_pro
+    from ..api.exports import export_judgebench_pro
     from ..progress import progress_bar
 
     try:
@@ -112,7 +112,7 @@ def export_apply_annotations_cmd(
     """Apply two annotators' verdicts to a Pro set.
 
     Keep/reject, adjudication on disagreement: drops the rejected samples, reports Cohen's kappa."""
-    from ..export.annotate import apply_annotations
+    from ..api.exports import apply_annotations
 
     try:
         stats = apply_annotations(directory, sheet)
@@ -148,7 +148,7 @@ def export_dpo_cmd(
 
     Rejected responses rewritten with the run's biases; prompt/chosen/rejected for TRL's
     DPOTrainer."""
-    from ..export.dpo import export_dpo
+    from ..api.exports import export_dpo
     from ..progress import progress_bar
 
     try:
@@ -185,7 +185,7 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
         overwrite: bool = OVERWRITE,
         reviewed_only: bool = flag("reviewed_only", False, help=f"Run directory only. {_REVIEWED_HELP}"),
     ) -> None:
-        from ..export.harness import export_harness
+        from ..api.exports import export_harness
 
         try:
             info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only)

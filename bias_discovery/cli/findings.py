@@ -29,10 +29,8 @@ from .common import err_console, fail, warn
 from .exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from ..api import Run
-    from ..auditing import AuditReport
-    from ..judge_matrix import MatrixResult
-    from ..replication import Replication
+    from ..api import MatrixResult, Replication, Run
+    from ..api.audits import AuditReport
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
@@ -92,7 +90,7 @@ def parse_fail_on(values: Sequence[str], kinds: Sequence[str]) -> list[Condition
 
 
 def _audit_measures() -> list[str]:
-    from ..auditing.records import AuditMetrics
+    from ..api.audits import AuditMetrics
 
     return [name for name, info in AuditMetrics.model_fields.items() if not name.endswith("_flag")
             and info.annotation is not None and "bool" not in str(info.annotation) and "list" not in str(info.annotation)]
@@ -102,7 +100,7 @@ def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
     """A threshold on a measure the judge's mode does not have is a usage error (exit 2),
     before any call: a pointwise judge's audit has score measures (score_shift, score_unchanged,
     pair_error_perturbed, ...), not the pairwise ones (rr, pb, z ...), and the reverse."""
-    from ..auditing.records import POINTWISE_FIELDS
+    from ..api.audits import POINTWISE_FIELDS
 
     pointwise = mode == "pointwise"
     for c in conditions:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.table import Table
@@ -33,13 +33,13 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..judging import JudgeSummary, ScoreSummary
-    from ..stats import Calibration
+    from ..api.judges import JudgeOutput, JudgeSummary, ScoreSummary
+    from ..api.views import Calibration
 
 
 def print_calibration(cal: Calibration) -> None:
     """ECE and Brier with their CIs, and the reliability bins as a small table."""
-    from ..auditing.display import calibration_line
+    from ..api.views import calibration_line
 
     console.print(calibration_line(cal), highlight=False, soft_wrap=True)
     table = Table(title="reliability (confidence = probability of the verdict's label)", title_justify="left")
@@ -159,7 +159,7 @@ def _check_compare_dir(value: Path | None) -> Path | None:
     """`judge --compare` callback: refuse a directory that is not a Pro set before judging."""
     if value is None:
         return None
-    from ..export.compare import check_pro_dir
+    from ..api.exports import check_pro_dir
 
     try:
         return check_pro_dir(value)
@@ -184,6 +184,24 @@ def _judge_fields(
     return fields
 
 
+_PROMPT: Any = flag(
+    "prompt", None,
+    help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). Judge prompt: "
+    "judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, "
+    "length and position), or a path to your own template file.",
+)
+_MITIGATION: Any = option(
+    JudgeSettings, "mitigation",
+    help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 "
+    "alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
+)
+_COMPARE: Any = flag(
+    "compare", None, metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
+    help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by "
+    "side, write compare.json.",
+)
+
+
 @app.command()
 def judge(
     model: str = flag("model", ..., help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
@@ -200,10 +218,9 @@ def judge(
     reasoning: bool = REASONING,
     reasoning_chars: int | None = REASONING_CHARS,
     no_reasoning_cap: bool = NO_REASONING_CAP,
-    prompt: str | None = flag("prompt", None, help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). Judge prompt: judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, length and position), or a path to your own template file."),
+    prompt: str | None = _PROMPT,
     allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (never counted correct)."),
-    mitigation: str = option(JudgeSettings, "mitigation", help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
-    ),
+    mitigation: str = _MITIGATION,
     max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning.",
     ),
     verdict: str = VERDICT,
@@ -211,9 +228,7 @@ def judge(
     no_cache: bool = NO_CACHE,
     skip_bad_rows: bool = SKIP_BAD_ROWS,
     timeout: float | None = TIMEOUT,
-    compare: Path | None = flag("compare", None, metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
-        help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by side, write compare.json.",
-    ),
+    compare: Path | None = _COMPARE,
     quiet: bool = QUIET,
 ) -> None:
     """Measure a judge on a pairwise data set.
@@ -222,16 +237,15 @@ def judge(
     position-A rate and position consistency; writes judgments.jsonl and summary.json."""
     from ..api import JudgeOptions
     from ..api import judge as judge_model
-    from ..export.compare import print_compare
     from ..progress import progress_bar
 
-    reasoning_settings = reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap)
     if compare is not None and out is None:
         fail("--compare writes compare.json and the Pro set's judgments: give --out DIR too")
     try:
         fields = _judge_fields(
             mode=mode, positions=positions, scale=scale, rubric=rubric, prompt=prompt, max_tokens=max_tokens,
-            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict, **reasoning_settings,
+            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,
+            **reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap),
         )
         settings = JudgeSettings.model_validate(fields)
         options = JudgeOptions(
@@ -243,6 +257,13 @@ def judge(
         fail(options_error(exc) if exc.title == "JudgeOptions" else format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
+    print_judge_output(output, out)
+
+
+def print_judge_output(output: JudgeOutput, out: Path | None) -> None:
+    """`judge`'s last step: the summary, what was written, and the Pro comparison (`--compare`)."""
+    from ..api.views import print_compare
+
     print_judge_summary(output.summary)
     if out is None:
         console.print("no --out: the judgments were not written (--out DIR keeps judgments.jsonl and summary.json)", highlight=False)

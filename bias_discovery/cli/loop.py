@@ -12,15 +12,14 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
-from ..llm.budget import BudgetReached, Spend
 from .common import app, console, err_console, fail, interrupted, warn
 from .exit_codes import ExitCode
 from .findings import exit_on_findings, parse_fail_on, run_findings
 from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, flag
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..api import Run
-    from ..run import Liveness, RunState
+    from ..api import BudgetReached, Run
+    from ..api.runs import Liveness, RunState, Spend
 
 
 def _skipped_rows_line(state: RunState | None) -> str | None:
@@ -109,7 +108,7 @@ def _print_run_end(run: Run) -> None:
 
 def _print_summary(run: Run) -> None:
     """The run's outcome in three plain sentences, and the rewrites' quality (`report.summary`)."""
-    from ..report.summary import rewrite_sentence, run_summary
+    from ..api.views import rewrite_sentence, run_summary
 
     summary = run_summary(run.root)
     if summary.rewrites is not None:
@@ -135,7 +134,7 @@ def run(
 
     Perturb, evaluate, explain, identify, merge, validate; every artifact goes to the run
     directory."""
-    from ..api import discover
+    from ..api import BudgetReached, discover
     from ..config import load_run_config
     from ..progress import progress_bar
 
@@ -175,7 +174,7 @@ def resume(
     """Continue a stopped or killed run.
 
     From its last checkpoint; no call is paid twice."""
-    from ..api import discover
+    from ..api import BudgetReached, discover
     from ..progress import progress_bar
 
     conditions = parse_fail_on(fail_on, ["accepted"])
@@ -230,7 +229,7 @@ def status(
     Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
-    from ..run import RunDir, effective_status, summarize_events
+    from ..api.runs import RunDir, effective_status, summarize_events
 
     try:
         rd = RunDir(run_dir)
@@ -298,6 +297,8 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
     if effective == "finished" and state is not None:
         return f"{name}: finished, iteration {state.iteration}, stopped: {state.stop_reason}{library}"
     if state is not None and state.status == "stopped":
+        from ..api.runs import Spend
+
         spent = Spend()
         for s in state.spend.values():
             spent = spent.plus(s)

@@ -18,7 +18,7 @@ from .findings import exit_on_findings, matrix_findings, parse_fail_on
 from .options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, fail_on_option, flag, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..judge_matrix import MatrixResult
+    from ..api import MatrixResult
 
 
 def print_matrix(result: MatrixResult, out: Path) -> None:
@@ -103,8 +103,8 @@ def matrix(
     jury row (the judges' majority); per bias, the judges compared pairwise. Writes
     matrix.json, matrix.csv and matrix.html into --out, whose call cache makes a rerun free and
     a judge added later pay only its own calls."""
+    from ..api import MatrixOptions
     from ..api import matrix as validate_matrix
-    from ..judge_matrix.config import MatrixOptions
     from ..progress import progress_bar
 
     conditions = parse_fail_on(fail_on, ["accepted"])

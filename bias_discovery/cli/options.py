@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from ..options import CallOptions, DataOptions, OutputOptions, OverlapOptions
+from ..options import DEFAULT_TIMEOUT_S, CallOptions, DataOptions, OutputOptions, OverlapOptions
 from ..settings.judge import JudgeSettings
 from .common import fail, flag_of, with_flags
 
@@ -100,20 +100,13 @@ OVERWRITE: Any = option(OutputOptions, "overwrite")
 ALLOW_OVERLAP: Any = option(OverlapOptions, "allow_overlap")
 
 
-def _timeout() -> Any:
-    from ..llm.config import ModelConfig
-
-    default = ModelConfig.model_fields["timeout_s"].default
-    return option(
-        CallOptions, "timeout_s", metavar="SECONDS", min=0.1,
-        help=f"Deadline of each request to a model server, retries and backoff included: a server that "
-        f"accepts and never answers fails after this long (default: the config's timeout_s, {default:g} s).",
-    )
-
-
-TIMEOUT: Any = _timeout()
+TIMEOUT: Any = option(
+    CallOptions, "timeout_s", metavar="SECONDS", min=0.1,
+    help=f"Deadline of each request to a model server, retries and backoff included: a server that "
+    f"accepts and never answers fails after this long (default: the config's timeout_s, {DEFAULT_TIMEOUT_S:g} s).",
+)
 """`--timeout SECONDS` for every command that calls a model: each request's deadline, retries
-included (`timeout_s`; unset keeps the config's, whose default is read from the model)."""
+included (`timeout_s`; unset keeps the config's, whose default is `options.DEFAULT_TIMEOUT_S`)."""
 VERDICT: Any = typer.Option(
     default_of(JudgeSettings, "verdict"), "--verdict",
     help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: "

@@ -85,7 +85,6 @@ def replicate(
     and the reproduction rate. Writes replication.json (every call goes through the run's cache)."""
     from ..api import ReplicationOptions
     from ..api import replicate as replicate_biases
-    from ..formatting import MEASURE_LABELS
     from ..progress import progress_bar
 
     conditions = parse_fail_on(fail_on, ["replication-failed"])
@@ -99,6 +98,15 @@ def replicate(
         fail(options_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
+    print_replication(r)
+    exit_on_findings(replication_findings(r, conditions))  # no bias replicated: no finding
+
+
+def print_replication(r: Replication) -> None:
+    """What `replicate` prints: the replication's design, a row per bias, the measures' meaning,
+    the reproduction rate with its CI, and where replication.json went."""
+    from ..formatting import MEASURE_LABELS
+
     where = r.out
     assert where is not None  # replicate() always writes replication.json somewhere
     console.print(
@@ -142,4 +150,3 @@ def replicate(
         highlight=False,
     )
     console.print(f"wrote {where / 'replication.json'}", highlight=False, soft_wrap=True)
-    exit_on_findings(replication_findings(r, conditions))

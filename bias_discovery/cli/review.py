@@ -32,8 +32,7 @@ def review(
     """
     from typing import get_args
 
-    from ..api.runs import load_run
-    from ..run.reviews import ReviewDecision
+    from ..api.runs import ReviewDecision, load_run
 
     choices = get_args(ReviewDecision)
     if decision not in choices:

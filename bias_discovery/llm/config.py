@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError
+from ..options import DEFAULT_TIMEOUT_S
 from .providers import PROVIDERS
 
 KNOWN_PROVIDERS: tuple[str, ...] = tuple(PROVIDERS)
@@ -63,7 +64,7 @@ class ModelConfig(BaseModel):
     send a probe that only a server enforcing the constraint can answer; a server that
     answers it with free text is an error, never a source of verdicts."""
 
-    timeout_s: float = Field(default=300.0, gt=0)
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Deadline of one request to a server, from its first send: every attempt, retry and
     backoff counts against it, so a server that accepts connections and never answers fails
     within this many seconds (the CLI's `--timeout`)."""

@@ -394,6 +394,9 @@ def cli_page() -> str:
 # --- reference/api.md ---------------------------------------------------------------------------
 
 API_FUNCTIONS = ("discover", "load_run", "judge", "audit", "matrix", "replicate")
+MORE_API_FUNCTIONS = ("report", "resolve_library", "export_judgebench_pro", "apply_annotations", "export_dpo",
+                      "export_harness", "run_preflight")
+"""The functions of `bias_discovery.api` beyond the six `bias_discovery` hands out: reports, libraries, exports, checks."""
 
 
 def api_page() -> str:
@@ -409,6 +412,10 @@ def api_page() -> str:
            "How to use them together: the [Python API guide](../guides/python-api.md).", "",
            "## Functions", ""]
     for name in API_FUNCTIONS:
+        out += [f"::: bias_discovery.api.{name}", "    options:", "      heading_level: 3", ""]
+    out += ["## Reports, libraries, exports and checks", "",
+            "```python", f"from bias_discovery.api import {', '.join(sorted(MORE_API_FUNCTIONS))}", "```", ""]
+    for name in MORE_API_FUNCTIONS:
         out += [f"::: bias_discovery.api.{name}", "    options:", "      heading_level: 3", ""]
     out += ["## Results", ""]
     for result in results:

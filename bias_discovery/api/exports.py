@@ -1,0 +1,18 @@
+"""The products of a run and of a judge, as files: `export_judgebench_pro` (a harder test set
+from a run's biases, `bias-discovery export pro`), `apply_annotations` (a reviewer's sheet
+back into that set), `export_dpo` (preference data that teaches a judge to resist the biases),
+`export_harness` (a set as an lm-evaluation-harness or inspect_ai task) and `check_pro_dir`
+(is a directory a Pro set, before a `judge --compare` spends a call).
+
+They are the operations of `export/`, handed out here unchanged so that a script and the
+command line reach them the same way."""
+
+from __future__ import annotations
+
+from ..export.annotate import apply_annotations
+from ..export.compare import check_pro_dir
+from ..export.dpo import export_dpo
+from ..export.harness import export_harness
+from ..export.pro import export_judgebench_pro
+
+__all__ = ["apply_annotations", "check_pro_dir", "export_dpo", "export_harness", "export_judgebench_pro"]
