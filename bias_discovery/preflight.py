@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -33,9 +34,9 @@ from .data.pairs import PreferencePair
 from .errors import BiasDiscoveryError
 from .formatting import plural
 from .judging import build_tasks, verdict_constraint
-from .library import BiasLibrary, load_seed_library
+from .library import Bias, BiasLibrary, load_seed_library
 from .llm.base import Engine
-from .llm.config import ModelConfig
+from .llm.config import ModelConfig, Price
 from .llm.conformance import PROBE_CONSTRAINTS, ConstraintKind, probe_failure, probe_request
 from .llm.openai.wire import probe_kind
 from .llm.types import Constraint, GenerationRequest
@@ -44,6 +45,7 @@ from .progress import ProgressFactory
 
 if TYPE_CHECKING:
     from .llm.smoke import SmokeResult
+    from .stages.records import MisjudgedCase
 
 Status = Literal["ok", "warn", "fail", "info"]
 LONGEST_PER_STAGE = 1
@@ -115,6 +117,20 @@ class _Prompt(BaseModel):
 # --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _CallSizes:
+    """What every stage's call count is a product of, computed once and handed to the helper of
+    each stage group (so the groups cannot disagree on, say, the calls per judged pair)."""
+
+    n_target: int
+    n_test: int
+    per_pair: int
+    """Judge calls per pair (`judging.calls_per_pair`: both orders, a mitigation's extra calls)."""
+    iterations: int
+    checks: int
+    """Answer checks per run of the test pairs, at most (0 without `validate.answer_check`)."""
+
+
 def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 0) -> list[StageCalls]:
     """Calls per stage and role: exact where the config fixes them, else upper bounds (the
     number of misjudgments and candidates is only known during the run; sequential validation
@@ -123,12 +139,18 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     `validate.seeds`)."""
     from .judging import calls_per_pair
 
-    per_pair = calls_per_pair(config.judge)
-    v = config.validate_
-    t = config.max_iterations
+    s = _CallSizes(n_target=n_target, n_test=n_test, per_pair=calls_per_pair(config.judge),
+                   iterations=config.max_iterations,
+                   checks=2 * n_test if config.validate_.answer_check else 0)  # each rewrite, each original once
+    return [*_discovery_calls(config, s), *_placebo_calls(config, s), *_seed_calls(config, s, n_seeds),
+            *_validate_calls(config, s)]
+
+
+def _discovery_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
+    """The loop's per-iteration stages (perturb, evaluate, deeper_explain, identify, merge) and
+    the once-per-run baseline: the rows that hold for every control and validation setting."""
+    n_target, t, per_pair = s.n_target, s.iterations, s.per_pair
     judged = n_target * per_pair
-    candidates = v.max_candidates or n_target
-    cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
     how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
     if config.judge.mode == "pointwise":
         how = f"pointwise: each response scored alone on {config.judge.scale}"
@@ -142,47 +164,72 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
         rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=n_target, total=n_target * t,
                                exact=False, note="one per misjudged pair"))
     tries = 1 + config.identify.retries
-    rows += [
+    return [
+        *rows,
         StageCalls(stage="identify", role="teacher", per_iteration=n_target * tries, total=n_target * tries * t,
                    exact=False, note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}"),
         StageCalls(stage="merge", role="teacher", per_iteration=n_target * config.merge.top_k,
                    total=n_target * config.merge.top_k * t, exact=False,
                    note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
-        StageCalls(stage="baseline", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair, exact=True,
-                   note=f"{plural(n_test, 'test pair')}, once per run"),
+        StageCalls(stage="baseline", role="target", per_iteration=s.n_test * per_pair, total=s.n_test * per_pair,
+                   exact=True, note=f"{plural(s.n_test, 'test pair')}, once per run"),
     ]
-    checks = 2 * n_test if v.answer_check else 0  # at most: each rewrite, and each original once
-    if v.control == "placebo":
-        rows += [
-            StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
-                       note="neutral rewrites of the test pairs, once per run"),
-            StageCalls(stage="placebo (judge)", role="target", per_iteration=n_test * per_pair, total=n_test * per_pair,
-                       exact=False, note="once per run; invalid rewrites are not judged"),
-        ]
-        if checks:
-            rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=checks, total=checks,
-                                   exact=False, note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)"))
-    if v.seeds and n_seeds:
-        seeds = min(n_seeds, v.max_candidates or n_seeds)
-        note = f"{seeds} seed bias(es), once per run"
-        rows += [
-            StageCalls(stage="validate_seeds (perturb)", role="teacher", per_iteration=seeds * n_test,
-                       total=seeds * n_test, exact=False, note=note),
-            StageCalls(stage="validate_seeds (judge)", role="target", per_iteration=seeds * n_test * per_pair,
-                       total=seeds * n_test * per_pair, exact=False, note=note),
-        ]
-        if checks:
-            rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=seeds * n_test,
-                                   total=seeds * n_test, exact=False, note="at most: answer check of each rewrite"))
-    rows += [
-        StageCalls(stage="validate (perturb)", role="teacher", per_iteration=candidates * n_test,
-                   total=candidates * n_test * t, exact=False, note=cand_note),
-        StageCalls(stage="validate (judge)", role="target", per_iteration=candidates * n_test * per_pair,
-                   total=candidates * n_test * per_pair * t, exact=False, note=cand_note),
+
+
+def _placebo_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
+    """The placebo control's rows (none with another control): neutral rewrites of the test
+    pairs, their judgments and answer checks, once per run."""
+    if config.validate_.control != "placebo":
+        return []
+    n_test = s.n_test
+    rows = [
+        StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
+                   note="neutral rewrites of the test pairs, once per run"),
+        StageCalls(stage="placebo (judge)", role="target", per_iteration=n_test * s.per_pair, total=n_test * s.per_pair,
+                   exact=False, note="once per run; invalid rewrites are not judged"),
     ]
-    if checks:
-        rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=candidates * n_test + n_test,
-                               total=(candidates * n_test + n_test) * t, exact=False,
+    if s.checks:
+        rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=s.checks, total=s.checks,
+                               exact=False, note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)"))
+    return rows
+
+
+def _seed_calls(config: RunConfig, s: _CallSizes, n_seeds: int) -> list[StageCalls]:
+    """The seed library's validation at iteration 0 (`validate.seeds`; none without seeds)."""
+    v = config.validate_
+    if not (v.seeds and n_seeds):
+        return []
+    seeds = min(n_seeds, v.max_candidates or n_seeds)
+    rewrites = seeds * s.n_test
+    note = f"{seeds} seed bias(es), once per run"
+    rows = [
+        StageCalls(stage="validate_seeds (perturb)", role="teacher", per_iteration=rewrites, total=rewrites, exact=False,
+                   note=note),
+        StageCalls(stage="validate_seeds (judge)", role="target", per_iteration=rewrites * s.per_pair,
+                   total=rewrites * s.per_pair, exact=False, note=note),
+    ]
+    if s.checks:
+        rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=rewrites, total=rewrites,
+                               exact=False, note="at most: answer check of each rewrite"))
+    return rows
+
+
+def _validate_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
+    """Each iteration's validation of its candidates on every test pair: an upper bound, since
+    the candidates are only known during the run and sequential looks stop many early."""
+    v = config.validate_
+    candidates = v.max_candidates or s.n_target
+    cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
+    rewrites, t = candidates * s.n_test, s.iterations
+    rows = [
+        StageCalls(stage="validate (perturb)", role="teacher", per_iteration=rewrites, total=rewrites * t, exact=False,
+                   note=cand_note),
+        StageCalls(stage="validate (judge)", role="target", per_iteration=rewrites * s.per_pair,
+                   total=rewrites * s.per_pair * t, exact=False, note=cand_note),
+    ]
+    if s.checks:
+        rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=rewrites + s.n_test,
+                               total=(rewrites + s.n_test) * t, exact=False,
                                note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)"))
     return rows
 
@@ -199,6 +246,12 @@ def _longest(prompts: Sequence[_Prompt]) -> list[_Prompt]:
     return sorted(prompts, key=size, reverse=True)[:LONGEST_PER_STAGE]
 
 
+def _one_token(request: GenerationRequest) -> GenerationRequest:
+    """The request as it is measured: one output token and no constraint (only its prompt's
+    length in tokens is wanted)."""
+    return request.model_copy(update={"max_tokens": 1, "constraint": None})
+
+
 def run_prompts(
     config: RunConfig,
     target_pairs: Sequence[PreferencePair],
@@ -207,61 +260,81 @@ def run_prompts(
 ) -> dict[str, list[_Prompt]]:
     """The longest prompts of each stage, per role, built with the stages' own builders
     (`library`: the run's seed library, whose longest bias goes into the teacher's prompts)."""
-    from .stages.explain import build_explain_request
-    from .stages.identify import build_identify_request
-    from .stages.perturb import build_perturb_request
     from .stages.records import MisjudgedCase
 
-    seed = config.seed
-    judge = config.judge
-    perturb_budget = config.perturb.max_tokens
-    explain_budget = config.deeper_explain.max_tokens if config.deeper_explain.enabled else 0
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
     all_pairs = list(target_pairs) + list(test_pairs)
-
-    def one(request: GenerationRequest) -> GenerationRequest:
-        return request.model_copy(update={"max_tokens": 1, "constraint": None})
-
-    target: list[_Prompt] = []
-    target += _longest([
-        _Prompt(stage="baseline judge (test data)", request=one(t.request), output_tokens=judge.max_tokens)
-        for t in build_tasks(test_pairs, judge, seed=seed)
-    ])
-    emptied = [p.model_copy(update={"rejected": ""}) for p in target_pairs]
-    target += _longest([
-        _Prompt(stage="evaluate (perturbed target pairs)", request=one(t.request), added_tokens=perturb_budget,
-                added_note=f"the rewrite, at most perturb.max_tokens={perturb_budget}", output_tokens=judge.max_tokens)
-        for t in build_tasks(emptied, judge, seed=seed)
-    ])
-    cases = [
+    cases = [  # every pair as a misjudgment, its generated parts empty
         MisjudgedCase(pair_id=p.id, bias_id=bias.id, domain=p.domain, question=p.question, chosen=p.chosen,
                       original_rejected=p.rejected, perturbed_rejected="", order="chosen_first", verdict="B",
                       judge_output="", explanation="")
         for p in all_pairs
     ]
+    return {"target": _target_prompts(config, target_pairs, test_pairs, cases),
+            "teacher": _teacher_prompts(config, all_pairs, bias, cases)}
+
+
+def _target_prompts(
+    config: RunConfig,
+    target_pairs: Sequence[PreferencePair],
+    test_pairs: Sequence[PreferencePair],
+    cases: Sequence[MisjudgedCase],
+) -> list[_Prompt]:
+    """The judge's longest prompts: the baseline on the test pairs, evaluate on the perturbed
+    target pairs (the rewrite's budget added) and deeper_explain (when enabled)."""
+    from .stages.explain import build_explain_request
+
+    seed, judge = config.seed, config.judge
+    perturb_budget = config.perturb.max_tokens
+    target: list[_Prompt] = []
+    target += _longest([
+        _Prompt(stage="baseline judge (test data)", request=_one_token(t.request), output_tokens=judge.max_tokens)
+        for t in build_tasks(test_pairs, judge, seed=seed)
+    ])
+    emptied = [p.model_copy(update={"rejected": ""}) for p in target_pairs]
+    target += _longest([
+        _Prompt(stage="evaluate (perturbed target pairs)", request=_one_token(t.request), added_tokens=perturb_budget,
+                added_note=f"the rewrite, at most perturb.max_tokens={perturb_budget}", output_tokens=judge.max_tokens)
+        for t in build_tasks(emptied, judge, seed=seed)
+    ])
     if config.deeper_explain.enabled:
         target += _longest([
-            _Prompt(stage="deeper_explain", request=one(build_explain_request(c, judge, config.deeper_explain, seed=seed)),
+            _Prompt(stage="deeper_explain",
+                    request=_one_token(build_explain_request(c, judge, config.deeper_explain, seed=seed)),
                     added_tokens=perturb_budget + judge.max_tokens,
                     added_note=f"the rewrite ({perturb_budget}) and the judge's answer ({judge.max_tokens})",
-                    output_tokens=explain_budget)
+                    output_tokens=config.deeper_explain.max_tokens)
             for c in cases
         ])
+    return target
+
+
+def _teacher_prompts(
+    config: RunConfig, all_pairs: Sequence[PreferencePair], bias: Bias, cases: Sequence[MisjudgedCase]
+) -> list[_Prompt]:
+    """The teacher's longest prompts: perturb with the longest seed bias, and identify (the
+    rewrite's, the verdict's and the explanation's budgets added)."""
+    from .stages.identify import build_identify_request
+    from .stages.perturb import build_perturb_request
+
+    seed, judge = config.seed, config.judge
+    perturb_budget = config.perturb.max_tokens
+    explain_budget = config.deeper_explain.max_tokens if config.deeper_explain.enabled else 0
     teacher: list[_Prompt] = []
     teacher += _longest([
-        _Prompt(stage="perturb (target and test pairs)", request=one(build_perturb_request(p, bias, config.perturb, seed)),
-                output_tokens=perturb_budget)
+        _Prompt(stage="perturb (target and test pairs)",
+                request=_one_token(build_perturb_request(p, bias, config.perturb, seed)), output_tokens=perturb_budget)
         for p in all_pairs
     ])
     teacher += _longest([
-        _Prompt(stage="identify", request=one(build_identify_request(c, config.identify, seed)),
+        _Prompt(stage="identify", request=_one_token(build_identify_request(c, config.identify, seed)),
                 added_tokens=perturb_budget + judge.max_tokens + explain_budget,
                 added_note=f"the rewrite ({perturb_budget}), the judge's answer ({judge.max_tokens})"
                 + (f" and its deeper explanation ({explain_budget})" if explain_budget else ""),
                 output_tokens=config.identify.max_tokens)
         for c in cases
     ])
-    return {"target": target, "teacher": teacher}
+    return teacher
 
 
 def role_constraints(config: RunConfig, role: str) -> list[Constraint]:
@@ -341,6 +414,77 @@ def _endpoint_name(config: ModelConfig) -> str:
     return f"{config.provider} in this process ({config.model})"
 
 
+def _check_smoke(config: ModelConfig, smoke: Callable[[ModelConfig], SmokeResult], add: Callable[[Finding], None]) -> bool:
+    """The child-process check of an embedded engine, run first because a build that crashes on
+    this CPU would take the check down; False when it failed (nothing more to check then)."""
+    result = smoke(config)
+    if not result.ok:
+        how = f"killed by {result.signal}" if result.signal else (result.failure or "failed")
+        add(Finding(status="fail", what="engine (child process)", detail=(
+            f"{result.engine}: {how}: {result.detail}" + (f"; remedy: {result.remedy}" if result.remedy else ""))))
+        return False
+    add(Finding(status="ok", what="engine (child process)", detail=f"{result.detail} in {result.seconds:.1f} s"))
+    return True
+
+
+@dataclass(frozen=True)
+class _Served:
+    """What a server told the check that its later steps need: its `/models` entry for the
+    configured model (which may carry the context) and the constraint kinds to probe, as its
+    dialect will send them."""
+
+    entry: dict[str, Any] | None
+    kinds: list[ConstraintKind]
+
+
+def _check_model_name(
+    config: ModelConfig, data: Sequence[dict[str, Any]], add: Callable[[Finding], None]
+) -> dict[str, Any] | None:
+    """Whether the server serves the config's model (a 404 hours into the run otherwise), from
+    the entries of its `GET /models`; returns the model's entry when it does."""
+    ids = [str(e.get("id")) for e in data]
+    if config.model in ids:
+        add(Finding(status="ok", what="model name", detail=f"{config.model!r} is served"))
+        return next(e for e in data if e.get("id") == config.model)
+    if ids:
+        add(Finding(status="fail", what="model name", detail=(
+            f"the server serves {', '.join(repr(i) for i in ids)}, not {config.model!r}: set the role's model to "
+            f"the served name, or start the server with --served-model-name {config.model}")))
+    else:
+        add(Finding(status="warn", what="model name", detail="GET /models listed no model; cannot check the name"))
+    return None
+
+
+def _check_server(
+    engine: Engine, config: ModelConfig, constraints: Sequence[Constraint], add: Callable[[Finding], None]
+) -> _Served | None:
+    """An OpenAI-compatible server's own checks: it answers `GET /models`, serves the model,
+    and has a dialect; None when the server cannot be checked further."""
+    url = config.base_urls[0]
+    started = time.monotonic()
+    try:
+        models = engine.list_models()  # type: ignore[attr-defined]
+    except BiasDiscoveryError as exc:
+        add(Finding(status="fail", what="reachable", detail=str(exc)))
+        return None
+    took = time.monotonic() - started
+    data = [e for e in ((models or {}).get("data") or []) if isinstance(e, dict)]
+    owners = sorted({str(e.get("owned_by")) for e in data})
+    add(Finding(status="ok", what="reachable", detail=f"GET {url}/models answered in {took:.2f} s"
+                + (f" (owned_by {', '.join(owners)})" if owners else "")))
+    entry = _check_model_name(config, data, add)
+    try:
+        dialect = engine.dialect  # type: ignore[attr-defined]
+    except BiasDiscoveryError as exc:
+        add(Finding(status="fail", what="dialect", detail=str(exc)))
+        return None
+    how = "configured" if config.structured_outputs != "auto" else "detected from /models"
+    add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
+                f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
+    # probe what the run will send: the openai dialect sends the verdict format as a JSON schema
+    return _Served(entry=entry, kinds=list(dict.fromkeys(probe_kind(c, dialect) for c in constraints)))
+
+
 def check_endpoint(
     role: str,
     config: ModelConfig,
@@ -354,60 +498,24 @@ def check_endpoint(
     (`llm.smoke`), run before the engine is loaded in this process."""
     report = EndpointReport(role=role, spec=config.spec, endpoint=_endpoint_name(config))
     add = report.findings.append
-    if smoke is not None and config.provider in SMOKE_CHECKED_PROVIDERS:
-        # first in a child process: a build that crashes on this CPU would take the check down
-        result = smoke(config)
-        if not result.ok:
-            how = f"killed by {result.signal}" if result.signal else (result.failure or "failed")
-            add(Finding(status="fail", what="engine (child process)", detail=(
-                f"{result.engine}: {how}: {result.detail}" + (f"; remedy: {result.remedy}" if result.remedy else ""))))
-            return report
-        add(Finding(status="ok", what="engine (child process)", detail=f"{result.detail} in {result.seconds:.1f} s"))
+    if smoke is not None and config.provider in SMOKE_CHECKED_PROVIDERS and not _check_smoke(config, smoke, add):
+        return report
     engine, error, seconds, again = engines.get(config)
     if engine is None:
         add(Finding(status="fail", what="engine", detail=error))
         return report
-    entry: dict[str, Any] | None = None
-    kinds = list(dict.fromkeys(c.kind for c in constraints))
+    served = _Served(entry=None, kinds=list(dict.fromkeys(c.kind for c in constraints)))
     if config.provider == "openai":
-        url = config.base_urls[0]
-        started = time.monotonic()
-        try:
-            models = engine.list_models()  # type: ignore[attr-defined]
-        except BiasDiscoveryError as exc:
-            add(Finding(status="fail", what="reachable", detail=str(exc)))
+        server = _check_server(engine, config, constraints, add)
+        if server is None:
             return report
-        took = time.monotonic() - started
-        data = [e for e in ((models or {}).get("data") or []) if isinstance(e, dict)]
-        ids = [str(e.get("id")) for e in data]
-        owners = sorted({str(e.get("owned_by")) for e in data})
-        add(Finding(status="ok", what="reachable", detail=f"GET {url}/models answered in {took:.2f} s"
-                    + (f" (owned_by {', '.join(owners)})" if owners else "")))
-        if config.model in ids:
-            add(Finding(status="ok", what="model name", detail=f"{config.model!r} is served"))
-            entry = next(e for e in data if e.get("id") == config.model)
-        elif ids:
-            add(Finding(status="fail", what="model name", detail=(
-                f"the server serves {', '.join(repr(i) for i in ids)}, not {config.model!r}: set the role's model to "
-                f"the served name, or start the server with --served-model-name {config.model}")))
-        else:
-            add(Finding(status="warn", what="model name", detail="GET /models listed no model; cannot check the name"))
-        try:
-            dialect = engine.dialect  # type: ignore[attr-defined]
-        except BiasDiscoveryError as exc:
-            add(Finding(status="fail", what="dialect", detail=str(exc)))
-            return report
-        how = "configured" if config.structured_outputs != "auto" else "detected from /models"
-        add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
-                    f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
-        # probe what the run will send: the openai dialect sends the verdict format as a JSON schema
-        kinds = list(dict.fromkeys(probe_kind(c, dialect) for c in constraints))
+        served = server
     elif again:
         add(Finding(status="ok", what="loaded", detail=f"the same engine as above ({engine.engine_id})"))
     else:
         add(Finding(status="ok", what="loaded", detail=f"{engine.engine_id} in {seconds:.1f} s"))
-    _probe(engine, kinds, add)
-    context, source = _context_of(config, engine, entry)
+    _probe(engine, served.kinds, add)
+    context, source = _context_of(config, engine, served.entry)
     add(Finding(status="info" if context else "warn", what="context",
                 detail=f"{context} tokens ({source})" if context else source))
     _measure(engine, prompts, context, add)
@@ -676,6 +784,103 @@ def _chars(requests: Sequence[GenerationRequest]) -> tuple[float, int]:
     return sum(sizes) / len(sizes), max(sizes)
 
 
+class _Sizes(NamedTuple):
+    """One kind of call's tokens: prompt mean and largest, completion mean and largest."""
+
+    prompt_mean: float
+    prompt_max: float
+    completion_mean: float
+    completion_max: float
+
+
+_STAGE_KIND = {
+    "perturb": "perturb", "evaluate": "evaluate", "deeper_explain": "explain", "identify": "identify",
+    "merge": "merge", "baseline": "judge", "placebo (rewrite)": "perturb", "placebo (judge)": "judge",
+    "placebo (check)": "check", "validate_seeds (perturb)": "perturb", "validate_seeds (judge)": "judge",
+    "validate_seeds (check)": "check", "validate (perturb)": "perturb", "validate (judge)": "judge",
+    "validate (check)": "check",
+}
+"""The kind of call (a key of `_stage_sizes`) each stage of `planned_calls` makes."""
+
+
+def _stage_sizes(
+    config: RunConfig,
+    target_pairs: Sequence[PreferencePair],
+    test_pairs: Sequence[PreferencePair],
+    bias: Bias,
+    a: Assumptions,
+) -> dict[str, _Sizes]:
+    """Tokens per call of each kind, from the stages' own prompts on the data (at
+    `chars_per_token`) and the max_tokens budgets: built once, shared by the stages that make
+    the same kind of call (the baseline, the placebo and validation all judge test pairs)."""
+    from .stages.perturb import build_perturb_request
+
+    judge, cpt = config.judge, a.chars_per_token
+    perturb_max_tokens, explain_max_tokens = config.perturb.max_tokens, config.deeper_explain.max_tokens
+    judge_mean, judge_max = _chars([task.request for task in build_tasks(test_pairs, judge, seed=config.seed)])
+    eval_mean, eval_max = _chars([task.request for task in build_tasks(target_pairs, judge, seed=config.seed)])
+    perturb_mean, perturb_max = _chars([build_perturb_request(p, bias, config.perturb, config.seed)
+                                        for p in [*target_pairs, *test_pairs]])
+    n_pairs = len(target_pairs) + len(test_pairs)
+    answer = sum(len(p.rejected) for p in [*target_pairs, *test_pairs]) / max(1, n_pairs) / cpt
+    verdict = (judge.reasoning_chars or judge.max_tokens * cpt) / cpt + 8 if judge.reasoning else 2
+    bias_tokens = 2 * len(bias.as_prompt_text()) / cpt
+    return {
+        "judge": _Sizes(judge_mean / cpt, judge_max / cpt, min(verdict, judge.max_tokens), judge.max_tokens),
+        "evaluate": _Sizes(eval_mean / cpt, eval_max / cpt, min(verdict, judge.max_tokens), judge.max_tokens),
+        "perturb": _Sizes(perturb_mean / cpt, perturb_max / cpt, min(answer, perturb_max_tokens), perturb_max_tokens),
+        "explain": _Sizes(eval_mean / cpt + answer + verdict, eval_max / cpt + perturb_max_tokens + judge.max_tokens,
+                          a.completion_share * explain_max_tokens, explain_max_tokens),
+        "identify": _Sizes(eval_mean / cpt + answer + verdict,
+                           eval_max / cpt + perturb_max_tokens + judge.max_tokens + explain_max_tokens,
+                           a.completion_share * config.identify.max_tokens, config.identify.max_tokens),
+        "merge": _Sizes(bias_tokens + 100, bias_tokens + 400, config.merge.max_tokens, config.merge.max_tokens),
+        "check": _Sizes(judge_mean / cpt, judge_max / cpt + perturb_max_tokens, 2, 8),
+    }
+
+
+def _expected_shares(config: RunConfig, a: Assumptions, n_target: int) -> dict[str, float]:
+    """Expected calls over bound calls, per stage of `planned_calls` (1 where not listed): the
+    misjudged share for the stages that follow a misjudgment, the expected candidates and the
+    sequential share for validation."""
+    v = config.validate_
+    seq = a.sequential_share if v.sequential.enabled else 1.0
+    candidates = min(a.candidates_per_iteration, v.max_candidates or n_target)
+    validate = candidates * seq / max(1, v.max_candidates or n_target)
+    return {
+        "deeper_explain": a.misjudged_share, "identify": a.misjudged_share / (1 + config.identify.retries),
+        "merge": a.misjudged_share,
+        "validate (perturb)": validate, "validate (judge)": validate, "validate (check)": validate,
+        "validate_seeds (perturb)": seq, "validate_seeds (judge)": seq, "validate_seeds (check)": seq,
+    }
+
+
+def _estimate_row(
+    row: StageCalls, sizes: _Sizes, share: float, pilot: PilotRecord | None, n_target: int, price: Price | None
+) -> StageEstimate:
+    """One stage and role's estimate from its bound row: the expected share of its calls, with
+    what a `pilot` measured for this stage and role (its calls per target pair, its tokens per
+    call) in place of the assumed figures, and dollars at the role's `price`."""
+    p_mean, p_max, c_mean, c_max = sizes
+    measured_calls = 0
+    used = pilot.tokens(row.stage.split(" (")[0], row.role) if pilot else None
+    if pilot and used and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
+        share, measured_calls = min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))), used.requests
+    if used:  # the pilot's own token counts
+        p_mean, c_mean = used.prompt_tokens / used.requests, used.completion_tokens / used.requests
+        p_max, c_max = max(p_max, p_mean), max(c_max, c_mean)
+    calls = row.total * share
+    estimate = StageEstimate(
+        stage=row.stage, role=row.role, calls=calls, calls_bound=row.total, prompt_tokens=calls * p_mean,
+        prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max,
+        measured_calls=measured_calls, measured_tokens=used.requests if used else 0)
+    if price is not None:
+        estimate.usd = (estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok) / 1e6
+        estimate.usd_bound = (estimate.prompt_tokens_bound * price.input_per_mtok
+                              + estimate.completion_tokens_bound * price.output_per_mtok) / 1e6
+    return estimate
+
+
 def estimate_run(
     config: RunConfig,
     target_pairs: Sequence[PreferencePair],
@@ -691,71 +896,16 @@ def estimate_run(
     With a `pilot` (`check --pilot N`), its measurements replace the assumptions
     (`Assumptions.from_pilot`), the calls per target pair of evaluate, deeper_explain and
     identify, and the tokens per call of each stage and role it called."""
-    from .stages.perturb import build_perturb_request
-
     a = assumptions or (Assumptions.from_pilot(pilot, len(target_pairs)) if pilot else Assumptions())
-    judge, v = config.judge, config.validate_
-    t = config.max_iterations
     n_target, n_test = len(target_pairs), len(test_pairs)
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
-    judge_mean, judge_max = _chars([task.request for task in build_tasks(test_pairs, judge, seed=config.seed)])
-    eval_mean, eval_max = _chars([task.request for task in build_tasks(target_pairs, judge, seed=config.seed)])
-    perturb_mean, perturb_max = _chars([build_perturb_request(p, bias, config.perturb, config.seed)
-                                        for p in [*target_pairs, *test_pairs]])
-    answer = sum(len(p.rejected) for p in [*target_pairs, *test_pairs]) / max(1, n_target + n_test) / a.chars_per_token
-    verdict = (judge.reasoning_chars or judge.max_tokens * a.chars_per_token) / a.chars_per_token + 8 if judge.reasoning else 2
-    sizes: dict[str, tuple[float, float, float, float]] = {  # prompt mean, prompt max, completion mean, completion max
-        "judge": (judge_mean / a.chars_per_token, judge_max / a.chars_per_token, min(verdict, judge.max_tokens), judge.max_tokens),
-        "evaluate": (eval_mean / a.chars_per_token, eval_max / a.chars_per_token, min(verdict, judge.max_tokens), judge.max_tokens),
-        "perturb": (perturb_mean / a.chars_per_token, perturb_max / a.chars_per_token,
-                    min(answer, config.perturb.max_tokens), config.perturb.max_tokens),
-        "explain": (eval_mean / a.chars_per_token + answer + verdict, eval_max / a.chars_per_token + config.perturb.max_tokens
-                    + judge.max_tokens, a.completion_share * config.deeper_explain.max_tokens, config.deeper_explain.max_tokens),
-        "identify": (eval_mean / a.chars_per_token + answer + verdict, eval_max / a.chars_per_token + config.perturb.max_tokens
-                     + judge.max_tokens + config.deeper_explain.max_tokens, a.completion_share * config.identify.max_tokens,
-                     config.identify.max_tokens),
-        "merge": (2 * len(bias.as_prompt_text()) / a.chars_per_token + 100, 2 * len(bias.as_prompt_text()) / a.chars_per_token + 400,
-                  config.merge.max_tokens, config.merge.max_tokens),
-        "check": (judge_mean / a.chars_per_token, judge_max / a.chars_per_token + config.perturb.max_tokens, 2, 8),
-    }
-    seq = a.sequential_share if v.sequential.enabled else 1.0
-    candidates = min(a.candidates_per_iteration, v.max_candidates or n_target)
-    expected_share = {  # expected calls / bound calls, per stage of `planned_calls`
-        "deeper_explain": a.misjudged_share, "identify": a.misjudged_share / (1 + config.identify.retries),
-        "merge": a.misjudged_share, "validate (perturb)": candidates * seq / max(1, v.max_candidates or n_target),
-    }
-    expected_share["validate (judge)"] = expected_share["validate (check)"] = expected_share["validate (perturb)"]
-    for stage in ("validate_seeds (perturb)", "validate_seeds (judge)", "validate_seeds (check)"):
-        expected_share[stage] = seq
-    kind = {"perturb": "perturb", "evaluate": "evaluate", "deeper_explain": "explain", "identify": "identify",
-            "merge": "merge", "baseline": "judge", "placebo (rewrite)": "perturb", "placebo (judge)": "judge",
-            "placebo (check)": "check", "validate_seeds (perturb)": "perturb", "validate_seeds (judge)": "judge",
-            "validate_seeds (check)": "check", "validate (perturb)": "perturb", "validate (judge)": "judge",
-            "validate (check)": "check"}
+    sizes = _stage_sizes(config, target_pairs, test_pairs, bias, a)
+    shares = _expected_shares(config, a, n_target)
     prices = {"target": config.target.price, "teacher": config.teacher.price, "checker": config.answer_checker().price}
-    out = []
-    for row in planned_calls(config, n_target, n_test, len(library.biases)):
-        p_mean, p_max, c_mean, c_max = sizes[kind[row.stage]]
-        share, measured_calls = expected_share.get(row.stage, 1.0), 0
-        used = pilot.tokens(row.stage.split(" (")[0], row.role) if pilot else None
-        if pilot and used and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
-            share, measured_calls = min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))), used.requests
-        if used:  # the pilot's own token counts
-            p_mean, c_mean = used.prompt_tokens / used.requests, used.completion_tokens / used.requests
-            p_max, c_max = max(p_max, p_mean), max(c_max, c_mean)
-        calls = row.total * share
-        price = prices.get(row.role)
-        estimate = StageEstimate(
-            stage=row.stage, role=row.role, calls=calls, calls_bound=row.total, prompt_tokens=calls * p_mean,
-            prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max,
-            measured_calls=measured_calls, measured_tokens=used.requests if used else 0)
-        if price is not None:
-            estimate.usd = (estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok) / 1e6
-            estimate.usd_bound = (estimate.prompt_tokens_bound * price.input_per_mtok
-                                  + estimate.completion_tokens_bound * price.output_per_mtok) / 1e6
-        out.append(estimate)
-    _ = t
-    return out
+    return [
+        _estimate_row(row, sizes[_STAGE_KIND[row.stage]], shares.get(row.stage, 1.0), pilot, n_target, prices.get(row.role))
+        for row in planned_calls(config, n_target, n_test, len(library.biases))
+    ]
 
 
 PreflightReport.model_rebuild()

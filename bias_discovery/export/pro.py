@@ -55,13 +55,15 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..config import PerturbSettings
+from ..config import PerturbSettings, RunConfig
 from ..data.loaders import bad_rows_for, describe_source, load_pairs
+from ..data.overlap import DataOverlap
 from ..data.pairs import PreferencePair
 from ..errors import ExportError
 from ..formatting import plural
@@ -575,6 +577,87 @@ def pro_stats(
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _ProData:
+    """The Pro set's pairs and what stats.json says of them: their source, the bad rows skipped
+    and the overlap with the items the run discovered its biases on."""
+
+    pairs: list[PreferencePair]
+    description: str
+    skipped_rows: int
+    overlap: DataOverlap
+
+
+def _pro_data(
+    ctx: RunContext, data: str | None, data_dir: Path | str | None, limit: int | None, *, skip_bad_rows: bool,
+    allow_overlap: bool,
+) -> _ProData:
+    """The pairs to build on (the run's test data unless `data`), refused when empty or, unless
+    `allow_overlap`, when they share pairs with the run's discovery items."""
+    config = ctx.config
+    source = data or config.data.test
+    where = data_dir if data_dir is not None else config.data.data_dir
+    # bad data rows: skipped and counted when asked, or when the run itself skipped them
+    bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
+    pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
+    if not pairs:
+        raise ExportError(f"data {source!r} has no pairs")
+    description = describe_source(source, where, portable=True)
+    overlap = check_run_overlap(ctx.run, config, pairs, data_name=f"the Pro data {description}", allow=allow_overlap)
+    return _ProData(pairs=pairs, description=description, skipped_rows=len(bad_rows or []), overlap=overlap)
+
+
+@dataclass(frozen=True)
+class _ProModels:
+    """The build's models and the filter judge's settings, chosen together: the checker
+    defaults to the filter, which defaults to the run's target."""
+
+    teacher: ModelConfig
+    checker: ModelConfig
+    filter: ModelConfig
+    judge_settings: JudgeSettings
+
+
+def _pro_models(
+    config: RunConfig, filter_model: str | None, filter_base_url: str | None, checker_model: str | None,
+    checker_base_url: str | None, *, allow_self_filter: bool,
+) -> _ProModels:
+    """The filter (refused when it is the target, unless `allow_self_filter`), the checker and
+    the filter judge's settings: a pairwise filter judges both orders, one verdict each, as the
+    paper's does."""
+    filter_cfg = model_config(filter_model, filter_base_url, config.target)
+    check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
+    judge_settings = config.judge
+    if judge_settings.mode == "pairwise":  # the paper's filter: both orders, one verdict each
+        judge_settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
+    return _ProModels(teacher=config.teacher, checker=model_config(checker_model, checker_base_url, filter_cfg),
+                      filter=filter_cfg, judge_settings=judge_settings)
+
+
+def _pro_info(
+    ctx: RunContext, data: _ProData, models: _ProModels, *, limit: int | None, biases: str | None, reviewed_only: bool
+) -> dict[str, Any]:
+    """stats.json's account of the build: the run, the data, the bias selection, the models and
+    the settings it was made with."""
+    config = ctx.config
+    return {
+        "run_name": config.name,
+        "run_dir": ctx.root.name,
+        "library_file": ctx.library_file,
+        "data": data.description,
+        "limit": limit,
+        "skipped_rows": data.skipped_rows,
+        "bias_selection": biases or "all",
+        "reviewed_only": reviewed_only,
+        "seed": config.seed,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "bias_discovery_version": package_version(),
+        **_models_info(models.teacher, models.checker, models.filter, config.target, models.judge_settings),
+        "perturb_settings": config.perturb.model_dump(mode="json"),
+        "data_overlap": data.overlap.model_dump(mode="json"),
+    }
+
+
 def export_judgebench_pro(
     run_dir: Path | str,
     out: Path | str,
@@ -622,26 +705,12 @@ def export_judgebench_pro(
     with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
-        source = data or config.data.test
-        where = data_dir if data_dir is not None else config.data.data_dir
-        # bad data rows: skipped and counted when asked, or when the run itself skipped them
-        bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
-        pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
-        if not pairs:
-            raise ExportError(f"data {source!r} has no pairs")
-        overlap = check_run_overlap(
-            ctx.run, config, pairs, data_name=f"the Pro data {describe_source(source, where, portable=True)}", allow=allow_overlap
-        )
-        teacher_cfg = config.teacher
-        filter_cfg = model_config(filter_model, filter_base_url, config.target)
-        check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
-        checker_cfg = model_config(checker_model, checker_base_url, filter_cfg)
-        judge_settings = config.judge
-        if judge_settings.mode == "pairwise":  # the paper's filter: both orders, one verdict each
-            judge_settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
-        roles = ctx.roles({"teacher": teacher_cfg, "checker": checker_cfg, "filter": filter_cfg})
+        pro_data = _pro_data(ctx, data, data_dir, limit, skip_bad_rows=skip_bad_rows, allow_overlap=allow_overlap)
+        models = _pro_models(config, filter_model, filter_base_url, checker_model, checker_base_url,
+                             allow_self_filter=allow_self_filter)
+        roles = ctx.roles({"teacher": models.teacher, "checker": models.checker, "filter": models.filter})
         build = build_pro_set(
-            pairs,
+            pro_data.pairs,
             chosen,
             teacher=roles["teacher"],
             checker=roles["checker"],
@@ -649,25 +718,10 @@ def export_judgebench_pro(
             variants=variants,
             seed=config.seed,
             perturb_settings=config.perturb,
-            judge_settings=judge_settings,
+            judge_settings=models.judge_settings,
             progress=progress,
         )
-        info = {
-            "run_name": config.name,
-            "run_dir": ctx.root.name,
-            "library_file": ctx.library_file,
-            "data": describe_source(source, where, portable=True),
-            "limit": limit,
-            "skipped_rows": len(bad_rows or []),
-            "bias_selection": biases or "all",
-            "reviewed_only": reviewed_only,
-            "seed": config.seed,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "bias_discovery_version": package_version(),
-            **_models_info(teacher_cfg, checker_cfg, filter_cfg, config.target, judge_settings),
-            "perturb_settings": config.perturb.model_dump(mode="json"),
-            "data_overlap": overlap.model_dump(mode="json"),
-        }
+        info = _pro_info(ctx, pro_data, models, limit=limit, biases=biases, reviewed_only=reviewed_only)
         stats = pro_stats(build, ctx_info=info, biases=chosen, reviews=ctx.run.reviews.decisions())
     with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)

@@ -381,6 +381,155 @@ def _matrix_pairs(config: MatrixConfig) -> tuple[list[PreferencePair], int]:
     return pairs, len(bad_rows or [])
 
 
+@dataclass
+class _MatrixInputs:
+    """What the matrix runs on, loaded and checked before any model is called or the directory
+    is touched (a bad library, empty data or an overlap with the discovery items costs
+    nothing)."""
+
+    biases: list[Bias]
+    library_desc: str
+    pairs: list[PreferencePair]
+    skipped_rows: int
+    data_name: str
+    overlap: DataOverlap | None
+    reviews: dict[str, Review]
+
+
+def _matrix_inputs(config: MatrixConfig) -> _MatrixInputs:
+    """The biases, the test pairs and, for a library from a run, the overlap with its discovery
+    items and its reviews."""
+    biases, library_desc, library_run = _matrix_biases(config)
+    pairs, skipped_rows = _matrix_pairs(config)
+    data_name = _data_description(config, len(pairs))
+    overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
+    return _MatrixInputs(
+        biases=biases, library_desc=library_desc, pairs=pairs, skipped_rows=skipped_rows, data_name=data_name,
+        overlap=overlap, reviews=_run_reviews(library_run) if library_run else {},
+    )
+
+
+@dataclass
+class _ModelOutputs:
+    """What the models gave: the shared rewrites, each judge's verdicts per arm, their
+    judgments and the calls each role paid (cache misses)."""
+
+    placebo: list[PerturbedPair]
+    by_bias: list[list[PerturbedPair]]
+    arms: list[str]
+    verdicts: dict[str, dict[str, _Arm]]
+    judgments: list[MatrixJudgment]
+    paid: dict[str, int]
+
+
+def _call_models(
+    config: MatrixConfig,
+    inputs: _MatrixInputs,
+    orders: Sequence[Sequence[Order]],
+    cache_path: Path,
+    engines: Mapping[str, Engine] | None,
+    bar: ProgressFactory,
+) -> _ModelOutputs:
+    """Every model call of the matrix, through the directory's call cache: the teacher's and
+    checker's shared rewrites, then each judge on every arm in one batch."""
+    checker_config = config.answer_checker()
+    configs = {"teacher": config.teacher, **{judge_role(j.name): j.model for j in config.judges}}
+    if checker_config is not None:
+        configs["checker"] = checker_config
+    injected = {role: e if isinstance(e, CachedEngine) else CachedEngine(e, cache_path) for role, e in (engines or {}).items()}
+    pairs, biases = inputs.pairs, inputs.biases
+    with ModelRoles(configs, cache_path=cache_path, engines=injected) as roles:
+        paid = _PaidCalls(roles)
+        placebo, by_bias = _shared_rewrites(paid, config, biases, pairs, checked=checker_config is not None, bar=bar)
+        arms: dict[str, list[PreferencePair | None]] = {BASELINE: list(pairs)}
+        if placebo:
+            arms[PLACEBO_ID] = _as_items(placebo)
+        arms.update({bias.id: _as_items(r) for bias, r in zip(biases, by_bias)})
+        verdicts: dict[str, dict[str, _Arm]] = {}
+        judgments: list[MatrixJudgment] = []
+        for judge in config.judges:
+            with paid.booked(judge_role(judge.name)) as engine:
+                verdicts[judge.name], mine = _judge_arms(engine, judge.name, arms, judge.judge, orders, seed=config.seed, progress=bar)
+            judgments += mine
+    return _ModelOutputs(placebo=placebo, by_bias=by_bias, arms=list(arms), verdicts=verdicts, judgments=judgments, paid=paid.paid)
+
+
+@dataclass
+class _MatrixDecisions:
+    """The matrix's statistics: its cells (judges and jury), the judge comparisons and the
+    family they were decided in."""
+
+    cells: list[MatrixCell]
+    differences: list[JudgeComparison]
+    family: FamilySettings
+
+
+def _decide_matrix(config: MatrixConfig, biases: Sequence[Bias], outputs: _ModelOutputs, orders: Sequence[Sequence[Order]]) -> _MatrixDecisions:
+    """Adds the jury row (with two judges or more) to `outputs.verdicts`, decides every cell as one
+    family and compares the judges per bias."""
+    names = [j.name for j in config.judges]
+    rows = list(names)
+    if len(names) >= 2:
+        rows.append(JURY)
+        outputs.verdicts[JURY] = {
+            arm: _Arm(errors=jury_errors([outputs.verdicts[name][arm] for name in names], orders), votes=[None] * len(orders))
+            for arm in outputs.arms
+        }
+    control_arms = {BASELINE: BASELINE, **({"placebo": PLACEBO_ID} if outputs.placebo else {})}
+    family = matrix_family(config, n_judges=len(names), n_biases=len(biases), jury=JURY in rows)
+    measures = {j.name: "pointwise pair error" if j.judge.mode == "pointwise" else "pair error" for j in config.judges}
+    cells = _decide_cells(rows, biases, outputs.verdicts, control_arms, family, len(orders), measures)
+    differences = _compare_judges(names, biases, outputs.verdicts, control_arms[config.validate_.decision_control], family)
+    return _MatrixDecisions(cells=cells, differences=differences, family=family)
+
+
+def _matrix_result(config: MatrixConfig, inputs: _MatrixInputs, outputs: _ModelOutputs, decided: _MatrixDecisions) -> MatrixResult:
+    """matrix.json's record: the inputs, settings, per-judge records, rewrite summaries, cells,
+    comparisons and paid outputs."""
+    rules, biases, names = config.validate_, inputs.biases, [j.name for j in config.judges]
+    checker_config = config.answer_checker()
+    checked = checker_config is not None
+    summaries = ([_rewrite_summary(PLACEBO_ID, outputs.placebo, checked)] if outputs.placebo else []) + [
+        _rewrite_summary(bias.id, r, checked) for bias, r in zip(biases, outputs.by_bias)
+    ]
+    differences = decided.differences
+    return MatrixResult(
+        name=config.name,
+        created_at=utc_now_iso(),
+        seed=config.seed,
+        data=inputs.data_name,
+        data_overlap=inputs.overlap,
+        n_test=len(inputs.pairs),
+        skipped_rows=inputs.skipped_rows,
+        library=inputs.library_desc,
+        reviews={b.id: r for b in biases if (r := inputs.reviews.get(b.id)) is not None},
+        teacher=config.teacher.spec,
+        checker=checker_config.spec if checker_config is not None else None,
+        self_checked=config.self_checked,
+        settings=MatrixSettingsRecord(
+            acceptance=rules.acceptance, control=rules.decision_control, alpha=rules.alpha, correction=rules.correction,
+            min_delta=rules.min_delta, confidence=rules.confidence, power=rules.power, n_boot=rules.n_boot,
+            positions=config.judge.positions,
+        ),
+        judges=names,
+        biases=[b.id for b in biases],
+        bias_names={b.id: b.name for b in biases},
+        judge_details=[_judge_record(judge, outputs.verdicts[judge.name], rules, config.seed) for judge in config.judges],
+        rewrites=summaries,
+        cells=[c for c in decided.cells if c.judge != JURY],
+        jury=[c for c in decided.cells if c.judge == JURY],
+        family_statement=decided.family.error_statement(rules.decision_control),
+        judge_comparisons=differences,
+        comparison_statement=comparison_statement(config, len(differences), len(biases), len(names) * (len(names) - 1) // 2)
+        if differences else "",
+        calls=MatrixCalls(
+            teacher=outputs.paid.get("teacher", 0),
+            checker=outputs.paid.get("checker", 0),
+            judges={name: outputs.paid.get(judge_role(name), 0) for name in names},
+        ),
+    )
+
+
 def run_matrix(
     config: MatrixConfig,
     out_dir: Path | str,
@@ -397,87 +546,11 @@ def run_matrix(
     fakes); each is put behind the directory's call cache.
     """
     out = Path(out_dir)
-    bar = progress_or_quiet(progress)
-    rules = config.validate_
-    biases, library_desc, library_run = _matrix_biases(config)
-    pairs, skipped_rows = _matrix_pairs(config)
-    data_name = _data_description(config, len(pairs))
-    overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
-    decisions = _run_reviews(library_run) if library_run else {}
+    inputs = _matrix_inputs(config)
     cache_path = prepare_matrix_dir(out, config)
-    seed = config.seed
-    n = len(pairs)
-    checker_config = config.answer_checker()
-    configs = {"teacher": config.teacher, **{judge_role(j.name): j.model for j in config.judges}}
-    if checker_config is not None:
-        configs["checker"] = checker_config
-    injected = {role: e if isinstance(e, CachedEngine) else CachedEngine(e, cache_path) for role, e in (engines or {}).items()}
-    orders = [order_for(pair, config.judge.positions, seed) for pair in pairs]
-    with ModelRoles(configs, cache_path=cache_path, engines=injected) as roles:
-        paid = _PaidCalls(roles)
-        placebo, by_bias = _shared_rewrites(paid, config, biases, pairs, checked=checker_config is not None, bar=bar)
-        arms: dict[str, list[PreferencePair | None]] = {BASELINE: list(pairs)}
-        if placebo:
-            arms[PLACEBO_ID] = _as_items(placebo)
-        arms.update({bias.id: _as_items(r) for bias, r in zip(biases, by_bias)})
-        verdicts: dict[str, dict[str, _Arm]] = {}
-        judgments: list[MatrixJudgment] = []
-        for judge in config.judges:
-            with paid.booked(judge_role(judge.name)) as engine:
-                verdicts[judge.name], mine = _judge_arms(engine, judge.name, arms, judge.judge, orders, seed=seed, progress=bar)
-            judgments += mine
-
-    names = [j.name for j in config.judges]
-    rows = list(names)
-    if len(names) >= 2:
-        rows.append(JURY)
-        verdicts[JURY] = {
-            arm: _Arm(errors=jury_errors([verdicts[name][arm] for name in names], orders), votes=[None] * n) for arm in arms
-        }
-    control_arms = {BASELINE: BASELINE, **({"placebo": PLACEBO_ID} if placebo else {})}
-    family = matrix_family(config, n_judges=len(names), n_biases=len(biases), jury=JURY in rows)
-    measures = {j.name: "pointwise pair error" if j.judge.mode == "pointwise" else "pair error" for j in config.judges}
-    cells = _decide_cells(rows, biases, verdicts, control_arms, family, n, measures)
-    differences = _compare_judges(names, biases, verdicts, control_arms[rules.decision_control], family)
-
-    checked = checker_config is not None
-    summaries = ([_rewrite_summary(PLACEBO_ID, placebo, checked)] if placebo else []) + [
-        _rewrite_summary(bias.id, r, checked) for bias, r in zip(biases, by_bias)
-    ]
-    result = MatrixResult(
-        name=config.name,
-        created_at=utc_now_iso(),
-        seed=seed,
-        data=data_name,
-        data_overlap=overlap,
-        n_test=n,
-        skipped_rows=skipped_rows,
-        library=library_desc,
-        reviews={b.id: r for b in biases if (r := decisions.get(b.id)) is not None},
-        teacher=config.teacher.spec,
-        checker=checker_config.spec if checker_config is not None else None,
-        self_checked=config.self_checked,
-        settings=MatrixSettingsRecord(
-            acceptance=rules.acceptance, control=rules.decision_control, alpha=rules.alpha, correction=rules.correction,
-            min_delta=rules.min_delta, confidence=rules.confidence, power=rules.power, n_boot=rules.n_boot,
-            positions=config.judge.positions,
-        ),
-        judges=names,
-        biases=[b.id for b in biases],
-        bias_names={b.id: b.name for b in biases},
-        judge_details=[_judge_record(judge, verdicts[judge.name], rules, seed) for judge in config.judges],
-        rewrites=summaries,
-        cells=[c for c in cells if c.judge != JURY],
-        jury=[c for c in cells if c.judge == JURY],
-        family_statement=family.error_statement(rules.decision_control),
-        judge_comparisons=differences,
-        comparison_statement=comparison_statement(config, len(differences), len(biases), len(names) * (len(names) - 1) // 2)
-        if differences else "",
-        calls=MatrixCalls(
-            teacher=paid.paid.get("teacher", 0),
-            checker=paid.paid.get("checker", 0),
-            judges={name: paid.paid.get(judge_role(name), 0) for name in names},
-        ),
-    )
-    write_matrix(out, result, [*placebo, *(r for rewrites in by_bias for r in rewrites)], judgments)
+    orders = [order_for(pair, config.judge.positions, config.seed) for pair in inputs.pairs]
+    outputs = _call_models(config, inputs, orders, cache_path, engines, progress_or_quiet(progress))
+    decided = _decide_matrix(config, inputs.biases, outputs, orders)
+    result = _matrix_result(config, inputs, outputs, decided)
+    write_matrix(out, result, [*outputs.placebo, *(r for rewrites in outputs.by_bias for r in rewrites)], outputs.judgments)
     return result
