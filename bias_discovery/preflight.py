@@ -264,10 +264,14 @@ def run_prompts(
 
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
     all_pairs = list(target_pairs) + list(test_pairs)
-    cases = [  # every pair as a misjudgment, its generated parts empty
+    # every pair as a misjudgment, its generated parts empty; a pointwise judge's case is its
+    # score of the rejected response (no position), as the loop makes it (stages.evaluate)
+    pointwise = config.judge.mode == "pointwise"
+    shown = {"order": "rejected", "verdict": None, "score": config.judge.scale_spec.high} if pointwise else {
+        "order": "chosen_first", "verdict": "B"}
+    cases = [
         MisjudgedCase(pair_id=p.id, bias_id=bias.id, domain=p.domain, question=p.question, chosen=p.chosen,
-                      original_rejected=p.rejected, perturbed_rejected="", order="chosen_first", verdict="B",
-                      judge_output="", explanation="")
+                      original_rejected=p.rejected, perturbed_rejected="", judge_output="", explanation="", **shown)
         for p in all_pairs
     ]
     return {"target": _target_prompts(config, target_pairs, test_pairs, cases),

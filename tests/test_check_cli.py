@@ -106,3 +106,26 @@ def test_planned_calls_follow_the_config() -> None:
     rows = {r.stage: r for r in planned_calls(seeded, n_target=10, n_test=7, n_seeds=7)}
     # 7 seeds, capped by max_candidates=5, on 7 test pairs, once per run
     assert (rows["validate_seeds (perturb)"].total, rows["validate_seeds (judge)"].total) == (35, 70)
+
+
+@pytest.mark.parametrize("name", ["quickstart-cpu.yaml", "quickstart-pointwise.yaml"])
+def test_the_measured_prompts_are_built_for_either_judge_mode(name: str) -> None:
+    """`check` measures deeper_explain's longest prompt with the stage's own builder: for a
+    pointwise judge that is the rationale of a score (no position; it raised before)."""
+    from bias_discovery.config import load_run_config
+    from bias_discovery.data.loaders import load_pairs
+    from bias_discovery.library import load_seed_library
+    from bias_discovery.preflight import run_prompts
+
+    config = load_run_config(Path("experiments") / name, ["data.target_limit=2", "data.test_limit=2"])
+    d = config.data
+    target = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
+    test = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed)
+    prompts = run_prompts(config, target, test, load_seed_library(config.seed_library))
+    explain = [p for p in prompts["target"] if p.stage.startswith("deeper_explain")]
+    assert config.deeper_explain.enabled and explain
+    follow_up = explain[0].request.messages[-1].content
+    if config.judge.mode == "pointwise":
+        assert f"{config.judge.scale_spec.high:g}" in follow_up and "Response A" not in follow_up
+    else:
+        assert "A" in follow_up and "B" in follow_up
