@@ -34,8 +34,11 @@ from provenance import cpu_model, git_commit  # noqa: E402
 
 from stub_openai import launch  # noqa: E402
 
-ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)]),
-       "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+ENV = {
+    "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)]),
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+}
 
 
 def main() -> None:
@@ -46,37 +49,60 @@ def main() -> None:
     parser.add_argument("--n-test", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    record: dict[str, object] = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                 "commit": git_commit(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count()}}
+    record: dict[str, object] = {
+        "command": " ".join(sys.argv),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": git_commit(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
+    }
     work = Path(tempfile.mkdtemp(prefix="budget-anywhere-"))
     started = time.monotonic()
     trials = []
     with launch(0.0) as (url, _):
         references = {}
         for pipeline in ("streamed", "staged"):
-            config = stub_config(work / f"config-{pipeline}.yaml", url, pipeline=pipeline, n_target=args.n_target,
-                                 n_test=args.n_test, priced=True)
+            config = stub_config(
+                work / f"config-{pipeline}.yaml",
+                url,
+                pipeline=pipeline,
+                n_target=args.n_target,
+                n_test=args.n_test,
+                priced=True,
+            )
             reference, wall = reference_run(config, work / f"reference-{pipeline}", env=ENV)
             references[pipeline] = (config, reference, run_spend(work / f"reference-{pipeline}"), wall)
         for i in range(args.trials):
             pipeline = ("streamed", "staged")[i % 2]
             config, reference, totals, _ = references[pipeline]
-            trial = budget_trial(config, work / f"trial{i}", reference, totals, seed=i, max_stops=args.max_stops, env=ENV)
+            trial = budget_trial(
+                config, work / f"trial{i}", reference, totals, seed=i, max_stops=args.max_stops, env=ENV
+            )
             same_spend = trial.finished and all(abs(trial.spent[k] - totals[k]) < 1e-9 for k in totals)
-            trials.append({"pipeline": pipeline, **asdict(trial), "ok": trial.ok, "same_spend": same_spend,
-                           "budgets": [b if b != float("inf") else None for b in trial.budgets]})
+            trials.append(
+                {
+                    "pipeline": pipeline,
+                    **asdict(trial),
+                    "ok": trial.ok,
+                    "same_spend": same_spend,
+                    "budgets": [b if b != float("inf") else None for b in trial.budgets],
+                }
+            )
             print(budget_summary_line(trial), file=sys.stderr, flush=True)
             shutil.rmtree(work / f"trial{i}", ignore_errors=True)
-    record.update({
-        "scale": {"n_target": args.n_target, "n_test": args.n_test, "max_stops": args.max_stops},
-        "references": {p: {"spend": v[2], "wall_s": round(v[3], 1)} for p, v in references.items()},
-        "trials": len(trials), "identical": sum(t["ok"] for t in trials),
-        "stops": sum(int(t["stops"]) for t in trials),  # type: ignore[call-overload]
-        "tracebacks": sum(len(t["tracebacks"]) for t in trials),  # type: ignore[arg-type]
-        "paid_twice": sum(int(t["paid_twice"]) for t in trials),  # type: ignore[call-overload]
-        "same_spend": sum(bool(t["same_spend"]) for t in trials),
-        "wall_s": round(time.monotonic() - started, 1), "per_trial": trials,
-    })
+    record.update(
+        {
+            "scale": {"n_target": args.n_target, "n_test": args.n_test, "max_stops": args.max_stops},
+            "references": {p: {"spend": v[2], "wall_s": round(v[3], 1)} for p, v in references.items()},
+            "trials": len(trials),
+            "identical": sum(t["ok"] for t in trials),
+            "stops": sum(int(t["stops"]) for t in trials),  # type: ignore[call-overload]
+            "tracebacks": sum(len(t["tracebacks"]) for t in trials),  # type: ignore[arg-type]
+            "paid_twice": sum(int(t["paid_twice"]) for t in trials),  # type: ignore[call-overload]
+            "same_spend": sum(bool(t["same_spend"]) for t in trials),
+            "wall_s": round(time.monotonic() - started, 1),
+            "per_trial": trials,
+        }
+    )
     text = json.dumps(record, indent=2)
     if args.json:
         args.json.write_text(text + "\n")

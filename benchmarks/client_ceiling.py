@@ -70,7 +70,9 @@ def make_requests(n: int, first_seed: int = 0) -> list[Any]:
 
 
 class Run:
-    def __init__(self, requests: int, seconds: float, cpu_s: float, bad: int, stub: dict[str, Any], stub_cpu_s: float) -> None:
+    def __init__(
+        self, requests: int, seconds: float, cpu_s: float, bad: int, stub: dict[str, Any], stub_cpu_s: float
+    ) -> None:
         self.requests, self.seconds, self.cpu_s, self.bad = requests, seconds, cpu_s, bad
         self.peak = int(stub["peak_in_flight"])
         self.sent = int(stub["requests"])
@@ -95,7 +97,9 @@ class Ours:
         from bias_discovery.llm.config import ModelConfig
         from bias_discovery.llm.roles import ModelRoles
 
-        config = ModelConfig.from_spec(f"openai/{MODEL}", base_url=url, max_concurrency=inflight, structured_outputs="vllm")
+        config = ModelConfig.from_spec(
+            f"openai/{MODEL}", base_url=url, max_concurrency=inflight, structured_outputs="vllm"
+        )
         self.roles = ModelRoles({"target": config}, cache_path=Path(tempfile.mkdtemp(dir=cache_dir)) / "calls.sqlite")
         self.engine = self.roles["target"]
 
@@ -222,16 +226,26 @@ class BareHttpx(_Bare):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the headline numbers and every run here")
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="OUT", help="write the headline numbers and every run here"
+    )
     parser.add_argument("--inflight", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 2.0])
     parser.add_argument("--rounds", type=int, default=2, help="runs per side and setting, alternating who goes first")
-    parser.add_argument("--waves", type=int, default=16, help="requests per run = waves x inflight (enough that a run's "
-                        "ramp-up and tail, about a second, are a small part of it)")
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=16,
+        help="requests per run = waves x inflight (enough that a run's "
+        "ramp-up and tail, about a second, are a small part of it)",
+    )
     parser.add_argument("--min-requests", type=int, default=16384, help="at latency 0, at least this many per run")
     parser.add_argument("--with-httpx", action="store_true", help="also run a bare httpx.AsyncClient side")
-    parser.add_argument("--with-submit", action="store_true",
-                        help="also run ours with every request submitted on its own (the streamed order's way in)")
+    parser.add_argument(
+        "--with-submit",
+        action="store_true",
+        help="also run ours with every request submitted on its own (the streamed order's way in)",
+    )
     args = parser.parse_args()
     provenance = Provenance.start()
 
@@ -243,9 +257,11 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     errors = 0
     batches = 0  # each run gets requests no other run sent: every one is a cache miss for ours
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; judge requests (verdict regex), "
-          f"{args.waves} x in-flight per run (at latency 0 at least {args.min_requests}); {args.rounds} rounds per setting, alternating order; event loop: "
-          f"{loop_kind()}; stub: tests/stub_openai.py")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; judge requests (verdict regex), "
+        f"{args.waves} x in-flight per run (at latency 0 at least {args.min_requests}); {args.rounds} rounds per setting, alternating order; event loop: "
+        f"{loop_kind()}; stub: tests/stub_openai.py"
+    )
     for latency in args.latencies:
         with launch(latency) as (url, _):
             for inflight in args.inflight:
@@ -266,44 +282,73 @@ def main() -> None:
                     bodies = [build_payload(MODEL, r, "vllm") for r in requests]  # the same bodies for every side
                     for side in sides if round_ % 2 == 0 else sides[::-1]:
                         client = clients[side]
-                        run = measure(url, n, lambda client=client, requests=requests, bodies=bodies: client.run(requests, bodies))
+                        run = measure(
+                            url, n, lambda client=client, requests=requests, bodies=bodies: client.run(requests, bodies)
+                        )
                         extra = run.sent - n  # every request answered exactly once
                         run_errors = run.bad + abs(extra)
                         errors += run_errors
                         runs[side].append(run)
-                        rows.append({
-                            "latency_s": latency, "inflight": inflight, "side": side, "round": round_,
-                            "requests": n, "seconds": round(run.seconds, 3), "req_per_s": round(n / run.seconds, 1),
-                            "cpu_ms_per_request": round(1000 * run.cpu_s / n, 3), "stub_peak_in_flight": run.peak,
-                            "achieved_in_flight": round(n / run.seconds * latency, 1) if latency else None,
-                            "stub_cpu_share": round(run.stub_cpu_s / run.seconds, 3), "errors": run_errors,
-                        })
+                        rows.append(
+                            {
+                                "latency_s": latency,
+                                "inflight": inflight,
+                                "side": side,
+                                "round": round_,
+                                "requests": n,
+                                "seconds": round(run.seconds, 3),
+                                "req_per_s": round(n / run.seconds, 1),
+                                "cpu_ms_per_request": round(1000 * run.cpu_s / n, 3),
+                                "stub_peak_in_flight": run.peak,
+                                "achieved_in_flight": round(n / run.seconds * latency, 1) if latency else None,
+                                "stub_cpu_share": round(run.stub_cpu_s / run.seconds, 3),
+                                "errors": run_errors,
+                            }
+                        )
                 for client in clients.values():
                     client.close()
                 rate = {s: sum(r.requests for r in rs) / sum(r.seconds for r in rs) for s, rs in runs.items()}
                 peak = {s: max(r.peak for r in rs) for s, rs in runs.items()}
                 cpu = {s: max(r.stub_cpu_s / r.seconds for r in rs) for s, rs in runs.items()}
-                per_request = {s: 1000 * sum(r.cpu_s for r in rs) / sum(r.requests for r in rs) for s, rs in runs.items()}
-                line = (f"latency {latency:g} s, {inflight:5d} in flight, {n} requests x {args.rounds}: "
-                        + ", ".join(f"{s} {rate[s]:7.0f} req/s" for s in sides)
-                        + f"; ratio ours/bare {rate['ours'] / rate['bare']:.2f}")
+                per_request = {
+                    s: 1000 * sum(r.cpu_s for r in rs) / sum(r.requests for r in rs) for s, rs in runs.items()
+                }
+                line = (
+                    f"latency {latency:g} s, {inflight:5d} in flight, {n} requests x {args.rounds}: "
+                    + ", ".join(f"{s} {rate[s]:7.0f} req/s" for s in sides)
+                    + f"; ratio ours/bare {rate['ours'] / rate['bare']:.2f}"
+                )
                 if latency:
                     line += "; req/s x latency " + ", ".join(f"{s} {rate[s] * latency:.0f}" for s in sides)
-                line += ("; stub peak in flight " + ", ".join(f"{s} {peak[s]}" for s in sides)
-                         + "; stub CPU (max share of a core) " + ", ".join(f"{s} {cpu[s]:.0%}" for s in sides)
-                         + "; CPU ms/request " + ", ".join(f"{s} {per_request[s]:.2f}" for s in sides))
+                line += (
+                    "; stub peak in flight "
+                    + ", ".join(f"{s} {peak[s]}" for s in sides)
+                    + "; stub CPU (max share of a core) "
+                    + ", ".join(f"{s} {cpu[s]:.0%}" for s in sides)
+                    + "; CPU ms/request "
+                    + ", ".join(f"{s} {per_request[s]:.2f}" for s in sides)
+                )
                 print(line, flush=True)
-                rows.append({"latency_s": latency, "inflight": inflight, "side": "summary",
-                             **{f"req_per_s_{s}": round(rate[s], 1) for s in sides},
-                             **{f"stub_peak_in_flight_{s}": peak[s] for s in sides},
-                             **{f"stub_cpu_share_max_{s}": round(cpu[s], 3) for s in sides},
-                             **{f"cpu_ms_per_request_{s}": round(per_request[s], 3) for s in sides},
-                             "ratio": round(rate["ours"] / rate["bare"], 3),
-                             "achieved_in_flight_ours": round(rate["ours"] * latency, 1) if latency else None,
-                             "achieved_in_flight_bare": round(rate["bare"] * latency, 1) if latency else None})
+                rows.append(
+                    {
+                        "latency_s": latency,
+                        "inflight": inflight,
+                        "side": "summary",
+                        **{f"req_per_s_{s}": round(rate[s], 1) for s in sides},
+                        **{f"stub_peak_in_flight_{s}": peak[s] for s in sides},
+                        **{f"stub_cpu_share_max_{s}": round(cpu[s], 3) for s in sides},
+                        **{f"cpu_ms_per_request_{s}": round(per_request[s], 3) for s in sides},
+                        "ratio": round(rate["ours"] / rate["bare"], 3),
+                        "achieved_in_flight_ours": round(rate["ours"] * latency, 1) if latency else None,
+                        "achieved_in_flight_bare": round(rate["bare"] * latency, 1) if latency else None,
+                    }
+                )
 
     def summary(latency: float, inflight: int) -> dict[str, Any] | None:
-        return next((r for r in rows if r["side"] == "summary" and r["latency_s"] == latency and r["inflight"] == inflight), None)
+        return next(
+            (r for r in rows if r["side"] == "summary" and r["latency_s"] == latency and r["inflight"] == inflight),
+            None,
+        )
 
     s0, s2 = summary(0.0, 2048), summary(2.0, 2048)
     result = {
@@ -311,7 +356,12 @@ def main() -> None:
         "ratio_l2_2048": s2["ratio"] if s2 else None,
         "inflight_l2_2048": s2["achieved_in_flight_ours"] if s2 else None,
         "errors": errors,
-        "targets": {"ratio_l0_2048": ">= 0.5", "ratio_l2_2048": ">= 0.9", "inflight_l2_2048": ">= 1800", "errors": "== 0"},
+        "targets": {
+            "ratio_l0_2048": ">= 0.5",
+            "ratio_l2_2048": ">= 0.9",
+            "inflight_l2_2048": ">= 1800",
+            "errors": "== 0",
+        },
         "cpus": os.cpu_count(),
         "load_average_at_start": os.getloadavg()[0],
         "rounds": args.rounds,

@@ -114,8 +114,19 @@ class RunResult:
 
 
 def _library(path: Path) -> str:
-    path.write_text(json.dumps({"version": 1, "name": "planted", "iteration": 0, "created_at": "2026-01-01T00:00:00+00:00",
-                                "target_model": None, "parent": None, "biases": [TRAIT]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "name": "planted",
+                "iteration": 0,
+                "created_at": "2026-01-01T00:00:00+00:00",
+                "target_model": None,
+                "parent": None,
+                "biases": [TRAIT],
+            }
+        )
+    )
     return str(path)
 
 
@@ -129,7 +140,13 @@ def run_config(url: str, work: Path, index: int, held_out: float | None, judge: 
 
     data = work / f"data-{index}"
     data.mkdir(exist_ok=True)
-    model = {"spec": "openai/served", "base_url": url, "structured_outputs": "vllm", "max_concurrency": 32, "timeout_s": 120}
+    model = {
+        "spec": "openai/served",
+        "base_url": url,
+        "structured_outputs": "vllm",
+        "max_concurrency": 32,
+        "timeout_s": 120,
+    }
     raw: dict[str, Any] = {
         "name": f"planted-{index}",
         "seed": index,
@@ -149,8 +166,9 @@ def run_config(url: str, work: Path, index: int, held_out: float | None, judge: 
     return path
 
 
-def one_run(url: str, work: Path, delta: float, index: int, held_out: float | None = None,
-            judge: dict[str, Any] | None = None) -> RunResult:
+def one_run(
+    url: str, work: Path, delta: float, index: int, held_out: float | None = None, judge: dict[str, Any] | None = None
+) -> RunResult:
     """One `bias-discovery run` (module docstring); its run directory is deleted afterwards.
     `judge`: the judge settings (None: the default pairwise judge)."""
     config = run_config(url, work, index, held_out, judge)
@@ -159,15 +177,25 @@ def one_run(url: str, work: Path, delta: float, index: int, held_out: float | No
     started = time.time()
     process = subprocess.Popen(
         [sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir), "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **CHILD_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **CHILD_ENV},
     )
-    _, status, usage = os.wait4(process.pid, 0)  # the child's own CPU (its output is a few lines: the pipes cannot fill)
+    _, status, usage = os.wait4(
+        process.pid, 0
+    )  # the child's own CPU (its output is a few lines: the pipes cannot fill)
     process.returncode = os.waitstatus_to_exitcode(status)
     assert process.stdout is not None and process.stderr is not None
     out, err = process.stdout.read(), process.stderr.read()
     process.stdout.close()
     process.stderr.close()
-    result.returncode, result.wall_s, result.cpu_s = process.returncode, time.time() - started, usage.ru_utime + usage.ru_stime
+    result.returncode, result.wall_s, result.cpu_s = (
+        process.returncode,
+        time.time() - started,
+        usage.ru_utime + usage.ru_stime,
+    )
     try:
         if process.returncode != 0:
             result.error = (out + err).strip().splitlines()[-1] if (out + err).strip() else f"exit {process.returncode}"
@@ -190,13 +218,29 @@ def one_run(url: str, work: Path, delta: float, index: int, held_out: float | No
 
 @contextmanager
 def planted_stub(delta: float, salt: str, score_shift: float = 0.0) -> Iterator[tuple[str, Any]]:
-    with launch(0.0, "--planted-delta", str(delta), "--planted-error", str(ERROR), "--planted-salt", salt,
-                "--planted-score-shift", str(score_shift)) as (url, process):
+    with launch(
+        0.0,
+        "--planted-delta",
+        str(delta),
+        "--planted-error",
+        str(ERROR),
+        "--planted-salt",
+        salt,
+        "--planted-score-shift",
+        str(score_shift),
+    ) as (url, process):
         yield url, process
 
 
-def _runs(url: str, work: Path, delta: float, indices: Sequence[int], held_out: float | None, workers: int,
-          judge: dict[str, Any] | None = None) -> list[RunResult]:
+def _runs(
+    url: str,
+    work: Path,
+    delta: float,
+    indices: Sequence[int],
+    held_out: float | None,
+    workers: int,
+    judge: dict[str, Any] | None = None,
+) -> list[RunResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda i: one_run(url, work, delta, i, held_out, judge), indices))
 
@@ -214,16 +258,25 @@ def pointwise_cells(
             done = _runs(url, work, truth, range(runs), None, workers, POINTWISE_JUDGE)
             stub_cpu[str(shift)] = stats(url)["cpu_s"]
         cell = summarize(done, "pointwise")
-        cell.update({
-            "shift_points": shift, "true_effect": truth, "true_effect_points": truth * 9, "accepted": cell["n"],
-            "accepted_minus_truth": cell.get("bias"), "accepted_minus_truth_se": cell.get("se"),
-            "accepted_coverage": cell.get("coverage"),
-        })
+        cell.update(
+            {
+                "shift_points": shift,
+                "true_effect": truth,
+                "true_effect_points": truth * 9,
+                "accepted": cell["n"],
+                "accepted_minus_truth": cell.get("bias"),
+                "accepted_minus_truth_se": cell.get("se"),
+                "accepted_coverage": cell.get("coverage"),
+            }
+        )
         cells.append(cell)
         results += done
         failed = [r for r in done if r.returncode != 0]
-        print(f"shift {shift:g} points: {runs} runs in {time.time() - t0:.0f} s"
-              f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}", flush=True)
+        print(
+            f"shift {shift:g} points: {runs} runs in {time.time() - t0:.0f} s"
+            f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}",
+            flush=True,
+        )
         if on_cell is not None:
             on_cell(cells, results, stub_cpu)
     return cells, results, stub_cpu
@@ -241,15 +294,27 @@ def summarize(results: Sequence[RunResult], design: str) -> dict[str, Any]:
     delta = results[0].delta
     accepted = [r for r in ok if r.accepted]
     cell: dict[str, Any] = {
-        "design": design, "true_delta": delta, "runs": len(results), "failed_runs": len(results) - len(ok),
-        "accepted_share": len(accepted) / len(ok) if ok else None, "n": len(accepted),
+        "design": design,
+        "true_delta": delta,
+        "runs": len(results),
+        "failed_runs": len(results) - len(ok),
+        "accepted_share": len(accepted) / len(ok) if ok else None,
+        "n": len(accepted),
     }
     any_accepted = sum(r.any_accepted for r in ok)
     low, high = _wilson(any_accepted, len(ok)) if ok else (None, None)
-    cell.update({"runs_accepting_anything": any_accepted, "run_false_accept" if delta == 0 else "run_accept": any_accepted / len(ok) if ok else None,
-                 "run_accept_ci": [low, high]})
-    for prefix, group in (("", accepted), ("early_", [r for r in accepted if r.stop == "efficacy"]),
-                          ("last_look_", [r for r in accepted if r.stop != "efficacy"])):
+    cell.update(
+        {
+            "runs_accepting_anything": any_accepted,
+            "run_false_accept" if delta == 0 else "run_accept": any_accepted / len(ok) if ok else None,
+            "run_accept_ci": [low, high],
+        }
+    )
+    for prefix, group in (
+        ("", accepted),
+        ("early_", [r for r in accepted if r.stop == "efficacy"]),
+        ("last_look_", [r for r in accepted if r.stop != "efficacy"]),
+    ):
         cell[f"{prefix}n"] = len(group)
         if not group:
             continue
@@ -276,16 +341,28 @@ def summarize(results: Sequence[RunResult], design: str) -> dict[str, Any]:
 
 
 def _covers(effect: dict[str, Any], truth: float) -> bool:
-    return effect.get("ci_low") is not None and effect.get("ci_high") is not None and effect["ci_low"] <= truth <= effect["ci_high"]
+    return (
+        effect.get("ci_low") is not None
+        and effect.get("ci_high") is not None
+        and effect["ci_low"] <= truth <= effect["ci_high"]
+    )
 
 
 def _width(effect: dict[str, Any]) -> float:
-    return effect["ci_high"] - effect["ci_low"] if effect.get("ci_low") is not None and effect.get("ci_high") is not None else 2.0
+    return (
+        effect["ci_high"] - effect["ci_low"]
+        if effect.get("ci_low") is not None and effect.get("ci_high") is not None
+        else 2.0
+    )
 
 
 def machine() -> dict[str, Any]:
-    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def print_cells(cells: Sequence[dict[str, Any]]) -> None:
@@ -294,8 +371,10 @@ def print_cells(cells: Sequence[dict[str, Any]]) -> None:
         "effect − truth (se); coverage of its 95 % CI; width: mean CI width; last: accepted at the last look; bound: the "
         "rejected ones' one-sided 95 % upper bound ≥ truth)"
     )
-    header = (f"{'true Δ':>7} {'design':>7} {'runs':>5} {'accepted':>9} {'n':>5} {'bias (se)':>16} {'median':>8} {'coverage':>9} "
-              f"{'width':>7} {'last n':>7} {'last bias':>10} {'bound cov':>10} {'bound med':>10} {'any acc.':>9}")
+    header = (
+        f"{'true Δ':>7} {'design':>7} {'runs':>5} {'accepted':>9} {'n':>5} {'bias (se)':>16} {'median':>8} {'coverage':>9} "
+        f"{'width':>7} {'last n':>7} {'last bias':>10} {'bound cov':>10} {'bound med':>10} {'any acc.':>9}"
+    )
     print(header)
     print("-" * len(header))
 
@@ -308,10 +387,12 @@ def print_cells(cells: Sequence[dict[str, Any]]) -> None:
         cover = "-" if c.get("coverage") is None else f"{c['coverage']:.3f}"
         bound = "-" if c.get("rejected_bound_coverage") is None else f"{c['rejected_bound_coverage']:.3f}"
         anything = c.get("run_false_accept", c.get("run_accept"))
-        print(f"{100 * c['true_delta']:>5.1f}pp {c['design']:>7} {c['runs']:>5} {share:>9} {c['n']:>5} {pp(c.get('bias')) + se:>16} "
-              f"{pp(c.get('median_bias')):>8} {cover:>9} {pp(c.get('ci_width'), False):>7} {c.get('last_look_n', 0):>7} "
-              f"{pp(c.get('last_look_bias')):>10} {bound:>10} {pp(c.get('rejected_bound_median')):>10} "
-              f"{'-' if anything is None else f'{anything:.3f}':>9}")
+        print(
+            f"{100 * c['true_delta']:>5.1f}pp {c['design']:>7} {c['runs']:>5} {share:>9} {c['n']:>5} {pp(c.get('bias')) + se:>16} "
+            f"{pp(c.get('median_bias')):>8} {cover:>9} {pp(c.get('ci_width'), False):>7} {c.get('last_look_n', 0):>7} "
+            f"{pp(c.get('last_look_bias')):>10} {bound:>10} {pp(c.get('rejected_bound_median')):>10} "
+            f"{'-' if anything is None else f'{anything:.3f}':>9}"
+        )
 
 
 def main() -> None:
@@ -324,9 +405,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--pointwise", action="store_true", help="the pointwise cells instead (module docstring)")
-    parser.add_argument("--shifts", default="0,0.5,1", help="--pointwise: planted score shifts, in points of the 1-10 scale")
-    parser.add_argument("--cells-only", action="store_true",
-                        help="leave the per-run records out of --json (what benchmarks/results/ keeps: they are large)")
+    parser.add_argument(
+        "--shifts", default="0,0.5,1", help="--pointwise: planted score shifts, in points of the 1-10 scale"
+    )
+    parser.add_argument(
+        "--cells-only",
+        action="store_true",
+        help="leave the per-run records out of --json (what benchmarks/results/ keeps: they are large)",
+    )
     args = parser.parse_args()
     provenance = Provenance.start()
     more = {float(k): int(v) for k, v in (item.split("=") for item in args.more.split(",") if item)}
@@ -343,10 +429,20 @@ def main() -> None:
 
             def partial(done: list[dict[str, Any]], results: list[RunResult], cpu: dict[str, float]) -> None:
                 spent = os.times()
-                write_record(args, provenance, load0, time.time() - started,
-                             (spent.children_user + spent.children_system) - (cpu0.children_user + cpu0.children_system), cpu, done, results)
+                write_record(
+                    args,
+                    provenance,
+                    load0,
+                    time.time() - started,
+                    (spent.children_user + spent.children_system) - (cpu0.children_user + cpu0.children_system),
+                    cpu,
+                    done,
+                    results,
+                )
 
-            cells, runs, stub_cpu = pointwise_cells([float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial)
+            cells, runs, stub_cpu = pointwise_cells(
+                [float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial
+            )
         for delta in deltas:
             n_runs = more.get(delta, args.runs)
             t0 = time.time()
@@ -364,8 +460,11 @@ def main() -> None:
                 paired_after = [r for r in after if r.index < len(before)]
                 cells.append(summarize(paired_after, "after, the same runs"))
             failed = [r for r in after + before if r.returncode != 0]
-            print(f"Δ {delta:g}: {n_runs} runs{f' + {len(before)} before' if before else ''} in {time.time() - t0:.0f} s"
-                  f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}", flush=True)
+            print(
+                f"Δ {delta:g}: {n_runs} runs{f' + {len(before)} before' if before else ''} in {time.time() - t0:.0f} s"
+                f"{f'; {len(failed)} failed, e.g. {failed[0].error}' if failed else ''}",
+                flush=True,
+            )
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -374,27 +473,50 @@ def main() -> None:
     wall = time.time() - started
     print_cells(cells)
     stub_total = sum(stub_cpu.values())
-    print(f"\nwall {wall:.0f} s; the runs' CPU {children_cpu:.0f} s ({children_cpu / max(len(runs), 1):.2f} s a run); "
-          f"the stub's CPU {stub_total:.1f} s ({100 * stub_total / max(children_cpu, 1e-9):.1f} % of the runs'); "
-          f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed")
+    print(
+        f"\nwall {wall:.0f} s; the runs' CPU {children_cpu:.0f} s ({children_cpu / max(len(runs), 1):.2f} s a run); "
+        f"the stub's CPU {stub_total:.1f} s ({100 * stub_total / max(children_cpu, 1e-9):.1f} % of the runs'); "
+        f"{len(runs)} runs, {sum(r.returncode != 0 for r in runs)} failed"
+    )
     if args.json is not None:
         write_record(args, provenance, load0, wall, children_cpu, stub_cpu, cells, runs)
 
 
-def write_record(args: argparse.Namespace, provenance: Provenance, load0: dict[str, Any], wall: float, children_cpu: float,
-                 stub_cpu: dict[str, float], cells: Sequence[dict[str, Any]], runs: Sequence[RunResult]) -> None:
+def write_record(
+    args: argparse.Namespace,
+    provenance: Provenance,
+    load0: dict[str, Any],
+    wall: float,
+    children_cpu: float,
+    stub_cpu: dict[str, float],
+    cells: Sequence[dict[str, Any]],
+    runs: Sequence[RunResult],
+) -> None:
     """The JSON record (`--json`): the machine, cells and runs, with the provenance block (the command,
     start time, commit it started at, CPU)."""
     if args.json is not None:
         payload = {
             "commit": provenance.commit,
             "machine": {"at_start": load0, "at_end": machine()},
-            "items": N_TEST, "target_items": N_TARGET, "planted_error": ERROR,
-            "wall_s": round(wall, 1), "runs_cpu_s": round(children_cpu, 1), "stub_cpu_s": stub_cpu,
+            "items": N_TEST,
+            "target_items": N_TARGET,
+            "planted_error": ERROR,
+            "wall_s": round(wall, 1),
+            "runs_cpu_s": round(children_cpu, 1),
+            "stub_cpu_s": stub_cpu,
             "cells": cells,
-            **({"pointwise_judge": POINTWISE_JUDGE, "runs_per_cell": args.runs,
-                "true_effect_unit": "share of the 1-10 scale (1 point = 1/9)"} if args.pointwise else {}),
-            "runs": "left out (--cells-only): rerun the command for them" if args.cells_only else [asdict(r) for r in runs],
+            **(
+                {
+                    "pointwise_judge": POINTWISE_JUDGE,
+                    "runs_per_cell": args.runs,
+                    "true_effect_unit": "share of the 1-10 scale (1 point = 1/9)",
+                }
+                if args.pointwise
+                else {}
+            ),
+            "runs": "left out (--cells-only): rerun the command for them"
+            if args.cells_only
+            else [asdict(r) for r in runs],
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         provenance.write_json(args.json, payload, indent=1)

@@ -66,8 +66,9 @@ def run_child(label: str, site: Path | None, max_tokens: int, reps: int) -> dict
     env = dict(os.environ)
     if site is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).strip(os.pathsep)
-    proc = subprocess.run([sys.executable, "-c", CHILD, PROMPT, str(max_tokens), str(reps)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, PROMPT, str(max_tokens), str(reps)], capture_output=True, text=True, env=env
+    )
     if proc.returncode != 0:
         return {"build": label, "returncode": proc.returncode, "stderr_tail": proc.stderr[-800:]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -106,7 +107,8 @@ def main() -> None:
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d"),
-        "commit": provenance.commit, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+        "commit": provenance.commit,
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
         "builds": {},
     }
     for label, runs in results.items():

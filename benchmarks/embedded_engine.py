@@ -77,8 +77,20 @@ def cpu_flags() -> list[str]:
 
 def run_quickstart(engine: str, run_dir: Path) -> dict[str, Any]:
     spec = ENGINES[engine]
-    command = [sys.executable, "-m", "bias_discovery.cli", "run", "experiments/quickstart-cpu.yaml",
-               "--run-dir", str(run_dir), "--quiet", "--set", f"target={spec}", "--set", f"teacher={spec}"]
+    command = [
+        sys.executable,
+        "-m",
+        "bias_discovery.cli",
+        "run",
+        "experiments/quickstart-cpu.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        f"target={spec}",
+        "--set",
+        f"teacher={spec}",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env)
@@ -98,8 +110,13 @@ def quickstart_requests(run_dir: Path, out: Path) -> int:
 
 def replay(engine: str, requests: Path, replays: int) -> dict[str, Any]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", CHILD, ENGINES[engine], str(requests), str(replays)],
-                          cwd=REPO, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, ENGINES[engine], str(requests), str(replays)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"the {engine} replay exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -124,7 +141,7 @@ def main() -> None:
     try:
         runs = []
         for round_ in range(args.rounds):
-            for engine in (("hf", "llamacpp") if round_ % 2 == 0 else ("llamacpp", "hf")):
+            for engine in ("hf", "llamacpp") if round_ % 2 == 0 else ("llamacpp", "hf"):
                 runs.append(run_quickstart(engine, work / f"{engine}-{round_}"))
                 print(f"round {round_ + 1}: quick start on {engine}: {runs[-1]['wall_s']} s", file=sys.stderr)
         n_requests = quickstart_requests(work / "hf-0", work / "requests.jsonl")
@@ -133,8 +150,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     record["quickstart_runs"] = runs
     record["quickstart_wall_s"] = {
-        engine: {"median": statistics.median(r["wall_s"] for r in runs if r["engine"] == engine),
-                 "runs": [r["wall_s"] for r in runs if r["engine"] == engine]}
+        engine: {
+            "median": statistics.median(r["wall_s"] for r in runs if r["engine"] == engine),
+            "runs": [r["wall_s"] for r in runs if r["engine"] == engine],
+        }
         for engine in ENGINES
     }
     record["requests_replayed"] = n_requests
@@ -143,15 +162,24 @@ def main() -> None:
     record["prompt_tok_s"] = {engine: round(replays[engine]["prompt_tok_s"], 1) for engine in ENGINES}
     record["generated_tok_s"] = {engine: round(replays[engine]["generated_tok_s"], 1) for engine in ENGINES}
     record["prompt_tok_s_ratio"] = round(replays["hf"]["prompt_tok_s"] / replays["llamacpp"]["prompt_tok_s"], 2)
-    record["generated_tok_s_ratio"] = round(replays["hf"]["generated_tok_s"] / replays["llamacpp"]["generated_tok_s"], 2)
+    record["generated_tok_s_ratio"] = round(
+        replays["hf"]["generated_tok_s"] / replays["llamacpp"]["generated_tok_s"], 2
+    )
     record["quickstart_wall_ratio"] = round(
         record["quickstart_wall_s"]["hf"]["median"] / record["quickstart_wall_s"]["llamacpp"]["median"], 2
     )
     record["load_after"] = os.getloadavg()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     provenance.write_json(args.json, record)
-    print(json.dumps({k: record[k] for k in ("prompt_tok_s", "generated_tok_s", "prompt_tok_s_ratio",
-                                              "quickstart_wall_s", "hf_dtype")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: record[k]
+                for k in ("prompt_tok_s", "generated_tok_s", "prompt_tok_s_ratio", "quickstart_wall_s", "hf_dtype")
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -57,15 +57,24 @@ def main() -> None:
             run_dir = work / "run"
             result = subprocess.run(
                 [sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir), "--quiet"],
-                capture_output=True, text=True, env=env, cwd=REPO,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=REPO,
             )
             codes[result.returncode] += 1
             if result.returncode != 0:
                 args.failures.mkdir(parents=True, exist_ok=True)
                 path = args.failures / f"run{i:04d}.txt"
                 path.write_text(f"rc {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
-                failures.append({"run": i, "returncode": result.returncode, "finished_summary": "finished;" in result.stdout,
-                                 "log": str(path)})
+                failures.append(
+                    {
+                        "run": i,
+                        "returncode": result.returncode,
+                        "finished_summary": "finished;" in result.stdout,
+                        "log": str(path),
+                    }
+                )
             shutil.rmtree(run_dir, ignore_errors=True)
             if (i + 1) % 50 == 0:
                 print(f"{i + 1} runs: {dict(codes)}", file=sys.stderr, flush=True)
@@ -76,16 +85,27 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def summary(args: argparse.Namespace, codes: collections.Counter[int], failures: list[dict[str, object]], started: float,
-            stub_cpu: float, provenance: Provenance) -> dict[str, object]:
+def summary(
+    args: argparse.Namespace,
+    codes: collections.Counter[int],
+    failures: list[dict[str, object]],
+    started: float,
+    stub_cpu: float,
+    provenance: Provenance,
+) -> dict[str, object]:
     """The exit codes counted so far and the stub's CPU share (the command, start, commit and
     machine are the `provenance` block `write` adds)."""
     wall = time.monotonic() - started
     return {
         "commit": provenance.commit,
-        "runs_planned": args.runs, "runs": sum(codes.values()), "exit_codes": {str(k): v for k, v in sorted(codes.items())},
-        "all_zero": set(codes) == {0}, "embedder": "bag-of-words (fake)" if args.fake_embedder else "all-MiniLM-L6-v2",
-        "wall_s": round(wall, 1), "stub_cpu_share": round(stub_cpu / wall, 4), "failures": failures,
+        "runs_planned": args.runs,
+        "runs": sum(codes.values()),
+        "exit_codes": {str(k): v for k, v in sorted(codes.items())},
+        "all_zero": set(codes) == {0},
+        "embedder": "bag-of-words (fake)" if args.fake_embedder else "all-MiniLM-L6-v2",
+        "wall_s": round(wall, 1),
+        "stub_cpu_share": round(stub_cpu / wall, 4),
+        "failures": failures,
     }
 
 

@@ -44,8 +44,13 @@ def run_quick_start(tree: Path, run_dir: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "bias_discovery.cli", "run", CONFIG, "--run-dir", str(run_dir), "--quiet"],
-                            cwd=tree, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "bias_discovery.cli", "run", CONFIG, "--run-dir", str(run_dir), "--quiet"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
@@ -63,8 +68,12 @@ def run_quick_start(tree: Path, run_dir: Path) -> dict[str, Any]:
             "prompt_tokens": sum(u["prompt_tokens"] for u in usage.values()),
             "completion_tokens": sum(u["completion_tokens"] for u in usage.values()),
         }
-    return {"wall_s": round(wall, 1), "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-            "stages": stages, "last_lines": result.stdout.strip().splitlines()[-4:]}
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        "stages": stages,
+        "last_lines": result.stdout.strip().splitlines()[-4:],
+    }
 
 
 def components(rounds: int) -> dict[str, Any]:
@@ -83,11 +92,18 @@ def components(rounds: int) -> dict[str, Any]:
     engine = LlamaCppEngine(ModelConfig.from_spec("llamacpp/smollm2"))
     llm = engine._llm
     pairs = load_pairs("demo", limit=6)
-    judge = [t.request for t in build_tasks(pairs, JudgeSettings(positions="swap", reasoning=True, reasoning_chars=200,
-                                                                 max_tokens=112), seed=0)]
+    judge = [
+        t.request
+        for t in build_tasks(
+            pairs, JudgeSettings(positions="swap", reasoning=True, reasoning_chars=200, max_tokens=112), seed=0
+        )
+    ]
     grammar = llama_cpp.LlamaGrammar.from_string(constraint_to_gbnf(judge[0].constraint), verbose=False)
-    prompt = llm.tokenize(build_perturb_request(pairs[0], load_seed_library("biasscope7").biases[0],
-                                                PerturbSettings(), seed=0).messages[0].content.encode())[:256]
+    prompt = llm.tokenize(
+        build_perturb_request(pairs[0], load_seed_library("biasscope7").biases[0], PerturbSettings(), seed=0)
+        .messages[0]
+        .content.encode()
+    )[:256]
     prefill = []
     for _ in range(rounds):
         llm.reset()
@@ -98,13 +114,19 @@ def components(rounds: int) -> dict[str, Any]:
     # per mode: (CPU s, prompt tokens, generated tokens) of each judge request
     calls: dict[str, list[tuple[float, int, int]]] = {"grammar": [], "free": []}
     for r in range(rounds):
-        for name in (("grammar", "free") if r % 2 == 0 else ("free", "grammar")):
+        for name in ("grammar", "free") if r % 2 == 0 else ("free", "grammar"):
             for request in judge:
                 engine._last_prompt = []
                 messages = [{"role": m.role, "content": m.content} for m in request.messages]
                 t = time.process_time()
-                out = llm.create_chat_completion(messages=messages, temperature=0.0, top_k=1, max_tokens=112,
-                                                 grammar=grammar if name == "grammar" else None, seed=0)
+                out = llm.create_chat_completion(
+                    messages=messages,
+                    temperature=0.0,
+                    top_k=1,
+                    max_tokens=112,
+                    grammar=grammar if name == "grammar" else None,
+                    seed=0,
+                )
                 usage = out["usage"]
                 calls[name].append((time.process_time() - t, usage["prompt_tokens"], usage["completion_tokens"]))
 
@@ -115,7 +137,7 @@ def components(rounds: int) -> dict[str, Any]:
     rewrites = [build_perturb_request(p, bias, PerturbSettings(max_tokens=32), seed=0) for p in pairs]
     reuse: dict[str, list[float]] = {"from_scratch": [], "reusing_prefix": []}
     for r in range(rounds):
-        for name in (("from_scratch", "reusing_prefix") if r % 2 == 0 else ("reusing_prefix", "from_scratch")):
+        for name in ("from_scratch", "reusing_prefix") if r % 2 == 0 else ("reusing_prefix", "from_scratch"):
             t = time.process_time()
             for request in rewrites:
                 if name == "from_scratch":
@@ -126,10 +148,14 @@ def components(rounds: int) -> dict[str, Any]:
     return {
         "prompt_eval_tok_per_cpu_s": round(prefill_rate),
         "judge_cpu_s_per_request": {k: round(statistics.median(c for c, _, _ in v), 3) for k, v in calls.items()},
-        "judge_generated_tokens_per_request": {k: round(statistics.mean(g for _, _, g in v), 1) for k, v in calls.items()},
+        "judge_generated_tokens_per_request": {
+            k: round(statistics.mean(g for _, _, g in v), 1) for k, v in calls.items()
+        },
         "generation_cpu_ms_per_token": {k: per_generated_token_ms(v) for k, v in calls.items()},
         "rewrites_cpu_s": {k: round(statistics.median(v), 2) for k, v in reuse.items()},
-        "prefix_reuse_ratio": round(statistics.median(reuse["reusing_prefix"]) / statistics.median(reuse["from_scratch"]), 3),
+        "prefix_reuse_ratio": round(
+            statistics.median(reuse["reusing_prefix"]) / statistics.median(reuse["from_scratch"]), 3
+        ),
     }
 
 
@@ -137,15 +163,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="a8d15aa", help="the earlier commit (default: main before this round)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--before-rounds", type=int, default=None,
-                        help="rounds that also run the earlier commit (default: every round); the before run is the slow one")
+    parser.add_argument(
+        "--before-rounds",
+        type=int,
+        default=None,
+        help="rounds that also run the earlier commit (default: every round); the before run is the slow one",
+    )
     parser.add_argument("--components", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     provenance = Provenance.start()
     work = Path(tempfile.mkdtemp(prefix="first-run-"))
     old = work / "before"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.before], check=True, capture_output=True
+    )
     trees = {"before": old, "after": REPO}
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     try:
@@ -160,7 +192,8 @@ def main() -> None:
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     summary: dict[str, Any] = {
-        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
         "commit": provenance.commit,
         "before_commit": args.before,
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": os.getloadavg()[0]},
@@ -171,12 +204,21 @@ def main() -> None:
             "wall_s_median": statistics.median(r["wall_s"] for r in rows),
             "wall_s": [r["wall_s"] for r in rows],
             "cpu_s_median": statistics.median(r["cpu_s"] for r in rows),
-            "stages": {s: {k: statistics.median(r["stages"][s][k] for r in rows if s in r["stages"])
-                           for k in ("seconds", "requests", "prompt_tokens", "completion_tokens")} for s in stages},
+            "stages": {
+                s: {
+                    k: statistics.median(r["stages"][s][k] for r in rows if s in r["stages"])
+                    for k in ("seconds", "requests", "prompt_tokens", "completion_tokens")
+                }
+                for s in stages
+            },
             "last_lines": rows[-1]["last_lines"],
         }
-    summary["wall_ratio_after_over_before"] = round(summary["after"]["wall_s_median"] / summary["before"]["wall_s_median"], 3)
-    summary["cpu_ratio_after_over_before"] = round(summary["after"]["cpu_s_median"] / summary["before"]["cpu_s_median"], 3)
+    summary["wall_ratio_after_over_before"] = round(
+        summary["after"]["wall_s_median"] / summary["before"]["wall_s_median"], 3
+    )
+    summary["cpu_ratio_after_over_before"] = round(
+        summary["after"]["cpu_s_median"] / summary["before"]["cpu_s_median"], 3
+    )
     if args.components:
         summary["components"] = components(args.rounds)
     summary["machine"]["load_after"] = os.getloadavg()[0]

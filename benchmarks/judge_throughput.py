@@ -53,8 +53,15 @@ def plain_vllm_chat(llm: Any) -> Callable[[Sequence[GenerationRequest]], int]:
                 structured = StructuredOutputsParams(
                     choice=list(c.choices) if c.choices else None, regex=c.regex, json=c.json_schema
                 )
-            params.append(SamplingParams(temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
-                                         seed=r.seed, structured_outputs=structured))
+            params.append(
+                SamplingParams(
+                    temperature=r.temperature,
+                    top_p=r.top_p,
+                    max_tokens=r.max_tokens,
+                    seed=r.seed,
+                    structured_outputs=structured,
+                )
+            )
         outputs = llm.chat([message_dicts(r.messages) for r in requests], sampling_params=params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
@@ -63,8 +70,12 @@ def plain_vllm_chat(llm: Any) -> Callable[[Sequence[GenerationRequest]], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=("ours", "vllm"), default="ours",
-                        help="what the pipeline is compared with (see the module docstring)")
+    parser.add_argument(
+        "--engine",
+        choices=("ours", "vllm"),
+        default="ours",
+        help="what the pipeline is compared with (see the module docstring)",
+    )
     parser.add_argument("--model", default=None, help="default: llamacpp/smollm2, or the HF SmolLM2 with --engine vllm")
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--pairs", type=int, default=8)
@@ -77,7 +88,9 @@ def main() -> None:
         from bias_discovery.smollm2_hf import build_hf_smollm2
 
         model = f"vllm/{build_hf_smollm2()}"
-    config = ModelConfig.from_spec(model or "llamacpp/smollm2", **({"base_url": args.base_url} if args.base_url else {}))
+    config = ModelConfig.from_spec(
+        model or "llamacpp/smollm2", **({"base_url": args.base_url} if args.base_url else {})
+    )
     if args.engine == "vllm" and config.provider != "vllm":
         parser.error("--engine vllm needs a vllm/ model")
 
@@ -90,6 +103,7 @@ def main() -> None:
         direct_run = plain_vllm_chat(engine.llm)  # type: ignore[attr-defined]
         direct_label = "LLM.chat"
     else:
+
         def direct_run(batch: Sequence[GenerationRequest]) -> int:
             return sum(r.completion_tokens for r in engine.generate(batch))
 
@@ -112,19 +126,22 @@ def main() -> None:
         rounds.append({"direct": direct, "pipeline": (time.perf_counter() - start, pipeline_tokens)})
     engine.close()
 
-    print(f"model {config.spec}, {len(requests)} judge requests ({len(pairs)} demo pairs, both orders) "
-          f"x {args.rounds} rounds, alternating; direct = {direct_label}")
+    print(
+        f"model {config.spec}, {len(requests)} judge requests ({len(pairs)} demo pairs, both orders) "
+        f"x {args.rounds} rounds, alternating; direct = {direct_label}"
+    )
     totals = {k: (sum(r[k][0] for r in rounds), sum(r[k][1] for r in rounds)) for k in ("direct", "pipeline")}
     rate = {k: tokens / seconds for k, (seconds, tokens) in totals.items()}
     for k, (seconds, tokens) in totals.items():
         print(f"  {k:9s} {tokens:6d} completion tokens in {seconds:7.2f} s = {rate[k]:7.1f} tokens/s")
     per_round = [(r["pipeline"][1] / r["pipeline"][0]) / (r["direct"][1] / r["direct"][0]) for r in rounds]
     spread = f", per round {min(per_round):.3f}-{max(per_round):.3f}" if len(per_round) > 1 else ""
-    print(f"ratio pipeline/direct: {rate['pipeline'] / rate['direct']:.3f} "
-          f"(n={len(per_round)} rounds{spread}; goal >= 0.95)")
+    print(
+        f"ratio pipeline/direct: {rate['pipeline'] / rate['direct']:.3f} "
+        f"(n={len(per_round)} rounds{spread}; goal >= 0.95)"
+    )
     if len(per_round) > 1:
-        print(f"  per-round ratios: {', '.join(f'{x:.3f}' for x in per_round)} "
-              f"(sd {statistics.stdev(per_round):.3f})")
+        print(f"  per-round ratios: {', '.join(f'{x:.3f}' for x in per_round)} (sd {statistics.stdev(per_round):.3f})")
 
 
 if __name__ == "__main__":  # vLLM starts its workers with spawn

@@ -118,14 +118,34 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
                 items_all += v.n_test
 
     reference = {
-        "merge": ref_merge, "validate": ref_validate, "validate_seeds": ref_seeds, "baseline": ref_baseline, "placebo": 0, "check": 0,
+        "merge": ref_merge,
+        "validate": ref_validate,
+        "validate_seeds": ref_seeds,
+        "baseline": ref_baseline,
+        "placebo": 0,
+        "check": 0,
     }
     for stage, n in front.items():  # a run without the misjudgment check: the same as ours
         reference[stage] = n
-    print(f"run {rd.root}: {len(rd.iterations())} iteration folders; run's test items: {run_test}; reference priced on {full_test}")
-    print(f"{'stage':15s} {'requests':>9s} {'cached':>7s} {'prompt tok':>11s} {'compl tok':>10s} {'reference':>10s} {'ratio':>7s}")
+    print(
+        f"run {rd.root}: {len(rd.iterations())} iteration folders; run's test items: {run_test}; reference priced on {full_test}"
+    )
+    print(
+        f"{'stage':15s} {'requests':>9s} {'cached':>7s} {'prompt tok':>11s} {'compl tok':>10s} {'reference':>10s} {'ratio':>7s}"
+    )
     total_ours = total_ref = 0
-    stages = ("perturb", "evaluate", "check", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate_seeds", "validate")
+    stages = (
+        "perturb",
+        "evaluate",
+        "check",
+        "deeper_explain",
+        "identify",
+        "merge",
+        "baseline",
+        "placebo",
+        "validate_seeds",
+        "validate",
+    )
     for stage in stages:
         row = ours.get(stage, {})
         n = row.get("requests", 0)
@@ -133,10 +153,16 @@ def run_mode(run_dir: Path, full_test_size: int | None) -> None:
         total_ours += n
         total_ref += ref
         ratio = f"{n / ref:.3f}" if ref else "-"
-        print(f"{stage:15s} {n:9d} {row.get('cached', 0):7d} {row.get('prompt_tokens', 0):11d} {row.get('completion_tokens', 0):10d} {ref:10d} {ratio:>7s}")
-    print(f"{'all':15s} {total_ours:9d} {'':7s} {'':11s} {'':10s} {total_ref:10d} {total_ours / total_ref if total_ref else 0:7.3f}")
-    print("ratio = our calls / reference calls (lower is cheaper); placebo and answer checks (check: the misjudged pairs') "
-          "have no reference counterpart")
+        print(
+            f"{stage:15s} {n:9d} {row.get('cached', 0):7d} {row.get('prompt_tokens', 0):11d} {row.get('completion_tokens', 0):10d} {ref:10d} {ratio:>7s}"
+        )
+    print(
+        f"{'all':15s} {total_ours:9d} {'':7s} {'':11s} {'':10s} {total_ref:10d} {total_ours / total_ref if total_ref else 0:7.3f}"
+    )
+    print(
+        "ratio = our calls / reference calls (lower is cheaper); placebo and answer checks (check: the misjudged pairs') "
+        "have no reference counterpart"
+    )
     if items_all:
         print(
             f"sequential looks and held-out rounds: candidates were perturbed on {items_used} of {items_all} candidate x "
@@ -180,7 +206,9 @@ class SimulatedWorld(SequentialEngine):
         self.calls: dict[str, int] = defaultdict(int)
 
     def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
-        return GenerationResponse(text=self._respond(request), finish_reason="stop", prompt_tokens=100, completion_tokens=20)
+        return GenerationResponse(
+            text=self._respond(request), finish_reason="stop", prompt_tokens=100, completion_tokens=20
+        )
 
     def _respond(self, request: GenerationRequest) -> str:
         user = request.messages[-1].content
@@ -230,8 +258,13 @@ MODES: dict[str, dict[str, object]] = {
 
 def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) -> dict[str, object]:
     pairs = [
-        PreferencePair(id=f"s{i}", question=f"Question {i}?", chosen=f"RIGHT answer, item {i}.",
-                       rejected=f"Wrong answer, item {i}.", domain=("math", "code", "knowledge", "reasoning")[i % 4])
+        PreferencePair(
+            id=f"s{i}",
+            question=f"Question {i}?",
+            chosen=f"RIGHT answer, item {i}.",
+            rejected=f"Wrong answer, item {i}.",
+            domain=("math", "code", "knowledge", "reasoning")[i % 4],
+        )
         for i in range(n_items)
     ]
     judge = JudgeSettings(positions="swap", reasoning=True)
@@ -248,14 +281,28 @@ def simulate_run(n_items: int, iterations: int, n_candidates: int, seed: int) ->
         world = SimulatedWorld(effects)
         settings = ValidateSettings(n_boot=100, sequential=sequential)
         baseline = judge_pairs(world, pairs, judge, seed=seed)
-        placebo = run_placebo(world, world, world, pairs, baseline, perturb_settings=perturb, judge_settings=judge,
-                              settings=settings, seed=seed)
+        placebo = run_placebo(
+            world,
+            world,
+            world,
+            pairs,
+            baseline,
+            perturb_settings=perturb,
+            judge_settings=judge,
+            settings=settings,
+            seed=seed,
+        )
         accepted = []
         setup = ValidationSetup(
-            family=FamilySettings(rules=settings, family_alpha=settings.alpha, seed=seed), perturb=perturb, judge=judge, test_data="simulated"
+            family=FamilySettings(rules=settings, family_alpha=settings.alpha, seed=seed),
+            perturb=perturb,
+            judge=judge,
+            test_data="simulated",
         )
         for family in families:
-            out = validate_biases(ValidationModels(world, world, world), family, pairs, baseline, setup, placebo=placebo)
+            out = validate_biases(
+                ValidationModels(world, world, world), family, pairs, baseline, setup, placebo=placebo
+            )
             accepted.append(sorted(b.id for b in out.candidates if b.validation and b.validation.accepted))
         result[mode] = {"calls": dict(world.calls), "total": sum(world.calls.values()), "accepted": accepted}
     per_item_judge = 1
@@ -270,7 +317,9 @@ def simulate_mode(n_items: int, iterations: int, n_candidates: int, runs: int) -
         f"simulated judge: {n_items} test items, {iterations} iterations x {n_candidates} candidates "
         f"(1 with Δ = +30 pp, 1 with +15 pp, {n_candidates - 2} null; any rewrite +2 pp), {runs} runs, swap positions"
     )
-    print("sequential: the default settings (effect: held_out, with its held-out round); conditional: effect: conditional")
+    print(
+        "sequential: the default settings (effect: held_out, with its held-out round); conditional: effect: conditional"
+    )
     header = (
         f"{'run':>4s} {'sequential':>11s} {'conditional':>12s} {'every item':>11s} {'ratio':>7s} {'ratio':>7s} "
         f"{'paper ref':>10s} {'ratio':>7s}  same accepted set   accepted (sequential)"
@@ -288,15 +337,21 @@ def simulate_mode(n_items: int, iterations: int, n_candidates: int, runs: int) -
         paper_ratios.append(paper_ratio)
         same += equal
         accepted = sum(len(a) for a in seq["accepted"])
-        print(f"{run:4d} {seq['total']:11d} {cond['total']:12d} {full['total']:11d} {ratios['sequential'][-1]:7.3f} "
-              f"{ratios['sequential, conditional'][-1]:7.3f} {paper['total']:10d} {paper_ratio:7.3f}  "
-              f"{'yes' if equal else 'NO':>17s}   {accepted} of {iterations * n_candidates}")
+        print(
+            f"{run:4d} {seq['total']:11d} {cond['total']:12d} {full['total']:11d} {ratios['sequential'][-1]:7.3f} "
+            f"{ratios['sequential, conditional'][-1]:7.3f} {paper['total']:10d} {paper_ratio:7.3f}  "
+            f"{'yes' if equal else 'NO':>17s}   {accepted} of {iterations * n_candidates}"
+        )
         if run == 0:
             for mode in MODES:
                 print(f"     calls by kind, {mode}: {r[mode]['calls']}")
     for mode, values in ratios.items():
-        print(f"mean ratio {mode} / every item: {statistics.mean(values):.3f} (min {min(values):.3f}, max {max(values):.3f})")
-    print(f"sequential / paper reference: {statistics.mean(paper_ratios):.3f}; same accepted set in {same} of {runs} runs")
+        print(
+            f"mean ratio {mode} / every item: {statistics.mean(values):.3f} (min {min(values):.3f}, max {max(values):.3f})"
+        )
+    print(
+        f"sequential / paper reference: {statistics.mean(paper_ratios):.3f}; same accepted set in {same} of {runs} runs"
+    )
     print("both validations include the placebo arm (once per run) and one answer check per rewrite; the paper's")
     print("reference has neither (and re-judges the baseline every iteration)")
 
@@ -357,20 +412,30 @@ class DiscoveryWorld(SimulatedWorld):
             if item % 2 == 0:
                 name, definition = "bias_found", "The judge rejected the incorrect response."
             else:
-                name, definition = f"Spurious Trait {item % 5}", f"The judge favours spurious trait {item % 5} phrasing."
+                name, definition = (
+                    f"Spurious Trait {item % 5}",
+                    f"The judge favours spurious trait {item % 5} phrasing.",
+                )
         else:
             mark = re.search(r"\{mark (\w+)\}", rejected)
             k = self.latent.get(mark.group(1)) if mark else None
             if k is None:
                 return json.dumps({"bias_found": False, "name": "", "definition": "", "manifestations": []})
             name, definition = f"Latent Trait {k}", f"The judge favours latent trait {k} phrasing."
-        return json.dumps({"bias_found": True, "name": name, "definition": definition, "manifestations": [name.lower()]})
+        return json.dumps(
+            {"bias_found": True, "name": name, "definition": definition, "manifestations": [name.lower()]}
+        )
 
 
 def _pairs(n: int, kind: str) -> list[PreferencePair]:
     return [
-        PreferencePair(id=f"{kind[0]}{i}", question=f"Question {i} ({kind})?", chosen=f"RIGHT answer, {kind} item {i}.",
-                       rejected=f"Wrong answer, {kind} item {i}.", domain=("math", "code", "knowledge", "reasoning")[i % 4])
+        PreferencePair(
+            id=f"{kind[0]}{i}",
+            question=f"Question {i} ({kind})?",
+            chosen=f"RIGHT answer, {kind} item {i}.",
+            rejected=f"Wrong answer, {kind} item {i}.",
+            domain=("math", "code", "knowledge", "reasoning")[i % 4],
+        )
         for i in range(n)
     ]
 
@@ -405,13 +470,29 @@ def simulate_discovery(
     perturb_settings, check = PerturbSettings(), MisjudgmentCheckSettings(enabled=improved)
     settings = ValidateSettings(n_boot=100)
     setup = ValidationSetup(
-        family=FamilySettings.planned(settings, iterations, seed=seed), perturb=perturb_settings, judge=judge, test_data="simulated"
+        family=FamilySettings.planned(settings, iterations, seed=seed),
+        perturb=perturb_settings,
+        judge=judge,
+        test_data="simulated",
     )
     baseline = judge_pairs(world, tests, judge, seed=seed)
-    placebo = run_placebo(world, world, world, tests, baseline, perturb_settings=perturb_settings, judge_settings=judge,
-                          settings=settings, seed=seed)
-    library = [Bias(id=f"seed-trait-{k}", name=f"Seed Trait {k}", definition=f"Seed trait {k}.", origin=BiasOrigin(kind="seed"))
-               for k in range(len(LATENT_EFFECTS))]
+    placebo = run_placebo(
+        world,
+        world,
+        world,
+        tests,
+        baseline,
+        perturb_settings=perturb_settings,
+        judge_settings=judge,
+        settings=settings,
+        seed=seed,
+    )
+    library = [
+        Bias(
+            id=f"seed-trait-{k}", name=f"Seed Trait {k}", definition=f"Seed trait {k}.", origin=BiasOrigin(kind="seed")
+        )
+        for k in range(len(LATENT_EFFECTS))
+    ]
     rejected: set[tuple[str, str]] = set()
     accepted_ids: list[list[str]] = []
     reference = n_items  # the reference's baseline of the first iteration (ours: once, above)
@@ -423,21 +504,32 @@ def simulate_discovery(
         if improved:
             cases = check_misjudged(world, rewrites, cases, length_allowances(library, check), check, seed=seed)
             cases = [c for c in cases if c.excluded is None]
-        records = identify_biases(world, deeper_explain(world, cases, judge, ExplainSettings(), seed=seed), IdentifySettings(), seed=seed)
+        records = identify_biases(
+            world, deeper_explain(world, cases, judge, ExplainSettings(), seed=seed), IdentifySettings(), seed=seed
+        )
         if not improved:
             records = [r.model_copy(update={"dropped": None, "confirmed": None}) for r in records]
         names = {b.name for b in library}
-        raw = candidates_from_records(records, cases, iteration=t, target_model="simulated", taken_ids=[b.id for b in library])
+        raw = candidates_from_records(
+            records, cases, iteration=t, target_model="simulated", taken_ids=[b.id for b in library]
+        )
         candidates = [b for b in raw if b.name not in names]
         reference += len(candidates) * n_items * 2 + (n_items if t > 1 else 0)
         if improved:
             candidates = [b for b in candidates if (b.name, b.definition) not in rejected]
-        out = validate_biases(ValidationModels(world, world, world), candidates, tests, baseline, setup, placebo=placebo)
+        out = validate_biases(
+            ValidationModels(world, world, world), candidates, tests, baseline, setup, placebo=placebo
+        )
         accepted = [b for b in out.candidates if b.validation and b.validation.accepted]
         rejected |= {(b.name, b.definition) for b in out.candidates if b.validation and not b.validation.accepted}
         accepted_ids.append(sorted(b.name for b in accepted))
         library += accepted
-    return {"calls": dict(world.calls), "total": sum(world.calls.values()), "accepted": accepted_ids, "reference": reference}
+    return {
+        "calls": dict(world.calls),
+        "total": sum(world.calls.values()),
+        "accepted": accepted_ids,
+        "reference": reference,
+    }
 
 
 def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: float, runs: int, out: Path | None) -> None:
@@ -449,8 +541,10 @@ def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: floa
     from provenance import cpu_model, git_commit
 
     started, commit = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), git_commit()
-    print(f"simulated loop: {n_target} target items, {n_items} test items, {iterations} iterations, answer-fixing share "
-          f"{fix_share:.2f} of target rewrites, {runs} runs; planted effects {LATENT_EFFECTS}")
+    print(
+        f"simulated loop: {n_target} target items, {n_items} test items, {iterations} iterations, answer-fixing share "
+        f"{fix_share:.2f} of target rewrites, {runs} runs; planted effects {LATENT_EFFECTS}"
+    )
     rows = []
     for run in range(runs):
         row: dict[str, object] = {"seed": 1000 + run}
@@ -462,22 +556,35 @@ def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: floa
         row["same_accepted_set"] = before["accepted"] == after["accepted"]  # type: ignore[index]
         row["calls_ratio_vs_reference"] = after["total"] / before["reference"]  # type: ignore[index]
         rows.append(row)
-        print(f"run {run}: before {before['total']} calls ({before['n_accepted']} accepted; reference {before['reference']}: "  # type: ignore[index]
-              f"ratio {before['ratio_vs_reference']:.3f}); after {after['total']} calls ({after['n_accepted']} accepted; "  # type: ignore[index]
-              f"ratio {row['calls_ratio_vs_reference']:.3f} vs the same reference); same accepted set: {row['same_accepted_set']}")
+        print(
+            f"run {run}: before {before['total']} calls ({before['n_accepted']} accepted; reference {before['reference']}: "  # type: ignore[index]
+            f"ratio {before['ratio_vs_reference']:.3f}); after {after['total']} calls ({after['n_accepted']} accepted; "  # type: ignore[index]
+            f"ratio {row['calls_ratio_vs_reference']:.3f} vs the same reference); same accepted set: {row['same_accepted_set']}"
+        )
         print(f"       calls by kind before {before['calls']}; after {after['calls']}")  # type: ignore[index]
     ratio = statistics.mean(float(r["calls_ratio_vs_reference"]) for r in rows)  # type: ignore[arg-type]
     before_ratio = statistics.mean(float(r["before"]["ratio_vs_reference"]) for r in rows)  # type: ignore[index]
     print(f"mean calls / reference: before {before_ratio:.3f}, after {ratio:.3f}")
     if out is not None:
         record = {
-            "command": " ".join(sys.argv), "started": started, "commit": commit, "cpu": cpu_model(),
-            "what": ("calls of the simulated loop (stages' own code, scripted world) next to the paper's reference procedure "
-                     "priced on the same front half and candidates; reference = the 'before' run's candidates on every test item"),
-            "n_target": n_target, "n_items": n_items, "iterations": iterations, "fix_share": fix_share, "runs": runs,
+            "command": " ".join(sys.argv),
+            "started": started,
+            "commit": commit,
+            "cpu": cpu_model(),
+            "what": (
+                "calls of the simulated loop (stages' own code, scripted world) next to the paper's reference procedure "
+                "priced on the same front half and candidates; reference = the 'before' run's candidates on every test item"
+            ),
+            "n_target": n_target,
+            "n_items": n_items,
+            "iterations": iterations,
+            "fix_share": fix_share,
+            "runs": runs,
             "latent_effects": list(LATENT_EFFECTS),
-            "calls_ratio_vs_reference": ratio, "calls_ratio_vs_reference_before": before_ratio,
-            "same_accepted_set_runs": sum(bool(r["same_accepted_set"]) for r in rows), "rows": rows,
+            "calls_ratio_vs_reference": ratio,
+            "calls_ratio_vs_reference_before": before_ratio,
+            "same_accepted_set_runs": sum(bool(r["same_accepted_set"]) for r in rows),
+            "rows": rows,
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(record, indent=2) + "\n")
@@ -487,16 +594,24 @@ def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="?")
-    parser.add_argument("--full-test-size", type=int, default=None, help="price the reference on N test items (default: the run's own)")
+    parser.add_argument(
+        "--full-test-size", type=int, default=None, help="price the reference on N test items (default: the run's own)"
+    )
     parser.add_argument("--simulate", action="store_true", help="a simulated judge instead of a run directory")
     parser.add_argument("--items", type=int, default=620, help="simulated test items (JudgeBench: 620)")
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--candidates", type=int, default=6, help="candidates per iteration (at least 2)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--loop", action="store_true", help="simulate the whole loop (front half, answer-fixing teacher)")
+    parser.add_argument(
+        "--loop", action="store_true", help="simulate the whole loop (front half, answer-fixing teacher)"
+    )
     parser.add_argument("--target-items", type=int, default=120, help="simulated target items per iteration (--loop)")
-    parser.add_argument("--fix-share", type=float, default=0.2, help="share of target rewrites whose answer the teacher fixes (--loop)")
-    parser.add_argument("--out", type=Path, default=None, help="write the --loop record here (benchmarks/results/loop_calls.json)")
+    parser.add_argument(
+        "--fix-share", type=float, default=0.2, help="share of target rewrites whose answer the teacher fixes (--loop)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write the --loop record here (benchmarks/results/loop_calls.json)"
+    )
     args = parser.parse_args()
     Provenance.start(print_at_exit=True)
     if args.loop:

@@ -52,7 +52,9 @@ CELLS = tuple(
 )
 
 
-def _verdicts(judge: NullJudge, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, list[Preference | None], list[Preference | None]]:
+def _verdicts(
+    judge: NullJudge, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, list[Preference | None], list[Preference | None]]:
     """One replication: lengths and the verdicts with the chosen response first (cr) and second (rc)."""
     n = judge.items
     len_chosen = np.round(np.exp(rng.normal(5.0, 0.6, n)))
@@ -87,7 +89,9 @@ def _verdict_level(len_chosen: np.ndarray, len_rejected: np.ndarray, y_cr: list,
     return abs(z) > 2, p_value is not None and p_value < 0.05
 
 
-def run_cell(judge: NullJudge, replications: int, rng: np.random.Generator, *, verdict_level: bool = False) -> dict[str, int]:
+def run_cell(
+    judge: NullJudge, replications: int, rng: np.random.Generator, *, verdict_level: bool = False
+) -> dict[str, int]:
     """Alarm counts over `replications`: item-level z and ρ (the monitor's), and with
     `verdict_level` the published verdict-level ones."""
     counts = {"z": 0, "rho": 0, "rho_flag": 0, "old_z": 0, "old_rho": 0}
@@ -129,8 +133,12 @@ def main() -> None:
     args = parser.parse_args()
     Provenance.start(print_at_exit=True)
     n = args.replications
-    print(f"false alarms of the bias monitor under null judges with item-level random preferences, {n} replications per cell, seed {args.seed}")
-    print("rate [95 % Wilson CI over the replications]; item: the monitor (item as the unit); verdict: as published (each verdict a unit)")
+    print(
+        f"false alarms of the bias monitor under null judges with item-level random preferences, {n} replications per cell, seed {args.seed}"
+    )
+    print(
+        "rate [95 % Wilson CI over the replications]; item: the monitor (item as the unit); verdict: as published (each verdict a unit)"
+    )
     header = f"{'null judge':<28} {'z item':>22} {'z verdict':>22} {'rho item':>22} {'rho verdict':>22} {'rho flag item':>22}"
     print(header)
     rng = np.random.default_rng(args.seed)
@@ -144,7 +152,9 @@ def main() -> None:
         )
     print(f"monitor_false_alarm_z   (largest over the cells, |z| > 2):       {worst['z'] / n:.4f}")
     print(f"monitor_false_alarm_rho (largest over the cells, p < 0.05):      {worst['rho'] / n:.4f}")
-    print("(the same draws as simulate_monitor_false_alarms(replications, seed): the verdict-level columns draw nothing)")
+    print(
+        "(the same draws as simulate_monitor_false_alarms(replications, seed): the verdict-level columns draw nothing)"
+    )
 
 
 if __name__ == "__main__":

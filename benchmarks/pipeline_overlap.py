@@ -52,11 +52,18 @@ def write_pairs(path: Path, n: int, prefix: str) -> str:
     domains = ["math", "knowledge", "reasoning", "code"]
     with path.open("w") as handle:
         for i in range(n):
-            handle.write(json.dumps({
-                "id": f"{prefix}{i:04d}", "question": f"{prefix} question {i}: which answer is right?",
-                "chosen": f"The right answer to {prefix} question {i}, explained.",
-                "rejected": f"A wrong answer to {prefix} question {i}, explained.", "domain": domains[i % 4],
-            }) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "id": f"{prefix}{i:04d}",
+                        "question": f"{prefix} question {i}: which answer is right?",
+                        "chosen": f"The right answer to {prefix} question {i}, explained.",
+                        "rejected": f"A wrong answer to {prefix} question {i}, explained.",
+                        "domain": domains[i % 4],
+                    }
+                )
+                + "\n"
+            )
     return str(path)
 
 
@@ -64,17 +71,30 @@ def run_config(pipeline: str, urls: dict[str, str], data: dict[str, str], concur
     from bias_discovery.config import RunConfig
 
     def model(role: str) -> dict[str, Any]:
-        return {"spec": f"openai/served-{role}", "base_url": urls[role], "structured_outputs": "vllm",
-                "max_concurrency": concurrency[role]}
+        return {
+            "spec": f"openai/served-{role}",
+            "base_url": urls[role],
+            "structured_outputs": "vllm",
+            "max_concurrency": concurrency[role],
+        }
 
-    return RunConfig.model_validate({
-        "name": "overlap", "pipeline": pipeline, "max_iterations": 1,
-        "target": model("target"), "teacher": model("teacher"), "data": data,
-        "merge": {"similarity_threshold": 0.99}, "validate": {"n_boot": 200},
-    })
+    return RunConfig.model_validate(
+        {
+            "name": "overlap",
+            "pipeline": pipeline,
+            "max_iterations": 1,
+            "target": model("target"),
+            "teacher": model("teacher"),
+            "data": data,
+            "merge": {"similarity_threshold": 0.99},
+            "validate": {"n_boot": 200},
+        }
+    )
 
 
-def one_run(pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str], concurrency: dict[str, int]) -> dict[str, Any]:
+def one_run(
+    pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str], concurrency: dict[str, int]
+) -> dict[str, Any]:
     from bias_discovery.loop.graph import execute
     from bias_discovery.run import RunDir
 
@@ -105,33 +125,48 @@ def one_run(pipeline: str, root: Path, urls: dict[str, str], data: dict[str, str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write overlap_ratio, identical and every run here")
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="OUT", help="write overlap_ratio, identical and every run here"
+    )
     parser.add_argument("--target-items", type=int, default=256, help="target pairs perturbed in the iteration")
-    parser.add_argument("--test-items", type=int, default=128, help="test pairs of the baseline, the placebo and validation")
+    parser.add_argument(
+        "--test-items", type=int, default=128, help="test pairs of the baseline, the placebo and validation"
+    )
     parser.add_argument("--target-token-latency", type=float, default=0.005, help="the judge's seconds per token")
     parser.add_argument("--teacher-token-latency", type=float, default=0.005, help="the teacher's seconds per token")
     parser.add_argument("--target-capacity", type=int, default=16, help="sequences the judge's server decodes at once")
-    parser.add_argument("--teacher-capacity", type=int, default=16, help="sequences the teacher's server decodes at once")
+    parser.add_argument(
+        "--teacher-capacity", type=int, default=16, help="sequences the teacher's server decodes at once"
+    )
     parser.add_argument("--reply-tokens", type=int, default=128, help="tokens a reply decodes (at most its max_tokens)")
     parser.add_argument("--rounds", type=int, default=1, help="runs per order, alternating which goes first")
     args = parser.parse_args()
     provenance = Provenance.start()
 
     work = Path(tempfile.mkdtemp(prefix="pipeline-overlap-"))
-    data = {"target": write_pairs(work / "target.jsonl", args.target_items, "t"),
-            "test": write_pairs(work / "test.jsonl", args.test_items, "p")}
+    data = {
+        "target": write_pairs(work / "target.jsonl", args.target_items, "t"),
+        "test": write_pairs(work / "test.jsonl", args.test_items, "p"),
+    }
     servers = {
         "target": ["--token-latency", str(args.target_token_latency), "--capacity", str(args.target_capacity)],
         "teacher": ["--token-latency", str(args.teacher_token_latency), "--capacity", str(args.teacher_capacity)],
     }
-    concurrency = {"target": 4 * args.target_capacity, "teacher": 4 * args.teacher_capacity}  # the rest queue in the server
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.target_items} target and "
-          f"{args.test_items} test pairs; replies of {args.reply_tokens} tokens (at most max_tokens); judge "
-          f"{args.target_token_latency * 1000:g} ms/token x {args.target_capacity} at once, teacher "
-          f"{args.teacher_token_latency * 1000:g} ms/token x {args.teacher_capacity}; clients keep 4 x capacity in flight")
+    concurrency = {
+        "target": 4 * args.target_capacity,
+        "teacher": 4 * args.teacher_capacity,
+    }  # the rest queue in the server
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.target_items} target and "
+        f"{args.test_items} test pairs; replies of {args.reply_tokens} tokens (at most max_tokens); judge "
+        f"{args.target_token_latency * 1000:g} ms/token x {args.target_capacity} at once, teacher "
+        f"{args.teacher_token_latency * 1000:g} ms/token x {args.teacher_capacity}; clients keep 4 x capacity in flight"
+    )
     rows: list[dict[str, Any]] = []
-    with launch(0.0, *servers["target"], "--reply-tokens", str(args.reply_tokens)) as (target_url, _), \
-            launch(0.0, *servers["teacher"], "--reply-tokens", str(args.reply_tokens)) as (teacher_url, _):
+    with (
+        launch(0.0, *servers["target"], "--reply-tokens", str(args.reply_tokens)) as (target_url, _),
+        launch(0.0, *servers["teacher"], "--reply-tokens", str(args.reply_tokens)) as (teacher_url, _),
+    ):
         urls = {"target": target_url, "teacher": teacher_url}
         for round_ in range(args.rounds):
             for pipeline in ORDERS if round_ % 2 == 0 else ORDERS[::-1]:
@@ -155,8 +190,10 @@ def main() -> None:
     print(header)
     for r in rows:
         stub_cpu = max(r["target"]["stub_cpu_share"], r["teacher"]["stub_cpu_share"])
-        print(f"{r['pipeline']:9s} {r['wall_s']:7.2f} {r['target']['busy']:10.0%} {r['target']['batch_fill']:10.0%} "
-              f"{r['teacher']['busy']:12.0%} {r['teacher']['batch_fill']:12.0%} {stub_cpu:12.1%} {r['client_cpu_s']:12.2f}")
+        print(
+            f"{r['pipeline']:9s} {r['wall_s']:7.2f} {r['target']['busy']:10.0%} {r['target']['batch_fill']:10.0%} "
+            f"{r['teacher']['busy']:12.0%} {r['teacher']['batch_fill']:12.0%} {stub_cpu:12.1%} {r['client_cpu_s']:12.2f}"
+        )
     print(f"overlap_ratio (streamed wall / staged wall) = {ratio:.3f}; run files identical: {identical}")
     result = {
         "overlap_ratio": round(ratio, 3),

@@ -63,9 +63,15 @@ def git_commit(directory: Path = REPO) -> str:
 
 def _git_state(directory: Path) -> tuple[str, bool]:
     try:
-        head = subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True)
+        head = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(directory), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)", False
     return head.stdout.strip(), bool(dirty.stdout.strip())
@@ -125,4 +131,6 @@ class Provenance:
 
     def write_json(self, path: Path, payload: dict[str, Any], *, indent: int = 2) -> None:
         """Write `payload` with its `provenance` block (the only way a results file is written)."""
-        path.write_text(json.dumps({**payload, "provenance": self.stamp()}, indent=indent, default=str) + "\n", encoding="utf-8")
+        path.write_text(
+            json.dumps({**payload, "provenance": self.stamp()}, indent=indent, default=str) + "\n", encoding="utf-8"
+        )

@@ -154,16 +154,26 @@ def sequential_cell(
                 return [[values[i] for i in new_items] for _ in active]
 
             family = run_looks(control[k].tolist(), 1, fetch, settings, order)
-            decided = decide(family, [c["placebo"] for c in compare_arms(family, {"placebo": control[k].tolist()}, settings)],
-                             settings, "placebo")
+            decided = decide(
+                family,
+                [c["placebo"] for c in compare_arms(family, {"placebo": control[k].tolist()}, settings)],
+                settings,
+                "placebo",
+            )
             held_out_round(family, decided, fetch, settings)
             accepted += bool(decided[0].accepted)
             calls += 2 * (family.stopped_at[0] + len(family.held_out.get(0, [])))
             calls_conditional += 2 * family.stopped_at[0]
             if measure == "p_rejected" and shift > 0 and family.stop[0] == "efficacy":
-                for prefix, effect in (("", effects(family, decided, settings)[0]),
-                                       ("conditional_", conditional_effects(family, decided, settings)[0])):
-                    covers = effect.ci_low is not None and effect.ci_high is not None and effect.ci_low <= truth <= effect.ci_high
+                for prefix, effect in (
+                    ("", effects(family, decided, settings)[0]),
+                    ("conditional_", conditional_effects(family, decided, settings)[0]),
+                ):
+                    covers = (
+                        effect.ci_low is not None
+                        and effect.ci_high is not None
+                        and effect.ci_low <= truth <= effect.ci_high
+                    )
                     early[prefix].append((effect.delta - truth, covers))
         name = "choice" if measure == "error" else "score"
         out[f"accept_{name}"] = accepted / reps
@@ -249,8 +259,16 @@ def print_table(rows: list[dict[str, float]], shifts: list[float], args: argpars
         at_least = None
         if choice and score is None and smallest["power_score"] >= TARGET_POWER:  # score: fewer than the grid holds
             at_least = choice / smallest["calls"]
-        summary.append({"sharpness": cell[0]["sharpness"], "shift_logit": shift, "calls_80_choice": choice,
-                        "calls_80_score": score, "calls_ratio": ratio, "calls_ratio_at_least": at_least})
+        summary.append(
+            {
+                "sharpness": cell[0]["sharpness"],
+                "shift_logit": shift,
+                "calls_80_choice": choice,
+                "calls_80_score": score,
+                "calls_ratio": ratio,
+                "calls_ratio_at_least": at_least,
+            }
+        )
 
         def show(x: float | None, key: str, smallest: dict[str, Any] = smallest) -> str:
             if x is not None:
@@ -272,10 +290,27 @@ def main() -> None:
     parser.add_argument("--items", default="10,20,40,80,160,320", help="test items per validation (comma-separated)")
     parser.add_argument("--shifts", default="0,0.25,0.5,1", help="the trait's shift of the latent logit (0 = no bias)")
     parser.add_argument("--sharpness", default="1,4", help="factors on every logit before the sigmoid (one table each)")
-    parser.add_argument("--mean", type=float, default=JUDGE_DEFAULTS["mean"], help="mean latent logit of preferring the rejected response")
-    parser.add_argument("--spread", type=float, default=JUDGE_DEFAULTS["spread"], help="its standard deviation across items")
-    parser.add_argument("--rewrite-noise", type=float, default=JUDGE_DEFAULTS["rewrite_noise"], help="sd of the logit change any rewrite causes")
-    parser.add_argument("--position", type=float, default=JUDGE_DEFAULTS["position"], help="the judge's lean towards position A (logits)")
+    parser.add_argument(
+        "--mean",
+        type=float,
+        default=JUDGE_DEFAULTS["mean"],
+        help="mean latent logit of preferring the rejected response",
+    )
+    parser.add_argument(
+        "--spread", type=float, default=JUDGE_DEFAULTS["spread"], help="its standard deviation across items"
+    )
+    parser.add_argument(
+        "--rewrite-noise",
+        type=float,
+        default=JUDGE_DEFAULTS["rewrite_noise"],
+        help="sd of the logit change any rewrite causes",
+    )
+    parser.add_argument(
+        "--position",
+        type=float,
+        default=JUDGE_DEFAULTS["position"],
+        help="the judge's lean towards position A (logits)",
+    )
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sequential-items", type=int, default=160, help="test items of the sequential cells")
@@ -303,7 +338,11 @@ def main() -> None:
         summary += print_table(mine, shifts, args)
         rows += mine
     sequential = (
-        [sequential_cell(args.sequential_items, shift, sharpness, args, rng) for sharpness in sharpnesses for shift in shifts]
+        [
+            sequential_cell(args.sequential_items, shift, sharpness, args, rng)
+            for sharpness in sharpnesses
+            for shift in shifts
+        ]
         if args.sequential_reps > 0
         else []
     )
@@ -314,8 +353,13 @@ def main() -> None:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         provenance.write_json(
             args.json,
-            {"settings": settings, "rows": rows, "calls_for_80_percent_power": summary, "sequential": sequential,
-             "commit": provenance.commit},
+            {
+                "settings": settings,
+                "rows": rows,
+                "calls_for_80_percent_power": summary,
+                "sequential": sequential,
+                "commit": provenance.commit,
+            },
         )
 
 

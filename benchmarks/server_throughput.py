@@ -35,8 +35,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def serve(model_dir: str, port: int, log_dir: Path) -> list[int]:
     """Start vLLM (CPU build here) through scripts/serve_vllm.sh; the process group ids."""
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "SERVE": "teacher", "TEACHER": model_dir,
-           "TEACHER_NAME": "smollm2", "TEACHER_PORT": str(port), "MAX_LEN": "2048", "LOG_DIR": str(log_dir)}
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "SERVE": "teacher",
+        "TEACHER": model_dir,
+        "TEACHER_NAME": "smollm2",
+        "TEACHER_PORT": str(port),
+        "MAX_LEN": "2048",
+        "LOG_DIR": str(log_dir),
+    }
     subprocess.run([str(REPO / "scripts/serve_vllm.sh")], cwd=REPO, env=env, check=True)
     return [int(p) for p in (log_dir / "pids").read_text().split()]
 
@@ -48,7 +57,9 @@ def main() -> None:
     parser.add_argument("--serve", default=None, metavar="DIR", help="start a vLLM server on this model directory")
     parser.add_argument("--pairs", type=int, default=16, help="demo pairs; each is judged in both orders")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=None, help="in flight (default: the engine's for the dialect)")
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="in flight (default: the engine's for the dialect)"
+    )
     args = parser.parse_args()
     Provenance.start(print_at_exit=True)
 
@@ -112,17 +123,25 @@ def main() -> None:
         engine.close()
         client.close()
 
-        print(f"server {base_url} ({dialect}), model {args.model}: {len(requests)} judge requests "
-              f"(reasoning + verdict regex, max_tokens {settings.max_tokens}), {workers} in flight, "
-              f"{args.rounds} rounds alternating which side goes first")
+        print(
+            f"server {base_url} ({dialect}), model {args.model}: {len(requests)} judge requests "
+            f"(reasoning + verdict regex, max_tokens {settings.max_tokens}), {workers} in flight, "
+            f"{args.rounds} rounds alternating which side goes first"
+        )
         for name, (seconds, tokens) in totals.items():
             spread = f" ± {stdev(rates[name]):.1f} (sd over rounds)" if len(rates[name]) > 1 else ""
-            print(f"  {name:14s} {tokens:6d} completion tokens in {seconds:7.2f} s = {tokens / seconds:7.1f} tokens/s"
-                  f"  (per round {mean(rates[name]):.1f}{spread})")
-        ratio = (totals["openai engine"][1] / totals["openai engine"][0]) / (totals["bare client"][1] / totals["bare client"][0])
+            print(
+                f"  {name:14s} {tokens:6d} completion tokens in {seconds:7.2f} s = {tokens / seconds:7.1f} tokens/s"
+                f"  (per round {mean(rates[name]):.1f}{spread})"
+            )
+        ratio = (totals["openai engine"][1] / totals["openai engine"][0]) / (
+            totals["bare client"][1] / totals["bare client"][0]
+        )
         per_round = [o / b for o, b in zip(rates["openai engine"], rates["bare client"])]
-        print(f"ratio engine/bare: {ratio:.3f} (per round: {', '.join(f'{r:.3f}' for r in per_round)}; n={args.rounds}; "
-              "goal >= 0.95)")
+        print(
+            f"ratio engine/bare: {ratio:.3f} (per round: {', '.join(f'{r:.3f}' for r in per_round)}; n={args.rounds}; "
+            "goal >= 0.95)"
+        )
     finally:
         for pid in pids:
             try:

@@ -119,8 +119,16 @@ TARGETS = {
     "accepted_bias_15pp": "within ±0.01",
     "accepted_coverage_15pp": "≥ 0.94",
     **{f"pointwise_null_run_false_accept_{m}": "≤ 0.05" for m in ("score", "error")},
-    **{f"pointwise_accepted_bias_in_se_{m}_{s:g}pt": "within ±2" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
-    **{f"pointwise_accepted_coverage_{m}_{s:g}pt": "≥ 0.93" for m in ("score", "error") for s in POINTWISE_TARGET_SHIFTS},
+    **{
+        f"pointwise_accepted_bias_in_se_{m}_{s:g}pt": "within ±2"
+        for m in ("score", "error")
+        for s in POINTWISE_TARGET_SHIFTS
+    },
+    **{
+        f"pointwise_accepted_coverage_{m}_{s:g}pt": "≥ 0.93"
+        for m in ("score", "error")
+        for s in POINTWISE_TARGET_SHIFTS
+    },
 }
 COVERAGE_TARGET = 0.94
 """Every accepted-only row's 95 % CI must cover the truth this often (the nominal 0.95 less
@@ -139,7 +147,9 @@ def met(key: str, value: float | None) -> bool | None:
     return abs(value) <= float(target.removeprefix("within ±"))
 
 
-def _paired_errors(rng: np.random.Generator, reps: int, n: int, delta: float, noise: float = NOISE) -> tuple[np.ndarray, np.ndarray]:
+def _paired_errors(
+    rng: np.random.Generator, reps: int, n: int, delta: float, noise: float = NOISE
+) -> tuple[np.ndarray, np.ndarray]:
     """(control wrong, arm wrong), each reps x n: noise flips at noise / 2 each way, the bias adds
     `delta` right -> wrong flips; concordant items are wrong in both with probability 0.3."""
     u = rng.random((reps, n))
@@ -158,7 +168,9 @@ def _fetcher(arms: Sequence[np.ndarray]) -> Callable[[int, Sequence[int], Sequen
     return fetch
 
 
-def _family(control: np.ndarray, arms: Sequence[np.ndarray], settings: FamilySettings, order: list[int]) -> tuple[Any, list[Any]]:
+def _family(
+    control: np.ndarray, arms: Sequence[np.ndarray], settings: FamilySettings, order: list[int]
+) -> tuple[Any, list[Any]]:
     """One family through the project's steps: looks, comparisons, decision, the held-out
     round (with `effect: held_out`: the items after the stop of the arms accepted early)."""
     fetch = _fetcher(arms)
@@ -190,7 +202,11 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
         controls, arms = _paired_errors(rng, 500, N_ITEMS, delta)
         for control, arm in zip(controls, arms):
             family, decided = _family(control, [arm], settings, order)
-            [reported], [conditional], naive = effects(family, decided, settings), conditional_effects(family, decided, settings), decided[0]
+            [reported], [conditional], naive = (
+                effects(family, decided, settings),
+                conditional_effects(family, decided, settings),
+                decided[0],
+            )
             rows.append({"stop": family.stop[0], "reported": reported, "conditional": conditional, "naive": naive})
             efficacy += family.stop[0] == "efficacy"
     early = [r for r in rows if r["stop"] == "efficacy"]
@@ -198,16 +214,18 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
     for prefix, key in (("", "reported"), ("conditional_", "conditional"), ("naive_", "naive")):
         mine = np.array([r[key].delta for r in early])
         everyone = np.array([r[key].delta for r in rows])
-        out.update({
-            f"{prefix}sequential_bias": float(mine.mean() - delta),
-            f"{prefix}sequential_coverage": float(np.mean([_covers(r[key], delta) for r in early])),
-            f"{prefix}sequential_median_bias": float(np.median(mine) - delta),
-            f"{prefix}sequential_ci_width": float(np.mean([_width(r[key]) for r in early])),
-            f"{prefix}sequential_share_below_zero": float(np.mean(mine < 0.0)),
-            f"{prefix}sequential_bias_all": float(everyone.mean() - delta),
-            f"{prefix}sequential_median_bias_all": float(np.median(everyone) - delta),
-            f"{prefix}sequential_coverage_all": float(np.mean([_covers(r[key], delta) for r in rows])),
-        })
+        out.update(
+            {
+                f"{prefix}sequential_bias": float(mine.mean() - delta),
+                f"{prefix}sequential_coverage": float(np.mean([_covers(r[key], delta) for r in early])),
+                f"{prefix}sequential_median_bias": float(np.median(mine) - delta),
+                f"{prefix}sequential_ci_width": float(np.mean([_width(r[key]) for r in early])),
+                f"{prefix}sequential_share_below_zero": float(np.mean(mine < 0.0)),
+                f"{prefix}sequential_bias_all": float(everyone.mean() - delta),
+                f"{prefix}sequential_median_bias_all": float(np.median(everyone) - delta),
+                f"{prefix}sequential_coverage_all": float(np.mean([_covers(r[key], delta) for r in rows])),
+            }
+        )
     out["sequential_n_efficacy"], out["sequential_replications"] = float(len(early)), float(len(rows))
     out["sequential_held_out_mean_n"] = float(np.mean([r["reported"].n for r in early]))
     for stop, name in (("complete", "went_on"), ("futility", "futility")):
@@ -221,7 +239,9 @@ def sequential_cell(target: int, seed: int, delta: float = 0.08) -> dict[str, fl
 ACCEPTED_DELTAS = (0.0, 0.04, 0.08, 0.15)
 
 
-def _independent_errors(rng: np.random.Generator, reps: int, n: int, delta: float, error: float = NOISE) -> tuple[np.ndarray, np.ndarray]:
+def _independent_errors(
+    rng: np.random.Generator, reps: int, n: int, delta: float, error: float = NOISE
+) -> tuple[np.ndarray, np.ndarray]:
     """(control wrong, arm wrong), each reps x n, drawn independently: the judge errs with
     probability `error`, plus `delta` with the trait (the planted judge of
     benchmarks/effects_cli.py's stub, `tests/stub_openai.py --planted-delta`)."""
@@ -239,8 +259,12 @@ def _stub_alpha() -> float:
 
 WORLDS = {
     "sim": ("this benchmark's judge (noise discordance 0.3), one candidate", _paired_errors, lambda: 0.05),
-    "stub": ("the CLI benchmark's planted judge (errs 0.3 in each arm independently, + Δ with the trait), the default run's "
-             "family level with the seeds validated", _independent_errors, _stub_alpha),
+    "stub": (
+        "the CLI benchmark's planted judge (errs 0.3 in each arm independently, + Δ with the trait), the default run's "
+        "family level with the seeds validated",
+        _independent_errors,
+        _stub_alpha,
+    ),
 }
 """The judges of the accepted-only cells: (what, how the errors are drawn, the family's α)."""
 
@@ -251,10 +275,19 @@ def _accepted_row(world: str, design: str, truth: float, records: list[dict[str,
     and mean width, split by way of stopping; for the rejected ones the one-sided upper bound's
     coverage (bound ≥ truth), median and share at +100 pp (nothing excluded)."""
     accepted = [r for r in records if r["accepted"]]
-    row: dict[str, Any] = {"world": world, "design": design, "true_delta": truth, "replications": len(records),
-                           "accepted_share": len(accepted) / len(records), "n": len(accepted)}
-    for prefix, group in (("", accepted), ("early_", [r for r in accepted if r["stop"] == "efficacy"]),
-                          ("last_look_", [r for r in accepted if r["stop"] != "efficacy"])):
+    row: dict[str, Any] = {
+        "world": world,
+        "design": design,
+        "true_delta": truth,
+        "replications": len(records),
+        "accepted_share": len(accepted) / len(records),
+        "n": len(accepted),
+    }
+    for prefix, group in (
+        ("", accepted),
+        ("early_", [r for r in accepted if r["stop"] == "efficacy"]),
+        ("last_look_", [r for r in accepted if r["stop"] != "efficacy"]),
+    ):
         row[f"{prefix}n"] = len(group)
         if not group:
             continue
@@ -293,13 +326,19 @@ def accepted_cells(replications: int, seed: int) -> list[dict[str, Any]]:
             controls, arms = draw(np.random.default_rng(seed), replications, N_ITEMS, delta)
             for held_out in (0.0, ValidateSettings().held_out):
                 settings = FamilySettings(rules=ValidateSettings(held_out=held_out), family_alpha=alpha, seed=seed)
-                designs: dict[str, list[dict[str, Any]]] = {"before": [], "adjusted": []} if held_out == 0.0 else {"after": []}
+                designs: dict[str, list[dict[str, Any]]] = (
+                    {"before": [], "adjusted": []} if held_out == 0.0 else {"after": []}
+                )
                 for control, arm in zip(controls, arms):
                     family, decided = _family(control, [arm], settings, order)
                     [reported] = effects(family, decided, settings)
                     record = {"accepted": bool(decided[0].accepted), "stop": family.stop[0]}
                     if held_out == 0.0:
-                        old = reported if family.held_out else conditional_effects(family, decided, settings, given_decision=False)[0]
+                        old = (
+                            reported
+                            if family.held_out
+                            else conditional_effects(family, decided, settings, given_decision=False)[0]
+                        )
                         designs["before"].append({**record, "effect": old})
                         designs["adjusted"].append({**record, "effect": reported})
                     else:
@@ -337,6 +376,7 @@ def print_accepted(rows: list[dict[str, Any]]) -> None:
         print(header)
         print("-" * len(header))
         for r in (r for r in rows if r["world"] == world):
+
             def pp(key: str, r: dict[str, Any] = r) -> str:
                 value = r.get(key)
                 return "-" if value is None else f"{100 * value:+.2f}"
@@ -377,9 +417,7 @@ def null_run_cell(replications: int, seed: int, error_control: str = "run") -> f
             "validate": {"n_boot": 100, "error_control": error_control},
         }
     )
-    settings = FamilySettings(
-        rules=config.validate_, families=config.planned_validations, seed=seed
-    )
+    settings = FamilySettings(rules=config.validate_, families=config.planned_validations, seed=seed)
     rng = np.random.default_rng(seed)
     any_accepted = 0
     for run in range(replications):
@@ -417,8 +455,10 @@ def _pointwise_scores(rng: np.random.Generator, reps: int, n: int, shift: float)
 
     s_chosen, s_placebo, s_arm = score(chosen), score(rejected), score(rejected + shift)
     return {
-        "score_control": (s_placebo - 1) / POINTWISE_SPAN, "score_arm": (s_arm - 1) / POINTWISE_SPAN,
-        "error_control": s_placebo >= s_chosen, "error_arm": s_arm >= s_chosen,
+        "score_control": (s_placebo - 1) / POINTWISE_SPAN,
+        "score_arm": (s_arm - 1) / POINTWISE_SPAN,
+        "error_control": s_placebo >= s_chosen,
+        "error_arm": s_arm >= s_chosen,
     }
 
 
@@ -433,9 +473,13 @@ def pointwise_null_run_cell(replications: int, seed: int, measure: str) -> float
     """Share of default-config runs with a pointwise judge (max_iterations 5, 5 null candidates
     per iteration against the placebo, the run's family α) that accept any candidate."""
     config = RunConfig.model_validate(
-        {"target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "max_iterations": 5,
-         "judge": {"mode": "pointwise", "pointwise_measure": "score_shift" if measure == "score" else "pair_error"},
-         "validate": {"n_boot": 100}}
+        {
+            "target": "llamacpp/smollm2",
+            "teacher": "llamacpp/smollm2",
+            "max_iterations": 5,
+            "judge": {"mode": "pointwise", "pointwise_measure": "score_shift" if measure == "score" else "pair_error"},
+            "validate": {"n_boot": 100},
+        }
     )
     settings = FamilySettings(rules=config.validate_, families=config.planned_validations, seed=seed, measure=measure)
     rng = np.random.default_rng(seed)
@@ -470,7 +514,13 @@ def pointwise_accepted_cells(replications: int, seed: int) -> list[dict[str, Any
                 [reported] = effects(family, decided, settings)
                 records.append({"accepted": bool(decided[0].accepted), "stop": family.stop[0], "effect": reported})
             row = _accepted_row("pointwise", measure, truth, records)
-            row.update({"measure": measure, "shift_points": shift, "true_delta_points": truth * POINTWISE_SPAN if measure == "score" else None})
+            row.update(
+                {
+                    "measure": measure,
+                    "shift_points": shift,
+                    "true_delta_points": truth * POINTWISE_SPAN if measure == "score" else None,
+                }
+            )
             rows.append(row)
     return rows
 
@@ -495,7 +545,13 @@ def _sibling(name: str) -> Any:
 
 
 ESTIMATOR_GROUPS = {
-    "conditional": (("efficacy", "any"), ("futility", "any"), ("complete", "accepted"), ("complete", "rejected"), ("all", "any")),
+    "conditional": (
+        ("efficacy", "any"),
+        ("futility", "any"),
+        ("complete", "accepted"),
+        ("complete", "rejected"),
+        ("all", "any"),
+    ),
     "held_out": (("efficacy", "any"), ("complete", "accepted"), ("all", "any")),
 }
 """The `by_stop_type` rows per estimator, as (way of stopping, decision): the estimate given
@@ -510,7 +566,8 @@ def _by_stop(measure: str, truth: float, rows: list[dict[str, Any]]) -> list[dic
     for estimator, groups in ESTIMATOR_GROUPS.items():
         for stop, decision in groups:
             group = [
-                r for r in rows
+                r
+                for r in rows
                 if stop in (r["stop"], "all") and decision in ("any", "accepted" if r["accepted"] else "rejected")
             ]
             if not group:
@@ -544,8 +601,13 @@ def _reported(control: np.ndarray, arm: np.ndarray, settings: FamilySettings) ->
     estimate given the stop and the decision, and the stopping look's own Δ."""
     family, decided = _family(control, [arm], settings, list(range(len(control))))
     [held_out], [conditional] = effects(family, decided, settings), conditional_effects(family, decided, settings)
-    return {"stop": family.stop[0], "accepted": bool(decided[0].accepted), "held_out": held_out, "conditional": conditional,
-            "naive": decided[0].delta}
+    return {
+        "stop": family.stop[0],
+        "accepted": bool(decided[0].accepted),
+        "held_out": held_out,
+        "conditional": conditional,
+        "naive": decided[0].delta,
+    }
 
 
 def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
@@ -559,7 +621,9 @@ def stop_type_cells(replications: int, seed: int) -> list[dict[str, Any]]:
     judge = argparse.Namespace(**score_power.JUDGE_DEFAULTS)
     settings = FamilySettings(rules=ValidateSettings(n_boot=500), family_alpha=0.05, seed=seed, measure="p_rejected")
     for shift in SCORE_SHIFTS:
-        placebo, _, trait, _ = score_power.simulate_arms(replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed))
+        placebo, _, trait, _ = score_power.simulate_arms(
+            replications, SCORE_ITEMS, shift, 1.0, judge, np.random.default_rng(seed)
+        )
         truth = float((trait - placebo).mean())
         out += _by_stop("p_rejected", truth, [_reported(c, a, settings) for c, a in zip(placebo, trait)])
     return out
@@ -607,12 +671,24 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     parser.add_argument("--replications", type=int, default=2000, help="per cell (at least 2000 for the record)")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--cells", default="all", help="comma-separated: sequential, min_delta, null_run, monitor, accepted, by_stop_type, pointwise")
-    parser.add_argument("--pointwise-replications", type=int, default=None,
-                        help="replications of the pointwise cells (default: --replications)")
+    parser.add_argument(
+        "--cells",
+        default="all",
+        help="comma-separated: sequential, min_delta, null_run, monitor, accepted, by_stop_type, pointwise",
+    )
+    parser.add_argument(
+        "--pointwise-replications",
+        type=int,
+        default=None,
+        help="replications of the pointwise cells (default: --replications)",
+    )
     args = parser.parse_args()
     provenance = Provenance.start()
-    wanted = {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type", "pointwise"} if args.cells == "all" else set(args.cells.split(","))
+    wanted = (
+        {"sequential", "min_delta", "null_run", "monitor", "accepted", "by_stop_type", "pointwise"}
+        if args.cells == "all"
+        else set(args.cells.split(","))
+    )
     started = time.time()
     numbers: dict[str, float | None] = {}
     timings: dict[str, float] = {}
@@ -621,7 +697,12 @@ def main() -> None:
         ("sequential", lambda: sequential_cell(args.replications, args.seed)),
         ("min_delta", lambda: min_delta_cell(args.replications, args.seed)),
         ("null_run", lambda: {"null_run_false_accept": null_run_cell(args.replications, args.seed)}),
-        ("null_run_iteration", lambda: {"null_run_false_accept_iteration_control": null_run_cell(args.replications, args.seed, "iteration")}),
+        (
+            "null_run_iteration",
+            lambda: {
+                "null_run_false_accept_iteration_control": null_run_cell(args.replications, args.seed, "iteration")
+            },
+        ),
     ):
         if name.removesuffix("_iteration") not in wanted:
             continue
@@ -652,7 +733,10 @@ def main() -> None:
         timings["by_stop_type"] = round(time.time() - t0, 1)
 
     reps = f"{args.replications} replications per cell" + (
-        f" ({args.pointwise_replications} in the pointwise cells)" if "pointwise" in wanted and args.pointwise_replications else "")
+        f" ({args.pointwise_replications} in the pointwise cells)"
+        if "pointwise" in wanted and args.pointwise_replications
+        else ""
+    )
     print(f"validation_sim: seed {args.seed}, {reps}, {N_ITEMS} items, noise discordance {NOISE}")
     print(f"{'cell':44s} {'value':>9s}  target")
     for key, value in numbers.items():

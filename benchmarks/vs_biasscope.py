@@ -80,7 +80,13 @@ SHIM_DIR = Path(__file__).resolve().parent / "vs_biasscope_shim"
 PEER_REPO = "github:sustech-nlp/BiasScope"
 PEER_STAGE1 = "attack_judge_and_analysis.py"
 PEER_STAGE2 = "synthesis_bias_verification.py"
-PEER_FILES = ("attack_judge_and_analysis.py", "synthesis_bias_verification.py", "bias_detector.py", "prompts.py", "utils.py")
+PEER_FILES = (
+    "attack_judge_and_analysis.py",
+    "synthesis_bias_verification.py",
+    "bias_detector.py",
+    "prompts.py",
+    "utils.py",
+)
 """The peer's code: copied (unchanged) into each repetition's directory, which it writes into."""
 PEER_SEED_LIBRARY = Path("data/bias/basic_biases.json")
 
@@ -266,7 +272,17 @@ def peer_seed_check_layout(work: Path, paths: dict[str, Path], model_dir: Path) 
 # What each side cost: the same stages, the same counts
 # ------------------------------------------------------------------------------------------
 
-STAGES = ("perturb", "evaluate", "deeper_explain", "identify", "merge", "baseline", "placebo", "validate", "validate_seeds")
+STAGES = (
+    "perturb",
+    "evaluate",
+    "deeper_explain",
+    "identify",
+    "merge",
+    "baseline",
+    "placebo",
+    "validate",
+    "validate_seeds",
+)
 """One vocabulary for both sides: the peer's calls are named by their prompt, ours by the loop's
 stage events."""
 
@@ -352,8 +368,14 @@ def classify_peer_calls(events: Sequence[dict[str, Any]], phase: PeerPhase, n_te
         else:
             stage = later if kind == "rewrite" else kind
         spans.append(
-            Span(stage=stage, start=e["start"], end=e["end"], calls=int(e.get("requests", 0)),
-                 prompt_tokens=int(e.get("prompt_tokens", 0)), completion_tokens=int(e.get("completion_tokens", 0)))
+            Span(
+                stage=stage,
+                start=e["start"],
+                end=e["end"],
+                calls=int(e.get("requests", 0)),
+                prompt_tokens=int(e.get("prompt_tokens", 0)),
+                completion_tokens=int(e.get("completion_tokens", 0)),
+            )
         )
     return merge_adjacent(spans)
 
@@ -365,11 +387,14 @@ def merge_adjacent(spans: Sequence[Span]) -> list[Span]:
     for span in spans:
         last = merged[-1] if merged else None
         if last is not None and last.stage == span.stage:
-            merged[-1] = last.model_copy(update={
-                "end": max(last.end, span.end), "calls": last.calls + span.calls,
-                "prompt_tokens": last.prompt_tokens + span.prompt_tokens,
-                "completion_tokens": last.completion_tokens + span.completion_tokens,
-            })
+            merged[-1] = last.model_copy(
+                update={
+                    "end": max(last.end, span.end),
+                    "calls": last.calls + span.calls,
+                    "prompt_tokens": last.prompt_tokens + span.prompt_tokens,
+                    "completion_tokens": last.completion_tokens + span.completion_tokens,
+                }
+            )
         else:
             merged.append(span)
     return merged
@@ -385,7 +410,9 @@ def our_spans(events: Iterable[dict[str, Any]]) -> list[Span]:
         usage = list((e.get("usage") or {}).values())
         spans.append(
             Span(
-                stage=str(e["stage"]), start=float(e["time"]) - float(e.get("seconds") or 0.0), end=float(e["time"]),
+                stage=str(e["stage"]),
+                start=float(e["time"]) - float(e.get("seconds") or 0.0),
+                end=float(e["time"]),
                 calls=sum(int(u.get("requests", 0)) for u in usage),
                 prompt_tokens=sum(int(u.get("prompt_tokens", 0)) for u in usage),
                 completion_tokens=sum(int(u.get("completion_tokens", 0)) for u in usage),
@@ -421,7 +448,8 @@ def stage_cost(spans: Sequence[Span], loads: Sequence[tuple[float, float]]) -> S
     loaded = [(max(a, s), min(b, e)) for s, e in loads for a, b in covered if _overlap((a, b), (s, e))]
     return StageCost(
         wall_s=round(max(0.0, _union_length(covered) - _union_length(loaded)), 2),
-        calls=sum(s.calls for s in spans), prompt_tokens=sum(s.prompt_tokens for s in spans),
+        calls=sum(s.calls for s in spans),
+        prompt_tokens=sum(s.prompt_tokens for s in spans),
         completion_tokens=sum(s.completion_tokens for s in spans),
     )
 
@@ -436,7 +464,11 @@ def side_run(
     stages = {name: stage_cost([s for s in spans if s.stage == name], loads) for name in names}
     busy = _union_length([*((s.start, s.end) for s in spans), *loads])
     return SideRun(
-        rep=rep, position=position, wall_s=round(wall_s, 2), engine_loads=n_loads, engine_load_s=round(_union_length(loads), 2),
+        rep=rep,
+        position=position,
+        wall_s=round(wall_s, 2),
+        engine_loads=n_loads,
+        engine_load_s=round(_union_length(loads), 2),
         other_s=round(max(0.0, wall_s - busy), 2),
         stages={k: v for k, v in stages.items() if v.calls or v.wall_s >= 0.01},
         front_half=stage_cost([s for s in spans if s.stage in FRONT_HALF], loads),
@@ -530,7 +562,9 @@ def _peer_error_rates(path: Path) -> tuple[float | None, dict[str, ErrorRate]]:
     return origin, {name.strip(): ErrorRate(error=overall(v)) for name, v in rates.items()}
 
 
-def peer_findings(work: Path, paths: dict[str, Path], model_dir: Path, stage1_log: str, seeds_json: Path | None) -> Findings:
+def peer_findings(
+    work: Path, paths: dict[str, Path], model_dir: Path, stage1_log: str, seeds_json: Path | None
+) -> Findings:
     """What the peer wrote: its detections, its merged library, what stage 2 kept and the error
     rates it reported (and, for the seed check, its stage-2 results over the seed library)."""
     import pandas as pd
@@ -548,17 +582,28 @@ def peer_findings(work: Path, paths: dict[str, Path], model_dir: Path, stage1_lo
     merged = [k.strip() for k in json.loads(extended.read_text(encoding="utf-8"))] if extended.exists() else []
     library = slug / f"{paths['bias_json'].stem}.json"
     kept_entries = json.loads(library.read_text(encoding="utf-8")) if library.exists() else {}
-    kept = {k.strip(): str((v or {}).get("Definition") or "") for k, v in kept_entries.items() if k.strip() not in seed_names}
+    kept = {
+        k.strip(): str((v or {}).get("Definition") or "")
+        for k, v in kept_entries.items()
+        if k.strip() not in seed_names
+    }
     results = work / "results" / model_dir.name / paths["target"].stem
     baseline, rates = _peer_error_rates(results / paths["bias_json"].stem / "avg_error_rate.json")
     valid, misjudged = peer_valid_line(stage1_log)
     out = Findings(
-        judge_valid_rate=valid, misjudged=misjudged, found=found,
-        after_merge=[n for n in merged if n not in seed_names], kept=list(kept), kept_definitions=kept,
-        baseline_error=baseline, error_rates=rates,
+        judge_valid_rate=valid,
+        misjudged=misjudged,
+        found=found,
+        after_merge=[n for n in merged if n not in seed_names],
+        kept=list(kept),
+        kept_definitions=kept,
+        baseline_error=baseline,
+        error_rates=rates,
     )
     if seeds_json is not None:
-        out.seed_baseline_error, out.seed_error_rates = _peer_error_rates(results / seeds_json.stem / "avg_error_rate.json")
+        out.seed_baseline_error, out.seed_error_rates = _peer_error_rates(
+            results / seeds_json.stem / "avg_error_rate.json"
+        )
     return out
 
 
@@ -622,16 +667,18 @@ def child_env(setting: Setting, meter_log: Path, *, ours: bool) -> dict[str, str
     """The environment of a measured process: the shim first on PYTHONPATH (and our package
     for ours), offline, vLLM's CPU KV cache of 1 GiB, the meter's log."""
     env = dict(os.environ)
-    env.update({
-        "PYTHONPATH": os.pathsep.join([str(SHIM_DIR), *([str(REPO)] if ours else [])]),
-        "VS_BIASSCOPE_LOG": str(meter_log),
-        "VS_BIASSCOPE_ENFORCE_EAGER": "1" if setting.eager else "0",
-        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(SHIM_DIR), *([str(REPO)] if ours else [])]),
+            "VS_BIASSCOPE_LOG": str(meter_log),
+            "VS_BIASSCOPE_ENFORCE_EAGER": "1" if setting.eager else "0",
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     return env
 
 
@@ -639,7 +686,9 @@ def run_measured(cmd: Sequence[str], *, cwd: Path, env: dict[str, str], log: Pat
     """Run `cmd` to its end; its wall time. A failure stops the benchmark with the log's tail."""
     start = time.time()
     with log.open("w", encoding="utf-8") as out:
-        code = subprocess.call(list(cmd), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        code = subprocess.call(
+            list(cmd), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     wall = time.time() - start
     if code != 0:
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
@@ -654,36 +703,83 @@ def run_peer(setting: Setting, rep: int, position: int, *, seed_check: bool) -> 
     paths = peer_layout(work, setting.subsets, setting.peer_dir)
     model = str(setting.model_dir)
     common = [
-        "--model-path", model, "--teacher-model-path", model, "--self-defined-tp-size", "1",
-        "--max_new_tokens", str(setting.max_tokens), "--dtype", "bfloat16", "--seed", str(SEED),
+        "--model-path",
+        model,
+        "--teacher-model-path",
+        model,
+        "--self-defined-tp-size",
+        "1",
+        "--max_new_tokens",
+        str(setting.max_tokens),
+        "--dtype",
+        "bfloat16",
+        "--seed",
+        str(SEED),
     ]
     phases: list[tuple[PeerPhase, list[str]]] = [
-        ("discover", [PEER_STAGE1, "--bias-json", str(paths["bias_json"]), "--analysis-data-path", str(paths["target"])]),
-        ("verify", [PEER_STAGE2, "--bias-json", str(paths["bias_json"]), "--analysis-data-path", str(paths["target"]),
-                    "--test-data-path", str(paths["test"])]),
+        (
+            "discover",
+            [PEER_STAGE1, "--bias-json", str(paths["bias_json"]), "--analysis-data-path", str(paths["target"])],
+        ),
+        (
+            "verify",
+            [
+                PEER_STAGE2,
+                "--bias-json",
+                str(paths["bias_json"]),
+                "--analysis-data-path",
+                str(paths["target"]),
+                "--test-data-path",
+                str(paths["test"]),
+            ],
+        ),
     ]
     seeds_json = None
     if seed_check:
         seeds_json = peer_seed_check_layout(work, paths, setting.model_dir)
-        phases.append(("seeds", [PEER_STAGE2, "--bias-json", str(seeds_json), "--analysis-data-path", str(paths["target"]),
-                                 "--test-data-path", str(paths["test"])]))
+        phases.append(
+            (
+                "seeds",
+                [
+                    PEER_STAGE2,
+                    "--bias-json",
+                    str(seeds_json),
+                    "--analysis-data-path",
+                    str(paths["target"]),
+                    "--test-data-path",
+                    str(paths["test"]),
+                ],
+            )
+        )
     wall = 0.0
     spans: list[Span] = []
     loads: list[tuple[float, float]] = []
     n_loads = 0
     for phase, args in phases:
         meter = work / f"meter_{phase}.jsonl"
-        wall += run_measured([setting.python, *args, *common], cwd=work, env=child_env(setting, meter, ours=False),
-                             log=work / f"{phase}.log")
+        wall += run_measured(
+            [setting.python, *args, *common],
+            cwd=work,
+            env=child_env(setting, meter, ours=False),
+            log=work / f"{phase}.log",
+        )
         events = read_jsonl(meter)
         spans += classify_peer_calls(events, phase, len(setting.subsets.test))
         loads += loads_of(events)
         n_loads += count_loads(events)
-    findings = peer_findings(work, paths, setting.model_dir, (work / "discover.log").read_text(encoding="utf-8", errors="replace"), seeds_json)
+    findings = peer_findings(
+        work,
+        paths,
+        setting.model_dir,
+        (work / "discover.log").read_text(encoding="utf-8", errors="replace"),
+        seeds_json,
+    )
     return side_run(rep, position, wall, spans, loads, n_loads), findings
 
 
-def our_config(setting: Setting, kind: Literal["paper", "defaults"], *, seeds: bool, files: dict[str, Path]) -> dict[str, Any]:
+def our_config(
+    setting: Setting, kind: Literal["paper", "defaults"], *, seeds: bool, files: dict[str, Path]
+) -> dict[str, Any]:
     """Our run config: the shared model, data, seed library and budget; `paper`: the peer's
     rule and shape (see the module docstring); `defaults`: everything else at our defaults
     (one iteration)."""
@@ -693,8 +789,12 @@ def our_config(setting: Setting, kind: Literal["paper", "defaults"], *, seeds: b
     budget = setting.max_tokens
     judge = RunConfig.model_fields["judge"].get_default(call_default_factory=True).model_dump()  # our default judge
     config: dict[str, Any] = {
-        "name": f"vs-biasscope-{kind}", "seed": SEED, "target": model, "teacher": model,
-        "seed_library": str(files["library"]), "max_iterations": 1,
+        "name": f"vs-biasscope-{kind}",
+        "seed": SEED,
+        "target": model,
+        "teacher": model,
+        "seed_library": str(files["library"]),
+        "max_iterations": 1,
         "data": {"target": str(files["target"]), "test": str(files["test"])},
         "perturb": {"max_tokens": budget, "temperature": 0.0},
         "deeper_explain": {"enabled": True, "max_tokens": budget},
@@ -705,7 +805,10 @@ def our_config(setting: Setting, kind: Literal["paper", "defaults"], *, seeds: b
         config["judge"].update({"positions": "fixed", "reasoning": True, "reasoning_chars": None})
         config["identify"]["retries"] = 0
         config["validate"] = {
-            "acceptance": "paper", "control": "baseline", "answer_check": False, "sequential": {"enabled": False},
+            "acceptance": "paper",
+            "control": "baseline",
+            "answer_check": False,
+            "sequential": {"enabled": False},
             "seeds": seeds,
         }
     elif seeds:
@@ -713,7 +816,9 @@ def our_config(setting: Setting, kind: Literal["paper", "defaults"], *, seeds: b
     return config
 
 
-def run_ours(setting: Setting, rep: int, position: int, kind: Literal["paper", "defaults"], *, seeds: bool) -> tuple[SideRun, Findings]:
+def run_ours(
+    setting: Setting, rep: int, position: int, kind: Literal["paper", "defaults"], *, seeds: bool
+) -> tuple[SideRun, Findings]:
     """One run of our loop (`bias-discovery run`) in a fresh run directory (its own call cache:
     nothing is answered from an earlier run)."""
     import yaml
@@ -727,7 +832,9 @@ def run_ours(setting: Setting, rep: int, position: int, kind: Literal["paper", "
     run_dir = work / "run"
     wall = run_measured(
         [setting.python, "-m", "bias_discovery.cli", "run", str(config_path), "--run-dir", str(run_dir), "--quiet"],
-        cwd=work, env=child_env(setting, meter, ours=True), log=work / "run.log",
+        cwd=work,
+        env=child_env(setting, meter, ours=True),
+        log=work / "run.log",
     )
     spans = our_spans(read_jsonl(run_dir / "events.jsonl"))
     metered = read_jsonl(meter)
@@ -737,8 +844,12 @@ def run_ours(setting: Setting, rep: int, position: int, kind: Literal["paper", "
 def our_files(setting: Setting) -> dict[str, Path]:
     """The pairs for our loader and the peer's seed library in our format (written once)."""
     root = setting.work / "ours-data"
-    files = {"target": root / "target.jsonl", "test": root / "test.jsonl", "fresh": root / "fresh_test.jsonl",
-             "library": root / "seed_library.json"}
+    files = {
+        "target": root / "target.jsonl",
+        "test": root / "test.jsonl",
+        "fresh": root / "fresh_test.jsonl",
+        "library": root / "seed_library.json",
+    }
     if not files["library"].exists():
         write_our_jsonl(setting.subsets.target, files["target"])
         write_our_jsonl(setting.subsets.test, files["test"])
@@ -784,13 +895,26 @@ def kept_as_biases(definitions: dict[str, str]) -> list[Bias]:
         while bias_id in taken:
             bias_id += "-x"
         taken.add(bias_id)
-        out.append(Bias(id=bias_id, name=name.strip(), definition=definition.strip() or name.strip(),
-                        origin=BiasOrigin(kind="discovered", iteration=1)))
+        out.append(
+            Bias(
+                id=bias_id,
+                name=name.strip(),
+                definition=definition.strip() or name.strip(),
+                origin=BiasOrigin(kind="discovered", iteration=1),
+            )
+        )
     return out
 
 
-def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: Any, *, data: str,
-             cache_path: Path | None = None, engines: dict[str, Any] | None = None) -> KeptSurvival:
+def our_test(
+    biases: Sequence[Bias],
+    pairs: Sequence[PreferencePair],
+    config: Any,
+    *,
+    data: str,
+    cache_path: Path | None = None,
+    engines: dict[str, Any] | None = None,
+) -> KeptSurvival:
     """Validate `biases` as one family with `config`'s rule (our defaults: the placebo control,
     the answer check, Holm's correction at alpha, sequential looks) on `pairs`, as the loop
     validates its own candidates. `engines` replaces the models (tests)."""
@@ -803,18 +927,34 @@ def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: An
     rule = f"{settings.acceptance} rule vs {settings.decision_control}, {settings.correction} at alpha {settings.alpha}"
     if not biases:
         return KeptSurvival(tested=0, survived=0, rule=rule, data=data, note="the peer kept no bias: nothing to test")
-    roles = ModelRoles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
-                       cache_path=cache_path, engines=engines)
+    roles = ModelRoles(
+        {"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()},
+        cache_path=cache_path,
+        engines=engines,
+    )
     try:
         checker = roles["checker"] if settings.answer_check else None
         baseline = judge_pairs(roles["target"], pairs, config.judge, seed=config.seed)
         placebo = None
         if settings.control == "placebo":
-            placebo = run_placebo(roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=config.perturb,
-                                  judge_settings=config.judge, settings=settings, seed=config.seed, pipeline=config.pipeline)
-        family = FamilySettings.planned(settings, 1, seed=config.seed,
-                                scope="test of the peer's kept biases", measure=measure_of(config.judge))
-        setup = ValidationSetup(family=family, perturb=config.perturb, judge=config.judge, test_data=data, pipeline=config.pipeline)
+            placebo = run_placebo(
+                roles["teacher"],
+                roles["target"],
+                checker,
+                pairs,
+                baseline,
+                perturb_settings=config.perturb,
+                judge_settings=config.judge,
+                settings=settings,
+                seed=config.seed,
+                pipeline=config.pipeline,
+            )
+        family = FamilySettings.planned(
+            settings, 1, seed=config.seed, scope="test of the peer's kept biases", measure=measure_of(config.judge)
+        )
+        setup = ValidationSetup(
+            family=family, perturb=config.perturb, judge=config.judge, test_data=data, pipeline=config.pipeline
+        )
         models = ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker)
         out = validate_biases(models, list(biases), list(pairs), baseline, setup, placebo=placebo)
     finally:
@@ -824,10 +964,26 @@ def our_test(biases: Sequence[Bias], pairs: Sequence[PreferencePair], config: An
         v = bias.validation
         assert v is not None
         decisive = record.decisive_comparison
-        tested.append(TestedBias(name=bias.name, accepted=v.accepted, control=v.decisive, delta=v.effect.delta,
-                                 ci_low=v.effect.ci_low, ci_high=v.effect.ci_high, n=decisive.n, p_adjusted=decisive.p_adjusted))
-    return KeptSurvival(tested=len(tested), survived=sum(t.accepted for t in tested), rule=rule, data=data, biases=tested,
-                        note=out.error_statement)
+        tested.append(
+            TestedBias(
+                name=bias.name,
+                accepted=v.accepted,
+                control=v.decisive,
+                delta=v.effect.delta,
+                ci_low=v.effect.ci_low,
+                ci_high=v.effect.ci_high,
+                n=decisive.n,
+                p_adjusted=decisive.p_adjusted,
+            )
+        )
+    return KeptSurvival(
+        tested=len(tested),
+        survived=sum(t.accepted for t in tested),
+        rule=rule,
+        data=data,
+        biases=tested,
+        note=out.error_statement,
+    )
 
 
 def run_our_test(setting: Setting, kept: dict[str, str]) -> KeptSurvival:
@@ -838,9 +994,15 @@ def run_our_test(setting: Setting, kept: dict[str, str]) -> KeptSurvival:
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "spec.json"
     config = our_config(setting, "defaults", seeds=False, files={**files, "test": files["fresh"]})
-    spec.write_text(json.dumps({"config": config, "kept": kept, "pairs": str(files["fresh"]), "out": str(work / "result.json")}))
-    run_measured([setting.python, str(Path(__file__).resolve()), "--our-test-child", str(spec)], cwd=work,
-                 env=child_env(setting, work / "meter.jsonl", ours=True), log=work / "run.log")
+    spec.write_text(
+        json.dumps({"config": config, "kept": kept, "pairs": str(files["fresh"]), "out": str(work / "result.json")})
+    )
+    run_measured(
+        [setting.python, str(Path(__file__).resolve()), "--our-test-child", str(spec)],
+        cwd=work,
+        env=child_env(setting, work / "meter.jsonl", ours=True),
+        log=work / "run.log",
+    )
     return KeptSurvival.model_validate_json((work / "result.json").read_text(encoding="utf-8"))
 
 
@@ -851,8 +1013,13 @@ def our_test_child(spec_path: Path) -> None:
     config = validate_settings(spec["config"], RunConfig, source=str(spec_path))
     pairs = load_pairs(spec["pairs"])
     out = Path(spec["out"])
-    result = our_test(kept_as_biases(spec["kept"]), pairs, config, data=f"{len(pairs)} fresh JudgeBench pairs ({Path(spec['pairs']).name})",
-                      cache_path=out.parent / "calls.sqlite")
+    result = our_test(
+        kept_as_biases(spec["kept"]),
+        pairs,
+        config,
+        data=f"{len(pairs)} fresh JudgeBench pairs ({Path(spec['pairs']).name})",
+        cache_path=out.parent / "calls.sqlite",
+    )
     out.write_text(result.model_dump_json(indent=1), encoding="utf-8")
 
 
@@ -895,8 +1062,10 @@ def _median(values: Iterable[float]) -> float:
 
 def median_cost(costs: Sequence[StageCost]) -> StageCost:
     return StageCost(
-        wall_s=_median(c.wall_s for c in costs), calls=int(_median(c.calls for c in costs)),
-        prompt_tokens=int(_median(c.prompt_tokens for c in costs)), completion_tokens=int(_median(c.completion_tokens for c in costs)),
+        wall_s=_median(c.wall_s for c in costs),
+        calls=int(_median(c.calls for c in costs)),
+        prompt_tokens=int(_median(c.prompt_tokens for c in costs)),
+        completion_tokens=int(_median(c.completion_tokens for c in costs)),
     )
 
 
@@ -909,20 +1078,35 @@ def summarize_side(runs: Sequence[tuple[SideRun, Findings]]) -> SideSummary:
             stages[name] = median_cost(having)
     first = runs[0][1]
     per_rep = [
-        {"rep": r.rep, "judge_valid_rate": f.judge_valid_rate, "misjudged": f.misjudged, "found": f.found,
-         "after_merge": f.after_merge, "kept": f.kept}
+        {
+            "rep": r.rep,
+            "judge_valid_rate": f.judge_valid_rate,
+            "misjudged": f.misjudged,
+            "found": f.found,
+            "after_merge": f.after_merge,
+            "kept": f.kept,
+        }
         for r, f in runs
     ]
     keys = [{k: v for k, v in row.items() if k != "rep"} for row in per_rep]
     return SideSummary(
-        wall_s=_median(r.wall_s for r in records), engine_loads=_median(r.engine_loads for r in records),
-        engine_load_s=_median(r.engine_load_s for r in records), other_s=_median(r.other_s for r in records), stages=stages,
+        wall_s=_median(r.wall_s for r in records),
+        engine_loads=_median(r.engine_loads for r in records),
+        engine_load_s=_median(r.engine_load_s for r in records),
+        other_s=_median(r.other_s for r in records),
+        stages=stages,
         front_half=median_cost([r.front_half for r in records]),
         calls=_median(r.calls for r in records),
         prompt_tokens=_median(sum(s.prompt_tokens for s in r.stages.values()) for r in records),
         completion_tokens=_median(sum(s.completion_tokens for s in r.stages.values()) for r in records),
-        found=first.found, n_found=len(first.found), after_merge=first.after_merge, kept=first.kept, findings=first,
-        same_findings_every_rep=all(k == keys[0] for k in keys), findings_per_rep=per_rep, runs=records,
+        found=first.found,
+        n_found=len(first.found),
+        after_merge=first.after_merge,
+        kept=first.kept,
+        findings=first,
+        same_findings_every_rep=all(k == keys[0] for k in keys),
+        findings_per_rep=per_rep,
+        runs=records,
     )
 
 
@@ -938,8 +1122,10 @@ def _ratio(ours: float, peer: float) -> float | None:
 
 def rep_ratios(peer: Sequence[SideRun], ours: Sequence[SideRun]) -> list[Ratio]:
     """Ours ÷ peer within each repetition (both ran the same work in it)."""
-    return [Ratio(wall=_ratio(o.wall_s, p.wall_s), calls=_ratio(o.calls, p.calls), tokens=_ratio(o.tokens, p.tokens))
-            for p, o in zip(peer, ours)]
+    return [
+        Ratio(wall=_ratio(o.wall_s, p.wall_s), calls=_ratio(o.calls, p.calls), tokens=_ratio(o.tokens, p.tokens))
+        for p, o in zip(peer, ours)
+    ]
 
 
 def stage_ratios(peer: Sequence[SideRun], ours: Sequence[SideRun]) -> dict[str, Ratio]:
@@ -951,10 +1137,18 @@ def stage_ratios(peer: Sequence[SideRun], ours: Sequence[SideRun]) -> dict[str, 
             ps = p.front_half if name == "perturb_to_identify" else p.stages.get(name)
             os_ = o.front_half if name == "perturb_to_identify" else o.stages.get(name)
             if ps is not None and os_ is not None and ps.calls and os_.calls:
-                per_stage[name].append(Ratio(wall=_ratio(os_.wall_s, ps.wall_s), calls=_ratio(os_.calls, ps.calls),
-                                             tokens=_ratio(os_.tokens, ps.tokens)))
-        per_stage["engine_load"].append(Ratio(wall=_ratio(o.engine_load_s, p.engine_load_s),
-                                              calls=_ratio(o.engine_loads, p.engine_loads), tokens=None))
+                per_stage[name].append(
+                    Ratio(
+                        wall=_ratio(os_.wall_s, ps.wall_s),
+                        calls=_ratio(os_.calls, ps.calls),
+                        tokens=_ratio(os_.tokens, ps.tokens),
+                    )
+                )
+        per_stage["engine_load"].append(
+            Ratio(
+                wall=_ratio(o.engine_load_s, p.engine_load_s), calls=_ratio(o.engine_loads, p.engine_loads), tokens=None
+            )
+        )
     return {name: median_ratio(ratios) for name, ratios in per_stage.items()}
 
 
@@ -963,7 +1157,9 @@ def median_ratio(ratios: Sequence[Ratio]) -> Ratio:
         known = [v for v in values if v is not None]
         return round(statistics.median(known), 3) if known else None
 
-    return Ratio(wall=med([r.wall for r in ratios]), calls=med([r.calls for r in ratios]), tokens=med([r.tokens for r in ratios]))
+    return Ratio(
+        wall=med([r.wall for r in ratios]), calls=med([r.calls for r in ratios]), tokens=med([r.tokens for r in ratios])
+    )
 
 
 def seed_check(peer: Findings, ours: Findings) -> dict[str, Any]:
@@ -1043,64 +1239,101 @@ def differences(peer: SideSummary, ours: SideSummary, defaults: SideSummary) -> 
     the model's sampling (the same request answered differently)."""
     pf, of = peer.findings, ours.findings
     out = [
-        Difference(cause="procedure", what=(
-            f"Reading the verdict: the peer searches the judge's free text for 'Decision: <digit>' and drops what "
-            f"does not match; ours constrains the output to 'Reasoning: ... Verdict: A|B' while it is generated. "
-            f"Readable verdicts on the perturbed target pairs: peer {_pct(pf.judge_valid_rate)}, ours {_pct(of.judge_valid_rate)}. "
-            "Every later difference in what is found follows from this one where the peer reads none."
-        )),
-        Difference(cause="procedure", what=(
-            "Prompts: each side uses its own wording for the rewrite, the judge, the explanation, the detection and "
-            "the merge (ours are not copies), so even greedy decoding of the same model gives different texts: "
-            "the rewrites, verdicts and named biases differ because the requests differ, not because of sampling."
-        )),
-        Difference(cause="procedure", what=(
-            "Invalid rewrites: the peer judges every rewrite, also one cut off by the token budget or identical to "
-            "the original; ours judges only valid rewrites (the rest are counted, not judged): evaluate calls "
-            f"peer {peer.stages.get('evaluate', StageCost()).calls}, ours {ours.stages.get('evaluate', StageCost()).calls} "
-            f"for {peer.stages.get('perturb', StageCost()).calls} rewrites each."
-        )),
-        Difference(cause="procedure", what=(
-            "Order shown to the judge: the peer's target file has the chosen response first on every row (its "
-            "RewardBench parquet has label 1 throughout) and its stage 1 never swaps, so a judge that always picks "
-            "the first answer is never wrong there; ours with the paper's rule keeps that order (judge.positions: fixed), "
-            "our defaults swap it with a seeded coin per pair. The peer's stage 2 shuffles A/B for each bias but not "
-            "for its baseline; ours compares the same items in the same order."
-        )),
-        Difference(cause="procedure", what=(
-            "Detection: the peer asks for a ```json block in free text and takes a bias only when it parses with a "
-            "definition; ours constrains the answer to a JSON schema (name, definition, manifestations) or 'none'."
-        )),
-        Difference(cause="procedure", what=(
-            "Merge: the peer asks the teacher about each new name against each library entry, one call at a time, "
-            "until one says 'Decision: 0'; ours shortlists the nearest library entries and candidates by embedding "
-            "similarity and asks a constrained same/new only about those, in one batch."
-        )),
-        Difference(cause="procedure", what=(
-            "Validation: the peer keeps a bias when its error on its rewrites of the test pairs exceeds the error on "
-            "the originals, each over the verdicts it could parse (1.0 when it can parse none); ours with the "
-            "paper's rule applies the same rule to the items valid in both arms; our defaults test against a neutral "
-            "rewrite of the same items (placebo) with McNemar's exact test, Holm's correction, sequential looks and "
-            "an answer check. The peer recomputes its baseline in every stage-2 process; ours once per run."
-        )),
-        Difference(cause="procedure", what=(
-            f"Engine loads: the peer loads a vllm.LLM for each role in each step (teacher, judge, teacher; teacher, "
-            f"judge in stage 2): {peer.engine_loads:g} per run here; ours loads one engine for both roles: "
-            f"{ours.engine_loads:g}."
-        )),
+        Difference(
+            cause="procedure",
+            what=(
+                f"Reading the verdict: the peer searches the judge's free text for 'Decision: <digit>' and drops what "
+                f"does not match; ours constrains the output to 'Reasoning: ... Verdict: A|B' while it is generated. "
+                f"Readable verdicts on the perturbed target pairs: peer {_pct(pf.judge_valid_rate)}, ours {_pct(of.judge_valid_rate)}. "
+                "Every later difference in what is found follows from this one where the peer reads none."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Prompts: each side uses its own wording for the rewrite, the judge, the explanation, the detection and "
+                "the merge (ours are not copies), so even greedy decoding of the same model gives different texts: "
+                "the rewrites, verdicts and named biases differ because the requests differ, not because of sampling."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Invalid rewrites: the peer judges every rewrite, also one cut off by the token budget or identical to "
+                "the original; ours judges only valid rewrites (the rest are counted, not judged): evaluate calls "
+                f"peer {peer.stages.get('evaluate', StageCost()).calls}, ours {ours.stages.get('evaluate', StageCost()).calls} "
+                f"for {peer.stages.get('perturb', StageCost()).calls} rewrites each."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Order shown to the judge: the peer's target file has the chosen response first on every row (its "
+                "RewardBench parquet has label 1 throughout) and its stage 1 never swaps, so a judge that always picks "
+                "the first answer is never wrong there; ours with the paper's rule keeps that order (judge.positions: fixed), "
+                "our defaults swap it with a seeded coin per pair. The peer's stage 2 shuffles A/B for each bias but not "
+                "for its baseline; ours compares the same items in the same order."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Detection: the peer asks for a ```json block in free text and takes a bias only when it parses with a "
+                "definition; ours constrains the answer to a JSON schema (name, definition, manifestations) or 'none'."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Merge: the peer asks the teacher about each new name against each library entry, one call at a time, "
+                "until one says 'Decision: 0'; ours shortlists the nearest library entries and candidates by embedding "
+                "similarity and asks a constrained same/new only about those, in one batch."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                "Validation: the peer keeps a bias when its error on its rewrites of the test pairs exceeds the error on "
+                "the originals, each over the verdicts it could parse (1.0 when it can parse none); ours with the "
+                "paper's rule applies the same rule to the items valid in both arms; our defaults test against a neutral "
+                "rewrite of the same items (placebo) with McNemar's exact test, Holm's correction, sequential looks and "
+                "an answer check. The peer recomputes its baseline in every stage-2 process; ours once per run."
+            ),
+        ),
+        Difference(
+            cause="procedure",
+            what=(
+                f"Engine loads: the peer loads a vllm.LLM for each role in each step (teacher, judge, teacher; teacher, "
+                f"judge in stage 2): {peer.engine_loads:g} per run here; ours loads one engine for both roles: "
+                f"{ours.engine_loads:g}."
+            ),
+        ),
     ]
     for name, side in (("peer", peer), ("ours (paper rule)", ours), ("ours (defaults)", defaults)):
         if len(side.runs) > 1:
-            out.append(Difference(cause="sampling", what=(
-                f"{name}: its repetitions found, merged and kept "
-                + ("the same (greedy decoding repeated itself on this machine)" if side.same_findings_every_rep
-                   else "different things (greedy decoding did not repeat itself: batch composition changes the floating-point sums)")
-            )))
-    out.append(Difference(cause="sampling", what=(
-        "Both sides decode greedily (temperature 0, no top-k/top-p, repetition penalty 1) on the same weights and "
-        "engine with the same budget, so no difference above comes from random sampling; what remains is numerical: "
-        "the same prompt in a batch of another size can give another greedy text on a CPU."
-    )))
+            out.append(
+                Difference(
+                    cause="sampling",
+                    what=(
+                        f"{name}: its repetitions found, merged and kept "
+                        + (
+                            "the same (greedy decoding repeated itself on this machine)"
+                            if side.same_findings_every_rep
+                            else "different things (greedy decoding did not repeat itself: batch composition changes the floating-point sums)"
+                        )
+                    ),
+                )
+            )
+    out.append(
+        Difference(
+            cause="sampling",
+            what=(
+                "Both sides decode greedily (temperature 0, no top-k/top-p, repetition penalty 1) on the same weights and "
+                "engine with the same budget, so no difference above comes from random sampling; what remains is numerical: "
+                "the same prompt in a batch of another size can give another greedy text on a CPU."
+            ),
+        )
+    )
     return out
 
 
@@ -1116,7 +1349,13 @@ def machine() -> dict[str, Any]:
         memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "python": platform.python_version(), "os": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": memory,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+    }
 
 
 def load_average() -> str:
@@ -1167,18 +1406,33 @@ SIZES_WHY = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--peer", type=Path, help=f"A checkout of {PEER_REPO}.")
     parser.add_argument("--json", type=Path, help="Where to write the result (benchmarks/results/vs_biasscope.json).")
-    parser.add_argument("--data-dir", type=Path, default=None, help="The shared data copy (default: $BIAS_DISCOVERY_DATA_DIR).")
-    parser.add_argument("--model", type=Path, default=None, help="A Hugging Face-format model directory for both roles (default: SmolLM2-135M-Instruct, built once).")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="The shared data copy (default: $BIAS_DISCOVERY_DATA_DIR)."
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="A Hugging Face-format model directory for both roles (default: SmolLM2-135M-Instruct, built once).",
+    )
     parser.add_argument("--n-target", type=int, default=16)
     parser.add_argument("--n-test", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=160, help="Completion budget of every call, both sides.")
     parser.add_argument("--reps", type=int, default=2, help="Repetitions of peer and ours (order alternates).")
-    parser.add_argument("--seed-check", choices=("first", "all", "none"), default="first",
-                        help="Which repetitions also validate the seed library on the test pairs (both sides).")
-    parser.add_argument("--work", type=Path, default=None, help="Working directory (default: a temporary one, removed at the end).")
+    parser.add_argument(
+        "--seed-check",
+        choices=("first", "all", "none"),
+        default="first",
+        help="Which repetitions also validate the seed library on the test pairs (both sides).",
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="Working directory (default: a temporary one, removed at the end)."
+    )
     parser.add_argument("--our-test-child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.our_test_child is not None:
@@ -1189,14 +1443,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     peer_dir = args.peer.expanduser().resolve()
     check_peer(peer_dir)
-    data_dir = args.data_dir or (Path(os.environ["BIAS_DISCOVERY_DATA_DIR"]) if os.environ.get("BIAS_DISCOVERY_DATA_DIR") else None)
+    data_dir = args.data_dir or (
+        Path(os.environ["BIAS_DISCOVERY_DATA_DIR"]) if os.environ.get("BIAS_DISCOVERY_DATA_DIR") else None
+    )
     if data_dir is None:
-        raise SystemExit("no data: pass --data-dir or set BIAS_DISCOVERY_DATA_DIR (the shared copy of JudgeBench and RewardBench)")
+        raise SystemExit(
+            "no data: pass --data-dir or set BIAS_DISCOVERY_DATA_DIR (the shared copy of JudgeBench and RewardBench)"
+        )
     model_dir = (args.model or default_model()).expanduser().resolve()
     subsets = make_subsets(data_dir, args.n_target, args.n_test, args.n_test)
     temporary = args.work is None
     work = Path(tempfile.mkdtemp(prefix="vs-biasscope-")) if temporary else args.work.expanduser().resolve()
-    setting = Setting(peer_dir=peer_dir, model_dir=model_dir, work=work, subsets=subsets, max_tokens=args.max_tokens, eager=on_cpu())
+    setting = Setting(
+        peer_dir=peer_dir, model_dir=model_dir, work=work, subsets=subsets, max_tokens=args.max_tokens, eager=on_cpu()
+    )
     load_before = load_average()
     print(f"vs_biasscope: work in {work}; load average before: {load_before}", flush=True)
     peer_runs: list[tuple[SideRun, Findings]] = []
@@ -1213,7 +1473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     peer_runs.append(run_peer(setting, rep, position, seed_check=seeds))
                 else:
                     our_runs.append(run_ours(setting, rep, position, "paper", seeds=seeds))
-                print(f"rep {rep}: {side} took {(peer_runs if side == 'peer' else our_runs)[-1][0].wall_s:.0f} s", flush=True)
+                print(
+                    f"rep {rep}: {side} took {(peer_runs if side == 'peer' else our_runs)[-1][0].wall_s:.0f} s",
+                    flush=True,
+                )
         print("ours with defaults ...", flush=True)
         default_runs = [run_ours(setting, 1, 3, "defaults", seeds=False)]
         kept = peer_runs[0][1].kept_definitions
@@ -1228,25 +1491,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = Result(
             date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             command="python benchmarks/vs_biasscope.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            our_commit=git_commit(REPO), peer_commit=git_commit(peer_dir), model=f"{model_dir.name} (Hugging Face format, bfloat16)",
-            vllm=vllm_version(), machine=machine(), load_before=load_before, load_after=load_after,
-            n_target=len(subsets.target), n_test=len(subsets.test), n_fresh_test=len(subsets.fresh_test),
+            our_commit=git_commit(REPO),
+            peer_commit=git_commit(peer_dir),
+            model=f"{model_dir.name} (Hugging Face format, bfloat16)",
+            vllm=vllm_version(),
+            machine=machine(),
+            load_before=load_before,
+            load_after=load_after,
+            n_target=len(subsets.target),
+            n_test=len(subsets.test),
+            n_fresh_test=len(subsets.fresh_test),
             sizes=SIZES_WHY.format(
-                n_target=len(subsets.target), n_test=len(subsets.test), n_fresh=len(subsets.fresh_test), reps=args.reps,
-                n_rb=sum(pair_chars(p) <= TARGET_MAX_CHARS for p in rb), n_jb=sum(pair_chars(p) <= TEST_MAX_CHARS for p in jb),
-                t=TARGET_MAX_CHARS, s=TEST_MAX_CHARS,
+                n_target=len(subsets.target),
+                n_test=len(subsets.test),
+                n_fresh=len(subsets.fresh_test),
+                reps=args.reps,
+                n_rb=sum(pair_chars(p) <= TARGET_MAX_CHARS for p in rb),
+                n_jb=sum(pair_chars(p) <= TEST_MAX_CHARS for p in jb),
+                t=TARGET_MAX_CHARS,
+                s=TEST_MAX_CHARS,
             ),
-            max_tokens=args.max_tokens, reps=args.reps, order=order,
+            max_tokens=args.max_tokens,
+            reps=args.reps,
+            order=order,
             seed_library=(
                 "the peer's data/bias/basic_biases.json (7 biases), converted to our library format for ours: the same "
                 "names and definitions, its manifestations paragraph as one manifestation (our shipped biasscope7 has the "
                 "same 7 concepts in our own words, so it is not used here)"
             ),
-            shims=SHIMS, peer=peer, ours=ours, defaults=defaults,
-            wall_ratio=overall.wall, calls_ratio=overall.calls, tokens_ratio=overall.tokens,
-            ratios_per_rep=per_rep, ratios_per_stage=stage_ratios(peer.runs, ours.runs),
+            shims=SHIMS,
+            peer=peer,
+            ours=ours,
+            defaults=defaults,
+            wall_ratio=overall.wall,
+            calls_ratio=overall.calls,
+            tokens_ratio=overall.tokens,
+            ratios_per_rep=per_rep,
+            ratios_per_stage=stage_ratios(peer.runs, ours.runs),
             seed_check=seed_check(peer.findings, ours.findings),
-            peer_kept_surviving_our_test=survival, differences=differences(peer, ours, defaults),
+            peer_kept_surviving_our_test=survival,
+            differences=differences(peer, ours, defaults),
             total_s=round(time.time() - started, 1),
         )
     finally:
@@ -1261,14 +1545,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _defaults_config(setting: Setting) -> Any:
     from bias_discovery.config import RunConfig, validate_settings
 
-    return validate_settings(our_config(setting, "defaults", seeds=False, files=our_files(setting)), RunConfig, source="defaults")
+    return validate_settings(
+        our_config(setting, "defaults", seeds=False, files=our_files(setting)), RunConfig, source="defaults"
+    )
 
 
 def table(result: Result) -> str:
     """The per-stage table (medians) as markdown: wall s / calls / tokens, peer and ours."""
     sides = (("peer", result.peer), ("ours, paper rule", result.ours), ("ours, defaults", result.defaults))
     lines = [
-        "| stage | " + " | ".join(f"{n}: wall s / calls / tokens" for n, _ in sides) + " | ratio wall / calls / tokens |",
+        "| stage | "
+        + " | ".join(f"{n}: wall s / calls / tokens" for n, _ in sides)
+        + " | ratio wall / calls / tokens |",
         "|---|" + "---|" * (len(sides) + 1),
     ]
 
@@ -1283,14 +1571,31 @@ def table(result: Result) -> str:
     for name in STAGES:
         costs = [s.stages.get(name) for _, s in sides]
         if any(c is not None for c in costs):
-            lines.append(f"| {name} | " + " | ".join(cell(c) for c in costs) + f" | {ratio(result.ratios_per_stage.get(name))} |")
-    lines.append("| perturb → identify, together | " + " | ".join(cell(s.front_half) for _, s in sides)
-                 + f" | {ratio(result.ratios_per_stage.get('perturb_to_identify'))} |")
-    lines.append("| engine loads | " + " | ".join(f"{s.engine_load_s:.1f} s / {s.engine_loads:g} loads / -" for _, s in sides)
-                 + f" | {ratio(result.ratios_per_stage.get('engine_load'))} |")
-    lines.append("| other (start-up, imports, files, exit) | " + " | ".join(f"{s.other_s:.1f} / - / -" for _, s in sides) + " | - |")
-    lines.append("| **whole run** | " + " | ".join(f"**{s.wall_s:.1f} / {s.calls:g} / {s.prompt_tokens + s.completion_tokens:,.0f}**" for _, s in sides)
-                 + f" | **{ratio(Ratio(wall=result.wall_ratio, calls=result.calls_ratio, tokens=result.tokens_ratio))}** |")
+            lines.append(
+                f"| {name} | " + " | ".join(cell(c) for c in costs) + f" | {ratio(result.ratios_per_stage.get(name))} |"
+            )
+    lines.append(
+        "| perturb → identify, together | "
+        + " | ".join(cell(s.front_half) for _, s in sides)
+        + f" | {ratio(result.ratios_per_stage.get('perturb_to_identify'))} |"
+    )
+    lines.append(
+        "| engine loads | "
+        + " | ".join(f"{s.engine_load_s:.1f} s / {s.engine_loads:g} loads / -" for _, s in sides)
+        + f" | {ratio(result.ratios_per_stage.get('engine_load'))} |"
+    )
+    lines.append(
+        "| other (start-up, imports, files, exit) | "
+        + " | ".join(f"{s.other_s:.1f} / - / -" for _, s in sides)
+        + " | - |"
+    )
+    lines.append(
+        "| **whole run** | "
+        + " | ".join(
+            f"**{s.wall_s:.1f} / {s.calls:g} / {s.prompt_tokens + s.completion_tokens:,.0f}**" for _, s in sides
+        )
+        + f" | **{ratio(Ratio(wall=result.wall_ratio, calls=result.calls_ratio, tokens=result.tokens_ratio))}** |"
+    )
     lines.append("")
     lines.append("| | " + " | ".join(n for n, _ in sides) + " |")
     lines.append("|---|" + "---|" * len(sides))
@@ -1311,9 +1616,13 @@ def table(result: Result) -> str:
         def fmt(v: Any) -> str:
             return "-" if v is None else f"{v:.2f}"
 
-        lines.append(f"| (unperturbed) | {fmt(result.seed_check.get('peer_baseline_error'))} | {fmt(result.seed_check.get('ours_baseline_error'))} |")
+        lines.append(
+            f"| (unperturbed) | {fmt(result.seed_check.get('peer_baseline_error'))} | {fmt(result.seed_check.get('ours_baseline_error'))} |"
+        )
         for name, r in rates.items():
-            lines.append(f"| {name} | {fmt(r['peer'])} | {fmt(r['ours'])} / {fmt(r['ours_control'])}, {r['ours_n'] if r['ours_n'] is not None else '-'} |")
+            lines.append(
+                f"| {name} | {fmt(r['peer'])} | {fmt(r['ours'])} / {fmt(r['ours_control'])}, {r['ours_n'] if r['ours_n'] is not None else '-'} |"
+            )
     k = result.peer_kept_surviving_our_test
     lines.append("")
     lines.append(f"peer's kept biases surviving our test: {k.survived} of {k.tested} ({k.rule}; {k.data}) {k.note}")

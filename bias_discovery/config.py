@@ -263,6 +263,7 @@ class ValidateSettings(_Strict):
 Pipeline = Literal["staged", "streamed"]
 """How the model calls of an iteration are ordered (`RunConfig.pipeline`)."""
 
+
 class RunConfig(_Strict):
     name: str = "run"
     """Human-readable run name (the run directory is chosen separately)."""
@@ -359,11 +360,15 @@ class RunConfig(_Strict):
         if timeout_s is None:
             return self
         checker = self.validate_.checker
-        return self.model_copy(update={
-            "target": self.target.with_timeout(timeout_s),
-            "teacher": self.teacher.with_timeout(timeout_s),
-            "validate_": self.validate_.model_copy(update={"checker": checker.with_timeout(timeout_s) if checker else None}),
-        })
+        return self.model_copy(
+            update={
+                "target": self.target.with_timeout(timeout_s),
+                "teacher": self.teacher.with_timeout(timeout_s),
+                "validate_": self.validate_.model_copy(
+                    update={"checker": checker.with_timeout(timeout_s) if checker else None}
+                ),
+            }
+        )
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
@@ -395,7 +400,9 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"`overrides` {item}: the value is not valid YAML ({' '.join(str(exc).split())})") from None
+            raise ConfigError(
+                f"`overrides` {item}: the value is not valid YAML ({' '.join(str(exc).split())})"
+            ) from None
         _set_dotted(tree, key.strip(), value, item)
     return tree
 

@@ -9,8 +9,22 @@ and ``25.3 %``. Pure string functions: importing this module costs nothing.
 from __future__ import annotations
 
 __all__ = [
-    "MEASURE_LABELS", "MISSING", "ci_pp", "count", "delta_clause", "duration", "effect_clause", "excluded_above", "excluded_clause", "number",
-    "p_clause", "p_value", "percent", "percent_range", "plural", "pp",
+    "MEASURE_LABELS",
+    "MISSING",
+    "ci_pp",
+    "count",
+    "delta_clause",
+    "duration",
+    "effect_clause",
+    "excluded_above",
+    "excluded_clause",
+    "number",
+    "p_clause",
+    "p_value",
+    "percent",
+    "percent_range",
+    "plural",
+    "pp",
 ]
 
 MEASURE_LABELS: dict[str, str] = {"error": "Δerror", "p_rejected": "ΔP(rejected)", "score": "Δscore(rejected)"}
@@ -20,9 +34,7 @@ MISSING = "-"
 """What a missing value prints as in the terminal."""
 
 
-def percent(
-    x: float | None, *, signed: bool = False, unit: str = "%", digits: int = 1, missing: str = MISSING
-) -> str:
+def percent(x: float | None, *, signed: bool = False, unit: str = "%", digits: int = 1, missing: str = MISSING) -> str:
     """A rate as a percentage: 0.253 -> ``25.3%`` (``+25.3%`` with `signed`)."""
     if x is None:
         return missing
@@ -101,7 +113,9 @@ def excluded_above(upper: float | None, *, unit: str = " pp", missing: str = MIS
     return "none" if upper >= 1.0 else f"< {pp(upper, unit=unit)}"
 
 
-def excluded_clause(upper: float | None, confidence: float = 0.95, *, label: str = "effect", missing: str = MISSING) -> str:
+def excluded_clause(
+    upper: float | None, confidence: float = 0.95, *, label: str = "effect", missing: str = MISSING
+) -> str:
     """A rejected candidate's one-sided upper bound in a sentence: ``an effect above +12.3 pp
     is excluded at 95 %``; ``no effect up to +100 pp is excluded at 95 %`` when the bound is the
     top of the parameter space; `missing` without a bound."""
@@ -135,6 +149,8 @@ def plural(n: int | float | None, noun: str, plural_form: str | None = None, *, 
 
 def _plural_of(noun: str) -> str:
     return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+
+
 def duration(seconds: float | None, *, missing: str = MISSING) -> str:
     """A span of time, whole seconds: ``42s``, ``3m 07s``, ``2h 05m 00s``."""
     if seconds is None:

@@ -103,7 +103,8 @@ def read_utf8(
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise error(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column})" + (f"; {hint}" if hint else "")
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column})"
+            + (f"; {hint}" if hint else "")
         ) from None
 
 
@@ -124,7 +125,11 @@ def scan_jsonl(path: Path | str) -> Iterator[tuple[int, dict[str, Any] | None, s
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield line_number, None, f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                yield (
+                    line_number,
+                    None,
+                    f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})",
+                )
                 continue
             if not line.strip(" \t\r\n"):  # JSON's whitespace: any other character is content
                 continue
@@ -197,8 +202,7 @@ def check_output_dir(
             raise error(f"`out` {out} exists and is not a directory")
         if any(out.iterdir()) and not overwrite:
             raise error(
-                f"`out` {out} exists and is not empty; pass `overwrite` to replace it, or pick "
-                "another directory"
+                f"`out` {out} exists and is not empty; pass `overwrite` to replace it, or pick another directory"
             )
     probe_writable(out.absolute().parent, what=f"`out` {out}: its folder")
 

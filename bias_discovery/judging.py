@@ -316,7 +316,9 @@ def verdict_constraint(settings: JudgeSettings) -> Constraint:
         labels = settings.scale_spec.labels
         if not settings.reasoning:
             return Constraint(choices=labels)
-        return Constraint.reasoned_choice(ReasonedChoice(choices=labels, max_chars=settings.reasoning_chars, choice_label="Score"))
+        return Constraint.reasoned_choice(
+            ReasonedChoice(choices=labels, max_chars=settings.reasoning_chars, choice_label="Score")
+        )
     verdicts: tuple[str, ...] = ("A", "B", "tie") if settings.allow_tie else ("A", "B")
     if not settings.reasoning:
         return Constraint(choices=verdicts)
@@ -437,7 +439,6 @@ def judge_request(pair: PreferencePair, order: Shown, settings: JudgeSettings, s
     )
 
 
-
 def build_tasks(pairs: Sequence[PreferencePair], settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
     """All requests needed to judge `pairs`, in pair order (a pair's calls adjacent); `seed`
     draws the swaps and seeds the model's sampling."""
@@ -490,7 +491,11 @@ def label_probabilities(logprobs: FinalTokenLogprobs | None) -> dict[str, float]
 
 
 def to_judgment(
-    pair: PreferencePair, order: Order, response: GenerationResponse, *, allow_tie: bool = False,
+    pair: PreferencePair,
+    order: Order,
+    response: GenerationResponse,
+    *,
+    allow_tie: bool = False,
     score: bool = False,
 ) -> Judgment:
     """Score one response. Anything not finished cleanly is invalid, whatever it contains;
@@ -534,7 +539,9 @@ def to_judgment(
     )
 
 
-def to_score_judgment(pair: PreferencePair, shown: Shown, response: GenerationResponse, settings: JudgeSettings) -> Judgment:
+def to_score_judgment(
+    pair: PreferencePair, shown: Shown, response: GenerationResponse, settings: JudgeSettings
+) -> Judgment:
     """A pointwise judge's score of one response. Anything not finished cleanly, or without a
     score on the scale, is invalid; with score verdicts the expected score is read from the
     final token's probabilities where it can be, else the sampled label's score is kept."""
@@ -557,12 +564,22 @@ def to_score_judgment(pair: PreferencePair, shown: Shown, response: GenerationRe
                 if expected is not None:
                     score, source = expected, "probabilities"
     return Judgment(
-        pair_id=pair.id, domain=pair.domain, order=shown, verdict=None, picked=None, correct=None,
+        pair_id=pair.id,
+        domain=pair.domain,
+        order=shown,
+        verdict=None,
+        picked=None,
+        correct=None,
         invalid_reason=reason,
         explanation=extract_explanation(re.split(r"\n\s*score\s*:", response.text, maxsplit=1, flags=re.I)[0])
-        if reason != "engine_error" else "",
-        raw_output=response.text, prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-        cached=response.cached, score=score, score_from=source,
+        if reason != "engine_error"
+        else "",
+        raw_output=response.text,
+        prompt_tokens=response.prompt_tokens,
+        completion_tokens=response.completion_tokens,
+        cached=response.cached,
+        score=score,
+        score_from=source,
         response_words=len((pair.chosen if shown == "chosen" else pair.rejected).split()),
     )
 
@@ -577,8 +594,13 @@ def combine_scores(pair: PreferencePair, judgments: Sequence[Judgment], scale: S
     if chosen is not None and rejected is not None:
         preference = "chosen" if chosen > rejected else "rejected" if rejected > chosen else "tie"
     return PairOutcome(
-        pair_id=pair.id, domain=pair.domain, correct=None if preference is None else preference == "chosen",
-        orders=[j.order for j in judgments], preference=preference, score_chosen=chosen, score_rejected=rejected,
+        pair_id=pair.id,
+        domain=pair.domain,
+        correct=None if preference is None else preference == "chosen",
+        orders=[j.order for j in judgments],
+        preference=preference,
+        score_chosen=chosen,
+        score_rejected=rejected,
         rejected_share=None if rejected is None else scale.share(rejected),
     )
 
@@ -632,7 +654,9 @@ def judge_pairs(
     return judge_tasks(engine, pairs, build_tasks(pairs, settings, seed=seed), settings, progress=progress)
 
 
-def mirror_tasks(pairs: Sequence[PreferencePair], result: JudgeResult, settings: JudgeSettings, *, seed: int) -> list[JudgeTask]:
+def mirror_tasks(
+    pairs: Sequence[PreferencePair], result: JudgeResult, settings: JudgeSettings, *, seed: int
+) -> list[JudgeTask]:
     """For each pair of `result` judged in one order only, the request of the other order (the
     request `positions: both` would send for it, so the call cache shares them)."""
     shown: dict[str, set[str]] = defaultdict(set)
@@ -645,8 +669,11 @@ def mirror_tasks(pairs: Sequence[PreferencePair], result: JudgeResult, settings:
             continue
         (order,) = orders
         other: Order = "rejected_first" if order == "chosen_first" else "chosen_first"
-        tasks.append(JudgeTask(pair_index=index, pair_id=pair.id, order=other,
-                               request=judge_request(pair, other, settings, seed)))
+        tasks.append(
+            JudgeTask(
+                pair_index=index, pair_id=pair.id, order=other, request=judge_request(pair, other, settings, seed)
+            )
+        )
     return tasks
 
 
@@ -675,7 +702,10 @@ def orders_by_pair(
     by_order: dict[tuple[str, str], Preference | None] = {}
     for j in judgments:
         by_order[(j.pair_id, j.order)] = j.picked
-    return ([by_order.get((p.id, "chosen_first")) for p in pairs], [by_order.get((p.id, "rejected_first")) for p in pairs])
+    return (
+        [by_order.get((p.id, "chosen_first")) for p in pairs],
+        [by_order.get((p.id, "rejected_first")) for p in pairs],
+    )
 
 
 def judge_pair(
@@ -737,7 +767,11 @@ def pointwise_summary(result: JudgeResult, scale: Scale) -> PointwiseSummary:
     rejected = [float(o.score_rejected) for o in both if o.score_rejected is not None]
     every = [j.score for j in result.judgments if j.score is not None]
     ties = sum(1 for o in both if o.preference == "tie")
-    lengths = [(float(j.response_words), j.score) for j in result.judgments if j.score is not None and j.response_words is not None]
+    lengths = [
+        (float(j.response_words), j.score)
+        for j in result.judgments
+        if j.score is not None and j.response_words is not None
+    ]
     rho = spearman_rho([x for x, _ in lengths], [y for _, y in lengths]) if len(lengths) > 2 else None
     return PointwiseSummary(
         scale=scale.spec,
@@ -790,7 +824,11 @@ def summarize(result: JudgeResult, *, model: str, data: str, settings: JudgeSett
         d_err = sum(1 for o in d_valid if not o.correct)
         d_low, d_high = wilson_interval(d_err, len(d_valid)) if d_valid else (None, None)
         per_domain[domain] = DomainSummary(
-            n=len(d_all), n_valid=len(d_valid), error_rate=_rate(d_err, len(d_valid)), ci_low=d_low, ci_high=d_high,
+            n=len(d_all),
+            n_valid=len(d_valid),
+            error_rate=_rate(d_err, len(d_valid)),
+            ci_low=d_low,
+            ci_high=d_high,
             judgebench_score=_rate(sum(1 for o, v in zip(outcomes, votes) if o.domain == domain and v > 0), len(d_all)),
             score=score_summary(d_all) if score else None,
         )

@@ -211,7 +211,17 @@ class RewriteEffect(PairedComparison):
         return self.arm_error
 
 
-_FLAT_COMPARISON_FIELDS = ("n", "n_excluded_invalid", "baseline_error", "perturbed_error", "delta", "ci_low", "ci_high", "p_value", "p_adjusted")
+_FLAT_COMPARISON_FIELDS = (
+    "n",
+    "n_excluded_invalid",
+    "baseline_error",
+    "perturbed_error",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+)
 """The comparison vs the baseline as libraries written before the comparison type was shared
 spelled it: flat on the validation record."""
 
@@ -330,11 +340,17 @@ class BiasValidation(_Model):
         if isinstance(old.get("vs_placebo"), dict):
             old["vs_placebo"] = {**old["vs_placebo"], "control": "placebo"}
         if isinstance(old.get("per_domain"), dict):
-            old["per_domain"] = {d: {**c, "control": "baseline"} if isinstance(c, dict) else c for d, c in old["per_domain"].items()}
+            old["per_domain"] = {
+                d: {**c, "control": "baseline"} if isinstance(c, dict) else c for d, c in old["per_domain"].items()
+            }
         if "control" in old:
             old["decisive"] = old.pop("control")
         if "effect" not in old:
-            source = old["vs_placebo"] if old.get("decisive") == "placebo" and isinstance(old.get("vs_placebo"), dict) else flat
+            source = (
+                old["vs_placebo"]
+                if old.get("decisive") == "placebo" and isinstance(old.get("vs_placebo"), dict)
+                else flat
+            )
             old["effect"] = Effect.recorded(source, old.get("stop"))
         return old
 
@@ -422,8 +438,7 @@ class BiasLibrary(_Model):
         for index, bias in enumerate(self.biases):
             if bias.id in seen:
                 raise ValueError(
-                    f"biases.{index}.id: duplicate bias id {bias.id!r} "
-                    f"(first at biases.{seen[bias.id]}.id)"
+                    f"biases.{index}.id: duplicate bias id {bias.id!r} (first at biases.{seen[bias.id]}.id)"
                 )
             seen[bias.id] = index
         return self
@@ -541,9 +556,7 @@ def _parse_library_text(path: Path, text: str) -> BiasLibrary:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise LibraryError(
-            f"{path}: not valid JSON: {json_problem(exc)}"
-        ) from None
+        raise LibraryError(f"{path}: not valid JSON: {json_problem(exc)}") from None
     if not isinstance(data, dict):
         raise LibraryError(f"{path}: a bias library is a JSON object, got {type(data).__name__}")
     version = data.get("version", SCHEMA_VERSION)
@@ -556,9 +569,7 @@ def _parse_library_text(path: Path, text: str) -> BiasLibrary:
         # Strict JSON validation: "3" is not an iteration, "yes" is not a boolean.
         return BiasLibrary.model_validate_json(text, strict=True)
     except ValidationError as exc:
-        raise LibraryError(
-            f"{path}: not a valid bias library:\n{_indent(format_validation_error(exc))}"
-        ) from None
+        raise LibraryError(f"{path}: not a valid bias library:\n{_indent(format_validation_error(exc))}") from None
 
 
 def _indent(text: str) -> str:
@@ -645,8 +656,7 @@ def _load_one_seed(spec: str) -> BiasLibrary:
     if spec not in available:
         listing = ", ".join(available) if available else "none found"
         raise LibraryError(
-            f"unknown seed library {spec!r}; available: {listing} "
-            "(or give the path of a library .json file)"
+            f"unknown seed library {spec!r}; available: {listing} (or give the path of a library .json file)"
         )
     return load_library(bias_library_dir() / f"{spec}.json")
 
@@ -664,8 +674,7 @@ def load_seed_library(name_or_path: str | Path) -> BiasLibrary:
     parts = [part.strip() for part in spec.split("+")]
     if not spec or any(not part for part in parts):
         raise LibraryError(
-            f"bad seed library spec {spec!r}: expected names or paths joined by '+', e.g. "
-            "'biasscope7+chen4'"
+            f"bad seed library spec {spec!r}: expected names or paths joined by '+', e.g. 'biasscope7+chen4'"
         )
     libraries = [_load_one_seed(part) for part in parts]
     if len(libraries) == 1:
@@ -747,7 +756,17 @@ class LibraryDiff(_Model):
 
 _VALIDATION_NUMBERS = ("answer_change_rate", "length_ratio", "mde", "stopped_at")
 _EFFECT_NUMBERS = ("delta", "ci_low", "ci_high")
-_COMPARISON_NUMBERS = ("n", "n_excluded_invalid", "control_error", "arm_error", "delta", "ci_low", "ci_high", "p_value", "p_adjusted")
+_COMPARISON_NUMBERS = (
+    "n",
+    "n_excluded_invalid",
+    "control_error",
+    "arm_error",
+    "delta",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+)
 _DOMAIN_NUMBERS = ("n", "control_error", "arm_error", "delta", "p_value")
 
 
@@ -773,9 +792,7 @@ def _numbers_of(a: Any, b: Any, fields: Iterable[str], prefix: str, numbers: dic
             numbers[prefix + field] = delta
 
 
-def _validation_numbers(
-    a: BiasValidation | None, b: BiasValidation | None
-) -> dict[str, NumericChange]:
+def _validation_numbers(a: BiasValidation | None, b: BiasValidation | None) -> dict[str, NumericChange]:
     """The validation numbers that differ: ``effect.delta`` (the reported Δ), each comparison's
     (``vs_baseline.p_value``, ``vs_placebo.delta`` ...), ``per_domain.math.delta``, ``mde`` ..."""
     numbers: dict[str, NumericChange] = {}
@@ -818,11 +835,7 @@ def diff_libraries(a: BiasLibrary, b: BiasLibrary) -> LibraryDiff:
                 diff.added.append(bias)
             continue
         before = a.by_id(bias.id)
-        fields = [
-            name
-            for name in Bias.model_fields
-            if getattr(before, name) != getattr(bias, name)
-        ]
+        fields = [name for name in Bias.model_fields if getattr(before, name) != getattr(bias, name)]
         if not fields:
             diff.unchanged.append(bias.id)
             continue
@@ -837,7 +850,5 @@ def diff_libraries(a: BiasLibrary, b: BiasLibrary) -> LibraryDiff:
             )
         )
     b_ids = {bias.id for bias in b.biases}
-    diff.removed = [
-        bias for bias in a.biases if bias.id not in b_ids and bias.id not in absorbed_ids
-    ]
+    diff.removed = [bias for bias in a.biases if bias.id not in b_ids and bias.id not in absorbed_ids]
     return diff

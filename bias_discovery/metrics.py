@@ -122,7 +122,9 @@ def _check_same_length(*columns: Sequence[object]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _valid_in_both(a: Sequence[Preference | None], b: Sequence[Preference | None]) -> list[tuple[Preference, Preference]]:
+def _valid_in_both(
+    a: Sequence[Preference | None], b: Sequence[Preference | None]
+) -> list[tuple[Preference, Preference]]:
     """The (a, b) verdict pairs of the items valid in both arms."""
     _check_same_length(a, b)
     return [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
@@ -154,7 +156,9 @@ def accuracy(y: Sequence[Preference | None]) -> Estimate:
     return proportion(sum(1 for p in valid if p == "chosen"), len(valid), n_excluded=len(y) - len(valid))
 
 
-def paired_accuracies(y: Sequence[Preference | None], y_other: Sequence[Preference | None]) -> tuple[Estimate, Estimate]:
+def paired_accuracies(
+    y: Sequence[Preference | None], y_other: Sequence[Preference | None]
+) -> tuple[Estimate, Estimate]:
     """The accuracy of each of two compared arms (CALM's Acc_ori and Acc_hack; Wei et al.'s
     p̂_cr and p̂_rc) on the same items: those valid in both. Each arm's accuracy on its own
     valid items would let an item invalid in one arm only move one number, and the difference
@@ -177,7 +181,11 @@ def attack_success_rate(control: Sequence[Preference | None], experimental: Sequ
     perturbed into A_2^p (our rejected). V_1 = items whose control preference is A_1 or Tie;
     V_{2|1} = those of V_1 whose experimental preference is A_2^p. n = |V_1|."""
     v1 = [e for c, e in _valid_in_both(control, experimental) if c in ("chosen", "tie")]
-    return proportion(sum(1 for e in v1 if e == "rejected"), len(v1), n_excluded=_invalid_for(control, experimental, ("chosen", "tie")))
+    return proportion(
+        sum(1 for e in v1 if e == "rejected"),
+        len(v1),
+        n_excluded=_invalid_for(control, experimental, ("chosen", "tie")),
+    )
 
 
 def attack_success_rate_factual_error(
@@ -188,11 +196,15 @@ def attack_success_rate_factual_error(
     Tie (the judge missed the injected error). n = |V_2|."""
     v2 = [e for c, e in _valid_in_both(control, experimental) if c in ("rejected", "tie")]
     return proportion(
-        sum(1 for e in v2 if e in ("rejected", "tie")), len(v2), n_excluded=_invalid_for(control, experimental, ("rejected", "tie"))
+        sum(1 for e in v2 if e in ("rejected", "tie")),
+        len(v2),
+        n_excluded=_invalid_for(control, experimental, ("rejected", "tie")),
     )
 
 
-def _invalid_for(control: Sequence[Preference | None], experimental: Sequence[Preference | None], subset: tuple[str, ...]) -> int:
+def _invalid_for(
+    control: Sequence[Preference | None], experimental: Sequence[Preference | None], subset: tuple[str, ...]
+) -> int:
     """Items an ASR leaves out for an invalid verdict: the control invalid (its V is unknown),
     or the control in V and the experimental verdict invalid."""
     return sum(1 for c, e in zip(control, experimental) if c is None or (c in subset and e is None))
@@ -223,7 +235,9 @@ def acc_both(y: Sequence[Preference | None], y_prime: Sequence[Preference | None
     """Acc_both = (1/N) Σ 𝕀(y = y_c ∧ y' = y_c): right in both orders (y: chosen shown first,
     y': rejected shown first). Items invalid in either order are left out."""
     both = _valid_in_both(y, y_prime)
-    return proportion(sum(1 for a, b in both if a == "chosen" and b == "chosen"), len(both), n_excluded=len(y) - len(both))
+    return proportion(
+        sum(1 for a, b in both if a == "chosen" and b == "chosen"), len(both), n_excluded=len(y) - len(both)
+    )
 
 
 def acc_random(y: Sequence[Preference | None], y_prime: Sequence[Preference | None], *, seed: int) -> Estimate:
@@ -232,7 +246,9 @@ def acc_random(y: Sequence[Preference | None], y_prime: Sequence[Preference | No
     Items invalid in either order are left out."""
     _check_same_length(y, y_prime)
     rng = random.Random(seed)
-    draws = [rng.random() < 0.5 for _ in y]  # one draw per item, invalid ones too: item i's draw never depends on others
+    draws = [
+        rng.random() < 0.5 for _ in y
+    ]  # one draw per item, invalid ones too: item i's draw never depends on others
     both = [(a if first else b) for a, b, first in zip(y, y_prime, draws) if a is not None and b is not None]
     return proportion(sum(1 for pick in both if pick == "chosen"), len(both), n_excluded=len(y) - len(both))
 
@@ -287,7 +303,9 @@ def position_bias(p_cr: float | None, q_cr: float | None, p_rc: float | None, q_
     return _difference(denoise(p_cr, q_cr), denoise(p_rc, q_rc))
 
 
-def length_bias(p_plus: float | None, q_plus: float | None, p_minus: float | None, q_minus: float | None) -> float | None:
+def length_bias(
+    p_plus: float | None, q_plus: float | None, p_minus: float | None, q_minus: float | None
+) -> float | None:
     """LB = (p̂₊ - q̂₊)/(1 - 2q̂₊) - (p̂₋ - q̂₋)/(1 - 2q̂₋): Acc_both on items whose chosen
     response is longer (Δlength > 0) minus on the others (Δlength <= 0), each de-noised.
     > 0: the judge favours longer responses more than the labels do."""
@@ -314,7 +332,9 @@ def position_counts(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference
     return first, second, len(matched), len(y_cr) - len(matched)
 
 
-def position_z(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE) -> Estimate:
+def position_z(
+    y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE
+) -> Estimate:
     """The monitor's position z with the item as the unit (flag at |z| > 2): the sign test on
     the position-inconsistent items with a continuity correction,
     z = sign(F - S) · max(0, |F - S| - 1) / √(F + S), F and S the items whose two verdicts both
@@ -348,7 +368,9 @@ def position_z(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | No
     )
 
 
-def position_share(y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE) -> Estimate:
+def position_share(
+    y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], confidence: float = CONFIDENCE
+) -> Estimate:
     """F / (F + S): of the position-inconsistent items (the same position won in both orders),
     the share where it was the first (50 % = no position preference), with its Wilson CI."""
     first, second, _, excluded = position_counts(y_cr, y_rc)
@@ -379,7 +401,9 @@ class PositionProfile(BaseModel):
     first_rate: float | None
     """Share of the valid verdicts that picked the response shown first (descriptive: a pair's two
     verdicts are not independent)."""
-    extra_calls: int = Field(default=0, ge=0, description="Judge calls made only for this profile (the other order of each pair).")
+    extra_calls: int = Field(
+        default=0, ge=0, description="Judge calls made only for this profile (the other order of each pair)."
+    )
 
     def sentence(self) -> str:
         """One plain sentence: what the judge did, with n and the CI."""
@@ -399,7 +423,10 @@ class PositionProfile(BaseModel):
 
 
 def position_profile(
-    y_cr: Sequence[Preference | None], y_rc: Sequence[Preference | None], *, extra_calls: int = 0,
+    y_cr: Sequence[Preference | None],
+    y_rc: Sequence[Preference | None],
+    *,
+    extra_calls: int = 0,
     confidence: float = CONFIDENCE,
 ) -> PositionProfile:
     """The `PositionProfile` of verdicts on the same pairs with the chosen response first (y_cr)
@@ -411,7 +438,10 @@ def position_profile(
     valid = [v for v in (*y_cr, *y_rc) if v in ("chosen", "rejected")]
     first_wins = sum(1 for v in y_cr if v == "chosen") + sum(1 for v in y_rc if v == "rejected")
     return PositionProfile(
-        n_pairs=n, first_both=first, second_both=second, n_excluded=excluded,
+        n_pairs=n,
+        first_both=first,
+        second_both=second,
+        n_excluded=excluded,
         decided_by_position=proportion(decided, n, confidence, n_excluded=excluded),
         first_share=position_share(y_cr, y_rc, confidence),
         sign_test_p=float(binomtest(first, decided, 0.5).pvalue) if decided else None,

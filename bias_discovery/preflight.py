@@ -139,11 +139,19 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     `validate.seeds`)."""
     from .judging import calls_per_pair
 
-    s = _CallSizes(n_target=n_target, n_test=n_test, per_pair=calls_per_pair(config.judge),
-                   iterations=config.max_iterations,
-                   checks=2 * n_test if config.validate_.answer_check else 0)  # each rewrite, each original once
-    return [*_discovery_calls(config, s), *_placebo_calls(config, s), *_seed_calls(config, s, n_seeds),
-            *_validate_calls(config, s)]
+    s = _CallSizes(
+        n_target=n_target,
+        n_test=n_test,
+        per_pair=calls_per_pair(config.judge),
+        iterations=config.max_iterations,
+        checks=2 * n_test if config.validate_.answer_check else 0,
+    )  # each rewrite, each original once
+    return [
+        *_discovery_calls(config, s),
+        *_placebo_calls(config, s),
+        *_seed_calls(config, s, n_seeds),
+        *_validate_calls(config, s),
+    ]
 
 
 def _discovery_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
@@ -151,28 +159,67 @@ def _discovery_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
     the once-per-run baseline: the rows that hold for every control and validation setting."""
     n_target, t, per_pair = s.n_target, s.iterations, s.per_pair
     judged = n_target * per_pair
-    how = f"{config.judge.positions}" + (f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else "")
+    how = f"{config.judge.positions}" + (
+        f", mitigation {config.judge.mitigation}" if config.judge.mitigation != "none" else ""
+    )
     if config.judge.mode == "pointwise":
         how = f"pointwise: each response scored alone on {config.judge.scale}"
     rows = [
-        StageCalls(stage="perturb", role="teacher", per_iteration=n_target, total=n_target * t, exact=True,
-                   note=plural(n_target, "target pair")),
-        StageCalls(stage="evaluate", role="target", per_iteration=judged, total=judged * t, exact=False,
-                   note=f"{plural(per_pair, 'call')} per pair ({how}); invalid rewrites are not judged"),
+        StageCalls(
+            stage="perturb",
+            role="teacher",
+            per_iteration=n_target,
+            total=n_target * t,
+            exact=True,
+            note=plural(n_target, "target pair"),
+        ),
+        StageCalls(
+            stage="evaluate",
+            role="target",
+            per_iteration=judged,
+            total=judged * t,
+            exact=False,
+            note=f"{plural(per_pair, 'call')} per pair ({how}); invalid rewrites are not judged",
+        ),
     ]
     if config.deeper_explain.enabled:
-        rows.append(StageCalls(stage="deeper_explain", role="target", per_iteration=n_target, total=n_target * t,
-                               exact=False, note="one per misjudged pair"))
+        rows.append(
+            StageCalls(
+                stage="deeper_explain",
+                role="target",
+                per_iteration=n_target,
+                total=n_target * t,
+                exact=False,
+                note="one per misjudged pair",
+            )
+        )
     tries = 1 + config.identify.retries
     return [
         *rows,
-        StageCalls(stage="identify", role="teacher", per_iteration=n_target * tries, total=n_target * tries * t,
-                   exact=False, note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}"),
-        StageCalls(stage="merge", role="teacher", per_iteration=n_target * config.merge.top_k,
-                   total=n_target * config.merge.top_k * t, exact=False,
-                   note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}"),
-        StageCalls(stage="baseline", role="target", per_iteration=s.n_test * per_pair, total=s.n_test * per_pair,
-                   exact=True, note=f"{plural(s.n_test, 'test pair')}, once per run"),
+        StageCalls(
+            stage="identify",
+            role="teacher",
+            per_iteration=n_target * tries,
+            total=n_target * tries * t,
+            exact=False,
+            note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}",
+        ),
+        StageCalls(
+            stage="merge",
+            role="teacher",
+            per_iteration=n_target * config.merge.top_k,
+            total=n_target * config.merge.top_k * t,
+            exact=False,
+            note=f"top_k={config.merge.top_k} neighbours above similarity {config.merge.similarity_threshold:g}",
+        ),
+        StageCalls(
+            stage="baseline",
+            role="target",
+            per_iteration=s.n_test * per_pair,
+            total=s.n_test * per_pair,
+            exact=True,
+            note=f"{plural(s.n_test, 'test pair')}, once per run",
+        ),
     ]
 
 
@@ -183,14 +230,34 @@ def _placebo_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
         return []
     n_test = s.n_test
     rows = [
-        StageCalls(stage="placebo (rewrite)", role="teacher", per_iteration=n_test, total=n_test, exact=True,
-                   note="neutral rewrites of the test pairs, once per run"),
-        StageCalls(stage="placebo (judge)", role="target", per_iteration=n_test * s.per_pair, total=n_test * s.per_pair,
-                   exact=False, note="once per run; invalid rewrites are not judged"),
+        StageCalls(
+            stage="placebo (rewrite)",
+            role="teacher",
+            per_iteration=n_test,
+            total=n_test,
+            exact=True,
+            note="neutral rewrites of the test pairs, once per run",
+        ),
+        StageCalls(
+            stage="placebo (judge)",
+            role="target",
+            per_iteration=n_test * s.per_pair,
+            total=n_test * s.per_pair,
+            exact=False,
+            note="once per run; invalid rewrites are not judged",
+        ),
     ]
     if s.checks:
-        rows.append(StageCalls(stage="placebo (check)", role="checker", per_iteration=s.checks, total=s.checks,
-                               exact=False, note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)"))
+        rows.append(
+            StageCalls(
+                stage="placebo (check)",
+                role="checker",
+                per_iteration=s.checks,
+                total=s.checks,
+                exact=False,
+                note="at most: answer check of each rewrite and its original (none where the answers are read mechanically)",
+            )
+        )
     return rows
 
 
@@ -203,14 +270,34 @@ def _seed_calls(config: RunConfig, s: _CallSizes, n_seeds: int) -> list[StageCal
     rewrites = seeds * s.n_test
     note = f"{seeds} seed bias(es), once per run"
     rows = [
-        StageCalls(stage="validate_seeds (perturb)", role="teacher", per_iteration=rewrites, total=rewrites, exact=False,
-                   note=note),
-        StageCalls(stage="validate_seeds (judge)", role="target", per_iteration=rewrites * s.per_pair,
-                   total=rewrites * s.per_pair, exact=False, note=note),
+        StageCalls(
+            stage="validate_seeds (perturb)",
+            role="teacher",
+            per_iteration=rewrites,
+            total=rewrites,
+            exact=False,
+            note=note,
+        ),
+        StageCalls(
+            stage="validate_seeds (judge)",
+            role="target",
+            per_iteration=rewrites * s.per_pair,
+            total=rewrites * s.per_pair,
+            exact=False,
+            note=note,
+        ),
     ]
     if s.checks:
-        rows.append(StageCalls(stage="validate_seeds (check)", role="checker", per_iteration=rewrites, total=rewrites,
-                               exact=False, note="at most: answer check of each rewrite"))
+        rows.append(
+            StageCalls(
+                stage="validate_seeds (check)",
+                role="checker",
+                per_iteration=rewrites,
+                total=rewrites,
+                exact=False,
+                note="at most: answer check of each rewrite",
+            )
+        )
     return rows
 
 
@@ -222,15 +309,34 @@ def _validate_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
     cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
     rewrites, t = candidates * s.n_test, s.iterations
     rows = [
-        StageCalls(stage="validate (perturb)", role="teacher", per_iteration=rewrites, total=rewrites * t, exact=False,
-                   note=cand_note),
-        StageCalls(stage="validate (judge)", role="target", per_iteration=rewrites * s.per_pair,
-                   total=rewrites * s.per_pair * t, exact=False, note=cand_note),
+        StageCalls(
+            stage="validate (perturb)",
+            role="teacher",
+            per_iteration=rewrites,
+            total=rewrites * t,
+            exact=False,
+            note=cand_note,
+        ),
+        StageCalls(
+            stage="validate (judge)",
+            role="target",
+            per_iteration=rewrites * s.per_pair,
+            total=rewrites * s.per_pair * t,
+            exact=False,
+            note=cand_note,
+        ),
     ]
     if s.checks:
-        rows.append(StageCalls(stage="validate (check)", role="checker", per_iteration=rewrites + s.n_test,
-                               total=(rewrites + s.n_test) * t, exact=False,
-                               note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)"))
+        rows.append(
+            StageCalls(
+                stage="validate (check)",
+                role="checker",
+                per_iteration=rewrites + s.n_test,
+                total=(rewrites + s.n_test) * t,
+                exact=False,
+                note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)",
+            )
+        )
     return rows
 
 
@@ -267,15 +373,30 @@ def run_prompts(
     # every pair as a misjudgment, its generated parts empty; a pointwise judge's case is its
     # score of the rejected response (no position), as the loop makes it (stages.evaluate)
     pointwise = config.judge.mode == "pointwise"
-    shown = {"order": "rejected", "verdict": None, "score": config.judge.scale_spec.high} if pointwise else {
-        "order": "chosen_first", "verdict": "B"}
+    shown = (
+        {"order": "rejected", "verdict": None, "score": config.judge.scale_spec.high}
+        if pointwise
+        else {"order": "chosen_first", "verdict": "B"}
+    )
     cases = [
-        MisjudgedCase(pair_id=p.id, bias_id=bias.id, domain=p.domain, question=p.question, chosen=p.chosen,
-                      original_rejected=p.rejected, perturbed_rejected="", judge_output="", explanation="", **shown)
+        MisjudgedCase(
+            pair_id=p.id,
+            bias_id=bias.id,
+            domain=p.domain,
+            question=p.question,
+            chosen=p.chosen,
+            original_rejected=p.rejected,
+            perturbed_rejected="",
+            judge_output="",
+            explanation="",
+            **shown,
+        )
         for p in all_pairs
     ]
-    return {"target": _target_prompts(config, target_pairs, test_pairs, cases),
-            "teacher": _teacher_prompts(config, all_pairs, bias, cases)}
+    return {
+        "target": _target_prompts(config, target_pairs, test_pairs, cases),
+        "teacher": _teacher_prompts(config, all_pairs, bias, cases),
+    }
 
 
 def _target_prompts(
@@ -291,25 +412,38 @@ def _target_prompts(
     seed, judge = config.seed, config.judge
     perturb_budget = config.perturb.max_tokens
     target: list[_Prompt] = []
-    target += _longest([
-        _Prompt(stage="baseline judge (test data)", request=_one_token(t.request), output_tokens=judge.max_tokens)
-        for t in build_tasks(test_pairs, judge, seed=seed)
-    ])
+    target += _longest(
+        [
+            _Prompt(stage="baseline judge (test data)", request=_one_token(t.request), output_tokens=judge.max_tokens)
+            for t in build_tasks(test_pairs, judge, seed=seed)
+        ]
+    )
     emptied = [p.model_copy(update={"rejected": ""}) for p in target_pairs]
-    target += _longest([
-        _Prompt(stage="evaluate (perturbed target pairs)", request=_one_token(t.request), added_tokens=perturb_budget,
-                added_note=f"the rewrite, at most perturb.max_tokens={perturb_budget}", output_tokens=judge.max_tokens)
-        for t in build_tasks(emptied, judge, seed=seed)
-    ])
+    target += _longest(
+        [
+            _Prompt(
+                stage="evaluate (perturbed target pairs)",
+                request=_one_token(t.request),
+                added_tokens=perturb_budget,
+                added_note=f"the rewrite, at most perturb.max_tokens={perturb_budget}",
+                output_tokens=judge.max_tokens,
+            )
+            for t in build_tasks(emptied, judge, seed=seed)
+        ]
+    )
     if config.deeper_explain.enabled:
-        target += _longest([
-            _Prompt(stage="deeper_explain",
+        target += _longest(
+            [
+                _Prompt(
+                    stage="deeper_explain",
                     request=_one_token(build_explain_request(c, judge, config.deeper_explain, seed=seed)),
                     added_tokens=perturb_budget + judge.max_tokens,
                     added_note=f"the rewrite ({perturb_budget}) and the judge's answer ({judge.max_tokens})",
-                    output_tokens=config.deeper_explain.max_tokens)
-            for c in cases
-        ])
+                    output_tokens=config.deeper_explain.max_tokens,
+                )
+                for c in cases
+            ]
+        )
     return target
 
 
@@ -325,19 +459,29 @@ def _teacher_prompts(
     perturb_budget = config.perturb.max_tokens
     explain_budget = config.deeper_explain.max_tokens if config.deeper_explain.enabled else 0
     teacher: list[_Prompt] = []
-    teacher += _longest([
-        _Prompt(stage="perturb (target and test pairs)",
-                request=_one_token(build_perturb_request(p, bias, config.perturb, seed)), output_tokens=perturb_budget)
-        for p in all_pairs
-    ])
-    teacher += _longest([
-        _Prompt(stage="identify", request=_one_token(build_identify_request(c, config.identify, seed)),
+    teacher += _longest(
+        [
+            _Prompt(
+                stage="perturb (target and test pairs)",
+                request=_one_token(build_perturb_request(p, bias, config.perturb, seed)),
+                output_tokens=perturb_budget,
+            )
+            for p in all_pairs
+        ]
+    )
+    teacher += _longest(
+        [
+            _Prompt(
+                stage="identify",
+                request=_one_token(build_identify_request(c, config.identify, seed)),
                 added_tokens=perturb_budget + judge.max_tokens + explain_budget,
                 added_note=f"the rewrite ({perturb_budget}), the judge's answer ({judge.max_tokens})"
                 + (f" and its deeper explanation ({explain_budget})" if explain_budget else ""),
-                output_tokens=config.identify.max_tokens)
-        for c in cases
-    ])
+                output_tokens=config.identify.max_tokens,
+            )
+            for c in cases
+        ]
+    )
     return teacher
 
 
@@ -418,14 +562,23 @@ def _endpoint_name(config: ModelConfig) -> str:
     return f"{config.provider} in this process ({config.model})"
 
 
-def _check_smoke(config: ModelConfig, smoke: Callable[[ModelConfig], SmokeResult], add: Callable[[Finding], None]) -> bool:
+def _check_smoke(
+    config: ModelConfig, smoke: Callable[[ModelConfig], SmokeResult], add: Callable[[Finding], None]
+) -> bool:
     """The child-process check of an embedded engine, run first because a build that crashes on
     this CPU would take the check down; False when it failed (nothing more to check then)."""
     result = smoke(config)
     if not result.ok:
         how = f"killed by {result.signal}" if result.signal else (result.failure or "failed")
-        add(Finding(status="fail", what="engine (child process)", detail=(
-            f"{result.engine}: {how}: {result.detail}" + (f"; remedy: {result.remedy}" if result.remedy else ""))))
+        add(
+            Finding(
+                status="fail",
+                what="engine (child process)",
+                detail=(
+                    f"{result.engine}: {how}: {result.detail}" + (f"; remedy: {result.remedy}" if result.remedy else "")
+                ),
+            )
+        )
         return False
     add(Finding(status="ok", what="engine (child process)", detail=f"{result.detail} in {result.seconds:.1f} s"))
     return True
@@ -451,9 +604,16 @@ def _check_model_name(
         add(Finding(status="ok", what="model name", detail=f"{config.model!r} is served"))
         return next(e for e in data if e.get("id") == config.model)
     if ids:
-        add(Finding(status="fail", what="model name", detail=(
-            f"the server serves {', '.join(repr(i) for i in ids)}, not {config.model!r}: set the role's model to "
-            f"the served name, or start the server with --served-model-name {config.model}")))
+        add(
+            Finding(
+                status="fail",
+                what="model name",
+                detail=(
+                    f"the server serves {', '.join(repr(i) for i in ids)}, not {config.model!r}: set the role's model to "
+                    f"the served name, or start the server with --served-model-name {config.model}"
+                ),
+            )
+        )
     else:
         add(Finding(status="warn", what="model name", detail="GET /models listed no model; cannot check the name"))
     return None
@@ -474,8 +634,14 @@ def _check_server(
     took = time.monotonic() - started
     data = [e for e in ((models or {}).get("data") or []) if isinstance(e, dict)]
     owners = sorted({str(e.get("owned_by")) for e in data})
-    add(Finding(status="ok", what="reachable", detail=f"GET {url}/models answered in {took:.2f} s"
-                + (f" (owned_by {', '.join(owners)})" if owners else "")))
+    add(
+        Finding(
+            status="ok",
+            what="reachable",
+            detail=f"GET {url}/models answered in {took:.2f} s"
+            + (f" (owned_by {', '.join(owners)})" if owners else ""),
+        )
+    )
     entry = _check_model_name(config, data, add)
     try:
         dialect = engine.dialect  # type: ignore[attr-defined]
@@ -483,8 +649,13 @@ def _check_server(
         add(Finding(status="fail", what="dialect", detail=str(exc)))
         return None
     how = "configured" if config.structured_outputs != "auto" else "detected from /models"
-    add(Finding(status="info", what="dialect", detail=f"{dialect} ({how}); "
-                f"{engine.max_concurrency} requests in flight per server"))  # type: ignore[attr-defined]
+    add(
+        Finding(
+            status="info",
+            what="dialect",
+            detail=f"{dialect} ({how}); {engine.max_concurrency} requests in flight per server",  # type: ignore[attr-defined]
+        )
+    )
     # probe what the run will send: the openai dialect sends the verdict format as a JSON schema
     return _Served(entry=entry, kinds=list(dict.fromkeys(probe_kind(c, dialect) for c in constraints)))
 
@@ -520,8 +691,13 @@ def check_endpoint(
         add(Finding(status="ok", what="loaded", detail=f"{engine.engine_id} in {seconds:.1f} s"))
     _probe(engine, served.kinds, add)
     context, source = _context_of(config, engine, served.entry)
-    add(Finding(status="info" if context else "warn", what="context",
-                detail=f"{context} tokens ({source})" if context else source))
+    add(
+        Finding(
+            status="info" if context else "warn",
+            what="context",
+            detail=f"{context} tokens ({source})" if context else source,
+        )
+    )
     _measure(engine, prompts, context, add)
     report.tokens_per_s = _throughput(engine, config, add)
     return report
@@ -537,8 +713,12 @@ def _throughput(engine: Engine, config: ModelConfig, add: Callable[[Finding], No
     send to the last reply. A server busy with other work, or a batch larger than the probe's,
     gives a different rate: the wall times of `check` rest on this one measurement."""
     n = min(PROBE_REQUESTS, config.max_concurrency or PROBE_REQUESTS)
-    requests = [GenerationRequest.chat(f"Count from {i} upwards, one number a line.", max_tokens=PROBE_TOKENS,
-                                       temperature=0.0, seed=i) for i in range(n)]
+    requests = [
+        GenerationRequest.chat(
+            f"Count from {i} upwards, one number a line.", max_tokens=PROBE_TOKENS, temperature=0.0, seed=i
+        )
+        for i in range(n)
+    ]
     started = time.monotonic()
     try:
         responses = engine.generate(requests)
@@ -551,8 +731,15 @@ def _throughput(engine: Engine, config: ModelConfig, add: Callable[[Finding], No
         add(Finding(status="warn", what="throughput", detail="the probe's replies report no tokens; no wall time"))
         return None
     rate = tokens / seconds
-    add(Finding(status="info", what="throughput", detail=(
-        f"{rate:,.1f} completion tokens/s ({n} requests of up to {PROBE_TOKENS} tokens at once, {seconds:.2f} s)")))
+    add(
+        Finding(
+            status="info",
+            what="throughput",
+            detail=(
+                f"{rate:,.1f} completion tokens/s ({n} requests of up to {PROBE_TOKENS} tokens at once, {seconds:.2f} s)"
+            ),
+        )
+    )
     return rate
 
 
@@ -567,7 +754,9 @@ def _probe(engine: Engine, kinds: Sequence[ConstraintKind], add: Callable[[Findi
         if failure:
             add(Finding(status="fail", what=f"{kind} constraint", detail=f"not enforced: {failure}"))
         else:
-            add(Finding(status="ok", what=f"{kind} constraint", detail=f"enforced (probe reply {response.text[:40]!r})"))
+            add(
+                Finding(status="ok", what=f"{kind} constraint", detail=f"enforced (probe reply {response.text[:40]!r})")
+            )
 
 
 def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, add: Callable[[Finding], None]) -> None:
@@ -585,9 +774,16 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
     for stage, measured in by_stage.items():
         refused = [r for _, r in measured if r.finish_reason == "error"]
         if refused:
-            add(Finding(status="fail", what=f"prompt: {stage}", detail=(
-                f"the longest prompt was refused: {refused[0].text[:300]} (such requests become invalid; "
-                "raise the context (--max-model-len / n_ctx) or shorten the data)")))
+            add(
+                Finding(
+                    status="fail",
+                    what=f"prompt: {stage}",
+                    detail=(
+                        f"the longest prompt was refused: {refused[0].text[:300]} (such requests become invalid; "
+                        "raise the context (--max-model-len / n_ctx) or shorten the data)"
+                    ),
+                )
+            )
             continue
         prompt, response = max(measured, key=lambda pr: pr[1].prompt_tokens)
         tokens = response.prompt_tokens
@@ -599,12 +795,26 @@ def _measure(engine: Engine, prompts: Sequence[_Prompt], context: int | None, ad
         if context is None:
             add(Finding(status="info", what=f"prompt: {stage}", detail=f"{text} = {worst} (context unknown)"))
         elif need > context:
-            add(Finding(status="fail", what=f"prompt: {stage}", detail=(
-                f"{text}: {need} > context {context} even without generated parts; these requests would be "
-                "refused or cut (invalid); raise the context or lower the stage's max_tokens")))
+            add(
+                Finding(
+                    status="fail",
+                    what=f"prompt: {stage}",
+                    detail=(
+                        f"{text}: {need} > context {context} even without generated parts; these requests would be "
+                        "refused or cut (invalid); raise the context or lower the stage's max_tokens"
+                    ),
+                )
+            )
         elif worst > context:
-            add(Finding(status="warn", what=f"prompt: {stage}", detail=(
-                f"{text} = {worst} > context {context} in the worst case; fits without the generated parts ({need})")))
+            add(
+                Finding(
+                    status="warn",
+                    what=f"prompt: {stage}",
+                    detail=(
+                        f"{text} = {worst} > context {context} in the worst case; fits without the generated parts ({need})"
+                    ),
+                )
+            )
         else:
             add(Finding(status="ok", what=f"prompt: {stage}", detail=f"{text} = {worst} <= context {context}"))
 
@@ -663,7 +873,9 @@ def run_preflight(
 
     d = config.data
     target_bad, test_bad = bad_rows_for(d.target, d.skip_bad_rows), bad_rows_for(d.test, d.skip_bad_rows)
-    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=target_bad)
+    target_pairs = load_pairs(
+        d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=target_bad
+    )
     test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=test_bad)
     library = load_seed_library(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
@@ -694,7 +906,10 @@ def run_preflight(
 
 
 def pilot_into(
-    run_dir: Path | None, n_pairs: int, *, announce: Callable[[Path], None] | None = None,
+    run_dir: Path | None,
+    n_pairs: int,
+    *,
+    announce: Callable[[Path], None] | None = None,
     progress: ProgressFactory | None = None,
 ) -> Callable[[RunConfig], PilotRecord]:
     """`check --pilot N`: `run_preflight`'s `pilot`, `loop.pilot.run_pilot` on the first
@@ -745,17 +960,20 @@ class Assumptions(BaseModel):
         a = cls()
         m = pilot.misjudged
         a.misjudged_share = m.share
-        a.measured["misjudged_share"] = (f"{m.k} of {m.n} perturbed target pairs, Wilson 95% CI "
-                                         f"{m.ci_low:.0%}–{m.ci_high:.0%}")
+        a.measured["misjudged_share"] = (
+            f"{m.k} of {m.n} perturbed target pairs, Wilson 95% CI {m.ci_low:.0%}–{m.ci_high:.0%}"
+        )
         per = pilot.candidates_per_misjudged
         a.candidates_per_iteration = (per or 0.0) * m.share * n_target
         a.measured["candidates_per_iteration"] = (
-            f"{pilot.candidates} candidates from {m.k} misjudgments, x {m.share:.0%} of {n_target} pairs")
+            f"{pilot.candidates} candidates from {m.k} misjudgments, x {m.share:.0%} of {n_target} pairs"
+        )
         if pilot.sequential is not None:
             q = pilot.sequential
             a.sequential_share = q.share
-            a.measured["sequential_share"] = (f"{q.k} of {q.n} rewrites of {pilot.validated} candidate(s) "
-                                              f"on {pilot.n_test} test items")
+            a.measured["sequential_share"] = (
+                f"{q.k} of {q.n} rewrites of {pilot.validated} candidate(s) on {pilot.n_test} test items"
+            )
         return a
 
 
@@ -798,10 +1016,20 @@ class _Sizes(NamedTuple):
 
 
 _STAGE_KIND = {
-    "perturb": "perturb", "evaluate": "evaluate", "deeper_explain": "explain", "identify": "identify",
-    "merge": "merge", "baseline": "judge", "placebo (rewrite)": "perturb", "placebo (judge)": "judge",
-    "placebo (check)": "check", "validate_seeds (perturb)": "perturb", "validate_seeds (judge)": "judge",
-    "validate_seeds (check)": "check", "validate (perturb)": "perturb", "validate (judge)": "judge",
+    "perturb": "perturb",
+    "evaluate": "evaluate",
+    "deeper_explain": "explain",
+    "identify": "identify",
+    "merge": "merge",
+    "baseline": "judge",
+    "placebo (rewrite)": "perturb",
+    "placebo (judge)": "judge",
+    "placebo (check)": "check",
+    "validate_seeds (perturb)": "perturb",
+    "validate_seeds (judge)": "judge",
+    "validate_seeds (check)": "check",
+    "validate (perturb)": "perturb",
+    "validate (judge)": "judge",
     "validate (check)": "check",
 }
 """The kind of call (a key of `_stage_sizes`) each stage of `planned_calls` makes."""
@@ -823,8 +1051,9 @@ def _stage_sizes(
     perturb_max_tokens, explain_max_tokens = config.perturb.max_tokens, config.deeper_explain.max_tokens
     judge_mean, judge_max = _chars([task.request for task in build_tasks(test_pairs, judge, seed=config.seed)])
     eval_mean, eval_max = _chars([task.request for task in build_tasks(target_pairs, judge, seed=config.seed)])
-    perturb_mean, perturb_max = _chars([build_perturb_request(p, bias, config.perturb, config.seed)
-                                        for p in [*target_pairs, *test_pairs]])
+    perturb_mean, perturb_max = _chars(
+        [build_perturb_request(p, bias, config.perturb, config.seed) for p in [*target_pairs, *test_pairs]]
+    )
     n_pairs = len(target_pairs) + len(test_pairs)
     answer = sum(len(p.rejected) for p in [*target_pairs, *test_pairs]) / max(1, n_pairs) / cpt
     verdict = (judge.reasoning_chars or judge.max_tokens * cpt) / cpt + 8 if judge.reasoning else 2
@@ -833,11 +1062,18 @@ def _stage_sizes(
         "judge": _Sizes(judge_mean / cpt, judge_max / cpt, min(verdict, judge.max_tokens), judge.max_tokens),
         "evaluate": _Sizes(eval_mean / cpt, eval_max / cpt, min(verdict, judge.max_tokens), judge.max_tokens),
         "perturb": _Sizes(perturb_mean / cpt, perturb_max / cpt, min(answer, perturb_max_tokens), perturb_max_tokens),
-        "explain": _Sizes(eval_mean / cpt + answer + verdict, eval_max / cpt + perturb_max_tokens + judge.max_tokens,
-                          a.completion_share * explain_max_tokens, explain_max_tokens),
-        "identify": _Sizes(eval_mean / cpt + answer + verdict,
-                           eval_max / cpt + perturb_max_tokens + judge.max_tokens + explain_max_tokens,
-                           a.completion_share * config.identify.max_tokens, config.identify.max_tokens),
+        "explain": _Sizes(
+            eval_mean / cpt + answer + verdict,
+            eval_max / cpt + perturb_max_tokens + judge.max_tokens,
+            a.completion_share * explain_max_tokens,
+            explain_max_tokens,
+        ),
+        "identify": _Sizes(
+            eval_mean / cpt + answer + verdict,
+            eval_max / cpt + perturb_max_tokens + judge.max_tokens + explain_max_tokens,
+            a.completion_share * config.identify.max_tokens,
+            config.identify.max_tokens,
+        ),
         "merge": _Sizes(bias_tokens + 100, bias_tokens + 400, config.merge.max_tokens, config.merge.max_tokens),
         "check": _Sizes(judge_mean / cpt, judge_max / cpt + perturb_max_tokens, 2, 8),
     }
@@ -852,10 +1088,15 @@ def _expected_shares(config: RunConfig, a: Assumptions, n_target: int) -> dict[s
     candidates = min(a.candidates_per_iteration, v.max_candidates or n_target)
     validate = candidates * seq / max(1, v.max_candidates or n_target)
     return {
-        "deeper_explain": a.misjudged_share, "identify": a.misjudged_share / (1 + config.identify.retries),
+        "deeper_explain": a.misjudged_share,
+        "identify": a.misjudged_share / (1 + config.identify.retries),
         "merge": a.misjudged_share,
-        "validate (perturb)": validate, "validate (judge)": validate, "validate (check)": validate,
-        "validate_seeds (perturb)": seq, "validate_seeds (judge)": seq, "validate_seeds (check)": seq,
+        "validate (perturb)": validate,
+        "validate (judge)": validate,
+        "validate (check)": validate,
+        "validate_seeds (perturb)": seq,
+        "validate_seeds (judge)": seq,
+        "validate_seeds (check)": seq,
     }
 
 
@@ -869,19 +1110,34 @@ def _estimate_row(
     measured_calls = 0
     used = pilot.tokens(row.stage.split(" (")[0], row.role) if pilot else None
     if pilot and used and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
-        share, measured_calls = min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))), used.requests
+        share, measured_calls = (
+            min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))),
+            used.requests,
+        )
     if used:  # the pilot's own token counts
         p_mean, c_mean = used.prompt_tokens / used.requests, used.completion_tokens / used.requests
         p_max, c_max = max(p_max, p_mean), max(c_max, c_mean)
     calls = row.total * share
     estimate = StageEstimate(
-        stage=row.stage, role=row.role, calls=calls, calls_bound=row.total, prompt_tokens=calls * p_mean,
-        prompt_tokens_bound=row.total * p_max, completion_tokens=calls * c_mean, completion_tokens_bound=row.total * c_max,
-        measured_calls=measured_calls, measured_tokens=used.requests if used else 0)
+        stage=row.stage,
+        role=row.role,
+        calls=calls,
+        calls_bound=row.total,
+        prompt_tokens=calls * p_mean,
+        prompt_tokens_bound=row.total * p_max,
+        completion_tokens=calls * c_mean,
+        completion_tokens_bound=row.total * c_max,
+        measured_calls=measured_calls,
+        measured_tokens=used.requests if used else 0,
+    )
     if price is not None:
-        estimate.usd = (estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok) / 1e6
-        estimate.usd_bound = (estimate.prompt_tokens_bound * price.input_per_mtok
-                              + estimate.completion_tokens_bound * price.output_per_mtok) / 1e6
+        estimate.usd = (
+            estimate.prompt_tokens * price.input_per_mtok + estimate.completion_tokens * price.output_per_mtok
+        ) / 1e6
+        estimate.usd_bound = (
+            estimate.prompt_tokens_bound * price.input_per_mtok
+            + estimate.completion_tokens_bound * price.output_per_mtok
+        ) / 1e6
     return estimate
 
 
@@ -907,7 +1163,9 @@ def estimate_run(
     shares = _expected_shares(config, a, n_target)
     prices = {"target": config.target.price, "teacher": config.teacher.price, "checker": config.answer_checker().price}
     return [
-        _estimate_row(row, sizes[_STAGE_KIND[row.stage]], shares.get(row.stage, 1.0), pilot, n_target, prices.get(row.role))
+        _estimate_row(
+            row, sizes[_STAGE_KIND[row.stage]], shares.get(row.stage, 1.0), pilot, n_target, prices.get(row.role)
+        )
         for row in planned_calls(config, n_target, n_test, len(library.biases))
     ]
 

@@ -44,9 +44,7 @@ class PromptTemplate(BaseModel):
         missing = self.placeholders - values.keys()
         extra = values.keys() - self.placeholders
         if missing or extra:
-            raise ConfigError(
-                f"prompt {self.name!r}: missing values {sorted(missing)}, unexpected {sorted(extra)}"
-            )
+            raise ConfigError(f"prompt {self.name!r}: missing values {sorted(missing)}, unexpected {sorted(extra)}")
         return tuple(
             ChatMessage(role=role, content=string.Template(text).substitute(values))  # type: ignore[arg-type]
             for role, text in self.messages

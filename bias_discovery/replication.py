@@ -321,7 +321,8 @@ def _plan(ctx: RunContext, run_path: Path, opts: ReplicationOptions) -> _Plan:
     check_output_dir(out, overwrite=opts.overwrite, protect=[run_path], error=ExportError)
     if opts.biases is None:
         chosen = [
-            b for b in ctx.library.biases
+            b
+            for b in ctx.library.biases
             if b.origin.kind == "discovered" and b.validation is not None and b.validation.accepted
         ]
     else:
@@ -382,22 +383,32 @@ def _run(ctx: RunContext, plan: _Plan, opts: ReplicationOptions, bar: ProgressFa
     placebo = None
     if settings.control == "placebo":
         placebo = run_placebo(
-            roles["teacher"], roles["target"], checker, pairs, baseline, perturb_settings=perturb_settings,
-            judge_settings=config.judge, settings=settings, seed=seed,
+            roles["teacher"],
+            roles["target"],
+            checker,
+            pairs,
+            baseline,
+            perturb_settings=perturb_settings,
+            judge_settings=config.judge,
+            settings=settings,
+            seed=seed,
             progress=lambda name, total: bar(f"placebo: {name}", total),
         )
     fresh = [b.model_copy(update={"validation": None}) for b in plan.chosen]
     setup = ValidationSetup(
-        family=FamilySettings.planned(
-            settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)
-        ),
+        family=FamilySettings.planned(settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)),
         perturb=perturb_settings,
         judge=config.judge,
         test_data=plan.header.data,
     )
     output = validate_biases(
-        ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker), fresh, pairs, baseline, setup,
-        placebo=placebo, progress=lambda name, total: bar(f"validate: {name}", total),
+        ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker),
+        fresh,
+        pairs,
+        baseline,
+        setup,
+        placebo=placebo,
+        progress=lambda name, total: bar(f"validate: {name}", total),
     )
     return _Outcome(pairs, baseline, placebo, output, overlap)
 
@@ -406,8 +417,9 @@ def _assemble(plan: _Plan, outcome: _Outcome, answer_check: bool) -> Replication
     """replication.json: each bias's new numbers beside the run's, and the reproduction rate."""
     header, output = plan.header, outcome.output
     replicated = []
-    checked = record_checker(output.candidates, header.models["checker"] if answer_check else None,
-                             self_checked=header.self_checked)
+    checked = record_checker(
+        output.candidates, header.models["checker"] if answer_check else None, self_checked=header.self_checked
+    )
     for original, bias, record in zip(plan.chosen, checked, output.records):
         v = bias.validation
         assert v is not None

@@ -19,8 +19,7 @@ def resource_dir(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(
-        f"resource folder {name!r} not found next to the package ({_PACKAGE_DIR}); "
-        "is the installation complete?"
+        f"resource folder {name!r} not found next to the package ({_PACKAGE_DIR}); is the installation complete?"
     )
 
 

@@ -176,9 +176,7 @@ def _convert(gguf: Path, out_dir: Path) -> list[str]:
     with no_library_bars(), contextlib.redirect_stderr(io.StringIO()):
         tokenizer: Any = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, **load_args)
-    if getattr(model, "hf_quantizer", None) is not None or getattr(
-        model.config, "quantization_config", None
-    ):
+    if getattr(model, "hf_quantizer", None) is not None or getattr(model.config, "quantization_config", None):
         raise EngineError(
             f"transformers kept {gguf.name} quantized; vLLM needs dense weights "
             "(a transformers with GgufConfig(dequantize=True), or 4.x, does this)"

@@ -62,7 +62,10 @@ def arrow_schema(row_model: type[BaseModel], exclude: Sequence[str] = ()) -> pya
 
     fields = row_model.model_fields
     return pa.schema(
-        [(name, _arrow_type(fields[name].annotation, f"{row_model.__name__}.{name}")) for name in columns_of(row_model, exclude)]
+        [
+            (name, _arrow_type(fields[name].annotation, f"{row_model.__name__}.{name}"))
+            for name in columns_of(row_model, exclude)
+        ]
     )
 
 

@@ -44,7 +44,9 @@ def judge_cell() -> None:
 def audit_cell() -> None:
     """Position bias by the published measures on the same six pairs: both orders, 2 repeats
     of each verdict (24 calls; the first repeat is the judge cell's calls, from the cache)."""
-    audited = audit(MODEL, "demo", ["position"], limit=6, settings={"repeats": 2, "n_boot": 500, "judge": JUDGE_SETTINGS})
+    audited = audit(
+        MODEL, "demo", ["position"], limit=6, settings={"repeats": 2, "n_boot": 500, "judge": JUDGE_SETTINGS}
+    )
     calls = audited.report.calls
     print(f"audit judge calls: {calls.judge} distinct, {calls.judge_cached} answered by the call cache")
     table = audited.to_pandas()
@@ -57,13 +59,19 @@ def run_cell(run_dir: Path) -> None:
     """A finished discovery run: its library with each bias's effect against its control,
     the error statement of its validation, and the report."""
     if not (run_dir / "config.yaml").is_file():
-        print(f"no run in {run_dir}; make one with: bias-discovery run experiments/quickstart-cpu.yaml --run-dir {run_dir}")
+        print(
+            f"no run in {run_dir}; make one with: bias-discovery run experiments/quickstart-cpu.yaml --run-dir {run_dir}"
+        )
         return
     run = load_run(run_dir)
     state = run.state
     print(f"run {run.root}: {run.status}, stop reason: {state.stop_reason if state else '?'}")
     biases = run.to_pandas()
-    print(biases[["id", "status", "decisive", "effect", "effect_ci_low", "effect_ci_high", "n", "decision_p_adjusted"]].to_string(index=False))
+    print(
+        biases[
+            ["id", "status", "decisive", "effect", "effect_ci_low", "effect_ci_high", "n", "decision_p_adjusted"]
+        ].to_string(index=False)
+    )
     for bias in run.accepted:
         v = bias.validation
         assert v is not None

@@ -37,10 +37,24 @@ import time
 from pathlib import Path
 
 STAMP = "llama-cpp-build.json"
-X86_PORTABLE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"]
+X86_PORTABLE = [
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+]
 """x86-64-v3 (Haswell, 2013, and every AMD Zen): what every AVX2 CPU runs; no AVX-512 and no AMX
 code paths, whose runtime support differs between CPUs and kernels."""
-X86_BASELINE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF"]
+X86_BASELINE = [
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=OFF",
+    "-DGGML_AVX2=OFF",
+    "-DGGML_FMA=OFF",
+    "-DGGML_F16C=OFF",
+    "-DGGML_BMI2=OFF",
+]
 COMMON = ["-DLLAVA_BUILD=OFF"]
 """The multimodal library (mtmd) is not used by bias-discovery and is loaded lazily by
 llama-cpp-python; skipping it shortens the build."""
@@ -80,8 +94,16 @@ def python_tag(python: Path) -> str:
 
 
 def build_key(version: str, cmake_args: list[str], tag: str, compiler: str) -> str:
-    text = json.dumps({"version": version, "cmake_args": cmake_args, "machine": platform.machine(), "python": tag,
-                       "compiler": compiler}, sort_keys=True)
+    text = json.dumps(
+        {
+            "version": version,
+            "cmake_args": cmake_args,
+            "machine": platform.machine(),
+            "python": tag,
+            "compiler": compiler,
+        },
+        sort_keys=True,
+    )
     return f"{version}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
@@ -111,7 +133,10 @@ def main() -> int:
     else:
         cmake_args, why = portable_cmake_args()
     tag, compiler = python_tag(python), compiler_version()
-    cache = Path(os.environ.get("BIAS_DISCOVERY_BUILD_CACHE", Path.home() / ".cache" / "bias-discovery")) / "llama-cpp-wheels"
+    cache = (
+        Path(os.environ.get("BIAS_DISCOVERY_BUILD_CACHE", Path.home() / ".cache" / "bias-discovery"))
+        / "llama-cpp-wheels"
+    )
 
     with tempfile.TemporaryDirectory(prefix="llama-cpp-sdist-") as tmp:
         sdist: Path | None = None
@@ -121,8 +146,15 @@ def main() -> int:
         else:
             version = args.version
         key = build_key(version, cmake_args, tag, compiler)
-        info = {"version": version, "cmake_args": cmake_args, "why": why, "machine": platform.machine(),
-                "python": tag, "compiler": compiler, "key": key}
+        info = {
+            "version": version,
+            "cmake_args": cmake_args,
+            "why": why,
+            "machine": platform.machine(),
+            "python": tag,
+            "compiler": compiler,
+            "key": key,
+        }
         stamp_path = args.venv / STAMP
         try:
             installed = json.loads(stamp_path.read_text()).get("key")
@@ -141,10 +173,17 @@ def main() -> int:
             shutil.rmtree(building, ignore_errors=True)
             building.mkdir(parents=True)
             jobs = str(os.cpu_count() or 1)
-            print(f"llama-cpp-python {version}: building ({why})\n  CMAKE_ARGS={' '.join(cmake_args)}\n"
-                  f"  {jobs} parallel jobs; about 4 minutes on 2 cores; key {key}", file=sys.stderr)
-            env = {**os.environ, "CMAKE_ARGS": " ".join(cmake_args), "CMAKE_BUILD_PARALLEL_LEVEL": jobs,
-                   "PIP_NO_CACHE_DIR": "1"}
+            print(
+                f"llama-cpp-python {version}: building ({why})\n  CMAKE_ARGS={' '.join(cmake_args)}\n"
+                f"  {jobs} parallel jobs; about 4 minutes on 2 cores; key {key}",
+                file=sys.stderr,
+            )
+            env = {
+                **os.environ,
+                "CMAKE_ARGS": " ".join(cmake_args),
+                "CMAKE_BUILD_PARALLEL_LEVEL": jobs,
+                "PIP_NO_CACHE_DIR": "1",
+            }
             started = time.monotonic()
             pip(python, "wheel", "-q", "--no-deps", "--no-cache-dir", str(sdist), "-w", str(building), env=env)
             info["build_seconds"] = round(time.monotonic() - started, 1)

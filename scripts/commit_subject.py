@@ -24,8 +24,10 @@ def problems(message: str) -> list[str]:
         return ["the message is empty"]
     found = []
     if len(lines[0]) > MAX_SUBJECT:
-        found.append(f"the subject is {len(lines[0])} characters (at most {MAX_SUBJECT}): {lines[0][:MAX_SUBJECT]}...; "
-                     "put the detail in the body")
+        found.append(
+            f"the subject is {len(lines[0])} characters (at most {MAX_SUBJECT}): {lines[0][:MAX_SUBJECT]}...; "
+            "put the detail in the body"
+        )
     if len(lines) > 1 and lines[1].strip():
         found.append("the subject and the body are separated by one blank line")
     return found
@@ -34,8 +36,10 @@ def problems(message: str) -> list[str]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--range"] and len(argv) == 2:
         hashes = subprocess.run(["git", "rev-list", argv[1]], capture_output=True, text=True, check=True).stdout.split()
-        messages = {h: subprocess.run(["git", "log", "-1", "--format=%B", h], capture_output=True, text=True,
-                                      check=True).stdout for h in hashes}
+        messages = {
+            h: subprocess.run(["git", "log", "-1", "--format=%B", h], capture_output=True, text=True, check=True).stdout
+            for h in hashes
+        }
     elif len(argv) == 1:
         messages = {argv[0]: Path(argv[0]).read_text(encoding="utf-8")}
     else:

@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     over = [r for r in rows if r[0] > args.limit]
     for lines, where in over:
         print(f"{where}: {lines} lines (limit {args.limit}): split it into named steps", file=sys.stderr)
-    print(f"function length: {len(rows)} functions, {len(over)} over {args.limit} lines; longest: "
-          + "; ".join(f"{where} ({lines})" for lines, where in rows[: args.top]))
+    print(
+        f"function length: {len(rows)} functions, {len(over)} over {args.limit} lines; longest: "
+        + "; ".join(f"{where} ({lines})" for lines, where in rows[: args.top])
+    )
     return 1 if over else 0
 
 

@@ -125,7 +125,10 @@ def _model_dir(model: str) -> Path | None:
         return path
     if "/" not in model:
         return None
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
+    hub = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub"
+    )
     snapshots = sorted(glob.glob(str(hub / f"models--{model.replace('/', '--')}" / "snapshots" / "*" / "config.json")))
     return Path(snapshots[-1]).parent if snapshots else None
 
@@ -256,7 +259,9 @@ def make_plan(
         per_token = shape.kv_bytes_per_token(spec.tp, kv_bytes)
         budget = spec.mem * gpu_gib
         room = budget - weights - overhead_gib
-        tokens = kv_room_tokens(shape, tp=spec.tp, mem=spec.mem, gpu_gib=gpu_gib, overhead_gib=overhead_gib, kv_bytes=kv_bytes)
+        tokens = kv_room_tokens(
+            shape, tp=spec.tp, mem=spec.mem, gpu_gib=gpu_gib, overhead_gib=overhead_gib, kv_bytes=kv_bytes
+        )
         how = (
             f"{shape.weight_bytes_measured / GIB:.1f} GiB of safetensors"
             if shape.weight_bytes_measured
@@ -306,16 +311,30 @@ def make_plan(
     return plan
 
 
-def kv_room_tokens(shape: ModelShape, *, tp: int, mem: float, gpu_gib: float,
-                   overhead_gib: float = DEFAULT_OVERHEAD_GIB, kv_bytes: int = 2) -> int:
+def kv_room_tokens(
+    shape: ModelShape,
+    *,
+    tp: int,
+    mem: float,
+    gpu_gib: float,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+    kv_bytes: int = 2,
+) -> int:
     """KV tokens one server holds: its memory fraction less weights and overhead, per GPU of
     its TP group, over the KV bytes of one token there (the arithmetic `make_plan` prints)."""
     room = mem * gpu_gib - shape.weight_bytes() / tp / GIB - overhead_gib
     return int(room * GIB / shape.kv_bytes_per_token(tp, kv_bytes)) if room > 0 else 0
 
 
-def requests_in_flight(shape: ModelShape, *, tp: int, mem: float, gpu_gib: float, tokens_per_request: int,
-                       overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> int:
+def requests_in_flight(
+    shape: ModelShape,
+    *,
+    tp: int,
+    mem: float,
+    gpu_gib: float,
+    tokens_per_request: int,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+) -> int:
     """About how many requests of `tokens_per_request` (prompt + output) a server's KV cache
     holds at once: a `max_concurrency` that keeps vLLM's batch full without a queue (queue time
     counts against the request deadline). Derived from memory, not measured on a GPU."""
@@ -341,8 +360,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     plan = make_plan(
-        servers, n_gpus=args.gpus, gpu_gib=args.gpu_gib, max_len=args.max_len,
-        overhead_gib=args.overhead_gib, kv_bytes=args.kv_bytes,
+        servers,
+        n_gpus=args.gpus,
+        gpu_gib=args.gpu_gib,
+        max_len=args.max_len,
+        overhead_gib=args.overhead_gib,
+        kv_bytes=args.kv_bytes,
     )
     for line in plan.lines:
         print(line)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The lint gates, as CI runs them: ruff (style, bug patterns and the complexity limit, C901),
+# The lint gates, as CI runs them: ruff format --check (the formatter changes no file), ruff
+# (style, bug patterns and the complexity limit, C901),
 # mypy (types; strict on stats/, run/, library.py and config.py), import-linter (the layers of
 # CONTRIBUTING.md, settings that import no logic, no circles) and the function-length gate
 # (scripts/function_length.py: no function in bias_discovery/ over 100 lines). Their settings
@@ -19,6 +20,7 @@ gate() {
   echo "== $name: $*"
   "$@" || failed+=("$name")
 }
+gate format "$bin/ruff" format --check .
 gate ruff "$bin/ruff" check .
 gate mypy "$bin/mypy"
 gate import-linter "$bin/lint-imports"
@@ -27,4 +29,4 @@ if ((${#failed[@]})); then
   echo "lint: failed: ${failed[*]}" >&2
   exit 1
 fi
-echo "lint: ruff, mypy, import-linter and function-length passed"
+echo "lint: format, ruff, mypy, import-linter and function-length passed"

@@ -19,7 +19,8 @@ os.environ["BIAS_DISCOVERY_CACHE_DIR"] = tempfile.mkdtemp(prefix="bias-discovery
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--all-tiers", action="store_true",
+        "--all-tiers",
+        action="store_true",
         help="run every tier (fast, model, server, slow, vllm): drops the fast-tier selection that "
         "pyproject's addopts makes by default (and any other -m)",
     )

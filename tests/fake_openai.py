@@ -25,20 +25,57 @@ from collections.abc import Callable
 from typing import Any
 
 KNOWN_FIELDS = {
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
-    "response_format", "n", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
-    "user", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls", "service_tier", "store",
-    "metadata", "reasoning_effort",
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "response_format",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "user",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "service_tier",
+    "store",
+    "metadata",
+    "reasoning_effort",
 }
 """Request fields OpenAI's Chat Completions API accepts (a subset of its reference)."""
 STRICT_KEYWORDS = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "anyOf", "description",
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minItems", "maxItems", "$defs", "$ref",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "const",
+    "items",
+    "anyOf",
+    "description",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+    "$defs",
+    "$ref",
 }
 """Keywords OpenAI's strict mode supports (its "Supported schemas"); anything else is refused."""
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
 
 
 def strict_problem(schema: Any, context: tuple[str, ...] = ()) -> str | None:
@@ -68,7 +105,9 @@ class OpenAIStub:
     """The API's behaviour: `handle` answers one HTTP request (serve it with the tests'
     `ScriptedServer`, a real HTTP server on 127.0.0.1)."""
 
-    def __init__(self, *, reasoning: str = "Response A is correct.", pick: Callable[[list[Any]], Any] | None = None) -> None:
+    def __init__(
+        self, *, reasoning: str = "Response A is correct.", pick: Callable[[list[Any]], Any] | None = None
+    ) -> None:
         self.reasoning = reasoning
         self.pick = pick or (lambda values: values[0])
 

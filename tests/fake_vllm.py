@@ -45,9 +45,18 @@ from typing import Any
 from bias_discovery.llm.vllm_engine import VLLMAPI
 
 KNOWN_ENGINE_ARGS = {
-    "model", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "max_model_len",
-    "enforce_eager", "kv_cache_memory_bytes", "structured_outputs_config", "seed",
-    "max_num_seqs", "generation_config", "logprobs_mode",
+    "model",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "dtype",
+    "max_model_len",
+    "enforce_eager",
+    "kv_cache_memory_bytes",
+    "structured_outputs_config",
+    "seed",
+    "max_num_seqs",
+    "generation_config",
+    "logprobs_mode",
 }
 EOS_ID, EOS_TEXT = 2, "<|im_end|>"
 TEMPLATE_TOKENS = 3
@@ -236,8 +245,8 @@ class FakeLLM:
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
                 f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
                 f"any output tokens. (parameter=input_tokens, value={limit + 1})"  # vLLM stops counting there
-                if n > limit else
-                f"The decoder prompt (length {n}) plus the number of requested output tokens "
+                if n > limit
+                else f"The decoder prompt (length {n}) plus the number of requested output tokens "
                 f"(at least 1) is longer than the maximum model length of {limit}."
             )
         external = str(next(self.request_counter))
@@ -247,8 +256,9 @@ class FakeLLM:
         self.llm_engine.requests[internal] = _Request(external, conversation, output)
         return internal
 
-    def _output(self, request_id: str, conversation: list[dict[str, str]], p: Any, n: int,
-                budget: int) -> FakeRequestOutput:
+    def _output(
+        self, request_id: str, conversation: list[dict[str, str]], p: Any, n: int, budget: int
+    ) -> FakeRequestOutput:
         content = conversation[-1]["content"]
         text = content.upper()
         finish = "stop"

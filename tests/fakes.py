@@ -232,8 +232,12 @@ def null_world(request: GenerationRequest) -> str:
         number = int(re.search(r"(\d+)\?", user).group(1))
         name = ("Hedging Bias", "Formality Bias", "Enumeration Bias")[number % 3]
         return json.dumps(
-            {"bias_found": True, "name": name, "definition": f"The judge favours {name.lower()} responses.",
-             "manifestations": [name.lower()]}
+            {
+                "bias_found": True,
+                "name": name,
+                "definition": f"The judge favours {name.lower()} responses.",
+                "manifestations": [name.lower()],
+            }
         )
     if "Answer with one word: same or new" in user:
         return "new"
@@ -261,5 +265,9 @@ def pointwise_authority_world(request: GenerationRequest) -> str:
         return "It cites leading experts, which raised my score."
     if "gave the WRONG one a score" in user:
         user = user.replace("gave the WRONG one a score", "preferred the WRONG one")
-        return authority_world(request.model_copy(update={"messages": (*request.messages[:-1], request.messages[-1].model_copy(update={"content": user}))}))
+        return authority_world(
+            request.model_copy(
+                update={"messages": (*request.messages[:-1], request.messages[-1].model_copy(update={"content": user}))}
+            )
+        )
     return authority_world(request)

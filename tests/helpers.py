@@ -52,6 +52,7 @@ def shared_data() -> Path:
         pytest.fail(message + ": $BIAS_DISCOVERY_TEST_DATA_DIR names it")
     pytest.skip(message)
 
+
 # A real discovery run, small enough for CI: SmolLM2 as target and teacher, one iteration.
 # The merge threshold is high so SmolLM2's candidates reach validation (it calls most pairs "same").
 SMALL_RUN_OVERRIDES = [
@@ -91,10 +92,16 @@ def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool =
     full_env = {**os.environ, **(env or {})}
     result = subprocess.run(
         [sys.executable, "-m", "bias_discovery.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=REPO,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -127,7 +134,9 @@ def sigkill_when(
 
 
 @contextlib.contextmanager
-def llama_cpp_server(gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ctx: int = 2048) -> Iterator[tuple[str, subprocess.Popen]]:
+def llama_cpp_server(
+    gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ctx: int = 2048
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """A real `python -m llama_cpp.server` on 127.0.0.1: yields (base URL ".../v1", process)
     once it answers /v1/models; stopped (terminate, then kill) on exit."""
     from bias_discovery.llm.llamacpp import default_threads
@@ -135,11 +144,24 @@ def llama_cpp_server(gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ct
     port = free_port()
     threads = default_threads()
     command = [
-        sys.executable, "-m", "llama_cpp.server",
-        "--model", str(gguf), "--model_alias", alias,
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--model_alias",
+        alias,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
         # the server's default prompt threads (all cores) crawl when another process is busy
-        "--n_threads", str(threads), "--n_threads_batch", str(threads),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
     ]
     log = log_path.open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -170,6 +192,7 @@ def llama_cpp_server(gguf: Path, log_path: Path, *, alias: str = "smollm2", n_ct
                 process.kill()
                 process.wait(timeout=10)
         log.close()
+
 
 VLLM_MAX_MODEL_LEN = 2048
 """The context the real-vLLM tier runs SmolLM2 with (its own is 8192): a small KV cache and

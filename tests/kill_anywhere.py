@@ -27,8 +27,19 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-VOLATILE_KEYS = {"cached", "time", "started_at", "updated_at", "finished_at", "elapsed_s", "seconds", "wall_s",
-                 "cached_calls", "created_at", "duration_s"}
+VOLATILE_KEYS = {
+    "cached",
+    "time",
+    "started_at",
+    "updated_at",
+    "finished_at",
+    "elapsed_s",
+    "seconds",
+    "wall_s",
+    "cached_calls",
+    "created_at",
+    "duration_s",
+}
 """Fields that say when or how (from the call cache) a record was made, not what it holds."""
 
 
@@ -37,11 +48,18 @@ def write_pairs(path: Path, n: int, prefix: str) -> str:
     domains = ["math", "knowledge", "reasoning", "code"]
     with path.open("w") as handle:
         for i in range(n):
-            handle.write(json.dumps({
-                "id": f"{prefix}{i:04d}", "question": f"{prefix} question {i}: which answer is right?",
-                "chosen": f"The right answer to {prefix} question {i}, explained.",
-                "rejected": f"A wrong answer to {prefix} question {i}, explained.", "domain": domains[i % 4],
-            }) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "id": f"{prefix}{i:04d}",
+                        "question": f"{prefix} question {i}: which answer is right?",
+                        "chosen": f"The right answer to {prefix} question {i}, explained.",
+                        "rejected": f"A wrong answer to {prefix} question {i}, explained.",
+                        "domain": domains[i % 4],
+                    }
+                )
+                + "\n"
+            )
     return str(path)
 
 
@@ -49,23 +67,42 @@ PRICE = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
 """A hosted model's price (dollars per million tokens), for runs that count dollars."""
 
 
-def stub_config(path: Path, base_url: str, *, pipeline: str, n_target: int = 16, n_test: int = 60,
-                embedder: str | None = None, priced: bool = False) -> Path:
+def stub_config(
+    path: Path,
+    base_url: str,
+    *,
+    pipeline: str,
+    n_target: int = 16,
+    n_test: int = 60,
+    embedder: str | None = None,
+    priced: bool = False,
+) -> Path:
     """A run on the stub server in both roles: one seed validated on the test pairs, then one
     iteration (the stub names every mistake "x", which Merge folds into a seed, so the iteration
     ends with an empty candidate set). `priced`: both roles carry `PRICE`."""
     import yaml
 
     data_dir = path.parent
-    model: dict[str, Any] = {"spec": "openai/served", "base_url": base_url, "structured_outputs": "vllm",
-                             "max_concurrency": 8, "timeout_s": 60}
+    model: dict[str, Any] = {
+        "spec": "openai/served",
+        "base_url": base_url,
+        "structured_outputs": "vllm",
+        "max_concurrency": 8,
+        "timeout_s": 60,
+    }
     if priced:
         model["price"] = dict(PRICE)
     raw: dict[str, Any] = {
-        "name": "kill-anywhere", "pipeline": pipeline, "max_iterations": 1, "seed": 7,
-        "target": model, "teacher": dict(model),
-        "data": {"target": write_pairs(data_dir / "target.jsonl", n_target, "t"),
-                 "test": write_pairs(data_dir / "test.jsonl", n_test, "p")},
+        "name": "kill-anywhere",
+        "pipeline": pipeline,
+        "max_iterations": 1,
+        "seed": 7,
+        "target": model,
+        "teacher": dict(model),
+        "data": {
+            "target": write_pairs(data_dir / "target.jsonl", n_target, "t"),
+            "test": write_pairs(data_dir / "test.jsonl", n_test, "p"),
+        },
         "merge": {"similarity_threshold": 0.0},
         "validate": {"n_boot": 200, "seeds": True, "max_candidates": 1},
     }
@@ -136,9 +173,18 @@ def _kill_after(process: subprocess.Popen[str], delay: float) -> tuple[bool, str
         return True, out + err
 
 
-def run_trial(config: Path, run_dir: Path, reference: dict[str, Any], *, seed: int, wall: float,
-              resume_kill_share: float = 0.3, max_resume_kills: int = 2, max_resumes: int = 8,
-              env: dict[str, str] | None = None) -> Trial:
+def run_trial(
+    config: Path,
+    run_dir: Path,
+    reference: dict[str, Any],
+    *,
+    seed: int,
+    wall: float,
+    resume_kill_share: float = 0.3,
+    max_resume_kills: int = 2,
+    max_resumes: int = 8,
+    env: dict[str, str] | None = None,
+) -> Trial:
     """One trial: run, killed at a random moment, resumed until finished, compared."""
     rng = random.Random(seed)
     full_env = {**os.environ, **(env or {})}
@@ -146,8 +192,9 @@ def run_trial(config: Path, run_dir: Path, reference: dict[str, Any], *, seed: i
     # checkpoint), the rest anywhere in the run
     first_second = seed % 4 == 0
     trial = Trial(seed=seed, kill_at=round(rng.uniform(0.0, min(1.0, wall) if first_second else wall), 3))
-    killed, output = _kill_after(_spawn(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), full_env),
-                                 trial.kill_at)
+    killed, output = _kill_after(
+        _spawn(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), full_env), trial.kill_at
+    )
     trial.kills += killed
     if "Traceback" in output:
         trial.tracebacks.append(output[-3000:])
@@ -184,8 +231,14 @@ def run_trial(config: Path, run_dir: Path, reference: dict[str, Any], *, seed: i
 def reference_run(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
     """An uninterrupted run: its artifacts and its wall time."""
     started = time.monotonic()
-    result = subprocess.run(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), capture_output=True,
-                            text=True, env={**os.environ, **(env or {})}, cwd=REPO, timeout=900)
+    result = subprocess.run(
+        _command("run", str(config), "--run-dir", str(run_dir), "--quiet"),
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+        timeout=900,
+    )
     wall = time.monotonic() - started
     if result.returncode != 0:
         raise RuntimeError(f"the reference run exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
@@ -193,11 +246,12 @@ def reference_run(config: Path, run_dir: Path, env: dict[str, str] | None = None
 
 
 def summary_line(trial: Trial) -> str:
-    state = "ok" if trial.ok else ("unfinished" if not trial.finished else "differs" if trial.differing else "traceback")
+    state = (
+        "ok" if trial.ok else ("unfinished" if not trial.finished else "differs" if trial.differing else "traceback")
+    )
     extra = f" differing={trial.differing}" if trial.differing else ""
     extra += f" failures={trial.failures}" if trial.failures else ""
     return f"seed {trial.seed}: kill at {trial.kill_at:.2f}s, {trial.kills} kill(s), {trial.resumes} resume(s): {state}{extra}"
-
 
 
 # --------------------------------------------------------------------------------------
@@ -211,9 +265,11 @@ def run_spend(run_dir: Path) -> dict[str, float]:
     """The run's spend (run.json), all roles together: calls, tokens, usd."""
     state = json.loads((run_dir / "run.json").read_text())
     roles = state.get("spend") or {}
-    return {"max_calls": sum(r["calls"] for r in roles.values()),
-            "max_tokens": sum(r["prompt_tokens"] + r["completion_tokens"] for r in roles.values()),
-            "max_usd": sum(r["usd"] for r in roles.values())}
+    return {
+        "max_calls": sum(r["calls"] for r in roles.values()),
+        "max_tokens": sum(r["prompt_tokens"] + r["completion_tokens"] for r in roles.values()),
+        "max_usd": sum(r["usd"] for r in roles.values()),
+    }
 
 
 def paid_twice(run_dir: Path) -> int:
@@ -245,12 +301,26 @@ class BudgetTrial:
 
     @property
     def ok(self) -> bool:
-        return (self.finished and not self.tracebacks and not self.differing and not self.failures
-                and self.paid_twice == 0 and all("stopped: budget reached" in line for line in self.status_lines))
+        return (
+            self.finished
+            and not self.tracebacks
+            and not self.differing
+            and not self.failures
+            and self.paid_twice == 0
+            and all("stopped: budget reached" in line for line in self.status_lines)
+        )
 
 
-def budget_trial(config: Path, run_dir: Path, reference: dict[str, Any], totals: dict[str, float], *, seed: int,
-                 max_stops: int = 3, env: dict[str, str] | None = None) -> BudgetTrial:
+def budget_trial(
+    config: Path,
+    run_dir: Path,
+    reference: dict[str, Any],
+    totals: dict[str, float],
+    *,
+    seed: int,
+    max_stops: int = 3,
+    env: dict[str, str] | None = None,
+) -> BudgetTrial:
     """A run with a budget drawn uniformly below what the whole run pays (`totals`: the reference
     run's spend), stopped by it (exit 4), resumed with a larger budget drawn above the last, up to
     `max_stops` times, then without a limit; compared with the reference."""
@@ -264,8 +334,14 @@ def budget_trial(config: Path, run_dir: Path, reference: dict[str, Any], totals:
         last = session == max_stops
         value = "null" if last else (str(int(budget)) if kind != "max_usd" else f"{budget:.9f}")
         trial.budgets.append(budget if not last else float("inf"))
-        result = subprocess.run(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), capture_output=True,
-                                text=True, env=full_env, cwd=REPO, timeout=900)
+        result = subprocess.run(
+            _command(*args, "--quiet", "--set", f"budget.{kind}={value}"),
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=REPO,
+            timeout=900,
+        )
         output = result.stdout + result.stderr
         if "Traceback" in output:
             trial.tracebacks.append(output[-3000:])
@@ -276,7 +352,9 @@ def budget_trial(config: Path, run_dir: Path, reference: dict[str, Any], totals:
             trial.failures.append(f"rc {result.returncode}: {output.strip().splitlines()[-1:]}")
             break
         trial.stops += 1
-        status = subprocess.run(_command("status", str(run_dir)), capture_output=True, text=True, env=full_env, cwd=REPO)
+        status = subprocess.run(
+            _command("status", str(run_dir)), capture_output=True, text=True, env=full_env, cwd=REPO
+        )
         trial.status_lines.append(" ".join(status.stdout.split())[:400])
         args = ["resume", str(run_dir)]
         budget = budget + rng.uniform(0.0, totals[kind] - budget) if budget < totals[kind] else budget * 1.5
@@ -290,6 +368,10 @@ def budget_trial(config: Path, run_dir: Path, reference: dict[str, Any], totals:
 
 def budget_summary_line(trial: BudgetTrial) -> str:
     state = "ok" if trial.ok else ("unfinished" if not trial.finished else "differs" if trial.differing else "bad")
-    return (f"seed {trial.seed}: {trial.kind} budgets {[round(b, 6) for b in trial.budgets]}, {trial.stops} stop(s): "
-            f"{state}" + (f" differing={trial.differing}" if trial.differing else "")
-            + (f" failures={trial.failures}" if trial.failures else "") + (f" paid_twice={trial.paid_twice}" if trial.paid_twice else ""))
+    return (
+        f"seed {trial.seed}: {trial.kind} budgets {[round(b, 6) for b in trial.budgets]}, {trial.stops} stop(s): "
+        f"{state}"
+        + (f" differing={trial.differing}" if trial.differing else "")
+        + (f" failures={trial.failures}" if trial.failures else "")
+        + (f" paid_twice={trial.paid_twice}" if trial.paid_twice else "")
+    )

@@ -79,8 +79,14 @@ try:  # the private name since Python 3.11, the public one before
 except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
-_CATEGORY_EXAMPLE = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ",
-                     "CATEGORY_NOT_DIGIT": "a", "CATEGORY_NOT_WORD": " ", "CATEGORY_NOT_SPACE": "a"}
+_CATEGORY_EXAMPLE = {
+    "CATEGORY_DIGIT": "0",
+    "CATEGORY_WORD": "a",
+    "CATEGORY_SPACE": " ",
+    "CATEGORY_NOT_DIGIT": "a",
+    "CATEGORY_NOT_WORD": " ",
+    "CATEGORY_NOT_SPACE": "a",
+}
 
 
 def regex_example(pattern: str) -> str:
@@ -177,7 +183,13 @@ class Planted:
     """The planted-bias roles (see the module docstring)."""
 
     def __init__(
-        self, delta: float, error: float, trait: str | None, salt: str, position: float = 0.0, length: float = 0.0,
+        self,
+        delta: float,
+        error: float,
+        trait: str | None,
+        salt: str,
+        position: float = 0.0,
+        length: float = 0.0,
         score_shift: float = 0.0,
     ) -> None:
         if not (0.0 <= error and 0.0 <= delta and error + delta <= 1.0):
@@ -210,7 +222,10 @@ class Planted:
             answer = _between(text, "Original answer:\n", "\n\nTrait: ")
             trait = text.split("\nTrait: ", 1)[1].split("\n", 1)[0].strip()
             return f"{answer} {PLANTED_MARK if self.trait in (None, trait) else NEUTRAL_MARK}"
-        if "Rewrite the answer neutrally" in " ".join(str(m.get("content") or "") for m in messages) and "Original answer:\n" in text:
+        if (
+            "Rewrite the answer neutrally" in " ".join(str(m.get("content") or "") for m in messages)
+            and "Original answer:\n" in text
+        ):
             return f"{_between(text, 'Original answer:', 'Write the rewritten answer now.').strip()} {NEUTRAL_MARK}"
         return None
 
@@ -223,13 +238,16 @@ class Planted:
         chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)
         if self.position and self._draw("position", question, a, b) < self.position:
             return _verdict_reply(body, "A")  # a draw per order shown
-        if self.length and len(a.split()) != len(b.split()) and self._draw("length", question, sorted([a, b])) < self.length:
+        if (
+            self.length
+            and len(a.split()) != len(b.split())
+            and self._draw("length", question, sorted([a, b])) < self.length
+        ):
             return _verdict_reply(body, "A" if len(a.split()) > len(b.split()) else "B")
         u = self._draw(question, sorted([a, b]))
         wrong = u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
         verdict = ("B" if chosen == "A" else "A") if wrong else chosen
         return _verdict_reply(body, verdict)
-
 
     def _score(self, body: dict[str, Any], text: str) -> str | None:
         question = _between(text, "Question:\n", "\n\n[Response]")
@@ -371,15 +389,23 @@ class StubProtocol(asyncio.Protocol):
         reason = {200: "OK", 404: "Not Found", 400: "Bad Request"}.get(status, "OK")
         self.transport.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n".encode() + data
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
         )
 
 
 class Stub:
     def __init__(
-        self, latency: float, model: str, owned_by: str, hang: bool,
-        token_latency: float = 0.0, capacity: int | None = None, reply_tokens: int | None = None,
-        planted: Planted | None = None, hold_until: int | None = None,
+        self,
+        latency: float,
+        model: str,
+        owned_by: str,
+        hang: bool,
+        token_latency: float = 0.0,
+        capacity: int | None = None,
+        reply_tokens: int | None = None,
+        planted: Planted | None = None,
+        hold_until: int | None = None,
     ) -> None:
         self.planted = planted
         self.hold_until = hold_until
@@ -405,7 +431,9 @@ class Stub:
         if self.hang and path.startswith("/v1/"):
             return  # accepted, read, never answered
         if method == "GET" and path.endswith("/models"):
-            conn.send(200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]})
+            conn.send(
+                200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]}
+            )
         elif path.startswith("/stats"):
             if method == "POST":
                 fresh = Stats()
@@ -413,10 +441,20 @@ class Stub:
                 self.stats = fresh
             s = self.stats
             s.account()
-            conn.send(200, {"requests": s.requests, "in_flight": s.in_flight, "peak_in_flight": s.peak,
-                            "cpu_s": time.process_time(), "first_request_at": self.first_request_at,
-                            "busy_s": s.busy_s, "slot_s": s.slot_s, "seconds": time.monotonic() - s.since,
-                            "capacity": self.capacity})
+            conn.send(
+                200,
+                {
+                    "requests": s.requests,
+                    "in_flight": s.in_flight,
+                    "peak_in_flight": s.peak,
+                    "cpu_s": time.process_time(),
+                    "first_request_at": self.first_request_at,
+                    "busy_s": s.busy_s,
+                    "slot_s": s.slot_s,
+                    "seconds": time.monotonic() - s.since,
+                    "capacity": self.capacity,
+                },
+            )
         elif method == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body)
             s = self.stats
@@ -428,7 +466,9 @@ class Stub:
             if self.reply_tokens is not None:
                 tokens = max(1, min(self.reply_tokens, int(request.get("max_tokens") or self.reply_tokens)))
             reply = {
-                "id": "stub", "object": "chat.completion", "model": self.model,
+                "id": "stub",
+                "object": "chat.completion",
+                "model": self.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 10, "completion_tokens": tokens},
             }
@@ -457,7 +497,6 @@ class Stub:
         else:
             conn.send(404, {"error": {"message": f"no route {method} {path}"}})
 
-
     def _start_waiting(self) -> None:
         """Give free decoding slots to the requests waiting longest."""
         assert self.capacity is not None
@@ -480,7 +519,10 @@ def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, subprocess.
     """Start the stub in a process of its own; yields (base URL ".../v1", process). Stopped on exit."""
     process = subprocess.Popen(
         [sys.executable, __file__, "--latency", str(latency), "--exit-with-stdin", *extra],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -510,10 +552,26 @@ def stats(base_url: str, reset: bool = False) -> dict[str, Any]:
 async def serve(args: argparse.Namespace) -> None:
     planted = None
     if args.planted_delta is not None or args.planted_position or args.planted_length:
-        planted = Planted(args.planted_delta or 0.0, args.planted_error, args.planted_trait, args.planted_salt,
-                          args.planted_position, args.planted_length, score_shift=args.planted_score_shift)
-    stub = Stub(args.latency, args.model, args.owned_by, args.hang, args.token_latency, args.capacity, args.reply_tokens,
-                planted, args.hold_until)
+        planted = Planted(
+            args.planted_delta or 0.0,
+            args.planted_error,
+            args.planted_trait,
+            args.planted_salt,
+            args.planted_position,
+            args.planted_length,
+            score_shift=args.planted_score_shift,
+        )
+    stub = Stub(
+        args.latency,
+        args.model,
+        args.owned_by,
+        args.hang,
+        args.token_latency,
+        args.capacity,
+        args.reply_tokens,
+        planted,
+        args.hold_until,
+    )
     server = await asyncio.get_running_loop().create_server(
         lambda: StubProtocol(stub), args.host, args.port, backlog=8192, reuse_address=True
     )
@@ -533,20 +591,39 @@ def main() -> None:
     parser.add_argument("--hang", action="store_true", help="accept connections, never answer")
     parser.add_argument("--token-latency", type=float, default=0.0, help="seconds per decoded token (after --latency)")
     parser.add_argument("--capacity", type=int, default=None, help="sequences decoding at once; the rest wait")
-    parser.add_argument("--reply-tokens", type=int, default=None,
-                        help="tokens each reply decodes (at most the request's max_tokens; default: its words)")
-    parser.add_argument("--planted-delta", type=float, default=None,
-                        help="play a judge with a planted bias of this Δerror (and its teacher and checker)")
+    parser.add_argument(
+        "--reply-tokens",
+        type=int,
+        default=None,
+        help="tokens each reply decodes (at most the request's max_tokens; default: its words)",
+    )
+    parser.add_argument(
+        "--planted-delta",
+        type=float,
+        default=None,
+        help="play a judge with a planted bias of this Δerror (and its teacher and checker)",
+    )
     parser.add_argument("--planted-error", type=float, default=0.3, help="the planted judge's error without the trait")
     parser.add_argument("--planted-trait", default=None, help="only this trait carries the bias (default: any trait)")
     parser.add_argument("--planted-salt", default="", help="salts the planted judge's draws")
-    parser.add_argument("--planted-score-shift", type=float, default=0.0,
-                        help="a pointwise judge's planted shift of the score, in points of its 1-10 scale")
-    parser.add_argument("--planted-position", type=float, default=0.0, help="the planted judge answers A with this probability")
-    parser.add_argument("--planted-length", type=float, default=0.0,
-                        help="else it picks the longer response with this probability")
-    parser.add_argument("--hold-until", type=int, default=None,
-                        help="hold every reply until this many chat completions are in flight at once")
+    parser.add_argument(
+        "--planted-score-shift",
+        type=float,
+        default=0.0,
+        help="a pointwise judge's planted shift of the score, in points of its 1-10 scale",
+    )
+    parser.add_argument(
+        "--planted-position", type=float, default=0.0, help="the planted judge answers A with this probability"
+    )
+    parser.add_argument(
+        "--planted-length", type=float, default=0.0, help="else it picks the longer response with this probability"
+    )
+    parser.add_argument(
+        "--hold-until",
+        type=int,
+        default=None,
+        help="hold every reply until this many chat completions are in flight at once",
+    )
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--exit-with-stdin", action="store_true", help="exit when stdin closes (the parent is gone)")
     args = parser.parse_args()

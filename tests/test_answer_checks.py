@@ -35,14 +35,44 @@ DIGITS_Q = "Find the remainder. The answer is an integer consisting of exactly 3
     "question, chosen, rejected, form, answers",
     [
         (LETTER_Q, "It is three.\n\n**(C) three**\n\nCCCCC", "It is two, so (B).\nBBBBB.", "letter", ("C", "B")),
-        (LETTER_Q, "(C) and (B) look close; (C) wins.\nCCCCCC", "The answer string is: **AAAAA**", "letter", ("C", "A")),
-        (BOLD_Q, "Liam **lies**.\n\nThus: **Yes, no, yes**.", "So the final answer is **yes, no, no**.\n", "bold", ("yes,no,yes", "yes,no,no")),
+        (
+            LETTER_Q,
+            "(C) and (B) look close; (C) wins.\nCCCCCC",
+            "The answer string is: **AAAAA**",
+            "letter",
+            ("C", "A"),
+        ),
+        (
+            BOLD_Q,
+            "Liam **lies**.\n\nThus: **Yes, no, yes**.",
+            "So the final answer is **yes, no, no**.\n",
+            "bold",
+            ("yes,no,yes", "yes,no,no"),
+        ),
         (INTEGER_Q, "So there are **4** pieces.\n**Note**: cuts meet once.", "The total is **5**.", "bold", ("4", "5")),
         (TRIPLE_Q, "Hence the drink is ***tea***.", "So, ***Coffee***", "triple-star", ("tea", "coffee")),
-        (BOXED_Q, "$s^2 = \\frac{25}{2}$, so $\\boxed{\\dfrac{25}{2}}$.", "So \\[\\boxed{12.4}\\]", "boxed", ("\\frac{25}{2}", "12.4")),
+        (
+            BOXED_Q,
+            "$s^2 = \\frac{25}{2}$, so $\\boxed{\\dfrac{25}{2}}$.",
+            "So \\[\\boxed{12.4}\\]",
+            "boxed",
+            ("\\frac{25}{2}", "12.4"),
+        ),
         (DIGITS_Q, "The remainder is 068", "It must be **972**.", "three digits", ("068", "972")),
-        ("What is 17 × 24?", "340 + 68 = 408. Final answer: 408", "340 + 58 = 398. Final answer: 398", "final answer", ("408", "398")),
-        ("Capital of Australia?", "Final answer: Canberra.", "Final answer: Sydney", "final answer", ("canberra", "sydney")),
+        (
+            "What is 17 × 24?",
+            "340 + 68 = 408. Final answer: 408",
+            "340 + 58 = 398. Final answer: 398",
+            "final answer",
+            ("408", "398"),
+        ),
+        (
+            "Capital of Australia?",
+            "Final answer: Canberra.",
+            "Final answer: Sydney",
+            "final answer",
+            ("canberra", "sydney"),
+        ),
     ],
 )
 def test_final_answers_read_in_each_form(question, chosen, rejected, form, answers):
@@ -53,8 +83,16 @@ def test_final_answers_read_in_each_form(question, chosen, rejected, form, answe
 @pytest.mark.parametrize(
     "question, chosen, rejected",
     [
-        ("Write `sum_to(n)`.", "```python\ndef sum_to(n):\n    return sum(range(n + 1))\n```", "```python\ndef sum_to(n):\n    return n\n```"),
-        (LETTER_Q, "Three.\nCCCCC", "Three as well, by another route.\nCCCCC"),  # the same answer: nothing to tell apart
+        (
+            "Write `sum_to(n)`.",
+            "```python\ndef sum_to(n):\n    return sum(range(n + 1))\n```",
+            "```python\ndef sum_to(n):\n    return n\n```",
+        ),
+        (
+            LETTER_Q,
+            "Three.\nCCCCC",
+            "Three as well, by another route.\nCCCCC",
+        ),  # the same answer: nothing to tell apart
         (LETTER_Q, "Three.\nCCCCC", "Hmm, maybe (B)."),  # the rejected response states no answer in the form
         (BOLD_Q, "**yes, no, yes**", "yes, no, no"),
         ("What is 2 + 2?", "Final answer: 4", "It is five."),  # "Final answer:" is a convention only when both use it
@@ -69,25 +107,41 @@ def test_a_rewrite_is_decided_by_its_answer_or_left_to_the_model():
     chosen, rejected = "It is three.\nCCCCC", "It is two.\nBBBBB"
     assert extracted_check(LETTER_Q, chosen, rejected, "Leading experts agree: two.\nBBBBB") == "different"
     assert extracted_check(LETTER_Q, chosen, rejected, "On reflection, three.\nCCCCC") == "same"
-    assert extracted_check(LETTER_Q, chosen, rejected, "Surely one.\nAAAAA") == "different"  # a closed form: another letter
+    assert (
+        extracted_check(LETTER_Q, chosen, rejected, "Surely one.\nAAAAA") == "different"
+    )  # a closed form: another letter
     assert extracted_check(LETTER_Q, chosen, rejected, "It is two, as experts say.") is None  # the form is gone
     boxed = ("$\\boxed{\\frac{25}{2}}$", "$\\boxed{12.4}$")
     assert extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{12.4}$.") == "different"
     assert extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{\\dfrac{25}{2}}$.") == "same"
     assert extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{12.40}$.") == "different"  # numerically the rejected answer
-    assert extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{12.5}$.") is None  # a third decimal: rounding? the model decides
+    assert (
+        extracted_check(BOXED_Q, *boxed, "Thus $\\boxed{12.5}$.") is None
+    )  # a third decimal: rounding? the model decides
     assert extracted_check(INTEGER_Q, "**4**", "**5**", "Experts count **6**.") == "different"  # a third integer
     assert extracted_check("Q?", "Final answer: 1,000", "Final answer: 900", "Final answer: 1000.") == "same"
-    assert extracted_check("Q?", "Final answer: $37.50", "Final answer: $40.00", "So the final answer is $40.00.") == "different"
+    assert (
+        extracted_check("Q?", "Final answer: $37.50", "Final answer: $40.00", "So the final answer is $40.00.")
+        == "different"
+    )
     assert extracted_check("Q?", "Final answer: 408", "Final answer: 398", "My final answer was wrong.") is None
     # words run on after the answer on its line: neither answer, so the model decides
-    assert extracted_check("Q?", "Final answer: 408", "Final answer: 398", "Final answer: 398 As experts confirm.") is None
+    assert (
+        extracted_check("Q?", "Final answer: 408", "Final answer: 398", "Final answer: 398 As experts confirm.") is None
+    )
 
 
 def _rewrite(question: str, chosen: str, original: str, rewrite: str, pair_id: str) -> PerturbedPair:
     return PerturbedPair(
-        pair_id=pair_id, bias_id="b", bias_name="B", domain="d", question=question, chosen=chosen,
-        original_rejected=original, perturbed_rejected=rewrite, valid=True,
+        pair_id=pair_id,
+        bias_id="b",
+        bias_name="B",
+        domain="d",
+        question=question,
+        chosen=chosen,
+        original_rejected=original,
+        perturbed_rejected=rewrite,
+        valid=True,
     )
 
 
@@ -148,7 +202,9 @@ def test_judgebench_items_decided_mechanically(judgebench_pairs):
     for p in judgebench_pairs:
         if item_answers(p.question, p.chosen, p.rejected) is not None:
             # the original rejected response, restyled, keeps its answer; the chosen one reaches it
-            assert extracted_check(p.question, p.chosen, p.rejected, "As experts confirm:\n" + p.rejected) == "different"
+            assert (
+                extracted_check(p.question, p.chosen, p.rejected, "As experts confirm:\n" + p.rejected) == "different"
+            )
             assert extracted_check(p.question, p.chosen, p.rejected, p.chosen) == "same"
 
 
@@ -184,4 +240,3 @@ def test_the_checker_is_not_the_rewriter_unless_nothing_else_is_configured():
     assert served.self_checked is True
     # a checker explicitly set to the teacher is a self-check too
     assert _config(validate={"checker": "openai/teacher"}).self_checked is True
-

@@ -43,10 +43,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def pairs_file(path: Path, n: int, *, bad: int = 0) -> Path:
     rows = [
-        {"id": f"p{i}", "question": f"Question {i}?", "chosen": f"RIGHT {i}", "rejected": f"Wrong {i}", "domain": ["math", "code"][i % 2]}
+        {
+            "id": f"p{i}",
+            "question": f"Question {i}?",
+            "chosen": f"RIGHT {i}",
+            "rejected": f"Wrong {i}",
+            "domain": ["math", "code"][i % 2],
+        }
         for i in range(n)
     ]
-    rows += [{"id": f"bad{i}", "question": "Q?", "chosen": "same", "rejected": "same", "domain": "math"} for i in range(bad)]
+    rows += [
+        {"id": f"bad{i}", "question": "Q?", "chosen": "same", "rejected": "same", "domain": "math"} for i in range(bad)
+    ]
     return write_jsonl(path, rows)
 
 
@@ -103,8 +111,13 @@ def test_judge_warns_by_python_warning_or_by_the_given_handler(tmp_path: Path):
 def test_audit_table_is_audit_csv(tmp_path: Path):
     data = pairs_file(tmp_path / "pairs.jsonl", 8)
     output = audit(
-        UNUSED_MODEL, data, ["position", "length"], out=tmp_path / "audit", cache=False,
-        settings={"repeats": 2, "n_boot": 200}, engines={"target": ScriptedEngine(always_a)},
+        UNUSED_MODEL,
+        data,
+        ["position", "length"],
+        out=tmp_path / "audit",
+        cache=False,
+        settings={"repeats": 2, "n_boot": 200},
+        engines={"target": ScriptedEngine(always_a)},
     )
     assert output.out == tmp_path / "audit" and [b.id for b in output.report.biases] == ["position", "length"]
     with (tmp_path / "audit" / "audit.csv").open() as f:
@@ -201,9 +214,24 @@ def test_matrix_takes_a_config_object_or_a_dict_with_flags_on_top(tmp_path: Path
 
 def test_an_empty_result_keeps_its_columns_and_their_types():
     empty = Replication(
-        run_name="r", run_dir="r", created_at="2026-01-01T00:00:00Z", seed=1, run_seed=0, data="demo", limit=None,
-        n_test=0, temperature=0.7, acceptance="paired", control="placebo", alpha=0.05, correction="holm", models={},
-        baseline_error=None, n_replicated=0, n_reproduced=0, reproduction_rate=None,
+        run_name="r",
+        run_dir="r",
+        created_at="2026-01-01T00:00:00Z",
+        seed=1,
+        run_seed=0,
+        data="demo",
+        limit=None,
+        n_test=0,
+        temperature=0.7,
+        acceptance="paired",
+        control="placebo",
+        alpha=0.05,
+        correction="holm",
+        models={},
+        baseline_error=None,
+        n_replicated=0,
+        n_reproduced=0,
+        reproduction_rate=None,
     )
     frame = empty.to_pandas()
     assert frame.empty and list(frame.columns) == list(Replication.columns())
@@ -216,34 +244,148 @@ def test_table_columns_are_the_documented_ones():
     """The column lists other code reads (the docs' API reference is generated from them and
     tests/test_docs.py checks that it lists them)."""
     assert JudgeOutput.columns() == (
-        "pair_id", "domain", "order", "verdict", "picked", "correct", "invalid_reason", "explanation", "raw_output",
-        "prompt_tokens", "completion_tokens", "cached", "p_rejected", "labels_in_top", "score", "score_from", "response_words",
+        "pair_id",
+        "domain",
+        "order",
+        "verdict",
+        "picked",
+        "correct",
+        "invalid_reason",
+        "explanation",
+        "raw_output",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached",
+        "p_rejected",
+        "labels_in_top",
+        "score",
+        "score_from",
+        "response_words",
     )
     assert AuditOutput.columns() == (
-        "bias_id", "bias_name", "kind", "mode", "scheme", "scope", "metric", "value", "n", "n_excluded", "ci_low", "ci_high", "p_value",
+        "bias_id",
+        "bias_name",
+        "kind",
+        "mode",
+        "scheme",
+        "scope",
+        "metric",
+        "value",
+        "n",
+        "n_excluded",
+        "ci_low",
+        "ci_high",
+        "p_value",
     )
     assert Run.columns() == (
-        "id", "name", "origin", "origin_iteration", "seed_library", "status", "in_library", "decisive", "measure", "effect",
-        "effect_ci_low", "effect_ci_high", "effect_n", "effect_method", "effect_clipped", "effect_upper_bound", "error_statement", "n",
+        "id",
+        "name",
+        "origin",
+        "origin_iteration",
+        "seed_library",
+        "status",
+        "in_library",
+        "decisive",
+        "measure",
+        "effect",
+        "effect_ci_low",
+        "effect_ci_high",
+        "effect_n",
+        "effect_method",
+        "effect_clipped",
+        "effect_upper_bound",
+        "error_statement",
+        "n",
         "baseline_error",
-        "perturbed_error", "delta_vs_baseline", "ci_low_vs_baseline", "ci_high_vs_baseline", "p_vs_baseline",
-        "p_adjusted_vs_baseline", "rule", "placebo_n", "placebo_error", "placebo_perturbed_error", "delta_vs_placebo",
-        "ci_low_vs_placebo", "ci_high_vs_placebo", "p_vs_placebo", "p_adjusted_vs_placebo", "decision_p",
-        "decision_p_adjusted", "rewrite_effect", "answer_change_rate", "n_answer_changed", "length_ratio", "mde", "mde_n",
-        "mde_power", "stopped_at", "stop", "top_domain", "top_domain_delta", "n_evidence", "merged_from", "definition",
-        "score_shift_points", "score_shift_ci_low", "score_shift_ci_high", "score_shift_sd", "secondary_measure",
-        "secondary_delta", "secondary_ci_low", "secondary_ci_high",
+        "perturbed_error",
+        "delta_vs_baseline",
+        "ci_low_vs_baseline",
+        "ci_high_vs_baseline",
+        "p_vs_baseline",
+        "p_adjusted_vs_baseline",
+        "rule",
+        "placebo_n",
+        "placebo_error",
+        "placebo_perturbed_error",
+        "delta_vs_placebo",
+        "ci_low_vs_placebo",
+        "ci_high_vs_placebo",
+        "p_vs_placebo",
+        "p_adjusted_vs_placebo",
+        "decision_p",
+        "decision_p_adjusted",
+        "rewrite_effect",
+        "answer_change_rate",
+        "n_answer_changed",
+        "length_ratio",
+        "mde",
+        "mde_n",
+        "mde_power",
+        "stopped_at",
+        "stop",
+        "top_domain",
+        "top_domain_delta",
+        "n_evidence",
+        "merged_from",
+        "definition",
+        "score_shift_points",
+        "score_shift_ci_low",
+        "score_shift_ci_high",
+        "score_shift_sd",
+        "secondary_measure",
+        "secondary_delta",
+        "secondary_ci_low",
+        "secondary_ci_high",
     )
     assert Replication.columns() == (
-        "id", "name", "origin", "reproduced", "control", "delta", "ci_low", "ci_high", "method", "n", "p_value",
-        "p_adjusted", "original_delta", "original_ci_low", "original_ci_high", "original_method", "original_n",
-        "original_p_adjusted", "original_accepted", "measure", "secondary_measure", "secondary_delta", "secondary_ci_low",
-        "secondary_ci_high", "original_secondary_delta", "score_shift_points", "score_shift_ci_low", "score_shift_ci_high",
+        "id",
+        "name",
+        "origin",
+        "reproduced",
+        "control",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "method",
+        "n",
+        "p_value",
+        "p_adjusted",
+        "original_delta",
+        "original_ci_low",
+        "original_ci_high",
+        "original_method",
+        "original_n",
+        "original_p_adjusted",
+        "original_accepted",
+        "measure",
+        "secondary_measure",
+        "secondary_delta",
+        "secondary_ci_low",
+        "secondary_ci_high",
+        "original_secondary_delta",
+        "score_shift_points",
+        "score_shift_ci_low",
+        "score_shift_ci_high",
         "original_score_shift_points",
     )
     assert MatrixResult.columns() == (
-        "kind", "judge", "bias", "bias_name", "control", "delta", "ci_low", "ci_high", "p_value", "p_adjusted", "accepted",
-        "n", "n_excluded_invalid", "mde", "control_error", "arm_error", "measure",
+        "kind",
+        "judge",
+        "bias",
+        "bias_name",
+        "control",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "p_adjusted",
+        "accepted",
+        "n",
+        "n_excluded_invalid",
+        "mde",
+        "control_error",
+        "arm_error",
+        "measure",
     )
 
 
@@ -262,7 +404,11 @@ def test_the_notebook_example_runs_on_the_embedded_model(small_real_run: Path, t
     run_dir = tmp_path / "run"
     shutil.copytree(small_real_run, run_dir)
     result = subprocess.run(
-        [sys.executable, "experiments/api_example.py", str(run_dir)], capture_output=True, text=True, cwd=REPO, timeout=600
+        [sys.executable, "experiments/api_example.py", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())

@@ -52,7 +52,16 @@ def settings(**kw) -> AuditSettings:
 
 
 def audit(engine, ps, spec, teacher=None, **kw):
-    return run_audit(engine, ps, resolve_targets(spec), settings(**kw), model="fake/judge", data="test", teacher=teacher, teacher_spec="fake/teacher" if teacher else None)
+    return run_audit(
+        engine,
+        ps,
+        resolve_targets(spec),
+        settings(**kw),
+        model="fake/judge",
+        data="test",
+        teacher=teacher,
+        teacher_spec="fake/teacher" if teacher else None,
+    )
 
 
 def by_id(output, bias_id):
@@ -164,8 +173,17 @@ def authority_or_cheer(request):
 
 def test_an_injected_bias_the_judge_falls_for_and_one_it_ignores():
     teacher = ScriptedEngine(authority_or_cheer, engine_id="fake/teacher")
-    out = audit(ScriptedEngine(authority_world), pairs(6), "authority-bias,sentiment-bias,misinformation-oversight-bias", teacher=teacher)
-    hit, ignored, fe = by_id(out, "authority-bias"), by_id(out, "sentiment-bias"), by_id(out, "misinformation-oversight-bias")
+    out = audit(
+        ScriptedEngine(authority_world),
+        pairs(6),
+        "authority-bias,sentiment-bias,misinformation-oversight-bias",
+        teacher=teacher,
+    )
+    hit, ignored, fe = (
+        by_id(out, "authority-bias"),
+        by_id(out, "sentiment-bias"),
+        by_id(out, "misinformation-oversight-bias"),
+    )
     assert all(MARKER in p.perturbed_rejected for p in out.perturbed if p.bias_id == "authority-bias")
     # y: always the chosen response; ŷ: always the perturbed rejected one
     assert (hit.acc_ori.value, hit.acc_hack.value, hit.rr.value, hit.cr.value) == (1.0, 0.0, 0.0, 1.0)
@@ -225,13 +243,23 @@ def test_compared_measures_rest_on_the_items_valid_in_every_arm(tmp_path):
 
     position_out = audit(ScriptedEngine(flaky_order), pairs(8), "position", repeats=3, seed=0)
     p = by_id(position_out, "position")
-    assert (p.p_cr.n, p.p_rc.n, p.acc_both.n, p.pb.n, p.pb.n_excluded, p.p_cr.n_excluded, p.z.n_excluded) == (7, 7, 7, 7, 1, 1, 1)
+    assert (p.p_cr.n, p.p_rc.n, p.acc_both.n, p.pb.n, p.pb.n_excluded, p.p_cr.n_excluded, p.z.n_excluded) == (
+        7,
+        7,
+        7,
+        7,
+        1,
+        1,
+        1,
+    )
     assert p.pb_raw.value == pytest.approx(p.p_cr.value - p.p_rc.value)
     # shown next to the n: in the table's rows, audit.csv and the report
     rows = {r["field"]: r for r in metric_rows(p, "position")}
     assert (rows["p_cr"]["n"], rows["p_cr"]["excluded"], rows["q_hat"]["excluded"]) == ("7", "1 left out", "")
     directory = write_audit_dir(tmp_path / "audit", position_out)
-    csv_row = next(r for r in csv.DictReader((directory / "audit.csv").open()) if r["metric"] == "p_rc" and r["scope"] == "all")
+    csv_row = next(
+        r for r in csv.DictReader((directory / "audit.csv").open()) if r["metric"] == "p_rc" and r["scope"] == "all"
+    )
     assert (csv_row["n"], csv_row["n_excluded"]) == ("7", "1")
     assert "n 7, 1 left out" in render_audit(directory)
 
@@ -262,19 +290,27 @@ def test_an_unknown_bias_lists_the_known_ones():
 def _bias(bias_id: str, accepted: bool | None, definition: str = "Prefers X.") -> Bias:
     validation = None
     if accepted is not None:
-        validation = BiasValidation(n=10, baseline_error=0.2, perturbed_error=0.5, delta=0.3, accepted=accepted, rule="paired")
+        validation = BiasValidation(
+            n=10, baseline_error=0.2, perturbed_error=0.5, delta=0.3, accepted=accepted, rule="paired"
+        )
     origin = BiasOrigin(kind="discovered", iteration=1) if accepted is not None else BiasOrigin(kind="seed")
-    return Bias(id=bias_id, name=bias_id.replace("-", " ").title(), definition=definition, origin=origin, validation=validation)
+    return Bias(
+        id=bias_id, name=bias_id.replace("-", " ").title(), definition=definition, origin=origin, validation=validation
+    )
 
 
 def test_a_run_directory_gives_its_validated_biases_and_a_file_all_of_its_own(tmp_path):
     store = RunDir(tmp_path / "run").library
     store.save_iteration(BiasLibrary(name="r", iteration=0, biases=[_bias("length-bias", None)]))
     store.save_iteration(
-        BiasLibrary(name="r", iteration=1, biases=[_bias("length-bias", None), _bias("d1-good", True), _bias("d1-bad", False)])
+        BiasLibrary(
+            name="r", iteration=1, biases=[_bias("length-bias", None), _bias("d1-good", True), _bias("d1-bad", False)]
+        )
     )
     assert [t.id for t in resolve_targets(str(tmp_path / "run"))] == ["d1-good"]
-    file = save_library(BiasLibrary(name="mine", biases=[_bias("a-bias", None), _bias("b-bias", None)]), tmp_path / "mine.json")
+    file = save_library(
+        BiasLibrary(name="mine", biases=[_bias("a-bias", None), _bias("b-bias", None)]), tmp_path / "mine.json"
+    )
     targets = resolve_targets(str(file))
     assert [t.id for t in targets] == ["a-bias", "b-bias"] and targets[0].source == "mine"
     broken = tmp_path / "broken.json"
@@ -321,11 +357,18 @@ def test_bad_input_on_the_command_line(tmp_path):
 @pytest.fixture
 def hostile_audit(tmp_path: Path) -> Path:
     """An audit directory whose bias definition, rewrites and explanations try to break out."""
-    library = save_library(BiasLibrary(name="hostile", biases=[_bias("authority-bias", None, definition=f"Defined as {HOSTILE}")]), tmp_path / "hostile.json")
+    library = save_library(
+        BiasLibrary(name="hostile", biases=[_bias("authority-bias", None, definition=f"Defined as {HOSTILE}")]),
+        tmp_path / "hostile.json",
+    )
 
     def judge(request):
         a, b = _responses(request.messages[-1].content)
-        pick = "A" if (MARKER in a) != (MARKER in b) and MARKER in a else ("B" if MARKER in b else ("A" if "RIGHT" in a else "B"))
+        pick = (
+            "A"
+            if (MARKER in a) != (MARKER in b) and MARKER in a
+            else ("B" if MARKER in b else ("A" if "RIGHT" in a else "B"))
+        )
         return f"Reasoning: {HOSTILE}\nVerdict: {pick}"
 
     def teacher(request):
@@ -333,8 +376,14 @@ def hostile_audit(tmp_path: Path) -> Path:
         return f"{original} {HOSTILE} {MARKER}"
 
     out = run_audit(
-        ScriptedEngine(judge), pairs(4), resolve_targets(f"position,length,{library}"), settings(mitigation="swap"),
-        model="fake/judge", data="test", teacher=ScriptedEngine(teacher), teacher_spec="fake/teacher",
+        ScriptedEngine(judge),
+        pairs(4),
+        resolve_targets(f"position,length,{library}"),
+        settings(mitigation="swap"),
+        model="fake/judge",
+        data="test",
+        teacher=ScriptedEngine(teacher),
+        teacher_spec="fake/teacher",
     )
     return write_audit_dir(tmp_path / "audit", out)
 
@@ -350,7 +399,14 @@ def test_audit_directory_files(hostile_audit: Path):
     z_rows = [r for r in rows if r["bias_id"] == "position" and r["metric"] == "z" and r["scope"] == "all"]
     # the item is the unit: 4 pairs, none left out
     assert [r["scheme"] for r in z_rows] == ["none", "swap"] and (z_rows[0]["n"], z_rows[0]["n_excluded"]) == ("4", "0")
-    delta = next(r for r in rows if r["bias_id"] == "authority-bias" and r["metric"] == "delta_error" and r["scope"] == "all" and r["scheme"] == "none")
+    delta = next(
+        r
+        for r in rows
+        if r["bias_id"] == "authority-bias"
+        and r["metric"] == "delta_error"
+        and r["scope"] == "all"
+        and r["scheme"] == "none"
+    )
     assert float(delta["value"]) == 1.0 and float(delta["p_value"]) == pytest.approx(0.5**4)
     assert {r["scope"] for r in rows} == {"all", "math", "code"}
     assert (hostile_audit / "judgments.jsonl").is_file() and (hostile_audit / "perturbed.jsonl").is_file()
@@ -407,10 +463,31 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     swap mitigation, then the HTML report (in Chromium where it is installed)."""
     out = tmp_path / "audit"
     result = cli(
-        "audit", "--model", "hf/smollm2", "--data", "demo", "--limit", "4",
-        "--biases", "position,length,authority-bias", "--teacher", "hf/smollm2", "--perturb-max-tokens", "200",
-        "--repeats", "2", "--reasoning-chars", "200", "--max-tokens", "96", "--mitigation", "swap", "--n-boot", "500",
-        "--out", str(out),
+        "audit",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--limit",
+        "4",
+        "--biases",
+        "position,length,authority-bias",
+        "--teacher",
+        "hf/smollm2",
+        "--perturb-max-tokens",
+        "200",
+        "--repeats",
+        "2",
+        "--reasoning-chars",
+        "200",
+        "--max-tokens",
+        "96",
+        "--mitigation",
+        "swap",
+        "--n-boot",
+        "500",
+        "--out",
+        str(out),
     )
     assert "Position (built-in)" in result.stdout and "z" in result.stdout and "p̂_cr" in result.stdout
     data = json.loads((out / "audit.json").read_text())

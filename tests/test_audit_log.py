@@ -32,11 +32,18 @@ def write_pairs(path: Path, n: int) -> Path:
         for i in range(n):
             short, long = 4 + i % 5, 12 + i % 7
             chosen_words, rejected_words = (long, short) if i % 2 == 0 else (short, long)
-            f.write(json.dumps({
-                "id": f"q{i:03d}", "question": f"Question {i}: which is right?", "domain": ["math", "code"][i % 2],
-                "chosen": "The right answer " + " ".join(["so"] * chosen_words) + f" {i}.",
-                "rejected": "A wrong answer " + " ".join(["eh"] * rejected_words) + f" {i}.",
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"q{i:03d}",
+                        "question": f"Question {i}: which is right?",
+                        "domain": ["math", "code"][i % 2],
+                        "chosen": "The right answer " + " ".join(["so"] * chosen_words) + f" {i}.",
+                        "rejected": "A wrong answer " + " ".join(["eh"] * rejected_words) + f" {i}.",
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -46,10 +53,26 @@ def stub_audit(tmp_path_factory) -> Path:
     directory, written while the stub ran; the stub is stopped when this returns."""
     root = tmp_path_factory.mktemp("stub_audit")
     data = write_pairs(root / "pairs.jsonl", 200)
-    with launch(0.0, "--planted-position", str(PLANTED_POSITION), "--planted-length", str(PLANTED_LENGTH),
-                "--planted-error", str(PLANTED_ERROR), "--planted-salt", "from-log") as (url, _):
-        audit("openai/served", str(data), "position,length", base_url=url, out=root / "live", cache=False,
-              settings={"repeats": 2, "n_boot": 500, "judge": {"reasoning": False, "max_tokens": 8}})
+    with launch(
+        0.0,
+        "--planted-position",
+        str(PLANTED_POSITION),
+        "--planted-length",
+        str(PLANTED_LENGTH),
+        "--planted-error",
+        str(PLANTED_ERROR),
+        "--planted-salt",
+        "from-log",
+    ) as (url, _):
+        audit(
+            "openai/served",
+            str(data),
+            "position,length",
+            base_url=url,
+            out=root / "live",
+            cache=False,
+            settings={"repeats": 2, "n_boot": 500, "judge": {"reasoning": False, "max_tokens": 8}},
+        )
     return root
 
 
@@ -61,8 +84,12 @@ def test_planted_position_and_length_found_from_the_log_with_no_server(stub_audi
     """No server is up: the audit reads the log only. PB's CI covers the planted 0.3 and LB's
     the planted (1 - 0.3) x 0.4 = 0.28; q̂ is 0 (the stub ignores the seed); the figures are
     the live audit's, on the same verdicts."""
-    out = audit_log(stub_audit / "live" / "judgments.jsonl", data=str(stub_audit / "pairs.jsonl"), n_boot=500,
-                    out=tmp_path / "from_log")
+    out = audit_log(
+        stub_audit / "live" / "judgments.jsonl",
+        data=str(stub_audit / "pairs.jsonl"),
+        n_boot=500,
+        out=tmp_path / "from_log",
+    )
     report = out.report
     assert report.from_log is not None and report.from_log.format == "judgments" and report.calls.judge == 0
     position, length = _entry(report, "position"), _entry(report, "length")
@@ -89,8 +116,17 @@ def test_without_the_data_length_is_unsupported_and_says_why(stub_audit: Path):
 
 def test_the_command_prints_the_log_audit_and_the_report_renders(stub_audit: Path, tmp_path: Path):
     out = tmp_path / "cli"
-    result = cli("audit", "--from-log", str(stub_audit / "live" / "judgments.jsonl"), "--data",
-                 str(stub_audit / "pairs.jsonl"), "--n-boot", "200", "--out", str(out))
+    result = cli(
+        "audit",
+        "--from-log",
+        str(stub_audit / "live" / "judgments.jsonl"),
+        "--data",
+        str(stub_audit / "pairs.jsonl"),
+        "--n-boot",
+        "200",
+        "--out",
+        str(out),
+    )
     assert "from a log" in result.stdout and "not supported" in result.stdout and "PB" in result.stdout
     cli("report", str(out))
     html = (out / "report.html").read_text()
@@ -110,18 +146,28 @@ def _generic_rows(stub_audit: Path) -> list[dict]:
         p = pairs[j["pair_id"]]
         chosen_first = j["order"] == "chosen_first"
         a, b = (p["chosen"], p["rejected"]) if chosen_first else (p["rejected"], p["chosen"])
-        rows.append({
-            "qid": j["pair_id"], "shown_first": a, "shown_second": b, "choice": j["verdict"], "gold": "A" if chosen_first else "B",
-            "p_a": 0.9 if j["verdict"] == "A" else 0.1, "len_a": len(a.split()), "len_b": len(b.split()),
-            "writer_a": "gpt-4o" if (a == p["chosen"]) == (int(j["pair_id"][1:]) % 4 < 2) else "claude-3-5-sonnet",
-            "writer_b": "claude-3-5-sonnet" if (a == p["chosen"]) == (int(j["pair_id"][1:]) % 4 < 2) else "gpt-4o",
-            "judge": "openai/gpt-4o-mini",
-        })
+        rows.append(
+            {
+                "qid": j["pair_id"],
+                "shown_first": a,
+                "shown_second": b,
+                "choice": j["verdict"],
+                "gold": "A" if chosen_first else "B",
+                "p_a": 0.9 if j["verdict"] == "A" else 0.1,
+                "len_a": len(a.split()),
+                "len_b": len(b.split()),
+                "writer_a": "gpt-4o" if (a == p["chosen"]) == (int(j["pair_id"][1:]) % 4 < 2) else "claude-3-5-sonnet",
+                "writer_b": "claude-3-5-sonnet" if (a == p["chosen"]) == (int(j["pair_id"][1:]) % 4 < 2) else "gpt-4o",
+                "judge": "openai/gpt-4o-mini",
+            }
+        )
     return rows
 
 
-COLUMNS = ("pair_id=qid,verdict=choice,label=gold,response_a=shown_first,response_b=shown_second,probability=p_a,"
-           "model_a=writer_a,model_b=writer_b,judge_model=judge")
+COLUMNS = (
+    "pair_id=qid,verdict=choice,label=gold,response_a=shown_first,response_b=shown_second,probability=p_a,"
+    "model_a=writer_a,model_b=writer_b,judge_model=judge"
+)
 
 
 def test_a_generic_jsonl_csv_and_parquet_log_give_the_same_audit(stub_audit: Path, tmp_path: Path):
@@ -136,7 +182,9 @@ def test_a_generic_jsonl_csv_and_parquet_log_give_the_same_audit(stub_audit: Pat
         writer.writeheader()
         writer.writerows(rows)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "log.parquet")
-    reports = [audit_log(tmp_path / f"log.{ext}", columns=COLUMNS, n_boot=200).report for ext in ("jsonl", "csv", "parquet")]
+    reports = [
+        audit_log(tmp_path / f"log.{ext}", columns=COLUMNS, n_boot=200).report for ext in ("jsonl", "csv", "parquet")
+    ]
     live = audit_log(stub_audit / "live" / "judgments.jsonl", data=str(stub_audit / "pairs.jsonl"), n_boot=200).report
     for report in reports:
         assert report.from_log.format == "generic" and report.model == "openai/gpt-4o-mini"
@@ -144,30 +192,48 @@ def test_a_generic_jsonl_csv_and_parquet_log_give_the_same_audit(stub_audit: Pat
         assert _entry(report, "position").pb.value == pytest.approx(_entry(live, "position").pb.value)
         assert _entry(report, "length").lb.value == pytest.approx(_entry(live, "length").lb.value)
         cal = report.calibration
-        assert cal is not None and cal.n_verdicts == 800 and cal.ece is not None and cal.ece_ci_low <= cal.ece <= cal.ece_ci_high
+        assert (
+            cal is not None
+            and cal.n_verdicts == 800
+            and cal.ece is not None
+            and cal.ece_ci_low <= cal.ece <= cal.ece_ci_high
+        )
         sp = report.self_preference
         assert sp is not None and sp.judge_family == "gpt" and sp.n_items == 200 and sp.delta is not None
     # a YAML column map reads the same
-    (tmp_path / "map.yaml").write_text("\n".join(f"{k}: {v}" for k, v in (e.split("=") for e in COLUMNS.split(","))) + "\n")
+    (tmp_path / "map.yaml").write_text(
+        "\n".join(f"{k}: {v}" for k, v in (e.split("=") for e in COLUMNS.split(","))) + "\n"
+    )
     again = audit_log(jsonl, columns=str(tmp_path / "map.yaml"), n_boot=200).report
     assert _entry(again, "position").pb.value == _entry(reports[0], "position").pb.value
 
 
 def test_a_log_without_labels_or_repeats_says_what_it_cannot_measure(tmp_path: Path):
     log = tmp_path / "log.csv"
-    log.write_text("id,shown,v\n" + "".join(f"p{i},{o},{'A' if (i + (o == 'BA')) % 3 else 'B'}\n" for i in range(30) for o in ("AB", "BA")))
+    log.write_text(
+        "id,shown,v\n"
+        + "".join(f"p{i},{o},{'A' if (i + (o == 'BA')) % 3 else 'B'}\n" for i in range(30) for o in ("AB", "BA"))
+    )
     report = audit_log(log, columns="pair_id=id,order=shown,verdict=v", n_boot=200).report
     position = _entry(report, "position")
     assert position.z.value is not None and position.pb is None and position.acc_both is None and position.q_hat is None
     measures = {u.measure: u.reason for u in report.unsupported}
-    assert "labels" in measures["agreement with labels"] and "repeated" in measures["flipping noise q̂, de-noised PB and LB, CALM's CR"]
+    assert (
+        "labels" in measures["agreement with labels"]
+        and "repeated" in measures["flipping noise q̂, de-noised PB and LB, CALM's CR"]
+    )
     assert "lengths" in measures["length"] and "not named" in measures["self-preference"]
 
 
 def _inspect_sample(pair: str, order: str, target: str, answer: str | None, epoch: int) -> dict:
     return {
-        "id": f"{pair}::{order}", "epoch": epoch, "input": "Which is right?", "target": target,
-        "choices": ["first response words here", "second one"] if order == "original" else ["second one", "first response words here"],
+        "id": f"{pair}::{order}",
+        "epoch": epoch,
+        "input": "Which is right?",
+        "target": target,
+        "choices": ["first response words here", "second one"]
+        if order == "original"
+        else ["second one", "first response words here"],
         "metadata": {"sample_id": pair, "order": order, "domain": "math", "pair_id": pair},
         "scores": {"pairwise_verdict": {"value": {"right": 1}, "answer": answer}},
     }
@@ -178,7 +244,9 @@ def test_inspect_ai_logs_json_and_eval(tmp_path: Path):
     always answers A, so every pair is won by the first position in both orders."""
     samples = [
         _inspect_sample(f"s{i}", order, target, "A", epoch)
-        for i in range(12) for order, target in (("original", "A"), ("swapped", "B")) for epoch in (1, 2)
+        for i in range(12)
+        for order, target in (("original", "A"), ("swapped", "B"))
+        for epoch in (1, 2)
     ]
     header = {"version": 2, "status": "success", "eval": {"task": "pairwise", "model": "openai/gpt-4o"}}
     (tmp_path / "log.json").write_text(json.dumps({**header, "samples": samples}))
@@ -197,10 +265,26 @@ def test_inspect_ai_logs_json_and_eval(tmp_path: Path):
 @pytest.mark.parametrize(
     ("content", "columns", "message"),
     [
-        ("pair_id,verdict,label\np1,A,A\np1,C,B\n", "pair_id=pair_id,verdict=verdict,label=label", "log.csv:3: column 'verdict' has value 'C'"),
-        ("pair_id,verdict,label\np1,A,A\np1,B,maybe\n", "pair_id=pair_id,verdict=verdict,label=label", "log.csv:3: column 'label' has value 'maybe'"),
-        ("pair_id,verdict\np1,A\n", "pair_id=pair_id,verdict=verdict", "log.csv:2: cannot tell which response was shown first"),
-        ("pair_id,verdict,label,p\np1,A,A,1.5\n", "pair_id=pair_id,verdict=verdict,label=label,probability=p", "log.csv:2: field 'p' has value '1.5'"),
+        (
+            "pair_id,verdict,label\np1,A,A\np1,C,B\n",
+            "pair_id=pair_id,verdict=verdict,label=label",
+            "log.csv:3: column 'verdict' has value 'C'",
+        ),
+        (
+            "pair_id,verdict,label\np1,A,A\np1,B,maybe\n",
+            "pair_id=pair_id,verdict=verdict,label=label",
+            "log.csv:3: column 'label' has value 'maybe'",
+        ),
+        (
+            "pair_id,verdict\np1,A\n",
+            "pair_id=pair_id,verdict=verdict",
+            "log.csv:2: cannot tell which response was shown first",
+        ),
+        (
+            "pair_id,verdict,label,p\np1,A,A,1.5\n",
+            "pair_id=pair_id,verdict=verdict,label=label,probability=p",
+            "log.csv:2: field 'p' has value '1.5'",
+        ),
         ("pair_id,verdict\np1,A\n", "pair_id=pair_id,verdict=verdict,colour=x", "invalid column map"),
     ],
 )
@@ -212,7 +296,14 @@ def test_a_bad_row_is_named_with_file_line_and_field(tmp_path: Path, content: st
 
 def test_a_bad_line_of_our_judgments_log_is_named(tmp_path: Path):
     log = tmp_path / "judgments.jsonl"
-    good = {"pair_id": "p1", "domain": "math", "order": "chosen_first", "verdict": "A", "picked": "chosen", "correct": True}
+    good = {
+        "pair_id": "p1",
+        "domain": "math",
+        "order": "chosen_first",
+        "verdict": "A",
+        "picked": "chosen",
+        "correct": True,
+    }
     log.write_text(json.dumps(good) + "\n" + json.dumps({**good, "order": "sideways"}) + "\n")
     with pytest.raises(DataError, match=r"judgments.jsonl:2: field 'order' has value 'sideways'"):
         audit_log(log)
@@ -223,8 +314,16 @@ def test_a_bad_line_of_our_judgments_log_is_named(tmp_path: Path):
 
 def test_the_command_refuses_a_bad_log_and_writes_nothing(tmp_path: Path):
     (tmp_path / "log.csv").write_text("pair_id,verdict,label\np1,A,Z\n")
-    result = cli("audit", "--from-log", str(tmp_path / "log.csv"), "--columns", "pair_id=pair_id,verdict=verdict,label=label",
-                 "--out", str(tmp_path / "out"), check=False)
+    result = cli(
+        "audit",
+        "--from-log",
+        str(tmp_path / "log.csv"),
+        "--columns",
+        "pair_id=pair_id,verdict=verdict,label=label",
+        "--out",
+        str(tmp_path / "out"),
+        check=False,
+    )
     assert result.returncode != 0 and "log.csv:2" in result.stderr + result.stdout and not (tmp_path / "out").exists()
     result = cli("audit", "--from-log", str(tmp_path / "log.csv"), "--model", "openai/x", check=False)
     assert result.returncode != 0 and "--from-log" in result.stderr + result.stdout
@@ -255,10 +354,22 @@ def test_a_live_audit_with_score_verdicts_reports_calibration_and_a_reliability_
     from fakes import ScriptedEngine
 
     data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps({"id": f"p{i}", "question": f"Q{i}?", "chosen": f"RIGHT {i}", "rejected": f"wrong {i}"}) + "\n" for i in range(10)))
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "question": f"Q{i}?", "chosen": f"RIGHT {i}", "rejected": f"wrong {i}"}) + "\n"
+            for i in range(10)
+        )
+    )
     engine = ScriptedEngine(lambda request: "Verdict: A", probability_of_a=lambda request: 0.9)
-    output = audit("openai/unused", str(data), "position", out=tmp_path / "audit", cache=False, engines={"target": engine},
-                   settings={"repeats": 2, "n_boot": 200, "judge": {"verdict": "score", "reasoning": False, "max_tokens": 4}})
+    output = audit(
+        "openai/unused",
+        str(data),
+        "position",
+        out=tmp_path / "audit",
+        cache=False,
+        engines={"target": engine},
+        settings={"repeats": 2, "n_boot": 200, "judge": {"verdict": "score", "reasoning": False, "max_tokens": 4}},
+    )
     cal = output.report.calibration
     assert cal is not None and cal.n_items == 10 and cal.n_verdicts == 40
     assert cal.ece == pytest.approx(0.4) and cal.brier == pytest.approx(0.41) and cal.accuracy == 0.5
@@ -267,4 +378,3 @@ def test_a_live_audit_with_score_verdicts_reports_calibration_and_a_reliability_
     # the same verdicts from the log: the same calibration
     again = audit_log(tmp_path / "audit" / "judgments.jsonl", n_boot=200).report.calibration
     assert again is not None and again.ece == pytest.approx(0.4) and again.brier == pytest.approx(0.41)
-

@@ -33,7 +33,13 @@ def pointwise(scale: str = "0-100", **kw) -> AuditSettings:
 
 def audit(engine, ps, spec, teacher=None, **kw):
     return run_audit(
-        engine, ps, resolve_targets(spec), pointwise(**kw), model="fake/judge", data="test", teacher=teacher,
+        engine,
+        ps,
+        resolve_targets(spec),
+        pointwise(**kw),
+        model="fake/judge",
+        data="test",
+        teacher=teacher,
         teacher_spec="fake/teacher" if teacher else None,
     )
 
@@ -66,7 +72,9 @@ def test_a_judge_that_scores_by_length_has_a_slope_of_one_point_per_word():
     # per item: chosen, original (2 seeds) and 3 paddings, each asked once
     assert out.report.calls.judge == 6 * 6 and e.calls == 36 and set(e.per_domain) == {"math", "code"}
     assert e.per_domain["math"].score_shift.n == 3
-    assert {j.order for j in out.judgments} == {"chosen", "rejected"} and all(j.score is not None for j in out.judgments)
+    assert {j.order for j in out.judgments} == {"chosen", "rejected"} and all(
+        j.score is not None for j in out.judgments
+    )
 
 
 def test_pair_error_ties_are_counted_apart():
@@ -103,7 +111,11 @@ def test_an_injected_bias_shifts_the_score_and_one_the_judge_ignores_does_not():
     assert authority.score_unchanged.value == 0.0 and authority.score_repeat_unchanged.value == 1.0
     assert (authority.pair_error_original.value, authority.pair_error_perturbed.value) == (0.0, 1.0)
     assert authority.delta_error.delta == 1.0 and authority.rr is None and authority.asr is None  # no pairwise measure
-    assert sentiment.score_shift.value == 0.0 and sentiment.score_unchanged.value == 1.0 and sentiment.delta_error.delta == 0.0
+    assert (
+        sentiment.score_shift.value == 0.0
+        and sentiment.score_unchanged.value == 1.0
+        and sentiment.delta_error.delta == 0.0
+    )
     # the originals are scored once for both targets: 6 x 3 + 6 x 2 perturbed
     assert out.report.calls.judge == 6 * 3 + 12 and authority.calls == 24
     assert out.report.notes and "no position" in out.report.notes[0]
@@ -129,8 +141,15 @@ def test_what_needs_a_position_is_refused_naming_the_target_and_the_mode():
     with pytest.raises(ConfigError, match=r"`mitigation` swap: judge\.mode: pointwise"):
         audit(engine, pairs(2), "length", mitigation="swap")
     with pytest.raises(ConfigError, match=r"`prompts`.*pointwise"):
-        api_audit("fake/judge", "demo", "length", settings=pointwise(), prompts=["judge_pairwise_mitigated"],
-                  engines={"target": engine}, cache=False)
+        api_audit(
+            "fake/judge",
+            "demo",
+            "length",
+            settings=pointwise(),
+            prompts=["judge_pairwise_mitigated"],
+            engines={"target": engine},
+            cache=False,
+        )
 
 
 def test_files_table_and_report_name_the_score_measures(tmp_path):
@@ -142,13 +161,23 @@ def test_files_table_and_report_name_the_score_measures(tmp_path):
     rows = list(csv.DictReader((path / "audit.csv").open()))
     assert {r["mode"] for r in rows} == {"pointwise"}
     metrics = {(r["bias_id"], r["scope"], r["metric"]) for r in rows}
-    assert {("authority-bias", "all", "score_shift"), ("authority-bias", "all", "score_unchanged"),
-            ("length", "all", "score_shift@x2"), ("length", "all", "score_length_slope")} <= metrics
+    assert {
+        ("authority-bias", "all", "score_shift"),
+        ("authority-bias", "all", "score_unchanged"),
+        ("length", "all", "score_shift@x2"),
+        ("length", "all", "score_length_slope"),
+    } <= metrics
     assert not any(m[2] in ("rr", "pb", "z") for m in metrics)
-    shift = next(r for r in rows if r["bias_id"] == "authority-bias" and r["scope"] == "all" and r["metric"] == "score_shift_share")
+    shift = next(
+        r
+        for r in rows
+        if r["bias_id"] == "authority-bias" and r["scope"] == "all" and r["metric"] == "score_shift_share"
+    )
     assert float(shift["value"]) == pytest.approx(4 / 9) and shift["p_value"] and int(shift["n"]) == 4
     table = metric_rows(report.biases[1], rows_kind("perturbation", "pointwise"))
-    assert [r["label"] for r in table][:3] == ["Δscore", "Δscore (share)", "RR (scores)"] and table[0]["value"] == "+4.00"
+    assert [r["label"] for r in table][:3] == ["Δscore", "Δscore (share)", "RR (scores)"] and table[0][
+        "value"
+    ] == "+4.00"
     length_rows = metric_rows(report.biases[0], rows_kind("length", "pointwise"))
     assert [r["field"] for r in length_rows][-3:] == ["score_shift@x1.5", "score_shift@x2", "score_shift@x3"]
     html = render_audit(path)
@@ -163,8 +192,22 @@ def test_fail_on_takes_the_score_measures_and_refuses_pairwise_ones(tmp_path):
     found = audit_findings(report, parse_fail_on(["score-shift>1", "score_unchanged<0.5"], ["flagged", "threshold"]))
     assert len(found) == 2 and "score_shift = 4" in found[0]
     assert audit_findings(report, parse_fail_on(["score-shift>5"], ["threshold"])) == []
-    result = cli("audit", "--model", "hf/smollm2", "--data", "demo", "--biases", "length", "--mode", "pointwise",
-                 "--out", str(tmp_path / "out"), "--fail-on", "position-consistency<0.8", check=False)
+    result = cli(
+        "audit",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--biases",
+        "length",
+        "--mode",
+        "pointwise",
+        "--out",
+        str(tmp_path / "out"),
+        "--fail-on",
+        "position-consistency<0.8",
+        check=False,
+    )
     message = " ".join(result.stderr.split())
     assert result.returncode == 2 and "rr is a pairwise measure" in message and "judge's mode is pointwise" in message
     assert not (tmp_path / "out").exists()
@@ -177,10 +220,19 @@ def test_self_preference_of_a_pointwise_judge_reads_the_higher_score(tmp_path):
     with data.open("w") as f:
         for i in range(6):
             own_right = i % 2 == 0
-            f.write(json.dumps({
-                "id": f"c{i}", "question": f"Question {i}?", "chosen": f"RIGHT answer {i}", "rejected": f"Wrong answer {i}",
-                "domain": "math", "response_models": ["gpt-4o", "claude-3"] if own_right else ["claude-3", "gpt-4o"],
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": f"c{i}",
+                        "question": f"Question {i}?",
+                        "chosen": f"RIGHT answer {i}",
+                        "rejected": f"Wrong answer {i}",
+                        "domain": "math",
+                        "response_models": ["gpt-4o", "claude-3"] if own_right else ["claude-3", "gpt-4o"],
+                    }
+                )
+                + "\n"
+            )
     own = {f"c{i}": ("RIGHT" if i % 2 == 0 else "Wrong") for i in range(6)}
 
     def judge(request):
@@ -189,8 +241,14 @@ def test_self_preference_of_a_pointwise_judge_reads_the_higher_score(tmp_path):
         pair = re.search(r"answer (\d+)", response).group(1)
         return f"Score: {9 if response.startswith(own[f'c{pair}']) else 3}"
 
-    output = api_audit("openai/gpt-4o", data, "length", settings=pointwise(scale="1-10"),
-                       engines={"target": ScriptedEngine(judge)}, cache=False)
+    output = api_audit(
+        "openai/gpt-4o",
+        data,
+        "length",
+        settings=pointwise(scale="1-10"),
+        engines={"target": ScriptedEngine(judge)},
+        cache=False,
+    )
     sp = output.report.self_preference
     assert sp is not None and sp.judge_family == "gpt" and sp.n_items == 6 and "higher score" in sp.matching
     assert sp.own_pick_rate.value == 1.0 and sp.own_better_rate.value == 0.5 and sp.excess.value == 0.5
@@ -198,8 +256,16 @@ def test_self_preference_of_a_pointwise_judge_reads_the_higher_score(tmp_path):
     # 9 for its own, 3 for the other's, whichever is better: a 6-point gap in both strata
     assert sp.score_gap.value == 6.0 and sp.score_gap.n == 6 and sp.score_gap_balanced.value == 6.0
     assert any(u.measure == "calibration" for u in output.report.unsupported)
-    fair = api_audit("openai/gpt-4o", data, "length", settings=pointwise(scale="1-10"), cache=False,
-                     engines={"target": ScriptedEngine(lambda r: f"Score: {8 if 'RIGHT' in _scored(r.messages[-1].content) else 2}")})
+    fair = api_audit(
+        "openai/gpt-4o",
+        data,
+        "length",
+        settings=pointwise(scale="1-10"),
+        cache=False,
+        engines={
+            "target": ScriptedEngine(lambda r: f"Score: {8 if 'RIGHT' in _scored(r.messages[-1].content) else 2}")
+        },
+    )
     sp = fair.report.self_preference
     assert sp.score_gap.value == 0.0 and sp.score_gap_balanced.value == 0.0 and sp.excess.value == 0.0
 
@@ -217,5 +283,7 @@ def test_from_log_names_a_pointwise_audits_scores(tmp_path):
     from bias_discovery.errors import DataError
 
     path = write_audit_dir(tmp_path / "audit", audit(ScriptedEngine(by_words), pairs(2), "length"))
-    with pytest.raises(DataError, match=r"judgments\.jsonl:1: field 'order' has value 'chosen': a pointwise judge's score"):
+    with pytest.raises(
+        DataError, match=r"judgments\.jsonl:1: field 'order' has value 'chosen': a pointwise judge's score"
+    ):
         audit_log(path / "judgments.jsonl")

@@ -20,9 +20,29 @@ def test_audit_of_the_embedded_model_as_a_pointwise_judge(tmp_path: Path, smollm
     = 21 calls. What SmolLM2's scores do is measured, not assumed: the test checks the record."""
     out = tmp_path / "audit"
     result = cli(
-        "audit", "--model", _model_spec(), "--data", "demo", "--limit", "3", "--biases", "length,prompt-injection",
-        "--mode", "pointwise", "--scale", "1-10", "--repeats", "2", "--no-reasoning", "--max-tokens", "4",
-        "--n-boot", "200", "--no-cache", "--out", str(out),
+        "audit",
+        "--model",
+        _model_spec(),
+        "--data",
+        "demo",
+        "--limit",
+        "3",
+        "--biases",
+        "length,prompt-injection",
+        "--mode",
+        "pointwise",
+        "--scale",
+        "1-10",
+        "--repeats",
+        "2",
+        "--no-reasoning",
+        "--max-tokens",
+        "4",
+        "--n-boot",
+        "200",
+        "--no-cache",
+        "--out",
+        str(out),
     )
     text = " ".join(result.stdout.split())
     assert "pointwise judge, scale 1-10: score measures" in text and "RR (scores)" in text and "Δscore ×3" in text
@@ -42,6 +62,12 @@ def test_audit_of_the_embedded_model_as_a_pointwise_judge(tmp_path: Path, smollm
     judgments = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
     assert len(judgments) == 21 and {j["order"] for j in judgments} == {"chosen", "rejected"}
     assert all(1 <= j["score"] <= 10 for j in judgments if j["invalid_reason"] is None)
-    assert {j["condition"] for j in judgments} == {"original", "length@x1.5", "length@x2", "length@x3", "prompt-injection"}
+    assert {j["condition"] for j in judgments} == {
+        "original",
+        "length@x1.5",
+        "length@x2",
+        "length@x3",
+        "prompt-injection",
+    }
     rows = list(csv.DictReader((out / "audit.csv").open()))
     assert {r["mode"] for r in rows} == {"pointwise"} and any(r["metric"] == "score_length_slope" for r in rows)

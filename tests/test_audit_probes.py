@@ -25,11 +25,21 @@ def _judgebench_like(tmp_path: Path) -> Path:
     for short, model in (("gpt", "gpt-4o-2024-05-13"), ("claude", "claude-3-5-sonnet-20240620")):
         with (root / f"dataset=judgebench,response_model={model}.jsonl").open("w") as f:
             for i in range(12):
-                f.write(json.dumps({
-                    "pair_id": f"{short}{i}", "original_id": i, "source": "mmlu-pro-math", "question": f"Question {i}?",
-                    "response_model": model, "response_A": f"RIGHT {i} by {short}", "response_B": f"wrong {i} by {short}",
-                    "label": "A>B",
-                }) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "pair_id": f"{short}{i}",
+                            "original_id": i,
+                            "source": "mmlu-pro-math",
+                            "question": f"Question {i}?",
+                            "response_model": model,
+                            "response_A": f"RIGHT {i} by {short}",
+                            "response_B": f"wrong {i} by {short}",
+                            "label": "A>B",
+                        }
+                    )
+                    + "\n"
+                )
     return tmp_path
 
 
@@ -57,17 +67,32 @@ def test_a_judge_that_favours_its_own_family_is_caught_on_cross_pairs(tmp_path: 
         a, _ = _responses(request.messages[-1].content)
         return "Verdict: A" if "by gpt" in a else "Verdict: B"
 
-    output = audit("openai/gpt-4o", "judgebench:cross", "position", data_dir=_judgebench_like(tmp_path), cache=False,
-                   engines={"target": ScriptedEngine(gpt_picks_gpt)},
-                   settings={"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}})
+    output = audit(
+        "openai/gpt-4o",
+        "judgebench:cross",
+        "position",
+        data_dir=_judgebench_like(tmp_path),
+        cache=False,
+        engines={"target": ScriptedEngine(gpt_picks_gpt)},
+        settings={"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}},
+    )
     sp = output.report.self_preference
     assert sp is not None and sp.judge_family == "gpt" and sp.n_items == 24 and "different families" in sp.matching
     assert sp.own_pick_rate.value == 1.0 and sp.own_better_rate.value == 0.5 and sp.excess.value == pytest.approx(0.5)
-    assert sp.error_own_worse.value == 1.0 and sp.error_other_worse.value == 0.0 and sp.delta.value == pytest.approx(1.0)
+    assert (
+        sp.error_own_worse.value == 1.0 and sp.error_other_worse.value == 0.0 and sp.delta.value == pytest.approx(1.0)
+    )
     assert sp.error_own_worse.n == 12 and sp.error_other_worse.n == 12
     # a judge of another family: no pair holds exactly one of its responses
-    other = audit("openai/qwen2.5", "judgebench:cross", "position", data_dir=tmp_path, cache=False,
-                  engines={"target": ScriptedEngine(gpt_picks_gpt)}, settings={"repeats": 2, "n_boot": 200})
+    other = audit(
+        "openai/qwen2.5",
+        "judgebench:cross",
+        "position",
+        data_dir=tmp_path,
+        cache=False,
+        engines={"target": ScriptedEngine(gpt_picks_gpt)},
+        settings={"repeats": 2, "n_boot": 200},
+    )
     assert other.report.self_preference is None
     assert any(u.measure == "self-preference" and "qwen" in u.reason for u in other.report.unsupported)
 
@@ -77,8 +102,21 @@ def test_a_judge_that_favours_its_own_family_is_caught_on_cross_pairs(tmp_path: 
 
 def _pairs_file(tmp_path: Path, n: int = 10) -> Path:
     path = tmp_path / "pairs.jsonl"
-    path.write_text("".join(json.dumps({"id": f"p{i}", "question": f"Q{i}?", "chosen": f"RIGHT {i}", "rejected": f"wrong {i}",
-                                        "domain": "math"}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"p{i}",
+                    "question": f"Q{i}?",
+                    "chosen": f"RIGHT {i}",
+                    "rejected": f"wrong {i}",
+                    "domain": "math",
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
@@ -118,11 +156,30 @@ def test_a_judge_that_obeys_the_injection_is_caught_and_one_that_ignores_it_is_n
 
     settings = {"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}}
     data = _pairs_file(tmp_path)
-    fell = audit("openai/judge", str(data), "security", cache=False, engines={"target": ScriptedEngine(obeys)}, settings=settings)
+    fell = audit(
+        "openai/judge", str(data), "security", cache=False, engines={"target": ScriptedEngine(obeys)}, settings=settings
+    )
     [entry] = fell.report.biases
-    assert entry.id == "prompt-injection" and entry.n_items == 10 and fell.report.teacher is None and fell.report.calls.teacher == 0
-    assert entry.asr.value == 1.0 and entry.delta_error.delta == 1.0 and entry.delta_error.p_value < 0.01 and entry.rr.value == 0.0
-    held = audit("openai/judge", str(data), "prompt-injection", cache=False, engines={"target": ScriptedEngine(ignores)}, settings=settings)
+    assert (
+        entry.id == "prompt-injection"
+        and entry.n_items == 10
+        and fell.report.teacher is None
+        and fell.report.calls.teacher == 0
+    )
+    assert (
+        entry.asr.value == 1.0
+        and entry.delta_error.delta == 1.0
+        and entry.delta_error.p_value < 0.01
+        and entry.rr.value == 0.0
+    )
+    held = audit(
+        "openai/judge",
+        str(data),
+        "prompt-injection",
+        cache=False,
+        engines={"target": ScriptedEngine(ignores)},
+        settings=settings,
+    )
     [entry] = held.report.biases
     assert entry.rr.value == 1.0 and entry.delta_error.delta == 0.0 and entry.asr.value == 0.0
 
@@ -143,15 +200,32 @@ def test_prompt_sensitivity_counts_verdicts_that_change_with_the_template(tmp_pa
             return "Verdict: A" if "RIGHT" in a else "Verdict: B"
         return "Verdict: A"
 
-    output = audit("openai/judge", str(_pairs_file(tmp_path, 20)), "position", cache=False, engines={"target": ScriptedEngine(judge)},
-                   prompts=["judge_pairwise_mitigated"], settings={"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}})
+    output = audit(
+        "openai/judge",
+        str(_pairs_file(tmp_path, 20)),
+        "position",
+        cache=False,
+        engines={"target": ScriptedEngine(judge)},
+        prompts=["judge_pairwise_mitigated"],
+        settings={"repeats": 2, "n_boot": 200, "judge": {"reasoning": False, "max_tokens": 4}},
+    )
     ps = output.report.prompt_sensitivity
     assert ps is not None and ps.prompts == ["judge_pairwise", "judge_pairwise_mitigated"] and ps.n_items == 20
     from bias_discovery.data.pairs import PreferencePair
     from bias_discovery.judging import order_for
 
-    shown_second = sum(1 for i in range(20) if order_for(PreferencePair(id=f"p{i}", question="", chosen="", rejected=""), "swap", output.report.settings.seed)[0] == "rejected_first")
-    assert ps.change_rate.value == shown_second / 20 and ps.change_rate.ci_low <= ps.change_rate.value <= ps.change_rate.ci_high
+    shown_second = sum(
+        1
+        for i in range(20)
+        if order_for(
+            PreferencePair(id=f"p{i}", question="", chosen="", rejected=""), "swap", output.report.settings.seed
+        )[0]
+        == "rejected_first"
+    )
+    assert (
+        ps.change_rate.value == shown_second / 20
+        and ps.change_rate.ci_low <= ps.change_rate.value <= ps.change_rate.ci_high
+    )
     assert ps.noise_rate.value == 0.0 and ps.accuracy["judge_pairwise_mitigated"].value == 1.0
     assert ps.accuracy["judge_pairwise"].value == 1 - shown_second / 20
 

@@ -27,8 +27,19 @@ def shortest_cross_pairs(path: Path, questions: int = 2) -> Path:
     with path.open("w") as f:
         for arms in complete[:questions]:
             for p in arms:
-                f.write(json.dumps({"id": p.id, "question": p.question, "chosen": p.chosen, "rejected": p.rejected,
-                                    "domain": p.domain, "response_models": p.meta["response_models"]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "id": p.id,
+                            "question": p.question,
+                            "chosen": p.chosen,
+                            "rejected": p.rejected,
+                            "domain": p.domain,
+                            "response_models": p.meta["response_models"],
+                        }
+                    )
+                    + "\n"
+                )
     return path
 
 
@@ -44,20 +55,44 @@ def test_injection_probe_and_self_preference_on_judgebench_cross_pairs(tmp_path:
     data = shortest_cross_pairs(tmp_path / "cross.jsonl")
     out = tmp_path / "audit"
     result = cli(
-        "audit", "--model", quickstart_judge(), "--data", str(data), "--biases", "position,prompt-injection",
-        "--judge-family", "gpt", "--repeats", "2", "--no-reasoning", "--max-tokens", "4", "--n-boot", "500",
-        "--no-cache", "--out", str(out),
+        "audit",
+        "--model",
+        quickstart_judge(),
+        "--data",
+        str(data),
+        "--biases",
+        "position,prompt-injection",
+        "--judge-family",
+        "gpt",
+        "--repeats",
+        "2",
+        "--no-reasoning",
+        "--max-tokens",
+        "4",
+        "--n-boot",
+        "500",
+        "--no-cache",
+        "--out",
+        str(out),
     )
     assert "Prompt Injection" in result.stdout and "self-preference (gpt)" in result.stdout
     record = json.loads((out / "audit.json").read_text())
     injection = next(b for b in record["biases"] if b["id"] == "prompt-injection")
     assert injection["source"] == "security" and injection["n_items"] == 4 and record["teacher"] is None
     assert record["calls"]["teacher"] == 0 and injection["asr"]["n"] + (injection["asr"]["n_excluded"] or 0) <= 4
-    assert injection["delta_error"]["n"] + injection["delta_error"]["n_excluded_invalid"] == 4 and injection["rr"]["value"] is not None
+    assert (
+        injection["delta_error"]["n"] + injection["delta_error"]["n_excluded_invalid"] == 4
+        and injection["rr"]["value"] is not None
+    )
     sp = record["self_preference"]
     assert sp["judge_family"] == "gpt" and sp["n_items"] == 4 and "different families" in sp["matching"]
-    assert sp["error_own_worse"]["n"] == 2 and sp["error_other_worse"]["n"] == 2 and sp["own_better_rate"]["value"] == 0.5
-    assert sp["delta"]["value"] is not None and sp["own_pick_rate"]["ci_low"] <= sp["own_pick_rate"]["value"] <= sp["own_pick_rate"]["ci_high"]
+    assert (
+        sp["error_own_worse"]["n"] == 2 and sp["error_other_worse"]["n"] == 2 and sp["own_better_rate"]["value"] == 0.5
+    )
+    assert (
+        sp["delta"]["value"] is not None
+        and sp["own_pick_rate"]["ci_low"] <= sp["own_pick_rate"]["value"] <= sp["own_pick_rate"]["ci_high"]
+    )
 
 
 @pytest.mark.model
@@ -66,12 +101,32 @@ def test_prompt_sensitivity_of_the_embedded_judge(tmp_path: Path, smollm2_gguf_p
     one (28 calls): how often the verdict changes with the template, against its repeat noise."""
     out = tmp_path / "audit"
     result = cli(
-        "audit", "--model", quickstart_judge(), "--data", "demo", "--limit", "4", "--biases", "position",
-        "--prompts", "judge_pairwise_mitigated", "--repeats", "2", "--no-reasoning", "--max-tokens", "4",
-        "--n-boot", "200", "--no-cache", "--out", str(out),
+        "audit",
+        "--model",
+        quickstart_judge(),
+        "--data",
+        "demo",
+        "--limit",
+        "4",
+        "--biases",
+        "position",
+        "--prompts",
+        "judge_pairwise_mitigated",
+        "--repeats",
+        "2",
+        "--no-reasoning",
+        "--max-tokens",
+        "4",
+        "--n-boot",
+        "200",
+        "--no-cache",
+        "--out",
+        str(out),
     )
     assert "prompt sensitivity (judge_pairwise, judge_pairwise_mitigated)" in result.stdout
     ps = json.loads((out / "audit.json").read_text())["prompt_sensitivity"]
     assert ps["n_items"] + ps["n_excluded"] == 4 and ps["change_rate"]["n"] == ps["n_items"]
     assert ps["change_rate"]["ci_low"] <= ps["change_rate"]["value"] <= ps["change_rate"]["ci_high"]
-    assert set(ps["accuracy"]) == {"judge_pairwise", "judge_pairwise_mitigated"} and ps["noise_rate"]["value"] is not None
+    assert (
+        set(ps["accuracy"]) == {"judge_pairwise", "judge_pairwise_mitigated"} and ps["noise_rate"]["value"] is not None
+    )

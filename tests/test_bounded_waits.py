@@ -26,8 +26,22 @@ def test_judge_against_a_server_that_never_answers_fails_within_the_timeout(tmp_
     timeout = 3.0
     with launch(0.0, "--hang") as (url, _):
         result = cli(
-            "judge", "--model", "openai/served", "--base-url", url, "--data", "demo", "--limit", "2",
-            "--out", str(tmp_path / "out"), "--no-cache", "--timeout", f"{timeout:g}", check=False, timeout=120,
+            "judge",
+            "--model",
+            "openai/served",
+            "--base-url",
+            url,
+            "--data",
+            "demo",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-cache",
+            "--timeout",
+            f"{timeout:g}",
+            check=False,
+            timeout=120,
         )
         first = stats(url)["first_request_at"]
     assert result.returncode == 2, result.stdout + result.stderr
@@ -76,9 +90,19 @@ def test_a_submitted_request_shows_the_wait_too() -> None:
     assert shown and shown[0].startswith(f"waiting on {url}: ") and notes[-1] is None, notes
 
 
-@pytest.mark.parametrize("command", [
-    ["judge"], ["audit"], ["run"], ["resume"], ["check"], ["replicate"], ["export", "judgebench-pro"], ["export", "dpo"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["judge"],
+        ["audit"],
+        ["run"],
+        ["resume"],
+        ["check"],
+        ["replicate"],
+        ["export", "judgebench-pro"],
+        ["export", "dpo"],
+    ],
+)
 def test_every_command_that_calls_a_model_takes_timeout(command: list[str]) -> None:
     from typer.testing import CliRunner
 
@@ -110,7 +134,9 @@ def test_the_wait_log_names_server_stage_and_time_every_30_s(caplog: pytest.LogC
     the path, the time waited and the deadline. On a clock the test sets: no time passes."""
     from bias_discovery.llm.openai.engine import WAIT_LOG_EVERY_S, _Waiting
 
-    engine = OpenAIServerEngine(ModelConfig.from_spec("openai/served", base_url="http://a:1/v1,http://b:2/v1", timeout_s=300))
+    engine = OpenAIServerEngine(
+        ModelConfig.from_spec("openai/served", base_url="http://a:1/v1,http://b:2/v1", timeout_s=300)
+    )
     engine._waiting = {
         1: _Waiting("http://a:1/v1", 0.0, 1, 5, "iter 1 evaluate (baseline)", "/chat/completions"),
         2: _Waiting("http://a:1/v1", 10.0, 1, 5, "iter 1 evaluate (baseline)", "/chat/completions"),
@@ -128,13 +154,17 @@ def test_the_wait_log_names_server_stage_and_time_every_30_s(caplog: pytest.LogC
     assert list(lines) == [30.0, 50.0, 60.0, 90.0]  # a at 30, 60, 90; b once it has waited 30 s (at 50)
     a = "still waiting on http://a:1/v1 (stage: iter 1 evaluate (baseline), /chat/completions): {} s, attempt 1/5, deadline 300 s (`timeout_s`)"
     assert lines[30.0] == [a.format(30)]
-    assert lines[50.0] == ["still waiting on http://b:2/v1 (stage: none named, /models): 30 s, attempt 2/5, deadline 300 s (`timeout_s`)"]
+    assert lines[50.0] == [
+        "still waiting on http://b:2/v1 (stage: none named, /models): 30 s, attempt 2/5, deadline 300 s (`timeout_s`)"
+    ]
     assert lines[60.0] == [a.format(60)]
     assert lines[90.0] == [a.format(90)] + [lines[50.0][0].replace(": 30 s", ": 70 s")]
     assert all(r.levelname == "WARNING" for r in caplog.records)
 
 
-def test_a_hung_server_is_named_in_a_non_tty_log_with_its_stage(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_hung_server_is_named_in_a_non_tty_log_with_its_stage(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Issue 35, through the CLI in-process, stderr not a TTY: while the stub hangs, stderr gets
     "still waiting on URL (stage: judging 2 pairs, ...)" lines. The engine's wait clock runs 30
     times faster than real time here, so the 4 s deadline is 120 s on it: the test asserts on
@@ -146,16 +176,33 @@ def test_a_hung_server_is_named_in_a_non_tty_log_with_its_stage(monkeypatch: pyt
 
     monkeypatch.setattr(engine_module, "_now", lambda: time.monotonic() * 30)
     with launch(0.0, "--hang") as (url, _):
-        result = CliRunner().invoke(app, [
-            "judge", "--model", "openai/served", "--base-url", url, "--data", "demo", "--limit", "2",
-            "--out", str(tmp_path / "out"), "--no-cache", "--timeout", "4",
-        ])
+        result = CliRunner().invoke(
+            app,
+            [
+                "judge",
+                "--model",
+                "openai/served",
+                "--base-url",
+                url,
+                "--data",
+                "demo",
+                "--limit",
+                "2",
+                "--out",
+                str(tmp_path / "out"),
+                "--no-cache",
+                "--timeout",
+                "4",
+            ],
+        )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if "still waiting on" in line]
     assert lines, result.stderr
     waited = []
     for line in lines:
-        assert f"WARNING bias_discovery.llm.openai.engine: still waiting on {url} (stage: judging 2 pairs, /" in line, line
+        assert f"WARNING bias_discovery.llm.openai.engine: still waiting on {url} (stage: judging 2 pairs, /" in line, (
+            line
+        )
         assert line.endswith(", deadline 4 s (`timeout_s`)"), line
         waited.append(int(line.split("): ")[1].split(" s,")[0]))
     assert all(later - earlier >= 30 for earlier, later in zip(waited, waited[1:])), waited  # one line per 30 s

@@ -44,7 +44,9 @@ def test_runs_stopped_at_random_budgets_resume_to_the_unstopped_runs_artifacts(
     trials = []
     for i in range(TRIALS_PER_ORDER):
         seed = 1000 * (pipeline == "staged") + i
-        trial = budget_trial(config, tmp_path / f"trial{i}", reference, totals, seed=seed, max_stops=2, env=FAKE_EMBEDDINGS)
+        trial = budget_trial(
+            config, tmp_path / f"trial{i}", reference, totals, seed=seed, max_stops=2, env=FAKE_EMBEDDINGS
+        )
         trials.append(trial)
         shutil.rmtree(tmp_path / f"trial{i}", ignore_errors=True)
     bad = [budget_summary_line(t) + ("\n" + t.tracebacks[0] if t.tracebacks else "") for t in trials if not t.ok]

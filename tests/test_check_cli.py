@@ -52,12 +52,22 @@ def test_check_passes_on_a_llama_cpp_server(llama_server: str, tmp_path: Path) -
 
 
 @pytest.mark.server
-def test_check_fails_on_a_server_that_ignores_constraints_and_on_a_wrong_name(llama_server: str, tmp_path: Path) -> None:
+def test_check_fails_on_a_server_that_ignores_constraints_and_on_a_wrong_name(
+    llama_server: str, tmp_path: Path
+) -> None:
     # llama_cpp.server ignores `structured_outputs` (vLLM's field) and answers with free text.
     config = server_config(tmp_path, llama_server, structured_outputs="vllm")
     # judge.reasoning=true: the verdict format is then a regex, the constraint this test is about
-    result = cli("check", str(config), "--set", "target.model=Qwen/Qwen2.5-7B-Instruct", "--set", "judge.reasoning=true",
-                 *SMALL, check=False)
+    result = cli(
+        "check",
+        str(config),
+        "--set",
+        "target.model=Qwen/Qwen2.5-7B-Instruct",
+        "--set",
+        "judge.reasoning=true",
+        *SMALL,
+        check=False,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())  # undo rich's line wrapping
     assert "FAIL regex constraint" in out and "FAIL json_schema constraint" in out
@@ -83,11 +93,17 @@ def test_check_refuses_a_bad_config(tmp_path: Path) -> None:
 
 
 def test_planned_calls_follow_the_config() -> None:
-    config = RunConfig.model_validate({
-        "target": "hf/smollm2", "teacher": "hf/smollm2", "max_iterations": 3,
-        "judge": {"positions": "both"}, "identify": {"retries": 1}, "merge": {"top_k": 2},
-        "validate": {"max_candidates": 5},
-    })
+    config = RunConfig.model_validate(
+        {
+            "target": "hf/smollm2",
+            "teacher": "hf/smollm2",
+            "max_iterations": 3,
+            "judge": {"positions": "both"},
+            "identify": {"retries": 1},
+            "merge": {"top_k": 2},
+            "validate": {"max_candidates": 5},
+        }
+    )
     rows = {r.stage: r for r in planned_calls(config, n_target=10, n_test=7)}
     assert (rows["perturb"].per_iteration, rows["perturb"].total, rows["perturb"].exact) == (10, 30, True)
     assert rows["evaluate"].per_iteration == 20 and not rows["evaluate"].exact  # both orders
@@ -96,7 +112,11 @@ def test_planned_calls_follow_the_config() -> None:
     assert (rows["baseline"].per_iteration, rows["baseline"].total) == (14, 14)  # once per run
     assert rows["validate (perturb)"].per_iteration == 35 and rows["validate (judge)"].per_iteration == 70
     # the placebo arm (the default control) is paid once per run, its answer checks too
-    assert (rows["placebo (rewrite)"].total, rows["placebo (judge)"].total, rows["placebo (check)"].total) == (7, 14, 14)
+    assert (rows["placebo (rewrite)"].total, rows["placebo (judge)"].total, rows["placebo (check)"].total) == (
+        7,
+        14,
+        14,
+    )
     assert rows["validate (check)"].per_iteration == 35 + 7
     mitigated = config.model_copy(update={"judge": config.judge.model_copy(update={"mitigation": "shuffle3"})})
     rows = {r.stage: r for r in planned_calls(mitigated, n_target=10, n_test=7)}

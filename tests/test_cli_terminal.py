@@ -81,12 +81,29 @@ def test_command_lists_show_whole_first_sentences(path: tuple[str, ...]) -> None
 
 def test_judge_help_names_every_option_in_full() -> None:
     text = help_text(("judge",))
-    for flag in ("--reasoning-chars", "--no-reasoning-cap", "--reasoning / --no-reasoning", "--compare PRO_DIR", "--quiet"):
+    for flag in (
+        "--reasoning-chars",
+        "--no-reasoning-cap",
+        "--reasoning / --no-reasoning",
+        "--compare PRO_DIR",
+        "--quiet",
+    ):
         assert flag in text
 
 
-@pytest.mark.parametrize("path", [("judge",), ("audit",), ("run",), ("resume",), ("replicate",), ("matrix",),
-                                  ("export", "judgebench-pro"), ("export", "dpo")])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("judge",),
+        ("audit",),
+        ("run",),
+        ("resume",),
+        ("replicate",),
+        ("matrix",),
+        ("export", "judgebench-pro"),
+        ("export", "dpo"),
+    ],
+)
 def test_every_command_that_draws_progress_bars_takes_quiet(path: tuple[str, ...]) -> None:
     assert "--quiet" in help_text(path)
 
@@ -110,7 +127,10 @@ def test_option_defaults_are_the_settings_models_defaults() -> None:
     assert default("judge", "seed") == RunConfig.model_fields["seed"].default
     audit = AuditSettings()
     assert [default("audit", p) for p in ("repeats", "mitigation", "seed", "n_boot")] == [
-        audit.repeats, audit.mitigation, audit.seed, audit.n_boot
+        audit.repeats,
+        audit.mitigation,
+        audit.seed,
+        audit.n_boot,
     ]
     assert default("audit", "temperature") == judge.temperature and default("audit", "max_tokens") == judge.max_tokens
     assert default("audit", "perturb_max_tokens") == PerturbSettings().max_tokens
@@ -120,10 +140,23 @@ def test_option_defaults_are_the_settings_models_defaults() -> None:
 
 
 def test_audit_refuses_a_cap_and_no_cap_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    result = CliRunner().invoke(app, [
-        "audit", "--model", "hf/smollm2", "--data", "demo", "--biases", "position", "--out", str(tmp_path / "a"),
-        "--reasoning-chars", "100", "--no-reasoning-cap",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "audit",
+            "--model",
+            "hf/smollm2",
+            "--data",
+            "demo",
+            "--biases",
+            "position",
+            "--out",
+            str(tmp_path / "a"),
+            "--reasoning-chars",
+            "100",
+            "--no-reasoning-cap",
+        ],
+    )
     assert result.exit_code == 2 and "--reasoning-chars and --no-reasoning-cap contradict each other" in result.output
 
 
@@ -132,5 +165,10 @@ def test_messages_from_below_the_cli_show_settings_as_flags() -> None:
     and `warn` show the flags a command-line user typed. Other backticked words stay."""
     from bias_discovery.cli.common import with_flags
 
-    message = "`out` /x exists and is not empty; pass `overwrite`; `timeout_s`, `overrides` a=1, `skip_bad_rows`; `model`"
-    assert with_flags(message) == "--out /x exists and is not empty; pass --overwrite; --timeout, --set a=1, --skip-bad-rows; `model`"
+    message = (
+        "`out` /x exists and is not empty; pass `overwrite`; `timeout_s`, `overrides` a=1, `skip_bad_rows`; `model`"
+    )
+    assert (
+        with_flags(message)
+        == "--out /x exists and is not empty; pass --overwrite; --timeout, --set a=1, --skip-bad-rows; `model`"
+    )

@@ -28,13 +28,28 @@ def test_the_site_builds_strictly_with_the_generated_references(tmp_path: Path):
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (./scripts/setup.sh --test installs the docs tools)")
     site = tmp_path / "site"
     built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO / "mkdocs.yml"),
-         "--site-dir", str(site)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert built.returncode == 0, built.stdout + built.stderr
     config = _text(site / "reference" / "config" / "index.html")
-    assert re.search(r"max_iterations\s*·\s*int\s*·\s*default\s+4\s*·\s*≥ 1", config), "max_iterations with type, default, bounds"
+    assert re.search(r"max_iterations\s*·\s*int\s*·\s*default\s+4\s*·\s*≥ 1", config), (
+        "max_iterations with type, default, bounds"
+    )
     assert "validate.sequential.futility" in config and "the most iterations the loop makes" in config.lower()
     cli = _text(site / "reference" / "cli" / "index.html")
     assert "--run-dir" in cli and "bias-discovery export judgebench-pro" in cli

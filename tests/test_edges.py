@@ -79,16 +79,44 @@ def counting_server() -> Iterator[CountingServer]:
 # --------------------------------------------------------------------------------------------
 
 
-def test_judge_refuses_an_unwritable_out_before_any_model_call(read_only_dir: Path, tmp_path: Path, counting_server: CountingServer):
+def test_judge_refuses_an_unwritable_out_before_any_model_call(
+    read_only_dir: Path, tmp_path: Path, counting_server: CountingServer
+):
     out = read_only_dir / "judged"
-    result = cli("judge", "--model", "openai/stub", "--base-url", counting_server.url, "--data", "demo", "--limit", "2",
-                 "--no-cache", "--out", str(out), check=False)
+    result = cli(
+        "judge",
+        "--model",
+        "openai/stub",
+        "--base-url",
+        counting_server.url,
+        "--data",
+        "demo",
+        "--limit",
+        "2",
+        "--no-cache",
+        "--out",
+        str(out),
+        check=False,
+    )
     message = one_line_error(result)
     assert f"--out {out} is not writable: cannot create a file in {read_only_dir}" in message
     assert counting_server.requests == 0, "a model call was made before --out was checked"
     (tmp_path / "a-file").write_text("x")
-    result = cli("judge", "--model", "openai/stub", "--base-url", counting_server.url, "--data", "demo", "--limit", "2",
-                 "--no-cache", "--out", str(tmp_path / "a-file" / "judged"), check=False)
+    result = cli(
+        "judge",
+        "--model",
+        "openai/stub",
+        "--base-url",
+        counting_server.url,
+        "--data",
+        "demo",
+        "--limit",
+        "2",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "a-file" / "judged"),
+        check=False,
+    )
     assert f"{tmp_path / 'a-file'} is not a directory" in one_line_error(result)
     assert counting_server.requests == 0
 
@@ -119,27 +147,51 @@ def test_report_export_and_audit_refuse_an_unwritable_out(read_only_dir: Path, t
 def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Path):
     data = tmp_path / "pairs.jsonl"
     data.write_text(
-        json.dumps({"question": "2+2?", "chosen": "4", "rejected": "5"}) + "\n"
-        + json.dumps({"question": "3+3?", "chosen": "6", "rejected": " 6\n"}) + "\n"
+        json.dumps({"question": "2+2?", "chosen": "4", "rejected": "5"})
+        + "\n"
+        + json.dumps({"question": "3+3?", "chosen": "6", "rejected": " 6\n"})
+        + "\n"
     )
-    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False))
+    message = one_line_error(
+        cli("judge", "--model", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False)
+    )
     assert f"{data}:2: fields 'chosen' and 'rejected' hold the same text" in message and "--skip-bad-rows" in message
     labelled = tmp_path / "labelled.jsonl"
-    labelled.write_text(json.dumps({"question": "q", "response_A": "same", "response_B": "same", "label": "A>B"}) + "\n")
-    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False))
+    labelled.write_text(
+        json.dumps({"question": "q", "response_A": "same", "response_B": "same", "label": "A>B"}) + "\n"
+    )
+    message = one_line_error(
+        cli("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False)
+    )
     assert f"{labelled}:1: fields 'response_A' and 'response_B' hold the same text" in message
     assert not (tmp_path / "j").exists()
 
 
 def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
     jsonl = tmp_path / "pairs.jsonl"
-    jsonl.write_bytes(b'{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "caf\xe9", "chosen": "a", "rejected": "b"}\n')
-    message = one_line_error(cli("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False))
+    jsonl.write_bytes(
+        b'{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "caf\xe9", "chosen": "a", "rejected": "b"}\n'
+    )
+    message = one_line_error(
+        cli("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False)
+    )
     assert f"{jsonl}:2: not UTF-8 text (byte 0xe9 at column 18)" in message
     listed = tmp_path / "pairs.json"
     listed.write_bytes(b'[\n {"question": "q", "chosen": "a", "rejected": "b"},\n {"question": "\xff"}\n]\n')
-    message = one_line_error(cli("audit", "--model", "hf/smollm2", "--data", str(listed), "--biases", "position",
-                                 "--out", str(tmp_path / "a"), check=False))
+    message = one_line_error(
+        cli(
+            "audit",
+            "--model",
+            "hf/smollm2",
+            "--data",
+            str(listed),
+            "--biases",
+            "position",
+            "--out",
+            str(tmp_path / "a"),
+            check=False,
+        )
+    )
     assert f"{listed}:3: not UTF-8 text (byte 0xff at column 16)" in message
 
 
@@ -147,12 +199,17 @@ def test_a_binary_config_and_a_directory_as_config(tmp_path: Path):
     binary = tmp_path / "model.gguf"
     binary.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(range(256)))
     for command in ("run", "check"):
-        message = one_line_error(cli(command, str(binary), "--run-dir", str(tmp_path / "r"), check=False) if command == "run"
-                                 else cli(command, str(binary), check=False))
+        message = one_line_error(
+            cli(command, str(binary), "--run-dir", str(tmp_path / "r"), check=False)
+            if command == "run"
+            else cli(command, str(binary), check=False)
+        )
         assert str(binary) in message and "YAML" in message, message
     nul = tmp_path / "nul.yaml"
     nul.write_bytes(b"name: x\n\x00\x00\n")
-    assert f"{nul}: a binary file (it holds NUL bytes), not a YAML run config" in one_line_error(cli("check", str(nul), check=False))
+    assert f"{nul}: a binary file (it holds NUL bytes), not a YAML run config" in one_line_error(
+        cli("check", str(nul), check=False)
+    )
     assert f"{tmp_path}: cannot read the config file" in one_line_error(cli("check", str(tmp_path), check=False))
     assert not (tmp_path / "r").exists()
 
@@ -177,15 +234,22 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
         with path.open("a") as f:
             f.write('{"id": "broken", "question": "q", "chosen": \n')
             f.write(json.dumps({"id": "same", "question": "q", "chosen": "x", "rejected": "x"}) + "\n")
-    config = make_config(tmp_path, max_iterations=1, data={"target": str(target), "test": str(data), "skip_bad_rows": True})
+    config = make_config(
+        tmp_path, max_iterations=1, data={"target": str(target), "test": str(data), "skip_bad_rows": True}
+    )
     rd = RunDir(tmp_path / "run")
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
-    execute(rd, config, resume=False, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+    execute(
+        rd, config, resume=False, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder()
+    )
     assert rd.read_state().skipped_rows == {"target": 2, "test": 2}
     skipped = [e for e in rd.read_events() if e["event"] == "skipped_rows"]
     assert [e["role"] for e in skipped] == ["target", "test"]
-    assert skipped[0]["rows"][0].startswith(f"{target}:25: malformed JSON") and f"{target}:26: fields 'chosen'" in skipped[0]["rows"][1]
+    assert (
+        skipped[0]["rows"][0].startswith(f"{target}:25: malformed JSON")
+        and f"{target}:26: fields 'chosen'" in skipped[0]["rows"][1]
+    )
     assert len(rd.baseline.result.read().outcomes) == 24
     text = " ".join(cli("status", str(rd.root)).stdout.split())
     assert "skipped bad data rows: target 2, test 2" in text
@@ -194,7 +258,13 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
     rd2 = RunDir(tmp_path / "strict")
     rd2.root.mkdir()
     with pytest.raises(DataError, match=f"{target}:25: malformed JSON"):
-        execute(rd2, strict, resume=False, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+        execute(
+            rd2,
+            strict,
+            resume=False,
+            engines={"target": ScriptedEngine(authority_world)},
+            embedder=BagOfWordsEmbedder(),
+        )
 
 
 def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
@@ -210,8 +280,15 @@ def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
     assert not (tmp_path / "dpo").exists()
     stats = export_dpo(run, tmp_path / "dpo", data=str(data), skip_bad_rows=True, engines=fake_engines())
     assert stats["skipped_rows"] == 1 and stats["counts"]["pairs"] == 4
-    stats = export_judgebench_pro(run, tmp_path / "pro", variants=1, data=str(data), filter_model=FILTER,
-                                  skip_bad_rows=True, engines=fake_engines())
+    stats = export_judgebench_pro(
+        run,
+        tmp_path / "pro",
+        variants=1,
+        data=str(data),
+        filter_model=FILTER,
+        skip_bad_rows=True,
+        engines=fake_engines(),
+    )
     assert stats["skipped_rows"] == 1
 
 
@@ -253,13 +330,26 @@ def test_an_engine_error_says_why_on_screen(capsys: pytest.CaptureFixture[str]):
 
     reason = "llama.cpp error: Requested tokens (812345) exceed context window of 8192"
     judgments = [
-        Judgment(pair_id="p", domain="math", order=order, verdict=None, picked=None, correct=None,
-                 invalid_reason="engine_error", raw_output=reason, prompt_tokens=0, completion_tokens=0)
+        Judgment(
+            pair_id="p",
+            domain="math",
+            order=order,
+            verdict=None,
+            picked=None,
+            correct=None,
+            invalid_reason="engine_error",
+            raw_output=reason,
+            prompt_tokens=0,
+            completion_tokens=0,
+        )
         for order in ("chosen_first", "rejected_first")
     ]
     from bias_discovery.judging import PairOutcome
 
-    result = JudgeResult(judgments=judgments, outcomes=[PairOutcome(pair_id="p", domain="math", correct=None, orders=["chosen_first", "rejected_first"])])
+    result = JudgeResult(
+        judgments=judgments,
+        outcomes=[PairOutcome(pair_id="p", domain="math", correct=None, orders=["chosen_first", "rejected_first"])],
+    )
     summary = summarize(result, model="m", data="d", settings=JudgeSettings(), seed=1)
     assert summary.invalid_examples == {"engine_error": reason}
     print_judge_summary(summary)

@@ -28,8 +28,14 @@ def test_a_planted_bias_is_measured_on_items_no_decision_saw_and_a_null_one_gets
     assert strong.returncode == 0 and strong.accepted and strong.stop == "efficacy", strong.error
     effect = strong.effect
     assert effect["method"].startswith(HELD_OUT) and "60 of them kept from every decision" in effect["method"]
-    assert effect["n"] == 300 - strong.stopped_at and abs(effect["delta"] - 0.5) < 0.15 and effect["upper_bound"] is None
-    assert everything.returncode == 0 and everything.accepted and "kept from every decision" not in everything.effect["method"]
+    assert (
+        effect["n"] == 300 - strong.stopped_at and abs(effect["delta"] - 0.5) < 0.15 and effect["upper_bound"] is None
+    )
+    assert (
+        everything.returncode == 0
+        and everything.accepted
+        and "kept from every decision" not in everything.effect["method"]
+    )
     assert everything.effect["n"] == 300 - everything.stopped_at
     with planted_stub(0.0, salt="test") as (url, _):
         null = one_run(url, tmp_path, 0.0, 3)

@@ -25,8 +25,9 @@ def estimates(name: str, *overrides: str):  # type: ignore[no-untyped-def]
 @pytest.mark.skipif(not (SHARED_DATA / "judgebench").is_dir(), reason="needs the JudgeBench and RewardBench copies")
 def test_the_1gpu_configs_validation_bound_is_within_10x_of_its_expected_figure() -> None:
     """As shipped: biasscope-qwen-1gpu.yaml sets validate.max_candidates (20)."""
-    config, target, test, rows = estimates("biasscope-qwen-1gpu.yaml", "teacher.price.input_per_mtok=3",
-                                           "teacher.price.output_per_mtok=15")
+    config, target, test, rows = estimates(
+        "biasscope-qwen-1gpu.yaml", "teacher.price.input_per_mtok=3", "teacher.price.output_per_mtok=15"
+    )
     assert config.validate_.max_candidates == 20
     by_stage = {(r.stage, r.role): r for r in rows}
     for row in rows:  # an expected figure never passes its bound
@@ -36,11 +37,14 @@ def test_the_1gpu_configs_validation_bound_is_within_10x_of_its_expected_figure(
     assert validate.calls_bound == 20 * len(test) * config.max_iterations  # bounded by max_candidates and the test set
     assert validate.calls_bound <= 10 * validate.calls
     a = Assumptions()
-    assert validate.calls == pytest.approx(a.candidates_per_iteration * a.sequential_share * len(test) * config.max_iterations)
+    assert validate.calls == pytest.approx(
+        a.candidates_per_iteration * a.sequential_share * len(test) * config.max_iterations
+    )
     perturb = by_stage[("perturb", "teacher")]
     assert perturb.calls == perturb.calls_bound == len(target) * config.max_iterations  # exact: one per target pair
     assert perturb.usd is not None and perturb.usd == pytest.approx(
-        (perturb.prompt_tokens * 3 + perturb.completion_tokens * 15) / 1e6)
+        (perturb.prompt_tokens * 3 + perturb.completion_tokens * 15) / 1e6
+    )
     assert by_stage[("evaluate", "target")].usd is None  # the target has no price
 
 
@@ -64,8 +68,14 @@ def test_check_prints_expected_figures_dollars_and_wall_time_from_a_throughput_p
 
     with launch(0.0) as (url, _):
         config = stub_config(tmp_path / "config.yaml", url, pipeline="streamed", n_target=8, n_test=20, priced=True)
-        result = subprocess.run([sys.executable, "-m", "bias_discovery.cli", "check", str(config)], capture_output=True,
-                                text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "bias_discovery.cli", "check", str(config)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "COLUMNS": "200"},
+            timeout=300,
+        )
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "throughput: " in out and "completion tokens/s (8 requests of up to 32 tokens at once" in out

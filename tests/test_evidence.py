@@ -38,8 +38,12 @@ def merge_world(request):
         number = int(re.search(r"(\d+)\?", user).group(1))
         name = "Expert Citation Bias" if number % 3 else "Expert Consensus Bias"
         return json.dumps(
-            {"bias_found": True, "name": name, "definition": "The judge favours responses that invoke expert consensus.",
-             "manifestations": ["appeals to leading experts"]}
+            {
+                "bias_found": True,
+                "name": name,
+                "definition": "The judge favours responses that invoke expert consensus.",
+                "manifestations": ["appeals to leading experts"],
+            }
         )
     return authority_world(request)
 
@@ -186,7 +190,9 @@ def test_the_terminal_view_strips_control_characters(authority_run: RunDir):
     hostile = "Response B \x1b[2J\x1b[31mis\x1b[0m better\r\x07 \u202eevil\x1b]0;title\x07 ok"
     path = authority_run.library.path_for(1)
     text = path.read_text()
-    text = text.replace('"judge_explanation": "Response', '"judge_explanation": ' + json.dumps(hostile)[:-1] + " Response")
+    text = text.replace(
+        '"judge_explanation": "Response', '"judge_explanation": ' + json.dumps(hostile)[:-1] + " Response"
+    )
     path.write_text(text)
     authority_run.library.repair_latest()
     out = cli("library", "show", str(authority_run.root), BIAS, env={"COLUMNS": "80"}).stdout
@@ -222,10 +228,28 @@ def test_a_review_is_stored_shown_newest_first_and_changes_no_record(authority_r
     root = str(authority_run.root)
     before = _validation_bytes(authority_run)
     library_files = {p.name: p.read_bytes() for p in authority_run.library.directory.iterdir()}
-    first = cli("review", root, BIAS, "--decision", "confirmed", "--note", "every example carries the marker",
-                "--reviewer", "alice")
+    first = cli(
+        "review",
+        root,
+        BIAS,
+        "--decision",
+        "confirmed",
+        "--note",
+        "every example carries the marker",
+        "--reviewer",
+        "alice",
+    )
     assert "d1-expert-citation-bias confirmed by alice" in " ".join(first.stdout.split())
-    cli("review", root, "Expert Citation Bias", "--decision", "unsure", "--note", "seen twice?", env={"BIAS_DISCOVERY_REVIEWER": "bob"})
+    cli(
+        "review",
+        root,
+        "Expert Citation Bias",
+        "--decision",
+        "unsure",
+        "--note",
+        "seen twice?",
+        env={"BIAS_DISCOVERY_REVIEWER": "bob"},
+    )
     reviews = [json.loads(line) for line in authority_run.reviews.path.read_text().splitlines()]
     assert [(r["reviewer"], r["decision"]) for r in reviews] == [("alice", "confirmed"), ("bob", "unsure")]
     assert all(r["bias_id"] == BIAS and r["library_iteration"] == 1 and "T" in r["reviewed_at"] for r in reviews)
@@ -278,7 +302,13 @@ def test_reviews_survive_resume_replicate_and_rerendering(authority_run: RunDir,
     # resume from nothing: without its checkpoints the loop redoes the whole run in place
     authority_run.checkpoint_path.unlink()
     config = run.config
-    execute(authority_run, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
+    execute(
+        authority_run,
+        config,
+        resume=True,
+        engines={"target": ScriptedEngine(authority_world)},
+        embedder=BagOfWordsEmbedder(),
+    )
     assert authority_run.read_state().status == "finished"
     assert authority_run.reviews.path.read_bytes() == kept and authority_run.outputs() == outputs
     replicate_run(authority_run.root, ReplicationOptions(seed=7), engines={"target": ScriptedEngine(authority_world)})
@@ -308,20 +338,34 @@ def test_reviewed_only_exports_only_confirmed_biases(tmp_path: Path):
     run.review(polite.id, "confirmed", reviewer="alice")
     run.review(polite.id, "rejected", note="placebo-like", reviewer="bob")  # the newest decides
     out = tmp_path / "dpo"
-    result = cli("export", "dpo", str(root), "--data", str(data), "--out", str(out), "--reviewed-only", "--quiet", check=False)
+    result = cli(
+        "export", "dpo", str(root), "--data", str(data), "--out", str(out), "--reviewed-only", "--quiet", check=False
+    )
     assert result.returncode == 2  # the CLI has no scripted models: it stops at the teacher, before writing
     stats = export_dpo(root, out, data=str(data), reviewed_only=True, engines=fake_engines())
     assert [b["id"] for b in stats["biases"]] == [expert.id] and stats["reviewed_only"] is True
     assert {json.loads(line)["injected_bias"] for line in (out / "data.jsonl").read_text().splitlines()} == {expert.id}
-    assert stats["biases"][0]["review"]["decision"] == "confirmed" and stats["biases"][0]["review"]["reviewer"] == "alice"
+    assert (
+        stats["biases"][0]["review"]["decision"] == "confirmed" and stats["biases"][0]["review"]["reviewer"] == "alice"
+    )
     card = (out / "README.md").read_text()
     assert "Only biases a reviewer confirmed were exported" in card and f"`{expert.id}` confirmed by alice" in card
     # without the flag both are exported, each with its decision
     stats = export_dpo(root, tmp_path / "all", data=str(data), engines=fake_engines())
-    assert {b["id"]: b["review"]["decision"] for b in stats["biases"]} == {expert.id: "confirmed", polite.id: "rejected"}
+    assert {b["id"]: b["review"]["decision"] for b in stats["biases"]} == {
+        expert.id: "confirmed",
+        polite.id: "rejected",
+    }
     # a named bias that is not confirmed is an error naming it
     with pytest.raises(ExportError, match=rf"{polite.id} \(rejected by bob\)"):
-        export_dpo(root, tmp_path / "named", data=str(data), biases=f"{expert.id},{polite.id}", reviewed_only=True, engines=fake_engines())
+        export_dpo(
+            root,
+            tmp_path / "named",
+            data=str(data),
+            biases=f"{expert.id},{polite.id}",
+            reviewed_only=True,
+            engines=fake_engines(),
+        )
 
 
 def test_reviewed_only_filters_the_pro_and_harness_exports(authority_run: RunDir, tmp_path: Path):
@@ -347,7 +391,7 @@ def test_the_report_has_a_panel_per_bias_linked_from_the_library_table(authority
     library = authority_run.library.load_latest()
     for bias in library.biases:
         assert f'id="bias-{bias.id}"' in html and f'href="#bias-{bias.id}"' in html
-    panel = html[html.index(f'id="bias-{BIAS}"'):]
+    panel = html[html.index(f'id="bias-{BIAS}"') :]
     panel = panel[: panel.index('<div class="card ', 10)]
     assert "Examples from validation" in panel and "<b>40 flipped</b>" in panel
     assert "The teacher's identification." in panel and "Asked to explain further." in panel
@@ -355,7 +399,9 @@ def test_the_report_has_a_panel_per_bias_linked_from_the_library_table(authority
     assert "review: confirmed" in panel and "&lt;b&gt;looks right&lt;/b&gt;" in panel and "<b>looks right" not in html
     # the page opens with what the run found, in the sentences the end of `run` prints
     found = run_summary(authority_run.root).found
-    assert f"Found: 1 bias that raises the judge's error beyond chance: {BIAS}" in found and html.index('id="outcome"') < html.index("<h2>Run</h2>")
+    assert f"Found: 1 bias that raises the judge's error beyond chance: {BIAS}" in found and html.index(
+        'id="outcome"'
+    ) < html.index("<h2>Run</h2>")
     assert str(escape(found)) in html
     # the page of one bias: the same panel alone
     page = write_bias_page(authority_run.root, "Expert Citation Bias", tmp_path / "bias.html").read_text()
@@ -378,9 +424,14 @@ def test_the_matrix_shows_the_reviews_of_a_runs_library(authority_run: RunDir, t
 
     load_run(authority_run.root).review(BIAS, "rejected", note="a marker, not a trait", reviewer="carol")
     config = MatrixConfig.model_validate(
-        {"teacher": "openai/teacher", "library": str(authority_run.root), "biases": [BIAS, "authority-bias"],
-         "judges": [{"name": "biased", "model": "openai/biased"}], "validate": {"n_boot": 100},
-         "data": {"test": str(tmp_path / "test40.jsonl")}}
+        {
+            "teacher": "openai/teacher",
+            "library": str(authority_run.root),
+            "biases": [BIAS, "authority-bias"],
+            "judges": [{"name": "biased", "model": "openai/biased"}],
+            "validate": {"n_boot": 100},
+            "data": {"test": str(tmp_path / "test40.jsonl")},
+        }
     )
     result = run_matrix(config, tmp_path / "matrix", engines=engines(["biased"]))
     assert list(result.reviews) == [BIAS] and result.reviews[BIAS].decision == "rejected"
@@ -444,7 +495,9 @@ def test_library_show_a_real_bias_with_its_provenance_and_examples(small_real_ru
     assert "\nProvenance\n" in text and "case 1: pair " in text and "\nExamples\n" in text
     assert ("flipped 1: pair" in text) or ("not flipped 1: pair" in text)
     if bias.validation.effect.upper_bound is not None:  # rejected: its one-sided bound leads the effect line
-        assert "is excluded at 95 % (one-sided, given how it stopped and that it was rejected)" in " ".join(text.split())
+        assert "is excluded at 95 % (one-sided, given how it stopped and that it was rejected)" in " ".join(
+            text.split()
+        )
     page = write_bias_page(small_real_run, bias.id, tmp_path / "bias.html").read_text()
     assert f'id="bias-{bias.id}"' in page and "<script" not in page
 
@@ -463,8 +516,12 @@ def test_a_review_from_the_view_page(authority_run: RunDir):
     def post(server: ReportServer, bias: str, fields: dict, headers: dict | None = None, body: bytes | None = None):
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         data = body if body is not None else urlencode(fields).encode()
-        connection.request("POST", f"/bias/{bias}/review", data,
-                           {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+        connection.request(
+            "POST",
+            f"/bias/{bias}/review",
+            data,
+            {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
+        )
         reply = connection.getresponse()
         result = reply.status, reply.getheader("Location"), reply.read().decode()
         connection.close()

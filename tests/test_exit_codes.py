@@ -22,19 +22,31 @@ from bias_discovery.cli.exit_codes import EXIT_CODES, ExitCode, exit_codes_markd
 from helpers import REPO, free_port
 from stub_openai import launch, stats
 
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)])}
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "fake_sentence_transformers"), str(REPO)]),
+}
 TRAIT = {
-    "id": "planted-trait", "name": "Planted Certainty",
+    "id": "planted-trait",
+    "name": "Planted Certainty",
     "definition": "The judge prefers an answer that ends by assuring the reader it is certain.",
     "manifestations": ["Ends with an assurance of certainty."],
     "origin": {"kind": "seed", "iteration": 0, "target_model": None, "seed_library": "planted"},
-    "evidence": [], "validation": None, "merged_from": [],
+    "evidence": [],
+    "validation": None,
+    "merged_from": [],
 }
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bias_discovery.cli", *args], capture_output=True, text=True,
-                          env=CHILD_ENV, cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bias_discovery.cli", *args],
+        capture_output=True,
+        text=True,
+        env=CHILD_ENV,
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
 def planted_config(work: Path, url: str, n_test: int = 100, **extra: Any) -> Path:
@@ -42,14 +54,40 @@ def planted_config(work: Path, url: str, n_test: int = 100, **extra: Any) -> Pat
     iteration 0, `validate.seeds`), then one discovery iteration."""
     work.mkdir(parents=True, exist_ok=True)
     library = work / "library.json"
-    library.write_text(json.dumps({"version": 1, "name": "planted", "iteration": 0, "created_at": "2026-01-01T00:00:00+00:00",
-                                   "target_model": None, "parent": None, "biases": [TRAIT]}))
-    model = {"spec": "openai/served", "base_url": url, "structured_outputs": "vllm", "max_concurrency": 8, "timeout_s": 60}
+    library.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "name": "planted",
+                "iteration": 0,
+                "created_at": "2026-01-01T00:00:00+00:00",
+                "target_model": None,
+                "parent": None,
+                "biases": [TRAIT],
+            }
+        )
+    )
+    model = {
+        "spec": "openai/served",
+        "base_url": url,
+        "structured_outputs": "vllm",
+        "max_concurrency": 8,
+        "timeout_s": 60,
+    }
     raw: dict[str, Any] = {
-        "name": "planted", "seed": 3, "max_iterations": 1, "target": model, "teacher": dict(model),
+        "name": "planted",
+        "seed": 3,
+        "max_iterations": 1,
+        "target": model,
+        "teacher": dict(model),
         "seed_library": str(library),
-        "data": {"target": write_pairs(work / "target.jsonl", 4, "t"), "test": write_pairs(work / "test.jsonl", n_test, "p")},
-        "merge": {"similarity_threshold": 0.0}, "validate": {"seeds": True, "n_boot": 200}, **extra,
+        "data": {
+            "target": write_pairs(work / "target.jsonl", 4, "t"),
+            "test": write_pairs(work / "test.jsonl", n_test, "p"),
+        },
+        "merge": {"similarity_threshold": 0.0},
+        "validate": {"seeds": True, "n_boot": 200},
+        **extra,
     }
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -66,15 +104,29 @@ def test_the_table_names_every_code_once_and_the_page_lists_them() -> None:
 
 def test_fail_on_accepted_exits_with_the_finding_code_on_a_planted_bias_and_0_on_a_null_run(tmp_path: Path) -> None:
     with launch(0.0, "--planted-delta", "0.5", "--planted-error", "0.2", "--planted-salt", "exit") as (url, _):
-        planted = cli("run", str(planted_config(tmp_path / "p", url)), "--run-dir", str(tmp_path / "p" / "run"),
-                      "--quiet", "--fail-on", "accepted")
+        planted = cli(
+            "run",
+            str(planted_config(tmp_path / "p", url)),
+            "--run-dir",
+            str(tmp_path / "p" / "run"),
+            "--quiet",
+            "--fail-on",
+            "accepted",
+        )
     assert planted.returncode == ExitCode.FINDING == 3, planted.stdout + planted.stderr
     assert "fail-on: accepted: 1 bias(es) accepted: planted-trait" in " ".join(planted.stderr.split())
     assert "Traceback" not in planted.stderr
     assert (tmp_path / "p" / "run" / "report.html").exists() or (tmp_path / "p" / "run" / "iter_000").is_dir()
     with launch(0.0, "--planted-delta", "0.0", "--planted-error", "0.2", "--planted-salt", "exit") as (url, _):
-        null = cli("run", str(planted_config(tmp_path / "n", url)), "--run-dir", str(tmp_path / "n" / "run"),
-                   "--quiet", "--fail-on", "accepted")
+        null = cli(
+            "run",
+            str(planted_config(tmp_path / "n", url)),
+            "--run-dir",
+            str(tmp_path / "n" / "run"),
+            "--quiet",
+            "--fail-on",
+            "accepted",
+        )
     assert null.returncode == ExitCode.OK == 0, null.stdout + null.stderr
     assert "fail-on" not in null.stderr
     # the same finished run, resumed with the condition: the same finding, the same code
@@ -89,8 +141,19 @@ def test_errors_and_usage_exit_2_and_a_wrong_condition_is_a_usage_error(tmp_path
     assert missing.returncode == ExitCode.ERROR and "missing.yaml" in missing.stderr
     wrong = cli("run", str(tmp_path / "missing.yaml"), "--fail-on", "replication-failed")
     assert wrong.returncode == ExitCode.ERROR and "not a condition of this command (it takes: accepted)" in wrong.stderr
-    measure = cli("audit", "--model", "openai/x", "--data", "demo", "--biases", "position", "--out", str(tmp_path / "a"),
-                  "--fail-on", "position-consistence<0.8")
+    measure = cli(
+        "audit",
+        "--model",
+        "openai/x",
+        "--data",
+        "demo",
+        "--biases",
+        "position",
+        "--out",
+        str(tmp_path / "a"),
+        "--fail-on",
+        "position-consistence<0.8",
+    )
     assert measure.returncode == ExitCode.ERROR and "no audit measure 'position-consistence'" in measure.stderr
     assert not (tmp_path / "a").exists()  # refused before anything ran
 
@@ -115,8 +178,14 @@ def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
     with launch(1.0) as (url, _):
         config = planted_config(tmp_path, url, n_test=40)
         run_dir = tmp_path / "run"
-        process = subprocess.Popen([sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir),
-                                    "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV, cwd=REPO)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bias_discovery.cli", "run", str(config), "--run-dir", str(run_dir), "--quiet"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=CHILD_ENV,
+            cwd=REPO,
+        )
         deadline = time.monotonic() + 120
         while stats(url)["in_flight"] == 0 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)  # the run's loop has sent its first request
@@ -141,10 +210,29 @@ def test_audit_thresholds_exit_3_when_met_and_0_when_not(tmp_path: Path) -> None
     """The stub judge always names the first response: the position audit's RR (position
     consistency) is 0, under 0.8 and not under 0."""
     with launch(0.0) as (url, _):
+
         def audit(condition: str, out: str) -> subprocess.CompletedProcess[str]:
-            return cli("audit", "--model", "openai/served", "--base-url", url, "--data", "demo", "--biases", "position",
-                       "--limit", "8", "--out", str(tmp_path / out), "--quiet", "--no-cache", "--n-boot", "100",
-                       "--fail-on", condition)
+            return cli(
+                "audit",
+                "--model",
+                "openai/served",
+                "--base-url",
+                url,
+                "--data",
+                "demo",
+                "--biases",
+                "position",
+                "--limit",
+                "8",
+                "--out",
+                str(tmp_path / out),
+                "--quiet",
+                "--no-cache",
+                "--n-boot",
+                "100",
+                "--fail-on",
+                condition,
+            )
 
         met = audit("position-consistency<0.8", "met")
         unmet = audit("position-consistency<0.0", "unmet")
@@ -160,8 +248,19 @@ def test_a_run_stopped_at_its_budget_exits_4_says_so_and_resumes_with_a_larger_o
     with launch(0.0) as (url, _):
         config = planted_config(tmp_path, url, n_test=20)
         run_dir = tmp_path / "run"
-        stopped = cli("run", str(config), "--run-dir", str(run_dir), "--quiet", "--set", "budget.max_calls=25",
-                      "--set", "teacher.price.input_per_mtok=3", "--set", "teacher.price.output_per_mtok=15")
+        stopped = cli(
+            "run",
+            str(config),
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            "--set",
+            "budget.max_calls=25",
+            "--set",
+            "teacher.price.input_per_mtok=3",
+            "--set",
+            "teacher.price.output_per_mtok=15",
+        )
         assert stopped.returncode == ExitCode.BUDGET == 4, stopped.stdout + stopped.stderr
         err = " ".join(stopped.stderr.split())
         assert "stopped: budget reached: the next request could take the run past max calls = 25" in err

@@ -99,7 +99,12 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3, effect
     from bias_discovery.library import make_bias_id
 
     if not discovered:
-        return Bias(id=make_bias_id(name), name=name, definition=f"The judge favours {name.lower()}.", origin=BiasOrigin(kind="seed"))
+        return Bias(
+            id=make_bias_id(name),
+            name=name,
+            definition=f"The judge favours {name.lower()}.",
+            origin=BiasOrigin(kind="seed"),
+        )
     reported = delta - 0.05 if effect is None else effect
     return Bias(
         id=make_bias_id(name, iteration=1),
@@ -108,22 +113,44 @@ def make_bias(name: str, *, discovered: bool = False, delta: float = 0.3, effect
         manifestations=["a tell-tale sentence"],
         origin=BiasOrigin(kind="discovered", iteration=1, target_model="fake/judge"),
         validation=BiasValidation(
-            accepted=True, rule="paired", decisive="placebo",
+            accepted=True,
+            rule="paired",
+            decisive="placebo",
             effect=Effect(delta=reported, ci_low=reported - 0.3, ci_high=reported + 0.2, method=CONDITIONAL, n=22),
             vs_baseline=PairedComparison(
-                control="baseline", n=24, control_error=0.1, arm_error=0.1 + delta, delta=delta, ci_low=delta - 0.2,
-                ci_high=delta + 0.2, p_value=0.002,
+                control="baseline",
+                n=24,
+                control_error=0.1,
+                arm_error=0.1 + delta,
+                delta=delta,
+                ci_low=delta - 0.2,
+                ci_high=delta + 0.2,
+                p_value=0.002,
             ),
             vs_placebo=PairedComparison(
-                control="placebo", n=22, control_error=0.15, arm_error=0.1 + delta, delta=delta - 0.05, ci_low=delta - 0.25,
-                ci_high=delta + 0.15, p_value=0.004, p_adjusted=0.01,
+                control="placebo",
+                n=22,
+                control_error=0.15,
+                arm_error=0.1 + delta,
+                delta=delta - 0.05,
+                ci_low=delta - 0.25,
+                ci_high=delta + 0.15,
+                p_value=0.004,
+                p_adjusted=0.01,
             ),
             error_statement="Family-wise error over the run: at most α = 0.05.",
         ),
     )
 
 
-WORLD_BIASES = ["Expert Citation Bias", "Length Bias", "Answer Fixing Bias", "Hedge Bias", "Garble Bias", "Politeness Bias"]
+WORLD_BIASES = [
+    "Expert Citation Bias",
+    "Length Bias",
+    "Answer Fixing Bias",
+    "Hedge Bias",
+    "Garble Bias",
+    "Politeness Bias",
+]
 
 
 def make_pairs(n: int, prefix: str = "p", question: str = "Question") -> list[PreferencePair]:
@@ -144,7 +171,19 @@ def make_pairs(n: int, prefix: str = "p", question: str = "Question") -> list[Pr
 def write_pairs(path: Path, n: int, prefix: str = "p", question: str = "Question") -> Path:
     with path.open("w") as f:
         for p in make_pairs(n, prefix, question):
-            f.write(json.dumps({"id": p.id, "question": p.question, "chosen": p.chosen, "rejected": p.rejected, "domain": p.domain, "source": p.source}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": p.id,
+                        "question": p.question,
+                        "chosen": p.chosen,
+                        "rejected": p.rejected,
+                        "domain": p.domain,
+                        "source": p.source,
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -152,7 +191,9 @@ def make_fake_run(root: Path, *, discovered: list[Bias], n_pairs: int = 6, judge
     """A run directory as the loop leaves it (config, checkpoints file, library), no models."""
     root.mkdir(parents=True)
     data = write_pairs(root.parent / f"{root.name}-pairs.jsonl", n_pairs)
-    target = write_pairs(root.parent / f"{root.name}-target-pairs.jsonl", n_pairs, prefix="t", question="Target question")
+    target = write_pairs(
+        root.parent / f"{root.name}-target-pairs.jsonl", n_pairs, prefix="t", question="Target question"
+    )
     config = RunConfig.model_validate(
         {
             "name": "fake-run",
@@ -200,7 +241,9 @@ def test_the_filter_judges_each_order_once_whatever_the_runs_mitigation():
     order. A run judged with shuffle3 must not turn that into three votes per variant."""
     pairs, biases = make_pairs(4), [make_bias("Expert Citation Bias")]
     plain, plain_engine = build(pairs, biases, 1)
-    mitigated, mitigated_engine = build(pairs, biases, 1, judge_settings=JudgeSettings(positions="swap", mitigation="shuffle3"))
+    mitigated, mitigated_engine = build(
+        pairs, biases, 1, judge_settings=JudgeSettings(positions="swap", mitigation="shuffle3")
+    )
     assert len(mitigated_engine.sent) == len(plain_engine.sent)
     assert mitigated.samples == plain.samples and mitigated.counts == plain.counts
 
@@ -246,7 +289,10 @@ def test_select_biases_all_top_k_explicit_and_errors():
 
     with pytest.raises(ExportError, match=r"unknown bias 'nope'.*available ids: length-bias"):
         select_biases(library, "authority-bias,nope", run_dir="R")
-    with pytest.raises(ExportError, match=r"run R has no validated biases; name biases explicitly with `biases` ID,\.\.\..*available: length-bias"):
+    with pytest.raises(
+        ExportError,
+        match=r"run R has no validated biases; name biases explicitly with `biases` ID,\.\.\..*available: length-bias",
+    ):
         select_biases(seed, None, run_dir="R")
     with pytest.raises(ExportError, match="no validated biases"):
         select_biases(seed, "top-3", run_dir="R")
@@ -339,8 +385,14 @@ def test_a_filter_tie_is_not_filter_correct():
 
     engine = ScriptedEngine(tie_world)
     result = build_pro_set(
-        make_pairs(4), [make_bias("Expert Citation Bias"), make_bias("Politeness Bias")], teacher=engine, checker=engine,
-        filter_judge=engine, variants=2, seed=42, perturb_settings=PerturbSettings(),
+        make_pairs(4),
+        [make_bias("Expert Citation Bias"), make_bias("Politeness Bias")],
+        teacher=engine,
+        checker=engine,
+        filter_judge=engine,
+        variants=2,
+        seed=42,
+        perturb_settings=PerturbSettings(),
         judge_settings=JudgeSettings(positions="swap", allow_tie=True),
     )
     c = result.counts.model_dump()
@@ -355,22 +407,37 @@ def test_answers_read_mechanically_skip_the_checker_and_the_control_measures_it(
     false-"changed" rate: a checker that says "same" to anything has a rate of 100 %."""
     pairs = make_pairs(4)
     # the answer line first: the world's teacher appends its marker at the end of the response
-    stated = [p.model_copy(update={"chosen": f"Final answer: {i}\n{p.chosen}", "rejected": f"Final answer: {i + 10}\n{p.rejected}"})
-              for i, p in enumerate(pairs[:2])]
+    stated = [
+        p.model_copy(
+            update={"chosen": f"Final answer: {i}\n{p.chosen}", "rejected": f"Final answer: {i + 10}\n{p.rejected}"}
+        )
+        for i, p in enumerate(pairs[:2])
+    ]
 
     def yes_man(request):
         return "same" if "Answer with one word: same or different" in request.messages[-1].content else world(request)
 
     engine = ScriptedEngine(yes_man)
     result = build_pro_set(
-        stated + pairs[2:], [make_bias("Expert Citation Bias")], teacher=engine, checker=engine, filter_judge=engine,
-        variants=1, seed=42, perturb_settings=PerturbSettings(), judge_settings=JudgeSettings(positions="swap"),
+        stated + pairs[2:],
+        [make_bias("Expert Citation Bias")],
+        teacher=engine,
+        checker=engine,
+        filter_judge=engine,
+        variants=1,
+        seed=42,
+        perturb_settings=PerturbSettings(),
+        judge_settings=JudgeSettings(positions="swap"),
     )
     methods = {v.pair_id: (v.check_method, v.status) for v in result.variants}
     # read: the rewrite keeps "Final answer: 10/11", the rejected answer -> kept; the model's
     # "same" drops the two it decides
-    assert methods == {"p00": ("extracted", "kept"), "p01": ("extracted", "kept"),
-                       "p02": ("model", "equivalent"), "p03": ("model", "equivalent")}
+    assert methods == {
+        "p00": ("extracted", "kept"),
+        "p01": ("extracted", "kept"),
+        "p02": ("model", "equivalent"),
+        "p03": ("model", "equivalent"),
+    }
     assert result.counts.equivalence_extracted == 2 and result.counts.dropped_equivalent == 2
     control = result.checker_control
     assert (control.n_asked, control.n_usable, control.n_same, control.false_changed_rate) == (2, 2, 2, 1.0)
@@ -420,7 +487,17 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
     assert_counts_add_up(c)
     ds = datasets.load_dataset(str(fake_pro), split="test", cache_dir=str(tmp_path / "hf-cache"))
     assert len(ds) == 6
-    assert ds.column_names == ["sample_id", "question", "response_A", "response_B", "label", "injected_bias", "domain", "pair_id", "source"]
+    assert ds.column_names == [
+        "sample_id",
+        "question",
+        "response_A",
+        "response_B",
+        "label",
+        "injected_bias",
+        "domain",
+        "pair_id",
+        "source",
+    ]
     assert set(ds["label"]) <= {"A>B", "B>A"}
     # The JSONL holds the same rows as the parquet file.
     rows = [json.loads(line) for line in (fake_pro / "data.jsonl").read_text().splitlines()]
@@ -449,8 +526,12 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
     assert "MIT" in card and "ODC-BY" in card and "terms of use" in card
     # the checker's control on the 6 unmodified originals: it told all of them apart
     assert stats["checker_control"] == {
-        "n_asked": 6, "n_usable": 6, "n_same": 0, "false_changed_rate": 0.0,
-        "ci_low": 0.0, "ci_high": pytest.approx(wilson_interval(0, 6)[1]),
+        "n_asked": 6,
+        "n_usable": 6,
+        "n_same": 0,
+        "false_changed_rate": 0.0,
+        "ci_low": 0.0,
+        "ci_high": pytest.approx(wilson_interval(0, 6)[1]),
     }
     assert 'a false-"changed" rate of 0.0 % (95 % Wilson CI 0.0 % to 39.0 %), n = 6' in card
     assert stats["self_checked"] is False and "Self-checked" not in card
@@ -468,13 +549,28 @@ def test_export_writes_loadable_set_card_and_sheet(fake_pro: Path, tmp_path: Pat
     summary = stats["biases"][0]
     assert summary["decided_against"] == "placebo" and summary["vs_placebo"]["n"] == 22
     assert summary["effect"]["delta"] == pytest.approx(0.25) and summary["effect"]["method"] == CONDITIONAL
-    assert summary["vs_baseline"] == {"n": 24, "delta": 0.3, "ci_low": 0.3 - 0.2, "ci_high": 0.3 + 0.2, "p_value": 0.002, "p_adjusted": None}
+    assert summary["vs_baseline"] == {
+        "n": 24,
+        "delta": 0.3,
+        "ci_low": 0.3 - 0.2,
+        "ci_high": 0.3 + 0.2,
+        "p_value": 0.002,
+        "p_adjusted": None,
+    }
 
     with (fake_pro / "annotation.csv").open(newline="") as f:
         sheet = list(csv.DictReader(f))
     assert [r["sample_id"] for r in sheet] == ds["sample_id"]
     assert all(r["annotator_1"] == r["annotator_2"] == r["reason"] == r["adjudication"] == "" for r in sheet)
-    assert list(sheet[0])[:7] == ["sample_id", "pair_id", "question", "response_A", "response_B", "label", "injected_bias"]
+    assert list(sheet[0])[:7] == [
+        "sample_id",
+        "pair_id",
+        "question",
+        "response_A",
+        "response_B",
+        "label",
+        "injected_bias",
+    ]
     jsonl_sheet = [json.loads(line) for line in (fake_pro / "annotation.jsonl").read_text().splitlines()]
     assert [r["sample_id"] for r in jsonl_sheet] == ds["sample_id"]
     assert no_temp_dirs(fake_pro.parent)
@@ -486,7 +582,9 @@ def fill_sheet(directory: Path, verdicts: list[tuple[str, str, str]], fmt: str =
         rows = list(csv.DictReader(f))
     assert len(rows) == len(verdicts)
     for row, (a1, a2, adj) in zip(rows, verdicts):
-        row.update(annotator_1=a1, annotator_2=a2, adjudication=adj, reason="answer changed" if "reject" in (a1, a2) else "")
+        row.update(
+            annotator_1=a1, annotator_2=a2, adjudication=adj, reason="answer changed" if "reject" in (a1, a2) else ""
+        )
     path = directory.parent / f"filled.{fmt}"
     if fmt == "csv":
         with path.open("w", newline="") as f:
@@ -527,7 +625,9 @@ def test_apply_annotations_kappa_and_drops(fake_pro: Path, tmp_path: Path):
     assert stats["counts"]["kept_by_filter"] == 6  # the earlier counts stay
     assert stats["length"]["n"] == 4
 
-    original_ids = [json.loads(line)["sample_id"] for line in (fake_pro / "pre_annotation.jsonl").read_text().splitlines()]
+    original_ids = [
+        json.loads(line)["sample_id"] for line in (fake_pro / "pre_annotation.jsonl").read_text().splitlines()
+    ]
     ds = datasets.load_dataset(str(fake_pro), split="test", cache_dir=str(tmp_path / "hf-cache"))
     assert ds["sample_id"] == [original_ids[i] for i in (0, 1, 2, 5)]
     card = (fake_pro / "README.md").read_text()
@@ -555,8 +655,16 @@ def snapshot(directory: Path) -> dict[str, bytes]:
         (3, ("keep", "", ""), r"row 3 \(sample [^)]+\): field 'annotator_2' is missing; expected one of: keep, reject"),
         (2, ("keep", "maybe", ""), r"row 2 \(sample [^)]+\): field 'annotator_2' has unknown verdict 'maybe'"),
         (5, ("", "keep", ""), r"row 5 \(sample [^)]+\): field 'annotator_1' is missing"),
-        (4, ("keep", "reject", ""), r"row 4 \(sample [^)]+\): the annotators disagree \(keep / reject\) and field 'adjudication' is missing"),
-        (1, ("keep", "reject", "perhaps"), r"row 1 \(sample [^)]+\): field 'adjudication' has unknown verdict 'perhaps'"),
+        (
+            4,
+            ("keep", "reject", ""),
+            r"row 4 \(sample [^)]+\): the annotators disagree \(keep / reject\) and field 'adjudication' is missing",
+        ),
+        (
+            1,
+            ("keep", "reject", "perhaps"),
+            r"row 1 \(sample [^)]+\): field 'adjudication' has unknown verdict 'perhaps'",
+        ),
     ],
 )
 def test_apply_annotations_bad_sheet_is_refused_and_nothing_changes(fake_pro: Path, row, verdict, message):
@@ -614,12 +722,21 @@ def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path
     assert stats["models"]["teacher"] == "llamacpp/unused-in-these-tests.gguf" and stats["self_filter"] is False
     assert "The filter is the run's target" not in (tmp_path / "a" / "README.md").read_text()
     stats = export_judgebench_pro(
-        run, tmp_path / "b", variants=1, filter_model=FILTER, checker_model="llamacpp/checker.gguf", engines=fake_engines()
+        run,
+        tmp_path / "b",
+        variants=1,
+        filter_model=FILTER,
+        checker_model="llamacpp/checker.gguf",
+        engines=fake_engines(),
     )
     assert stats["models"]["checker"] == "llamacpp/checker.gguf" and stats["self_checked"] is False
     # the teacher as checker: recorded and said on the card
     stats = export_judgebench_pro(
-        run, tmp_path / "c", variants=1, filter_model=FILTER, checker_model="llamacpp/unused-in-these-tests.gguf",
+        run,
+        tmp_path / "c",
+        variants=1,
+        filter_model=FILTER,
+        checker_model="llamacpp/unused-in-these-tests.gguf",
         engines=fake_engines(),
     )
     assert stats["self_checked"] is True and "**Self-checked**" in (tmp_path / "c" / "README.md").read_text()
@@ -658,7 +775,9 @@ def test_cli_refuses_run_without_validated_biases(tmp_path: Path):
 def test_cli_refuses_unknown_bias_name(tmp_path: Path):
     run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
     out = tmp_path / "pro"
-    result = cli("export", "judgebench-pro", str(run), "--out", str(out), "--biases", "authority-bias,made-up-bias", check=False)
+    result = cli(
+        "export", "judgebench-pro", str(run), "--out", str(out), "--biases", "authority-bias,made-up-bias", check=False
+    )
     assert result.returncode == 2
     text = " ".join(result.stderr.split())
     assert "unknown bias 'made-up-bias'" in text and "available ids:" in text and "d1-expert-citation-bias" in text
@@ -692,7 +811,9 @@ def test_failure_midway_leaves_nothing(tmp_path: Path):
 
     engine = ScriptedEngine(broken)
     with pytest.raises(RuntimeError):
-        export_judgebench_pro(run, out, variants=2, filter_model=FILTER, engines={"teacher": engine, "checker": engine, "filter": engine})
+        export_judgebench_pro(
+            run, out, variants=2, filter_model=FILTER, engines={"teacher": engine, "checker": engine, "filter": engine}
+        )
     assert not out.exists() and no_temp_dirs(tmp_path)
 
 
@@ -703,7 +824,9 @@ def test_overwrite_replaces_previous_export(tmp_path: Path):
     (out / "stale.txt").write_text("old")
     with pytest.raises(ExportError, match="not empty"):
         export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
-    stats = export_judgebench_pro(run, out, variants=1, limit=3, overwrite=True, filter_model=FILTER, engines=fake_engines())
+    stats = export_judgebench_pro(
+        run, out, variants=1, limit=3, overwrite=True, filter_model=FILTER, engines=fake_engines()
+    )
     assert not (out / "stale.txt").exists() and stats["counts"]["test_pairs"] == 3
     assert no_temp_dirs(tmp_path)
 
@@ -717,7 +840,10 @@ def test_overwrite_replaces_previous_export(tmp_path: Path):
 def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
     import datasets
 
-    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True), make_bias("Length Bias", discovered=True)])
+    run = make_fake_run(
+        tmp_path / "run",
+        discovered=[make_bias("Expert Citation Bias", discovered=True), make_bias("Length Bias", discovered=True)],
+    )
     out = tmp_path / "dpo"
     data = write_pairs(tmp_path / "prefs.jsonl", 10)
     stats = export_dpo(run, out, data=str(data), fmt=fmt, include_original=True, engines=fake_engines())
@@ -770,8 +896,20 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
     shutil.copytree(small_real_run, run)
     out = tmp_path / "pro"
     # SmolLM2 is the only model here: it is the run's target, so the filter is a self-filter.
-    args = ["export", "judgebench-pro", str(run), "--out", str(out), "--variants", "2", "--limit", "3", "--quiet",
-            "--allow-self-filter", *_biases_args(run)]
+    args = [
+        "export",
+        "judgebench-pro",
+        str(run),
+        "--out",
+        str(out),
+        "--variants",
+        "2",
+        "--limit",
+        "3",
+        "--quiet",
+        "--allow-self-filter",
+        *_biases_args(run),
+    ]
     cli(*args)
     stats = json.loads((out / "stats.json").read_text())
     c = stats["counts"]
@@ -837,8 +975,18 @@ def test_real_dpo_export_loads(small_real_run: Path, tmp_path: Path):
 def test_judge_compare_prints_both_sets(fake_pro: Path, tmp_path: Path, smollm2_gguf_path: Path):
     out = tmp_path / "judge"
     result = cli(
-        "judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "4", "--no-reasoning",
-        "--out", str(out), "--compare", str(fake_pro),
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--limit",
+        "4",
+        "--no-reasoning",
+        "--out",
+        str(out),
+        "--compare",
+        str(fake_pro),
         env={"BIAS_DISCOVERY_CACHE_DIR": str(tmp_path / "cache")},
     )
     report = json.loads((out / "compare.json").read_text())
@@ -870,7 +1018,9 @@ class CountingEngine(ScriptedEngine):
         self.closes += 1
 
 
-def _judge_in_process(monkeypatch: pytest.MonkeyPatch, args: list[str], **engine_options) -> tuple[object, list[CountingEngine]]:
+def _judge_in_process(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], **engine_options
+) -> tuple[object, list[CountingEngine]]:
     """Run `bias-discovery judge ARGS` in this process, with every engine the judge builds a
     CountingEngine (recorded in the returned list)."""
     from typer.testing import CliRunner
@@ -892,8 +1042,20 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
     # With vLLM a second engine would be a second `LLM()` in one process.
     out = tmp_path / "judge"
     result, built = _judge_in_process(
-        monkeypatch, ["--model", "hf/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
-                      "--out", str(out), "--compare", str(fake_pro)],
+        monkeypatch,
+        [
+            "--model",
+            "hf/smollm2",
+            "--data",
+            "demo",
+            "--limit",
+            "3",
+            "--no-cache",
+            "--out",
+            str(out),
+            "--compare",
+            str(fake_pro),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert len(built) == 1 and built[0].closes == 1
@@ -916,8 +1078,20 @@ def test_judge_compare_builds_one_engine_for_both_sets_and_closes_it_once(fake_p
 def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, tmp_path: Path, monkeypatch):
     out = tmp_path / "judge"
     result, built = _judge_in_process(
-        monkeypatch, ["--model", "hf/smollm2", "--data", "demo", "--limit", "3", "--no-cache",
-                      "--out", str(out), "--compare", str(fake_pro)],
+        monkeypatch,
+        [
+            "--model",
+            "hf/smollm2",
+            "--data",
+            "demo",
+            "--limit",
+            "3",
+            "--no-cache",
+            "--out",
+            str(out),
+            "--compare",
+            str(fake_pro),
+        ],
         fail_on_call=6,  # the original set's 6 judgments pass, the Pro set's fail
     )
     assert result.exit_code == 2 and "model server went away" in result.output
@@ -928,8 +1102,16 @@ def test_judge_compare_closes_the_engine_when_the_pro_set_fails(fake_pro: Path, 
 def test_judge_compare_refuses_a_non_pro_dir_before_judging(tmp_path: Path):
     (tmp_path / "empty-pro").mkdir()
     result = cli(
-        "judge", "--model", "llamacpp/does-not-exist.gguf", "--data", "demo", "--out", str(tmp_path / "j"),
-        "--compare", str(tmp_path / "empty-pro"), check=False,
+        "judge",
+        "--model",
+        "llamacpp/does-not-exist.gguf",
+        "--data",
+        "demo",
+        "--out",
+        str(tmp_path / "j"),
+        "--compare",
+        str(tmp_path / "empty-pro"),
+        check=False,
     )
     assert result.returncode == 2
     assert "not an exported Pro set" in " ".join(result.stderr.split())
@@ -943,9 +1125,14 @@ def test_a_users_judge_template_is_named_by_file_name_in_the_published_set(tmp_p
         "=== user ===\n${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
         "[Response B]\n${response_b}\n[End of Response B]\n${format_instruction}\n"
     )
-    run = make_fake_run(tmp_path / "run", discovered=[make_bias(name, discovered=True) for name in WORLD_BIASES],
-                        judge={"prompt": str(template)})
+    run = make_fake_run(
+        tmp_path / "run",
+        discovered=[make_bias(name, discovered=True) for name in WORLD_BIASES],
+        judge={"prompt": str(template)},
+    )
     out = tmp_path / "pro"
     stats = export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
     assert stats["filter_judge_settings"]["prompt"] == "my_judge.txt"
-    assert str(tmp_path) not in (out / "README.md").read_text() and str(tmp_path) not in (out / "stats.json").read_text()
+    assert (
+        str(tmp_path) not in (out / "README.md").read_text() and str(tmp_path) not in (out / "stats.json").read_text()
+    )

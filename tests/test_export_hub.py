@@ -28,7 +28,9 @@ def card_split(folder: Path) -> str:
     return str(files["split"])
 
 
-def test_pro_and_dpo_exports_load_offline_as_the_hub_serves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pro_and_dpo_exports_load_offline_as_the_hub_serves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datasets
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

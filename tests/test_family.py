@@ -58,17 +58,23 @@ def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample()
     rng = np.random.default_rng(0)
     control, strong = _paired(rng, 200, 0.5)
     _, null = _paired(rng, 200, 0.0)
-    family, decided, reported, fetched = _validate(control, [strong, null], FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0)))
+    family, decided, reported, fetched = _validate(
+        control, [strong, null], FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0))
+    )
     assert family.plan.looks == (50, 100, 200)
     stopped = len(family.looks[0])  # the strong arm stops early, and is never fetched again by the looks
     assert family.stop[0] == "efficacy" and stopped < 3 and family.stopped_at[0] == family.plan.looks[stopped - 1]
     looks, [held_out] = fetched[:-1], fetched[-1:]
     assert looks[0] == (0, [0, 1], 50) and all(0 not in active for look, active, _ in looks if look >= stopped)
     # ... but after the decision, once, on the items after its stop (look index 3: after the last look)
-    assert held_out == (3, [0], 200 - family.stopped_at[0]) and family.held_out == {0: list(range(family.stopped_at[0], 200))}
+    assert held_out == (3, [0], 200 - family.stopped_at[0]) and family.held_out == {
+        0: list(range(family.stopped_at[0], 200))
+    }
     assert family.used(0) == list(range(family.stopped_at[0]))  # the decision's items do not change
     rest = slice(family.stopped_at[0], 200)
-    assert decided[0].accepted and reported[0].method.startswith(HELD_OUT) and reported[0].n == 200 - family.stopped_at[0]
+    assert (
+        decided[0].accepted and reported[0].method.startswith(HELD_OUT) and reported[0].n == 200 - family.stopped_at[0]
+    )
     assert reported[0].delta == pytest.approx(strong[rest].mean() - control[rest].mean())
     assert reported[0].ci_low < reported[0].delta < reported[0].ci_high
     # the other arm was not accepted early: its effect is the one given its stop and the decision, and it paid no
@@ -80,7 +86,9 @@ def test_looks_fetch_only_the_arms_still_going_and_one_look_is_the_full_sample()
     assert all(look < 3 for look, _, _ in fetched) and family.held_out == {}
     assert [e.method for e in given_stop] == [CONDITIONAL_ON_DECISION, CONDITIONAL_ON_DECISION]
     threshold = acceptance_thresholds(family, decided, conditional)[0]
-    assert given_stop[0] == sequential_effect(family.plan, family.looks[0], family_size=2, decision=Decision(True, threshold))
+    assert given_stop[0] == sequential_effect(
+        family.plan, family.looks[0], family_size=2, decision=Decision(True, threshold)
+    )
     one_look = FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"enabled": False}))
     family, decided, reported, fetched = _validate(control, [strong, null], one_look)
     assert [f[2] for f in fetched] == [200] and reported[0].method == FULL_SAMPLE
@@ -110,9 +118,19 @@ def test_held_out_rounds_fetch_each_early_arm_from_its_own_stop():
     assert "the 150 test items after the stopping look (1 of 3)" in reported[0].method
     assert "the 100 test items after the stopping look (2 of 3)" in reported[1].method
     assert reported[1].delta == pytest.approx(1.0 - control[100:].mean()) and reported[1].n == 100
-    family = run_looks(control.tolist(), 3, lambda look, active, items: [[bool(x) for x in [at_once, later, null][k][list(items)]] for k in active],
-                       settings, list(range(n)))
-    decided = decide(family, [c["placebo"] for c in compare_arms(family, {"placebo": control.tolist()}, settings)], settings, "placebo")
+    family = run_looks(
+        control.tolist(),
+        3,
+        lambda look, active, items: [[bool(x) for x in [at_once, later, null][k][list(items)]] for k in active],
+        settings,
+        list(range(n)),
+    )
+    decided = decide(
+        family,
+        [c["placebo"] for c in compare_arms(family, {"placebo": control.tolist()}, settings)],
+        settings,
+        "placebo",
+    )
     with pytest.raises(ValueError, match="held_out_round"):
         effects(family, decided, settings)
 
@@ -137,24 +155,40 @@ def test_items_held_out_are_in_no_look_and_measure_every_accepted_arm():
     family, decided, reported, fetched = _validate(control, [at_once, at_last, null], settings)
     assert family.plan.looks == (40, 80, 160) and family.reserved == 40
     assert fetched[:3] == [(0, [0, 1, 2], 40), (1, [1, 2], 40), (2, [1, 2], 80)]  # no look reaches the last 40 items
-    assert family.stop == ["efficacy", "complete", "complete"] and [bool(d.accepted) for d in decided] == [True, True, False]
+    assert family.stop == ["efficacy", "complete", "complete"] and [bool(d.accepted) for d in decided] == [
+        True,
+        True,
+        False,
+    ]
     assert fetched[3:] == [(3, [0], 160), (3, [1], 40)]
     assert family.held_out == {0: list(range(40, 200)), 1: list(range(160, 200))}
     assert family.used(1) == list(range(160))  # the decision's items
-    assert "the 160 test items after the stopping look (1 of 3), 40 of them kept from every decision" in reported[0].method
+    assert (
+        "the 160 test items after the stopping look (1 of 3), 40 of them kept from every decision" in reported[0].method
+    )
     assert "the 40 test items kept from every decision" in reported[1].method
     assert reported[1].delta == pytest.approx(at_last[160:].mean() - control[160:].mean()) and reported[1].n == 40
     assert reported[2].method == CONDITIONAL_ON_DECISION and reported[2].upper_bound is not None
     assert reported[0].upper_bound is None and reported[1].upper_bound is None
-    conditional = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0, "effect": "conditional"}))
+    conditional = FamilySettings(
+        rules=ValidateSettings(n_boot=100, sequential={"futility": 0.0, "effect": "conditional"})
+    )
     family, decided, reported, fetched = _validate(control, [at_once, at_last, null], conditional)
     assert fetched[3:] == [(3, [0, 1], 40)] and family.held_out == {0: list(range(160, 200)), 1: list(range(160, 200))}
     assert reported[0].delta == pytest.approx(1.0 - control[160:].mean()) and reported[0].n == 40
     one_look = FamilySettings(rules=ValidateSettings(n_boot=100, sequential={"enabled": False}))
     family, decided, reported, fetched = _validate(control, [at_once, at_last, null], one_look)
-    assert fetched == [(0, [0, 1, 2], 160), (1, [0, 1], 40)] and [bool(d.accepted) for d in decided] == [True, True, False]
+    assert fetched == [(0, [0, 1, 2], 160), (1, [0, 1], 40)] and [bool(d.accepted) for d in decided] == [
+        True,
+        True,
+        False,
+    ]
     assert [e.method.startswith(HELD_OUT) for e in reported] == [True, True, False]
-    assert reported[2].method == FULL_SAMPLE and reported[2].delta == decided[2].delta and reported[2].upper_bound is not None
+    assert (
+        reported[2].method == FULL_SAMPLE
+        and reported[2].delta == decided[2].delta
+        and reported[2].upper_bound is not None
+    )
 
 
 def test_the_effect_of_an_accepted_arm_is_unbiased_given_its_acceptance_however_it_stopped():
@@ -174,7 +208,15 @@ def test_the_effect_of_an_accepted_arm_is_unbiased_given_its_acceptance_however_
             effect = reported[0]
             assert effect.method.startswith(HELD_OUT) and effect.n == 300 - family.stopped_at[0]
             given_stop = sequential_effect(family.plan, family.looks[0], family_size=1)
-            accepted.append((effect.delta, effect.ci_low <= delta <= effect.ci_high, decided[0].delta, given_stop.delta, family.stop[0]))
+            accepted.append(
+                (
+                    effect.delta,
+                    effect.ci_low <= delta <= effect.ci_high,
+                    decided[0].delta,
+                    given_stop.delta,
+                    family.stop[0],
+                )
+            )
     arr = np.array([row[:4] for row in accepted], dtype=float)
     assert len(accepted) > 150 and sum(row[4] == "complete" for row in accepted) > len(accepted) / 2
     assert arr[:, 2].mean() - delta > 0.02 and arr[:, 3].mean() - delta > 0.01
@@ -219,7 +261,9 @@ def test_the_held_out_effect_after_an_efficacy_stop_is_unbiased_and_covers():
         family, decided, reported, _ = _validate(control, [arm], settings)
         if family.stop[0] == "efficacy":
             effect = reported[0]
-            assert effect.method.startswith(HELD_OUT) and effect.n == 200 - family.stopped_at[0]  # every item valid here
+            assert (
+                effect.method.startswith(HELD_OUT) and effect.n == 200 - family.stopped_at[0]
+            )  # every item valid here
             early.append((effect.delta, effect.ci_low <= delta <= effect.ci_high, decided[0].delta))
     arr = np.array(early)
     assert len(early) > 80
@@ -331,7 +375,9 @@ def test_the_score_effect_is_median_unbiased_and_covers_given_each_way_of_stoppi
     with either estimator for the efficacy stops (held_out: the held-out items' t interval)."""
     rng = np.random.default_rng(19)
     delta, reps, n = 0.02, 400, 160
-    settings = FamilySettings(rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"effect": estimator}), measure="p_rejected")
+    settings = FamilySettings(
+        rules=ValidateSettings(n_boot=100, held_out=0.0, sequential={"effect": estimator}), measure="p_rejected"
+    )
     rows = []
     for _ in range(reps):
         control = rng.uniform(0.3, 0.6, n)

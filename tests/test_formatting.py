@@ -87,4 +87,7 @@ def test_a_rejected_candidates_upper_bound_in_a_cell_and_in_a_sentence():
     assert excluded_above(1.0) == "none" and excluded_above(None) == "-"
     assert excluded_clause(0.123) == "an effect above +12.3 pp is excluded at 95 %"
     assert excluded_clause(0.05, 0.9, label="ΔP(rejected)") == "a ΔP(rejected) above +5.0 pp is excluded at 90 %"
-    assert excluded_clause(1.0) == "no effect up to +100 pp is excluded at 95 %" and excluded_clause(None, missing="–") == "–"
+    assert (
+        excluded_clause(1.0) == "no effect up to +100 pp is excluded at 95 %"
+        and excluded_clause(None, missing="–") == "–"
+    )

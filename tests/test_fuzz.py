@@ -37,7 +37,10 @@ from bias_discovery.errors import BiasDiscoveryError
 def budget(n: int) -> settings:
     """`n` examples, the same ones on every run (derandomized, no example database)."""
     return settings(
-        max_examples=n, derandomize=True, database=None, deadline=None,
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
@@ -56,14 +59,38 @@ def result_or_project_error(call: Callable[[], Any]) -> Any:
 # Strategies: values as they come out of JSON, YAML and hand-edited files
 # --------------------------------------------------------------------------------------------
 
-PAIR_FIELDS = ["id", "question", "prompt", "chosen", "rejected", "response_A", "response_B", "label", "domain",
-               "source", "meta", "pair_id", "subset", "section", "original_id", "response_model"]
+PAIR_FIELDS = [
+    "id",
+    "question",
+    "prompt",
+    "chosen",
+    "rejected",
+    "response_A",
+    "response_B",
+    "label",
+    "domain",
+    "source",
+    "meta",
+    "pair_id",
+    "subset",
+    "section",
+    "original_id",
+    "response_model",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
-    st.text(max_size=20), st.sampled_from(["A>B", "B>A", "A=B", "", " ", "x", "math", "livecodebench", "Chat"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.sampled_from(["A>B", "B>A", "A=B", "", " ", "x", "math", "livecodebench", "Chat"]),
 )
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
 records = st.dictionaries(st.sampled_from(PAIR_FIELDS) | st.text(max_size=6), json_values, max_size=8)
 """A row: mostly the fields the loaders look for, with values of any JSON type."""
 
@@ -83,7 +110,10 @@ line_garbage = st.one_of(
 
 
 def jsonl_bytes(items: list[Any]) -> bytes:
-    return b"".join((json.dumps(item).encode() if not isinstance(item, bytes) else item.replace(b"\n", b" ")) + b"\n" for item in items)
+    return b"".join(
+        (json.dumps(item).encode() if not isinstance(item, bytes) else item.replace(b"\n", b" ")) + b"\n"
+        for item in items
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +146,9 @@ def test_json_loader(tmp_path: Path, document: Any) -> None:
 
 
 parquet_columns = st.dictionaries(
-    st.sampled_from(["id", "question", "prompt", "chosen", "rejected", "response_A", "response_B", "label", "domain", "source"]),
+    st.sampled_from(
+        ["id", "question", "prompt", "chosen", "rejected", "response_A", "response_B", "label", "domain", "source"]
+    ),
     st.one_of(
         st.lists(st.text(max_size=8) | st.none(), min_size=3, max_size=3),
         st.lists(st.integers(-5, 5) | st.none(), min_size=3, max_size=3),
@@ -139,31 +171,57 @@ def test_parquet_loader(tmp_path: Path, columns: dict[str, list[Any]], garbage: 
 
 
 def judgebench_row(i: int) -> dict[str, Any]:
-    return {"pair_id": f"jb-{i}", "original_id": i, "source": "livebench-math", "question": f"q{i}",
-            "response_model": "m", "response_A": f"A{i}", "response_B": f"B{i}", "label": "A>B"}
+    return {
+        "pair_id": f"jb-{i}",
+        "original_id": i,
+        "source": "livebench-math",
+        "question": f"q{i}",
+        "response_model": "m",
+        "response_A": f"A{i}",
+        "response_B": f"B{i}",
+        "label": "A>B",
+    }
 
 
 def rewardbench_row(i: int) -> dict[str, Any]:
-    return {"id": i, "prompt": f"p{i}", "chosen": f"c{i}", "chosen_model": "m1", "rejected": f"r{i}",
-            "rejected_model": "m2", "subset": "math-prm", "section": "Reasoning"}
+    return {
+        "id": i,
+        "prompt": f"p{i}",
+        "chosen": f"c{i}",
+        "chosen_model": "m1",
+        "rejected": f"r{i}",
+        "rejected_model": "m2",
+        "subset": "math-prm",
+        "section": "Reasoning",
+    }
 
 
 def mutated(base: Callable[[int], dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
     """A well-formed row of a hub-style format with some fields replaced, dropped or added."""
     return st.builds(
         lambda i, changes, dropped: {k: v for k, v in {**base(i), **changes}.items() if k not in dropped},
-        st.integers(0, 20), st.dictionaries(st.sampled_from(PAIR_FIELDS), json_values, max_size=3),
+        st.integers(0, 20),
+        st.dictionaries(st.sampled_from(PAIR_FIELDS), json_values, max_size=3),
         st.sets(st.sampled_from(PAIR_FIELDS), max_size=2),
     )
 
 
 @budget(40)
-@given(gpt=st.lists(mutated(judgebench_row) | line_garbage, max_size=5), claude=st.lists(mutated(judgebench_row), max_size=4),
-       rewardbench=st.lists(mutated(rewardbench_row) | line_garbage, max_size=6))
-def test_hub_style_files_in_a_data_dir(tmp_path: Path, gpt: list[Any], claude: list[Any], rewardbench: list[Any]) -> None:
+@given(
+    gpt=st.lists(mutated(judgebench_row) | line_garbage, max_size=5),
+    claude=st.lists(mutated(judgebench_row), max_size=4),
+    rewardbench=st.lists(mutated(rewardbench_row) | line_garbage, max_size=6),
+)
+def test_hub_style_files_in_a_data_dir(
+    tmp_path: Path, gpt: list[Any], claude: list[Any], rewardbench: list[Any]
+) -> None:
     """JudgeBench's response_A/response_B/label rows and RewardBench's rows, as the local copy
     of the named sets holds them."""
-    for relative, lines in ((JUDGEBENCH_FILES["gpt"], gpt), (JUDGEBENCH_FILES["claude"], claude), (REWARDBENCH_FILE, rewardbench)):
+    for relative, lines in (
+        (JUDGEBENCH_FILES["gpt"], gpt),
+        (JUDGEBENCH_FILES["claude"], claude),
+        (REWARDBENCH_FILE, rewardbench),
+    ):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_bytes(jsonl_bytes(lines))
     for name in ("judgebench", "judgebench:gpt", "rewardbench", "rewardbench:chat"):
@@ -191,19 +249,74 @@ def test_hub_data_sets(monkeypatch: pytest.MonkeyPatch, hub_rows: list[Any]) -> 
 # --------------------------------------------------------------------------------------------
 
 CONFIG_KEYS = [
-    "name", "seed", "max_iterations", "seed_library", "target", "teacher", "target.model", "target.base_url",
-    "target.max_concurrency", "data", "data.target", "data.test_limit", "data.skip_bad_rows", "judge", "judge.positions",
-    "judge.seed", "judge.reasoning_chars", "judge.prompt", "validate", "validate.alpha", "validate.sequential.looks",
-    "validate.checker", "validate.checker.spec", "merge.top_k", "embedder", "perturb.max_tokens", "x", "x.y", "", ".", "a..b",
+    "name",
+    "seed",
+    "max_iterations",
+    "seed_library",
+    "target",
+    "teacher",
+    "target.model",
+    "target.base_url",
+    "target.max_concurrency",
+    "data",
+    "data.target",
+    "data.test_limit",
+    "data.skip_bad_rows",
+    "judge",
+    "judge.positions",
+    "judge.seed",
+    "judge.reasoning_chars",
+    "judge.prompt",
+    "validate",
+    "validate.alpha",
+    "validate.sequential.looks",
+    "validate.checker",
+    "validate.checker.spec",
+    "merge.top_k",
+    "embedder",
+    "perturb.max_tokens",
+    "x",
+    "x.y",
+    "",
+    ".",
+    "a..b",
 ]
 override_values = st.one_of(
-    st.sampled_from(["2", "-1", "0.5", "null", "true", "[0.5, 1.0]", "[1, 2", "{a: 1}", "{spec: llamacpp/x, 1: 2}",
-                     "llamacpp/smollm2", "openai/x", "nosuch/x", "'", "\"", "!!python/object:os.system", "*", "&a [*a]",
-                     "judge_pairwise", "/nonexistent/template.txt", "a: b: c"]),
+    st.sampled_from(
+        [
+            "2",
+            "-1",
+            "0.5",
+            "null",
+            "true",
+            "[0.5, 1.0]",
+            "[1, 2",
+            "{a: 1}",
+            "{spec: llamacpp/x, 1: 2}",
+            "llamacpp/smollm2",
+            "openai/x",
+            "nosuch/x",
+            "'",
+            '"',
+            "!!python/object:os.system",
+            "*",
+            "&a [*a]",
+            "judge_pairwise",
+            "/nonexistent/template.txt",
+            "a: b: c",
+        ]
+    ),
     st.text(max_size=15),
 )
-overrides = st.lists(st.builds(lambda k, v, sep: f"{k}{sep}{v}", st.sampled_from(CONFIG_KEYS) | st.text(max_size=8), override_values,
-                               st.sampled_from(["=", "=", ":", ""])), max_size=4)
+overrides = st.lists(
+    st.builds(
+        lambda k, v, sep: f"{k}{sep}{v}",
+        st.sampled_from(CONFIG_KEYS) | st.text(max_size=8),
+        override_values,
+        st.sampled_from(["=", "=", ":", ""]),
+    ),
+    max_size=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -212,9 +325,14 @@ def base_config_text(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @budget(80)
-@given(sets=overrides, edit=st.one_of(st.none(), st.binary(max_size=50), st.text(max_size=60), json_values.map(yaml.safe_dump)),
-       appended=st.booleans())
-def test_config_loader_with_overrides(tmp_path: Path, base_config_text: str, sets: list[str], edit: Any, appended: bool) -> None:
+@given(
+    sets=overrides,
+    edit=st.one_of(st.none(), st.binary(max_size=50), st.text(max_size=60), json_values.map(yaml.safe_dump)),
+    appended=st.booleans(),
+)
+def test_config_loader_with_overrides(
+    tmp_path: Path, base_config_text: str, sets: list[str], edit: Any, appended: bool
+) -> None:
     """A valid config (or one edited by hand: replaced or with text appended, bytes of any
     kind) with --set overrides of real and made-up keys."""
     path = tmp_path / "config.yaml"
@@ -258,7 +376,7 @@ def damage(data: bytes, how: str, where: float, garbage: bytes) -> bytes:
     if how == "truncate":
         return data[:at]
     if how == "overwrite":
-        return data[:at] + garbage + data[at + len(garbage):]
+        return data[:at] + garbage + data[at + len(garbage) :]
     if how == "insert":
         return data[:at] + garbage + data[at:]
     if how == "empty":
@@ -286,14 +404,22 @@ damages = {
     "how": st.sampled_from(["truncate", "overwrite", "insert", "empty", "replace"]),
     "where": st.floats(0.0, 1.0),
     "garbage": st.one_of(
-        st.binary(min_size=1, max_size=30), st.sampled_from([b"\xff\xfe", b"\n{\n", b"null", b"[]", b'{"x": 1}', b"\x00" * 8])
+        st.binary(min_size=1, max_size=30),
+        st.sampled_from([b"\xff\xfe", b"\n{\n", b"null", b"[]", b'{"x": 1}', b"\x00" * 8]),
     ),
 }
 
 
 def check_on_damaged_copy(
-    tmp_path: Path, finished_run: Path, commands: tuple[Callable[[Path, Path], list[str]], ...],
-    victims: list[int], how: str, where: float, garbage: bytes, *, warnings_first: bool = False,
+    tmp_path: Path,
+    finished_run: Path,
+    commands: tuple[Callable[[Path, Path], list[str]], ...],
+    victims: list[int],
+    how: str,
+    where: float,
+    garbage: bytes,
+    *,
+    warnings_first: bool = False,
 ) -> None:
     """Damage one or two files of a copy of the run, then run each command on it in-process:
     exit 0, or exit 2 with a one-line "error: ..." (a traceback would be exit 1); with
@@ -314,26 +440,32 @@ def check_on_damaged_copy(
         if result.exit_code == 2:
             stderr = result.stderr
             if warnings_first:
-                stderr = stderr[stderr.find("error: "):] if "error: " in stderr else stderr
+                stderr = stderr[stderr.find("error: ") :] if "error: " in stderr else stderr
                 assert result.stderr.startswith(("warning: ", "error: ")), (args, result.stderr)
             assert stderr.startswith("error: ") and len(stderr.strip()) > len("error:"), (args, result.stderr)
 
 
 @budget(50)
 @given(**damages)
-def test_library_and_status_on_damaged_files(tmp_path: Path, finished_run: Path, victims: list[int], how: str, where: float, garbage: bytes) -> None:
+def test_library_and_status_on_damaged_files(
+    tmp_path: Path, finished_run: Path, victims: list[int], how: str, where: float, garbage: bytes
+) -> None:
     check_on_damaged_copy(tmp_path, finished_run, BROWSE, victims, how, where, garbage)
 
 
 @budget(15)
 @given(**damages)
-def test_report_on_damaged_files(tmp_path: Path, finished_run: Path, victims: list[int], how: str, where: float, garbage: bytes) -> None:
+def test_report_on_damaged_files(
+    tmp_path: Path, finished_run: Path, victims: list[int], how: str, where: float, garbage: bytes
+) -> None:
     check_on_damaged_copy(tmp_path, finished_run, REPORT, victims, how, where, garbage)
 
 
 @budget(25)
 @given(**damages)
-def test_bias_views_on_damaged_files(tmp_path: Path, reviewed_run: Path, victims: list[int], how: str, where: float, garbage: bytes) -> None:
+def test_bias_views_on_damaged_files(
+    tmp_path: Path, reviewed_run: Path, victims: list[int], how: str, where: float, garbage: bytes
+) -> None:
     """`library show RUN BIAS` and the bias page read every record of the bias (its cases, the
     teacher's identifications, the merges, the validation rewrites and judgments, the reviews):
     damaged, they are left out with a warning, or the command stops with an error naming them."""

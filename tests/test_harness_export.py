@@ -27,10 +27,12 @@ from bias_discovery.export.harness_set import LM_EVAL_TESTED
 from helpers import cli, model_cache_dir
 
 needs_lm_eval = pytest.mark.skipif(
-    importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed (./scripts/setup.sh --test installs it)"
+    importlib.util.find_spec("lm_eval") is None,
+    reason="lm-eval is not installed (./scripts/setup.sh --test installs it)",
 )
 needs_inspect = pytest.mark.skipif(
-    importlib.util.find_spec("inspect_ai") is None, reason="inspect-ai is not installed (./scripts/setup.sh --test installs it)"
+    importlib.util.find_spec("inspect_ai") is None,
+    reason="inspect-ai is not installed (./scripts/setup.sh --test installs it)",
 )
 
 
@@ -78,7 +80,14 @@ def test_a_pro_set_is_exported_as_it_is(pro_set: Path, tmp_path: Path):
     assert info["origin"] == "judgebench-pro" and info["samples"] == 6 and info["task"] == "fake_run_pro"
     assert sum(info["per_bias"].values()) == 6
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["README.md", "data.jsonl", "export.json", "utils.py", "fake_run_pro.yaml", *(f"{t}.yaml" for t in info["bias_tasks"].values())]
+        [
+            "README.md",
+            "data.jsonl",
+            "export.json",
+            "utils.py",
+            "fake_run_pro.yaml",
+            *(f"{t}.yaml" for t in info["bias_tasks"].values()),
+        ]
     )
     card = (out / "README.md").read_text()
     assert "6 samples" in card and "12 documents" in card and f"lm-evaluation-harness {LM_EVAL_TESTED}" in card
@@ -91,11 +100,15 @@ def test_a_run_exports_its_validation_rewrites_of_accepted_biases(fake_run: Path
     cli("export", "inspect", str(fake_run), "--out", str(out), "--task-name", "expert_citation")
     info = json.loads((out / "export.json").read_text())
     assert info["origin"] == "run" and info["task"] == "expert_citation"
-    assert info["run_counts"] == {"d1-expert-citation-bias": {"iteration": 1, "rewrites": 24, "exported": 24, "excluded": {}}}
+    assert info["run_counts"] == {
+        "d1-expert-citation-bias": {"iteration": 1, "rewrites": 24, "exported": 24, "excluded": {}}
+    }
     rows = _rows(out)
     assert len(rows) == 24 and {r["injected_bias"] for r in rows} == {"d1-expert-citation-bias"}
     for row in rows:
-        correct, wrong = (row["response_A"], row["response_B"]) if row["label"] == "A>B" else (row["response_B"], row["response_A"])
+        correct, wrong = (
+            (row["response_A"], row["response_B"]) if row["label"] == "A>B" else (row["response_B"], row["response_A"])
+        )
         assert correct.startswith("RIGHT") and "experts confirm" in wrong
     assert {r["label"] for r in rows} == {"A>B", "B>A"}  # the seeded coin puts the correct one on both sides
     assert 'TASK_NAME = "expert_citation"' in (out / "task.py").read_text()
@@ -178,7 +191,9 @@ def test_lm_eval_builds_both_orders_of_every_sample(pro_set: Path, tmp_path: Pat
         assert [r.arguments[1] for r in requests] == [" A", " B"]
         context = requests[0].arguments[0]
         assert context.startswith("You are a helpful assistant that evaluates")
-        assert f"[Response A]\n{shown[0]}\n[End of Response A]" in context and context.endswith("Answer with A or B.\nAnswer:")
+        assert f"[Response A]\n{shown[0]}\n[End of Response A]" in context and context.endswith(
+            "Answer with A or B.\nAnswer:"
+        )
     assert {d["order"] for d in docs} == {"original", "swapped"}
     # The per-bias tasks split the samples by injected bias.
     per_bias = _load(manager, f"{name}_per_bias")["tasks"]
@@ -276,8 +291,15 @@ def test_lm_eval_runs_the_task_on_real_smollm2(fake_run: Path, tmp_path: Path):
     info = export_harness("lm-eval", fake_run, out)
     name = info["task"]
     result = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={model_dir},dtype=float32", tasks=[name], task_manager=_task_manager(out),
-        limit=8, device="cpu", batch_size=4, log_samples=True, bootstrap_iters=0,
+        model="hf",
+        model_args=f"pretrained={model_dir},dtype=float32",
+        tasks=[name],
+        task_manager=_task_manager(out),
+        limit=8,
+        device="cpu",
+        batch_size=4,
+        log_samples=True,
+        bootstrap_iters=0,
     )
     metrics = result["results"][name]
     samples = result["samples"][name]
@@ -318,7 +340,11 @@ def _check_inspect_log(log: Any, rows: list[dict[str, str]]) -> dict[str, float]
         completion = sample.output.completion
         answer = completion.split("ANSWER:")[1].strip()[:1] if "ANSWER:" in completion else None
         expected_vote = 0 if answer not in ("A", "B") else (1 if answer == sample.target else -1)
-        assert value == {"right": int(expected_vote == 1), "vote": expected_vote, "invalid": int(answer not in ("A", "B"))}
+        assert value == {
+            "right": int(expected_vote == 1),
+            "vote": expected_vote,
+            "invalid": int(answer not in ("A", "B")),
+        }
         row = by_id[sample.metadata["sample_id"]]
         correct = row["response_A"] if row["label"] == "A>B" else row["response_B"]
         assert sample.choices["AB".index(sample.target)] == correct
@@ -330,7 +356,9 @@ def _check_inspect_log(log: Any, rows: list[dict[str, str]]) -> dict[str, float]
     assert metrics["mean"] == pytest.approx(sum(v == 0 for v in verdicts) / len(verdicts))
     assert metrics["judgebench_score"] == pytest.approx(sum(correct_samples) / len(correct_samples))
     if len(correct_samples) > 1:
-        assert metrics["judgebench_score_stderr"] == pytest.approx(statistics.stdev(correct_samples) / math.sqrt(len(correct_samples)))
+        assert metrics["judgebench_score_stderr"] == pytest.approx(
+            statistics.stdev(correct_samples) / math.sqrt(len(correct_samples))
+        )
     return metrics
 
 
@@ -352,8 +380,11 @@ def test_inspect_task_runs_end_to_end_on_the_mock_model(pro_set: Path, tmp_path:
         output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
         outputs.append(output)
     logs = inspect_eval(
-        f"{out / 'task.py'}@{info['task']}", model="mockllm/model", model_args={"custom_outputs": outputs},
-        log_dir=str(tmp_path / "logs"), display="none",
+        f"{out / 'task.py'}@{info['task']}",
+        model="mockllm/model",
+        model_args={"custom_outputs": outputs},
+        log_dir=str(tmp_path / "logs"),
+        display="none",
     )
     log = logs[0]
     assert log.eval.task == info["task"] and len(log.samples) == 2 * len(rows)
@@ -404,8 +435,15 @@ def test_inspect_task_runs_on_a_real_llama_cpp_server(fake_run: Path, tmp_path: 
     out = tmp_path / "inspect"
     info = export_harness("inspect", fake_run, out)
     log = inspect_eval(
-        f"{out / 'task.py'}@{info['task']}", model="llama-cpp-python/smollm2", model_base_url=llama_server,
-        log_dir=str(tmp_path / "logs"), display="none", limit=6, max_tokens=16, temperature=0.0, max_connections=2,
+        f"{out / 'task.py'}@{info['task']}",
+        model="llama-cpp-python/smollm2",
+        model_base_url=llama_server,
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+        limit=6,
+        max_tokens=16,
+        temperature=0.0,
+        max_connections=2,
     )[0]
     assert len(log.samples) == 6 and all(s.output.completion for s in log.samples)
     metrics = _check_inspect_log(log, _rows(out))

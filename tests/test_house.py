@@ -28,7 +28,6 @@ def _script(name: str):  # noqa: ANN202 - a script, loaded as a module
     return module
 
 
-
 def test_no_function_in_the_package_is_over_100_lines() -> None:
     gate = _script("function_length")
     rows = gate.function_lengths(REPO / "bias_discovery")
@@ -41,7 +40,10 @@ def test_the_function_length_gate_counts_a_long_function(tmp_path: Path) -> None
     gate = _script("function_length")
     body = "\n".join(f"    x{i} = {i}" for i in range(100))
     (tmp_path / "m.py").write_text(f"def short():\n    return 1\n\n\n@staticmethod\ndef long():\n{body}\n")
-    assert gate.function_lengths(tmp_path) == [(102, f"{tmp_path / 'm.py'}:6 long"), (2, f"{tmp_path / 'm.py'}:1 short")]
+    assert gate.function_lengths(tmp_path) == [
+        (102, f"{tmp_path / 'm.py'}:6 long"),
+        (2, f"{tmp_path / 'm.py'}:1 short"),
+    ]
     assert gate.main([str(tmp_path)]) == 1
     assert gate.main([str(tmp_path), "--limit", "102"]) == 0
 
@@ -63,14 +65,30 @@ def test_the_complexity_list_names_only_files_over_the_limit() -> None:
     listed = sorted(path for path, codes in lint["per-file-ignores"].items() if "C901" in codes)
     assert listed, "the complexity gate lists today's offenders"
     result = subprocess.run(
-        [_ruff(), "check", "--select", "C901", "--config", "lint.per-file-ignores = {}", "--output-format", "concise",
-         "--exit-zero", "--quiet", *listed],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            _ruff(),
+            "check",
+            "--select",
+            "C901",
+            "--config",
+            "lint.per-file-ignores = {}",
+            "--output-format",
+            "concise",
+            "--exit-zero",
+            "--quiet",
+            *listed,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     offenders = {line.split(":", 1)[0] for line in result.stdout.splitlines() if " C901 " in line}
     stale = [path for path in listed if path not in offenders]
-    assert stale == [], f"no function of these files is over the complexity limit now: delete their lines in pyproject.toml: {stale}"
+    assert stale == [], (
+        f"no function of these files is over the complexity limit now: delete their lines in pyproject.toml: {stale}"
+    )
 
 
 def test_a_commit_subject_is_at_most_72_characters_with_the_detail_in_the_body(tmp_path: Path) -> None:
@@ -111,7 +129,8 @@ def test_no_flag_is_defined_twice_in_the_cli() -> None:
     """Every flag is written once in cli/: commands take the shared ones from cli/options.py and
     make the others from their setting's name (`flag`, `option`)."""
     found = Counter(
-        flag for path in sorted((REPO / "bias_discovery" / "cli").glob("*.py"))
+        flag
+        for path in sorted((REPO / "bias_discovery" / "cli").glob("*.py"))
         for flag in FLAG_LITERAL.findall(path.read_text(encoding="utf-8"))
     )
     assert found["--reasoning/--no-reasoning"] == 1  # the grep sees the flags
@@ -149,6 +168,15 @@ def test_the_command_line_starts_on_the_settings_alone() -> None:
     assert result.returncode == 0, result.stderr
     loaded = set(result.stdout.split())
     assert {"bias_discovery.cli", "bias_discovery.settings.judge", "bias_discovery.config"} <= loaded
-    logic = {"numpy", "bias_discovery.judging", "bias_discovery.stats", "bias_discovery.library", "bias_discovery.stages",
-             "bias_discovery.auditing", "bias_discovery.report", "bias_discovery.judge_matrix", "bias_discovery.run"}
+    logic = {
+        "numpy",
+        "bias_discovery.judging",
+        "bias_discovery.stats",
+        "bias_discovery.library",
+        "bias_discovery.stages",
+        "bias_discovery.auditing",
+        "bias_discovery.report",
+        "bias_discovery.judge_matrix",
+        "bias_discovery.run",
+    }
     assert loaded & logic == set()

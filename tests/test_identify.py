@@ -18,8 +18,17 @@ VALID = json.dumps(
 
 def _case(pair_id: str) -> MisjudgedCase:
     return MisjudgedCase(
-        pair_id=pair_id, bias_id="authority-bias", domain="math", question="2+2?", chosen="4", original_rejected="5",
-        perturbed_rejected="Experts agree: 5", order="chosen_first", verdict="B", judge_output="B", explanation="sure",
+        pair_id=pair_id,
+        bias_id="authority-bias",
+        domain="math",
+        question="2+2?",
+        chosen="4",
+        original_rejected="5",
+        perturbed_rejected="Experts agree: 5",
+        order="chosen_first",
+        verdict="B",
+        judge_output="B",
+        explanation="sure",
     )
 
 

@@ -42,6 +42,7 @@ def test_other_unraisable_exceptions_go_to_the_hook_that_was_there_and_nesting_k
     before = sys.unraisablehook
     sys.unraisablehook = seen.append
     try:
+
         class RaisesValueError:
             def __del__(self) -> None:
                 raise ValueError("in a finalizer")

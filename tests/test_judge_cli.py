@@ -18,7 +18,21 @@ def read_outputs(out: Path) -> tuple[list[dict], dict]:
 @pytest.mark.model
 def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: Path, smollm2_gguf_path):
     cache = tmp_path / "calls.sqlite"
-    args = ["judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "4", "--reasoning-chars", "200", "--max-tokens", "96", "--cache", str(cache)]
+    args = [
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--limit",
+        "4",
+        "--reasoning-chars",
+        "200",
+        "--max-tokens",
+        "96",
+        "--cache",
+        str(cache),
+    ]
     first = cli(*args, "--out", str(tmp_path / "a"))
     judgments, summary = read_outputs(tmp_path / "a")
     assert len(judgments) == 8 and summary["n_pairs"] == 4 and summary["n_judgments"] == 8
@@ -46,8 +60,23 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
 
 @pytest.mark.model
 def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path):
-    result = cli("judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "1", "--reasoning-chars", "120",
-                 "--max-tokens", "64", "--verdict", "score", "--out", str(tmp_path / "s"))
+    result = cli(
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--limit",
+        "1",
+        "--reasoning-chars",
+        "120",
+        "--max-tokens",
+        "64",
+        "--verdict",
+        "score",
+        "--out",
+        str(tmp_path / "s"),
+    )
     judgments, summary = read_outputs(tmp_path / "s")
     assert summary["verdict"] == "score" and summary["score"]["n"] == 1
     assert summary["score"]["mean_p_rejected"] == pytest.approx(sum(j["p_rejected"] for j in judgments) / 2)
@@ -57,8 +86,23 @@ def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path)
 
 @pytest.mark.model
 def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm2_gguf_path):
-    cli("judge", "--model", "hf/smollm2", "--data", "demo", "--limit", "2", "--no-reasoning", "--max-tokens", "4",
-        "--allow-tie", "--mitigation", "swap", "--out", str(tmp_path / "m"))
+    cli(
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "demo",
+        "--limit",
+        "2",
+        "--no-reasoning",
+        "--max-tokens",
+        "4",
+        "--allow-tie",
+        "--mitigation",
+        "swap",
+        "--out",
+        str(tmp_path / "m"),
+    )
     judgments, summary = read_outputs(tmp_path / "m")
     assert summary["mitigation"] == "swap" and summary["n_judgments"] == 4 and len(judgments) == 4
     assert all(j["verdict"] in ("A", "B", "tie") for j in judgments if not j["invalid_reason"])
@@ -94,11 +138,18 @@ def test_the_published_judgebench_loads_and_a_users_copy_stops(tmp_path: Path) -
         judgments, summary = read_outputs(tmp_path / "jb")
         assert summary["n_pairs"] == 4 and summary["skipped_rows"] == 1 and len(judgments) == 8
         own = tmp_path / "claude.jsonl"
-        own.write_bytes((SHARED_DATA / "judgebench" / "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl").read_bytes())
+        own.write_bytes(
+            (
+                SHARED_DATA / "judgebench" / "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl"
+            ).read_bytes()
+        )
         refused = cli(*common, "--data", str(own), "--out", str(tmp_path / "own"), check=False)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     message = " ".join(refused.stderr.split())
-    assert f"{own}:265: fields 'response_A' and 'response_B' hold the same text" in message and "--skip-bad-rows" in message
+    assert (
+        f"{own}:265: fields 'response_A' and 'response_B' hold the same text" in message
+        and "--skip-bad-rows" in message
+    )
     assert not (tmp_path / "own").exists()
 
 
@@ -107,8 +158,22 @@ def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
     shared_data()
     # JudgeBench's claude split holds one pair of identical responses (line 265): a published
     # set loads as published, with that row skipped and counted (no flag needed).
-    args = ["judge", "--model", "hf/smollm2", "--data", "judgebench", "--data-dir", str(SHARED_DATA),
-            "--limit", "3", "--positions", "swap", "--no-reasoning", "--out", str(tmp_path / "jb")]
+    args = [
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        "judgebench",
+        "--data-dir",
+        str(SHARED_DATA),
+        "--limit",
+        "3",
+        "--positions",
+        "swap",
+        "--no-reasoning",
+        "--out",
+        str(tmp_path / "jb"),
+    ]
     result = cli(*args)
     assert "skipped 1 row of judgebench (the rows of a published benchmark" in " ".join(result.stderr.split())
     judgments, summary = read_outputs(tmp_path / "jb")
@@ -124,18 +189,47 @@ def test_a_field_too_long_for_the_context_says_so_on_screen(tmp_path: Path, smol
     data = tmp_path / "big.jsonl"
     big = ("The quick brown fox jumps over the lazy dog. " * 70000)[:3_000_000]
     data.write_text(json.dumps({"question": "Which is right?", "chosen": "4", "rejected": big}) + "\n")
-    result = cli("judge", "--model", "hf/smollm2", "--data", str(data), "--no-cache", "--max-tokens", "16",
-                 "--out", str(tmp_path / "j"))
+    result = cli(
+        "judge",
+        "--model",
+        "hf/smollm2",
+        "--data",
+        str(data),
+        "--no-cache",
+        "--max-tokens",
+        "16",
+        "--out",
+        str(tmp_path / "j"),
+    )
     out = " ".join(result.stdout.split())
     assert "engine_error (2): transformers error: prompt of " in out and "does not fit the context window of" in out
     _, summary = read_outputs(tmp_path / "j")
-    assert summary["n_valid_pairs"] == 0 and "does not fit the context window" in summary["invalid_examples"]["engine_error"]
+    assert (
+        summary["n_valid_pairs"] == 0
+        and "does not fit the context window" in summary["invalid_examples"]["engine_error"]
+    )
 
 
 @pytest.mark.server
 def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: str):
-    cli("judge", "--model", "openai/smollm2", "--base-url", llama_server, "--data", "demo", "--limit", "2",
-        "--reasoning-chars", "200", "--max-tokens", "96", "--no-cache", "--out", str(tmp_path / "srv"))
+    cli(
+        "judge",
+        "--model",
+        "openai/smollm2",
+        "--base-url",
+        llama_server,
+        "--data",
+        "demo",
+        "--limit",
+        "2",
+        "--reasoning-chars",
+        "200",
+        "--max-tokens",
+        "96",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "srv"),
+    )
     judgments, summary = read_outputs(tmp_path / "srv")
     assert summary["model"] == "openai/smollm2" and len(judgments) == 4
     assert all(j["verdict"] in ("A", "B") for j in judgments if not j["invalid_reason"])
@@ -183,7 +277,9 @@ def test_bad_input_gives_clear_errors_and_writes_nothing(tmp_path: Path):
     assert "both" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--positions", "sideways")
     assert "shuffle3" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--mitigation", "sideways")
     assert "demo:target, demo:test" in _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo:train")
-    message = _bad(tmp_path, "--model", "hf/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap")
+    message = _bad(
+        tmp_path, "--model", "hf/smollm2", "--data", "demo", "--reasoning-chars", "100", "--no-reasoning-cap"
+    )
     assert "--reasoning-chars and --no-reasoning-cap contradict" in message
     template = tmp_path / "judge.txt"
     template.write_text("=== user ===\n${question} ${response_a} ${answer_b}\n")

@@ -30,7 +30,9 @@ from fakes import ScriptedEngine, _responses
 
 
 def pair(i: int, domain: str = "math", **meta) -> PreferencePair:
-    return PreferencePair(id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}", domain=domain, meta=meta)
+    return PreferencePair(
+        id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}", domain=domain, meta=meta
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,9 @@ def test_truncated_or_failed_outputs_are_invalid_even_with_a_verdict():
 
 
 def test_position_modes():
-    pairs = [pair(i).model_copy(update={"data_order": "rejected_first" if i % 2 else "chosen_first"}) for i in range(40)]
+    pairs = [
+        pair(i).model_copy(update={"data_order": "rejected_first" if i % 2 else "chosen_first"}) for i in range(40)
+    ]
     assert all(order_for(p, "both", 1) == ["chosen_first", "rejected_first"] for p in pairs)
     assert [order_for(p, "fixed", 1)[0] for p in pairs[:2]] == ["chosen_first", "rejected_first"]
     swaps = [order_for(p, "swap", 7)[0] for p in pairs]
@@ -68,7 +72,9 @@ def test_position_modes():
     assert swaps != [order_for(p, "swap", 8)[0] for p in pairs]  # depends on the seed
     assert 10 < swaps.count("rejected_first") < 30
     # The draw depends on the pair, not on its neighbours in the batch.
-    assert order_for(pairs[5], "swap", 7) == [o.order for o in build_tasks([pairs[5]], JudgeSettings(positions="swap"), seed=7)]
+    assert order_for(pairs[5], "swap", 7) == [
+        o.order for o in build_tasks([pairs[5]], JudgeSettings(positions="swap"), seed=7)
+    ]
 
 
 def always_a(request):
@@ -95,7 +101,9 @@ def test_summary_counts_invalid_pairs_separately():
 
     pairs = [pair(0), pair(1), pair(2)]
     settings = JudgeSettings(positions="fixed")
-    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42)
+    summary = summarize(
+        judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42
+    )
     assert summary.n_valid_pairs == 2 and summary.error_rate == 0.0
     assert summary.invalid_rate == pytest.approx(1 / 3) and summary.invalid_reasons == {"no_verdict": 1}
     assert summary.error_rate_invalid_as_error == pytest.approx(1 / 3)
@@ -142,15 +150,24 @@ def _template(path, user: str) -> str:
 
 
 def test_a_users_own_template_is_the_judge_prompt(tmp_path, monkeypatch):
-    own = _template(tmp_path / "mine.txt", "Q: ${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
-                    "[Response B]\n${response_b}\n[End of Response B]\nPick one. ${format_instruction}")
+    own = _template(
+        tmp_path / "mine.txt",
+        "Q: ${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+        "[Response B]\n${response_b}\n[End of Response B]\nPick one. ${format_instruction}",
+    )
     settings = JudgeSettings(prompt=own)
     task = build_tasks([pair(3)], settings, seed=1)[0]
     assert task.request.messages[0].content == "You grade answers."
-    assert task.request.messages[-1].content.startswith("Q: Q3?") and 'write "Verdict: A"' in task.request.messages[-1].content
+    assert (
+        task.request.messages[-1].content.startswith("Q: Q3?")
+        and 'write "Verdict: A"' in task.request.messages[-1].content
+    )
     # ${format_instruction} is optional: the constraint enforces the format either way.
-    bare = _template(tmp_path / "bare.txt", "${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
-                     "[Response B]\n${response_b}\n[End of Response B]\nWhich is better?")
+    bare = _template(
+        tmp_path / "bare.txt",
+        "${question}\n[Response A]\n${response_a}\n[End of Response A]\n"
+        "[Response B]\n${response_b}\n[End of Response B]\nWhich is better?",
+    )
     task = build_tasks([pair(3)], JudgeSettings(prompt=bare), seed=1)[0]
     assert task.request.messages[-1].content.endswith("Which is better?") and task.request.constraint.regex
     # A relative path is stored absolute, so a run resumed from another directory finds it.
@@ -171,7 +188,9 @@ def test_a_template_with_wrong_placeholders_is_refused_naming_the_file_and_the_p
         JudgeSettings(prompt=str(tmp_path / "nowhere.txt"))
     with pytest.raises(ValidationError, match="judge prompt prompts/perturb.txt: missing"):
         JudgeSettings(prompt="perturb")  # a shipped prompt, but not a judge's
-    with pytest.raises(ValidationError, match="unknown prompt 'judge_pairwize'; shipped prompts: .*judge_pairwise_mitigated"):
+    with pytest.raises(
+        ValidationError, match="unknown prompt 'judge_pairwize'; shipped prompts: .*judge_pairwise_mitigated"
+    ):
         JudgeSettings(prompt="judge_pairwize")
     (tmp_path / "latin1.txt").write_bytes(b"=== user ===\n\xe9${question}")
     with pytest.raises(ValidationError, match="latin1.txt: not a UTF-8 text file"):
@@ -200,8 +219,14 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
 
     rows = [
-        {"pair_id": f"jb{i}", "question": f"Q{i}?", "response_A": f"RIGHT {i}" if i % 3 else f"wrong {i}",
-         "response_B": f"wrong {i}" if i % 3 else f"RIGHT {i}", "label": "A>B" if i % 3 else "B>A", "source": "livebench-math"}
+        {
+            "pair_id": f"jb{i}",
+            "question": f"Q{i}?",
+            "response_A": f"RIGHT {i}" if i % 3 else f"wrong {i}",
+            "response_B": f"wrong {i}" if i % 3 else f"RIGHT {i}",
+            "label": "A>B" if i % 3 else "B>A",
+            "source": "livebench-math",
+        }
         for i in range(9)
     ]
     data = tmp_path / "jb.jsonl"
@@ -222,7 +247,9 @@ def test_fixed_positions_show_a_baseline_item_and_its_perturbed_twin_in_the_same
     assert shown == {r["pair_id"]: ("chosen_first" if r["label"] == "A>B" else "rejected_first") for r in rows}
     biases = load_seed_library("biasscope7").biases[:2]
     rules = ValidateSettings(n_boot=200, control="baseline", answer_check=False, held_out=0.0)  # every pair in a look
-    setup = ValidationSetup(family=FamilySettings(rules=rules, seed=42), perturb=PerturbSettings(), judge=settings, test_data="jb")
+    setup = ValidationSetup(
+        family=FamilySettings(rules=rules, seed=42), perturb=PerturbSettings(), judge=settings, test_data="jb"
+    )
     out = validate_biases(ValidationModels(engine, engine), biases, pairs, baseline, setup)
     assert len(out.judgments) == 2 * len(pairs)
     assert all(j.order == shown[j.pair_id] for j in out.judgments)
@@ -250,7 +277,9 @@ def test_judgebench_score_is_the_net_vote_over_both_orders_with_invalid_as_zero(
 
     pairs = [pair(i, "math" if i < 3 else "code") for i in range(6)]
     settings = JudgeSettings(positions="both")
-    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42)
+    summary = summarize(
+        judge_pairs(ScriptedEngine(judge), pairs, settings, seed=42), model="f", data="d", settings=settings, seed=42
+    )
     # JudgeBench: correct when the net vote is > 0 (RR, RX), over all 6 pairs.
     assert summary.judgebench_score == pytest.approx(2 / 6) and summary.judgebench_ties == 2
     low, high = wilson_interval(2, 6)
@@ -263,7 +292,9 @@ def test_judgebench_score_is_the_net_vote_over_both_orders_with_invalid_as_zero(
 
     # One order per pair: the share of all pairs judged right, an invalid verdict not right.
     fixed = JudgeSettings(positions="fixed")
-    one = summarize(judge_pairs(ScriptedEngine(judge), pairs, fixed, seed=42), model="f", data="d", settings=fixed, seed=42)
+    one = summarize(
+        judge_pairs(ScriptedEngine(judge), pairs, fixed, seed=42), model="f", data="d", settings=fixed, seed=42
+    )
     assert one.judgebench_score == pytest.approx(3 / 6)  # p0, p1, p2 right in chosen_first; p4 invalid
     assert one.error_rate == pytest.approx(2 / 5)
 
@@ -295,7 +326,12 @@ def test_a_tie_is_no_verdict_unless_offered():
 
 
 def test_a_tie_is_a_valid_verdict_that_is_never_correct():
-    judgment = to_judgment(pair(1), "rejected_first", GenerationResponse(text="Reasoning: x.\nVerdict: tie", finish_reason="stop"), allow_tie=True)
+    judgment = to_judgment(
+        pair(1),
+        "rejected_first",
+        GenerationResponse(text="Reasoning: x.\nVerdict: tie", finish_reason="stop"),
+        allow_tie=True,
+    )
     assert (judgment.verdict, judgment.picked, judgment.correct, judgment.invalid_reason) == ("tie", "tie", False, None)
 
 
@@ -317,7 +353,9 @@ def test_swap_mitigation_turns_a_position_bias_into_ties():
     for i, p in enumerate(pairs):
         orders = [j.order for j in result.judgments[2 * i : 2 * i + 2]]
         assert orders[0] == order_for(p, "swap", 42)[0] and set(orders) == {"chosen_first", "rejected_first"}
-    assert all(o.preference == "tie" and o.position_consistent is False and o.confidence == 0.5 for o in result.outcomes)
+    assert all(
+        o.preference == "tie" and o.position_consistent is False and o.confidence == 0.5 for o in result.outcomes
+    )
     assert all(o.correct is False for o in result.outcomes)
     summary = summarize(result, model="f", data="d", settings=settings, seed=42)
     assert summary.mitigation == "swap" and summary.error_rate == 1.0 and summary.position_consistency == 0.0
@@ -332,10 +370,19 @@ def test_shuffle3_mitigation_asks_a_new_seed_for_the_repeated_order():
     settings = JudgeSettings(positions="fixed", mitigation="shuffle3")
     result = judge_pairs(engine, [pair(0)], settings, seed=42)
     sent = engine.sent
-    assert [t.order for t in build_tasks([pair(0)], settings, seed=42)] == ["chosen_first", "rejected_first", "chosen_first"]
+    assert [t.order for t in build_tasks([pair(0)], settings, seed=42)] == [
+        "chosen_first",
+        "rejected_first",
+        "chosen_first",
+    ]
     assert sent[0].messages == sent[2].messages and sent[0].seed == 42 and sent[2].seed != 42
     outcome = result.outcomes[0]
-    assert (outcome.preference, outcome.confidence, outcome.position_consistent, outcome.correct) == ("chosen", 1.0, True, True)
+    assert (outcome.preference, outcome.confidence, outcome.position_consistent, outcome.correct) == (
+        "chosen",
+        1.0,
+        True,
+        True,
+    )
 
 
 def test_judgebench_net_vote_counts_a_tie_as_zero():
@@ -393,7 +440,9 @@ def test_p_rejected_is_the_rejected_labels_share_of_the_two_labels():
 
 
 def test_a_verdict_token_without_both_labels():
-    one = to_judgment(pair(1), "chosen_first", _scored("Verdict: A", _final(" A", [(" A", 0.7), (" The", 0.2)])), score=True)
+    one = to_judgment(
+        pair(1), "chosen_first", _scored("Verdict: A", _final(" A", [(" A", 0.7), (" The", 0.2)])), score=True
+    )
     assert one.p_rejected == 0.0 and one.labels_in_top == 1 and one.correct is True
     for final in (
         _final(" A", [(" The", 0.5), (" C", 0.3)]),  # neither label among the top (A itself is not there)
@@ -408,6 +457,7 @@ def test_a_verdict_token_without_both_labels():
 def test_pairs_average_their_orders_and_the_summary_has_a_t_interval():
     """P(A) = 0.9 when the right answer is shown first, 0.3 when second: p_rejected is 0.1 in
     one order and 0.3 in the other, so 0.2 per pair."""
+
     def p_a(request):
         a, _ = _responses(request.messages[-1].content)
         return 0.9 if "RIGHT" in a else 0.3 if request.seed == 0 else None
@@ -443,6 +493,8 @@ def test_pairs_average_their_orders_and_the_summary_has_a_t_interval():
 def test_the_mean_t_interval_by_hand():
     """p_rejected 0.2, 0.4, 0.6: mean 0.4, sd 0.2, t(0.975, 2) = 4.302653: 0.4 +- 0.4968."""
     low, high = mean_t_interval([0.2, 0.4, 0.6], bounds=(-1.0, 1.0))
-    assert (low, high) == pytest.approx((0.4 - 4.302653 * 0.2 / math.sqrt(3), 0.4 + 4.302653 * 0.2 / math.sqrt(3)), abs=1e-6)
+    assert (low, high) == pytest.approx(
+        (0.4 - 4.302653 * 0.2 / math.sqrt(3), 0.4 + 4.302653 * 0.2 / math.sqrt(3)), abs=1e-6
+    )
     assert mean_t_interval([0.2, 0.4, 0.6]) == pytest.approx((0.0, 0.4 + 4.302653 * 0.2 / math.sqrt(3)), abs=1e-6)
     assert mean_t_interval([0.3]) == (0.0, 1.0)

@@ -44,7 +44,9 @@ def stub_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def references(stub_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any], float]]:
+def references(
+    stub_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, dict[str, Any], float]]:
     """Per order: its config, an uninterrupted run's artifacts and wall time."""
     out = {}
     for pipeline in ("streamed", "staged"):
@@ -56,8 +58,14 @@ def references(stub_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "bias_discovery.cli", *args], capture_output=True, text=True,
-                            env={**os.environ, **FAKE_EMBEDDINGS}, cwd=REPO, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "bias_discovery.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **FAKE_EMBEDDINGS},
+        cwd=REPO,
+        timeout=600,
+    )
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -72,8 +80,14 @@ def test_random_kills_always_resume_to_the_uninterrupted_runs_artifacts(
     for seed in range(MAX_TRIALS):
         if kills >= MIN_KILLS_PER_ORDER:
             break
-        trial = run_trial(config, tmp_path / f"trial{seed}", reference, seed=1000 * (pipeline == "staged") + seed,
-                          wall=wall, env=FAKE_EMBEDDINGS)
+        trial = run_trial(
+            config,
+            tmp_path / f"trial{seed}",
+            reference,
+            seed=1000 * (pipeline == "staged") + seed,
+            wall=wall,
+            env=FAKE_EMBEDDINGS,
+        )
         trials.append(trial)
         kills += trial.kills
         shutil.rmtree(tmp_path / f"trial{seed}", ignore_errors=True)
@@ -83,7 +97,9 @@ def test_random_kills_always_resume_to_the_uninterrupted_runs_artifacts(
     assert any(t.kill_at < 1.0 and t.kills for t in trials), "no kill in the first second"
 
 
-def _finished_copy(references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+def _finished_copy(
+    references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
+) -> tuple[Path, Path, dict[str, Any]]:
     config, reference, _ = references["streamed"]
     return config, config.parent / "reference", reference
 
@@ -128,11 +144,19 @@ def test_a_node_done_but_its_step_not_checkpointed_resumes_at_the_next_node(
     with sqlite3.connect(run_dir / "checkpoints.sqlite") as db:
         rows = db.execute("SELECT checkpoint_id, metadata FROM checkpoints ORDER BY checkpoint_id").fetchall()
         steps = {cid: json.loads(meta)["step"] for cid, meta in rows}
-        perturb_done = next(cid for cid, step in steps.items() if step == 2)  # start, validate_seeds, then perturb's writes
+        perturb_done = next(
+            cid for cid, step in steps.items() if step == 2
+        )  # start, validate_seeds, then perturb's writes
         db.execute("DELETE FROM checkpoints WHERE checkpoint_id > ?", (perturb_done,))
         db.execute("DELETE FROM writes WHERE checkpoint_id > ?", (perturb_done,))
-    for name in ("candidates.json", "merges.jsonl", "merge_stats.json", "validation.json",
-                 "validation_judgments.jsonl", "validation_perturbed.jsonl"):
+    for name in (
+        "candidates.json",
+        "merges.jsonl",
+        "merge_stats.json",
+        "validation.json",
+        "validation_judgments.jsonl",
+        "validation_perturbed.jsonl",
+    ):
         (run_dir / "iter_001" / name).unlink()
     for name in ("iter_001.json", "latest.json"):
         (run_dir / "library" / name).unlink()

@@ -70,7 +70,9 @@ def validation(baseline: float = 0.30, perturbed: float = 0.42, accepted: bool =
         effect=Effect.full_sample(comparison),
         vs_baseline=comparison,
         per_domain={
-            "math": PairedComparison(control="baseline", n=50, control_error=0.2, arm_error=0.3, delta=0.1, p_value=0.04),
+            "math": PairedComparison(
+                control="baseline", n=50, control_error=0.2, arm_error=0.3, delta=0.1, p_value=0.04
+            ),
             "code": PairedComparison(control="baseline", n=50, control_error=0.4, arm_error=0.54, delta=0.14),
         },
         answer_change_rate=0.05,
@@ -113,7 +115,9 @@ def small_library(iteration: int = 0, biases: list[Bias] | None = None) -> BiasL
 
 
 def library_dict(**changes) -> dict:
-    data = small_library(biases=[seed_bias("length-bias"), seed_bias("position-bias"), seed_bias("sentiment-bias")]).model_dump(mode="json")
+    data = small_library(
+        biases=[seed_bias("length-bias"), seed_bias("position-bias"), seed_bias("sentiment-bias")]
+    ).model_dump(mode="json")
     data.update(changes)
     return data
 
@@ -169,15 +173,31 @@ def test_seed_libraries_expected_concepts():
         "refinement-aware-bias",
     ]
     assert set(load_seed_library("calm12").ids()) == {
-        "position-bias", "verbosity-bias", "compassion-fade-bias", "bandwagon-bias",
-        "distraction-bias", "fallacy-oversight-bias", "authority-bias", "sentiment-bias",
-        "diversity-bias", "chain-of-thought-bias", "self-enhancement-bias", "refinement-aware-bias",
+        "position-bias",
+        "verbosity-bias",
+        "compassion-fade-bias",
+        "bandwagon-bias",
+        "distraction-bias",
+        "fallacy-oversight-bias",
+        "authority-bias",
+        "sentiment-bias",
+        "diversity-bias",
+        "chain-of-thought-bias",
+        "self-enhancement-bias",
+        "refinement-aware-bias",
     }
     assert set(load_seed_library("chen4").ids()) == {
-        "misinformation-oversight-bias", "gender-bias", "authority-bias", "beauty-bias",
+        "misinformation-oversight-bias",
+        "gender-bias",
+        "authority-bias",
+        "beauty-bias",
     }
     assert set(load_seed_library("social5").ids()) == {
-        "gender-stereotype-bias", "racial-stereotype-bias", "pronoun-bias", "cultural-bias", "name-bias",
+        "gender-stereotype-bias",
+        "racial-stereotype-bias",
+        "pronoun-bias",
+        "cultural-bias",
+        "name-bias",
     }
 
 
@@ -234,7 +254,9 @@ def test_ids_and_slugs():
     assert len(slugify("word " * 50)) <= 60
     assert make_bias_id("Length Bias") == "length-bias"
     assert make_bias_id("Answer-Confidence Bias", iteration=2) == "d2-answer-confidence-bias"
-    assert make_bias_id("Answer Confidence Bias", 2, taken={"d2-answer-confidence-bias"}) == "d2-answer-confidence-bias-2"
+    assert (
+        make_bias_id("Answer Confidence Bias", 2, taken={"d2-answer-confidence-bias"}) == "d2-answer-confidence-bias-2"
+    )
     assert make_bias_id("X", 1, taken={"d1-x", "d1-x-2"}) == "d1-x-3"
     assert iteration_filename(7) == "iter_007.json"
 
@@ -473,7 +495,10 @@ def test_library_store_iterations_and_latest(tmp_path):
     assert path == store.path_for(2)
     assert store.iterations() == [0, 1, 2]
     assert sorted(p.name for p in store.directory.iterdir()) == [
-        "iter_000.json", "iter_001.json", "iter_002.json", "latest.json",
+        "iter_000.json",
+        "iter_001.json",
+        "iter_002.json",
+        "latest.json",
     ]
     assert store.load_iteration(1) == with_parent(it1, "iter_000.json")
     assert store.load_latest() == with_parent(it2, "iter_001.json")
@@ -558,9 +583,7 @@ def test_diff_added_removed_merged_changed():
     )
     merged = discovered_bias("Parroting Bias", 2, merged_from=["Echo Bias", "some new candidate"])
     new = discovered_bias("Flattery Bias", 2, merged_from=["another candidate"])
-    b = a.with_biases(
-        [seed_bias("length-bias"), seed_bias("sentiment-bias"), hedging_b, merged, new]
-    )
+    b = a.with_biases([seed_bias("length-bias"), seed_bias("sentiment-bias"), hedging_b, merged, new])
 
     diff = diff_libraries(a, b)
     assert (diff.a_iteration, diff.b_iteration) == (1, 2)
@@ -579,7 +602,10 @@ def test_diff_added_removed_merged_changed():
     assert change.numbers["vs_baseline.delta"].change == pytest.approx(0.08)
     assert change.numbers["effect.delta"].change == pytest.approx(0.08)  # the reported effect
     assert change.numbers["vs_baseline.p_value"].change == pytest.approx(-0.009)
-    assert change.numbers["vs_baseline.p_adjusted"].after is None and change.numbers["vs_baseline.p_adjusted"].change is None
+    assert (
+        change.numbers["vs_baseline.p_adjusted"].after is None
+        and change.numbers["vs_baseline.p_adjusted"].change is None
+    )
     assert "vs_baseline.control_error" not in change.numbers  # unchanged numbers are left out
     assert "per_domain.math.delta" not in change.numbers
     assert not diff.is_empty
@@ -624,11 +650,30 @@ def test_a_library_written_before_the_shared_comparison_still_loads(tmp_path):
     effect: they are read into the new shapes (written back in them), their effect labelled
     as the recorded Δ when validation had stopped early."""
     old_validation = {
-        "n": 40, "n_excluded_invalid": 2, "baseline_error": 0.3, "perturbed_error": 0.5, "delta": 0.2,
-        "ci_low": 0.1, "ci_high": 0.3, "p_value": 0.01, "p_adjusted": 0.02, "accepted": True, "rule": "paired",
-        "control": "placebo", "stop": "efficacy", "stopped_at": 20,
-        "vs_placebo": {"n": 38, "control_error": 0.35, "perturbed_error": 0.5, "delta": 0.15, "ci_low": 0.05,
-                       "ci_high": 0.25, "p_value": 0.03, "p_adjusted": 0.04},
+        "n": 40,
+        "n_excluded_invalid": 2,
+        "baseline_error": 0.3,
+        "perturbed_error": 0.5,
+        "delta": 0.2,
+        "ci_low": 0.1,
+        "ci_high": 0.3,
+        "p_value": 0.01,
+        "p_adjusted": 0.02,
+        "accepted": True,
+        "rule": "paired",
+        "control": "placebo",
+        "stop": "efficacy",
+        "stopped_at": 20,
+        "vs_placebo": {
+            "n": 38,
+            "control_error": 0.35,
+            "perturbed_error": 0.5,
+            "delta": 0.15,
+            "ci_low": 0.05,
+            "ci_high": 0.25,
+            "p_value": 0.03,
+            "p_adjusted": 0.04,
+        },
         "per_domain": {"math": {"n": 10, "baseline_error": 0.2, "perturbed_error": 0.3, "delta": 0.1, "p_value": 0.2}},
         "rewrite_effect": {"n": 40, "baseline_error": 0.3, "placebo_error": 0.35, "delta": 0.05},
     }
@@ -637,7 +682,12 @@ def test_a_library_written_before_the_shared_comparison_still_loads(tmp_path):
     path.write_text(json.dumps(data), encoding="utf-8")
     v = load_library(path).biases[0].validation
     assert v.decisive == "placebo" and v.decisive_comparison is v.vs_placebo and v.vs_placebo.control == "placebo"
-    assert (v.vs_baseline.n, v.vs_baseline.control_error, v.vs_baseline.arm_error, v.vs_baseline.p_adjusted) == (40, 0.3, 0.5, 0.02)
+    assert (v.vs_baseline.n, v.vs_baseline.control_error, v.vs_baseline.arm_error, v.vs_baseline.p_adjusted) == (
+        40,
+        0.3,
+        0.5,
+        0.02,
+    )
     assert v.vs_baseline.b_discordant_hurt is None  # not recorded then
     assert v.effect.delta == 0.15 and v.effect.n == 38 and v.effect.method.startswith("recorded Δ of the stopping look")
     assert v.per_domain["math"].control_error == 0.2 and v.rewrite_effect.placebo_error == 0.35

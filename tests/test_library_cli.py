@@ -53,7 +53,7 @@ def test_show_fits_80_columns_and_wraps_names_at_words(hostile_run: Path):
         assert word in out, word
     rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
     width = 12  # the name column's width at 80 columns
-    column = [line[:width].rstrip() for line in lines[rule + 1:] if line.strip()]
+    column = [line[:width].rstrip() for line in lines[rule + 1 :] if line.strip()]
     for bias_id in ("authority-bias", "d1-expert-citation-bias", "d1-politeness-bias"):
         start = next(i for i, cell in enumerate(column) if bias_id.startswith(cell) and cell.endswith("-"))
         pieces = [column[start]]
@@ -88,7 +88,12 @@ def test_show_iteration_forms(hostile_run: Path):
     by_at = show_json(f"{hostile_run}@1")
     assert by_option["biases"] == by_at["biases"]
     assert by_at["library"]["iteration"] == 1
-    assert [r["id"] for r in by_at["biases"]] == ["length-bias", "authority-bias", "d1-expert-citation-bias", "d1-politeness-bias"]
+    assert [r["id"] for r in by_at["biases"]] == [
+        "length-bias",
+        "authority-bias",
+        "d1-expert-citation-bias",
+        "d1-politeness-bias",
+    ]
     seeds = show_json(f"{hostile_run}@0")
     assert [r["status"] for r in seeds["biases"]] == ["seed", "seed"]  # no rejected candidates before iteration 1
     by_file = show_json(str(hostile_run / "library" / "iter_002.json"))
@@ -143,8 +148,13 @@ def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, ca
     _print_run_end(load_run(hostile_run))
     out = " ".join(capsys.readouterr().out.split())
     assert "library: 4 biases (2 discovered)" in out
-    assert "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30; full sample), adjusted p = 0.012" in out
-    assert "d2-format-bias: Δerror vs baseline +15.0 pp (CI [+5.0, +25.0], n = 30; full sample), adjusted p = 0.012" in out
+    assert (
+        "d1-expert-citation-bias: Δerror vs baseline +20.0 pp (CI [+10.0, +30.0], n = 30; full sample), adjusted p = 0.012"
+        in out
+    )
+    assert (
+        "d2-format-bias: Δerror vs baseline +15.0 pp (CI [+5.0, +25.0], n = 30; full sample), adjusted p = 0.012" in out
+    )
 
 
 def test_diff_iterations(hostile_run: Path):
@@ -184,9 +194,13 @@ def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
     ]
     biases.append(
         Bias(
-            id="d3-new-bias", name="New Bias", definition="Something new.",
+            id="d3-new-bias",
+            name="New Bias",
+            definition="Something new.",
             origin=BiasOrigin(kind="discovered", iteration=3),
-            validation=BiasValidation(n=40, baseline_error=0.3, perturbed_error=0.5, delta=0.2, accepted=True, rule="paper"),
+            validation=BiasValidation(
+                n=40, baseline_error=0.3, perturbed_error=0.5, delta=0.2, accepted=True, rule="paper"
+            ),
         )
     )
     store.save_iteration(latest.with_biases(biases, iteration=3))
@@ -221,7 +235,9 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
         assert row["effect"] == v["effect"]["delta"] and row["effect_method"] == v["effect"]["method"]
         assert row["effect_clipped"] == v["effect"].get("clipped")
     assert "error control (iterations 1): Family-wise error over the run" in " ".join(out.split())
-    assert sum(1 for r in data["biases"] if r["in_library"]) == len(json.loads((small_real_run / "library" / "iter_001.json").read_text())["biases"])
+    assert sum(1 for r in data["biases"] if r["in_library"]) == len(
+        json.loads((small_real_run / "library" / "iter_001.json").read_text())["biases"]
+    )
 
     diff = json.loads(cli("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1", "--json").stdout)
     assert sorted(r["id"] for r in diff["added"]) == sorted(validation["accepted"])

@@ -67,13 +67,17 @@ def run_fake(tmp_path: Path, config: RunConfig, name: str = "run", engine: Scrip
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
     engine = engine or ScriptedEngine(authority_world)
-    state = execute(rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder(), progress=progress)
+    state = execute(
+        rd, config, resume=False, engines={"target": engine}, embedder=BagOfWordsEmbedder(), progress=progress
+    )
     return rd, state, engine
 
 
 def test_every_bar_of_a_run_knows_its_total(tmp_path):
     """Merge used to open one bar without a total ("1/?"): now one per round, each counted."""
-    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True}, merge={"similarity_threshold": -1.0})
+    config = make_config(
+        tmp_path, max_iterations=1, validate={"n_boot": 200, "seeds": True}, merge={"similarity_threshold": -1.0}
+    )
     progress = RecordingProgress()
     rd, _, _ = run_fake(tmp_path, config, progress=progress)
     assert [step for step in progress.steps if step[1] is None] == []
@@ -98,7 +102,9 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
 
     def step_logged() -> bool:
         events = rd.read_events()
-        return any(e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb" for e in events)
+        return any(
+            e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb" for e in events
+        )
 
     def dies_in_seed_rewrites(request):
         calls["n"] += 1
@@ -112,8 +118,13 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
         return authority_world(request)
 
     with pytest.raises(KeyboardInterrupt):
-        execute(rd, config, resume=False, engines={"target": CachedEngine(ScriptedEngine(dies_in_seed_rewrites), rd.cache_path)},
-                embedder=BagOfWordsEmbedder())
+        execute(
+            rd,
+            config,
+            resume=False,
+            engines={"target": CachedEngine(ScriptedEngine(dies_in_seed_rewrites), rd.cache_path)},
+            embedder=BagOfWordsEmbedder(),
+        )
     before = summarize_events(rd.read_events())["current"]
     assert before["stage"] == "validate_seeds" and before["step"] == "perturb" and before["done"] > 0
 
@@ -131,14 +142,24 @@ def test_a_resumed_step_counts_on_from_where_it_stopped(tmp_path):
                 seen_at_first_call.append(bars.steps[-1][2])
             return super().submit(request)
 
-    execute(rd, config, resume=True, progress=bars, engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
-            embedder=BagOfWordsEmbedder())
+    execute(
+        rd,
+        config,
+        resume=True,
+        progress=bars,
+        engines={"target": Watched(ScriptedEngine(authority_world), rd.cache_path)},
+        embedder=BagOfWordsEmbedder(),
+    )
     assert bars.steps[0][:2] == ["iter 0 validate_seeds (perturb)", before["total"]]
     assert seen_at_first_call == [before["done"]]
     assert all(done == total for _, total, done in bars.steps)  # counted on, never twice
     events = rd.read_events()
     since = max(i for i, e in enumerate(events) if e["event"] == "resume")
-    counted = [e["done"] for e in events[since:] if e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb"]
+    counted = [
+        e["done"]
+        for e in events[since:]
+        if e["event"] == "progress" and e["stage"] == "validate_seeds" and e.get("step") == "perturb"
+    ]
     assert counted and min(counted) == before["done"]  # `status` counts on too
 
 
@@ -172,8 +193,16 @@ def test_loop_discovers_validates_and_converges(tmp_path):
     stats = json.loads((rd.iteration(2).directory / "merge_stats.json").read_text())
     assert stats["candidates"] == 0 and stats["teacher_calls"] < stats["all_pairs_calls"]
 
-    for name in ("perturbed.jsonl", "judgments.jsonl", "misjudged.jsonl", "explanations.jsonl",
-                 "identified.jsonl", "candidates.json", "merges.jsonl", "validation.json"):
+    for name in (
+        "perturbed.jsonl",
+        "judgments.jsonl",
+        "misjudged.jsonl",
+        "explanations.jsonl",
+        "identified.jsonl",
+        "candidates.json",
+        "merges.jsonl",
+        "validation.json",
+    ):
         assert (rd.iteration(1).directory / name).is_file(), name
     run_state = rd.read_state()
     assert run_state.status == "finished" and run_state.stop_reason == state["stop_reason"]
@@ -196,9 +225,15 @@ def test_paper_rule_accepts_what_paired_rule_rejects_in_loop(tmp_path):
 
     results = {}
     for rule in ("paper", "paired"):
-        config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "acceptance": rule},
-                             data={"target": str(write_pairs(tmp_path / "target.jsonl", 24, "t", "Target question")),
-                                   "test": str(write_pairs(tmp_path / "test.jsonl", 24, "p", "Test question"))})
+        config = make_config(
+            tmp_path,
+            max_iterations=1,
+            validate={"n_boot": 200, "acceptance": rule},
+            data={
+                "target": str(write_pairs(tmp_path / "target.jsonl", 24, "t", "Target question")),
+                "test": str(write_pairs(tmp_path / "test.jsonl", 24, "p", "Test question")),
+            },
+        )
         rd, _, _ = run_fake(tmp_path, config, name=f"run-{rule}", engine=ScriptedEngine(one_flip_world))
         validation = json.loads((rd.iteration(1).directory / "validation.json").read_text())
         results[rule] = validation["accepted"]
@@ -259,7 +294,9 @@ def test_config_errors_name_the_field(tmp_path):
     path.write_text("target: nosuch/model\nteacher: hf/smollm2\n")
     with pytest.raises(ConfigError, match="known providers"):
         load_run_config(path)
-    ok = load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["max_iterations=1", "target.n_ctx=2048"])
+    ok = load_run_config(
+        Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["max_iterations=1", "target.n_ctx=2048"]
+    )
     assert ok.max_iterations == 1 and ok.target.n_ctx == 2048 and ok.teacher.n_ctx != 2048
 
 
@@ -269,8 +306,13 @@ def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_run_config(path, ["max_iterations=abc", "judge.reasoning_chars=5"])
     message = str(info.value)
-    assert message.startswith("invalid config: `overrides` max_iterations=abc: max_iterations: Input should be a valid integer")
-    assert "`overrides` judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20" in message
+    assert message.startswith(
+        "invalid config: `overrides` max_iterations=abc: max_iterations: Input should be a valid integer"
+    )
+    assert (
+        "`overrides` judge.reasoning_chars=5: judge.reasoning_chars: Input should be greater than or equal to 20"
+        in message
+    )
     assert f"{path}: validate.alpha" in message  # the file's own mistake is still the file's
     with pytest.raises(ConfigError, match=r"^invalid config: `overrides` judge\.bogus=1: judge\.bogus: Extra inputs"):
         load_run_config(Path(__file__).parents[1] / "experiments" / "quickstart-cpu.yaml", ["judge.bogus=1"])
@@ -343,10 +385,15 @@ def test_progress_totals_count_only_what_is_done(tmp_path):
             return ""  # an empty rewrite is invalid: it is not judged
         return authority_world(request)
 
-    config = make_config(tmp_path, max_iterations=1, validate={"n_boot": 200, "held_out": 0.0}, data={
-        "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
-        "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
-    })
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        validate={"n_boot": 200, "held_out": 0.0},
+        data={
+            "target": str(write_pairs(tmp_path / "target.jsonl", 12, "t", "Target question")),
+            "test": str(write_pairs(tmp_path / "test.jsonl", 12, "p", "Test question")),
+        },
+    )
     progress = RecordingProgress()
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(truncating_teacher), progress=progress)
     steps = {description: (total, done) for description, total, done in progress.steps}
@@ -374,7 +421,9 @@ def _cached_fake_run(tmp_path: Path, config: RunConfig, engine: ScriptedEngine) 
 
 
 @pytest.mark.parametrize(
-    "damaged", [("checkpoints.sqlite",), ("calls.sqlite",), ("checkpoints.sqlite", "calls.sqlite")], ids=["checkpoints", "calls", "both"]
+    "damaged",
+    [("checkpoints.sqlite",), ("calls.sqlite",), ("checkpoints.sqlite", "calls.sqlite")],
+    ids=["checkpoints", "calls", "both"],
 )
 def test_damaged_databases_are_named_and_the_advice_works_when_followed(tmp_path, damaged):
     """Resume checks both SQLite files: the message names exactly the damaged ones, its
@@ -449,7 +498,11 @@ def test_loop_with_a_mitigated_judge(tmp_path):
     rd, state, engine = run_fake(tmp_path, config)
     judgments = rd.iteration(1).judgments.read()
     n_valid = sum(1 for p in rd.iteration(1).perturbed.read() if p.valid)  # unchanged rewrites are not judged
-    assert n_valid > 0 and len(judgments) == 2 * n_valid and {j.order for j in judgments} == {"chosen_first", "rejected_first"}
+    assert (
+        n_valid > 0
+        and len(judgments) == 2 * n_valid
+        and {j.order for j in judgments} == {"chosen_first", "rejected_first"}
+    )
     found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
     assert found.validation.accepted and found.validation.vs_baseline.arm_error == 1.0
 

@@ -95,22 +95,37 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
         else:
             # rejected after one look: the decisive comparison's own Δ and CI, and the one-sided
             # upper bound given the rejection
-            assert {k: reported[k] for k in ("delta", "ci_low", "ci_high", "method", "confidence", "n", "measure", "clipped")} == {
-                "delta": decided["delta"], "ci_low": decided["ci_low"], "ci_high": decided["ci_high"],
-                "method": "full sample", "confidence": 0.95, "n": decided["n"], "measure": "error", "clipped": None,
+            assert {
+                k: reported[k]
+                for k in ("delta", "ci_low", "ci_high", "method", "confidence", "n", "measure", "clipped")
+            } == {
+                "delta": decided["delta"],
+                "ci_low": decided["ci_low"],
+                "ci_high": decided["ci_high"],
+                "method": "full sample",
+                "confidence": 0.95,
+                "n": decided["n"],
+                "measure": "error",
+                "clipped": None,
             }
             assert reported["upper_bound"] is not None and reported["upper_bound"] >= decided["delta"]
     assert validation["error_statement"].startswith("Family-wise error over the run")
     assert validation["data_overlap"]["shared"] == 0 and validation["data_overlap"]["n_validation"] == 6
     rewrites = rd.iteration(1).validation_perturbed.read()
-    assert all(p.answer_check is not None for p in rewrites if p.valid or p.invalid_reason in ("answer_changed", "check_invalid"))
+    assert all(
+        p.answer_check is not None
+        for p in rewrites
+        if p.valid or p.invalid_reason in ("answer_changed", "check_invalid")
+    )
     # SmolLM2 is target and teacher: it checks its own rewrites, and the record says so; the
     # demo's "Final answer: X" items are read mechanically where the rewrite kept that line,
     # code always goes to the model
     assert validation["checker"] == "hf/smollm2" and validation["self_checked"] is True
     checked_rewrites = [p for p in rewrites + placebo.perturbed if p.check_method is not None]
     assert all(p.check_method == "model" for p in checked_rewrites if p.domain == "code")
-    assert all(p.domain != "code" and "Final answer" in p.chosen for p in checked_rewrites if p.check_method == "extracted")
+    assert all(
+        p.domain != "code" and "Final answer" in p.chosen for p in checked_rewrites if p.check_method == "extracted"
+    )
     assert effect.n_answer_extracted == sum(p.check_method == "extracted" for p in placebo.perturbed)
     for bias in rd.library.load_latest().biases:
         if bias.origin.kind == "discovered":
@@ -135,8 +150,20 @@ def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     assert data["n_replicated"] == len(accepted) == len(data["biases"])
     assert ("nothing to replicate" in result.stdout) == (not accepted)
 
-    result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
-                 "--out", str(tmp_path / "rep-seed"), "--quiet", env={"COLUMNS": "200"})
+    result = cli(
+        "replicate",
+        str(copy),
+        "--seed",
+        "7",
+        "--biases",
+        "authority-bias",
+        "--limit",
+        "3",
+        "--out",
+        str(tmp_path / "rep-seed"),
+        "--quiet",
+        env={"COLUMNS": "200"},
+    )
     data = json.loads((tmp_path / "rep-seed" / "replication.json").read_text())
     [bias] = data["biases"]
     assert bias["id"] == "authority-bias" and isinstance(bias["reproduced"], bool)
@@ -145,7 +172,10 @@ def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     assert bias["validation"]["self_checked"] is True
     assert data["reproduction_rate"] in (0.0, 1.0) and data["rewrite_effect"] is not None
     assert bias["n"] + bias["record"]["vs_placebo"]["n_excluded_invalid"] == 3
-    assert data["error_statement"].startswith("Family-wise error over the replication") and data["data_overlap"]["shared"] == 0
+    assert (
+        data["error_statement"].startswith("Family-wise error over the replication")
+        and data["data_overlap"]["shared"] == 0
+    )
     assert "reproduction rate:" in result.stdout and "authority-bias" in result.stdout
 
 
@@ -174,11 +204,20 @@ def _calls_stored_since(run_dir: Path, since: float) -> int:
 
 def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path, tmp_path: Path):
     run_dir = tmp_path / "killed"
-    args = [sys.executable, "-m", "bias_discovery.cli", "run", "experiments/quickstart-cpu.yaml",
-            "--run-dir", str(run_dir), "--quiet"]
+    args = [
+        sys.executable,
+        "-m",
+        "bias_discovery.cli",
+        "run",
+        "experiments/quickstart-cpu.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    ]
     for item in SMALL_RUN_OVERRIDES:
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     # Kill once the evaluate stage has stored its first judge call: mid-stage, mid-iteration.
     def evaluating() -> bool:
         started = _stage_start_time(run_dir, "evaluate")
@@ -194,7 +233,9 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
     alive, second = str(seen["alive"]), seen["second"]
     assert isinstance(second, subprocess.CompletedProcess)
     assert f"running (pid {process.pid} on this host" in alive, alive
-    assert second.returncode == 2 and f"is being run by pid {process.pid} on this host" in " ".join(second.stderr.split())
+    assert second.returncode == 2 and f"is being run by pid {process.pid} on this host" in " ".join(
+        second.stderr.split()
+    )
     started = _stage_start_time(run_dir, "evaluate")
     assert started is not None and _calls_stored_since(run_dir, started) > 0
     assert RunDir(run_dir).read_state().status == "running"  # run.json cannot know it was killed ...
@@ -242,8 +283,20 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["judge"]["verdict"] = "score"
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    result = cli("replicate", str(copy), "--seed", "7", "--biases", "authority-bias", "--limit", "3",
-                 "--out", str(tmp_path / "rep"), "--quiet", env={"COLUMNS": "200"})
+    result = cli(
+        "replicate",
+        str(copy),
+        "--seed",
+        "7",
+        "--biases",
+        "authority-bias",
+        "--limit",
+        "3",
+        "--out",
+        str(tmp_path / "rep"),
+        "--quiet",
+        env={"COLUMNS": "200"},
+    )
     data = json.loads((tmp_path / "rep" / "replication.json").read_text())
     [bias] = data["biases"]
     record = bias["record"]
@@ -295,14 +348,24 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
     baseline = judge_pairs(target, pairs, judge_settings, seed=42)
     # held_out 0: every item in the looks, so the round measures the 8 items after the stop alone
     rules = ValidateSettings(
-        control="baseline", n_boot=200, held_out=0.0, sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"}
+        control="baseline",
+        n_boot=200,
+        held_out=0.0,
+        sequential={"looks": [0.5, 1.0], "min_items": 1, "spending": "pocock"},
     )
     setup = ValidationSetup(
-        family=FamilySettings(rules=rules, family_alpha=rules.alpha, seed=42), perturb=PerturbSettings(max_tokens=256),
-        judge=judge_settings, test_data="demo:test",
+        family=FamilySettings(rules=rules, family_alpha=rules.alpha, seed=42),
+        perturb=PerturbSettings(max_tokens=256),
+        judge=judge_settings,
+        test_data="demo:test",
     )
-    bias = Bias(id="d1-expert-citation", name="Expert Citation", definition="The judge favours answers that cite experts.",
-                manifestations=["As leading experts confirm, ..."], origin=BiasOrigin(kind="discovered", iteration=1))
+    bias = Bias(
+        id="d1-expert-citation",
+        name="Expert Citation",
+        definition="The judge favours answers that cite experts.",
+        manifestations=["As leading experts confirm, ..."],
+        origin=BiasOrigin(kind="discovered", iteration=1),
+    )
     records = []
     for _ in range(2):
         teacher = make_engine("hf/smollm2", cache_path=tmp_path / "calls.sqlite")

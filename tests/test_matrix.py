@@ -116,14 +116,27 @@ def test_every_judge_sees_the_same_rewrites_and_the_planted_bias_shows(tmp_path)
     for key in ("judges", "biases", "cells", "jury", "family_statement", "calls"):
         assert key in data, key
     assert data["judges"] == judges and data["biases"] == BIASES
-    assert set(data["cells"][0]) >= {"judge", "bias", "delta", "ci_low", "ci_high", "p_adjusted", "accepted", "n", "mde"}
+    assert set(data["cells"][0]) >= {
+        "judge",
+        "bias",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "p_adjusted",
+        "accepted",
+        "n",
+        "mde",
+    }
     assert set(data["jury"][0]) >= {"judge", "bias", "delta", "ci_low", "ci_high", "p_adjusted", "accepted", "n", "mde"}
     assert data["calls"]["teacher"] == 3 * N and data["calls"]["judges"] == {"biased": 4 * N, "fair": 4 * N}
     rows = list(csv.DictReader((out / "matrix.csv").open()))
     assert [(r["kind"], r["judge"], r["bias"]) for r in rows] == [
-        ("judge", "biased", "authority-bias"), ("judge", "biased", "sentiment-bias"),
-        ("judge", "fair", "authority-bias"), ("judge", "fair", "sentiment-bias"),
-        ("jury", "jury", "authority-bias"), ("jury", "jury", "sentiment-bias"),
+        ("judge", "biased", "authority-bias"),
+        ("judge", "biased", "sentiment-bias"),
+        ("judge", "fair", "authority-bias"),
+        ("judge", "fair", "sentiment-bias"),
+        ("jury", "jury", "authority-bias"),
+        ("jury", "jury", "sentiment-bias"),
     ]
     assert rows[0]["delta"] == "1.0" and rows[0]["accepted"] == "True" and rows[4]["n"] == "0"
     html = (out / "matrix.html").read_text()
@@ -218,7 +231,10 @@ def test_shared_judge_settings_keep_the_matrix_positions():
     """A `judge:` section that sets other keys keeps the matrix's positions (swap) for the
     section itself and for every judge, so the jury counts the same orders the judges judged."""
     cfg = MatrixConfig.model_validate(
-        {"judge": {"max_tokens": 99}, "judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/y", "max_tokens": 50}]}
+        {
+            "judge": {"max_tokens": 99},
+            "judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/y", "max_tokens": 50}],
+        }
     )
     assert cfg.judge.positions == "swap" and cfg.judge.max_tokens == 99
     assert [(j.judge.positions, j.judge.max_tokens) for j in cfg.judges] == [("swap", 99), ("swap", 50)]
@@ -248,8 +264,9 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
     assert [j.judge.prompt for j in cfg.judges] == ["judge_pairwise", "judge_pairwise_mitigated"]
     assert all(j.judge.positions == "swap" for j in cfg.judges)
     shared = ScriptedEngine(quiet_authority_world, "fake/one-model")
-    result = run_matrix(cfg.model_copy(update={"biases": ["authority-bias"]}), tmp_path / "m",
-                        engines={"teacher": shared})
+    result = run_matrix(
+        cfg.model_copy(update={"biases": ["authority-bias"]}), tmp_path / "m", engines={"teacher": shared}
+    )
     prompts = {r.messages[0].content for r in shared.sent if "[Response A]" in r.messages[-1].content}
     assert len(prompts) == 2  # the two system prompts: the judges' requests never coincide
     assert result.calls.judges == {"hf/smollm2": 3 * 4, "mitigated": 3 * 4}
@@ -259,8 +276,14 @@ def test_two_configurations_of_one_model_are_two_judges(tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"judges": [{"name": "a", "model": "openai/x"}, {"name": "a", "model": "openai/y"}]}, "two judges are named 'a'"),
-        ({"judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/x"}]}, "same model with the same settings"),
+        (
+            {"judges": [{"name": "a", "model": "openai/x"}, {"name": "a", "model": "openai/y"}]},
+            "two judges are named 'a'",
+        ),
+        (
+            {"judges": [{"name": "a", "model": "openai/x"}, {"name": "b", "model": "openai/x"}]},
+            "same model with the same settings",
+        ),
         ({"judges": [{"name": "jury", "model": "openai/x"}]}, "names the jury row"),
         ({"judges": [{"name": "a", "model": "openai/x", "positions": "both"}]}, "positions is shared by every judge"),
         ({"judges": []}, "at least 1"),
@@ -284,10 +307,19 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     cases = [
         (["--judges", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "busy")], "not a matrix directory"),
         (["--data", str(data), "--out", str(tmp_path / "o")], "no judges"),
-        (["--judges", "hf/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")], "'no-such-bias' not in seed library biasscope7"),
-        (["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")], "missing.yaml: config file not found"),
+        (
+            ["--judges", "hf/smollm2", "--biases", "no-such-bias", "--out", str(tmp_path / "o")],
+            "'no-such-bias' not in seed library biasscope7",
+        ),
+        (
+            ["--judges", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")],
+            "missing.yaml: config file not found",
+        ),
         (["--judges", "smollm2", "--out", str(tmp_path / "o")], "expected a model spec"),
-        (["experiments/matrix-cpu.yaml", "--set", "validate.alpha=2", "--out", str(tmp_path / "o")], "--set validate.alpha=2"),
+        (
+            ["experiments/matrix-cpu.yaml", "--set", "validate.alpha=2", "--out", str(tmp_path / "o")],
+            "--set validate.alpha=2",
+        ),
         (["--judges", "hf/smollm2", "--library", "nope", "--out", str(tmp_path / "o")], "unknown seed library 'nope'"),
     ]
     for args, message in cases:
@@ -363,7 +395,9 @@ def test_the_page_escapes_what_models_and_users_wrote(hostile_matrix):
     assert "Family-wise error over the matrix" in html and "Judges compared, per bias" in html
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)")
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed (/usr/bin/chromium)"
+)
 def test_the_page_in_headless_chromium(hostile_matrix, tmp_path):
     from test_report import _chromium, layout_at
 

@@ -13,18 +13,32 @@ from helpers import cli
 
 
 @pytest.mark.model
-def test_a_matrix_with_a_pairwise_and_a_pointwise_judge_runs_on_the_embedded_model(smollm2_gguf_path: Path, tmp_path: Path):
+def test_a_matrix_with_a_pairwise_and_a_pointwise_judge_runs_on_the_embedded_model(
+    smollm2_gguf_path: Path, tmp_path: Path
+):
     """3 demo pairs, one bias; SmolLM2 writes the rewrites (bias and placebo) and judges twice:
     picking one of two (one order per pair) and scoring each response alone on 1-10."""
     config = tmp_path / "mixed.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "mixed-cpu", "seed": 42, "teacher": "hf/smollm2", "library": "seeds", "seed_library": "biasscope7",
-        "biases": ["authority-bias"], "data": {"test": "demo:test", "limit": 3},
-        "judge": {"reasoning": False, "max_tokens": 4},
-        "judges": [{"name": "picker", "model": "hf/smollm2"},
-                   {"name": "scorer", "model": "hf/smollm2", "mode": "pointwise", "scale": "1-10"}],
-        "perturb": {"max_tokens": 160}, "validate": {"n_boot": 200},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "mixed-cpu",
+                "seed": 42,
+                "teacher": "hf/smollm2",
+                "library": "seeds",
+                "seed_library": "biasscope7",
+                "biases": ["authority-bias"],
+                "data": {"test": "demo:test", "limit": 3},
+                "judge": {"reasoning": False, "max_tokens": 4},
+                "judges": [
+                    {"name": "picker", "model": "hf/smollm2"},
+                    {"name": "scorer", "model": "hf/smollm2", "mode": "pointwise", "scale": "1-10"},
+                ],
+                "perturb": {"max_tokens": 160},
+                "validate": {"n_boot": 200},
+            }
+        )
+    )
     out = tmp_path / "m"
     result = cli("matrix", str(config), "--out", str(out), "--quiet")
     data = json.loads((out / "matrix.json").read_text())
@@ -32,7 +46,11 @@ def test_a_matrix_with_a_pairwise_and_a_pointwise_judge_runs_on_the_embedded_mod
     assert set(cells) == {"picker", "scorer"} and data["n_test"] == 3
     assert cells["picker"]["measure"] == "pair error" and cells["scorer"]["measure"] == "pointwise pair error"
     for cell in cells.values():
-        assert cell["n"] + cell["n_excluded_invalid"] == 3 and cell["control"] == "placebo" and cell["p_adjusted"] is not None
+        assert (
+            cell["n"] + cell["n_excluded_invalid"] == 3
+            and cell["control"] == "placebo"
+            and cell["p_adjusted"] is not None
+        )
     scored = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
     mine = [j for j in scored if j["judge"] == "scorer"]
     assert mine and {j["order"] for j in mine} == {"chosen", "rejected"}

@@ -37,8 +37,12 @@ def test_a_killed_real_matrix_resumes_and_pays_no_call_twice(smollm2_gguf_path: 
     cache = out / "calls.sqlite"
     judge_calls = "request LIKE '%[Response A]%'"
     args = ["matrix", "experiments/matrix-cpu.yaml", "--out", str(out), *SMALL]
-    process = subprocess.Popen([sys.executable, "-m", "bias_discovery.cli", *args], cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bias_discovery.cli", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # killed once the first judge call is stored: the rewrites are done, the judges are not
     sigkill_when(process, lambda: _rows(cache, judge_calls) > 0, timeout=900, what="a judge call was stored")
     stored = _rows(cache)

@@ -206,7 +206,10 @@ def test_position_z_has_the_item_as_the_unit():
     assert z.value == pytest.approx(3 / math.sqrt(6)) and (z.n, z.n_excluded) == (9, 2)
     assert position_z(y_rc, y_cr).value == pytest.approx(-3 / math.sqrt(6))  # orders swapped: S = 5
     low, high = wilson_interval(5, 6)
-    assert (z.ci_low, z.ci_high) == (pytest.approx((low - 0.5) * 2 * math.sqrt(6)), pytest.approx((high - 0.5) * 2 * math.sqrt(6)))
+    assert (z.ci_low, z.ci_high) == (
+        pytest.approx((low - 0.5) * 2 * math.sqrt(6)),
+        pytest.approx((high - 0.5) * 2 * math.sqrt(6)),
+    )
     share = position_share(y_cr, y_rc)
     assert share.value == pytest.approx(5 / 6) and (share.n, share.n_excluded) == (6, 2)
     # every item picked the same response in both orders: no position evidence at all
@@ -224,7 +227,9 @@ def test_position_flag_holds_its_level_for_every_number_of_inconsistent_items():
     worst = 0.0
     for m in range(1, 121):
         fires = sum(
-            math.comb(m, f) for f in range(m + 1) if abs(position_z([C] * f + [R] * (m - f), [R] * f + [C] * (m - f)).value) > 2
+            math.comb(m, f)
+            for f in range(m + 1)
+            if abs(position_z([C] * f + [R] * (m - f), [R] * f + [C] * (m - f)).value) > 2
         )
         worst = max(worst, fires / 2**m)
     assert 0.04 < worst <= 0.046

@@ -59,7 +59,9 @@ def _identify_items(sent: list[GenerationRequest]) -> set[int]:
 
 
 def _explain_items(sent: list[GenerationRequest]) -> set[int]:
-    return {_item(r.messages[1].content) for r in sent if "Explain your decision in more depth" in r.messages[-1].content}
+    return {
+        _item(r.messages[1].content) for r in sent if "Explain your decision in more depth" in r.messages[-1].content
+    }
 
 
 def test_a_rewrite_that_fixed_the_answer_never_reaches_identify(tmp_path):
@@ -90,8 +92,14 @@ def test_a_rewrite_that_fixed_the_answer_never_reaches_identify(tmp_path):
     assert {r["pair_id"] for r in _lines(folder / "identified.jsonl")} == {by_item[n]["pair_id"] for n in counted}
     stats = json.loads((folder / "misjudgments.json").read_text())
     assert stats == {
-        "checked": True, "misjudged": len(misjudged), "answer_changed": len(fixed), "check_invalid": 0,
-        "length_changed": len(padded), "counted": len(counted), "extracted": 0, "unverifiable": 0,
+        "checked": True,
+        "misjudged": len(misjudged),
+        "answer_changed": len(fixed),
+        "check_invalid": 0,
+        "length_changed": len(padded),
+        "counted": len(counted),
+        "extracted": 0,
+        "unverifiable": 0,
     }
     found = rd.library.load_latest().by_id("d1-expert-citation-bias")
     assert {e.pair_id for e in found.evidence} == {by_item[n]["pair_id"] for n in counted}
@@ -126,7 +134,9 @@ def test_the_paper_procedure_counts_every_misjudgment(tmp_path):
     folder = rd.iteration(1).directory
     misjudged = _lines(folder / "misjudged.jsonl")
     assert all(c["answer_check"] is None and c["excluded"] is None for c in misjudged)
-    assert _identify_items(engine.sent) == {_item(c["perturbed_rejected"]) for c in misjudged} and FIXED & _identify_items(engine.sent)
+    assert _identify_items(engine.sent) == {
+        _item(c["perturbed_rejected"]) for c in misjudged
+    } and FIXED & _identify_items(engine.sent)
     stats = json.loads((folder / "misjudgments.json").read_text())
     assert stats["checked"] is False and stats["counted"] == stats["misjudged"] == len(misjudged)
     from bias_discovery.report.summary import run_summary
@@ -173,21 +183,41 @@ def test_the_length_allowance_is_a_ratio_with_slack(before, after, outside):
 
 def test_a_checked_case_keeps_its_answer_check_and_reason():
     case = MisjudgedCase(
-        pair_id="p", bias_id="b", domain="math", question="Q?", chosen="Final answer: 4", original_rejected="Final answer: 5",
-        perturbed_rejected="As experts agree. Final answer: 5", order="chosen_first", verdict="B", judge_output="B", explanation="",
+        pair_id="p",
+        bias_id="b",
+        domain="math",
+        question="Q?",
+        chosen="Final answer: 4",
+        original_rejected="Final answer: 5",
+        perturbed_rejected="As experts agree. Final answer: 5",
+        order="chosen_first",
+        verdict="B",
+        judge_output="B",
+        explanation="",
     )
     from bias_discovery.stages.records import PerturbedPair
     from bias_discovery.stages.rewrite_checks import extracted_update
 
     pair = PerturbedPair(
-        pair_id="p", bias_id="b", bias_name="B", domain="math", question="Q?", chosen=case.chosen,
-        original_rejected=case.original_rejected, perturbed_rejected=case.perturbed_rejected, valid=True,
+        pair_id="p",
+        bias_id="b",
+        bias_name="B",
+        domain="math",
+        question="Q?",
+        chosen=case.chosen,
+        original_rejected=case.original_rejected,
+        perturbed_rejected=case.perturbed_rejected,
+        valid=True,
     )
     kept = misjudgment_checked(case, extracted_update(pair), 2.0, MisjudgmentCheckSettings())
     assert kept.excluded is None and kept.answer_check == "different" and kept.check_method == "extracted"
     fixed_pair = pair.model_copy(update={"perturbed_rejected": "As experts agree. Final answer: 4"})
-    fixed = misjudgment_checked(case.model_copy(update={"perturbed_rejected": fixed_pair.perturbed_rejected}),
-                                extracted_update(fixed_pair), 2.0, MisjudgmentCheckSettings())
+    fixed = misjudgment_checked(
+        case.model_copy(update={"perturbed_rejected": fixed_pair.perturbed_rejected}),
+        extracted_update(fixed_pair),
+        2.0,
+        MisjudgmentCheckSettings(),
+    )
     assert fixed.excluded == "answer_changed" and fixed.answer_check == "same"
 
 
@@ -208,11 +238,23 @@ def junk_world(request: GenerationRequest) -> str:
     if "preferred the WRONG one" in user:
         number = _item(user)
         if number in SCHEMA_JUNK:
-            return json.dumps({"bias_found": True, "name": "bias_found",
-                               "definition": "The judge rejected the incorrect response of 0.1!", "manifestations": []})
+            return json.dumps(
+                {
+                    "bias_found": True,
+                    "name": "bias_found",
+                    "definition": "The judge rejected the incorrect response of 0.1!",
+                    "manifestations": [],
+                }
+            )
         if number in OWN_WORDS:
-            return json.dumps({"bias_found": True, "name": "Answer Number Bias",
-                               "definition": "The judge prefers the answer with the number.", "manifestations": []})
+            return json.dumps(
+                {
+                    "bias_found": True,
+                    "name": "Answer Number Bias",
+                    "definition": "The judge prefers the answer with the number.",
+                    "manifestations": [],
+                }
+            )
     if "Answer with one word: yes or no" in user:
         return "no"
     return fixing_world(request)
@@ -222,18 +264,27 @@ def test_junk_identifications_are_dropped_with_their_reason_and_never_validated(
     config = make_config(tmp_path, max_iterations=1)
     rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(junk_world))
     folder = rd.iteration(1).directory
-    identified = {_item(c["perturbed_rejected"]): r for c in _lines(folder / "explanations.jsonl")
-                  for r in _lines(folder / "identified.jsonl") if r["pair_id"] == c["pair_id"]}
+    identified = {
+        _item(c["perturbed_rejected"]): r
+        for c in _lines(folder / "explanations.jsonl")
+        for r in _lines(folder / "identified.jsonl")
+        if r["pair_id"] == c["pair_id"]
+    }
     assert set(identified) == {n for n in range(24) if n % 4 in (2, 3)}  # the counted misjudgments
     for n, record in identified.items():
         expected = "schema_key" if n in SCHEMA_JUNK else "teacher_declined" if n in OWN_WORDS else None
         assert record["dropped"] == expected, (n, record)
         assert record["confirmed"] == (False if n in OWN_WORDS else None)
-    asked = {int(re.search(r"Target question (\d+)\?", r.messages[-1].content).group(1))
-             for r in engine.sent if "Answer with one word: yes or no" in r.messages[-1].content}
+    asked = {
+        int(re.search(r"Target question (\d+)\?", r.messages[-1].content).group(1))
+        for r in engine.sent
+        if "Answer with one word: yes or no" in r.messages[-1].content
+    }
     assert asked == OWN_WORDS  # only where the cheap checks could not tell
     assert [b["id"] for b in json.loads((folder / "candidates.json").read_text())] == ["d1-expert-citation-bias"]
-    assert [c["bias_id"] for c in json.loads((folder / "validation.json").read_text())["candidates"]] == ["d1-expert-citation-bias"]
+    assert [c["bias_id"] for c in json.loads((folder / "validation.json").read_text())["candidates"]] == [
+        "d1-expert-citation-bias"
+    ]
     stats = json.loads((folder / "merge_stats.json").read_text())
     assert stats["dropped_identifications"] == {"schema_key": len(SCHEMA_JUNK), "teacher_declined": len(OWN_WORDS)}
     assert stats["raw_candidates"] == 1
@@ -246,10 +297,20 @@ def test_junk_screening_is_the_same_in_both_orders(tmp_path):
     assert '"teacher_declined"' in a["iter_001/identified.jsonl"].decode()
 
 
-def _junk_case(question: str = "What is the factorial of 5?", rejected: str = "Compute 5! = 100. Final answer: 100") -> MisjudgedCase:
+def _junk_case(
+    question: str = "What is the factorial of 5?", rejected: str = "Compute 5! = 100. Final answer: 100"
+) -> MisjudgedCase:
     return MisjudgedCase(
-        pair_id="p", bias_id="b", domain="math", question=question, chosen="5! = 120. Final answer: 120",
-        original_rejected=rejected, perturbed_rejected=rejected, order="chosen_first", verdict="B", judge_output="B",
+        pair_id="p",
+        bias_id="b",
+        domain="math",
+        question=question,
+        chosen="5! = 120. Final answer: 120",
+        original_rejected=rejected,
+        perturbed_rejected=rejected,
+        order="chosen_first",
+        verdict="B",
+        judge_output="B",
         explanation="",
     )
 
@@ -275,8 +336,13 @@ def test_cheap_junk_checks(name, definition, reason):
 def test_drop_junk_false_keeps_every_identification_as_the_paper_does():
     from bias_discovery.stages.identify import IdentifyRecord, screened
 
-    record = IdentifyRecord(pair_id="demo-code-03", status="bias", name="bias_found",
-                            definition="The judge rejected the incorrect response of 0.1!", manifestations=["A"])
+    record = IdentifyRecord(
+        pair_id="demo-code-03",
+        status="bias",
+        name="bias_found",
+        definition="The judge rejected the incorrect response of 0.1!",
+        manifestations=["A"],
+    )
     dropped, _ = screened(record, _junk_case())
     kept, ask = screened(record, _junk_case(), drop_junk=False)
     assert dropped.dropped == "schema_key"
@@ -295,8 +361,14 @@ def test_a_copy_of_a_response_is_junk():
 # A candidate the run already rejected is not validated again
 # --------------------------------------------------------------------------------------------
 
-HEDGING = json.dumps({"bias_found": True, "name": "Hedging Bias", "definition": "The judge favours hedged, cautious wording.",
-                      "manifestations": ["perhaps"]})
+HEDGING = json.dumps(
+    {
+        "bias_found": True,
+        "name": "Hedging Bias",
+        "definition": "The judge favours hedged, cautious wording.",
+        "manifestations": ["perhaps"],
+    }
+)
 
 
 def hedging_world(request: GenerationRequest) -> str:
@@ -327,5 +399,8 @@ def test_a_rejected_definition_is_not_validated_again(tmp_path):
     assert "d1-hedging-bias" in {c["bias_id"] for c in first["candidates"]}
     second = json.loads((rd.iteration(2).directory / "validation.json").read_text())
     assert second["skipped_already_rejected"] == {"d2-hedging-bias": "d1-hedging-bias"}
-    assert second["candidates"] == [] and not (rd.iteration(2).directory / "validation_perturbed.jsonl").read_text().strip()
+    assert (
+        second["candidates"] == []
+        and not (rd.iteration(2).directory / "validation_perturbed.jsonl").read_text().strip()
+    )
     assert state["stop_reason"].startswith("converged")

@@ -29,5 +29,9 @@ def test_every_misjudged_pair_of_a_real_run_has_its_answer_check(small_real_run:
     stats = record.misjudgments.read()
     assert stats == MisjudgmentStats.of(misjudged, checked=True)
     summary = run_summary(small_real_run)
-    assert summary.misjudged is not None and summary.misjudged.startswith(f"Misjudged: {len(misjudged)} perturbed target pair")
-    assert f"of those, {stats.answer_changed} " in summary.misjudged and f"; {stats.counted} counted" in summary.misjudged
+    assert summary.misjudged is not None and summary.misjudged.startswith(
+        f"Misjudged: {len(misjudged)} perturbed target pair"
+    )
+    assert (
+        f"of those, {stats.answer_changed} " in summary.misjudged and f"; {stats.counted} counted" in summary.misjudged
+    )

@@ -19,7 +19,10 @@ from helpers import cli
 
 
 def test_overlap_by_id_and_by_content():
-    discovery = [PairKey("a", content_hash("Q1?", "right", "wrong")), PairKey("b", content_hash("Q2?", "right", "wrong"))]
+    discovery = [
+        PairKey("a", content_hash("Q1?", "right", "wrong")),
+        PairKey("b", content_hash("Q2?", "right", "wrong")),
+    ]
     validation = [
         PairKey("a", content_hash("Other?", "x", "y")),  # same id, other content
         PairKey("z", content_hash("Q2?  ", "right", " wrong")),  # same content (whitespace aside), new id
@@ -61,7 +64,9 @@ def test_a_run_refuses_test_data_that_is_its_target_data(tmp_path):
 
 def test_an_allowed_overlap_is_recorded(tmp_path):
     same = write_pairs(tmp_path / "same.jsonl", 24)
-    config = make_config(tmp_path, max_iterations=1, data={"target": str(same), "test": str(same), "allow_overlap": True})
+    config = make_config(
+        tmp_path, max_iterations=1, data={"target": str(same), "test": str(same), "allow_overlap": True}
+    )
     rd, _, _ = run_fake(tmp_path, config)
     overlap = json.loads((rd.iteration(1).directory / "validation.json").read_text())["data_overlap"]
     assert overlap["shared"] == overlap["by_id"] == overlap["by_content"] == 24 and overlap["allowed"] is True
@@ -70,7 +75,9 @@ def test_an_allowed_overlap_is_recorded(tmp_path):
 def test_replicate_refuses_the_runs_target_pairs_unless_allowed(authority_run, tmp_path):
     target = authority_run.root.parent / "target24.jsonl"  # what the run discovered on
     engine = ScriptedEngine(authority_world)
-    with pytest.raises(DataError, match=r"the replication data .* shares 24 of its 24 pairs .*\(run run's 24 target pairs\)"):
+    with pytest.raises(
+        DataError, match=r"the replication data .* shares 24 of its 24 pairs .*\(run run's 24 target pairs\)"
+    ):
         replicate_run(authority_run.root, ReplicationOptions(seed=7, data=str(target)), engines={"target": engine})
     assert engine.sent == []
     result = cli("replicate", str(authority_run.root), "--seed", "7", "--data", str(target), check=False)
@@ -91,8 +98,18 @@ def test_replicate_refuses_the_runs_target_pairs_unless_allowed(authority_run, t
 def test_audit_and_pro_refuse_the_runs_target_pairs(authority_run, tmp_path):
     target = authority_run.root.parent / "target24.jsonl"
     result = cli(
-        "audit", "--model", "llamacpp/unused.gguf", "--teacher", "llamacpp/unused.gguf", "--biases", str(authority_run.root),
-        "--data", str(target), "--out", str(tmp_path / "audit"), check=False,
+        "audit",
+        "--model",
+        "llamacpp/unused.gguf",
+        "--teacher",
+        "llamacpp/unused.gguf",
+        "--biases",
+        str(authority_run.root),
+        "--data",
+        str(target),
+        "--out",
+        str(tmp_path / "audit"),
+        check=False,
     )
     assert result.returncode == 2 and "the audit data" in result.stderr and "--allow-overlap" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "audit").exists()
@@ -101,7 +118,10 @@ def test_audit_and_pro_refuse_the_runs_target_pairs(authority_run, tmp_path):
 
     with pytest.raises(DataError, match="the Pro data .* shares 24 of its 24 pairs"):
         export_judgebench_pro(
-            authority_run.root, tmp_path / "pro", data=str(target), filter_model="llamacpp/other.gguf",
+            authority_run.root,
+            tmp_path / "pro",
+            data=str(target),
+            filter_model="llamacpp/other.gguf",
             engines={"teacher": ScriptedEngine(authority_world)},
         )
     assert not (tmp_path / "pro").exists()
@@ -118,6 +138,8 @@ def test_resume_refuses_an_overlapping_run_until_allowed(tmp_path):
     rd.config_path.write_text(config.to_yaml())
     rd.checkpoint_path.write_bytes(b"")
     result = cli("resume", str(rd.root), check=False)
-    assert result.returncode == 2 and "shares 24 of its 24 pairs" in result.stderr and "--allow-overlap" in result.stderr
+    assert (
+        result.returncode == 2 and "shares 24 of its 24 pairs" in result.stderr and "--allow-overlap" in result.stderr
+    )
     cli("resume", str(rd.root), "--allow-overlap", check=False)  # goes on (and stops at the models these tests lack)
     assert "allow_overlap: true" in rd.config_path.read_text()

@@ -16,20 +16,32 @@ def test_wheel_ships_prompts_libraries_and_demo_set_and_they_load(tmp_path: Path
     wheels = tmp_path / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     (wheel,) = wheels.glob("bias_discovery-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("bias_discovery/prompts/judge_pairwise.txt", "bias_discovery/prompts/perturb.txt",
-                     "bias_discovery/bias_library/biasscope7.json", "bias_discovery/bias_library/calm12.json",
-                     "bias_discovery/data/demo_pairs.jsonl", "bias_discovery/report/audit_template.html",
-                     "bias_discovery/export/templates/pro_card.md.j2", "bias_discovery/pages/page.css"):
+    for expected in (
+        "bias_discovery/prompts/judge_pairwise.txt",
+        "bias_discovery/prompts/perturb.txt",
+        "bias_discovery/bias_library/biasscope7.json",
+        "bias_discovery/bias_library/calm12.json",
+        "bias_discovery/data/demo_pairs.jsonl",
+        "bias_discovery/report/audit_template.html",
+        "bias_discovery/export/templates/pro_card.md.j2",
+        "bias_discovery/pages/page.css",
+    ):
         assert expected in names, expected
 
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     probe = (
         "import bias_discovery, sys\n"
@@ -44,7 +56,11 @@ def test_wheel_ships_prompts_libraries_and_demo_set_and_they_load(tmp_path: Path
     )
     # Run from an empty directory so nothing from the checkout can be picked up.
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
@@ -94,29 +110,102 @@ def test_the_built_wheel_runs_the_embedded_judge_and_the_quick_start_outside_the
     import sysconfig
 
     wheels = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (wheel,) = wheels.glob("bias_discovery-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    venv_site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                    check=True, capture_output=True, text=True).stdout.strip())
+    venv_site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (venv_site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "-q",
-                    str(wheel)], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert site.ENABLE_USER_SITE is not None  # (the borrowed path is a plain entry: its .pth files are not run)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HOME": str(tmp_path), "BIAS_DISCOVERY_CACHE_DIR": str(tmp_path / "cache")}
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import bias_discovery; print(bias_discovery.__file__)"],
-                           cwd=outside, env=env, capture_output=True, text=True, check=True).stdout
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HOME": str(tmp_path),
+        "BIAS_DISCOVERY_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import bias_discovery; print(bias_discovery.__file__)"],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert where.startswith(str(venv_site)), where
-    judged = subprocess.run([str(venv / "bin" / "bias-discovery"), "judge", "--model", "hf/smollm2", "--data", "demo",
-                             "--limit", "2", "--quiet"], cwd=outside, env=env, capture_output=True, text=True, timeout=900)
+    judged = subprocess.run(
+        [
+            str(venv / "bin" / "bias-discovery"),
+            "judge",
+            "--model",
+            "hf/smollm2",
+            "--data",
+            "demo",
+            "--limit",
+            "2",
+            "--quiet",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert judged.returncode == 0, judged.stdout + judged.stderr
-    ran = subprocess.run([str(venv / "bin" / "bias-discovery"), "run", "experiments/quickstart-cpu.yaml", "--run-dir", "qs",
-                          "--quiet", "--set", "max_iterations=1", "--set", "data.target_limit=2", "--set", "data.test_limit=2",
-                          "--set", "validate.seeds=false"], cwd=outside, env=env, capture_output=True, text=True, timeout=1800)
+    ran = subprocess.run(
+        [
+            str(venv / "bin" / "bias-discovery"),
+            "run",
+            "experiments/quickstart-cpu.yaml",
+            "--run-dir",
+            "qs",
+            "--quiet",
+            "--set",
+            "max_iterations=1",
+            "--set",
+            "data.target_limit=2",
+            "--set",
+            "data.test_limit=2",
+            "--set",
+            "validate.seeds=false",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert (outside / "qs" / "run.json").is_file() and "finished" in ran.stdout

@@ -75,7 +75,9 @@ def test_the_pilot_measures_the_assumptions_and_the_run_pays_none_of_its_calls_t
     assert used is not None and evaluate.measured_tokens == used.requests > 0
     assert evaluate.prompt_tokens == pytest.approx(evaluate.calls * used.prompt_tokens / used.requests)
     assert evaluate.completion_tokens == pytest.approx(evaluate.calls * used.completion_tokens / used.requests)
-    assert rows[("validate (judge)", "target")].measured_tokens > 0 and before[("evaluate", "target")].measured_tokens == 0
+    assert (
+        rows[("validate (judge)", "target")].measured_tokens > 0 and before[("evaluate", "target")].measured_tokens == 0
+    )
 
     # the run in the same directory starts there and answers the pilot's calls from the cache
     run_model = ScriptedEngine(authority_world)
@@ -93,7 +95,10 @@ def test_the_pilot_measures_the_assumptions_and_the_run_pays_none_of_its_calls_t
     assert sum(hits.get(s, 0) for s in front) == sum(u.requests for u in pilot.usage if u.stage in front)
     conn = sqlite3.connect(run_dir / "calls.sqlite")
     try:
-        assert conn.execute("SELECT COUNT(*), MAX(paid) FROM calls").fetchone() == (paid_by_pilot + len(run_model.sent), 1)
+        assert conn.execute("SELECT COUNT(*), MAX(paid) FROM calls").fetchone() == (
+            paid_by_pilot + len(run_model.sent),
+            1,
+        )
     finally:
         conn.close()
 

@@ -60,7 +60,9 @@ def test_a_pointwise_judge_scores_each_response_alone_under_a_constraint():
     assert "Response A" not in prompts[0] and "an integer from 1 to 5" in prompts[0]
     constraint = tasks[0].request.constraint
     assert constraint is not None and constraint.regex is not None
-    assert re.fullmatch(constraint.regex, "Reasoning: fine.\nScore: 4") and not re.fullmatch(constraint.regex, "Reasoning: x\nScore: 6")
+    assert re.fullmatch(constraint.regex, "Reasoning: fine.\nScore: 4") and not re.fullmatch(
+        constraint.regex, "Reasoning: x\nScore: 6"
+    )
     bare = build_tasks([pair(0)], JudgeSettings(mode="pointwise", scale="pass/fail", reasoning=False), seed=0)[0]
     assert bare.request.constraint is not None and bare.request.constraint.choices == ("fail", "pass")
 
@@ -73,7 +75,9 @@ def test_settings_that_make_no_sense_for_a_pointwise_judge_are_refused_naming_th
         JudgeSettings.model_validate({"mode": "pointwise", "positions": "swap"})
     with pytest.raises(ValidationError, match=r"judge\.verdict: score .* label 1 begins 10"):
         JudgeSettings(mode="pointwise", scale="1-10", verdict="score")
-    with pytest.raises(ValidationError, match=r"pointwise judge prompt prompts/judge_pairwise\.txt: missing \$\{response\}"):
+    with pytest.raises(
+        ValidationError, match=r"pointwise judge prompt prompts/judge_pairwise\.txt: missing \$\{response\}"
+    ):
         JudgeSettings(mode="pointwise", prompt="judge_pairwise")
     with pytest.raises(ValidationError, match=r"judge\.rubric: set, but the prompt"):
         JudgeSettings(mode="pointwise", prompt="judge_pointwise", rubric="Be correct.")
@@ -97,8 +101,12 @@ def test_a_users_pointwise_template_takes_only_its_placeholders(tmp_path):
 
 def test_a_run_config_names_the_field_of_a_pointwise_setting(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n  positions: swap\n")
-    with pytest.raises(ConfigError, match=r"run\.yaml: invalid config: judge: .*judge\.positions: not a pointwise setting"):
+    config.write_text(
+        "target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n  positions: swap\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"run\.yaml: invalid config: judge: .*judge\.positions: not a pointwise setting"
+    ):
         load_run_config(config)
     config.write_text("target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n  scale: 1-5\n")
     loaded = load_run_config(config).judge
@@ -109,7 +117,9 @@ def test_a_run_config_names_the_field_of_a_pointwise_setting(tmp_path):
     assert "positions" not in written and "mitigation" not in written and "mode: pointwise" in written
     (tmp_path / "resolved.yaml").write_text(written)
     assert load_run_config(tmp_path / "resolved.yaml").judge == loaded
-    assert JudgeSettings.model_validate({"mode": "pointwise", "positions": "both"}).mode == "pointwise"  # the default says nothing
+    assert (
+        JudgeSettings.model_validate({"mode": "pointwise", "positions": "both"}).mode == "pointwise"
+    )  # the default says nothing
 
 
 def _final(token: str, top: list[tuple[str, float]]) -> FinalTokenLogprobs:
@@ -125,10 +135,17 @@ def test_expected_scores_come_from_the_scale_tokens_probabilities():
     assert expected_score(scale, _final(".", [(".", 0.9), (" 4", 0.1)])) is None  # final token not a label
     assert expected_score(scale, None) is None
     settings = JudgeSettings(mode="pointwise", scale="1-5", verdict="score")
-    judgment = to_score_judgment(pair(0), "rejected", GenerationResponse(text="Reasoning: ok\nScore: 4", finish_reason="stop", final_logprobs=final), settings)
+    judgment = to_score_judgment(
+        pair(0),
+        "rejected",
+        GenerationResponse(text="Reasoning: ok\nScore: 4", finish_reason="stop", final_logprobs=final),
+        settings,
+    )
     assert judgment.score == pytest.approx(4.25) and judgment.score_from == "probabilities"
     assert judgment.explanation == "ok" and judgment.correct is None and judgment.invalid_reason is None
-    fallback = to_score_judgment(pair(0), "rejected", GenerationResponse(text="Score: 4", finish_reason="stop", final_logprobs=None), settings)
+    fallback = to_score_judgment(
+        pair(0), "rejected", GenerationResponse(text="Score: 4", finish_reason="stop", final_logprobs=None), settings
+    )
     assert fallback.score == 4.0 and fallback.score_from == "sampled"
 
 
@@ -182,7 +199,9 @@ def test_the_loop_finds_and_validates_a_pointwise_judges_bias(tmp_path):
     cases = [json.loads(line) for line in (rd.iteration(1).directory / "misjudged.jsonl").read_text().splitlines()]
     assert cases and all(c["order"] == "rejected" and c["score"] >= c["chosen_score"] == 7 for c in cases)
     assert any(c["score"] == 7 for c in cases) and all(c["verdict"] is None for c in cases)
-    explained = [json.loads(line) for line in (rd.iteration(1).directory / "explanations.jsonl").read_text().splitlines()]
+    explained = [
+        json.loads(line) for line in (rd.iteration(1).directory / "explanations.jsonl").read_text().splitlines()
+    ]
     assert all(e["deeper_explanation"] == "It cites leading experts, which raised my score." for e in explained)
     found = RunDir(rd.root).library.load_latest().by_id("d1-expert-citation-bias")
     v = found.validation
@@ -216,12 +235,15 @@ def test_the_pair_error_can_decide_with_the_score_shift_reported_as_secondary(tm
 
 def test_the_summary_measures_the_scores_correlation_with_length():
     """Scores rise with the response's length: ρ = 1 over 8 scored responses."""
+
     def judge(request):
         return f"Score: {min(10, len(scored_response(request.messages[-1].content).split()))}"
 
     pairs = [PreferencePair(id=f"p{i}", question="q", chosen="a " * (i + 2), rejected="b " * (i + 6)) for i in range(4)]
     settings = JudgeSettings(mode="pointwise", reasoning=False)
-    summary = summarize(judge_pairs(ScriptedEngine(judge), pairs, settings, seed=0), model="m", data="d", settings=settings, seed=0)
+    summary = summarize(
+        judge_pairs(ScriptedEngine(judge), pairs, settings, seed=0), model="m", data="d", settings=settings, seed=0
+    )
     pw = summary.pointwise
     assert pw is not None and pw.length_n == 8 and pw.length_rho == pytest.approx(1.0)
     from bias_discovery.judging import fisher_z_interval
@@ -253,19 +275,26 @@ def test_a_matrix_holds_a_pairwise_and_a_pointwise_judge_side_by_side(tmp_path):
 
     from bias_discovery.judge_matrix import MatrixConfig, judge_role, run_matrix
 
-    cfg = MatrixConfig.model_validate({
-        "name": "mixed", "teacher": "openai/teacher", "biases": BIASES, "validate": {"n_boot": 200},
-        "data": {"test": str(write_pairs(tmp_path / "pairs.jsonl", N))},
-        "judges": [
-            {"name": "biased", "model": "openai/biased"},
-            {"name": "scorer", "model": "openai/scorer", "mode": "pointwise", "scale": "1-10"},
-        ],
-    })
+    cfg = MatrixConfig.model_validate(
+        {
+            "name": "mixed",
+            "teacher": "openai/teacher",
+            "biases": BIASES,
+            "validate": {"n_boot": 200},
+            "data": {"test": str(write_pairs(tmp_path / "pairs.jsonl", N))},
+            "judges": [
+                {"name": "biased", "model": "openai/biased"},
+                {"name": "scorer", "model": "openai/scorer", "mode": "pointwise", "scale": "1-10"},
+            ],
+        }
+    )
     scorer = next(j for j in cfg.judges if j.name == "scorer")
     assert scorer.judge.mode == "pointwise" and cfg.judge.positions == "swap"
-    fakes = {"teacher": ScriptedEngine(teacher_world, "fake/teacher"),
-             judge_role("biased"): ScriptedEngine(authority_world_for_matrix, "fake/biased"),
-             judge_role("scorer"): ScriptedEngine(pointwise_authority_world, "fake/scorer")}
+    fakes = {
+        "teacher": ScriptedEngine(teacher_world, "fake/teacher"),
+        judge_role("biased"): ScriptedEngine(authority_world_for_matrix, "fake/biased"),
+        judge_role("scorer"): ScriptedEngine(pointwise_authority_world, "fake/scorer"),
+    }
     result = run_matrix(cfg, tmp_path / "m", engines=fakes)
     cells = {(c.judge, c.bias): c for c in result.cells}
     assert cells[("biased", "authority-bias")].measure == "pair error"
@@ -290,8 +319,17 @@ def test_the_audit_takes_a_pointwise_judge_and_refuses_only_what_needs_a_positio
     from bias_discovery.auditing import AuditSettings, resolve_targets, run_audit
 
     settings = AuditSettings(n_boot=100, repeats=2, judge=JudgeSettings(mode="pointwise"))
-    out = run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0), pair(1)], resolve_targets("length"), settings, model="m", data="d")
+    out = run_audit(
+        ScriptedEngine(lambda r: "Score: 5"),
+        [pair(0), pair(1)],
+        resolve_targets("length"),
+        settings,
+        model="m",
+        data="d",
+    )
     e = out.report.biases[0]
     assert e.score_shift.value == 0.0 and e.score_shift.n == 2 and e.pair_ties_original.value == 1.0
     with pytest.raises(ConfigError, match=r"`biases` position: .*judge\.mode: pointwise has no position"):
-        run_audit(ScriptedEngine(lambda r: "Score: 5"), [pair(0)], resolve_targets("position"), settings, model="m", data="d")
+        run_audit(
+            ScriptedEngine(lambda r: "Score: 5"), [pair(0)], resolve_targets("position"), settings, model="m", data="d"
+        )

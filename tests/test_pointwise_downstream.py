@@ -47,7 +47,11 @@ def test_the_python_api_gives_a_pointwise_biass_scores_typed(pointwise_run):
         # the fake's scores: chosen 7, a rejected response 3-5 (the placebo's neutral rewrite
         # included), +3 or +4 with the experts cited
         assert with_bias.score_chosen == on_control.score_chosen == 7.0
-        assert on_control.score_rejected in (3.0, 4.0, 5.0) and with_bias.score_rejected - on_control.score_rejected in (3.0, 4.0)
+        assert on_control.score_rejected in (
+            3.0,
+            4.0,
+            5.0,
+        ) and with_bias.score_rejected - on_control.score_rejected in (3.0, 4.0)
         assert example.flipped == (with_bias.score_rejected >= 7.0)
     cases = detail.provenance.cases
     assert cases and all(c.order == "rejected" and c.verdict is None for c in cases)
@@ -65,8 +69,10 @@ def test_a_pointwise_biass_page_shows_scores_and_both_measures(pointwise_run):
     assert "verdict none" not in text and "shown chosen" not in text
     assert f"scored the chosen response alone: {example.with_bias.score_chosen:.0f}" in text
     assert f"scored the rejected response alone: {example.with_bias.score_rejected:.0f}" in text
-    assert (f"rejected response scored {example.on_control.score_rejected:.0f} on the placebo, "
-            f"{example.with_bias.score_rejected:.0f} with the bias (chosen 7)") in text
+    assert (
+        f"rejected response scored {example.on_control.score_rejected:.0f} on the placebo, "
+        f"{example.with_bias.score_rejected:.0f} with the bias (chosen 7)"
+    ) in text
     # the deciding measure with its n and CI, its comparisons in the rejected response's score
     v = detail.validation
     assert v is not None
@@ -75,7 +81,10 @@ def test_a_pointwise_biass_page_shows_scores_and_both_measures(pointwise_run):
     assert "placebo error" not in text and "baseline error" not in text
     shift = v.score_shift
     assert shift is not None
-    assert f"score shift of the rejected response vs placebo (pointwise judge, scale 1-10; decides) n {shift.n} {shift.points:+.2f} points" in text
+    assert (
+        f"score shift of the rejected response vs placebo (pointwise judge, scale 1-10; decides) n {shift.n} {shift.points:+.2f} points"
+        in text
+    )
     # the secondary measure, marked as such
     assert "secondary measure vs placebo (pair error derived from the scores; reported, not decisive)" in text
     # the misjudged cases it was identified from: the two scores, not a preference
@@ -95,7 +104,10 @@ def test_the_reports_outcome_says_what_a_pointwise_bias_raises(pointwise_run):
     from bias_discovery.report import render_report
 
     text = page_text(render_report(pointwise_run))
-    assert f"Found: 1 bias that raises the judge's score of the rejected response beyond chance: {BIAS} (Δscore(rejected)" in text
+    assert (
+        f"Found: 1 bias that raises the judge's score of the rejected response beyond chance: {BIAS} (Δscore(rejected)"
+        in text
+    )
     assert "raises the judge's error" not in text
     # the report's forest plot names the measure on its axis
     from bias_discovery.report.render import _forest_label
@@ -127,18 +139,36 @@ def test_replicate_on_the_command_line_against_a_pointwise_stub_judge(tmp_path):
         run_dir = tmp_path / "run"
         ran = cli("run", str(config), "--run-dir", str(run_dir), "--quiet", env=CHILD_ENV, check=False)
         assert ran.returncode == 0, ran.stderr[-2000:]
-        shown = cli("replicate", str(run_dir), "--seed", "7", "--biases", TRAIT["id"], "--quiet",
-                    env={**CHILD_ENV, "COLUMNS": "250"}, check=False)
+        shown = cli(
+            "replicate",
+            str(run_dir),
+            "--seed",
+            "7",
+            "--biases",
+            TRAIT["id"],
+            "--quiet",
+            env={**CHILD_ENV, "COLUMNS": "250"},
+            check=False,
+        )
     assert shown.returncode == 0, shown.stderr[-2000:]
     where = run_dir / "replications" / "seed-7"
     replication = json.loads((where / "replication.json").read_text())
-    assert (replication["judge_mode"], replication["scale"], replication["measure"], replication["secondary_measure"]) == (
-        "pointwise", "1-10", "score", "error"
-    )
+    assert (
+        replication["judge_mode"],
+        replication["scale"],
+        replication["measure"],
+        replication["secondary_measure"],
+    ) == ("pointwise", "1-10", "score", "error")
     [bias] = replication["biases"]
     assert bias["id"] == TRAIT["id"] and bias["reproduced"] and bias["measure"] == "score"
-    print("replicated:", {k: bias[k] for k in ("delta", "ci_low", "ci_high", "n", "original_delta", "score_shift_points")},
-          "truth", truth, "secondary", bias["secondary_delta"])
+    print(
+        "replicated:",
+        {k: bias[k] for k in ("delta", "ci_low", "ci_high", "n", "original_delta", "score_shift_points")},
+        "truth",
+        truth,
+        "secondary",
+        bias["secondary_delta"],
+    )
     assert bias["ci_low"] <= truth <= bias["ci_high"], (bias["delta"], truth)
     assert bias["secondary"]["measure"] == "error" and bias["secondary"]["p_adjusted"] is None
     assert bias["score_shift"]["n"] == bias["secondary"]["n"] and bias["score_shift_points"] > 0

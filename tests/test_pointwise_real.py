@@ -25,8 +25,19 @@ def test_the_pointwise_quick_start_runs_every_stage_and_reports_the_scores(tmp_p
     smaller (8 test pairs): exit 0, the baseline's scores constrained to the scale, every stage's
     files, and the validation's pointwise measures with n and CI."""
     run_dir = tmp_path / "run"
-    result = cli("run", "experiments/quickstart-pointwise.yaml", "--run-dir", str(run_dir), "--quiet",
-                 "--set", "data.test_limit=8", "--set", "data.target_limit=3", "--set", "validate.sequential.min_items=4")
+    result = cli(
+        "run",
+        "experiments/quickstart-pointwise.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "data.test_limit=8",
+        "--set",
+        "data.target_limit=3",
+        "--set",
+        "validate.sequential.min_items=4",
+    )
     assert result.returncode == 0
     summary = json.loads((run_dir / "baseline" / "summary.json").read_text())
     assert summary["mode"] == "pointwise" and summary["positions"] is None and summary["n_pairs"] == 8
@@ -34,7 +45,9 @@ def test_the_pointwise_quick_start_runs_every_stage_and_reports_the_scores(tmp_p
     assert pw["scale"] == "1-10" and pw["n"] + summary["n_invalid_judgments"] >= 8 and pw["length_n"] >= 2 * pw["n"]
     judgments = json.loads((run_dir / "baseline" / "result.json").read_text())["judgments"]
     assert {j["order"] for j in judgments} == {"chosen", "rejected"}
-    assert all(1 <= j["score"] <= 10 and j["score"] == int(j["score"]) for j in judgments if j["invalid_reason"] is None)
+    assert all(
+        1 <= j["score"] <= 10 and j["score"] == int(j["score"]) for j in judgments if j["invalid_reason"] is None
+    )
     assert not (run_dir / "baseline" / "positions.json").exists()  # pointwise judges have no position
     iteration = run_dir / "iter_001"
     for name in ("perturbed.jsonl", "judgments.jsonl", "candidates.json"):
@@ -49,8 +62,26 @@ def _model_spec() -> str:
 
 @pytest.mark.model
 def test_the_embedded_model_scores_with_constrained_scores(tmp_path: Path, smollm2_gguf_path):
-    result = cli("judge", "--model", _model_spec(), "--data", "demo", "--limit", "3", "--mode", "pointwise", "--scale", "1-5",
-                 "--reasoning-chars", "120", "--max-tokens", "96", "--no-cache", "--out", str(tmp_path / "p"))
+    result = cli(
+        "judge",
+        "--model",
+        _model_spec(),
+        "--data",
+        "demo",
+        "--limit",
+        "3",
+        "--mode",
+        "pointwise",
+        "--scale",
+        "1-5",
+        "--reasoning-chars",
+        "120",
+        "--max-tokens",
+        "96",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "p"),
+    )
     judgments, summary = read_outputs(tmp_path / "p")
     assert summary["mode"] == "pointwise" and summary["n_judgments"] == 6
     assert [j["order"] for j in judgments] == ["chosen", "rejected"] * 3
@@ -64,9 +95,29 @@ def test_the_embedded_model_scores_with_constrained_scores(tmp_path: Path, smoll
 def test_expected_scores_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: str):
     """A 1-9 scale with score verdicts: the server constrains the score and returns the score
     token's log-probabilities, so each score is an expected score inside the scale."""
-    cli("judge", "--model", "openai/smollm2", "--base-url", llama_server, "--data", "demo", "--limit", "2",
-        "--mode", "pointwise", "--scale", "1-9", "--verdict", "score", "--no-reasoning", "--max-tokens", "2",
-        "--no-cache", "--out", str(tmp_path / "srv"))
+    cli(
+        "judge",
+        "--model",
+        "openai/smollm2",
+        "--base-url",
+        llama_server,
+        "--data",
+        "demo",
+        "--limit",
+        "2",
+        "--mode",
+        "pointwise",
+        "--scale",
+        "1-9",
+        "--verdict",
+        "score",
+        "--no-reasoning",
+        "--max-tokens",
+        "2",
+        "--no-cache",
+        "--out",
+        str(tmp_path / "srv"),
+    )
     judgments, summary = read_outputs(tmp_path / "srv")
     assert summary["model"] == "openai/smollm2" and len(judgments) == 4
     valid = [j for j in judgments if j["invalid_reason"] is None]

@@ -55,8 +55,10 @@ def test_the_loop_measures_it_once_per_run(tmp_path: Path, positions: str) -> No
 
 
 def test_it_is_off_with_a_mitigation_and_when_switched_off(tmp_path: Path) -> None:
-    for name, overrides in (("mitigated", {"judge": {"mitigation": "swap"}}),
-                            ("off", {"validate": {"n_boot": 200, "position_profile": False}})):
+    for name, overrides in (
+        ("mitigated", {"judge": {"mitigation": "swap"}}),
+        ("off", {"validate": {"n_boot": 200, "position_profile": False}}),
+    ):
         (tmp_path / name).mkdir()
         config = make_config(tmp_path / name, max_iterations=1, **overrides)
         rd, _, _ = run_fake(tmp_path / name, config)

@@ -26,14 +26,18 @@ def chat_posts(log: Path) -> int:
     return log.read_text(errors="replace").count('"POST /v1/chat/completions HTTP/1.1" 200')
 
 
-def test_a_run_finishes_when_a_replica_dies_mid_run_and_pays_no_call_twice(smollm2_gguf_path: Path, tmp_path: Path) -> None:
+def test_a_run_finishes_when_a_replica_dies_mid_run_and_pays_no_call_twice(
+    smollm2_gguf_path: Path, tmp_path: Path
+) -> None:
     import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
         pytest.skip("llama-cpp-python[server] is not installed")
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
-    with llama_cpp_server(smollm2_gguf_path, log_a) as (url_a, server_a), \
-            llama_cpp_server(smollm2_gguf_path, log_b) as (url_b, _):
+    with (
+        llama_cpp_server(smollm2_gguf_path, log_a) as (url_a, server_a),
+        llama_cpp_server(smollm2_gguf_path, log_b) as (url_b, _),
+    ):
         raw = yaml.safe_load((REPO / "experiments/quickstart-cpu.yaml").read_text())
         role = {"provider": "openai", "model": "smollm2", "base_url": [url_a, url_b], "max_retries": 3}
         raw["target"], raw["teacher"] = dict(role), dict(role)

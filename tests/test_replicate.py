@@ -28,12 +28,23 @@ def test_a_planted_bias_reproduces_on_fresh_rewrites(authority_run, tmp_path):
     assert bias["id"] == "d1-expert-citation-bias" and bias["reproduced"] is True
     # the reported effects: each decided on 32 of the 40 items in one look (8 held out; a look needs
     # 20 items), accepted, and measured on the 8 held out, on which every marked item flips too
-    assert bias["delta"] == pytest.approx(1.0) and bias["original_delta"] == pytest.approx(1.0) and bias["control"] == "placebo"
+    assert (
+        bias["delta"] == pytest.approx(1.0)
+        and bias["original_delta"] == pytest.approx(1.0)
+        and bias["control"] == "placebo"
+    )
     assert bias["method"] == bias["original_method"] == held_out_method(8, 1, 1, reserved=8)
-    assert bias["original_ci_low"] == pytest.approx(paired_score_interval(8, 0, 8)[0])  # Tango's score interval on 8 items
+    assert bias["original_ci_low"] == pytest.approx(
+        paired_score_interval(8, 0, 8)[0]
+    )  # Tango's score interval on 8 items
     assert bias["n"] == bias["original_n"] == 8
     assert data["seed"] == 7 and data["run_seed"] == 42 and data["temperature"] == 0.7
-    for name in ("validation_perturbed.jsonl", "validation_judgments.jsonl", "baseline_result.json", "placebo_result.json"):
+    for name in (
+        "validation_perturbed.jsonl",
+        "validation_judgments.jsonl",
+        "baseline_result.json",
+        "placebo_result.json",
+    ):
         assert (where / name).is_file(), name
     # fresh rewrites: the teacher was asked at the new seed and temperature
     rewrites = [r for r in engine.sent if "Trait:" in r.messages[-1].content]
@@ -60,16 +71,25 @@ def test_a_bias_the_judge_does_not_have_does_not_reproduce(authority_run, tmp_pa
     assert first.ci_low <= 0.0 <= first.ci_high and abs(first.delta) < 0.1
     assert first.record.effect.upper_bound is not None and 0.0 < first.record.effect.upper_bound < 0.5
     assert replication.biases[1].original_delta is None  # the run did not validate its seeds
-    assert all(MARKER in p["perturbed_rejected"] for p in map(json.loads, (tmp_path / "rep" / "validation_perturbed.jsonl").read_text().splitlines()))
+    assert all(
+        MARKER in p["perturbed_rejected"]
+        for p in map(json.loads, (tmp_path / "rep" / "validation_perturbed.jsonl").read_text().splitlines())
+    )
 
 
 def test_replicate_refuses_what_it_cannot_do(authority_run, tmp_path):
     with pytest.raises(ReplicationError, match="the run's own seed"):
-        replicate_run(authority_run.root, ReplicationOptions(seed=42, temperature=0.0), engines={"target": ScriptedEngine(authority_world)})
+        replicate_run(
+            authority_run.root,
+            ReplicationOptions(seed=42, temperature=0.0),
+            engines={"target": ScriptedEngine(authority_world)},
+        )
     result = cli("replicate", str(authority_run.root), "--seed", "42", "--temperature", "0", check=False)
     assert result.returncode == 2 and "the run's own seed" in result.stderr and "Traceback" not in result.stderr
     result = cli("replicate", str(authority_run.root), "--biases", "no-such-bias", check=False)
-    assert result.returncode == 2 and "unknown bias 'no-such-bias'" in result.stderr and "authority-bias" in result.stderr
+    assert (
+        result.returncode == 2 and "unknown bias 'no-such-bias'" in result.stderr and "authority-bias" in result.stderr
+    )
     result = cli("replicate", str(tmp_path / "missing"), check=False)
     assert result.returncode == 2 and "no such directory" in result.stderr
 
@@ -92,14 +112,19 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     (the run's `pointwise_measure`), and the pair error is reported beside it as secondary."""
     from fakes import pointwise_authority_world
 
-    config = make_config(tmp_path, judge={"mode": "pointwise", "scale": "1-10"}, max_iterations=1, data=_data(tmp_path, 24, 40))
+    config = make_config(
+        tmp_path, judge={"mode": "pointwise", "scale": "1-10"}, max_iterations=1, data=_data(tmp_path, 24, 40)
+    )
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(pointwise_authority_world))
     engine = ScriptedEngine(pointwise_authority_world)
     replication, where = replicate_run(rd.root, ReplicationOptions(seed=7), engines={"target": engine})
     judged = [r for r in engine.sent if "[Response]" in r.messages[-1].content]
     assert judged and not any("[Response A]" in r.messages[-1].content for r in engine.sent)
     assert (replication.judge_mode, replication.scale, replication.measure, replication.secondary_measure) == (
-        "pointwise", "1-10", "score", "error"
+        "pointwise",
+        "1-10",
+        "score",
+        "error",
     )
     [bias] = replication.biases
     assert bias.id == "d1-expert-citation-bias" and bias.reproduced and bias.measure == "score"
@@ -115,7 +140,11 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     assert bias.secondary_measure == "error" and bias.original_secondary_delta == pytest.approx(other.delta, abs=0.2)
     shift = bias.score_shift
     assert shift is not None and shift.n == decided.n and shift.points == pytest.approx(decided.delta * 9)
-    assert bias.score_shift_points == shift.points and 3.0 <= shift.points <= 4.0 and bias.original_score_shift_points is not None
+    assert (
+        bias.score_shift_points == shift.points
+        and 3.0 <= shift.points <= 4.0
+        and bias.original_score_shift_points is not None
+    )
     written = json.loads((where / "replication.json").read_text())
     assert written["judge_mode"] == "pointwise" and written["biases"][0]["secondary"]["measure"] == "error"
     frame = replication.to_pandas()
@@ -134,8 +163,14 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     from bias_discovery.cli import common
 
     monkeypatch.setattr(common.console, "_width", 250)
-    result = CliRunner().invoke(app, ["replicate", str(rd.root), "--seed", "7", "--overwrite", "--quiet"], env={"COLUMNS": "250"})
+    result = CliRunner().invoke(
+        app, ["replicate", str(rd.root), "--seed", "7", "--overwrite", "--quiet"], env={"COLUMNS": "250"}
+    )
     assert result.exit_code == 0, result.output
     shown = " ".join(result.output.split())
     assert "pointwise judge (scale 1-10)" in shown and "deciding measure Δscore(rejected)" in shown
-    assert "secondary Δerror" in shown and "not decisive" in shown and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (32)" in shown
+    assert (
+        "secondary Δerror" in shown
+        and "not decisive" in shown
+        and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (32)" in shown
+    )

@@ -62,7 +62,13 @@ def _old_validation(delta: float, accepted: bool, n: int = 30) -> dict:
         "accepted": accepted,
         "rule": "mcnemar-holm(alpha=0.05)",
         "per_domain": {
-            d: {"n": 10, "baseline_error": base, "perturbed_error": base + delta * (k + 1) / 2, "delta": delta * (k + 1) / 2, "p_value": 0.05}
+            d: {
+                "n": 10,
+                "baseline_error": base,
+                "perturbed_error": base + delta * (k + 1) / 2,
+                "delta": delta * (k + 1) / 2,
+                "p_value": 0.05,
+            }
             for k, d in enumerate(DOMAINS)
         },
         "test_data": "hostile-test",
@@ -89,16 +95,32 @@ def _record(bias: Bias) -> dict:
     """The bias's validation.json record as files wrote it before the shared comparison type."""
     v = bias.validation.vs_baseline
     comparison = {
-        "n": v.n, "n_excluded_invalid": v.n_excluded_invalid, "baseline_error": v.control_error,
-        "perturbed_error": v.arm_error, "delta": v.delta, "ci_low": v.ci_low, "ci_high": v.ci_high,
-        "confidence": 0.95, "b_discordant_hurt": 5, "c_discordant_helped": 1, "p_value": v.p_value,
-        "p_adjusted": v.p_adjusted, "accepted": bias.validation.accepted, "rule": bias.validation.rule,
+        "n": v.n,
+        "n_excluded_invalid": v.n_excluded_invalid,
+        "baseline_error": v.control_error,
+        "perturbed_error": v.arm_error,
+        "delta": v.delta,
+        "ci_low": v.ci_low,
+        "ci_high": v.ci_high,
+        "confidence": 0.95,
+        "b_discordant_hurt": 5,
+        "c_discordant_helped": 1,
+        "p_value": v.p_value,
+        "p_adjusted": v.p_adjusted,
+        "accepted": bias.validation.accepted,
+        "rule": bias.validation.rule,
     }
     per_domain = {
         d: {**comparison, "n": dv.n, "delta": dv.delta, "ci_low": dv.delta - 0.2, "ci_high": dv.delta + 0.2}
         for d, dv in bias.validation.per_domain.items()
     }
-    return {"bias_id": bias.id, "name": bias.name, "n_perturb_invalid": 0, "comparison": comparison, "per_domain": per_domain}
+    return {
+        "bias_id": bias.id,
+        "name": bias.name,
+        "n_perturb_invalid": 0,
+        "comparison": comparison,
+        "per_domain": per_domain,
+    }
 
 
 HOSTILE_ITEMS = ("p-01", "p-02", "p-03", "p-04")
@@ -110,21 +132,50 @@ def _hostile_validation_records(rd: RunDir, bias: Bias) -> None:
     rewrites, judgments, baseline, outcomes = [], [], [], []
     for k, pair_id in enumerate(HOSTILE_ITEMS):
         flips = k < 2
-        rewrites.append(PerturbedPair(
-            pair_id=pair_id, bias_id=bias.id, bias_name=bias.name, domain=DOMAINS[k % 3], question=f"Q{k} {HOSTILE}",
-            chosen=f"42 {TEXTAREA}", original_rejected=f"The answer is 41. {PWN_IMG}",
-            perturbed_rejected=f"Experts agree: the answer is 41. {PWN_IMG} {SCRIPT}", valid=True, answer_check="different",
-            original_check="different", check_method="model",
-        ))
-        judgments.append(Judgment(
-            pair_id=pair_id, domain=DOMAINS[k % 3], order="chosen_first", verdict="B" if flips else "A",
-            picked="rejected" if flips else "chosen", correct=not flips, explanation=f"B cites experts {HOSTILE}",
-            raw_output="x", prompt_tokens=1, completion_tokens=1,
-        ))
-        baseline.append(Judgment(
-            pair_id=pair_id, domain=DOMAINS[k % 3], order="chosen_first", verdict="A", picked="chosen", correct=True,
-            explanation=f"A is right {PWN_SCRIPT}", raw_output="x", prompt_tokens=1, completion_tokens=1,
-        ))
+        rewrites.append(
+            PerturbedPair(
+                pair_id=pair_id,
+                bias_id=bias.id,
+                bias_name=bias.name,
+                domain=DOMAINS[k % 3],
+                question=f"Q{k} {HOSTILE}",
+                chosen=f"42 {TEXTAREA}",
+                original_rejected=f"The answer is 41. {PWN_IMG}",
+                perturbed_rejected=f"Experts agree: the answer is 41. {PWN_IMG} {SCRIPT}",
+                valid=True,
+                answer_check="different",
+                original_check="different",
+                check_method="model",
+            )
+        )
+        judgments.append(
+            Judgment(
+                pair_id=pair_id,
+                domain=DOMAINS[k % 3],
+                order="chosen_first",
+                verdict="B" if flips else "A",
+                picked="rejected" if flips else "chosen",
+                correct=not flips,
+                explanation=f"B cites experts {HOSTILE}",
+                raw_output="x",
+                prompt_tokens=1,
+                completion_tokens=1,
+            )
+        )
+        baseline.append(
+            Judgment(
+                pair_id=pair_id,
+                domain=DOMAINS[k % 3],
+                order="chosen_first",
+                verdict="A",
+                picked="chosen",
+                correct=True,
+                explanation=f"A is right {PWN_SCRIPT}",
+                raw_output="x",
+                prompt_tokens=1,
+                completion_tokens=1,
+            )
+        )
         outcomes.append(PairOutcome(pair_id=pair_id, domain=DOMAINS[k % 3], correct=True, orders=["chosen_first"]))
     rd.iteration(1).validation_perturbed.write(rewrites)
     rd.iteration(1).validation_judgments.write(judgments)
@@ -147,20 +198,51 @@ def build_hostile_run(root: Path) -> Path:
     rd.checkpoint_path.write_bytes(b"")
     now = time.time()
     rd.write_state(
-        RunState(name="hostile-run", status="finished", iteration=2, stage="finished",
-                 stop_reason="converged: no candidate was accepted", library_size=4, accepted_total=2,
-                 started_at=now - 3725, updated_at=now)
+        RunState(
+            name="hostile-run",
+            status="finished",
+            iteration=2,
+            stage="finished",
+            stop_reason="converged: no candidate was accepted",
+            library_size=4,
+            accepted_total=2,
+            started_at=now - 3725,
+            updated_at=now,
+        )
     )
     for it in (1, 2):
         for stage, role, calls in (("perturb", "teacher", 8), ("evaluate", "target", 8), ("validate", "target", 60)):
             rd.event("stage_start", iteration=it, stage=stage, total=calls)
-            rd.event("stage_end", iteration=it, stage=stage, total=calls, seconds=1.0,
-                     usage={role: {"requests": calls, "cached": 1, "prompt_tokens": 1000 * calls, "completion_tokens": 50 * calls}})
+            rd.event(
+                "stage_end",
+                iteration=it,
+                stage=stage,
+                total=calls,
+                seconds=1.0,
+                usage={
+                    role: {
+                        "requests": calls,
+                        "cached": 1,
+                        "prompt_tokens": 1000 * calls,
+                        "completion_tokens": 50 * calls,
+                    }
+                },
+            )
     rd.event("finished", iteration=2, stop_reason="converged: no candidate was accepted", library_size=4)
 
     seeds = [
-        Bias(id="length-bias", name="Length Bias", definition="Longer is better.", origin=BiasOrigin(kind="seed", seed_library="biasscope7")),
-        Bias(id="authority-bias", name="Authority Bias", definition="Experts are right.", origin=BiasOrigin(kind="seed", seed_library="biasscope7")),
+        Bias(
+            id="length-bias",
+            name="Length Bias",
+            definition="Longer is better.",
+            origin=BiasOrigin(kind="seed", seed_library="biasscope7"),
+        ),
+        Bias(
+            id="authority-bias",
+            name="Authority Bias",
+            definition="Experts are right.",
+            origin=BiasOrigin(kind="seed", seed_library="biasscope7"),
+        ),
     ]
     found1 = Bias(
         id="d1-expert-citation-bias",
@@ -168,7 +250,11 @@ def build_hostile_run(root: Path) -> Path:
         definition=f"The judge trusts cited experts. {HOSTILE}",
         manifestations=[f"Cites a professor {TEXTAREA}"],
         origin=BiasOrigin(kind="discovered", iteration=1, target_model="hf/smollm2"),
-        evidence=[_evidence("pair-01", "authority-bias"), _evidence("pair-02", "authority-bias"), _evidence("pair-03", "length-bias")],
+        evidence=[
+            _evidence("pair-01", "authority-bias"),
+            _evidence("pair-02", "authority-bias"),
+            _evidence("pair-03", "length-bias"),
+        ],
         validation=_validation(0.2, True),
         merged_from=[f"d1-raw {TEMPLATE}", "authority-bias"],
     )
@@ -199,38 +285,105 @@ def build_hostile_run(root: Path) -> Path:
     for it, validated in ((1, [found1, rejected1]), (2, [found2])):
         d = rd.iteration(it).directory
         d.mkdir()
-        (d / "validation.json").write_text(json.dumps({
-            "iteration": it, "when": "early", "acceptance": "paired", "alpha": 0.05, "correction": "holm",
-            "n_test": 31, "baseline_error": 0.3, "skipped_over_max_candidates": ["d1-skipped"] if it == 1 else [],
-            "accepted": [b.id for b in validated if b.validation.accepted],
-            "candidates": [_record(b) for b in validated],
-            "validated": [b.model_dump(mode="json") for b in validated],
-        }))
-        (d / "merge_stats.json").write_text(json.dumps({"raw_candidates": 3, "merged_into_library": {"d1-dup": "authority-bias"}, "candidates": len(validated), "teacher_calls": 2, "all_pairs_calls": 15}))
+        (d / "validation.json").write_text(
+            json.dumps(
+                {
+                    "iteration": it,
+                    "when": "early",
+                    "acceptance": "paired",
+                    "alpha": 0.05,
+                    "correction": "holm",
+                    "n_test": 31,
+                    "baseline_error": 0.3,
+                    "skipped_over_max_candidates": ["d1-skipped"] if it == 1 else [],
+                    "accepted": [b.id for b in validated if b.validation.accepted],
+                    "candidates": [_record(b) for b in validated],
+                    "validated": [b.model_dump(mode="json") for b in validated],
+                }
+            )
+        )
+        (d / "merge_stats.json").write_text(
+            json.dumps(
+                {
+                    "raw_candidates": 3,
+                    "merged_into_library": {"d1-dup": "authority-bias"},
+                    "candidates": len(validated),
+                    "teacher_calls": 2,
+                    "all_pairs_calls": 15,
+                }
+            )
+        )
         cases = [
-            {"pair_id": e.pair_id, "bias_id": e.bias_injected, "domain": "math", "question": f"What is 6*7? {HOSTILE}",
-             "chosen": f"42 {TEXTAREA}", "original_rejected": e.original_rejected, "perturbed_rejected": e.perturbed_response,
-             "order": "rejected_first", "verdict": "A", "judge_output": "x", "explanation": "x", "deeper_explanation": None}
-            for b in validated for e in b.evidence
+            {
+                "pair_id": e.pair_id,
+                "bias_id": e.bias_injected,
+                "domain": "math",
+                "question": f"What is 6*7? {HOSTILE}",
+                "chosen": f"42 {TEXTAREA}",
+                "original_rejected": e.original_rejected,
+                "perturbed_rejected": e.perturbed_response,
+                "order": "rejected_first",
+                "verdict": "A",
+                "judge_output": "x",
+                "explanation": "x",
+                "deeper_explanation": None,
+            }
+            for b in validated
+            for e in b.evidence
         ]
         (d / "misjudged.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
         (d / "explanations.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
     _hostile_validation_records(rd, found1)
     rd.iteration(1).identified.write(
-        [IdentifyRecord(pair_id=e.pair_id, status="bias", name=f"Expert Citation {SCRIPT}", definition=f"Trusts experts {HOSTILE}",
-                        manifestations=[PWN_IMG]) for e in found1.evidence]
+        [
+            IdentifyRecord(
+                pair_id=e.pair_id,
+                status="bias",
+                name=f"Expert Citation {SCRIPT}",
+                definition=f"Trusts experts {HOSTILE}",
+                manifestations=[PWN_IMG],
+            )
+            for e in found1.evidence
+        ]
     )
     rd.iteration(1).merges.write(
-        [MergeDecision(candidate_id="d1-raw", other_id="d1-expert-citation-bias", other_kind="candidate", similarity=0.91, decision="same")]
+        [
+            MergeDecision(
+                candidate_id="d1-raw",
+                other_id="d1-expert-citation-bias",
+                other_kind="candidate",
+                similarity=0.91,
+                decision="same",
+            )
+        ]
     )
-    rd.reviews.artifact.write([
-        Review(bias_id="d1-expert-citation-bias", bias_name=found1.name, decision="confirmed", note=f"looks right {HOSTILE}",
-               reviewer=f"rev {PWN_SCRIPT}", reviewed_at="2026-01-02T03:04:05+00:00", library_iteration=2),
-    ])
-    (rd.baseline.directory / "summary.json").write_text(json.dumps({
-        "model": "hf/smollm2", "n_pairs": 30, "error_rate": 0.3, "error_ci_low": 0.17, "error_ci_high": 0.48,
-        "per_domain": {d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS},
-    }))
+    rd.reviews.artifact.write(
+        [
+            Review(
+                bias_id="d1-expert-citation-bias",
+                bias_name=found1.name,
+                decision="confirmed",
+                note=f"looks right {HOSTILE}",
+                reviewer=f"rev {PWN_SCRIPT}",
+                reviewed_at="2026-01-02T03:04:05+00:00",
+                library_iteration=2,
+            ),
+        ]
+    )
+    (rd.baseline.directory / "summary.json").write_text(
+        json.dumps(
+            {
+                "model": "hf/smollm2",
+                "n_pairs": 30,
+                "error_rate": 0.3,
+                "error_ci_low": 0.17,
+                "error_ci_high": 0.48,
+                "per_domain": {
+                    d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS
+                },
+            }
+        )
+    )
     return root
 
 
@@ -271,7 +424,15 @@ def test_hostile_text_is_escaped(hostile_run: Path):
 
 def test_report_sections_and_content(hostile_run: Path):
     html = render_report(hostile_run)
-    for anchor in ('id="run"', 'id="library"', 'id="plots"', 'id="discovered"', 'id="rejected"', 'id="seeds"', 'id="config"'):
+    for anchor in (
+        'id="run"',
+        'id="library"',
+        'id="plots"',
+        'id="discovered"',
+        'id="rejected"',
+        'id="seeds"',
+        'id="config"',
+    ):
         assert anchor in html
     # header: models, data, settings, stop reason, calls and tokens
     assert "hf/smollm2" in html and "openai/teacher-x" in html
@@ -347,7 +508,9 @@ def test_the_api_report_writes_the_page_its_directory_calls_for(hostile_run: Pat
 def test_report_of_a_run_in_progress(hostile_run: Path):
     rd = RunDir(hostile_run)
     state = rd.read_state()
-    rd.write_state(state.model_copy(update={"status": "running", "stage": "perturb", "iteration": 3, "stop_reason": None}))
+    rd.write_state(
+        state.model_copy(update={"status": "running", "stage": "perturb", "iteration": 3, "stop_reason": None})
+    )
     rd.event("stage_start", iteration=3, stage="perturb", total=8)
     rd.event("progress", iteration=3, stage="perturb", done=5, total=8)
     with rd.lock.hold(rd.root, "resume"):  # this process drives the run
@@ -369,9 +532,17 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 def _chromium(*args: str, user_data: Path) -> subprocess.CompletedProcess:
     command = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={user_data}", *args,
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={user_data}",
+        *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -446,15 +617,24 @@ def layout_at(report: Path, width: int, tmp_path: Path) -> tuple[dict, Path]:
     scroll width and the tables that stick out of their card (measured by a script added to a
     copy of the page, whose policy forbids scripts), and a screenshot."""
     page = report.read_text(encoding="utf-8")
-    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", _MEASURE + "</body>")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace(
+        "</body>", _MEASURE + "</body>"
+    )
     probe = tmp_path / f"measure-{report.name}"
     probe.write_text(page, encoding="utf-8")
-    dom = _chromium(f"--window-size={width},1600", "--dump-dom", probe.resolve().as_uri(), user_data=tmp_path / "profile-layout")
+    dom = _chromium(
+        f"--window-size={width},1600", "--dump-dom", probe.resolve().as_uri(), user_data=tmp_path / "profile-layout"
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     found = re.search(r'data-layout="([^"]*)"', dom.stdout)
     assert found, dom.stdout[-2000:]
     shot = tmp_path / f"{report.stem}-{width}.png"
-    result = _chromium(f"--screenshot={shot}", f"--window-size={width},1600", report.resolve().as_uri(), user_data=tmp_path / "profile-layout-shot")
+    result = _chromium(
+        f"--screenshot={shot}",
+        f"--window-size={width},1600",
+        report.resolve().as_uri(),
+        user_data=tmp_path / "profile-layout-shot",
+    )
     assert result.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", result.stderr[-2000:]
     return json.loads(found.group(1).replace("&quot;", '"')), shot
 
@@ -536,7 +716,10 @@ def test_view_command_serves_and_stops_on_ctrl_c(hostile_run: Path):
 
     process = subprocess.Popen(
         [sys.executable, "-m", "bias_discovery.cli", "view", str(hostile_run), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
         # as in a terminal: a suite started in the background (`cmd &`) inherits SIGINT ignored,
         # and Python then installs no Ctrl-C handler in the child
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -596,6 +779,7 @@ def test_report_from_a_real_run(small_real_run: Path, tmp_path: Path):
     # preference measured on the test pairs (with its n and CI), what could not be detected at
     # this n, what a real run needs; and the rewrites' quality
     from bias_discovery.report.summary import run_summary
+
     summary = run_summary(small_real_run)
     outcome = html.index('id="outcome"')
     assert outcome < html.index("<h2>Run</h2>")

@@ -32,11 +32,17 @@ def dead_pid() -> int:
     return process.pid
 
 
-def write_lock(rd: RunDir, *, pid: int, host: str | None = None, age: float = 0.0, process_start: str | None = None) -> None:
+def write_lock(
+    rd: RunDir, *, pid: int, host: str | None = None, age: float = 0.0, process_start: str | None = None
+) -> None:
     now = time.time()
     holder = LockHolder(
-        pid=pid, host=host or socket.gethostname(), process_start=process_start, command="run",
-        started_at=now - age - 5, heartbeat_at=now - age,
+        pid=pid,
+        host=host or socket.gethostname(),
+        process_start=process_start,
+        command="run",
+        started_at=now - age - 5,
+        heartbeat_at=now - age,
     )
     rd.lock_path.write_text(holder.model_dump_json())
 
@@ -89,7 +95,10 @@ def test_a_run_whose_process_died_is_stopped_and_resumes(tmp_path: Path):
     write_lock(rd, pid=dead_pid())
 
     text, data = status(rd)
-    assert "stopped at stage evaluate of iteration 1 (" in text and " ago), resume with: bias-discovery resume " + str(rd.root) in text
+    assert (
+        "stopped at stage evaluate of iteration 1 (" in text
+        and " ago), resume with: bias-discovery resume " + str(rd.root) in text
+    )
     assert "running" not in text.split(";")[0]
     assert data["status"] == "stopped" and "is not running" in data["liveness"]["reason"]
     # the stale lock does not block a resume, which takes it over and releases it

@@ -14,7 +14,10 @@ def test_iteration_artifacts_round_trip_and_layout(tmp_path):
     assert run.iterations() == []
     record = run.iteration(3)
     assert record.directory == tmp_path / "iter_003"
-    rows = [IdentifyRecord(pair_id="p1", status="none"), IdentifyRecord(pair_id="p2", status="bias", name="X", definition="Y")]
+    rows = [
+        IdentifyRecord(pair_id="p1", status="none"),
+        IdentifyRecord(pair_id="p2", status="bias", name="X", definition="Y"),
+    ]
     record.identified.write(rows)
     assert record.identified.read() == rows and record.identified.count() == 2
     stats = MergeStats(raw_candidates=2, candidates=1, teacher_calls=1, all_pairs_calls=6)
@@ -66,7 +69,8 @@ def test_the_layout_lists_every_file_a_run_writes(authority_run):
     assert all(f.what for f in files), [f.path for f in files if not f.what]
     patterns = [f.path.replace("NNN", "[0-9][0-9][0-9]") for f in files]
     written = sorted(
-        p.relative_to(authority_run.root).as_posix() for p in authority_run.root.rglob("*")
+        p.relative_to(authority_run.root).as_posix()
+        for p in authority_run.root.rglob("*")
         if p.is_file() and not re.search(r"\.sqlite-(wal|shm)$", p.name)
     )
     assert "iter_001/validation.json" in written and "placebo/effect.json" in written

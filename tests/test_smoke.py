@@ -26,8 +26,15 @@ CRASHING_XGRAMMAR = REPO / "tests" / "fake_hf_crash"
 """An xgrammar whose first grammar dies by a real SIGSEGV (tests/fake_hf_crash)."""
 LLAMACPP_ROLES = ["--set", "target=llamacpp/smollm2", "--set", "teacher=llamacpp/smollm2"]
 
-PORTABLE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
-            "-DGGML_BMI2=ON", "-DLLAVA_BUILD=OFF"]
+PORTABLE = [
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DLLAVA_BUILD=OFF",
+]
 
 
 def crashing_env(fake: Path = CRASHING_LLAMA) -> dict[str, str]:
@@ -36,8 +43,14 @@ def crashing_env(fake: Path = CRASHING_LLAMA) -> dict[str, str]:
 
 def test_the_smoke_check_names_a_planted_segfault_with_the_engine_and_the_remedy() -> None:
     env = {**os.environ, **crashing_env()}
-    result = subprocess.run([sys.executable, "-m", "bias_discovery.llm.smoke", "--engine", "llamacpp", "--json"],
-                            capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "bias_discovery.llm.smoke", "--engine", "llamacpp", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     assert result.returncode == 1, result.stderr
     llama = json.loads(result.stdout.splitlines()[0])
     assert llama["ok"] is False and llama["failure"] == "signal" and llama["signal"] == "SIGSEGV"
@@ -58,15 +71,29 @@ def test_a_crash_of_the_default_transformers_engine_is_named_with_its_remedy() -
     """The embedded default dies by a signal in its grammar library (a planted bad wheel): setup's
     smoke check names the engine, the signal and the way out, and `check` exits 1."""
     env = {**os.environ, **crashing_env(CRASHING_XGRAMMAR)}
-    result = subprocess.run([sys.executable, "-m", "bias_discovery.llm.smoke", "--json"], capture_output=True,
-                            text=True, env=env, cwd=REPO, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "bias_discovery.llm.smoke", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     assert result.returncode == 1, result.stderr
     engine = json.loads(result.stdout.splitlines()[0])
     assert engine["engine"] == "transformers (hf/smollm2)"
     assert engine["ok"] is False and engine["failure"] == "signal" and engine["signal"] == "SIGSEGV"
     assert "setup.sh --llamacpp" in engine["remedy"] and "target=llamacpp/smollm2" in engine["remedy"]
-    checked = cli("check", "experiments/quickstart-cpu.yaml", "--set", "data.target_limit=2",
-                  "--set", "data.test_limit=2", env=crashing_env(CRASHING_XGRAMMAR), check=False)
+    checked = cli(
+        "check",
+        "experiments/quickstart-cpu.yaml",
+        "--set",
+        "data.target_limit=2",
+        "--set",
+        "data.test_limit=2",
+        env=crashing_env(CRASHING_XGRAMMAR),
+        check=False,
+    )
     assert checked.returncode == 1, checked.stdout + checked.stderr
     out = " ".join(checked.stdout.split())
     assert "FAIL engine (child process): transformers (hf/smollm2): killed by SIGSEGV" in out
@@ -74,8 +101,17 @@ def test_a_crash_of_the_default_transformers_engine_is_named_with_its_remedy() -
 
 
 def test_check_of_a_config_with_a_crashing_llamacpp_role_fails_without_crashing_itself() -> None:
-    result = cli("check", "experiments/quickstart-cpu.yaml", "--set", "data.target_limit=2",
-                 "--set", "data.test_limit=2", *LLAMACPP_ROLES, env=crashing_env(), check=False)
+    result = cli(
+        "check",
+        "experiments/quickstart-cpu.yaml",
+        "--set",
+        "data.target_limit=2",
+        "--set",
+        "data.test_limit=2",
+        *LLAMACPP_ROLES,
+        env=crashing_env(),
+        check=False,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())  # rich wraps long findings
     assert "FAIL engine (child process): llama.cpp (llamacpp/smollm2): killed by SIGSEGV" in out
@@ -85,9 +121,20 @@ def test_check_of_a_config_with_a_crashing_llamacpp_role_fails_without_crashing_
 
 def test_a_run_whose_engine_segfaults_is_not_left_running(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = cli("run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet",
-                 "--set", "data.target_limit=2", "--set", "data.test_limit=2", *LLAMACPP_ROLES,
-                 env=crashing_env(), check=False)
+    result = cli(
+        "run",
+        "experiments/quickstart-cpu.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "data.target_limit=2",
+        "--set",
+        "data.test_limit=2",
+        *LLAMACPP_ROLES,
+        env=crashing_env(),
+        check=False,
+    )
     assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stderr[-2000:])
     state = json.loads((run_dir / "run.json").read_text())
     assert state["status"] == "running"  # what the dead process last wrote ...
@@ -100,8 +147,10 @@ def test_a_run_whose_engine_segfaults_is_not_left_running(tmp_path: Path) -> Non
 
 
 def test_a_build_with_features_the_flags_did_not_ask_for_is_caught() -> None:
-    native_elsewhere = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
-                        "AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |")
+    native_elsewhere = (
+        "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+        "AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |"
+    )
     portable = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 |"
     message = feature_mismatch(PORTABLE, native_elsewhere)
     assert message is not None and "AMX_INT8, AVX512, AVX512_VNNI" in message and "not the build setup made" in message

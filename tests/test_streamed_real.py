@@ -86,7 +86,9 @@ def test_the_streamed_front_half_equals_the_staged_stages_on_smollm2(two_smollm2
     timed = Timed(target), Timed(teacher)
     steps = {name: quiet for name in ("perturb", "evaluate", "deeper_explain", "identify")}
     engines = FrontHalfEngines(perturb=timed[1], evaluate=timed[0], explain=timed[0], identify=timed[1])  # type: ignore[arg-type]
-    out = stream_front_half(engines, items, perturb=PERTURB, judge=JUDGE, explain=EXPLAIN, identify=IDENTIFY, seed=SEED, steps=steps)
+    out = stream_front_half(
+        engines, items, perturb=PERTURB, judge=JUDGE, explain=EXPLAIN, identify=IDENTIFY, seed=SEED, steps=steps
+    )
 
     assert [p.model_dump_json() for p in out.perturbed] == [p.model_dump_json() for p in rewrites]
     assert out.result.model_dump_json() == result.model_dump_json()
@@ -107,12 +109,20 @@ def test_a_streamed_validation_look_equals_the_staged_one_on_smollm2(two_smollm2
     models = ValidationModels(teacher=teacher, target=target, checker=target)
     bar = lambda name, total: quiet(total)  # noqa: E731
     run = functools.partial(
-        rewrite_check_judge, models, items, perturb_settings=PERTURB, judge_settings=JUDGE, seed=SEED, bar=bar,
+        rewrite_check_judge,
+        models,
+        items,
+        perturb_settings=PERTURB,
+        judge_settings=JUDGE,
+        seed=SEED,
+        bar=bar,
         labels=("perturb", "check", "judge"),
     )
     staged, streamed = run(pipeline="staged"), run(pipeline="streamed")
     records, judgments, outcomes = staged
     assert [r.model_dump_json() for r in streamed[0]] == [r.model_dump_json() for r in records]
     assert [j.model_dump_json() for j in streamed[1]] == [j.model_dump_json() for j in judgments]
-    assert [o.model_dump_json() if o else None for o in streamed[2]] == [o.model_dump_json() if o else None for o in outcomes]
+    assert [o.model_dump_json() if o else None for o in streamed[2]] == [
+        o.model_dump_json() if o else None for o in outcomes
+    ]
     assert any(r.check_method is not None for r in records) and judgments  # the answers were checked, then judged

@@ -74,8 +74,9 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
     error > baseline error) accepts the candidate."""
     results = {}
     for rule in ("paired", "paper"):
-        config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40),
-                             validate={"n_boot": 200, "acceptance": rule})
+        config = make_config(
+            tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40), validate={"n_boot": 200, "acceptance": rule}
+        )
         rd, state, _ = run_fake(tmp_path, config, name=f"run-{rule}", engine=ScriptedEngine(rewrite_world))
         results[rule] = report = _validation(rd)
         record = report["candidates"][0]
@@ -86,7 +87,8 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
         # the looks, the power and the report speak of the comparison that decided
         decided = record["vs_" + record["decisive"]]
         assert [record["looks"][-1][k] for k in ("b_discordant_hurt", "c_discordant_helped")] == [
-            decided["b_discordant_hurt"], decided["c_discordant_helped"]
+            decided["b_discordant_hurt"],
+            decided["c_discordant_helped"],
         ]
     assert results["paired"]["accepted"] == []
     assert results["paper"]["accepted"] == [results["paper"]["candidates"][0]["bias_id"]]
@@ -105,8 +107,13 @@ def test_planted_null_judge_accepts_at_most_alpha(tmp_path):
     tested = accepted = paper_tested = paper_accepted = 0
     for seed in range(30):
         rule = "paper" if seed < 6 else "paired"
-        config = make_config(tmp_path, seed=seed, max_iterations=1, data=_data(tmp_path, 12, 40),
-                             validate={"n_boot": 100, "acceptance": rule})
+        config = make_config(
+            tmp_path,
+            seed=seed,
+            max_iterations=1,
+            data=_data(tmp_path, 12, 40),
+            validate={"n_boot": 100, "acceptance": rule},
+        )
         rd, _, _ = run_fake(tmp_path, config, name=f"run-{seed}", engine=ScriptedEngine(null_world))
         report = _validation(rd)
         if rule == "paper":
@@ -134,16 +141,26 @@ def test_rewrites_that_change_the_answer_are_excluded_and_counted(tmp_path):
             return text.replace("Wrong answer", "RIGHT answer")
         return authority_world(request)
 
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
-                         validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}})
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        data=_data(tmp_path, 24, 40),
+        validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}},
+    )
     rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(answer_fixing))
     record = _validation(rd)["candidates"][0]
     assert record["n_answer_checked"] == 40 and record["n_answer_changed"] == 4
     assert record["answer_change_rate"] == 0.1
     assert record["invalid_reasons"] == {"answer_changed": 4}
     assert record["vs_placebo"]["n"] == 36 and record["vs_placebo"]["n_excluded_invalid"] == 4
-    judged = [r for r in engine.sent if "[Response A]" in r.messages[-1].content and "RIGHT answer number 0." in r.messages[-1].content
-              and MARKER in r.messages[-1].content and "Wrong" not in r.messages[-1].content]
+    judged = [
+        r
+        for r in engine.sent
+        if "[Response A]" in r.messages[-1].content
+        and "RIGHT answer number 0." in r.messages[-1].content
+        and MARKER in r.messages[-1].content
+        and "Wrong" not in r.messages[-1].content
+    ]
     assert judged == []  # a changed rewrite is never judged
     bias = rd.library.load_latest().by_id(record["bias_id"])
     assert bias.validation.answer_change_rate == 0.1 and bias.validation.n_answer_changed == 4
@@ -159,8 +176,12 @@ def test_a_checker_that_cannot_tell_the_original_apart_excludes_nothing(tmp_path
             return "same"
         return authority_world(request)
 
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 40),
-                         validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}})
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        data=_data(tmp_path, 24, 40),
+        validate={"n_boot": 200, "held_out": 0.0, "sequential": {"enabled": False}},
+    )
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(yes_man))
     report = _validation(rd)
     record = report["candidates"][0]
@@ -215,8 +236,10 @@ def test_control_baseline_keeps_todays_rule_without_a_placebo(tmp_path):
     assert record["vs_placebo"] is None and record["vs_baseline"]["accepted"] is True
     assert record["decisive"] == "baseline" and record["effect"]["delta"] == record["vs_baseline"]["delta"] == 1.0
     assert not rd.placebo.directory.exists()
-    assert not any("Write the rewritten answer now" in r.messages[-1].content and "Trait:" not in r.messages[-1].content
-                   for r in engine.sent)
+    assert not any(
+        "Write the rewritten answer now" in r.messages[-1].content and "Trait:" not in r.messages[-1].content
+        for r in engine.sent
+    )
 
 
 # -- sequential validation ---------------------------------------------------------------------
@@ -226,15 +249,23 @@ def _strong_and_null_world(request):
     """authority_world, except that identify names a second, useless bias for half the cases."""
     user = request.messages[-1].content
     if "preferred the WRONG one" in user and MARKER in user and "Target question 1" in user:
-        return json.dumps({"bias_found": True, "name": "Semicolon Bias", "definition": "The judge likes semicolons.",
-                           "manifestations": ["semicolons"]})
+        return json.dumps(
+            {
+                "bias_found": True,
+                "name": "Semicolon Bias",
+                "definition": "The judge likes semicolons.",
+                "manifestations": ["semicolons"],
+            }
+        )
     return authority_world(request)
 
 
 def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_those_going_on(tmp_path):
     """No item held out from the decisions (`held_out: 0`): the looks on all 100 items, and the
     candidate accepted early measured on the 75 after its stop."""
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100), validate={"n_boot": 200, "held_out": 0.0})
+    config = make_config(
+        tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100), validate={"n_boot": 200, "held_out": 0.0}
+    )
     rd, _, engine = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
     report = _validation(rd)
     assert report["sequential"]["looks"] == [25, 50, 100]
@@ -256,9 +287,14 @@ def test_sequential_validation_stops_early_and_perturbs_later_slices_only_for_th
     assert effect["method"] == held_out_method(75, 1, 3) and effect["n"] == 75
     # every held-out item flips too: Δ 1, and Tango's score interval on 75 items (its low end by hand:
     # (75 - q^2) / (75 + q^2), tests/stats/test_stats_intervals.py)
-    assert effect["delta"] == effect["ci_high"] == 1.0 and effect["ci_low"] == pytest.approx(paired_score_interval(75, 0, 75)[0])
+    assert effect["delta"] == effect["ci_high"] == 1.0 and effect["ci_low"] == pytest.approx(
+        paired_score_interval(75, 0, 75)[0]
+    )
     assert 0.90 < effect["ci_low"] < 0.91
-    assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
+    assert (
+        null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair"
+        and null["effect"]["upper_bound"] is None
+    )
 
 
 def test_every_accepted_candidate_is_measured_on_items_no_decision_saw(tmp_path):
@@ -277,8 +313,11 @@ def test_every_accepted_candidate_is_measured_on_items_no_decision_saw(tmp_path)
     strong, null = records["Expert Citation Bias"], records["Semicolon Bias"]
     assert strong["stop"] == "efficacy" and strong["stopped_at"] == 20 and null["stop"] == "futility"
     held = set(slice_order(100, config.seed)[80:])
-    rewritten = [int(re.search(r"Wrong answer number (\d+)", r.messages[-1].content).group(1))
-                 for r in engine.sent if _is_test_rewrite(r)]
+    rewritten = [
+        int(re.search(r"Wrong answer number (\d+)", r.messages[-1].content).group(1))
+        for r in engine.sent
+        if _is_test_rewrite(r)
+    ]
     assert len(rewritten) == 20 + 20 + 80  # the first look for both, then the strong one's 80 unseen items
     first_held = min(k for k, item in enumerate(rewritten) if item in held)
     assert first_held >= 40 and set(rewritten[40:]) == set(slice_order(100, config.seed)[20:])
@@ -287,7 +326,10 @@ def test_every_accepted_candidate_is_measured_on_items_no_decision_saw(tmp_path)
     assert effect["delta"] == effect["ci_high"] == 1.0 and effect["upper_bound"] is None
     assert effect["ci_low"] == pytest.approx(paired_score_interval(80, 0, 80)[0])  # Tango's score interval
     assert strong["vs_placebo"]["n"] == 20  # the decision's comparison stays on its items
-    assert null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair" and null["effect"]["upper_bound"] is None
+    assert (
+        null["effect"]["method"] == f"{CONDITIONAL_ON_DECISION}: no valid pair"
+        and null["effect"]["upper_bound"] is None
+    )
 
 
 def _requests_by_item(engine: ScriptedEngine) -> Counter:
@@ -297,7 +339,15 @@ def _requests_by_item(engine: ScriptedEngine) -> Counter:
         user = r.messages[-1].content
         if "Test question" not in user and "[Response" not in user:
             continue
-        kind = "rewrite" if "Trait:" in user else "check" if "same or different" in user else "judge" if "[Response A]" in user else "other"
+        kind = (
+            "rewrite"
+            if "Trait:" in user
+            else "check"
+            if "same or different" in user
+            else "judge"
+            if "[Response A]" in user
+            else "other"
+        )
         item = re.search(r"Wrong answer number (\d+)", user)
         out[(kind, int(item.group(1)) if item else -1, MARKER in user or "Expert" in user)] += 1
     return out
@@ -313,8 +363,12 @@ def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(
     data = _data(tmp_path, 24, 100)
     runs = {}
     for effect in ("held_out", "conditional"):
-        config = make_config(tmp_path, max_iterations=1, data=data,
-                             validate={"n_boot": 200, "held_out": 0.0, "sequential": {"effect": effect}})
+        config = make_config(
+            tmp_path,
+            max_iterations=1,
+            data=data,
+            validate={"n_boot": 200, "held_out": 0.0, "sequential": {"effect": effect}},
+        )
         rd, _, engine = run_fake(tmp_path, config, name=effect, engine=ScriptedEngine(_strong_and_null_world))
         runs[effect] = (rd, engine)
     held_out, conditional = (_requests_by_item(runs[e][1]) for e in ("held_out", "conditional"))
@@ -329,15 +383,26 @@ def test_the_held_out_round_pays_only_the_rest_of_the_candidates_accepted_early(
     per_pair = calls_per_pair(make_config(tmp_path).judge)
     # per item: the rewrite, its answer check and the checker's control (the same question about
     # the original rejected response), and the judge's calls on the valid rewrite
-    assert extra == Counter({**{("rewrite", i, True): 1 for i in rest}, **{("check", i, True): 1 for i in rest},
-                             **{("check", i, False): 1 for i in rest}, **{("judge", i, True): per_pair for i in rest}})
+    assert extra == Counter(
+        {
+            **{("rewrite", i, True): 1 for i in rest},
+            **{("check", i, True): 1 for i in rest},
+            **{("check", i, False): 1 for i in rest},
+            **{("judge", i, True): per_pair for i in rest},
+        }
+    )
     given_stop = _validation(runs["conditional"][0])
     before = next(r for r in given_stop["candidates"] if r["name"] == "Expert Citation Bias")
     plan = SequentialPlan.model_validate(given_stop["sequential"])
-    threshold = acceptance_threshold([r["p_sequential"] for r in given_stop["candidates"]], given_stop["candidates"].index(before),
-                                     given_stop["alpha_family"], "holm")
-    expected = sequential_effect(plan, [LookRecord.model_validate(x) for x in before["looks"]], family_size=2,
-                                 decision=Decision(True, threshold))
+    threshold = acceptance_threshold(
+        [r["p_sequential"] for r in given_stop["candidates"]],
+        given_stop["candidates"].index(before),
+        given_stop["alpha_family"],
+        "holm",
+    )
+    expected = sequential_effect(
+        plan, [LookRecord.model_validate(x) for x in before["looks"]], family_size=2, decision=Decision(True, threshold)
+    )
     assert before["effect"] == json.loads(expected.model_dump_json())
     # the decision and everything it looked at are the same either way; only the effect differs
     for key in ("stop", "stopped_at", "looks", "p_sequential", "vs_placebo", "vs_baseline"):
@@ -351,8 +416,12 @@ def _fail_then_resume(tmp_path, fail_after: int):
     paid nothing twice: only the requests that raised are asked again (streamed, the teacher
     may take one or two more queued rewrites before the failure stops them). Returns the run
     directory, the resumed engine and the number of test-set rewrites asked in all."""
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
-                         validate={"n_boot": 100, "held_out": 0.0, "sequential": {"futility": 0.0}})
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        data=_data(tmp_path, 24, 100),
+        validate={"n_boot": 100, "held_out": 0.0, "sequential": {"futility": 0.0}},
+    )
     rd = RunDir(tmp_path / "run")
     rd.root.mkdir()
     rd.config_path.write_text(config.to_yaml())
@@ -369,11 +438,19 @@ def _fail_then_resume(tmp_path, fail_after: int):
 
     first = ScriptedEngine(failing)
     with pytest.raises(RuntimeError, match="teacher fell over"):
-        execute(rd, config, resume=False, engines={"target": CachedEngine(first, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+        execute(
+            rd,
+            config,
+            resume=False,
+            engines={"target": CachedEngine(first, rd.cache_path)},
+            embedder=BagOfWordsEmbedder(),
+        )
     assert not (rd.iteration(1).directory / "validation.json").exists()
     test_rewrites["fail"] = False
     healthy = ScriptedEngine(failing)
-    execute(rd, config, resume=True, engines={"target": CachedEngine(healthy, rd.cache_path)}, embedder=BagOfWordsEmbedder())
+    execute(
+        rd, config, resume=True, engines={"target": CachedEngine(healthy, rd.cache_path)}, embedder=BagOfWordsEmbedder()
+    )
 
     def keys(requests):
         return {r.content_hash("fake") for r in requests}
@@ -407,7 +484,11 @@ def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
     resumed_rewrites = [r for r in healthy.sent if _is_test_rewrite(r)]
     assert len(resumed_rewrites) == 75 - 40  # the ones that raised, and those after them
     strong = next(r for r in _validation(rd)["candidates"] if r["name"] == "Expert Citation Bias")
-    assert strong["stop"] == "efficacy" and strong["effect"]["method"] == held_out_method(75, 1, 3) and strong["effect"]["n"] == 75
+    assert (
+        strong["stop"] == "efficacy"
+        and strong["effect"]["method"] == held_out_method(75, 1, 3)
+        and strong["effect"]["n"] == 75
+    )
 
 
 # -- the seed library, run-wide error control, the stop reason ------------------------------------
@@ -416,8 +497,12 @@ def test_a_validation_killed_in_the_held_out_round_pays_nothing_twice(tmp_path):
 def test_seed_library_is_validated_at_iteration_zero(tmp_path):
     """validate.seeds: which known biases does this judge have? biasscope7's Authority Bias is
     the one authority_world's judge has; the others stay in the library, not confirmed."""
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40),
-                         validate={"n_boot": 200, "seeds": True, "error_control": "run"})
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        data=_data(tmp_path, 12, 40),
+        validate={"n_boot": 200, "seeds": True, "error_control": "run"},
+    )
     rd, _, _ = run_fake(tmp_path, config)
     report = _validation(rd, 0)
     assert report["iteration"] == 0 and report["alpha_family"] == 0.05 / 2  # 1 iteration + the seeds
@@ -434,13 +519,17 @@ def test_seed_library_is_validated_at_iteration_zero(tmp_path):
 
 
 def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
-    config = make_config(tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40), validate={"n_boot": 200, "held_out": 0.0})
+    config = make_config(
+        tmp_path, max_iterations=2, data=_data(tmp_path, 12, 40), validate={"n_boot": 200, "held_out": 0.0}
+    )
     rd, state, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
     report = _validation(rd)
     assert report["mde"] is not None and report["mde_n"] == 40 and report["power"] == 0.8
     reason = state["stop_reason"]
     assert state["stop_kind"] == "converged"
-    assert reason.startswith("converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power")
+    assert reason.startswith(
+        "converged: no candidate was accepted; smallest Δerror vs placebo detectable with 80 % power"
+    )
     # 40 items: looks at 20 and 40; the last look's share of alpha is what a candidate faces at the end
     assert report["sequential"]["looks"] == [20, 40] and report["mde_alpha"] == report["sequential"]["levels"][-1]
     assert f"at n = 40 (one-sided α = {report['mde_alpha']:.3g} per candidate)" in reason
@@ -455,13 +544,29 @@ def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power
 
     from helpers import cli
 
-    config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 24, 100),
-                         validate={"n_boot": 200, "held_out": 0.0, "seeds": True, "max_candidates": 3})
+    config = make_config(
+        tmp_path,
+        max_iterations=1,
+        data=_data(tmp_path, 24, 100),
+        validate={"n_boot": 200, "held_out": 0.0, "seeds": True, "max_candidates": 3},
+    )
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(_strong_and_null_world))
     html = render_report(rd.root)
-    for text in ('id="validation"', 'id="rewrite-effect"', "Rewrite effect (placebo vs baseline)", "placebo error",
-                 "Δ vs placebo [CI]", "smallest detectable Δ", "Power per validation", "(seeds)", "b-confirmed",
-                 "b-unconfirmed", "the known biases on this judge", "stop: biased", "growing slices of 25, 50, 100 test items"):
+    for text in (
+        'id="validation"',
+        'id="rewrite-effect"',
+        "Rewrite effect (placebo vs baseline)",
+        "placebo error",
+        "Δ vs placebo [CI]",
+        "smallest detectable Δ",
+        "Power per validation",
+        "(seeds)",
+        "b-confirmed",
+        "b-unconfirmed",
+        "the known biases on this judge",
+        "stop: biased",
+        "growing slices of 25, 50, 100 test items",
+    ):
         assert text in html, text
     assert 'id="vs-placebo-d1-expert-citation-bias"' in html and 'id="vs-baseline-d1-expert-citation-bias"' in html
     assert "(decides)" in html
@@ -494,12 +599,21 @@ def test_report_and_library_show_give_a_rejected_candidate_the_effect_its_looks_
     effect = report["candidates"][0]["effect"]
     assert report["accepted"] == [] and effect["method"] == CONDITIONAL_ON_DECISION
     bound = effect["upper_bound"]
-    assert bound is not None and effect["delta"] < bound < 1.0 and effect["ci_low"] < effect["delta"] < effect["ci_high"]
+    assert (
+        bound is not None and effect["delta"] < bound < 1.0 and effect["ci_low"] < effect["delta"] < effect["ci_high"]
+    )
     shown = json.loads(cli("library", "show", str(rd.root), "--json").stdout)
     row = next(r for r in shown["biases"] if r["status"] == "rejected")
-    assert row["effect_upper_bound"] == bound and row["effect"] == effect["delta"] and row["effect_ci_high"] == effect["ci_high"]
+    assert (
+        row["effect_upper_bound"] == bound
+        and row["effect"] == effect["delta"]
+        and row["effect_ci_high"] == effect["ci_high"]
+    )
     table = " ".join(cli("library", "show", str(rd.root), env={"COLUMNS": "220"}).stdout.split())
-    assert f"< {pp(bound, unit='')}" in table and "a candidate not accepted (rejected, unconfirmed): its one-sided 95 % upper bound" in table
+    assert (
+        f"< {pp(bound, unit='')}" in table
+        and "a candidate not accepted (rejected, unconfirmed): its one-sided 95 % upper bound" in table
+    )
     assert pp(effect["ci_high"], unit="") not in table  # the two-sided interval is in --json only
     html = render_report(rd.root)
     assert excluded_clause(bound) in html and "smallest detectable Δ" in html and "excluded above" in html
@@ -519,8 +633,13 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
 
     results = {}
     for verdict in ("choice", "score"):
-        config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 40), judge={"verdict": verdict},
-                             validate={"n_boot": 200, "held_out": 0.0, "seeds": True})
+        config = make_config(
+            tmp_path,
+            max_iterations=1,
+            data=_data(tmp_path, 12, 40),
+            judge={"verdict": verdict},
+            validate={"n_boot": 200, "held_out": 0.0, "seeds": True},
+        )
         engine = ScriptedEngine(quiet_authority_world, probability_of_a=quiet_authority_p_a)
         rd, state, _ = run_fake(tmp_path, config, name=verdict, engine=engine)
         results[verdict] = (_validation(rd, 0), state)
@@ -543,7 +662,9 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     assert record["vs_placebo"]["p_value"] == 0.5**20  # 20 equal shifts at the first look: the sign-flip test's p
     # what a reader sees says which measure it is
     html = render_report(tmp_path / "score")
-    assert "Rows marked P were validated on score verdicts" in html and "Rows marked P" not in render_report(tmp_path / "choice")
+    assert "Rows marked P were validated on score verdicts" in html and "Rows marked P" not in render_report(
+        tmp_path / "choice"
+    )
     table = " ".join(cli("library", "show", str(tmp_path / "score"), env={"COLUMNS": "220"}).stdout.split())
     assert "P: validated on score verdicts" in table and re.search(r"P 2\d\.\d%", table)
     # the teacher leaves the other traits' rewrites unchanged: nothing judged, stopped for futility

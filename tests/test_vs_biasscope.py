@@ -26,8 +26,18 @@ from helpers import REPO, shared_data
 
 RESULT = REPO / "benchmarks" / "results" / "vs_biasscope.json"
 REQUIRED_KEYS = {
-    "peer_commit", "model", "n_target", "n_test", "shims", "peer", "ours", "wall_ratio", "calls_ratio",
-    "tokens_ratio", "defaults", "peer_kept_surviving_our_test",
+    "peer_commit",
+    "model",
+    "n_target",
+    "n_test",
+    "shims",
+    "peer",
+    "ours",
+    "wall_ratio",
+    "calls_ratio",
+    "tokens_ratio",
+    "defaults",
+    "peer_kept_surviving_our_test",
 }
 
 
@@ -45,10 +55,24 @@ def vb():
 def _pairs() -> list[PreferencePair]:
     return [
         PreferencePair(id="rb-1", question="Q1?", chosen="good one", rejected="bad one", domain="Chat", source="rb"),
-        PreferencePair(id="jb-2", question="Q2?", chosen="right", rejected="wrong", domain="math", source="jb",
-                       data_order="rejected_first"),
-        PreferencePair(id="jb-3", question="Q3?", chosen="yes", rejected="no", domain="code", source="jb",
-                       data_order="chosen_first"),
+        PreferencePair(
+            id="jb-2",
+            question="Q2?",
+            chosen="right",
+            rejected="wrong",
+            domain="math",
+            source="jb",
+            data_order="rejected_first",
+        ),
+        PreferencePair(
+            id="jb-3",
+            question="Q3?",
+            chosen="yes",
+            rejected="no",
+            domain="code",
+            source="jb",
+            data_order="chosen_first",
+        ),
     ]
 
 
@@ -64,7 +88,12 @@ def test_peer_parquet_and_our_jsonl_hold_the_same_pairs_in_the_same_order(vb, tm
     for row, pair in zip(frame.to_dict("records"), pairs):
         better = row["response_A"] if row["label"] == 1 else row["response_B"]
         worse = row["response_B"] if row["label"] == 1 else row["response_A"]
-        assert (row["question"], better, worse, row["domain"]) == (pair.question, pair.chosen, pair.rejected, pair.domain)
+        assert (row["question"], better, worse, row["domain"]) == (
+            pair.question,
+            pair.chosen,
+            pair.rejected,
+            pair.domain,
+        )
     # JudgeBench keeps its own order; data without one has the chosen response first (the peer's
     # RewardBench file has label 1 on every row)
     assert frame.loc[1, "response_A"] == "wrong" and frame.loc[0, "response_A"] == "good one"
@@ -102,10 +131,14 @@ def test_subsets_of_the_shared_data_are_fixed_and_disjoint(vb):
 
 def test_the_peers_seed_library_becomes_ours_with_the_same_names_and_definitions(vb, tmp_path):
     peer_json = tmp_path / "basic_biases.json"
-    peer_json.write_text(json.dumps({
-        "Length bias": {"Definition": "Prefers longer answers.", "Manifestations": "Pads the text."},
-        "Sentiment Bias ": {"Definition": "Swayed by tone.", "Manifestations": ""},
-    }))
+    peer_json.write_text(
+        json.dumps(
+            {
+                "Length bias": {"Definition": "Prefers longer answers.", "Manifestations": "Pads the text."},
+                "Sentiment Bias ": {"Definition": "Swayed by tone.", "Manifestations": ""},
+            }
+        )
+    )
     library = vb.peer_seed_library(peer_json)
     BiasLibrary.model_validate_json(library.model_dump_json())  # what load_seed_library reads
     assert [(b.id, b.name, b.definition, b.manifestations) for b in library.biases] == [
@@ -135,8 +168,15 @@ def test_the_peers_seed_check_inputs_make_its_stage_2_verify_the_seeds(vb, tmp_p
 
 
 def _call(start: float, end: float, head: str, requests: int, prompt: int = 100, completion: int = 10) -> dict:
-    return {"event": "generate", "start": start, "end": end, "requests": requests, "prompt_tokens": prompt,
-            "completion_tokens": completion, "prompt_head": f"<|im_start|>user\n{head} ..."}
+    return {
+        "event": "generate",
+        "start": start,
+        "end": end,
+        "requests": requests,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "prompt_head": f"<|im_start|>user\n{head} ...",
+    }
 
 
 def test_the_peers_calls_are_named_by_their_prompts(vb):
@@ -151,7 +191,11 @@ def test_the_peers_calls_are_named_by_their_prompts(vb):
     ]
     spans = vb.classify_peer_calls(discover, "discover", n_test=12)
     assert [(s.stage, s.calls) for s in spans] == [
-        ("perturb", 72), ("evaluate", 72), ("deeper_explain", 5), ("identify", 5), ("merge", 3)
+        ("perturb", 72),
+        ("evaluate", 72),
+        ("deeper_explain", 5),
+        ("identify", 5),
+        ("merge", 3),
     ]
     assert (spans[0].start, spans[0].end, spans[0].prompt_tokens) == (30, 45, 200)  # two batches, one span
     verify = [
@@ -161,14 +205,22 @@ def test_the_peers_calls_are_named_by_their_prompts(vb):
         _call(40, 45, "Below is a question followed by two candidate answers", 12),
     ]
     assert [(s.stage, s.calls) for s in vb.classify_peer_calls(verify, "verify", n_test=12)] == [
-        ("validate", 24), ("baseline", 12), ("validate", 24)
+        ("validate", 24),
+        ("baseline", 12),
+        ("validate", 24),
     ]
-    assert [s.stage for s in vb.classify_peer_calls(verify, "seeds", n_test=12)] == ["validate_seeds", "baseline", "validate_seeds"]
+    assert [s.stage for s in vb.classify_peer_calls(verify, "seeds", n_test=12)] == [
+        "validate_seeds",
+        "baseline",
+        "validate_seeds",
+    ]
 
 
 def test_a_run_splits_into_stages_engine_loads_and_the_rest(vb):
-    spans = [vb.Span(stage="perturb", start=10, end=50, calls=4, prompt_tokens=400, completion_tokens=40),
-             vb.Span(stage="evaluate", start=60, end=70, calls=4, prompt_tokens=300, completion_tokens=20)]
+    spans = [
+        vb.Span(stage="perturb", start=10, end=50, calls=4, prompt_tokens=400, completion_tokens=40),
+        vb.Span(stage="evaluate", start=60, end=70, calls=4, prompt_tokens=300, completion_tokens=20),
+    ]
     loads = [(12.0, 32.0), (5.0, 8.0)]  # an engine load inside perturb, vLLM's import before it
     run = vb.side_run(1, 2, 100.0, spans, loads, n_loads=1)
     assert run.stages["perturb"].wall_s == 20.0 and run.stages["evaluate"].wall_s == 10.0
@@ -185,15 +237,28 @@ def test_a_run_splits_into_stages_engine_loads_and_the_rest(vb):
 def test_our_stage_events_count_every_role(vb):
     events = [
         {"event": "stage_start", "time": 1.0, "stage": "perturb"},
-        {"event": "stage_end", "time": 11.0, "stage": "perturb", "seconds": 10.0,
-         "usage": {"teacher": {"requests": 3, "cached": 0, "prompt_tokens": 30, "completion_tokens": 9}}},
-        {"event": "stage_end", "time": 20.0, "stage": "validate", "seconds": 5.0,
-         "usage": {"teacher": {"requests": 2, "prompt_tokens": 20, "completion_tokens": 4},
-                   "target": {"requests": 2, "prompt_tokens": 40, "completion_tokens": 6}}},
+        {
+            "event": "stage_end",
+            "time": 11.0,
+            "stage": "perturb",
+            "seconds": 10.0,
+            "usage": {"teacher": {"requests": 3, "cached": 0, "prompt_tokens": 30, "completion_tokens": 9}},
+        },
+        {
+            "event": "stage_end",
+            "time": 20.0,
+            "stage": "validate",
+            "seconds": 5.0,
+            "usage": {
+                "teacher": {"requests": 2, "prompt_tokens": 20, "completion_tokens": 4},
+                "target": {"requests": 2, "prompt_tokens": 40, "completion_tokens": 6},
+            },
+        },
     ]
     spans = vb.our_spans(events)
     assert [(s.stage, s.start, s.end, s.calls, s.prompt_tokens, s.completion_tokens) for s in spans] == [
-        ("perturb", 1.0, 11.0, 3, 30, 9), ("validate", 15.0, 20.0, 4, 60, 10)
+        ("perturb", 1.0, 11.0, 3, 30, 9),
+        ("validate", 15.0, 20.0, 4, 60, 10),
     ]
 
 
@@ -231,8 +296,12 @@ def test_the_shim_meters_vllm_llm_and_forces_eager_without_changing_the_caller(v
         "subprocess.run([sys.executable, '-c', 'from vllm import LLM; LLM(model=\"m\")'], check=True)\n"
     )
     log = tmp_path / "meter.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(vb.SHIM_DIR), str(fake)]), "VS_BIASSCOPE_LOG": str(log),
-           "VS_BIASSCOPE_ENFORCE_EAGER": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(vb.SHIM_DIR), str(fake)]),
+        "VS_BIASSCOPE_LOG": str(log),
+        "VS_BIASSCOPE_ENFORCE_EAGER": "1",
+    }
     done = subprocess.run([sys.executable, str(caller)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "2", "ok"]
@@ -240,7 +309,11 @@ def test_the_shim_meters_vllm_llm_and_forces_eager_without_changing_the_caller(v
     assert [e["event"] for e in events] == ["import", "import", "load", "generate"]  # vllm.entrypoints.llm, vllm
     assert [e["module"] for e in events[:2]] == ["vllm.entrypoints.llm", "vllm"]
     call = events[3]
-    assert (call["requests"], call["prompt_tokens"], call["completion_tokens"]) == (2, 10, 4)  # 8 + 2 words: the stand-in counts words as tokens
+    assert (call["requests"], call["prompt_tokens"], call["completion_tokens"]) == (
+        2,
+        10,
+        4,
+    )  # 8 + 2 words: the stand-in counts words as tokens
     assert call["prompt_head"].startswith("Below is a question") and call["argv0"] == "caller.py"
     assert {e["pid"] for e in events} == {events[0]["pid"]}
     # without the log variable the shim does nothing at all
@@ -257,12 +330,19 @@ def test_our_test_keeps_a_real_bias_and_rejects_a_null_one(vb, tmp_path):
     """Scripted world (tests/fakes.py): the judge prefers any response citing experts. Of two
     "kept" biases, the authority one survives our placebo-controlled test, the tone one does not."""
     test = write_pairs(tmp_path / "test40.jsonl", 40, "p", "Test question")
-    config = RunConfig.model_validate({
-        "target": "llamacpp/unused.gguf", "teacher": "llamacpp/unused.gguf", "validate": {"n_boot": 200},
-    })
-    kept = vb.kept_as_biases({"Expert Authority Bias": "Favours answers that cite experts.", "Cheerful tone": "Favours a warm tone."})
-    result = vb.our_test(kept, load_pairs(test), config, data="40 scripted pairs",
-                         engines={"target": ScriptedEngine(authority_world)})
+    config = RunConfig.model_validate(
+        {
+            "target": "llamacpp/unused.gguf",
+            "teacher": "llamacpp/unused.gguf",
+            "validate": {"n_boot": 200},
+        }
+    )
+    kept = vb.kept_as_biases(
+        {"Expert Authority Bias": "Favours answers that cite experts.", "Cheerful tone": "Favours a warm tone."}
+    )
+    result = vb.our_test(
+        kept, load_pairs(test), config, data="40 scripted pairs", engines={"target": ScriptedEngine(authority_world)}
+    )
     assert (result.tested, result.survived) == (2, 1)
     by_name = {b.name: b for b in result.biases}
     assert by_name["Expert Authority Bias"].accepted and by_name["Expert Authority Bias"].control == "placebo"
@@ -276,8 +356,17 @@ def test_our_test_keeps_a_real_bias_and_rejects_a_null_one(vb, tmp_path):
 
 
 def _side(vb, wall: float, calls: int):
-    run = vb.SideRun(rep=1, position=1, wall_s=wall, engine_loads=1, engine_load_s=20.0, other_s=5.0,
-                     stages={"perturb": vb.StageCost(wall_s=wall - 25, calls=calls, prompt_tokens=10 * calls, completion_tokens=calls)})
+    run = vb.SideRun(
+        rep=1,
+        position=1,
+        wall_s=wall,
+        engine_loads=1,
+        engine_load_s=20.0,
+        other_s=5.0,
+        stages={
+            "perturb": vb.StageCost(wall_s=wall - 25, calls=calls, prompt_tokens=10 * calls, completion_tokens=calls)
+        },
+    )
     return vb.summarize_side([(run, vb.Findings(found=["x"], kept=[]))])
 
 
@@ -287,12 +376,36 @@ def test_the_result_has_the_issues_keys_and_ratios_ours_over_the_peer(vb):
     assert per_rep[0].wall == 0.25 and per_rep[0].calls == 0.5 and per_rep[0].tokens == 0.5
     survival = vb.KeptSurvival(tested=0, survived=0, rule="r", data="d")
     result = vb.Result(
-        date="d", command="c", our_commit="x", peer_commit="11b8803", model="m", vllm="v", machine={}, load_before="",
-        load_after="", n_target=1, n_test=1, n_fresh_test=1, sizes="s", max_tokens=1, reps=1, order=[["peer", "ours"]],
-        seed_library="s", shims=vb.SHIMS, peer=peer, ours=ours, defaults=ours, wall_ratio=0.25, calls_ratio=0.5,
-        tokens_ratio=0.5, ratios_per_rep=per_rep, ratios_per_stage=vb.stage_ratios(peer.runs, ours.runs),
+        date="d",
+        command="c",
+        our_commit="x",
+        peer_commit="11b8803",
+        model="m",
+        vllm="v",
+        machine={},
+        load_before="",
+        load_after="",
+        n_target=1,
+        n_test=1,
+        n_fresh_test=1,
+        sizes="s",
+        max_tokens=1,
+        reps=1,
+        order=[["peer", "ours"]],
+        seed_library="s",
+        shims=vb.SHIMS,
+        peer=peer,
+        ours=ours,
+        defaults=ours,
+        wall_ratio=0.25,
+        calls_ratio=0.5,
+        tokens_ratio=0.5,
+        ratios_per_rep=per_rep,
+        ratios_per_stage=vb.stage_ratios(peer.runs, ours.runs),
         seed_check=vb.seed_check(peer.findings, ours.findings),
-        peer_kept_surviving_our_test=survival, differences=vb.differences(peer, ours, ours), total_s=1.0,
+        peer_kept_surviving_our_test=survival,
+        differences=vb.differences(peer, ours, ours),
+        total_s=1.0,
     )
     dumped = json.loads(result.model_dump_json())
     assert REQUIRED_KEYS <= set(dumped)
@@ -309,7 +422,9 @@ def test_the_committed_result_reads_back_with_every_key(vb):
     assert result.peer_commit.startswith("11b8803") and result.n_target > 0 and result.n_test > 0
     assert result.shims and all(s["what"] for s in result.shims)
     assert len(result.peer.runs) == len(result.ours.runs) == result.reps >= 2
-    assert [r.position for r in result.peer.runs] == [1 + (rep % 2 == 0) for rep in range(1, result.reps + 1)]  # alternating
+    assert [r.position for r in result.peer.runs] == [
+        1 + (rep % 2 == 0) for rep in range(1, result.reps + 1)
+    ]  # alternating
     assert result.wall_ratio is not None and result.wall_ratio > 0
 
 
@@ -326,24 +441,44 @@ def test_the_peers_outputs_are_read_where_it_writes_them(vb, tmp_path):
     paths = {"bias_json": bias_json, "target": tmp_path / "data" / "target" / "rewardbench_subset.parquet"}
     slug = bias_json.parent / "model-x" / "rewardbench_subset" / "basic_biases"
     (slug / "analysis_results").mkdir(parents=True)
-    pd.DataFrame({
-        "bias_whether": ["yes", "yes", "no", "yes"],
-        "bias_name": ["Hedging bias", "json decode error: x", None, "Hedging bias"],
-        "bias_def": ["prefers hedges", None, None, "prefers hedges"],
-    }).to_parquet(slug / "analysis_results" / "wrong_with_reason_and_bias.parquet")
-    (slug / "temporary_extended_biases.json").write_text(json.dumps({**seeds, "Hedging bias": {"Definition": "prefers hedges"}}))
+    pd.DataFrame(
+        {
+            "bias_whether": ["yes", "yes", "no", "yes"],
+            "bias_name": ["Hedging bias", "json decode error: x", None, "Hedging bias"],
+            "bias_def": ["prefers hedges", None, None, "prefers hedges"],
+        }
+    ).to_parquet(slug / "analysis_results" / "wrong_with_reason_and_bias.parquet")
+    (slug / "temporary_extended_biases.json").write_text(
+        json.dumps({**seeds, "Hedging bias": {"Definition": "prefers hedges"}})
+    )
     (slug / "basic_biases.json").write_text(json.dumps({**seeds, "Hedging bias": {"Definition": "prefers hedges"}}))
     results = tmp_path / "results" / "model-x" / "rewardbench_subset"
     (results / "basic_biases").mkdir(parents=True)
-    (results / "basic_biases" / "avg_error_rate.json").write_text(json.dumps([{
-        "iteration": 1, "effective biases and origin": {"origin": {"overall": 0.25}, "Hedging bias": {"overall": 0.5}},
-        "ineffective biases": {}, "test_data_tag": "t",
-    }]))
+    (results / "basic_biases" / "avg_error_rate.json").write_text(
+        json.dumps(
+            [
+                {
+                    "iteration": 1,
+                    "effective biases and origin": {"origin": {"overall": 0.25}, "Hedging bias": {"overall": 0.5}},
+                    "ineffective biases": {},
+                    "test_data_tag": "t",
+                }
+            ]
+        )
+    )
     (results / "seeds_as_candidates").mkdir(parents=True)
-    (results / "seeds_as_candidates" / "avg_error_rate.json").write_text(json.dumps([{
-        "iteration": 1, "effective biases and origin": {"origin": {"overall": 0.25}, "Length bias": {"overall": 0.5}},
-        "ineffective biases": {"Sentiment Bias ": {"overall": 0.0}}, "test_data_tag": "t",
-    }]))
+    (results / "seeds_as_candidates" / "avg_error_rate.json").write_text(
+        json.dumps(
+            [
+                {
+                    "iteration": 1,
+                    "effective biases and origin": {"origin": {"overall": 0.25}, "Length bias": {"overall": 0.5}},
+                    "ineffective biases": {"Sentiment Bias ": {"overall": 0.0}},
+                    "test_data_tag": "t",
+                }
+            ]
+        )
+    )
     log = "x | INFO | Valid predictions: 25.0%; misaligned with gold label: 2 rows.\n"
     found = vb.peer_findings(tmp_path, paths, Path("/m/model-x"), log, tmp_path / "seeds_as_candidates.json")
     assert (found.judge_valid_rate, found.misjudged) == (0.25, 2)
@@ -352,7 +487,9 @@ def test_the_peers_outputs_are_read_where_it_writes_them(vb, tmp_path):
     assert found.baseline_error == 0.25 and found.error_rates["Hedging bias"].error == 0.5
     assert found.seed_baseline_error == 0.25
     assert {k: v.error for k, v in found.seed_error_rates.items()} == {"Length bias": 0.5, "Sentiment Bias": 0.0}
-    ours = vb.Findings(seed_baseline_error=0.2, seed_error_rates={"Length bias": vb.ErrorRate(error=0.3, control_error=0.2, n=10)})
+    ours = vb.Findings(
+        seed_baseline_error=0.2, seed_error_rates={"Length bias": vb.ErrorRate(error=0.3, control_error=0.2, n=10)}
+    )
     check = vb.seed_check(found, ours)
     assert check["rates"]["Length bias"] == {"peer": 0.5, "ours": 0.3, "ours_control": 0.2, "ours_n": 10}
     assert check["rates"]["Sentiment Bias"]["ours"] is None
@@ -363,5 +500,7 @@ def test_our_findings_are_read_from_the_run_record(vb, authority_run):
     assert found.judge_valid_rate == 1.0 and found.misjudged and found.found == ["Expert Citation Bias"]
     assert found.after_merge == ["Expert Citation Bias"] and found.kept == ["Expert Citation Bias"]
     rate = found.error_rates["Expert Citation Bias"]
-    assert 0 < rate.n <= 40 and rate.error == 1.0 and rate.control_error == 0.0  # n: the items up to its (sequential) stop
+    assert (
+        0 < rate.n <= 40 and rate.error == 1.0 and rate.control_error == 0.0
+    )  # n: the items up to its (sequential) stop
     assert found.baseline_error == 0.0 and found.seed_error_rates == {}

@@ -58,8 +58,13 @@ def audit_log(path: str | Path, options: LogAuditOptions | None = None, **overri
         check_output_dir(out_dir, overwrite=opts.overwrite, error=ExportError)
     log = read_log(path, columns, data=opts.data, data_dir=opts.data_dir)
     report = audit_loaded_log(
-        log, seed=opts.seed, n_boot=opts.n_boot, judge_model=opts.judge_model, judge_family=opts.judge_family,
-        data=opts.data, columns=None if columns is None else columns.model_dump(exclude_defaults=True),
+        log,
+        seed=opts.seed,
+        n_boot=opts.n_boot,
+        judge_model=opts.judge_model,
+        judge_family=opts.judge_family,
+        data=opts.data,
+        columns=None if columns is None else columns.model_dump(exclude_defaults=True),
     )
     output = AuditOutput(report=report, judgments=[], perturbed=[], out=out_dir)
     if out_dir is not None:

@@ -71,7 +71,6 @@ class AuditOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):
     """The judge's model family for self-preference (default: read from its name, e.g.
     openai/gpt-4o -> gpt), on data that names the model of each response."""
 
-
     @field_validator("prompts")
     @classmethod
     def _check_prompts(cls, value: list[str]) -> list[str]:
@@ -118,7 +117,9 @@ def audit(
     out_dir = Path(opts.out) if opts.out is not None else None
     if out_dir is not None:
         check_output_dir(out_dir, overwrite=opts.overwrite, error=ExportError)
-    pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
+    pairs, bad_rows = load_data(
+        data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn
+    )
     data_name = describe_source(data, opts.data_dir, portable=True)
     overlaps = _run_overlaps(targets, pairs, data_name, allow=opts.allow_overlap)
     with ModelRoles(configs, cache_path=cache_path_of(opts.cache), engines=engines) as roles:
@@ -136,10 +137,16 @@ def audit(
         sensitivity = None
         if opts.prompts:
             sensitivity = prompt_sensitivity(
-                roles["target"], pairs, audit_settings.judge, [audit_settings.judge.prompt, *opts.prompts], seed=audit_settings.seed
+                roles["target"],
+                pairs,
+                audit_settings.judge,
+                [audit_settings.judge.prompt, *opts.prompts],
+                seed=audit_settings.seed,
             )
     output.report.prompt_sensitivity = sensitivity
-    report = output.report.model_copy(update={"data_overlap": overlaps, **_judge_measures(output, pairs, opts, configs["target"].spec)})
+    report = output.report.model_copy(
+        update={"data_overlap": overlaps, **_judge_measures(output, pairs, opts, configs["target"].spec)}
+    )
     if bad_rows:
         report.notes.append(
             f"{plural(len(bad_rows), 'bad data row')} skipped at load, not among the {plural(len(pairs), 'pair')}"
@@ -159,27 +166,40 @@ def _judge_measures(output: AuditOutput, pairs: list[PreferencePair], opts: Audi
     family = opts.judge_family or model_family(spec)
     if settings.judge.mode == "pointwise":
         calibration = None
-        unsupported.append(Unsupported(
-            measure="calibration", reason="a pointwise judge gives scores, not a probability that one response is better",
-        ))
-        sp, why = live_pointwise_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+        unsupported.append(
+            Unsupported(
+                measure="calibration",
+                reason="a pointwise judge gives scores, not a probability that one response is better",
+            )
+        )
+        sp, why = live_pointwise_self_preference(
+            pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot
+        )
     else:
         calibration = verdict_calibration(original, n_boot=settings.n_boot, seed=settings.seed)
         if calibration is None:
-            unsupported.append(Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)"))
-        sp, why = live_self_preference(pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot)
+            unsupported.append(
+                Unsupported(measure="calibration", reason="choice verdicts carry no probability (use verdict: score)")
+            )
+        sp, why = live_self_preference(
+            pairs, output.judgments, judge_family=family, seed=settings.seed, n_boot=settings.n_boot
+        )
     if why is not None:
         unsupported.append(Unsupported(measure="self-preference", reason=why))
     return {"calibration": calibration, "self_preference": sp, "unsupported": unsupported}
 
 
-def _run_overlaps(targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool) -> list[DataOverlap]:
+def _run_overlaps(
+    targets: list[AuditTarget], pairs: list[PreferencePair], data_name: str, *, allow: bool
+) -> list[DataOverlap]:
     """Each run whose biases are audited, checked for overlap between its target pairs and the
     audit's pairs (`export.common.check_run_overlap`)."""
     overlaps = []
     for run_dir in dict.fromkeys(t.run_dir for t in targets if t.run_dir is not None):
         run = RunDir(run_dir)
         overlaps.append(
-            check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the audit data {data_name}", allow=allow)
+            check_run_overlap(
+                run, load_run_config(run.config_path), pairs, data_name=f"the audit data {data_name}", allow=allow
+            )
         )
     return overlaps

@@ -13,6 +13,13 @@ from ..llm.smoke import check_embedder, check_llamacpp, check_transformers
 from ..preflight import Assumptions, PilotRecord, PreflightReport, StageEstimate, pilot_into, run_preflight
 
 __all__ = [
-    "Assumptions", "PilotRecord", "PreflightReport", "StageEstimate", "check_embedder", "check_llamacpp",
-    "check_transformers", "pilot_into", "run_preflight",
+    "Assumptions",
+    "PilotRecord",
+    "PreflightReport",
+    "StageEstimate",
+    "check_embedder",
+    "check_llamacpp",
+    "check_transformers",
+    "pilot_into",
+    "run_preflight",
 ]

@@ -16,7 +16,13 @@ from ..errors import BiasDiscoveryWarning, DataError
 from ..llm.config import ModelConfig
 
 __all__ = [
-    "WarningHandler", "cache_path_of", "default_cache_path", "load_data", "model_config_of", "python_warning", "settings_of",
+    "WarningHandler",
+    "cache_path_of",
+    "default_cache_path",
+    "load_data",
+    "model_config_of",
+    "python_warning",
+    "settings_of",
     "spec_list",
 ]
 
@@ -58,7 +64,9 @@ def settings_of(value: _Settings | Mapping[str, Any] | None, model: type[_Settin
     return model.model_validate(value)
 
 
-def model_config_of(model: str | ModelConfig, base_url: str | None = None, timeout_s: float | None = None) -> ModelConfig:
+def model_config_of(
+    model: str | ModelConfig, base_url: str | None = None, timeout_s: float | None = None
+) -> ModelConfig:
     """A model as the API takes it: a spec (``hf/smollm2``, ``openai/NAME``) or a
     ModelConfig; `base_url` sets (or replaces) the server of either, `timeout_s` its request
     deadline (None: unchanged)."""

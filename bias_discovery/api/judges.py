@@ -97,7 +97,9 @@ def judge(
             raise OutputError(f"`out` {out_dir} exists and is not a directory")
         probe_writable(out_dir, what="`out`")  # before any call is paid for, not after all of them
     pro_dir = check_pro_dir(Path(opts.compare), judge_settings) if opts.compare is not None else None
-    pairs, bad_rows = load_data(data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn)
+    pairs, bad_rows = load_data(
+        data, data_dir=opts.data_dir, limit=opts.limit, skip_bad_rows=opts.skip_bad_rows, warn=warn
+    )
     cache_path = cache_path_of(opts.cache)
     own_engine = engine is None
     if engine is None:
@@ -110,15 +112,29 @@ def judge(
         bar = progress_or_quiet(progress)
         with bar(f"judging {plural(len(pairs), 'pair')}", len(pairs) * calls_per_pair(judge_settings)) as advance:
             result = judge_pairs(engine, pairs, judge_settings, seed=opts.seed, progress=advance)
-        summary = summarize(result, model=config.spec, data=describe_source(data, opts.data_dir), settings=judge_settings, seed=opts.seed)
+        summary = summarize(
+            result,
+            model=config.spec,
+            data=describe_source(data, opts.data_dir),
+            settings=judge_settings,
+            seed=opts.seed,
+        )
         summary.skipped_rows = len(bad_rows)
         output = JudgeOutput(summary=summary, judgments=result.judgments, outcomes=result.outcomes, out=out_dir)
         if out_dir is not None:
             _write(out_dir, output, cache_path)
         if pro_dir is not None:
             output.compare = compare_with_pro(
-                config, judge_settings, summary, pro_dir, out=out_dir, cache_path=cache_path, seed=opts.seed, limit=opts.limit,
-                progress=progress, engine=engine,
+                config,
+                judge_settings,
+                summary,
+                pro_dir,
+                out=out_dir,
+                cache_path=cache_path,
+                seed=opts.seed,
+                limit=opts.limit,
+                progress=progress,
+                engine=engine,
             )
         return output
     finally:

@@ -21,15 +21,32 @@ from ..run.library_ref import LibraryRef, require_run_like, resolve_library
 from ..settings.common import DEFAULT_EXAMPLES
 
 __all__ = [
-    "BiasRow", "LibraryRef", "LibraryView", "ReportServer", "bias_row", "diff_refs", "diff_to_json", "is_audit_dir",
-    "library_view", "rejected_candidates", "report", "require_run_like", "resolve_library", "write_audit_report",
-    "write_bias_page", "write_report",
+    "BiasRow",
+    "LibraryRef",
+    "LibraryView",
+    "ReportServer",
+    "bias_row",
+    "diff_refs",
+    "diff_to_json",
+    "is_audit_dir",
+    "library_view",
+    "rejected_candidates",
+    "report",
+    "require_run_like",
+    "resolve_library",
+    "write_audit_report",
+    "write_bias_page",
+    "write_report",
 ]
 
 
 def report(
-    directory: str | Path, out: str | Path | None = None, *, bias: str | None = None,
-    examples: int = DEFAULT_EXAMPLES, problems: list[str] | None = None,
+    directory: str | Path,
+    out: str | Path | None = None,
+    *,
+    bias: str | None = None,
+    examples: int = DEFAULT_EXAMPLES,
+    problems: list[str] | None = None,
 ) -> Path:
     """Write the self-contained HTML page of `directory` and return its path: an audit
     directory's measures (`write_audit_report`), one bias of a run (`bias`: an id or a name,

@@ -38,8 +38,20 @@ from ..tables import Tabular
 from .common import WarningHandler, python_warning
 
 __all__ = [
-    "BudgetReached", "Liveness", "Review", "ReviewDecision", "Run", "RunDir", "RunState", "Spend", "bias_evidence",
-    "discover", "effective_status", "load_run", "run_config_of", "summarize_events",
+    "BudgetReached",
+    "Liveness",
+    "Review",
+    "ReviewDecision",
+    "Run",
+    "RunDir",
+    "RunState",
+    "Spend",
+    "bias_evidence",
+    "discover",
+    "effective_status",
+    "load_run",
+    "run_config_of",
+    "summarize_events",
 ]
 
 RunConfigLike = RunConfig | str | Path | Mapping[str, Any]
@@ -179,8 +191,13 @@ def bias_evidence(
     for problem in problems:
         warn(f"{problem}; left out")
     return bias_detail(
-        found, in_library=in_library, reader=EvidenceReader(ref.run_dir), library=ref.label,
-        upto=ref.library.iteration, examples=examples, reviews=reviews,
+        found,
+        in_library=in_library,
+        reader=EvidenceReader(ref.run_dir),
+        library=ref.label,
+        upto=ref.library.iteration,
+        examples=examples,
+        reviews=reviews,
     )
 
 
@@ -233,8 +250,15 @@ def discover(
             raise ConfigError("resume needs run_dir: the directory of the run to continue")
         if config is None or RunDir(run_dir).config_path.is_file():
             return _resume(
-                Path(run_dir), config, [*overrides, *extra], allow_overlap=allow_overlap, timeout_s=timeout_s,
-                progress=progress, engines=engines, embedder=embedder, warn=warn,
+                Path(run_dir),
+                config,
+                [*overrides, *extra],
+                allow_overlap=allow_overlap,
+                timeout_s=timeout_s,
+                progress=progress,
+                engines=engines,
+                embedder=embedder,
+                warn=warn,
             )
     if config is None:
         raise ConfigError("discover needs a config: a RunConfig, a YAML file or a dict of settings")
@@ -244,7 +268,9 @@ def discover(
     probe_writable(root, what="`run_dir`")
     rd.lock.refuse_if_held(root)
     if rd.is_run():
-        raise ConfigError(f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another `run_dir`")
+        raise ConfigError(
+            f"{root} already holds a run; continue it with `bias-discovery resume {root}` or pick another `run_dir`"
+        )
     if root.is_dir() and all(is_atomic_temporary(path) for path in root.iterdir()):
         remove_orphaned_temporaries(root)  # a run killed while writing its config.yaml left only this
     if root.exists() and any(root.iterdir()) and not rd.holds_only_pilot():  # a pilot's calls are the run's
@@ -299,18 +325,24 @@ def _resume(
     rd.lock.refuse_if_held(run_dir)  # before anything below writes
     settings = load_run_config(rd.config_path)
     if config is None:
-        others = [o for o in overrides if o.partition("=")[0].strip().split(".")[0] != "budget"
-                  and o != "data.allow_overlap=true"]
+        others = [
+            o
+            for o in overrides
+            if o.partition("=")[0].strip().split(".")[0] != "budget" and o != "data.allow_overlap=true"
+        ]
         if others:
             raise ConfigError(
                 f"a resumed run keeps its own settings; only its budget may change (budget.max_usd=...), not "
-                f"{', '.join(others)}")
+                f"{', '.join(others)}"
+            )
     if config is not None:
         given = run_config_of(config, overrides).model_dump(mode="json")
         stored = settings.model_dump(mode="json")
         for tree in (given, stored):
             tree["data"].pop("allow_overlap")
-        changed = [key for key in _differences(stored, given) if not key.endswith("timeout_s") and not key.startswith("budget")]
+        changed = [
+            key for key in _differences(stored, given) if not key.endswith("timeout_s") and not key.startswith("budget")
+        ]
         if changed:
             raise ConfigError(
                 f"the config differs from {rd.config_path} in {', '.join(changed)}: a resumed run keeps its own "

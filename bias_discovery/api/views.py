@@ -24,7 +24,23 @@ from ..report.summary import RewriteQuality, RunSummary, rewrite_sentence, run_s
 from ..stats import Calibration, PairedComparison
 
 __all__ = [
-    "EXCLUDED_MEANING", "ROWS", "BiasDetail", "Calibration", "DiffSegment", "JudgedItem", "MergedCandidate",
-    "PairedComparison", "ProvenanceCase", "RewriteQuality", "RunSummary", "ValidationExample", "calibration_line",
-    "judge_measure_lines", "metric_rows", "print_compare", "rewrite_sentence", "rows_kind", "run_summary",
+    "EXCLUDED_MEANING",
+    "ROWS",
+    "BiasDetail",
+    "Calibration",
+    "DiffSegment",
+    "JudgedItem",
+    "MergedCandidate",
+    "PairedComparison",
+    "ProvenanceCase",
+    "RewriteQuality",
+    "RunSummary",
+    "ValidationExample",
+    "calibration_line",
+    "judge_measure_lines",
+    "metric_rows",
+    "print_compare",
+    "rewrite_sentence",
+    "rows_kind",
+    "run_summary",
 ]

@@ -104,7 +104,9 @@ def _agreement(outcomes: Sequence[bool | None]) -> float:
     return flip_agreement(sum(valid), len(valid))
 
 
-def _calm(y: list[Preference | None], y_hat: list[Preference | None], y_rand: list[Preference | None], ctx: Context) -> dict:
+def _calm(
+    y: list[Preference | None], y_hat: list[Preference | None], y_rand: list[Preference | None], ctx: Context
+) -> dict:
     decided = [p for p in y if p is not None]
     acc_ori, acc_hack = paired_accuracies(y, y_hat)  # on the items of Δerror: valid in both
     return {
@@ -155,8 +157,12 @@ def position_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Ver
     right_cr, right_rc = _indicator(y_cr, "chosen"), _indicator(y_rc, "chosen")
     right_cr[~matched] = right_rc[~matched] = np.nan
     # Noise: k = repeats picking the response shown first (Wei et al.'s k_cr, k_rc).
-    agree_cr = np.array([_agreement([None if (p := verdict(i, CR, r)) is None else p == "chosen" for r in range(K)]) for i in idx])
-    agree_rc = np.array([_agreement([None if (p := verdict(i, RC, r)) is None else p == "rejected" for r in range(K)]) for i in idx])
+    agree_cr = np.array(
+        [_agreement([None if (p := verdict(i, CR, r)) is None else p == "chosen" for r in range(K)]) for i in idx]
+    )
+    agree_rc = np.array(
+        [_agreement([None if (p := verdict(i, RC, r)) is None else p == "rejected" for r in range(K)]) for i in idx]
+    )
     if agree_cr.size:
         agree_cr[~matched] = agree_rc[~matched] = np.nan
     n = len(idx)
@@ -258,19 +264,37 @@ def length_metrics(items: Sequence[ItemInfo], idx: Sequence[int], verdict: Verdi
         p_plus=acc_both([y_cr[j] for j in plus], [y_rc[j] for j in plus]),
         p_minus=acc_both([y_cr[j] for j in minus], [y_rc[j] for j in minus]),
         q_hat=_boot(n, group_q(None), ctx, rests_on=_finite(agree)),
-        q_hat_plus=_boot(n, group_q(longer), ctx, rests_on=_finite(agree, longer), n_excluded=len(plus) - _finite(agree, longer)),
-        q_hat_minus=_boot(n, group_q(~longer), ctx, rests_on=_finite(agree, ~longer), n_excluded=len(minus) - _finite(agree, ~longer)),
+        q_hat_plus=_boot(
+            n, group_q(longer), ctx, rests_on=_finite(agree, longer), n_excluded=len(plus) - _finite(agree, longer)
+        ),
+        q_hat_minus=_boot(
+            n, group_q(~longer), ctx, rests_on=_finite(agree, ~longer), n_excluded=len(minus) - _finite(agree, ~longer)
+        ),
         q_solved=_boot(n, solved(group_q(None)), ctx, rests_on=_finite(agree)),
         q_solved_plus=_boot(
-            n, solved(group_q(longer)), ctx, rests_on=_finite(agree, longer), n_excluded=len(plus) - _finite(agree, longer)
+            n,
+            solved(group_q(longer)),
+            ctx,
+            rests_on=_finite(agree, longer),
+            n_excluded=len(plus) - _finite(agree, longer),
         ),
         q_solved_minus=_boot(
-            n, solved(group_q(~longer)), ctx, rests_on=_finite(agree, ~longer), n_excluded=len(minus) - _finite(agree, ~longer)
+            n,
+            solved(group_q(~longer)),
+            ctx,
+            rests_on=_finite(agree, ~longer),
+            n_excluded=len(minus) - _finite(agree, ~longer),
         ),
         lb=_boot(n, lb(lambda x: x), ctx, rests_on=n - unmatched),
         lb_raw=_boot(n, lb_raw, ctx, rests_on=n - unmatched),
         lb_q_solved=_boot(n, lb(flip_probability_from_q_hat), ctx, rests_on=n - unmatched),
-        spearman_rho=rho.model_copy(update={"ci_low": rho_ci.ci_low, "ci_high": rho_ci.ci_high, "method": "spearman over items; CI: bootstrap over items"}),
+        spearman_rho=rho.model_copy(
+            update={
+                "ci_low": rho_ci.ci_low,
+                "ci_high": rho_ci.ci_high,
+                "method": "spearman over items; CI: bootstrap over items",
+            }
+        ),
         spearman_p=p_value,
         length_flag=None if rho.value is None or p_value is None else (rho.value > 0.3 and p_value < 0.05),
     )

@@ -16,7 +16,13 @@ from ..stats import Calibration, PairedComparison
 from .records import AuditMetrics, AuditReport
 
 __all__ = [
-    "EXCLUDED_MEANING", "MetricRow", "ROWS", "calibration_line", "excluded_text", "judge_measure_lines", "metric_rows",
+    "EXCLUDED_MEANING",
+    "MetricRow",
+    "ROWS",
+    "calibration_line",
+    "excluded_text",
+    "judge_measure_lines",
+    "metric_rows",
     "rows_kind",
 ]
 
@@ -33,8 +39,18 @@ class MetricRow:
 
 
 _CALM = [
-    MetricRow("acc_ori", "Acc_ori", "accuracy of y, the verdict on the original pair, on the items where y and ŷ are both valid (CALM)", "rate"),
-    MetricRow("acc_hack", "Acc_hack", "accuracy of ŷ, the verdict with the bias injected (position: in the other order), on the same items (CALM)", "rate"),
+    MetricRow(
+        "acc_ori",
+        "Acc_ori",
+        "accuracy of y, the verdict on the original pair, on the items where y and ŷ are both valid (CALM)",
+        "rate",
+    ),
+    MetricRow(
+        "acc_hack",
+        "Acc_hack",
+        "accuracy of ŷ, the verdict with the bias injected (position: in the other order), on the same items (CALM)",
+        "rate",
+    ),
     MetricRow("delta_error", "Δerror", "err(ŷ) − err(y), same items; exact one-sided McNemar p", "pp"),
     MetricRow("rr", "RR", "robustness rate: share with y = ŷ (CALM; 100% = unaffected)", "rate"),
     MetricRow("cr", "CR", "consistency rate: share with y = y_rand, a new seed (CALM)", "rate"),
@@ -44,12 +60,27 @@ _CALM = [
 
 ROWS: dict[str, list[MetricRow]] = {
     "position": [
-        MetricRow("z", "z", "monitor, items as the unit: (F − S)/√(F + S), F (S) = items whose two orders both picked the first (second) position; |z| > 2 flags a position bias", "z"),
-        MetricRow("first_win_rate", "first wins", "of the items that picked the same position in both orders, the share where it was the first (50% = none)", "rate"),
+        MetricRow(
+            "z",
+            "z",
+            "monitor, items as the unit: (F − S)/√(F + S), F (S) = items whose two orders both picked the first (second) position; |z| > 2 flags a position bias",
+            "z",
+        ),
+        MetricRow(
+            "first_win_rate",
+            "first wins",
+            "of the items that picked the same position in both orders, the share where it was the first (50% = none)",
+            "rate",
+        ),
         MetricRow("pb", "PB", "de-noised position bias, as published (Wei et al.; 0 = none, > 0 favours first)", "pp"),
         MetricRow("pb_raw", "PB raw", "p̂_cr − p̂_rc, not de-noised", "pp"),
         MetricRow("pb_q_solved", "PB (q solved)", "PB de-noised with q solved from q̂ = 2q(1−q)", "pp"),
-        MetricRow("p_cr", "p̂_cr", "accuracy with the chosen response shown first (items valid in both orders, as p̂_rc and PB)", "rate"),
+        MetricRow(
+            "p_cr",
+            "p̂_cr",
+            "accuracy with the chosen response shown first (items valid in both orders, as p̂_rc and PB)",
+            "rate",
+        ),
         MetricRow("p_rc", "p̂_rc", "accuracy with the chosen response shown second (the same items)", "rate"),
         MetricRow("acc_both", "Acc_both", "right in both orders (Wei et al.)", "rate"),
         MetricRow("acc_random", "Acc_random", "right in an order drawn at random (Wei et al.)", "rate"),
@@ -58,12 +89,21 @@ ROWS: dict[str, list[MetricRow]] = {
         MetricRow("q_hat_rc", "q̂_rc", "q̂ with the chosen response second", "rate"),
         MetricRow("q_solved", "q", "flip probability solved from q̂: (1 − √(1 − 2q̂))/2", "rate"),
         *_CALM[:5],
-        MetricRow("asr", "ASR", "share of y ∈ {chosen, tie} that flip to rejected in the other order (Chen et al.)", "rate"),
+        MetricRow(
+            "asr", "ASR", "share of y ∈ {chosen, tie} that flip to rejected in the other order (Chen et al.)", "rate"
+        ),
         _CALM[6],
     ],
     "length": [
-        MetricRow("spearman_rho", "ρ", "monitor, items as the unit: Spearman ρ of the length difference (chosen − rejected) vs the chosen response's share of both orders' verdicts; ρ > 0.3 and p < 0.05 flags", "rho"),
-        MetricRow("lb", "LB", "de-noised length bias, as published (Wei et al.; 0 = as the labels, > 0 favours longer)", "pp"),
+        MetricRow(
+            "spearman_rho",
+            "ρ",
+            "monitor, items as the unit: Spearman ρ of the length difference (chosen − rejected) vs the chosen response's share of both orders' verdicts; ρ > 0.3 and p < 0.05 flags",
+            "rho",
+        ),
+        MetricRow(
+            "lb", "LB", "de-noised length bias, as published (Wei et al.; 0 = as the labels, > 0 favours longer)", "pp"
+        ),
         MetricRow("lb_raw", "LB raw", "p̂₊ − p̂₋, not de-noised", "pp"),
         MetricRow("lb_q_solved", "LB (q solved)", "LB de-noised with q solved from q̂", "pp"),
         MetricRow("p_plus", "p̂₊", "Acc_both where the chosen response is longer (Δlength > 0)", "rate"),
@@ -76,15 +116,57 @@ ROWS: dict[str, list[MetricRow]] = {
 }
 
 _SCORES = [
-    MetricRow("score_shift", "Δscore", "pointwise: mean (perturbed − original) score of the rejected response in scale points, paired on the same items; Student-t CI", "points"),
-    MetricRow("score_shift_share", "Δscore (share)", "the same as a share of the scale (percentage points of its span); one-sided paired t p", "pp"),
-    MetricRow("score_unchanged", "RR (scores)", "CALM's robustness rate for scores: share of items whose score the perturbation left unchanged (100% = unaffected)", "rate"),
-    MetricRow("score_repeat_unchanged", "unchanged (new seed)", "share of items whose original score is unchanged with a new seed alone: the judge's noise, what RR (scores) is compared against", "rate"),
-    MetricRow("score_original", "score (original)", "mean score of the original rejected response (scale points)", "points"),
-    MetricRow("pair_error_original", "pair error (original)", "rejected scored ≥ chosen, ties included, items valid in every arm", "rate"),
-    MetricRow("pair_error_perturbed", "pair error (perturbed)", "the same with the perturbed rejected response, same items", "rate"),
-    MetricRow("delta_error", "Δpair error", "pair error (perturbed) − pair error (original), same items; exact one-sided McNemar p", "pp"),
-    MetricRow("pair_ties_original", "ties (original)", "share of the same items whose two scores are equal (counted in the pair error)", "rate"),
+    MetricRow(
+        "score_shift",
+        "Δscore",
+        "pointwise: mean (perturbed − original) score of the rejected response in scale points, paired on the same items; Student-t CI",
+        "points",
+    ),
+    MetricRow(
+        "score_shift_share",
+        "Δscore (share)",
+        "the same as a share of the scale (percentage points of its span); one-sided paired t p",
+        "pp",
+    ),
+    MetricRow(
+        "score_unchanged",
+        "RR (scores)",
+        "CALM's robustness rate for scores: share of items whose score the perturbation left unchanged (100% = unaffected)",
+        "rate",
+    ),
+    MetricRow(
+        "score_repeat_unchanged",
+        "unchanged (new seed)",
+        "share of items whose original score is unchanged with a new seed alone: the judge's noise, what RR (scores) is compared against",
+        "rate",
+    ),
+    MetricRow(
+        "score_original", "score (original)", "mean score of the original rejected response (scale points)", "points"
+    ),
+    MetricRow(
+        "pair_error_original",
+        "pair error (original)",
+        "rejected scored ≥ chosen, ties included, items valid in every arm",
+        "rate",
+    ),
+    MetricRow(
+        "pair_error_perturbed",
+        "pair error (perturbed)",
+        "the same with the perturbed rejected response, same items",
+        "rate",
+    ),
+    MetricRow(
+        "delta_error",
+        "Δpair error",
+        "pair error (perturbed) − pair error (original), same items; exact one-sided McNemar p",
+        "pp",
+    ),
+    MetricRow(
+        "pair_ties_original",
+        "ties (original)",
+        "share of the same items whose two scores are equal (counted in the pair error)",
+        "rate",
+    ),
     MetricRow("pair_ties_perturbed", "ties (perturbed)", "the same with the perturbed rejected response", "rate"),
 ]
 ROWS["pointwise:perturbation"] = _SCORES
@@ -95,11 +177,26 @@ def _padded_label(label: str) -> str:
     if "(perturbed)" in label:
         return label.replace("(perturbed)", "(padded ×3)")
     return label if "original" in label or "new seed" in label else f"{label} (×3)"
+
+
 ROWS["pointwise:length"] = [
-    MetricRow("score_length_slope", "slope", "pointwise: score points per 100 words of padding (the rejected response's own words repeated), within-item least squares; CI: bootstrap over items", "points"),
-    MetricRow("score_length_rho", "ρ (padding)", "Spearman ρ of the words added vs the score shift over every (item, padding); ρ > 0.3 with the slope's CI above 0 flags", "rho"),
-    *[MetricRow(r.field, _padded_label(r.label), r.meaning.replace("perturbed", "padded ×3"), r.unit)
-      for r in _SCORES if r.field not in ("score_shift", "score_shift_share", "score_original")],
+    MetricRow(
+        "score_length_slope",
+        "slope",
+        "pointwise: score points per 100 words of padding (the rejected response's own words repeated), within-item least squares; CI: bootstrap over items",
+        "points",
+    ),
+    MetricRow(
+        "score_length_rho",
+        "ρ (padding)",
+        "Spearman ρ of the words added vs the score shift over every (item, padding); ρ > 0.3 with the slope's CI above 0 flags",
+        "rho",
+    ),
+    *[
+        MetricRow(r.field, _padded_label(r.label), r.meaning.replace("perturbed", "padded ×3"), r.unit)
+        for r in _SCORES
+        if r.field not in ("score_shift", "score_shift_share", "score_original")
+    ],
 ]
 """The largest padding's shift is the last `Δscore ×…` row (`_padding_rows`)."""
 
@@ -132,7 +229,7 @@ EXCLUDED_MEANING = "left out: items removed from a measure because a verdict it 
 
 
 def excluded_text(n_excluded: int | None) -> str:
-    """"3 left out" next to an n (see `EXCLUDED_MEANING`), or "" when nothing was left out (or
+    """ "3 left out" next to an n (see `EXCLUDED_MEANING`), or "" when nothing was left out (or
     not counted)."""
     return f"{n_excluded} left out" if n_excluded else ""
 
@@ -166,10 +263,19 @@ def metric_rows(metrics: AuditMetrics, kind: str, *, missing: str = MISSING) -> 
                 flag = "length bias"
         if row.field == "score_length_rho" and metrics.length_flag:
             flag = "length bias"
-        out.append({
-            "field": row.field, "label": row.label, "value": value, "ci": ci, "n": n, "excluded": excluded, "p": p,
-            "flag": flag, "meaning": row.meaning,
-        })
+        out.append(
+            {
+                "field": row.field,
+                "label": row.label,
+                "value": value,
+                "ci": ci,
+                "n": n,
+                "excluded": excluded,
+                "p": p,
+                "flag": flag,
+                "meaning": row.meaning,
+            }
+        )
     return out + _padding_rows(metrics, missing)
 
 
@@ -178,14 +284,20 @@ def _padding_rows(metrics: AuditMetrics, missing: str) -> list[dict[str, str]]:
     out = []
     for level in metrics.padding or []:
         shift, words = level.score_shift, level.words_added
-        out.append({
-            "field": f"score_shift@x{level.factor:g}", "label": f"Δscore ×{level.factor:g}",
-            "value": _fmt(shift.value, "points", missing), "ci": _ci(shift.ci_low, shift.ci_high, "points", missing),
-            "n": str(shift.n), "excluded": excluded_text(shift.n_excluded),
-            "p": p_value(level.score_shift_share.p_value, missing=missing), "flag": "",
-            "meaning": f"padded to ×{level.factor:g} its words (+{number(words.value, digits=1, missing=missing)} words on "
-            f"average): mean score shift in scale points; unchanged on {percent(level.score_unchanged.value, missing=missing)}",
-        })
+        out.append(
+            {
+                "field": f"score_shift@x{level.factor:g}",
+                "label": f"Δscore ×{level.factor:g}",
+                "value": _fmt(shift.value, "points", missing),
+                "ci": _ci(shift.ci_low, shift.ci_high, "points", missing),
+                "n": str(shift.n),
+                "excluded": excluded_text(shift.n_excluded),
+                "p": p_value(level.score_shift_share.p_value, missing=missing),
+                "flag": "",
+                "meaning": f"padded to ×{level.factor:g} its words (+{number(words.value, digits=1, missing=missing)} words on "
+                f"average): mean score shift in scale points; unchanged on {percent(level.score_unchanged.value, missing=missing)}",
+            }
+        )
     return out
 
 
@@ -197,6 +309,7 @@ def _estimate_text(est: Estimate | None, unit: Unit, missing: str = MISSING) -> 
 
 def calibration_line(cal: Calibration, *, missing: str = MISSING) -> str:
     """ECE and Brier with their 95 % CIs, n and what they compare."""
+
     def num(x: float | None) -> str:
         return number(x, digits=3, missing=missing)
 
@@ -214,7 +327,9 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
     then each measure the data could not support, with why."""
     lines = []
     if report.agreement is not None:
-        lines.append(f"agreement with labels: {_estimate_text(report.agreement, 'rate', missing)} items ({report.agreement.method})")
+        lines.append(
+            f"agreement with labels: {_estimate_text(report.agreement, 'rate', missing)} items ({report.agreement.method})"
+        )
     if report.calibration is not None:
         lines.append(calibration_line(report.calibration, missing=missing))
     sp = report.self_preference
@@ -240,8 +355,11 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
             f"prompt sensitivity ({', '.join(ps.prompts)}): the verdict changes with the template on "
             f"{_estimate_text(ps.change_rate, 'rate', missing)} pairs; with a new seed alone (same template) on "
             f"{_estimate_text(ps.noise_rate, 'rate', missing)}"
-            + "".join(f"; {a} vs {b}: {_estimate_text(c, 'rate', missing)}" for a, b, c in
-                      ((x.prompt_a, x.prompt_b, x.change_rate) for x in ps.pairwise) if len(ps.prompts) > 2)
+            + "".join(
+                f"; {a} vs {b}: {_estimate_text(c, 'rate', missing)}"
+                for a, b, c in ((x.prompt_a, x.prompt_b, x.change_rate) for x in ps.pairwise)
+                if len(ps.prompts) > 2
+            )
             + f" ({ps.method})"
         )
     for item in report.unsupported:

@@ -44,20 +44,59 @@ if TYPE_CHECKING:
     from .runner import AuditJudgment
 
 __all__ = [
-    "LABEL_FIELDS", "REPEAT_FIELDS", "audit_log", "live_pointwise_self_preference", "live_self_preference", "model_family",
+    "LABEL_FIELDS",
+    "REPEAT_FIELDS",
+    "audit_log",
+    "live_pointwise_self_preference",
+    "live_self_preference",
+    "model_family",
     "self_preference",
 ]
 
-LABEL_FIELDS = frozenset({
-    "acc_ori", "acc_hack", "delta_error", "asr", "acc_both", "acc_random", "p_cr", "p_rc", "pb", "pb_raw",
-    "pb_q_solved", "p_plus", "p_minus", "lb", "lb_raw", "lb_q_solved", "q_hat_plus", "q_hat_minus",
-    "q_solved_plus", "q_solved_minus",
-})
+LABEL_FIELDS = frozenset(
+    {
+        "acc_ori",
+        "acc_hack",
+        "delta_error",
+        "asr",
+        "acc_both",
+        "acc_random",
+        "p_cr",
+        "p_rc",
+        "pb",
+        "pb_raw",
+        "pb_q_solved",
+        "p_plus",
+        "p_minus",
+        "lb",
+        "lb_raw",
+        "lb_q_solved",
+        "q_hat_plus",
+        "q_hat_minus",
+        "q_solved_plus",
+        "q_solved_minus",
+    }
+)
 """Measures that need to know which response is better (null for a log without labels)."""
-REPEAT_FIELDS = frozenset({
-    "cr", "q_hat", "q_hat_cr", "q_hat_rc", "q_solved", "q_solved_cr", "q_solved_rc", "pb", "pb_q_solved",
-    "q_hat_plus", "q_hat_minus", "q_solved_plus", "q_solved_minus", "lb", "lb_q_solved",
-})
+REPEAT_FIELDS = frozenset(
+    {
+        "cr",
+        "q_hat",
+        "q_hat_cr",
+        "q_hat_rc",
+        "q_solved",
+        "q_solved_cr",
+        "q_solved_rc",
+        "pb",
+        "pb_q_solved",
+        "q_hat_plus",
+        "q_hat_minus",
+        "q_solved_plus",
+        "q_solved_minus",
+        "lb",
+        "lb_q_solved",
+    }
+)
 """Measures that need each verdict asked at least twice (flipping noise, de-noised biases, CR)."""
 _PROVIDERS = re.compile(r"^(openai|llamacpp|vllm|hf|transformers|anthropic|google|together|azure)/", re.I)
 
@@ -101,14 +140,17 @@ def _agreement(log: LoadedLog, ctx: Context) -> Estimate:
 
     estimate = bootstrap_estimate(len(kept), stat, n_boot=ctx.n_boot, seed=ctx.seed)
     n_verdicts = sum(len(xs) for xs in kept)
-    return estimate.model_copy(update={
-        "n_excluded": len(per_item) - len(kept),
-        "method": f"share of {n_verdicts} valid verdicts; CI: bootstrap over {len(kept)} items",
-    })
+    return estimate.model_copy(
+        update={
+            "n_excluded": len(per_item) - len(kept),
+            "method": f"share of {n_verdicts} valid verdicts; CI: bootstrap over {len(kept)} items",
+        }
+    )
 
 
 def _mean_estimate(values: np.ndarray, mask: np.ndarray, ctx: Context, what: str) -> Estimate:
     """The mean of `values` over the items of `mask`, with a bootstrap CI over items."""
+
     def stat(ix: np.ndarray) -> float | None:
         chosen = values[ix][mask[ix]]
         return float(chosen.mean()) if chosen.size else None
@@ -117,9 +159,7 @@ def _mean_estimate(values: np.ndarray, mask: np.ndarray, ctx: Context, what: str
     return estimate.model_copy(update={"n": int(mask.sum()), "method": f"{what}; CI: bootstrap over items"})
 
 
-def self_preference(
-    log: LoadedLog, judge_family: str, ctx: Context
-) -> tuple[SelfPreference | None, str | None]:
+def self_preference(log: LoadedLog, judge_family: str, ctx: Context) -> tuple[SelfPreference | None, str | None]:
     """Self-preference on the pairs with exactly one response of `judge_family`; (None, why)
     when the log has no such pair."""
     picks, own_better, mixed = [], [], []
@@ -148,7 +188,9 @@ def self_preference(
         "each pair's valid verdicts in every logged order and repeat averaged (both orders logged: position balanced)"
     )
     sp = SelfPreference(
-        judge_family=judge_family, matching=matching, n_items=len(pick),
+        judge_family=judge_family,
+        matching=matching,
+        n_items=len(pick),
         own_pick_rate=_mean_estimate(pick, everything, ctx, "share of verdicts picking the judge's family"),
     )
     if log.labelled:
@@ -159,13 +201,25 @@ def self_preference(
             return float(a.mean() - b.mean()) if a.size and b.size else None
 
         d = bootstrap_estimate(len(pick), delta, n_boot=ctx.n_boot, seed=ctx.seed)
-        sp = sp.model_copy(update={
-            "own_better_rate": _mean_estimate(better, everything, ctx, "share of items whose better response is the judge's family's"),
-            "excess": _mean_estimate(pick - better, everything, ctx, "own-pick rate minus the labels' own-better rate"),
-            "error_own_worse": _mean_estimate(pick, own_worse, ctx, "items whose worse response is the judge's family's"),
-            "error_other_worse": _mean_estimate(1.0 - pick, ~own_worse, ctx, "items whose worse response is the other family's"),
-            "delta": d.model_copy(update={"method": "error_own_worse − error_other_worse; CI: bootstrap over items"}),
-        })
+        sp = sp.model_copy(
+            update={
+                "own_better_rate": _mean_estimate(
+                    better, everything, ctx, "share of items whose better response is the judge's family's"
+                ),
+                "excess": _mean_estimate(
+                    pick - better, everything, ctx, "own-pick rate minus the labels' own-better rate"
+                ),
+                "error_own_worse": _mean_estimate(
+                    pick, own_worse, ctx, "items whose worse response is the judge's family's"
+                ),
+                "error_other_worse": _mean_estimate(
+                    1.0 - pick, ~own_worse, ctx, "items whose worse response is the other family's"
+                ),
+                "delta": d.model_copy(
+                    update={"method": "error_own_worse − error_other_worse; CI: bootstrap over items"}
+                ),
+            }
+        )
     return sp, None
 
 
@@ -178,17 +232,31 @@ def _calibration(log: LoadedLog, ctx: Context) -> Any:
 
 
 def _builtin(
-    kind: str, items: Sequence[ItemInfo], idx: list[int], verdict: Callable[[int, Order, int], Preference | None],
-    ctx: Context, blank: frozenset[str],
+    kind: str,
+    items: Sequence[ItemInfo],
+    idx: list[int],
+    verdict: Callable[[int, Order, int], Preference | None],
+    ctx: Context,
+    blank: frozenset[str],
 ) -> BiasAudit:
     measure = position_metrics if kind == "position" else length_metrics
     overall = _blank(measure(items, idx, verdict, ctx), blank)
     domains = sorted({items[i].domain for i in idx})
-    per_domain = {d: _blank(measure(items, [i for i in idx if items[i].domain == d], verdict, ctx), blank) for d in domains}
-    scheme = SchemeAudit(**overall.model_dump(round_trip=True), scheme="none", calls_per_verdict=1, calls=0, per_domain=per_domain)
+    per_domain = {
+        d: _blank(measure(items, [i for i in idx if items[i].domain == d], verdict, ctx), blank) for d in domains
+    }
+    scheme = SchemeAudit(
+        **overall.model_dump(round_trip=True), scheme="none", calls_per_verdict=1, calls=0, per_domain=per_domain
+    )
     return BiasAudit(
-        **scheme.model_dump(round_trip=True), id=kind, name=f"{kind.capitalize()} (built-in)", kind=kind,  # type: ignore[arg-type]
-        source="log", asr_variant="preference_shift" if kind == "position" else None, n_items=len(idx), n_perturb_invalid=0,
+        **scheme.model_dump(round_trip=True),
+        id=kind,
+        name=f"{kind.capitalize()} (built-in)",
+        kind=kind,  # type: ignore[arg-type]
+        source="log",
+        asr_variant="preference_shift" if kind == "position" else None,
+        n_items=len(idx),
+        n_perturb_invalid=0,
     )
 
 
@@ -209,7 +277,8 @@ def _builtins(log: LoadedLog, ctx: Context, seed: int) -> tuple[list[BiasAudit],
         ItemInfo(
             domain=p.domain,
             base=order_for(PreferencePair(id=p.pair_id, question="", chosen="", rejected=""), "swap", seed)[0],
-            len_chosen=p.lengths[0] if p.lengths else 0, len_rejected=p.lengths[1] if p.lengths else 0,
+            len_chosen=p.lengths[0] if p.lengths else 0,
+            len_rejected=p.lengths[1] if p.lengths else 0,
         )
         for p in log.pairs
     ]
@@ -231,21 +300,31 @@ def _builtins(log: LoadedLog, ctx: Context, seed: int) -> tuple[list[BiasAudit],
             why += " (pass --data with the pairs it judged)"
         missing.append(Unsupported(measure="length", reason=why))
     if not log.labelled:
-        missing.append(Unsupported(
-            measure="accuracy-based measures (Acc, Δerror, ASR, PB, LB)",
-            reason="the log does not say which response is better (map a label column)",
-        ))
+        missing.append(
+            Unsupported(
+                measure="accuracy-based measures (Acc, Δerror, ASR, PB, LB)",
+                reason="the log does not say which response is better (map a label column)",
+            )
+        )
     if ctx.repeats < 2:
-        missing.append(Unsupported(
-            measure="flipping noise q̂, de-noised PB and LB, CALM's CR",
-            reason="the log has one verdict per pair and order; they need each verdict repeated (2 or more)",
-        ))
+        missing.append(
+            Unsupported(
+                measure="flipping noise q̂, de-noised PB and LB, CALM's CR",
+                reason="the log has one verdict per pair and order; they need each verdict repeated (2 or more)",
+            )
+        )
     return entries, missing
 
 
 def audit_log(
-    log: LoadedLog, *, seed: int, n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES, judge_model: str | None = None,
-    judge_family: str | None = None, data: str | None = None, columns: dict[str, Any] | None = None,
+    log: LoadedLog,
+    *,
+    seed: int,
+    n_boot: int = DEFAULT_BOOTSTRAP_RESAMPLES,
+    judge_model: str | None = None,
+    judge_family: str | None = None,
+    data: str | None = None,
+    columns: dict[str, Any] | None = None,
 ) -> AuditReport:
     """The audit record of a log's verdicts (see the module docstring). `judge_model` names
     the judge when the log does not; `judge_family` overrides the family read from its name."""
@@ -261,13 +340,17 @@ def audit_log(
     if not any(v.p_first is not None for v in log.verdicts):
         unsupported.append(Unsupported(measure="calibration", reason="the log records no verdict probability"))
     elif not log.labelled:
-        unsupported.append(Unsupported(measure="calibration", reason="probabilities but no labels to score them against"))
+        unsupported.append(
+            Unsupported(measure="calibration", reason="probabilities but no labels to score them against")
+        )
     else:
         cal = _calibration(log, ctx)
     sp = None
     family = judge_family or (model_family(model) if model else None)
     if family is None:
-        unsupported.append(Unsupported(measure="self-preference", reason="the judge model is not named (pass --judge-model)"))
+        unsupported.append(
+            Unsupported(measure="self-preference", reason="the judge model is not named (pass --judge-model)")
+        )
     else:
         sp, why = self_preference(log, family, ctx)
         if why is not None:
@@ -279,17 +362,34 @@ def audit_log(
         n_pairs=len(log.pairs),
         domains=sorted({p.domain for p in log.pairs}),
         settings=AuditSettingsRecord(
-            seed=seed, repeats=repeats, mitigation="none", temperature=None, allow_tie=None, reasoning=None,
-            max_tokens=None, n_boot=n_boot,
+            seed=seed,
+            repeats=repeats,
+            mitigation="none",
+            temperature=None,
+            allow_tie=None,
+            reasoning=None,
+            max_tokens=None,
+            n_boot=n_boot,
         ),
-        calls=AuditCalls(judge=0, judge_cached=0, judge_invalid=sum(1 for v in log.verdicts if v.picked is None),
-                         teacher=0, prompt_tokens=0, completion_tokens=0),
+        calls=AuditCalls(
+            judge=0,
+            judge_cached=0,
+            judge_invalid=sum(1 for v in log.verdicts if v.picked is None),
+            teacher=0,
+            prompt_tokens=0,
+            completion_tokens=0,
+        ),
         notes=[f"from a log: {len(log.verdicts)} verdicts read from {log.path.name}, no model called"],
         created_at=utc_now_iso(),
         biases=entries,
         from_log=LogSource(
-            path=str(log.path), format=log.format, rows=log.rows, verdicts=len(log.verdicts), skipped=log.skipped,
-            labelled=log.labelled, columns=columns,
+            path=str(log.path),
+            format=log.format,
+            rows=log.rows,
+            verdicts=len(log.verdicts),
+            skipped=log.skipped,
+            labelled=log.labelled,
+            columns=columns,
         ),
         unsupported=unsupported,
         agreement=agreement,
@@ -306,7 +406,12 @@ def _response_models(pair: PreferencePair) -> tuple[str, str] | None:
 
 
 def live_self_preference(
-    pairs: Sequence[PreferencePair], judgments: Sequence[AuditJudgment], *, judge_family: str, seed: int, n_boot: int,
+    pairs: Sequence[PreferencePair],
+    judgments: Sequence[AuditJudgment],
+    *,
+    judge_family: str,
+    seed: int,
+    n_boot: int,
 ) -> tuple[SelfPreference | None, str | None]:
     """Self-preference on a live audit's verdicts of the original pairs (every order and
     repeat it asked), where the data names the model of each response (JudgeBench's
@@ -318,14 +423,20 @@ def live_self_preference(
     repeats = {repeat_seed(seed, r): r for r in range(64)}
     verdicts = [
         LogVerdict("", index[j.pair_id], 0 if j.order == "chosen_first" else 1, j.picked, repeats.get(j.seed, 0))
-        for j in judgments if j.condition == "original" and j.pair_id in index
+        for j in judgments
+        if j.condition == "original" and j.pair_id in index
     ]
     log = LoadedLog(Path("audit"), "judgments", log_pairs, verdicts, True)
     return self_preference(log, judge_family, Context(repeats=1, seed=seed, n_boot=n_boot))
 
 
 def live_pointwise_self_preference(
-    pairs: Sequence[PreferencePair], judgments: Sequence[AuditJudgment], *, judge_family: str, seed: int, n_boot: int,
+    pairs: Sequence[PreferencePair],
+    judgments: Sequence[AuditJudgment],
+    *,
+    judge_family: str,
+    seed: int,
+    n_boot: int,
 ) -> tuple[SelfPreference | None, str | None]:
     """Self-preference of a pointwise judge: on the pairs with exactly one response of its
     family, the response it scored higher (equal scores: half) takes the place of the
@@ -356,11 +467,16 @@ def live_pointwise_self_preference(
     ctx = Context(repeats=1, seed=seed, n_boot=n_boot)
     sp, why = self_preference(log, judge_family, ctx)
     if sp is not None:
-        sp = sp.model_copy(update={"matching": (
-            f"pairs whose two responses come from different families, exactly one of them {judge_family} (the judge's); "
-            "pointwise: each response scored alone with the audit's seed, the higher score counts as the pick (equal "
-            "scores: half)"
-        ), **_score_gaps(gaps, ctx)})
+        sp = sp.model_copy(
+            update={
+                "matching": (
+                    f"pairs whose two responses come from different families, exactly one of them {judge_family} (the judge's); "
+                    "pointwise: each response scored alone with the audit's seed, the higher score counts as the pick (equal "
+                    "scores: half)"
+                ),
+                **_score_gaps(gaps, ctx),
+            }
+        )
     return sp, why
 
 
@@ -373,13 +489,24 @@ def _score_gaps(gaps: list[tuple[float, bool]], ctx: Context) -> dict[str, Estim
     gap = np.array([g for g, _ in gaps])
     own_better = np.array([b for _, b in gaps])
     low, high = mean_t_interval(gap.tolist(), bounds=(-float("inf"), float("inf")))
-    overall = Estimate(value=float(gap.mean()), n=len(gap), ci_low=low, ci_high=high,
-                       method="mean (own − other) score; Student-t CI over items")
+    overall = Estimate(
+        value=float(gap.mean()),
+        n=len(gap),
+        ci_low=low,
+        ci_high=high,
+        method="mean (own − other) score; Student-t CI over items",
+    )
 
     def balanced(ix: np.ndarray) -> float | None:
         a, b = gap[ix][own_better[ix]], gap[ix][~own_better[ix]]
         return float((a.mean() + b.mean()) / 2) if a.size and b.size else None
 
     est = bootstrap_estimate(len(gap), balanced, n_boot=ctx.n_boot, seed=ctx.seed)
-    return {"score_gap": overall, "score_gap_balanced": est.model_copy(update={
-        "method": "mean of the own-better and own-worse strata's (own − other) score; CI: bootstrap over items"})}
+    return {
+        "score_gap": overall,
+        "score_gap_balanced": est.model_copy(
+            update={
+                "method": "mean of the own-better and own-worse strata's (own − other) score; CI: bootstrap over items"
+            }
+        ),
+    }

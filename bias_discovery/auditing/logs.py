@@ -40,7 +40,14 @@ Response = Literal[0, 1]
 _VERDICTS = {"a": "A", "b": "B", "tie": "tie"}
 _LABELS = {"a": "A", "b": "B", "a>b": "A", "b>a": "B"}
 _ORDERS: dict[str, Response] = {
-    "ab": 0, "original": 0, "0": 0, "chosen_first": 0, "ba": 1, "swapped": 1, "1": 1, "rejected_first": 1,
+    "ab": 0,
+    "original": 0,
+    "0": 0,
+    "chosen_first": 0,
+    "ba": 1,
+    "swapped": 1,
+    "1": 1,
+    "rejected_first": 1,
 }
 
 
@@ -173,7 +180,9 @@ class _Builder:
             self.pairs.append(LogPair(pair_id=pair_id, domain=domain))
         return self.index[pair_id]
 
-    def add(self, where: str, i: int, first: Response, picked: Preference | None, repeat: int | None, p_first: float | None) -> None:
+    def add(
+        self, where: str, i: int, first: Response, picked: Preference | None, repeat: int | None, p_first: float | None
+    ) -> None:
         key = (i, first)
         if repeat is None:
             repeat = self.seen.get(key, 0)
@@ -270,7 +279,9 @@ def _read_judgments(path: Path, data: str | None, data_dir: Path | None) -> Load
     if data is not None:
         _join_data(b.pairs, data, data_dir, path)
     model = side.get("model") if isinstance(side.get("model"), str) else None
-    return LoadedLog(path, "judgments", b.pairs, b.verdicts, True, model, seed if isinstance(seed, int) else None, skipped, rows)
+    return LoadedLog(
+        path, "judgments", b.pairs, b.verdicts, True, model, seed if isinstance(seed, int) else None, skipped, rows
+    )
 
 
 def _join_data(pairs: list[LogPair], data: str, data_dir: Path | None, path: Path) -> None:
@@ -347,7 +358,9 @@ def _read_inspect(path: Path) -> LoadedLog:
         if isinstance(target, list):
             target = target[0] if len(target) == 1 else None
         if target not in ("A", "B"):
-            raise DataError(f"{where}: field 'target' has value {sample.get('target')!r}; expected A or B (the better response)")
+            raise DataError(
+                f"{where}: field 'target' has value {sample.get('target')!r}; expected A or B (the better response)"
+            )
         if not (isinstance(choices, list) and len(choices) == 2 and all(isinstance(c, str) for c in choices)):
             raise DataError(f"{where}: field 'choices' must hold the two responses as shown")
         first: Response = 0 if target == "A" else 1
@@ -409,11 +422,15 @@ def _cell(where: str, row: Mapping[str, Any], column: str | None, *, required: b
 def _letter(where: str, column: str, value: Any, allowed: Mapping[str, str]) -> str:
     letter = allowed.get(str(value).strip().lower())
     if letter is None:
-        raise DataError(f"{where}: column {column!r} has value {value!r}; expected one of {', '.join(sorted(set(allowed)))}")
+        raise DataError(
+            f"{where}: column {column!r} has value {value!r}; expected one of {', '.join(sorted(set(allowed)))}"
+        )
     return letter
 
 
-def _orientation(where: str, row: Mapping[str, Any], cols: ColumnMap, pair: LogPair) -> tuple[Response, tuple[str, str] | None]:
+def _orientation(
+    where: str, row: Mapping[str, Any], cols: ColumnMap, pair: LogPair
+) -> tuple[Response, tuple[str, str] | None]:
     """Which response (0/1) was shown first, and the texts of responses 0 and 1 when given."""
     a, b = _cell(where, row, cols.response_a), _cell(where, row, cols.response_b)
     if cols.label is not None:
@@ -422,7 +439,9 @@ def _orientation(where: str, row: Mapping[str, Any], cols: ColumnMap, pair: LogP
     elif cols.order is not None:
         first = _ORDERS.get(str(_cell(where, row, cols.order, required=True)).strip().lower(), None)  # type: ignore[assignment]
         if first is None:
-            raise DataError(f"{where}: column {cols.order!r} has value {row.get(cols.order)!r}; expected AB/original/0 or BA/swapped/1")
+            raise DataError(
+                f"{where}: column {cols.order!r} has value {row.get(cols.order)!r}; expected AB/original/0 or BA/swapped/1"
+            )
     elif a is not None and b is not None:
         reference = pair.texts[0] if pair.texts is not None else str(a)
         if str(a) == reference:
@@ -441,7 +460,9 @@ def _orientation(where: str, row: Mapping[str, Any], cols: ColumnMap, pair: LogP
     return first, texts
 
 
-def _both(where: str, row: Mapping[str, Any], first_col: str | None, second_col: str | None, first: Response) -> tuple[Any, Any] | None:
+def _both(
+    where: str, row: Mapping[str, Any], first_col: str | None, second_col: str | None, first: Response
+) -> tuple[Any, Any] | None:
     x, y = _cell(where, row, first_col), _cell(where, row, second_col)
     if x is None or y is None:
         return None
@@ -465,14 +486,27 @@ def _generic_row(b: _Builder, where: str, row: Mapping[str, Any], cols: ColumnMa
     models = _both(where, row, cols.model_a, cols.model_b, first)
     if models is not None:
         pair.models = (str(models[0]), str(models[1]))
-    verdict = None if raw_verdict is None else _letter(where, cols.verdict, raw_verdict, {**_VERDICTS, **{k.lower(): v for k, v in cols.verdict_values.items()}})
+    verdict = (
+        None
+        if raw_verdict is None
+        else _letter(
+            where, cols.verdict, raw_verdict, {**_VERDICTS, **{k.lower(): v for k, v in cols.verdict_values.items()}}
+        )
+    )
     repeat = _cell(where, row, cols.repeat)
     if repeat is not None:
         try:
             repeat = int(repeat)
         except (TypeError, ValueError):
             raise DataError(f"{where}: column {cols.repeat!r} has value {repeat!r}; expected 0, 1, ...") from None
-    b.add(where, i, first, _picked(verdict, first), repeat, _probability(where, str(cols.probability), _cell(where, row, cols.probability)))
+    b.add(
+        where,
+        i,
+        first,
+        _picked(verdict, first),
+        repeat,
+        _probability(where, str(cols.probability), _cell(where, row, cols.probability)),
+    )
     judge = _cell(where, row, cols.judge_model)
     return None if judge is None else str(judge)
 
@@ -485,8 +519,12 @@ def _read_generic(path: Path, cols: ColumnMap) -> LoadedLog:
         if judge is not None:
             judges.add(judge)
     if len(judges) > 1:
-        raise DataError(f"{path}: column {cols.judge_model!r} names {len(judges)} judges ({', '.join(sorted(judges))}); audit one judge per log")
-    return LoadedLog(path, "generic", b.pairs, b.verdicts, cols.label is not None, next(iter(judges), None), None, {}, rows)
+        raise DataError(
+            f"{path}: column {cols.judge_model!r} names {len(judges)} judges ({', '.join(sorted(judges))}); audit one judge per log"
+        )
+    return LoadedLog(
+        path, "generic", b.pairs, b.verdicts, cols.label is not None, next(iter(judges), None), None, {}, rows
+    )
 
 
 # -- dispatch -------------------------------------------------------------------------------
@@ -533,7 +571,9 @@ def read_log(
             "eval and samples); for another log give a column map (--columns pair_id=...,verdict=...)"
         )
     if data is not None and log.format != "judgments":
-        raise DataError(f"{path}: --data joins a judgments.jsonl with its pairs; a {log.format} log carries its own responses")
+        raise DataError(
+            f"{path}: --data joins a judgments.jsonl with its pairs; a {log.format} log carries its own responses"
+        )
     if not log.verdicts:
         raise DataError(f"{path}: the log holds no verdict to audit")
     return log

@@ -186,11 +186,25 @@ class AuditMetrics(_Record):
 ESTIMATE_FIELDS: tuple[str, ...] = tuple(
     name for name, field in AuditMetrics.model_fields.items() if field.annotation == (Estimate | None)
 )
-POINTWISE_FIELDS: frozenset[str] = frozenset({
-    "score_original", "score_shift", "score_shift_share", "score_unchanged", "score_repeat_unchanged",
-    "pair_error_original", "pair_error_perturbed", "pair_ties_original", "pair_ties_perturbed", "delta_error",
-    "score_length_slope", "score_length_rho", "padding", "n_invalid", "length_flag",
-})
+POINTWISE_FIELDS: frozenset[str] = frozenset(
+    {
+        "score_original",
+        "score_shift",
+        "score_shift_share",
+        "score_unchanged",
+        "score_repeat_unchanged",
+        "pair_error_original",
+        "pair_error_perturbed",
+        "pair_ties_original",
+        "pair_ties_perturbed",
+        "delta_error",
+        "score_length_slope",
+        "score_length_rho",
+        "padding",
+        "n_invalid",
+        "length_flag",
+    }
+)
 """The measures a pointwise judge's audit has (`auditing.scores`); the others need pairwise verdicts."""
 COMPARISON_FIELDS: tuple[str, ...] = tuple(
     name for name, field in AuditMetrics.model_fields.items() if field.annotation == (PairedComparison | None)
@@ -380,15 +394,27 @@ class AuditReport(_Record):
 
 def _estimate_row(base: dict[str, Any], metric: str, est: Estimate) -> dict[str, Any]:
     return {
-        **base, "metric": metric, "value": est.value, "n": est.n, "n_excluded": est.n_excluded,
-        "ci_low": est.ci_low, "ci_high": est.ci_high, "p_value": None,
+        **base,
+        "metric": metric,
+        "value": est.value,
+        "n": est.n,
+        "n_excluded": est.n_excluded,
+        "ci_low": est.ci_low,
+        "ci_high": est.ci_high,
+        "p_value": None,
     }
 
 
 def _comparison_row(base: dict[str, Any], metric: str, d: PairedComparison) -> dict[str, Any]:
     return {
-        **base, "metric": metric, "value": d.delta, "n": d.n, "n_excluded": d.n_excluded_invalid,
-        "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value,
+        **base,
+        "metric": metric,
+        "value": d.delta,
+        "n": d.n,
+        "n_excluded": d.n_excluded_invalid,
+        "ci_low": d.ci_low,
+        "ci_high": d.ci_high,
+        "p_value": d.p_value,
     }
 
 
@@ -463,8 +489,13 @@ def csv_rows(report: AuditReport) -> list[dict[str, Any]]:
         for scheme in [entry, entry.mitigated]:
             if scheme is None:
                 continue
-            base = {"bias_id": entry.id, "bias_name": entry.name, "kind": entry.kind, "mode": report.settings.mode,
-                    "scheme": scheme.scheme}
+            base = {
+                "bias_id": entry.id,
+                "bias_name": entry.name,
+                "kind": entry.kind,
+                "mode": report.settings.mode,
+                "scheme": scheme.scheme,
+            }
             rows += _metric_rows({**base, "scope": "all"}, scheme)
             for domain, metrics in scheme.per_domain.items():
                 rows += _metric_rows({**base, "scope": domain}, metrics)

@@ -55,8 +55,15 @@ from .scores import ScoreArms, length_score_metrics, pad_response, perturbation_
 from .targets import FACTUAL_ERROR_BIASES, AuditTarget
 
 __all__ = [
-    "PAD_FACTORS", "AuditJudgment", "AuditOutput", "AuditSettings", "check_judge_mode", "check_repeats", "check_teacher",
-    "repeat_seed", "run_audit",
+    "PAD_FACTORS",
+    "AuditJudgment",
+    "AuditOutput",
+    "AuditSettings",
+    "check_judge_mode",
+    "check_repeats",
+    "check_teacher",
+    "repeat_seed",
+    "run_audit",
 ]
 
 ORIGINAL = "original"
@@ -177,7 +184,12 @@ def run_audit(
     bar = progress_or_quiet(progress)
     seed = settings.seed
     items = [
-        ItemInfo(domain=p.domain, base=order_for(p, "swap", seed)[0], len_chosen=count_tokens(p.chosen), len_rejected=count_tokens(p.rejected))
+        ItemInfo(
+            domain=p.domain,
+            base=order_for(p, "swap", seed)[0],
+            len_chosen=count_tokens(p.chosen),
+            len_rejected=count_tokens(p.rejected),
+        )
         for p in pairs
     ]
     perturbed, condition_pairs = _inject(teacher, pairs, targets, settings, bar)
@@ -191,8 +203,13 @@ def run_audit(
         entries = [_bias_audit(audit, t) for t in targets]
     judgments = [AuditJudgment(**judged[k].model_dump(), condition=k[0], seed=k[3]) for k in keys]
     report = _report(
-        settings, entries, model=model, data=data, teacher=teacher_spec if any(t.needs_teacher for t in targets) else None,
-        items=items, calls=AuditCalls(
+        settings,
+        entries,
+        model=model,
+        data=data,
+        teacher=teacher_spec if any(t.needs_teacher for t in targets) else None,
+        items=items,
+        calls=AuditCalls(
             judge=len(keys),
             judge_cached=sum(1 for r in responses if r.cached),
             judge_invalid=sum(1 for j in judged.values() if j.invalid_reason),
@@ -278,7 +295,13 @@ def _judge(
         judged = {k: to_score_judgment(pair_of(k), k[2], r, judge_settings) for k, r in zip(keys, responses)}
     else:
         judged = {
-            k: to_judgment(pair_of(k), k[2], r, allow_tie=judge_settings.allow_tie, score=judge_settings.verdict == "score")  # type: ignore[arg-type]
+            k: to_judgment(
+                pair_of(k),
+                k[2],  # type: ignore[arg-type]
+                r,
+                allow_tie=judge_settings.allow_tie,
+                score=judge_settings.verdict == "score",
+            )
             for k, r in zip(keys, responses)
         }
     return judged, list(responses)
@@ -316,8 +339,12 @@ def _plan_score_calls(
 
 
 def _score_audit(
-    target: Engine, targets: Sequence[AuditTarget], items: Sequence[ItemInfo], condition_pairs: ConditionPairs,
-    settings: AuditSettings, bar: ProgressFactory,
+    target: Engine,
+    targets: Sequence[AuditTarget],
+    items: Sequence[ItemInfo],
+    condition_pairs: ConditionPairs,
+    settings: AuditSettings,
+    bar: ProgressFactory,
 ) -> tuple[list[CallKey], list[BiasAudit], dict[CallKey, Judgment], list[GenerationResponse]]:
     """A pointwise judge's audit: pad the rejected responses (length), score every response
     the measures need in one batch, then each target's score measures."""
@@ -339,7 +366,9 @@ def _score_audit(
         found = [judged.get((condition, i, shown, seed)) for i in range(n)]
         return np.array([np.nan if j is None or j.score is None else j.score for j in found], dtype=float)
 
-    arms = ScoreArms(chosen=scores(ORIGINAL, "chosen"), original=scores(ORIGINAL, "rejected"), repeat=scores(ORIGINAL, "rejected", 1))
+    arms = ScoreArms(
+        chosen=scores(ORIGINAL, "chosen"), original=scores(ORIGINAL, "rejected"), repeat=scores(ORIGINAL, "rejected", 1)
+    )
     scale = settings.judge.scale_spec
     ctx = Context(repeats=settings.repeats, seed=settings.seed, n_boot=settings.n_boot)
     entries = []
@@ -358,16 +387,30 @@ def _score_audit(
 
 
 def _score_entry(
-    t: AuditTarget, items: Sequence[ItemInfo], idx: list[int], measure: Callable[[list[int]], AuditMetrics], *, calls: int
+    t: AuditTarget,
+    items: Sequence[ItemInfo],
+    idx: list[int],
+    measure: Callable[[list[int]], AuditMetrics],
+    *,
+    calls: int,
 ) -> BiasAudit:
     """One target's score measures, overall and per domain (one call per score, no scheme)."""
     domains = sorted({items[i].domain for i in idx})
     per_domain = {d: measure([i for i in idx if items[i].domain == d]) for d in domains}
     overall = measure(idx)
     return BiasAudit(
-        **overall.model_dump(round_trip=True), scheme="none", calls_per_verdict=1, calls=calls, per_domain=per_domain,
-        id=t.id, name=t.name, kind=t.kind, source=t.source, definition=t.bias.definition if t.bias is not None else None,
-        n_items=len(idx), n_perturb_invalid=len(items) - len(idx),
+        **overall.model_dump(round_trip=True),
+        scheme="none",
+        calls_per_verdict=1,
+        calls=calls,
+        per_domain=per_domain,
+        id=t.id,
+        name=t.name,
+        kind=t.kind,
+        source=t.source,
+        definition=t.bias.definition if t.bias is not None else None,
+        n_items=len(idx),
+        n_perturb_invalid=len(items) - len(idx),
     )
 
 
@@ -432,7 +475,9 @@ def _bias_audit(audit: _Judged, t: AuditTarget) -> BiasAudit:
         kind=t.kind,
         source=t.source,
         definition=t.bias.definition if t.bias is not None else None,
-        asr_variant=None if t.kind == "length" else ("factual_error" if t.id in FACTUAL_ERROR_BIASES else "preference_shift"),
+        asr_variant=None
+        if t.kind == "length"
+        else ("factual_error" if t.id in FACTUAL_ERROR_BIASES else "preference_shift"),
         n_items=len(idx),
         n_perturb_invalid=len(items) - len(idx),
         mitigated=scheme_audit(settings.mitigation) if settings.mitigation != "none" else None,

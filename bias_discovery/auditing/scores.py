@@ -69,7 +69,14 @@ def _mean(values: np.ndarray, low: float, high: float, what: str, n_excluded: in
     if values.size == 0:
         return Estimate(value=None, n=0, method=what, n_excluded=n_excluded)
     ci_low, ci_high = mean_t_interval(values.tolist(), bounds=(low, high))
-    return Estimate(value=float(values.mean()), n=int(values.size), ci_low=ci_low, ci_high=ci_high, method=what, n_excluded=n_excluded)
+    return Estimate(
+        value=float(values.mean()),
+        n=int(values.size),
+        ci_low=ci_low,
+        ci_high=ci_high,
+        method=what,
+        n_excluded=n_excluded,
+    )
 
 
 def _valid(*columns: np.ndarray) -> np.ndarray:
@@ -82,11 +89,14 @@ def _shift(original: np.ndarray, changed: np.ndarray, scale: Scale) -> tuple[Est
     both = _valid(original, changed)
     left_out = int((~both).sum())
     diff = changed[both] - original[both]
-    points = _mean(diff, -scale.span, scale.span, "paired: mean of (perturbed − original) score; Student-t CI over items", left_out)
+    points = _mean(
+        diff, -scale.span, scale.span, "paired: mean of (perturbed − original) score; Student-t CI over items", left_out
+    )
     share = compare_paired_scores(
         [None if np.isnan(x) else scale.share(float(x)) for x in original],
         [None if np.isnan(x) else scale.share(float(x)) for x in changed],
-        control_name="original", measure="score",
+        control_name="original",
+        measure="score",
     )
     unchanged = proportion(int((diff == 0).sum()), int(both.sum()), n_excluded=left_out)
     return points, share, unchanged
@@ -121,7 +131,9 @@ def _common(arms: ScoreArms, changed: np.ndarray, idx: np.ndarray, scale: Scale,
     again = _valid(original, repeat)
     read = [arms.chosen[idx], original, repeat, changed]
     return {
-        "score_original": _mean(original[both], scale.low, scale.high, "mean score; Student-t CI over items", int((~both).sum())),
+        "score_original": _mean(
+            original[both], scale.low, scale.high, "mean score; Student-t CI over items", int((~both).sum())
+        ),
         "score_shift": points,
         "score_shift_share": share,
         "score_unchanged": unchanged,
@@ -159,7 +171,11 @@ def _slope(words: np.ndarray, scores: np.ndarray) -> float | None:
 
 
 def length_score_metrics(
-    arms: ScoreArms, padded: dict[float, np.ndarray], added: dict[float, np.ndarray], idx: Sequence[int], scale: Scale,
+    arms: ScoreArms,
+    padded: dict[float, np.ndarray],
+    added: dict[float, np.ndarray],
+    idx: Sequence[int],
+    scale: Scale,
     ctx: Context,
 ) -> AuditMetrics:
     """The length audit on items `idx`: `padded[f]` every item's score of its rejected
@@ -170,10 +186,15 @@ def length_score_metrics(
     levels = []
     for f in factors:
         points, share, unchanged = _shift(arms.original[ix], padded[f][ix], scale)
-        levels.append(PaddingLevel(
-            factor=f, words_added=_mean(added[f][ix].astype(float), 0.0, float("inf"), "mean words added; Student-t CI", 0),
-            score_shift=points, score_shift_share=share, score_unchanged=unchanged,
-        ))
+        levels.append(
+            PaddingLevel(
+                factor=f,
+                words_added=_mean(added[f][ix].astype(float), 0.0, float("inf"), "mean words added; Student-t CI", 0),
+                score_shift=points,
+                score_shift_share=share,
+                score_unchanged=unchanged,
+            )
+        )
     words = np.column_stack([np.zeros(len(ix))] + [added[f][ix].astype(float) for f in factors])
     scores = np.column_stack([arms.original[ix]] + [padded[f][ix] for f in factors])
     shifts = scores[:, 1:] - scores[:, :1]
@@ -188,20 +209,31 @@ def length_score_metrics(
         return spearman_rho(x, y) if x.size >= 3 else None
 
     n_used = int(valid.any(axis=1).sum())
-    slope_est = bootstrap_estimate(len(ix), slope, n_boot=ctx.n_boot, seed=ctx.seed).model_copy(update={
-        "n": n_used, "n_excluded": len(ix) - n_used,
-        "method": "score points per 100 words added, within-item least squares; CI: bootstrap over items",
-    })
-    rho_est = bootstrap_estimate(len(ix), rho, n_boot=ctx.n_boot, seed=ctx.seed).model_copy(update={
-        "n": n_used, "n_excluded": len(ix) - n_used,
-        "method": "Spearman ρ of words added vs score shift over (item, padding); CI: bootstrap over items",
-    })
+    slope_est = bootstrap_estimate(len(ix), slope, n_boot=ctx.n_boot, seed=ctx.seed).model_copy(
+        update={
+            "n": n_used,
+            "n_excluded": len(ix) - n_used,
+            "method": "score points per 100 words added, within-item least squares; CI: bootstrap over items",
+        }
+    )
+    rho_est = bootstrap_estimate(len(ix), rho, n_boot=ctx.n_boot, seed=ctx.seed).model_copy(
+        update={
+            "n": n_used,
+            "n_excluded": len(ix) - n_used,
+            "method": "Spearman ρ of words added vs score shift over (item, padding); CI: bootstrap over items",
+        }
+    )
     flag = None
     if rho_est.value is not None and slope_est.ci_low is not None:
         flag = rho_est.value > 0.3 and slope_est.ci_low > 0
     largest = _common(arms, padded[factors[-1]][ix], ix, scale, ctx)
-    largest["n_invalid"] = int(sum(np.isnan(c[ix]).sum() for c in (arms.chosen, arms.original, arms.repeat, *padded.values())))
+    largest["n_invalid"] = int(
+        sum(np.isnan(c[ix]).sum() for c in (arms.chosen, arms.original, arms.repeat, *padded.values()))
+    )
     return AuditMetrics(
         **largest,  # type: ignore[arg-type]
-        padding=levels, score_length_slope=slope_est, score_length_rho=rho_est, length_flag=flag,
+        padding=levels,
+        score_length_slope=slope_est,
+        score_length_rho=rho_est,
+        length_flag=flag,
     )

@@ -24,7 +24,12 @@ __all__ = ["prompt_sensitivity"]
 
 
 def prompt_sensitivity(
-    target: Engine, pairs: Sequence[PreferencePair], settings: JudgeSettings, prompts: Sequence[str], *, seed: int,
+    target: Engine,
+    pairs: Sequence[PreferencePair],
+    settings: JudgeSettings,
+    prompts: Sequence[str],
+    *,
+    seed: int,
 ) -> PromptSensitivity:
     """Judge `pairs` under every template of `prompts` (the first is the reference) and once
     more under the first with the next repeat's seed; one batch."""
@@ -57,7 +62,11 @@ def prompt_sensitivity(
         change_rate=rate(sum(1 for i in valid if any(t[i] != first[i] for t in templates[1:]))),
         noise_rate=rate(sum(1 for i in valid if repeat[i] != first[i])),
         pairwise=[
-            PromptChange(prompt_a=prompts[a], prompt_b=prompts[b], change_rate=rate(sum(1 for i in valid if templates[a][i] != templates[b][i])))
+            PromptChange(
+                prompt_a=prompts[a],
+                prompt_b=prompts[b],
+                change_rate=rate(sum(1 for i in valid if templates[a][i] != templates[b][i])),
+            )
             for a, b in combinations(range(len(prompts)), 2)
         ],
         accuracy={p: rate(sum(1 for i in valid if t[i] == "chosen")) for p, t in zip(prompts, templates)},

@@ -56,7 +56,11 @@ def print_audit(report: AuditReport) -> None:
         + (f"temperature {temperature:g}, " if temperature is not None else "")
         + f"seed {report.settings.seed}"
         + (f", teacher {report.teacher}" if report.teacher else "")
-        + (f"; pointwise judge, scale {report.settings.scale}: score measures" if report.settings.mode == "pointwise" else ""),
+        + (
+            f"; pointwise judge, scale {report.settings.scale}: score measures"
+            if report.settings.mode == "pointwise"
+            else ""
+        ),
         highlight=False,
     )
     mode = report.settings.mode
@@ -65,7 +69,8 @@ def print_audit(report: AuditReport) -> None:
         console.print(
             f"from a log ({log.format}): {count(log.verdicts)} verdicts of {count(log.rows)} rows in {log.path}; no model called"
             + "".join(f"; {count(k)} rows skipped ({why})" for why, k in log.skipped.items()),
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
     for entry in report.biases:
         title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
@@ -127,47 +132,53 @@ def print_judge_measures(report: AuditReport) -> None:
 
 
 _MODEL: Any = flag(
-    "model", None,
+    "model",
+    None,
     help="Judge model spec: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID (not with --from-log).",
 )
 _DATA: Any = flag(
-    "data", None,
+    "data",
+    None,
     help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
     "judgments.jsonl judged (lengths, response models).",
 )
 _BIASES: Any = flag(
-    "biases", None,
+    "biases",
+    None,
     help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
     "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
 )
 _OUT: Any = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl.")
 _FROM_LOG: Any = flag(
-    "from_log", None,
+    "from_log",
+    None,
     help="Audit verdicts a judge already gave, with no model call: our judgments.jsonl, an inspect_ai log (.eval, .json), "
     "or a JSONL/CSV/parquet log with --columns.",
 )
 _COLUMNS: Any = flag(
-    "columns", None,
+    "columns",
+    None,
     help="--from-log: the column map of a generic log, key=column,... (pair_id, verdict, label, order, probability, "
     "response_a/b, length_a/b, model_a/b, judge_model, repeat, domain) or a YAML file of them.",
 )
 _JUDGE_MODEL: Any = flag("judge_model", None, help="--from-log: the judge, when the log does not name it.")
 _JUDGE_FAMILY: Any = flag(
-    "judge_family", None,
+    "judge_family",
+    None,
     help="The judge's model family for self-preference (default: read from its name: openai/gpt-4o -> gpt).",
 )
 _TEACHER: Any = flag(
     "teacher", None, help="Teacher model spec that injects library biases (not needed for position, length)."
 )
-_TEACHER_BASE_URL: Any = flag(
-    "teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url)."
-)
+_TEACHER_BASE_URL: Any = flag("teacher_base_url", None, help="Server URL of an openai/ teacher (default: --base-url).")
 _REPEATS: Any = option(
-    AuditSettings, "repeats",
+    AuditSettings,
+    "repeats",
     help="K: every verdict asked K times with new seeds (flipping noise, consistency); at least 2.",
 )
 _MITIGATION: Any = option(
-    AuditSettings, "mitigation",
+    AuditSettings,
+    "mitigation",
     help="Also measure a mitigated judge on the same items: none | swap | shuffle3 | votes6.",
 )
 _TEMPERATURE: Any = option(
@@ -177,17 +188,21 @@ _MAX_TOKENS: Any = option(
     JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning."
 )
 _MODE: Any = option(
-    JudgeSettings, "mode",
+    JudgeSettings,
+    "mode",
     help="pairwise (pick one of two) | pointwise (score each response alone on --scale: score measures; no position).",
 )
 _RUBRIC: Any = flag("rubric", None, help="Pointwise: the rubric text (the judge_pointwise_rubric prompt).")
 _PROMPTS: Any = flag(
-    "prompts", None,
+    "prompts",
+    None,
     help="Other judge prompt templates, comma-separated (shipped names or files): each pair is also judged under "
     "each, and the audit reports how often the verdict changes, against the judge's own repeat noise.",
 )
 _PERTURB_MAX_TOKENS: Any = flag(
-    "perturb_max_tokens", default_of(PerturbSettings, "max_tokens"), **bounds_of(PerturbSettings, "max_tokens"),
+    "perturb_max_tokens",
+    default_of(PerturbSettings, "max_tokens"),
+    **bounds_of(PerturbSettings, "max_tokens"),
     help="The teacher's budget for one rewritten response.",
 )
 _N_BOOT: Any = option(AuditSettings, "n_boot", help="Bootstrap resamples for the CIs of q̂, PB, LB, ρ and Δerror.")
@@ -247,21 +262,43 @@ def audit(
     conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
     if from_log is not None:
         _refuse_model_flags(model=model, biases=biases, teacher=teacher, prompts=prompts)
-        logged = _audit_from_log(from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite)
+        logged = _audit_from_log(
+            from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite
+        )
         exit_on_findings(audit_findings(logged, conditions))
         return
     model, data, biases, out = _required(model=model, data=data, biases=biases, out=out)
     check_fail_on_mode(conditions, mode)
     try:
         settings = _settings(
-            repeats=repeats, mitigation=mitigation, seed=seed, n_boot=n_boot, perturb_max_tokens=perturb_max_tokens,
-            mode=mode, scale=scale, rubric=rubric, max_tokens=max_tokens, temperature=temperature, allow_tie=allow_tie,
-            verdict=verdict, **reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap),
+            repeats=repeats,
+            mitigation=mitigation,
+            seed=seed,
+            n_boot=n_boot,
+            perturb_max_tokens=perturb_max_tokens,
+            mode=mode,
+            scale=scale,
+            rubric=rubric,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            allow_tie=allow_tie,
+            verdict=verdict,
+            **reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap),
         )
         options = AuditOptions(
-            settings=settings, out=out, teacher=teacher, base_url=base_url, teacher_base_url=teacher_base_url,
-            data_dir=data_dir, limit=limit, cache=False if no_cache else (cache or True), overwrite=overwrite,
-            allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout, judge_family=judge_family,
+            settings=settings,
+            out=out,
+            teacher=teacher,
+            base_url=base_url,
+            teacher_base_url=teacher_base_url,
+            data_dir=data_dir,
+            limit=limit,
+            cache=False if no_cache else (cache or True),
+            overwrite=overwrite,
+            allow_overlap=allow_overlap,
+            skip_bad_rows=skip_bad_rows,
+            timeout_s=timeout,
+            judge_family=judge_family,
             prompts=[p.strip() for p in prompts.split(",") if p.strip()] if prompts else [],
         )
     except ValidationError as exc:
@@ -274,7 +311,11 @@ def _required(
     *, model: str | None, data: str | None, biases: str | None, out: Path | None
 ) -> tuple[str, str, str, Path]:
     """A model audit needs --model, --data, --biases and --out: the ones missing, named (exit 2)."""
-    missing = [flag_of(name) for name, value in (("model", model), ("data", data), ("biases", biases), ("out", out)) if value is None]
+    missing = [
+        flag_of(name)
+        for name, value in (("model", model), ("data", data), ("biases", biases), ("out", out))
+        if value is None
+    ]
     if missing:
         fail(f"audit needs {', '.join(missing)} (or --from-log FILE to audit verdicts already given)")
     assert model is not None and data is not None and biases is not None and out is not None
@@ -300,19 +341,35 @@ def _print_written(report: AuditReport, out: Path | None) -> None:
     """The audit as tables, and the files it was written to (none: a log audited without --out)."""
     print_audit(report)
     if out is not None:
-        console.print(f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False)
+        console.print(
+            f"wrote {out / 'audit.json'} and {out / 'audit.csv'} (report: bias-discovery report {out})", highlight=False
+        )
 
 
 def _settings(
-    *, repeats: int, mitigation: str, seed: int, n_boot: int, perturb_max_tokens: int, mode: str, scale: str,
-    rubric: str | None, **judge: object,
+    *,
+    repeats: int,
+    mitigation: str,
+    seed: int,
+    n_boot: int,
+    perturb_max_tokens: int,
+    mode: str,
+    scale: str,
+    rubric: str | None,
+    **judge: object,
 ) -> AuditSettings:
     """The audit's settings from its flags; a pointwise judge takes --scale and --rubric (and
     no position setting), a pairwise one refuses them (`judge._judge_fields`)."""
-    fields = _judge_fields(mode=mode, positions=default_of(JudgeSettings, "positions"), scale=scale, rubric=rubric, prompt=None, **judge)
+    fields = _judge_fields(
+        mode=mode, positions=default_of(JudgeSettings, "positions"), scale=scale, rubric=rubric, prompt=None, **judge
+    )
     return AuditSettings(
-        repeats=repeats, mitigation=mitigation, seed=seed, n_boot=n_boot,  # type: ignore[arg-type]
-        judge=JudgeSettings.model_validate(fields), perturb=PerturbSettings(max_tokens=perturb_max_tokens),
+        repeats=repeats,
+        mitigation=mitigation,  # type: ignore[arg-type]
+        seed=seed,
+        n_boot=n_boot,
+        judge=JudgeSettings.model_validate(fields),
+        perturb=PerturbSettings(max_tokens=perturb_max_tokens),
     )
 
 
@@ -320,19 +377,36 @@ def _refuse_model_flags(**given_flags: str | None) -> None:
     """--from-log calls no model: a flag that would call one is an error, named."""
     given = [flag_of(name) for name, value in given_flags.items() if value]
     if given:
-        fail(f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out")
+        fail(
+            f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out"
+        )
 
 
 def _audit_from_log(
-    path: Path, columns: str | None, data: str | None, data_dir: Path | None, judge_model: str | None,
-    judge_family: str | None, seed: int, n_boot: int, out: Path | None, overwrite: bool,
+    path: Path,
+    columns: str | None,
+    data: str | None,
+    data_dir: Path | None,
+    judge_model: str | None,
+    judge_family: str | None,
+    seed: int,
+    n_boot: int,
+    out: Path | None,
+    overwrite: bool,
 ) -> AuditReport:
     from ..api import LogAuditOptions, audit_log
 
     try:
         options = LogAuditOptions(
-            columns=columns, data=data, data_dir=data_dir, judge_model=judge_model, judge_family=judge_family,
-            seed=seed, n_boot=n_boot, out=out, overwrite=overwrite,
+            columns=columns,
+            data=data,
+            data_dir=data_dir,
+            judge_model=judge_model,
+            judge_family=judge_family,
+            seed=seed,
+            n_boot=n_boot,
+            out=out,
+            overwrite=overwrite,
         )
         output = audit_log(path, options)
     except ValidationError as exc:

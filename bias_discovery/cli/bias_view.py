@@ -57,10 +57,7 @@ def terminal_text(text: str | None) -> str:
     if not text:
         return ""
     text = _ESCAPE_SEQUENCE.sub("", text).replace("\r\n", "\n").replace("\t", " ")
-    return "".join(
-        ch for ch in text
-        if ch == "\n" or (unicodedata.category(ch) != "Cc" and ch not in _BIDI)
-    )
+    return "".join(ch for ch in text if ch == "\n" or (unicodedata.category(ch) != "Cc" and ch not in _BIDI))
 
 
 def _cut(text: str | None, limit: int = TEXT_CHARS, lines: int = TEXT_LINES) -> str:
@@ -132,20 +129,27 @@ def _comparison(c: PairedComparison, label: str) -> str:
     adjusted = f" (adjusted {p_value(c.p_adjusted)})" if c.p_adjusted is not None else ""
     return (
         f"{label} {percent(c.control_error)} → with the bias {percent(c.arm_error)}, "
-        + delta_clause(c.delta, c.ci_low, c.ci_high, c.n, c.p_value) + adjusted
+        + delta_clause(c.delta, c.ci_low, c.ci_high, c.n, c.p_value)
+        + adjusted
     )
 
 
 def _numbers(detail: BiasDetail) -> list[RenderableType]:
     r, v = detail.row, detail.validation
     if v is None:
-        return [_indent(Text("not validated: no numbers (a seed without validate.seeds, or a candidate skipped)", style="dim"))]
+        return [
+            _indent(
+                Text("not validated: no numbers (a seed without validate.seeds, or a candidate skipped)", style="dim")
+            )
+        ]
     what = MEASURE_LABELS.get(r.measure or "error", "Δerror")
     e = v.effect
     measured = f"{what} {pp(e.delta)} (CI {ci_pp(e.ci_low, e.ci_high, missing='-')}, n = {e.n}; {e.method})"
     if e.upper_bound is not None:  # rejected: what its looks exclude leads; the estimate is not a figure to quote
-        measured = (f"{excluded_clause(e.upper_bound, e.confidence)} (one-sided, given how it stopped and that it was "
-                    f"rejected); as estimated: {measured}")
+        measured = (
+            f"{excluded_clause(e.upper_bound, e.confidence)} (one-sided, given how it stopped and that it was "
+            f"rejected); as estimated: {measured}"
+        )
     lines: list[RenderableType] = [
         _labelled(f"effect vs {v.decisive}", measured),
         _labelled("vs baseline", _comparison(v.vs_baseline, "unchanged")),
@@ -156,11 +160,18 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
         s = v.score_shift
         sd = "" if s.sd_units is None else f", {s.sd_units:+.2f} SD (CI {s.sd_ci_low:+.2f} to {s.sd_ci_high:+.2f})"
         interval = "" if s.ci_low is None else f" (CI {s.ci_low:+.2f} to {s.ci_high:+.2f})"
-        lines.append(_labelled(
-            "score shift", f"{s.points:+.2f} points of {s.scale}{interval}{sd} vs {s.control}, n = {s.n} (pointwise judge)"
-        ))
+        lines.append(
+            _labelled(
+                "score shift",
+                f"{s.points:+.2f} points of {s.scale}{interval}{sd} vs {s.control}, n = {s.n} (pointwise judge)",
+            )
+        )
     if v.secondary is not None:
-        lines.append(_labelled("secondary", _comparison(v.secondary, v.secondary.control or "control") + " (reported, not decisive)"))
+        lines.append(
+            _labelled(
+                "secondary", _comparison(v.secondary, v.secondary.control or "control") + " (reported, not decisive)"
+            )
+        )
     lines.append(_labelled("decision", f"{r.status}: {v.rule}"))
     if v.mde_n is not None:
         mde = "none at this n" if v.mde is None else pp(v.mde)
@@ -180,14 +191,17 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
             )
         )
     if v.length_ratio is not None:
-        lines.append(_labelled("length", f"×{number(v.length_ratio, digits=2)} perturbed / original (whitespace tokens)"))
+        lines.append(
+            _labelled("length", f"×{number(v.length_ratio, digits=2)} perturbed / original (whitespace tokens)")
+        )
     if detail.domains:
         lines.append(_indent(Text("per domain, vs the unchanged items (descriptive):", style="bold")))
         for domain, d in detail.domains.items():
             lines.append(
                 _indent(
                     f"{terminal_text(domain)}: n {d.n}, {percent(d.control_error)} → {percent(d.arm_error)}, "
-                    f"{pp(d.delta)} {ci_pp(d.ci_low, d.ci_high)}".rstrip() + f", p {p_value(d.p_value)}",
+                    f"{pp(d.delta)} {ci_pp(d.ci_low, d.ci_high)}".rstrip()
+                    + f", p {p_value(d.p_value)}",
                     2,
                 )
             )
@@ -205,8 +219,10 @@ def _case(number_: int, case: ProvenanceCase) -> list[RenderableType]:
         first = "the chosen response" if case.order == "chosen_first" else "the rejected one"
         head += f"; shown {first} first, the judge answered {case.verdict} (the rewrite)"
     if case.score is not None:
-        head += (f"; scored alone, the rewrite {number(case.score)} and the chosen response "
-                 f"{number(case.chosen_score) if case.chosen_score is not None else '-'}")
+        head += (
+            f"; scored alone, the rewrite {number(case.score)} and the chosen response "
+            f"{number(case.chosen_score) if case.chosen_score is not None else '-'}"
+        )
     lines: list[RenderableType] = [_indent(Text(head, style="bold"))]
     if case.question:
         lines.append(_labelled("question", _cut(case.question, QUESTION_CHARS), 2))
@@ -220,10 +236,17 @@ def _case(number_: int, case: ProvenanceCase) -> list[RenderableType]:
     ident = case.identification
     if ident is not None:
         said = (
-            f"{terminal_text(ident.name)}: {_cut(ident.definition, 300)}" if ident.status == "bias"
-            else "no bias found" if ident.status == "none" else "no usable reply"
+            f"{terminal_text(ident.name)}: {_cut(ident.definition, 300)}"
+            if ident.status == "bias"
+            else "no bias found"
+            if ident.status == "none"
+            else "no usable reply"
         )
-        lines.append(_labelled("teacher", said + (f" (candidate {terminal_text(case.candidate_id)})" if case.candidate_id else ""), 2))
+        lines.append(
+            _labelled(
+                "teacher", said + (f" (candidate {terminal_text(case.candidate_id)})" if case.candidate_id else ""), 2
+            )
+        )
     return lines
 
 
@@ -234,7 +257,8 @@ def _merged(candidate: MergedCandidate) -> RenderableType:
     if candidate.name:
         text += f": {terminal_text(candidate.name)}"
     answers = "; ".join(
-        f"vs {terminal_text(a.other_id)}: similarity {number(a.similarity, digits=2)}, teacher said {a.answer}" for a in candidate.answers
+        f"vs {terminal_text(a.other_id)}: similarity {number(a.similarity, digits=2)}, teacher said {a.answer}"
+        for a in candidate.answers
     )
     return _indent(text + (f". {answers}" if answers else ""), 2)
 
@@ -250,7 +274,11 @@ def _provenance(detail: BiasDetail) -> list[RenderableType]:
         lines.append(_indent(Text("candidates merged into it:", style="bold")))
         lines += [_merged(m) for m in p.merged]
     if p.excluded:
-        lines.append(_indent(f"not counted: {plural(len(p.excluded), 'misjudged pair')} of its iteration excluded by the misjudgment check"))
+        lines.append(
+            _indent(
+                f"not counted: {plural(len(p.excluded), 'misjudged pair')} of its iteration excluded by the misjudgment check"
+            )
+        )
         lines += [_indent(f"{terminal_text(x.pair_id)}: {terminal_text(x.answer_check)}", 2) for x in p.excluded]
     for i, case in enumerate(p.cases, start=1):
         lines += _case(i, case)
@@ -262,7 +290,9 @@ def _verdicts(item: JudgedItem) -> str:
         return item.outcome
     parts = []
     for v in item.verdicts:
-        shown = {"chosen_first": "chosen first", "rejected_first": "rejected first"}.get(v.order, f"the {v.order} response alone")
+        shown = {"chosen_first": "chosen first", "rejected_first": "rejected first"}.get(
+            v.order, f"the {v.order} response alone"
+        )
         said = v.verdict or (f"score {number(v.score)}" if v.score is not None else f"no verdict ({v.invalid_reason})")
         picked = f" = the {v.picked}" if v.picked in ("chosen", "rejected") else ""
         reason = f", \u201c{_cut(v.reasoning, 240)}\u201d" if v.reasoning else ""
@@ -286,7 +316,13 @@ def _example(title: str, x: ValidationExample) -> list[RenderableType]:
 def _examples(detail: BiasDetail) -> list[RenderableType]:
     e = detail.examples
     if e is None:
-        return [_indent(Text("none: the bias was not validated on this run's test items, or its files are not there", style="dim"))]
+        return [
+            _indent(
+                Text(
+                    "none: the bias was not validated on this run's test items, or its files are not there", style="dim"
+                )
+            )
+        ]
     control = "the placebo (the same item, rewritten neutrally)" if e.control == "placebo" else "the unchanged item"
     lines: list[RenderableType] = [
         _indent(
@@ -319,7 +355,12 @@ def print_bias(detail: BiasDetail, console: Console) -> None:
             line.append(f" ({plural(len(detail.reviews), 'review')}, newest first below)", style="dim")
         parts.append(line)
     else:
-        parts.append(Text(f"review: none yet (bias-discovery review {detail.run_dir or 'RUN_DIR'} {r.id} --decision ...)", style="dim"))
+        parts.append(
+            Text(
+                f"review: none yet (bias-discovery review {detail.run_dir or 'RUN_DIR'} {r.id} --decision ...)",
+                style="dim",
+            )
+        )
     parts += [Text(""), Text(terminal_text(detail.definition))]
     if detail.manifestations:
         parts.append(_labelled("manifestations", "; ".join(terminal_text(m) for m in detail.manifestations)))

@@ -87,7 +87,9 @@ def library_show(
     bias: str | None = typer.Argument(
         None, metavar="[BIAS_ID]", help="Show this bias alone (an id or a name): its provenance, examples and reviews."
     ),
-    iteration: int | None = flag("iteration", None, "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."),
+    iteration: int | None = flag(
+        "iteration", None, "-i", min=0, help="Iteration of a run's library (same as RUN_DIR@N)."
+    ),
     examples: int = _examples_option(
         help="With BIAS_ID: validation items shown whose verdict the bias flipped (and half as many it did not).",
     ),
@@ -118,7 +120,9 @@ def library_show(
         for warning in resolved.warnings:
             warn(warning)
         rejected = (
-            rejected_candidates(resolved.run_dir, upto=resolved.library.iteration) if resolved.run_dir is not None else []
+            rejected_candidates(resolved.run_dir, upto=resolved.library.iteration)
+            if resolved.run_dir is not None
+            else []
         )
         view = library_view(resolved, rejected)
     except BiasDiscoveryError as exc:
@@ -166,8 +170,11 @@ def _print_library(view: LibraryView, *, from_run: bool) -> None:
     if from_run:
         n_rejected = marks.n_rejected
         console.print(
-            Text(f"{plural(n_rejected, 'rejected candidate')} from iterations up to {view.library.iteration} "
-                 + ("is" if n_rejected == 1 else "are") + " listed after the library.")
+            Text(
+                f"{plural(n_rejected, 'rejected candidate')} from iterations up to {view.library.iteration} "
+                + ("is" if n_rejected == 1 else "are")
+                + " listed after the library."
+            )
         )
 
 
@@ -198,10 +205,16 @@ def _library_table(view: LibraryView, narrow: bool) -> tuple[Table, _Marks]:
     table.add_column("origin,\ndecision", no_wrap=True, width=widths["decision"], min_width=_COMPACT_WIDTHS["decision"])
     table.add_column("n", justify="right", no_wrap=True, width=widths["n"])
     table.add_column("error\nbase→\npert", justify="right", no_wrap=True, width=widths["error"])
-    table.add_column("effect\npp vs\ncontrol\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
-    table.add_column("Δ pp vs\nbaseline\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"])
+    table.add_column(
+        "effect\npp vs\ncontrol\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"]
+    )
+    table.add_column(
+        "Δ pp vs\nbaseline\n[CI]", justify="right", width=widths["delta"], min_width=_COMPACT_WIDTHS["delta"]
+    )
     if not narrow:
-        table.add_column("Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"])
+        table.add_column(
+            "Δ pp vs\nplacebo\n[CI]", justify="right", width=widths["placebo"], min_width=_COMPACT_WIDTHS["placebo"]
+        )
     table.add_column("p\n(adj)", justify="right", no_wrap=True, width=widths["p"])
     table.add_column("MDE\npp\n(n)", justify="right", no_wrap=True, width=widths["mde"])
     table.add_column("top\ndomain", width=widths["top"], min_width=_COMPACT_WIDTHS["top"], overflow="fold")
@@ -223,9 +236,8 @@ def _row_cells(row: BiasRow, marks: _Marks, narrow: bool, name_width: int) -> li
         effect_text = f"{excluded_above(row.effect_upper_bound, unit='')}\n{row.decisive}"
     elif row.effect is not None:
         mark = marks.methods.setdefault(row.effect_method or "estimator not recorded", "*" * (len(marks.methods) + 1))
-        effect_text = (
-            f"{pp(row.effect, unit='')}{mark}\n{row.decisive}"
-            + (f"\n{ci_pp(row.effect_ci_low, row.effect_ci_high)}" if row.effect_ci_low is not None else "")
+        effect_text = f"{pp(row.effect, unit='')}{mark}\n{row.decisive}" + (
+            f"\n{ci_pp(row.effect_ci_low, row.effect_ci_high)}" if row.effect_ci_low is not None else ""
         )
     delta = pp(row.delta_vs_baseline, unit="") + (
         f"\n{ci_pp(row.ci_low_vs_baseline, row.ci_high_vs_baseline)}" if row.ci_low_vs_baseline is not None else ""
@@ -233,19 +245,24 @@ def _row_cells(row: BiasRow, marks: _Marks, narrow: bool, name_width: int) -> li
     placebo = pp(row.delta_vs_placebo, unit="") + (
         f"\n{ci_pp(row.ci_low_vs_placebo, row.ci_high_vs_placebo)}" if row.ci_low_vs_placebo is not None else ""
     )
-    p_text = p_value(row.decision_p) + (f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else "")
+    p_text = p_value(row.decision_p) + (
+        f"\n({p_value(row.decision_p_adjusted)})" if row.decision_p_adjusted is not None else ""
+    )
     mde = "-" if row.mde_n is None else f"{pp(row.mde, unit='', missing='none')}\n({row.mde_n})"
     mark = {"p_rejected": "P ", "score": "S "}.get(row.measure or "", "")
-    errors = "-" if row.baseline_error is None else (
-        f"{mark}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}"
+    errors = (
+        "-"
+        if row.baseline_error is None
+        else (f"{mark}{percent(row.baseline_error)}\n→ {percent(row.perturbed_error)}")
     )
     top = "-" if row.top_domain is None else f"{row.top_domain}\n{pp(row.top_domain_delta, unit='')}"
     name = Text(_wrapped(terminal_text(row.name), name_width, _NAME_LINES))
     name.append("\n" + _wrapped(row.id, name_width), style="dim")
     origin = "seed" if row.origin == "seed" else f"iter {row.origin_iteration}"
     decision = Text("" if row.status == "seed" else origin + "\n")
-    decision.append(row.status + ("" if row.in_library else "\n(not in\nlibrary)"),
-                    style=_STATUS_STYLE.get(row.status, ""))
+    decision.append(
+        row.status + ("" if row.in_library else "\n(not in\nlibrary)"), style=_STATUS_STYLE.get(row.status, "")
+    )
     cells = [name, decision, Text("-" if row.n is None else str(row.n)), Text(errors), Text(effect_text), Text(delta)]
     cells += [] if narrow else [Text(placebo)]
     return [*cells, Text(p_text), Text(mde), Text(top)]
@@ -316,7 +333,9 @@ def _row_summary(row: dict) -> str:
         parts.append(f"Δ vs {row['decisive']} {excluded_above(row['effect_upper_bound'])} (95 % upper bound)")
         parts.append(f"p {p_value(row['decision_p'])}")
     elif row["effect"] is not None:
-        parts.append(f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip())
+        parts.append(
+            f"Δ vs {row['decisive']} {pp(row['effect'])} {ci_pp(row['effect_ci_low'], row['effect_ci_high'])}".rstrip()
+        )
         parts.append(f"p {p_value(row['decision_p'])}")
     return ", ".join(parts)
 
@@ -382,8 +401,12 @@ def library_diff(
 @app.command()
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR|AUDIT_DIR"),
-    out: Path | None = flag("out", None, help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."),
-    bias: str | None = flag("bias", None, metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."),
+    out: Path | None = flag(
+        "out", None, help="Output HTML file (default: DIR/report.html; with --bias DIR/bias-ID.html)."
+    ),
+    bias: str | None = flag(
+        "bias", None, metavar="BIAS_ID", help="Write the page of this bias alone (an id or a name)."
+    ),
     examples: int = _examples_option(
         help="Validation items shown per bias whose verdict it flipped (and half as many it did not).",
     ),
@@ -418,7 +441,9 @@ def report(
         fail(f"cannot write the report {out or run_dir / 'report.html'}: {exc.strerror or exc}")
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        warn(f"{plural(len(problems), 'unreadable entry', 'unreadable entries')} left out of the report (listed on the page too): {shown}")
+        warn(
+            f"{plural(len(problems), 'unreadable entry', 'unreadable entries')} left out of the report (listed on the page too): {shown}"
+        )
     console.print(f"wrote {path} ({plural(path.stat().st_size, 'byte')})", highlight=False, soft_wrap=True)
 
 

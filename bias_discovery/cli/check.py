@@ -26,14 +26,24 @@ _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]F
 @app.command()
 def check(
     config_path: Path | None = typer.Argument(
-        None, metavar="[CONFIG.yaml]", help="Run config (see experiments/); without one, the embedded engine and embedder."
+        None,
+        metavar="[CONFIG.yaml]",
+        help="Run config (see experiments/); without one, the embedded engine and embedder.",
     ),
     set_: list[str] = OVERRIDES,
     timeout: float | None = TIMEOUT,
-    pilot: int = flag("pilot", 0, min=0, help=(
-        "Measure the estimate's assumptions on the first N target pairs: iteration 1 and its validation, through the "
-        "call cache of --run-dir, whose run then answers those calls from it (0: no pilot).")),
-    run_dir: Path | None = flag("run_dir", None, help="The run directory the pilot's calls go to (default: runs/<name>)."),
+    pilot: int = flag(
+        "pilot",
+        0,
+        min=0,
+        help=(
+            "Measure the estimate's assumptions on the first N target pairs: iteration 1 and its validation, through the "
+            "call cache of --run-dir, whose run then answers those calls from it (0: no pilot)."
+        ),
+    ),
+    run_dir: Path | None = flag(
+        "run_dir", None, help="The run directory the pilot's calls go to (default: runs/<name>)."
+    ),
 ) -> None:
     """Preflight a run config on the node that will run it.
 
@@ -51,8 +61,10 @@ def check(
 
     if config_path is None:
         if pilot or run_dir is not None:
-            fail(f"a pilot runs a config's loop: give the config ({flag_of('pilot')} N [{flag_of('run_dir')} DIR] "
-                 "CONFIG.yaml)")
+            fail(
+                f"a pilot runs a config's loop: give the config ({flag_of('pilot')} N [{flag_of('run_dir')} DIR] "
+                "CONFIG.yaml)"
+            )
         _check_embedded()
         return
     if run_dir is not None and not pilot:
@@ -63,14 +75,20 @@ def check(
     except BiasDiscoveryError as exc:
         fail(str(exc))
     for endpoint in report.endpoints:
-        console.print(f"[bold]{endpoint.role}[/]: {endpoint.spec} — {endpoint.endpoint}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]{endpoint.role}[/]: {endpoint.spec} — {endpoint.endpoint}", highlight=False, soft_wrap=True
+        )
         for finding in endpoint.findings:
-            console.print(f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True)
-    table = Table(title=(
-        f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
-        + (f"{plural(report.skipped_rows, 'bad data row')} skipped, " if report.skipped_rows else "")
-        + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
-    ))
+            console.print(
+                f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True
+            )
+    table = Table(
+        title=(
+            f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
+            + (f"{plural(report.skipped_rows, 'bad data row')} skipped, " if report.skipped_rows else "")
+            + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
+        )
+    )
     for column in ("stage", "role", "per iteration", "whole run", "why"):
         table.add_column(column, justify="right" if column in ("per iteration", "whole run") else "left")
     for row in report.calls:
@@ -92,9 +110,13 @@ def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecor
     from ..api.checks import pilot_into
 
     def announce(root: Path) -> None:
-        console.print(f"pilot: iteration 1 on the first {plural(pairs, 'target pair')} (at most) and the validation of "
-                      "its candidates, "
-                      f"calls cached in {root / 'calls.sqlite'} ...", highlight=False, soft_wrap=True)
+        console.print(
+            f"pilot: iteration 1 on the first {plural(pairs, 'target pair')} (at most) and the validation of "
+            "its candidates, "
+            f"calls cached in {root / 'calls.sqlite'} ...",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     from ..progress import progress_bar
 
@@ -110,7 +132,9 @@ def _print_pilot(record: PilotRecord) -> None:
         f"({m.share:.0%}, 95% CI {m.ci_low:.0%}–{m.ci_high:.0%}); {record.identified} identified, {record.candidates} "
         f"candidate(s) after merging, {record.validated} validated; {paid:,} calls paid. Its calls are in the run "
         "directory's call cache: `run --run-dir` there answers them from it (pilot.json has the figures).",
-        highlight=False, soft_wrap=True)
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_estimates(report: PreflightReport) -> None:
@@ -124,23 +148,41 @@ def _print_estimates(report: PreflightReport) -> None:
 
     if report.pilot is not None:
         _print_pilot(report.pilot)
-    table = Table(title="expected | at most, whole run (expected: from the figures below, measured or assumed; at most: "
-                  "none assumed)")
+    table = Table(
+        title="expected | at most, whole run (expected: from the figures below, measured or assumed; at most: "
+        "none assumed)"
+    )
     for column in ("stage", "role", "calls", "prompt tokens", "completion tokens", "dollars", "measured by the pilot"):
         table.add_column(column, justify="left" if column in ("stage", "role", "measured by the pilot") else "right")
     for e in report.estimates:
         usd = "-" if e.usd is None or e.usd_bound is None else f"${e.usd:,.2f} | ≤ ${e.usd_bound:,.2f}"
-        table.add_row(e.stage, e.role, pair(e.calls, e.calls_bound), pair(e.prompt_tokens, e.prompt_tokens_bound),
-                      pair(e.completion_tokens, e.completion_tokens_bound), usd, _measured_note(e))
+        table.add_row(
+            e.stage,
+            e.role,
+            pair(e.calls, e.calls_bound),
+            pair(e.prompt_tokens, e.prompt_tokens_bound),
+            pair(e.completion_tokens, e.completion_tokens_bound),
+            usd,
+            _measured_note(e),
+        )
     roles = list(dict.fromkeys(e.role for e in report.estimates))
     for role in roles:
         rows = [e for e in report.estimates if e.role == role]
         priced = all(e.usd is not None for e in rows)
-        usd = f"${sum(e.usd or 0 for e in rows):,.2f} | ≤ ${sum(e.usd_bound or 0 for e in rows):,.2f}" if priced else "no price"
-        table.add_row(f"all ({role})", role, pair(sum(e.calls for e in rows), sum(e.calls_bound for e in rows)),
-                      pair(sum(e.prompt_tokens for e in rows), sum(e.prompt_tokens_bound for e in rows)),
-                      pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)), usd,
-                      style="bold")
+        usd = (
+            f"${sum(e.usd or 0 for e in rows):,.2f} | ≤ ${sum(e.usd_bound or 0 for e in rows):,.2f}"
+            if priced
+            else "no price"
+        )
+        table.add_row(
+            f"all ({role})",
+            role,
+            pair(sum(e.calls for e in rows), sum(e.calls_bound for e in rows)),
+            pair(sum(e.prompt_tokens for e in rows), sum(e.prompt_tokens_bound for e in rows)),
+            pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)),
+            usd,
+            style="bold",
+        )
     console.print(table)
     from ..formatting import duration
 
@@ -153,7 +195,10 @@ def _print_estimates(report: PreflightReport) -> None:
         console.print(
             f"wall time, {role}: about {duration(sum(e.completion_tokens for e in rows) / rate)} expected, at most "
             f"{duration(sum(e.completion_tokens_bound for e in rows) / rate)} (its completion tokens at the probe's "
-            f"{rate:,.0f} tokens/s; prefill and waiting on the other role not counted)", highlight=False, soft_wrap=True)
+            f"{rate:,.0f} tokens/s; prefill and waiting on the other role not counted)",
+            highlight=False,
+            soft_wrap=True,
+        )
     _print_figures(report.assumptions)
 
 
@@ -166,8 +211,12 @@ def _print_figures(a: Assumptions) -> None:
         return f" (measured: {a.measured[name]})" if name in a.measured else " (assumed)"
 
     assumed = " (assumed)" if a.measured else ""
-    tokens = ("prompt and completion tokens per call of the stages the pilot called (measured: their column above); "
-              "of the others, " if a.measured else "")
+    tokens = (
+        "prompt and completion tokens per call of the stages the pilot called (measured: their column above); "
+        "of the others, "
+        if a.measured
+        else ""
+    )
     console.print(
         ("figures, measured by the pilot or assumed: " if a.measured else "assumed (not measured): ")
         + f"{a.misjudged_share:.0%} of perturbed target pairs misjudged{how('misjudged_share')}; "
@@ -176,7 +225,10 @@ def _print_figures(a: Assumptions) -> None:
         f"items on average{how('sequential_share')}; {tokens}{a.chars_per_token:g} characters a prompt token; "
         f"free-text answers use {a.completion_share:.0%} of max_tokens{assumed}; every iteration runs{assumed}. "
         "Calls answered by the call cache cost nothing. Without validate.max_candidates, validation's bound is one "
-        "candidate per misjudged pair.", highlight=False, soft_wrap=True)
+        "candidate per misjudged pair.",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _measured_note(e: StageEstimate) -> str:
@@ -209,6 +261,8 @@ def _check_embedded() -> None:
         if result.ok and result.system_info:
             console.print(f"     llama.cpp build: {result.system_info.strip()}", highlight=False, soft_wrap=True)
     if not all(r.ok for r in results):
-        err_console.print("[bold red]check failed:[/] the embedded default does not work on this machine (above)", highlight=False)
+        err_console.print(
+            "[bold red]check failed:[/] the embedded default does not work on this machine (above)", highlight=False
+        )
         raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed: the embedded engine and the embedder work here", highlight=False)

@@ -37,7 +37,9 @@ err_console = Console(stderr=True)
 @app.callback()
 def _group(
     verbose: bool = typer.Option(
-        False, "--verbose", "-v",
+        False,
+        "--verbose",
+        "-v",
         help="Also print what the engines and the loop log on stderr: retries, a replica set aside, "
         "the server's dialect, each stage with its calls.",
     ),
@@ -94,11 +96,33 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     return "invalid settings:\n" + "\n".join(lines)
 
 
-SETTINGS_WITH_FLAGS = frozenset({
-    "allow_overlap", "base_url", "bias", "biases", "compare", "data", "data_dir", "format", "iteration", "judges", "out",
-    "overrides", "overwrite", "repeats", "reviewed_only", "run_dir", "seed", "skip_bad_rows", "task_name", "teacher",
-    "temperature", "timeout_s", "variants",
-})
+SETTINGS_WITH_FLAGS = frozenset(
+    {
+        "allow_overlap",
+        "base_url",
+        "bias",
+        "biases",
+        "compare",
+        "data",
+        "data_dir",
+        "format",
+        "iteration",
+        "judges",
+        "out",
+        "overrides",
+        "overwrite",
+        "repeats",
+        "reviewed_only",
+        "run_dir",
+        "seed",
+        "skip_bad_rows",
+        "task_name",
+        "teacher",
+        "temperature",
+        "timeout_s",
+        "variants",
+    }
+)
 """The settings that messages from below the CLI name in backticks (`out`, `timeout_s`): the
 names of the Python API's arguments, which the command line takes as flags."""
 FLAG_OF_SETTING = {"overrides": "--set", "timeout_s": "--timeout"}

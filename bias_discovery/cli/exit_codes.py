@@ -30,25 +30,49 @@ class ExitCodeDoc(NamedTuple):
 
 
 EXIT_CODES: tuple[ExitCodeDoc, ...] = (
-    ExitCodeDoc(ExitCode.OK, "ok", "every command",
-                "The command did what it was asked; with `--fail-on`, none of its conditions was met."),
-    ExitCodeDoc(ExitCode.CHECK_FAILED, "check failed", "`check`",
-                "The preflight found something that would fail the run (a FAIL line: a server down, a wrong model "
-                "name, a constraint not enforced, a prompt longer than the context)."),
-    ExitCodeDoc(ExitCode.ERROR, "error or usage", "every command",
-                "An error the message on stderr names (bad input, a config value, a server that failed, a run that "
-                "did not finish), or a usage error of the command line (an unknown flag, a missing argument). "
-                "Nothing half-written is left behind."),
-    ExitCodeDoc(ExitCode.FINDING, "finding", "`run`, `resume`, `replicate`, `audit`, `matrix`",
-                "A condition of `--fail-on` was met (a bias accepted, a replication that failed, an audit measure "
-                "past its threshold). The command finished and wrote its outputs; stderr names the condition and "
-                "what met it."),
-    ExitCodeDoc(ExitCode.BUDGET, "budget reached", "`run`, `resume`",
-                "The run stopped before a request that would have passed a limit of `budget` (calls, tokens or "
-                "dollars). Nothing is half-written; `status` says \"stopped: budget reached\" with the spend, and "
-                "`resume` with a larger budget (`--set budget.max_usd=...`) continues it, paying no call twice."),
-    ExitCodeDoc(ExitCode.INTERRUPTED, "interrupted", "every command",
-                "Ctrl-C (SIGINT). A run stays resumable: `bias-discovery resume RUN_DIR`."),
+    ExitCodeDoc(
+        ExitCode.OK,
+        "ok",
+        "every command",
+        "The command did what it was asked; with `--fail-on`, none of its conditions was met.",
+    ),
+    ExitCodeDoc(
+        ExitCode.CHECK_FAILED,
+        "check failed",
+        "`check`",
+        "The preflight found something that would fail the run (a FAIL line: a server down, a wrong model "
+        "name, a constraint not enforced, a prompt longer than the context).",
+    ),
+    ExitCodeDoc(
+        ExitCode.ERROR,
+        "error or usage",
+        "every command",
+        "An error the message on stderr names (bad input, a config value, a server that failed, a run that "
+        "did not finish), or a usage error of the command line (an unknown flag, a missing argument). "
+        "Nothing half-written is left behind.",
+    ),
+    ExitCodeDoc(
+        ExitCode.FINDING,
+        "finding",
+        "`run`, `resume`, `replicate`, `audit`, `matrix`",
+        "A condition of `--fail-on` was met (a bias accepted, a replication that failed, an audit measure "
+        "past its threshold). The command finished and wrote its outputs; stderr names the condition and "
+        "what met it.",
+    ),
+    ExitCodeDoc(
+        ExitCode.BUDGET,
+        "budget reached",
+        "`run`, `resume`",
+        "The run stopped before a request that would have passed a limit of `budget` (calls, tokens or "
+        'dollars). Nothing is half-written; `status` says "stopped: budget reached" with the spend, and '
+        "`resume` with a larger budget (`--set budget.max_usd=...`) continues it, paying no call twice.",
+    ),
+    ExitCodeDoc(
+        ExitCode.INTERRUPTED,
+        "interrupted",
+        "every command",
+        "Ctrl-C (SIGINT). A run stays resumable: `bias-discovery resume RUN_DIR`.",
+    ),
 )
 """What each exit code means and which commands use it: the source of the reference page."""
 

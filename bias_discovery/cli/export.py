@@ -46,7 +46,9 @@ def _print_counts(title: str, counts: dict) -> None:
 
 def _print_skipped(stats: dict) -> None:
     if stats.get("skipped_rows"):
-        console.print(f"skipped {plural(stats['skipped_rows'], 'bad data row')} at load (--skip-bad-rows)", highlight=False)
+        console.print(
+            f"skipped {plural(stats['skipped_rows'], 'bad data row')} at load (--skip-bad-rows)", highlight=False
+        )
 
 
 @export_app.command("judgebench-pro")
@@ -55,11 +57,23 @@ def export_judgebench_pro_cmd(
     out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
     biases: str | None = flag("biases", None, help=_BIASES_HELP),
     variants: int = flag("variants", 10, min=1, help="Biased variants per test pair (K; the paper uses 10)."),
-    filter_model: str | None = flag("filter_model", None, help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter."),
+    filter_model: str | None = flag(
+        "filter_model",
+        None,
+        help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter.",
+    ),
     filter_base_url: str | None = flag("filter_base_url", None, help="Server URL for an openai/ filter model."),
-    allow_self_filter: bool = flag("allow_self_filter", False, help="Allow the run's target as the filter: its error on the set is then 100 % by construction."),
+    allow_self_filter: bool = flag(
+        "allow_self_filter",
+        False,
+        help="Allow the run's target as the filter: its error on the set is then 100 % by construction.",
+    ),
     allow_overlap: bool = ALLOW_OVERLAP,
-    checker_model: str | None = flag("checker_model", None, help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites)."),
+    checker_model: str | None = flag(
+        "checker_model",
+        None,
+        help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites).",
+    ),
     checker_base_url: str | None = flag("checker_base_url", None, help="Server URL for an openai/ checker model."),
     data: str | None = flag("data", None, help="Test pairs (default: the run's test data): a named set or a file."),
     data_dir: Path | None = DATA_DIR,
@@ -79,10 +93,24 @@ def export_judgebench_pro_cmd(
 
     try:
         stats = export_judgebench_pro(
-            run_dir, out, biases=biases, variants=variants, filter_model=filter_model, filter_base_url=filter_base_url,
-            checker_model=checker_model, checker_base_url=checker_base_url, data=data, data_dir=data_dir, limit=limit,
-            overwrite=overwrite, allow_self_filter=allow_self_filter, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows,
-            reviewed_only=reviewed_only, progress=None if quiet else progress_bar, timeout_s=timeout,
+            run_dir,
+            out,
+            biases=biases,
+            variants=variants,
+            filter_model=filter_model,
+            filter_base_url=filter_base_url,
+            checker_model=checker_model,
+            checker_base_url=checker_base_url,
+            data=data,
+            data_dir=data_dir,
+            limit=limit,
+            overwrite=overwrite,
+            allow_self_filter=allow_self_filter,
+            allow_overlap=allow_overlap,
+            skip_bad_rows=skip_bad_rows,
+            reviewed_only=reviewed_only,
+            progress=None if quiet else progress_bar,
+            timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -131,12 +159,20 @@ def export_apply_annotations_cmd(
 @export_app.command("dpo")
 def export_dpo_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
-    data: str = flag("data", ..., help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file."),
+    data: str = flag(
+        "data",
+        ...,
+        help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file.",
+    ),
     out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
     biases: str | None = flag("biases", None, help=_BIASES_HELP),
     data_dir: Path | None = DATA_DIR,
     limit: int | None = option(DataOptions, "limit", help="Use a seeded sample of N pairs (the run's seed)."),
-    fmt: str = flag("format", "standard", help="standard (strings) | conversational (role/content messages): TRL's preference formats."),
+    fmt: str = flag(
+        "format",
+        "standard",
+        help="standard (strings) | conversational (role/content messages): TRL's preference formats.",
+    ),
     include_original: bool = flag("include_original", False, help="Also keep each original (unperturbed) pair."),
     overwrite: bool = OVERWRITE,
     skip_bad_rows: bool = SKIP_BAD_ROWS,
@@ -153,9 +189,19 @@ def export_dpo_cmd(
 
     try:
         stats = export_dpo(
-            run_dir, out, data=data, biases=biases, data_dir=data_dir, limit=limit, fmt=fmt,  # type: ignore[arg-type]
-            include_original=include_original, overwrite=overwrite, skip_bad_rows=skip_bad_rows, reviewed_only=reviewed_only,
-            progress=None if quiet else progress_bar, timeout_s=timeout,
+            run_dir,
+            out,
+            data=data,
+            biases=biases,
+            data_dir=data_dir,
+            limit=limit,
+            fmt=fmt,  # type: ignore[arg-type]
+            include_original=include_original,
+            overwrite=overwrite,
+            skip_bad_rows=skip_bad_rows,
+            reviewed_only=reviewed_only,
+            progress=None if quiet else progress_bar,
+            timeout_s=timeout,
         )
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -163,7 +209,10 @@ def export_dpo_cmd(
         fail(str(exc))
     _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
     _print_skipped(stats)
-    console.print(f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json", highlight=False)
+    console.print(
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json",
+        highlight=False,
+    )
 
 
 _SRC_HELP = (
@@ -188,7 +237,9 @@ def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Ca
         from ..api.exports import export_harness
 
         try:
-            info = export_harness(kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only)
+            info = export_harness(
+                kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only
+            )
         except BiasDiscoveryError as exc:
             fail(str(exc))
         console.print(done(info, out), highlight=False)

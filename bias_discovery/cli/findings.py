@@ -33,11 +33,16 @@ if TYPE_CHECKING:
     from ..api.audits import AuditReport
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 ALIASES = {"position-consistency": ("rr", "position")}
 """A measure's name in CI configs -> (the audit field, the bias kind it is measured on)."""
-_THRESHOLD = re.compile(r"^\s*(?:(?P<bias>[^:<>=]+):)?(?P<measure>[a-zA-Z][\w-]*)\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*$")
+_THRESHOLD = re.compile(
+    r"^\s*(?:(?P<bias>[^:<>=]+):)?(?P<measure>[a-zA-Z][\w-]*)\s*(?P<op><=|>=|<|>)\s*(?P<value>[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*$"
+)
 
 
 class Condition(NamedTuple):
@@ -61,8 +66,11 @@ def fail_on_help(kinds: Sequence[str]) -> str:
         "flagged": "`flagged` (the monitor flagged a position or length bias)",
         "threshold": "a threshold on a measure, [BIAS:]MEASURE<NUMBER (also <=, >, >=), e.g. position-consistency<0.8",
     }
-    return (f"Exit with code {int(ExitCode.FINDING)} when a condition is met (repeatable, any one met): "
-            + "; ".join(what[k] for k in kinds) + ". Outputs are written first.")
+    return (
+        f"Exit with code {int(ExitCode.FINDING)} when a condition is met (repeatable, any one met): "
+        + "; ".join(what[k] for k in kinds)
+        + ". Outputs are written first."
+    )
 
 
 def parse_fail_on(values: Sequence[str], kinds: Sequence[str]) -> list[Condition]:
@@ -77,23 +85,43 @@ def parse_fail_on(values: Sequence[str], kinds: Sequence[str]) -> list[Condition
             continue
         match = _THRESHOLD.match(text)
         if match is None or "threshold" not in kinds:
-            fail(f"--fail-on {raw!r}: not a condition of this command (it takes: {', '.join(kinds)}"
-                 + (", or MEASURE<NUMBER" if "threshold" in kinds else "") + ")")
+            fail(
+                f"--fail-on {raw!r}: not a condition of this command (it takes: {', '.join(kinds)}"
+                + (", or MEASURE<NUMBER" if "threshold" in kinds else "")
+                + ")"
+            )
         measure = match["measure"].lower()
         field, bias_kind = ALIASES.get(measure, (measure.replace("-", "_"), None))
         if field not in _audit_measures():
-            fail(f"--fail-on {raw!r}: no audit measure {match['measure']!r}; measures: "
-                 + ", ".join([*ALIASES, *(m.replace("_", "-") for m in _audit_measures())]))
-        conditions.append(Condition(text, "threshold", field, bias_kind, (match["bias"] or "").strip() or None,
-                                    match["op"], float(match["value"])))
+            fail(
+                f"--fail-on {raw!r}: no audit measure {match['measure']!r}; measures: "
+                + ", ".join([*ALIASES, *(m.replace("_", "-") for m in _audit_measures())])
+            )
+        conditions.append(
+            Condition(
+                text,
+                "threshold",
+                field,
+                bias_kind,
+                (match["bias"] or "").strip() or None,
+                match["op"],
+                float(match["value"]),
+            )
+        )
     return conditions
 
 
 def _audit_measures() -> list[str]:
     from ..api.audits import AuditMetrics
 
-    return [name for name, info in AuditMetrics.model_fields.items() if not name.endswith("_flag")
-            and info.annotation is not None and "bool" not in str(info.annotation) and "list" not in str(info.annotation)]
+    return [
+        name
+        for name, info in AuditMetrics.model_fields.items()
+        if not name.endswith("_flag")
+        and info.annotation is not None
+        and "bool" not in str(info.annotation)
+        and "list" not in str(info.annotation)
+    ]
 
 
 def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
@@ -108,11 +136,17 @@ def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
             continue
         if pointwise != (c.field in POINTWISE_FIELDS) or (pointwise and c.bias_kind == "position"):
             if pointwise:
-                has = ", ".join(sorted(f.replace("_", "-") for f in POINTWISE_FIELDS if f not in ("padding", "length_flag")))
-                fail(f"--fail-on {c.text!r}: {c.field} is a pairwise measure and the judge's mode is pointwise (pointwise "
-                     f"judges have no position; their measures: {has})")
-            fail(f"--fail-on {c.text!r}: {c.field} is a pointwise measure (a score) and the judge's mode is {mode}; "
-                 "give --mode pointwise")
+                has = ", ".join(
+                    sorted(f.replace("_", "-") for f in POINTWISE_FIELDS if f not in ("padding", "length_flag"))
+                )
+                fail(
+                    f"--fail-on {c.text!r}: {c.field} is a pairwise measure and the judge's mode is pointwise (pointwise "
+                    f"judges have no position; their measures: {has})"
+                )
+            fail(
+                f"--fail-on {c.text!r}: {c.field} is a pointwise measure (a score) and the judge's mode is {mode}; "
+                "give --mode pointwise"
+            )
 
 
 def exit_on_findings(found: Sequence[str]) -> None:
@@ -140,8 +174,10 @@ def replication_findings(replication: Replication, conditions: Sequence[Conditio
     failed = [b for b in replication.biases if not b.reproduced]
     if not failed:
         return []
-    return [f"replication-failed: {len(failed)} of {len(replication.biases)} did not reproduce: "
-            + ", ".join(b.id for b in failed)]
+    return [
+        f"replication-failed: {len(failed)} of {len(replication.biases)} did not reproduce: "
+        + ", ".join(b.id for b in failed)
+    ]
 
 
 def matrix_findings(result: MatrixResult, conditions: Sequence[Condition]) -> list[str]:

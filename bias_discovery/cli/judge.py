@@ -87,13 +87,23 @@ def print_judge_summary(summary: JudgeSummary) -> None:
 
     for domain, d in summary.per_domain.items():
         table.add_row(
-            domain, str(d.n), str(d.n_valid), percent(d.error_rate), percent_range(d.ci_low, d.ci_high),
-            *([] if pointwise else [percent(d.judgebench_score)]), *score_cells(d.score),
+            domain,
+            str(d.n),
+            str(d.n_valid),
+            percent(d.error_rate),
+            percent_range(d.ci_low, d.ci_high),
+            *([] if pointwise else [percent(d.judgebench_score)]),
+            *score_cells(d.score),
         )
     table.add_row(
-        "all", str(summary.n_pairs), str(summary.n_valid_pairs), percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high), *([] if pointwise else [percent(summary.judgebench_score)]),
-        *score_cells(summary.score), style="bold",
+        "all",
+        str(summary.n_pairs),
+        str(summary.n_valid_pairs),
+        percent(summary.error_rate),
+        percent_range(summary.error_ci_low, summary.error_ci_high),
+        *([] if pointwise else [percent(summary.judgebench_score)]),
+        *score_cells(summary.score),
+        style="bold",
     )
     console.print(table)
     _print_score_notes(summary)
@@ -112,15 +122,24 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         f"invalid pairs: {percent(summary.invalid_rate)} ({plural(summary.n_invalid_judgments, 'invalid judgment')}"
         f"{': ' + ', '.join(f'{k} {v}' for k, v in summary.invalid_reasons.items()) if summary.invalid_reasons else ''})"
         f" | position-A rate: {percent(summary.position_a_rate)}"
-        + (f" | consistency: {percent(summary.position_consistency)}" if summary.position_consistency is not None else "")
+        + (
+            f" | consistency: {percent(summary.position_consistency)}"
+            if summary.position_consistency is not None
+            else ""
+        )
         + f" | tokens: {summary.prompt_tokens} prompt, {summary.completion_tokens} completion"
         f" | cached calls: {summary.cached_calls}/{summary.n_judgments}",
         highlight=False,
     )
     for reason, example in summary.invalid_examples.items():
-        console.print(f"{reason} ({summary.invalid_reasons.get(reason, 0)}): {example}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{reason} ({summary.invalid_reasons.get(reason, 0)}): {example}", highlight=False, soft_wrap=True
+        )
     if summary.skipped_rows:
-        console.print(f"skipped bad data rows: {summary.skipped_rows}, not among the pairs above (named on stderr)", highlight=False)
+        console.print(
+            f"skipped bad data rows: {summary.skipped_rows}, not among the pairs above (named on stderr)",
+            highlight=False,
+        )
 
 
 def print_pointwise(summary: JudgeSummary) -> None:
@@ -185,18 +204,23 @@ def _judge_fields(
 
 
 _PROMPT: Any = flag(
-    "prompt", None,
+    "prompt",
+    None,
     help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). Judge prompt: "
     "judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, "
     "length and position), or a path to your own template file.",
 )
 _MITIGATION: Any = option(
-    JudgeSettings, "mitigation",
+    JudgeSettings,
+    "mitigation",
     help="Position-bias mitigation: none | swap (both orders, a disagreement is a tie; 2 calls) | shuffle3 (3 "
     "alternating orders, majority; 3 calls) | votes6 (Chen et al.'s 6 votes; 6 calls).",
 )
 _COMPARE: Any = flag(
-    "compare", None, metavar="PRO_DIR", callback=lambda value: _check_compare_dir(value),
+    "compare",
+    None,
+    metavar="PRO_DIR",
+    callback=lambda value: _check_compare_dir(value),
     help="Also judge the exported Pro set in PRO_DIR (--limit applies to it too); print error per domain side by "
     "side, write compare.json.",
 )
@@ -204,15 +228,27 @@ _COMPARE: Any = flag(
 
 @app.command()
 def judge(
-    model: str = flag("model", ..., help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID."),
+    model: str = flag(
+        "model",
+        ...,
+        help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID.",
+    ),
     data: str = flag("data", ..., help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
-    out: Path | None = flag("out", None, help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."),
+    out: Path | None = flag(
+        "out", None, help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."
+    ),
     data_dir: Path | None = DATA_DIR,
     limit: int | None = option(DataOptions, "limit", help="Judge only the first N pairs."),
     positions: str = option(JudgeSettings, "positions", help="both | swap | fixed (pairwise only)."),
-    mode: str = option(JudgeSettings, "mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale)."),
+    mode: str = option(
+        JudgeSettings, "mode", help="pairwise (pick one of two) | pointwise (score each response alone on --scale)."
+    ),
     scale: str = option(JudgeSettings, "scale", help="Pointwise: an integer range such as 1-10, or pass/fail."),
-    rubric: str | None = flag("rubric", None, help="Pointwise: the rubric text (selects the judge_pointwise_rubric prompt unless --prompt is given)."),
+    rubric: str | None = flag(
+        "rubric",
+        None,
+        help="Pointwise: the rubric text (selects the judge_pointwise_rubric prompt unless --prompt is given).",
+    ),
     seed: int = option(RunConfig, "seed", help="Seed for the position swap and sampling."),
     base_url: str | None = flag("base_url", None, help="Server URL for openai/ models, e.g. http://127.0.0.1:8000/v1."),
     reasoning: bool = REASONING,
@@ -221,7 +257,10 @@ def judge(
     prompt: str | None = _PROMPT,
     allow_tie: bool = option(JudgeSettings, "allow_tie", help="Offer a third verdict, tie (never counted correct)."),
     mitigation: str = _MITIGATION,
-    max_tokens: int = option(JudgeSettings, "max_tokens", help="Completion token budget per judgment; must cover the reasoning.",
+    max_tokens: int = option(
+        JudgeSettings,
+        "max_tokens",
+        help="Completion token budget per judgment; must cover the reasoning.",
     ),
     verdict: str = VERDICT,
     cache: Path | None = CACHE,
@@ -243,14 +282,29 @@ def judge(
         fail("--compare writes compare.json and the Pro set's judgments: give --out DIR too")
     try:
         fields = _judge_fields(
-            mode=mode, positions=positions, scale=scale, rubric=rubric, prompt=prompt, max_tokens=max_tokens,
-            allow_tie=allow_tie, mitigation=mitigation, verdict=verdict,
+            mode=mode,
+            positions=positions,
+            scale=scale,
+            rubric=rubric,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            allow_tie=allow_tie,
+            mitigation=mitigation,
+            verdict=verdict,
             **reasoning_fields(reasoning, reasoning_chars, no_reasoning_cap),
         )
         settings = JudgeSettings.model_validate(fields)
         options = JudgeOptions(
-            settings=settings, out=out, base_url=base_url, data_dir=data_dir, limit=limit, seed=seed,
-            cache=False if no_cache else (cache or True), skip_bad_rows=skip_bad_rows, compare=compare, timeout_s=timeout,
+            settings=settings,
+            out=out,
+            base_url=base_url,
+            data_dir=data_dir,
+            limit=limit,
+            seed=seed,
+            cache=False if no_cache else (cache or True),
+            skip_bad_rows=skip_bad_rows,
+            compare=compare,
+            timeout_s=timeout,
         )
         output = judge_model(model, data, options, progress=None if quiet else progress_bar, on_warning=warn)
     except ValidationError as exc:
@@ -266,9 +320,15 @@ def print_judge_output(output: JudgeOutput, out: Path | None) -> None:
 
     print_judge_summary(output.summary)
     if out is None:
-        console.print("no --out: the judgments were not written (--out DIR keeps judgments.jsonl and summary.json)", highlight=False)
+        console.print(
+            "no --out: the judgments were not written (--out DIR keeps judgments.jsonl and summary.json)",
+            highlight=False,
+        )
         return
     console.print(f"wrote {out / 'judgments.jsonl'} and {out / 'summary.json'}", highlight=False)
     if output.compare is not None:
         print_compare(output.compare, console)
-        console.print(f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}", highlight=False)
+        console.print(
+            f"wrote {out / 'compare.json'}, {out / 'pro_summary.json'} and {out / 'pro_judgments.jsonl'}",
+            highlight=False,
+        )

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
 
 
 def _skipped_rows_line(state: RunState | None) -> str | None:
-    """"skipped bad data rows: target 1, test 2 ...", or None."""
+    """ "skipped bad data rows: target 1, test 2 ...", or None."""
     if state is None or not state.skipped_rows:
         return None
     counts = ", ".join(f"{role} {n}" for role, n in state.skipped_rows.items())
@@ -37,14 +37,21 @@ def budget_stop(run_dir: Path, exc: BudgetReached) -> NoReturn:
         err_console.print(f"  {line}", highlight=False, soft_wrap=True)
     err_console.print(
         f"continue with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=... "
-        "(or budget.max_calls, budget.max_tokens); no call is paid twice", highlight=False, soft_wrap=True)
+        "(or budget.max_calls, budget.max_tokens); no call is paid twice",
+        highlight=False,
+        soft_wrap=True,
+    )
     raise typer.Exit(code=ExitCode.BUDGET)
 
 
 def spend_lines(spend: Mapping[str, Spend]) -> list[str]:
     """One line per role that paid: calls, tokens and dollars (cached calls cost nothing)."""
-    return [f"{role}: {s.calls:,} calls paid, {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, "
-            f"${s.usd:,.4f}" for role, s in spend.items() if s.calls]
+    return [
+        f"{role}: {s.calls:,} calls paid, {s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, "
+        f"${s.usd:,.4f}"
+        for role, s in spend.items()
+        if s.calls
+    ]
 
 
 def _end_run(run: Run) -> None:
@@ -81,21 +88,33 @@ def _print_run_end(run: Run) -> None:
         if v is not None:
             e, decided = v.effect, v.decisive_comparison
             clause = effect_clause(
-                e.delta, e.ci_low, e.ci_high, e.n, decided.p_adjusted, control=v.decisive, method=e.method,
+                e.delta,
+                e.ci_low,
+                e.ci_high,
+                e.n,
+                decided.p_adjusted,
+                control=v.decisive,
+                method=e.method,
                 label=MEASURE_LABELS[e.measure],
             )
             console.print(f"  {bias.id}: {clause}", highlight=False)
-    statement = next((b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None)
+    statement = next(
+        (b.validation.error_statement for b in latest.biases if b.validation and b.validation.error_statement), None
+    )
     if statement:
         console.print(f"  error control: {statement}", highlight=False, soft_wrap=True)
     skipped = _skipped_rows_line(state)
     if skipped:
         console.print(skipped, highlight=False)
     if state is not None and state.spend:
-        console.print("paid (every session of the run; calls answered by the call cache cost nothing):", highlight=False)
+        console.print(
+            "paid (every session of the run; calls answered by the call cache cost nothing):", highlight=False
+        )
         for line in spend_lines(state.spend):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
-    effect = next((b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None)
+    effect = next(
+        (b.validation.rewrite_effect for b in latest.biases if b.validation and b.validation.rewrite_effect), None
+    )
     if effect is not None:
         console.print(
             "  rewrite effect (placebo vs baseline): Δerror "
@@ -124,7 +143,9 @@ def run(
     run_dir: Path | None = flag("run_dir", None, help="Run directory (default: runs/<name>)."),
     set_: list[str] = OVERRIDES,
     allow_overlap: bool = flag(
-        "allow_overlap", False, help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap)."
+        "allow_overlap",
+        False,
+        help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap).",
     ),
     quiet: bool = QUIET,
     timeout: float | None = TIMEOUT,
@@ -144,7 +165,11 @@ def run(
         config = load_run_config(config_path, set_)
         root = run_dir or Path("runs") / config.name
         run_ = discover(
-            config, run_dir=root, allow_overlap=allow_overlap, timeout_s=timeout, progress=None if quiet else progress_bar,
+            config,
+            run_dir=root,
+            allow_overlap=allow_overlap,
+            timeout_s=timeout,
+            progress=None if quiet else progress_bar,
             on_warning=warn,
         )
     except BudgetReached as exc:
@@ -161,11 +186,15 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     allow_overlap: bool = flag(
-        "allow_overlap", False, help="Go on although test pairs are also target pairs; written to the run's config.yaml."
+        "allow_overlap",
+        False,
+        help="Go on although test pairs are also target pairs; written to the run's config.yaml.",
     ),
     set_: list[str] = flag(
-        "overrides", [], help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
-        "only budget settings change on a resume); written to the run's config.yaml."
+        "overrides",
+        [],
+        help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
+        "only budget settings change on a resume); written to the run's config.yaml.",
     ),
     quiet: bool = QUIET,
     timeout: float | None = TIMEOUT,
@@ -180,8 +209,13 @@ def resume(
     conditions = parse_fail_on(fail_on, ["accepted"])
     try:
         run_ = discover(
-            run_dir=run_dir, resume=True, allow_overlap=allow_overlap, timeout_s=timeout,
-            progress=None if quiet else progress_bar, on_warning=warn, overrides=set_,
+            run_dir=run_dir,
+            resume=True,
+            allow_overlap=allow_overlap,
+            timeout_s=timeout,
+            progress=None if quiet else progress_bar,
+            on_warning=warn,
+            overrides=set_,
         )
     except BudgetReached as exc:
         budget_stop(run_dir, exc)
@@ -214,8 +248,11 @@ def _status_record(
 
 def _last_seen(state: Any, live: Any, events: list[dict[str, Any]]) -> float | None:
     """The newest sign of the run: its state's update, its lock holder's heartbeat, its last event."""
-    signs = (state.updated_at if state else None, live.holder.heartbeat_at if live.holder else None,
-             events[-1].get("time") if events else None)
+    signs = (
+        state.updated_at if state else None,
+        live.holder.heartbeat_at if live.holder else None,
+        events[-1].get("time") if events else None,
+    )
     return max([t for t in signs if isinstance(t, (int, float))], default=None)
 
 
@@ -260,8 +297,11 @@ def status(
         console.print(skipped, highlight=False)
     if report["current"]:
         c = report["current"]
-        label = "in progress" if effective == "running" else (
-            "stopped in" if state is not None and state.status == "stopped" else "interrupted in")
+        label = (
+            "in progress"
+            if effective == "running"
+            else ("stopped in" if state is not None and state.status == "stopped" else "interrupted in")
+        )
         console.print(f"{label}: iteration {c['iteration']} {c['stage']} {c['done']}/{c['total']}", highlight=False)
     console.print(_usage_table(report))
     if state is not None and state.spend:
@@ -276,9 +316,24 @@ def _usage_table(report: dict[str, Any]) -> Table:
     for column in ("stage", "role", "requests", "cached", "prompt tokens", "completion tokens"):
         table.add_column(column, justify="left" if column in ("stage", "role") else "right")
     for row in report["usage"]:
-        table.add_row(row["stage"], row["role"], str(row["requests"]), str(row["cached"]), str(row["prompt_tokens"]), str(row["completion_tokens"]))
+        table.add_row(
+            row["stage"],
+            row["role"],
+            str(row["requests"]),
+            str(row["cached"]),
+            str(row["prompt_tokens"]),
+            str(row["completion_tokens"]),
+        )
     t = report["totals"]
-    table.add_row("all", "", str(t["requests"]), str(t["cached"]), str(t["prompt_tokens"]), str(t["completion_tokens"]), style="bold")
+    table.add_row(
+        "all",
+        "",
+        str(t["requests"]),
+        str(t["cached"]),
+        str(t["prompt_tokens"]),
+        str(t["completion_tokens"]),
+        style="bold",
+    )
     return table
 
 
@@ -302,8 +357,10 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
         spent = Spend()
         for s in state.spend.values():
             spent = spent.plus(s)
-        return (f"{name}: stopped: budget reached at {where} ({state.stop_reason}); spent {spent.text()}; "
-                f"resume with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=...{library}")
+        return (
+            f"{name}: stopped: budget reached at {where} ({state.stop_reason}); spent {spent.text()}; "
+            f"resume with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=...{library}"
+        )
     ago = f" ({duration(time.time() - last_seen)} ago)" if last_seen is not None else ""
     failed = ", after an error" if state is not None and state.status == "failed" else ""
     return f"{name}: stopped at {where}{ago}{failed}, resume with: bias-discovery resume {run_dir}{library}"

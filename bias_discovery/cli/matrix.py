@@ -29,7 +29,8 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
     console.print(
         f"matrix {result.name}: {plural(len(result.judges), 'judge')} x {plural(len(result.biases), 'bias')} on "
         f"{result.data} ({plural(result.n_test, 'pair')}{skipped}); teacher {result.teacher}",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
     control = result.settings.control
     table = Table(title_justify="left")
@@ -42,7 +43,9 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
     for cell in [*result.cells, *result.jury]:
         table.add_row(
             escape(f"{cell.judge}\n{cell.bias}"),
-            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}" if cell.n else "-\n(no valid item)",
+            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}"
+            if cell.n
+            else "-\n(no valid item)",
             str(cell.n),
             p_value(cell.p_adjusted),
             pp(cell.mde, unit=""),
@@ -53,7 +56,9 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
         console.print(
             f"reviews in the run ({result.library}): "
             + "; ".join(f"{bias} {r.decision} by {r.reviewer}" for bias, r in result.reviews.items()),
-            highlight=False, soft_wrap=True, markup=False,
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
         )
     console.print(result.family_statement, highlight=False, soft_wrap=True)
     shown = [d for d in result.judge_comparisons if d.larger]
@@ -65,7 +70,8 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
                 f"p adj {p_value(d.p_adjusted)})"
                 for d in shown
             ),
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
         console.print(result.comparison_statement, highlight=False, soft_wrap=True)
     calls = result.calls
@@ -73,22 +79,39 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
         f"calls paid now: teacher {count(calls.teacher)}, checker {count(calls.checker)}, "
         + ", ".join(f"{name} {count(k)}" for name, k in calls.judges.items())
         + " (cache hits not counted)",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
     console.print(f"wrote {out / 'matrix.json'}, matrix.csv and matrix.html", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def matrix(
-    config: Path | None = typer.Argument(None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."),
-    out: Path = flag("out", ..., help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge)."),
-    judges: str | None = flag("judges", None, help="SPEC,SPEC,...: model specs (hf/smollm2) or per-judge YAML files (name, model, prompt ...)."),
-    library: str | None = flag("library", None, help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file."),
+    config: Path | None = typer.Argument(
+        None, metavar="CONFIG", help="A matrix config (experiments/matrix-cpu.yaml); flags replace its parts."
+    ),
+    out: Path = flag(
+        "out",
+        ...,
+        help="The matrix directory: the outputs and the call cache (rerun into it to continue after a kill, or to add a judge).",
+    ),
+    judges: str | None = flag(
+        "judges",
+        None,
+        help="SPEC,SPEC,...: model specs (hf/smollm2) or per-judge YAML files (name, model, prompt ...).",
+    ),
+    library: str | None = flag(
+        "library",
+        None,
+        help="seeds, seed library names (calm12, biasscope7+chen4), a run directory (RUN_DIR, RUN_DIR@N) or a library .json file.",
+    ),
     biases: str | None = flag("biases", None, help="ID,NAME,...: only these biases of the library."),
     data: str | None = flag("data", None, help="The test set: a named set (demo:test, judgebench ...) or a file."),
     data_dir: Path | None = DATA_DIR,
     limit: int | None = option(DataOptions, "limit", help="A seeded sample of N test pairs."),
-    teacher: str | None = flag("teacher", None, help="The model that writes the rewrites (default: the config's, else hf/smollm2)."),
+    teacher: str | None = flag(
+        "teacher", None, help="The model that writes the rewrites (default: the config's, else hf/smollm2)."
+    ),
     allow_overlap: bool = ALLOW_OVERLAP,
     skip_bad_rows: bool = SKIP_BAD_ROWS,
     overrides: list[str] = OVERRIDES,
@@ -110,8 +133,17 @@ def matrix(
     conditions = parse_fail_on(fail_on, ["accepted"])
     try:
         options = MatrixOptions(
-            out=out, judges=judges, library=library, biases=biases, data=data, data_dir=data_dir, limit=limit,
-            teacher=teacher, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, overrides=overrides or [],
+            out=out,
+            judges=judges,
+            library=library,
+            biases=biases,
+            data=data,
+            data_dir=data_dir,
+            limit=limit,
+            teacher=teacher,
+            allow_overlap=allow_overlap,
+            skip_bad_rows=skip_bad_rows,
+            overrides=overrides or [],
         )
         result = validate_matrix(config, options, progress=None if quiet else progress_bar)
     except ValidationError as exc:

@@ -22,9 +22,28 @@ from ..settings.judge import JudgeSettings
 from .common import fail, flag_of, with_flags
 
 __all__ = [
-    "ALLOW_OVERLAP", "AS_JSON", "CACHE", "DATA_DIR", "NO_CACHE", "NO_REASONING_CAP", "OVERRIDES", "OVERWRITE", "QUIET",
-    "REASONING", "REASONING_CHARS", "REVIEWED_ONLY", "SKIP_BAD_ROWS", "TIMEOUT", "VERDICT", "bounds_of", "default_of", "fail_on_option", "field_help",
-    "flag", "option", "reasoning_fields",
+    "ALLOW_OVERLAP",
+    "AS_JSON",
+    "CACHE",
+    "DATA_DIR",
+    "NO_CACHE",
+    "NO_REASONING_CAP",
+    "OVERRIDES",
+    "OVERWRITE",
+    "QUIET",
+    "REASONING",
+    "REASONING_CHARS",
+    "REVIEWED_ONLY",
+    "SKIP_BAD_ROWS",
+    "TIMEOUT",
+    "VERDICT",
+    "bounds_of",
+    "default_of",
+    "fail_on_option",
+    "field_help",
+    "flag",
+    "option",
+    "reasoning_fields",
 ]
 
 
@@ -70,17 +89,21 @@ def option(model: type[BaseModel], field: str, *aliases: str, required: bool = F
 
 
 REASONING: Any = typer.Option(
-    default_of(JudgeSettings, "reasoning"), "--reasoning/--no-reasoning",
+    default_of(JudgeSettings, "reasoning"),
+    "--reasoning/--no-reasoning",
     help="Ask for a short reasoning paragraph before the verdict; --no-reasoning: a one-letter verdict.",
 )
 REASONING_CHARS: Any = flag(
-    "reasoning_chars", None, **bounds_of(JudgeSettings, "reasoning_chars"),
+    "reasoning_chars",
+    None,
+    **bounds_of(JudgeSettings, "reasoning_chars"),
     show_default=str(default_of(JudgeSettings, "reasoning_chars")),
     help="Upper bound on the reasoning paragraph in characters, enforced by the output constraint "
     "(not by hosted APIs, which cannot).",
 )
 NO_REASONING_CAP: Any = flag(
-    "no_reasoning_cap", False,
+    "no_reasoning_cap",
+    False,
     help="No bound on the reasoning paragraph (the paper's free reasoning); --max-tokens still bounds it "
     "and a cut output is invalid.",
 )
@@ -101,14 +124,18 @@ ALLOW_OVERLAP: Any = option(OverlapOptions, "allow_overlap")
 
 
 TIMEOUT: Any = option(
-    CallOptions, "timeout_s", metavar="SECONDS", min=0.1,
+    CallOptions,
+    "timeout_s",
+    metavar="SECONDS",
+    min=0.1,
     help=f"Deadline of each request to a model server, retries and backoff included: a server that "
     f"accepts and never answers fails after this long (default: the config's timeout_s, {DEFAULT_TIMEOUT_S:g} s).",
 )
 """`--timeout SECONDS` for every command that calls a model: each request's deadline, retries
 included (`timeout_s`; unset keeps the config's, whose default is `options.DEFAULT_TIMEOUT_S`)."""
 VERDICT: Any = typer.Option(
-    default_of(JudgeSettings, "verdict"), "--verdict",
+    default_of(JudgeSettings, "verdict"),
+    "--verdict",
     help="choice (the sampled verdict letter) | score (also the verdict token's P(A), P(B) from its top log-probabilities: "
     "each pair's probability of preferring the rejected response, and the verdicts' calibration; same calls).",
 )

@@ -37,14 +37,19 @@ def _bias_table(r: Replication) -> Table:
     table = Table(title_justify="left")
     columns = ["bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)"]
     if pointwise:
-        columns += ["score shift, points [CI] (n)", f"secondary {MEASURE_LABELS[r.secondary_measure or 'error']} pp [CI] (n)"]
+        columns += [
+            "score shift, points [CI] (n)",
+            f"secondary {MEASURE_LABELS[r.secondary_measure or 'error']} pp [CI] (n)",
+        ]
     for column in (*columns, "reproduced"):
         table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
     for b in r.biases:
         name = Text(b.name)
         name.append("\n" + b.id, style="dim")
-        original = "-" if b.original_delta is None else (
-            f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})"
+        original = (
+            "-"
+            if b.original_delta is None
+            else (f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})")
         )
         cells = [
             name,
@@ -55,8 +60,12 @@ def _bias_table(r: Replication) -> Table:
         ]
         if pointwise:
             n = f" ({b.secondary.n})" if b.secondary is not None else ""
-            cells += [Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + n),
-                      Text(f"{pp(b.secondary_delta, unit='')} {ci_pp(b.secondary_ci_low, b.secondary_ci_high)}{n}", style="dim")]
+            cells += [
+                Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + n),
+                Text(
+                    f"{pp(b.secondary_delta, unit='')} {ci_pp(b.secondary_ci_low, b.secondary_ci_high)}{n}", style="dim"
+                ),
+            ]
         table.add_row(*cells, Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"))
     return table
 
@@ -64,12 +73,27 @@ def _bias_table(r: Replication) -> Table:
 @app.command()
 def replicate(
     run_dir: Path = typer.Argument(..., metavar="RUN"),
-    seed: int | None = flag("seed", None, help="Seed of the fresh rewrites, swaps and test sample (default: the run's + 1)."),
-    data: str | None = flag("data", None, help="Other test data: a named set (judgebench, demo ...) or a file (default: the run's test data)."),
+    seed: int | None = flag(
+        "seed", None, help="Seed of the fresh rewrites, swaps and test sample (default: the run's + 1)."
+    ),
+    data: str | None = flag(
+        "data",
+        None,
+        help="Other test data: a named set (judgebench, demo ...) or a file (default: the run's test data).",
+    ),
     data_dir: Path | None = DATA_DIR,
-    limit: int | None = option(DataOptions, "limit", help="A seeded sample of N test pairs (default: the run's test_limit)."),
-    biases: str | None = flag("biases", None, help="ID,NAME,... to replicate instead of the accepted biases (seeds too)."),
-    temperature: float | None = flag("temperature", None, min=0.0, help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily)."),
+    limit: int | None = option(
+        DataOptions, "limit", help="A seeded sample of N test pairs (default: the run's test_limit)."
+    ),
+    biases: str | None = flag(
+        "biases", None, help="ID,NAME,... to replicate instead of the accepted biases (seeds too)."
+    ),
+    temperature: float | None = flag(
+        "temperature",
+        None,
+        min=0.0,
+        help="Teacher sampling of the fresh rewrites (default: the run's, or 0.7 when it rewrote greedily).",
+    ),
     out: Path | None = flag("out", None, help="Output directory (default: RUN/replications/seed-S)."),
     overwrite: bool = OVERWRITE,
     allow_overlap: bool = ALLOW_OVERLAP,
@@ -90,8 +114,17 @@ def replicate(
     conditions = parse_fail_on(fail_on, ["replication-failed"])
     try:
         options = ReplicationOptions(
-            seed=seed, data=data, data_dir=data_dir, limit=limit, biases=biases, temperature=temperature, out=out,
-            overwrite=overwrite, allow_overlap=allow_overlap, skip_bad_rows=skip_bad_rows, timeout_s=timeout,
+            seed=seed,
+            data=data,
+            data_dir=data_dir,
+            limit=limit,
+            biases=biases,
+            temperature=temperature,
+            out=out,
+            overwrite=overwrite,
+            allow_overlap=allow_overlap,
+            skip_bad_rows=skip_bad_rows,
+            timeout_s=timeout,
         )
         r = replicate_biases(run_dir, options, progress=None if quiet else progress_bar)
     except ValidationError as exc:
@@ -128,13 +161,18 @@ def print_replication(r: Replication) -> None:
     console.print(_bias_table(r))
     methods = list(dict.fromkeys(m for b in r.biases for m in (b.original_method, b.method) if m))
     labels = " / ".join(dict.fromkeys(MEASURE_LABELS[b.record.effect.measure] for b in r.biases))
-    console.print(f"effect: the reported {labels} against the control, estimated by {'; '.join(methods)}", highlight=False, soft_wrap=True)
+    console.print(
+        f"effect: the reported {labels} against the control, estimated by {'; '.join(methods)}",
+        highlight=False,
+        soft_wrap=True,
+    )
     if pointwise:
         console.print(
             f"pointwise judge (scale {r.scale}): each response scored alone; deciding measure {MEASURE_LABELS[r.measure]} "
             f"(in percent of the scale for a score); the secondary {MEASURE_LABELS[r.secondary_measure or 'error']} is "
             "reported against the same control on the items the decision saw, not decisive",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
     if r.error_statement:
         console.print(f"error control: {r.error_statement}", highlight=False, soft_wrap=True)

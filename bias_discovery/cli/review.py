@@ -15,11 +15,17 @@ from .options import AS_JSON, flag
 def review(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     bias: str = typer.Argument(..., metavar="BIAS_ID", help="A bias of the run's newest library (its id or name)."),
-    decision: str = flag("decision", ..., metavar="confirmed|rejected|unsure",
+    decision: str = flag(
+        "decision",
+        ...,
+        metavar="confirmed|rejected|unsure",
         help="confirmed: the bias is real and shown; rejected: it is not; unsure: not decided yet.",
     ),
     note: str = flag("note", "", help="Why, in your words (shown with the decision)."),
-    reviewer: str | None = flag("reviewer", None, help="Who reviews (default: $BIAS_DISCOVERY_REVIEWER, else your login name).",
+    reviewer: str | None = flag(
+        "reviewer",
+        None,
+        help="Who reviews (default: $BIAS_DISCOVERY_REVIEWER, else your login name).",
     ),
     as_json: bool = AS_JSON,
 ) -> None:
@@ -51,5 +57,7 @@ def review(
         f"recorded in {run.record.reviews.path}: {stored.bias_id} {stored.decision} by {stored.reviewer} at "
         f"{stored.reviewed_at} ({count} review{'s' if count != 1 else ''} of this bias; "
         f"`bias-discovery library show {run_dir} {stored.bias_id}` shows them)",
-        highlight=False, soft_wrap=True, markup=False,
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
     )

@@ -45,17 +45,19 @@ def cross_model_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
         for (right_model, right), (wrong_model, wrong) in (((m1, p1), (m2, p2)), ((m2, p2), (m1, p1))):
             if right.chosen.strip() == wrong.rejected.strip():
                 continue
-            out.append(PreferencePair(
-                id=f"cross-{key}-{right_model}-right",
-                question=question,
-                chosen=right.chosen,
-                rejected=wrong.rejected,
-                domain=right.domain,
-                source=right.source,
-                meta={
-                    "response_models": [right_model, wrong_model],
-                    "matched_question": key,
-                    "from_pairs": [right.id, wrong.id],
-                },
-            ))
+            out.append(
+                PreferencePair(
+                    id=f"cross-{key}-{right_model}-right",
+                    question=question,
+                    chosen=right.chosen,
+                    rejected=wrong.rejected,
+                    domain=right.domain,
+                    source=right.source,
+                    meta={
+                        "response_models": [right_model, wrong_model],
+                        "matched_question": key,
+                        "from_pairs": [right.id, wrong.id],
+                    },
+                )
+            )
     return out

@@ -184,8 +184,7 @@ class FieldMap(BaseModel):
     id: str = Field(default="id", description="Pair id; when absent, `<file stem>-<line>`.")
     question: str = Field(
         default="question",
-        description="The prompt. Left at the default, a record without `question` but with "
-        "`prompt` uses `prompt`.",
+        description="The prompt. Left at the default, a record without `question` but with `prompt` uses `prompt`.",
     )
     chosen: str = Field(default="chosen", description="The better response (chosen_rejected style).")
     rejected: str = Field(default="rejected", description="The worse response (chosen_rejected style).")
@@ -305,8 +304,7 @@ def _hub_rows(repo: str, split: str) -> Iterator[_Row]:
         import datasets
     except ImportError:
         raise DataError(
-            f"loading {repo} (split {split}) from the hub needs the `datasets` package, which is "
-            f"not installed. {hint}"
+            f"loading {repo} (split {split}) from the hub needs the `datasets` package, which is not installed. {hint}"
         ) from None
     try:
         dataset = datasets.load_dataset(repo, split=split)
@@ -352,7 +350,9 @@ def _id_value(row: _Row, field: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise DataError(f"{row.where}: field {field!r} (the id) must be a string or an integer, got {type(value).__name__}")
+        raise DataError(
+            f"{row.where}: field {field!r} (the id) must be a string or an integer, got {type(value).__name__}"
+        )
     text = str(value).strip()
     if not text:
         raise DataError(f"{row.where}: field {field!r} (the id) is empty")
@@ -482,9 +482,7 @@ def _load_judgebench(splits: list[str], data_dir: Path | None, bad_rows: list[st
         this_split = _unique(_build(rows, functools.partial(_judgebench_pair, split=split), bad_rows), bad_rows)
         for pair, where in this_split:
             if pair.id in earlier_ids:
-                pair = pair.model_copy(
-                    update={"id": f"{split}:{pair.id}", "meta": {**pair.meta, "pair_id": pair.id}}
-                )
+                pair = pair.model_copy(update={"id": f"{split}:{pair.id}", "meta": {**pair.meta, "pair_id": pair.id}})
             loaded.append((pair, where))
         earlier_ids.update(pair.id for pair, _ in this_split)
     return [pair for pair, _ in _unique(loaded, bad_rows)]
@@ -656,8 +654,7 @@ def _load_file(path: Path, fields: FieldMap, bad_rows: list[str] | None) -> list
         rows = _parquet_rows(path)
     else:
         raise DataError(
-            f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected one of "
-            + ", ".join(FILE_SUFFIXES)
+            f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected one of " + ", ".join(FILE_SUFFIXES)
         )
     return _generic_pairs(rows, fields, default_source=path.stem, bad_rows=bad_rows)
 
@@ -697,9 +694,7 @@ def _resolve(source: str | Path) -> _Resolved:
         return _Resolved("rewardbench", "rewardbench")
     if lowered.startswith("rewardbench:"):
         section = _rewardbench_section_filter(text.split(":", 1)[1])
-        return _Resolved(
-            "rewardbench", f"rewardbench:{section.lower().replace(' ', '-')}", section=section
-        )
+        return _Resolved("rewardbench", f"rewardbench:{section.lower().replace(' ', '-')}", section=section)
     if lowered.startswith("hf:"):
         spec = text[3:].strip()
         repo, _, split = spec.partition(":")
@@ -859,7 +854,11 @@ def describe_source(source: str | Path, data_dir: Path | str | None = None, *, p
 
     resolved = _resolve(source)
     if resolved.kind == "demo":
-        return f"{resolved.name} (packaged with bias-discovery)" if portable else f"{resolved.name} (packaged: {DEMO_FILE})"
+        return (
+            f"{resolved.name} (packaged with bias-discovery)"
+            if portable
+            else f"{resolved.name} (packaged: {DEMO_FILE})"
+        )
     if resolved.kind == "file":
         assert resolved.path is not None
         return f"file: {where(resolved.path.resolve())}"

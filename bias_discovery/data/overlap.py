@@ -63,7 +63,9 @@ class DataOverlap(BaseModel):
     """The overlap was accepted (`--allow-overlap`, `data.allow_overlap`)."""
 
 
-def find_overlap(discovery: Sequence[PairKey], validation: Sequence[PairKey], *, discovery_name: str, validation_name: str) -> DataOverlap:
+def find_overlap(
+    discovery: Sequence[PairKey], validation: Sequence[PairKey], *, discovery_name: str, validation_name: str
+) -> DataOverlap:
     """Count the validation items that are discovery items, by id and by content."""
     ids = {key.id for key in discovery}
     contents = {key.content for key in discovery}

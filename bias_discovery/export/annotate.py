@@ -167,7 +167,9 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
         "kappa_method": "cohen (annotator_1 vs annotator_2)",
         "n_disagreements": len(rows) - n_agreed,
         "n_adjudicated": sum(1 for r in rows if r.adjudication is not None and r.annotator_1 != r.annotator_2),
-        "n_overruled": sum(1 for r in rows if r.adjudication is not None and r.annotator_1 == r.annotator_2 != r.adjudication),
+        "n_overruled": sum(
+            1 for r in rows if r.adjudication is not None and r.annotator_1 == r.annotator_2 != r.adjudication
+        ),
         "n_kept": len(kept),
         "n_rejected": len(rows) - len(kept),
         "verdict_values": list(VERDICTS),
@@ -179,7 +181,11 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     if variants_path.is_file():
         originals = {v["sample_id"]: v for v in read_jsonl(variants_path)}
         triples = [
-            (originals[s["sample_id"]]["chosen"], originals[s["sample_id"]]["original_rejected"], originals[s["sample_id"]]["new_rejected"])
+            (
+                originals[s["sample_id"]]["chosen"],
+                originals[s["sample_id"]]["original_rejected"],
+                originals[s["sample_id"]]["new_rejected"],
+            )
             for s in kept
             if s["sample_id"] in originals
         ]

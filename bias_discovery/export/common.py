@@ -121,8 +121,11 @@ def bias_summary(bias: Bias, review: Review | None = None) -> dict[str, Any]:
         "vs_baseline": None if v is None else v.vs_baseline.model_dump(include=COMPARISON_FIELDS),
         "vs_placebo": None if placebo is None else placebo.model_dump(include=COMPARISON_FIELDS),
         "error_statement": None if v is None else v.error_statement,
-        "review": None if review is None else review.model_dump(include={"decision", "reviewer", "reviewed_at", "note"}),
-        "secondary": None if v is None or v.secondary is None
+        "review": None
+        if review is None
+        else review.model_dump(include={"decision", "reviewer", "reviewed_at", "note"}),
+        "secondary": None
+        if v is None or v.secondary is None
         else v.secondary.model_dump(include=COMPARISON_FIELDS | {"measure", "control"}),
         "score_shift": None if v is None or v.score_shift is None else v.score_shift.model_dump(mode="json"),
     }
@@ -234,9 +237,7 @@ CARD_MISSING = "n/a"
 """What a dataset card prints for a missing number (`bias_discovery.formatting` formats them)."""
 
 
-def dataset_card_meta(
-    directory: Path, *, split: str, n_rows: int, extra: Mapping[str, Any]
-) -> dict[str, Any]:
+def dataset_card_meta(directory: Path, *, split: str, n_rows: int, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The card's YAML metadata: `extra`, then `configs` (the default config reads
     ``data.parquet`` as `split`) and `dataset_info` (rows and bytes of the file).
 

@@ -75,7 +75,12 @@ def check_pro_dir(directory: Path, settings: JudgeSettings | None = None) -> Pat
             + (f", scale {stats.scale}" if stats.scale else "")
             + f"), but judge.mode is {settings.mode}; judge it with judge.mode {stats.judge_mode}"
         )
-    if settings is not None and settings.mode == "pointwise" and stats.scale is not None and settings.scale != stats.scale:
+    if (
+        settings is not None
+        and settings.mode == "pointwise"
+        and stats.scale is not None
+        and settings.scale != stats.scale
+    ):
         raise ExportError(
             f"`compare` {directory}: a Pro set filtered on the scale {stats.scale}, but judge.scale is {settings.scale}; "
             f"judge it with judge.scale {stats.scale}"
@@ -177,7 +182,16 @@ def print_compare(report: CompareReport, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"{report.model}: error (%) on the original set and on the Pro set")
-    columns = ("domain", "original n", "original err", "Pro n", "Pro err", "Δ (pp)", "original JB score", "Pro JB score")
+    columns = (
+        "domain",
+        "original n",
+        "original err",
+        "Pro n",
+        "Pro err",
+        "Δ (pp)",
+        "original JB score",
+        "Pro JB score",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "domain" else "right")
     for row in report.rows:
@@ -195,7 +209,8 @@ def print_compare(report: CompareReport, console: Any) -> None:
     console.print(table)
     wrong = (
         "whose rejected response scored at least as high as the chosen one (each scored alone)"
-        if report.pro.mode == "pointwise" else "judged wrong in at least one order"
+        if report.pro.mode == "pointwise"
+        else "judged wrong in at least one order"
     )
     console.print(
         f"err: share of the valid pairs (n) {wrong}. JB score: JudgeBench's own "

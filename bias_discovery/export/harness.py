@@ -151,7 +151,9 @@ def render_harness_card(info: Mapping[str, Any]) -> str:
         lines.append(f"- {role}: `{spec}`")
     if info["origin"] == "judgebench-pro":
         annotated = "after human annotation" if prov.get("annotated") else "not annotated yet"
-        lines.append(f"- Pro set built {prov.get('built_at')}; {prov.get('kept_by_filter')} samples kept by the filter, {annotated}")
+        lines.append(
+            f"- Pro set built {prov.get('built_at')}; {prov.get('kept_by_filter')} samples kept by the filter, {annotated}"
+        )
         if prov.get("self_filter"):
             lines.append(
                 "- **the filter was the run's target** (`--allow-self-filter`): the target's score on this set is 0 by "

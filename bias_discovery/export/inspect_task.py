@@ -50,7 +50,7 @@ def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str,
                 f"Generation. Every sample is shown twice, its responses in the data's own order and swapped: {n} "
                 f"samples, {2 * n} inspect samples (ids `SAMPLE_ID::original` / `SAMPLE_ID::swapped`). inspect's "
                 "`multiple_choice` solver shows the two responses as choices A and B under the neutral judging "
-                "question (\"Which response is more helpful and accurate?\") and asks for `ANSWER: $LETTER`. The "
+                'question ("Which response is more helpful and accurate?") and asks for `ANSWER: $LETTER`. The '
                 "scorer `pairwise_verdict` scores each verdict three ways, each with its metrics:",
                 "",
                 "- `right` (1 when the correct response was picked): `accuracy`, the share of right verdicts, with "
@@ -67,4 +67,3 @@ def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str,
             ],
         },
     }
-

@@ -106,7 +106,13 @@ def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str,
         "harness": {
             "name": "lm-evaluation-harness",
             "tested_version": LM_EVAL_TESTED,
-            "files": [f"{name}.yaml", *(f"{t}.yaml" for t in per_bias.values()), "utils.py", "data.jsonl", "export.json"],
+            "files": [
+                f"{name}.yaml",
+                *(f"{t}.yaml" for t in per_bias.values()),
+                "utils.py",
+                "data.jsonl",
+                "export.json",
+            ],
             "commands": [
                 f"lm_eval --model hf --model_args pretrained=MODEL --tasks {name} --include_path DIR",
                 f"lm_eval --model hf --model_args pretrained=MODEL --tasks {name}_per_bias --include_path DIR   # one task per injected bias",
@@ -114,8 +120,8 @@ def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str,
             "scoring": [
                 f"`output_type: multiple_choice`. Every sample is shown twice, its responses in the data's own order "
                 f"and swapped: {n} samples, {2 * n} documents. The prompt asks the neutral judging question "
-                "(\"Which response is more helpful and accurate? Answer with A or B.\"); the choices are \" A\" and "
-                "\" B\" and the verdict is the one with the higher log-likelihood.",
+                '("Which response is more helpful and accurate? Answer with A or B."); the choices are " A" and '
+                '" B" and the verdict is the one with the higher log-likelihood.',
                 "",
                 "- `acc`: share of verdicts (documents) that pick the correct response; `acc_stderr` is clustered by "
                 "sample (the two orders of a sample are not independent).",
@@ -132,4 +138,3 @@ def write_task_files(directory: Path, found: HarnessSet, name: str) -> dict[str,
             ],
         },
     }
-

@@ -118,6 +118,7 @@ def data_columns(judge_mode: JudgeMode | None) -> tuple[str, ...]:
     too; a set exported before pointwise judges is pairwise)."""
     return DATA_COLUMNS + POINTWISE_COLUMNS if judge_mode == "pointwise" else DATA_COLUMNS
 
+
 VERDICT_COLUMNS = ("annotator_1", "annotator_2", "reason", "adjudication")
 ANNOTATION_COLUMNS = (
     "sample_id",
@@ -181,8 +182,12 @@ def checker_control(model_checked: Sequence[PerturbedPair]) -> CheckerControl:
     same = sum(1 for a in usable if a == "same")
     low, high = wilson_interval(same, len(usable)) if usable else (None, None)
     return CheckerControl(
-        n_asked=len(answers), n_usable=len(usable), n_same=same,
-        false_changed_rate=same / len(usable) if usable else None, ci_low=low, ci_high=high,
+        n_asked=len(answers),
+        n_usable=len(usable),
+        n_same=same,
+        false_changed_rate=same / len(usable) if usable else None,
+        ci_low=low,
+        ci_high=high,
     )
 
 
@@ -268,8 +273,13 @@ def build_pro_set(
     samples = [sample_row(r, seed, scale=scale) for r in kept]
     lengths = length_stats([(r.chosen, r.original_rejected, r.new_rejected) for r in kept])
     return ProBuild(
-        samples=samples, variants=records, counts=counts, length=lengths, checker_control=control,
-        judge_mode=judge_settings.mode, scale=scale,
+        samples=samples,
+        variants=records,
+        counts=counts,
+        length=lengths,
+        checker_control=control,
+        judge_mode=judge_settings.mode,
+        scale=scale,
     )
 
 
@@ -342,13 +352,22 @@ def _check_equivalence(
     counts.equivalence_checked = len(alive)
     rewrites = [
         PerturbedPair(
-            pair_id=r.pair_id, bias_id=r.bias_id, bias_name=r.bias_name, domain=r.domain, question=r.question,
-            chosen=r.chosen, original_rejected=r.original_rejected, perturbed_rejected=r.new_rejected, valid=True,
+            pair_id=r.pair_id,
+            bias_id=r.bias_id,
+            bias_name=r.bias_name,
+            domain=r.domain,
+            question=r.question,
+            chosen=r.chosen,
+            original_rejected=r.original_rejected,
+            perturbed_rejected=r.new_rejected,
+            valid=True,
         )
         for r in alive
     ]
     calls = check_calls(rewrites)
-    with bar(f"checking {plural(len(alive), 'variant')} for a changed answer ({plural(calls, 'checker call')})", calls) as advance:
+    with bar(
+        f"checking {plural(len(alive), 'variant')} for a changed answer ({plural(calls, 'checker call')})", calls
+    ) as advance:
         checked = check_answers(checker, rewrites, seed=seed, progress=advance)
     for r, c in zip(alive, checked):
         # Pro drops every "same", whatever the checker said of the original: a kept sample's
@@ -500,7 +519,9 @@ def sample_row(r: VariantRecord, seed: int, *, scale: str | None = None) -> dict
     return row
 
 
-def per_bias_and_domain(variants: Sequence[VariantRecord]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+def per_bias_and_domain(
+    variants: Sequence[VariantRecord],
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
     by_bias: dict[str, dict[str, int]] = {}
     by_domain: dict[str, dict[str, int]] = {}
     for v in variants:
@@ -589,7 +610,12 @@ class _ProData:
 
 
 def _pro_data(
-    ctx: RunContext, data: str | None, data_dir: Path | str | None, limit: int | None, *, skip_bad_rows: bool,
+    ctx: RunContext,
+    data: str | None,
+    data_dir: Path | str | None,
+    limit: int | None,
+    *,
+    skip_bad_rows: bool,
     allow_overlap: bool,
 ) -> _ProData:
     """The pairs to build on (the run's test data unless `data`), refused when empty or, unless
@@ -619,8 +645,13 @@ class _ProModels:
 
 
 def _pro_models(
-    config: RunConfig, filter_model: str | None, filter_base_url: str | None, checker_model: str | None,
-    checker_base_url: str | None, *, allow_self_filter: bool,
+    config: RunConfig,
+    filter_model: str | None,
+    filter_base_url: str | None,
+    checker_model: str | None,
+    checker_base_url: str | None,
+    *,
+    allow_self_filter: bool,
 ) -> _ProModels:
     """The filter (refused when it is the target, unless `allow_self_filter`), the checker and
     the filter judge's settings: a pairwise filter judges both orders, one verdict each, as the
@@ -630,8 +661,12 @@ def _pro_models(
     judge_settings = config.judge
     if judge_settings.mode == "pairwise":  # the paper's filter: both orders, one verdict each
         judge_settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
-    return _ProModels(teacher=config.teacher, checker=model_config(checker_model, checker_base_url, filter_cfg),
-                      filter=filter_cfg, judge_settings=judge_settings)
+    return _ProModels(
+        teacher=config.teacher,
+        checker=model_config(checker_model, checker_base_url, filter_cfg),
+        filter=filter_cfg,
+        judge_settings=judge_settings,
+    )
 
 
 def _pro_info(
@@ -706,8 +741,9 @@ def export_judgebench_pro(
         config = ctx.config
         chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
         pro_data = _pro_data(ctx, data, data_dir, limit, skip_bad_rows=skip_bad_rows, allow_overlap=allow_overlap)
-        models = _pro_models(config, filter_model, filter_base_url, checker_model, checker_base_url,
-                             allow_self_filter=allow_self_filter)
+        models = _pro_models(
+            config, filter_model, filter_base_url, checker_model, checker_base_url, allow_self_filter=allow_self_filter
+        )
         roles = ctx.roles({"teacher": models.teacher, "checker": models.checker, "filter": models.filter})
         build = build_pro_set(
             pro_data.pairs,
@@ -745,6 +781,8 @@ def _models_info(
         # A user's template by file name: the exporting machine's paths mean nothing to readers.
         "filter_judge_settings": {
             **judge_settings.model_dump(mode="json"),
-            "prompt": Path(judge_settings.prompt).name if is_prompt_path(judge_settings.prompt) else judge_settings.prompt,
+            "prompt": Path(judge_settings.prompt).name
+            if is_prompt_path(judge_settings.prompt)
+            else judge_settings.prompt,
         },
     }

@@ -88,12 +88,16 @@ def _counts_table(c: ProCounts, pointwise: bool = False) -> str:
         ("dropped as equivalent (same final answer as chosen)", c.dropped_equivalent),
         ("of those, decided by reading the final answers (no model)", c.equivalence_extracted),
         ("dropped: checker answer unusable", c.dropped_check_invalid),
-        *(_pointwise_filter_rows(c) if pointwise else [
-            ("judged by the filter (both orders)", c.filter_judged),
-            ("dropped: filter right in at least one order", c.dropped_filter_correct),
-            ("dropped: filter called a tie (never right, not wrong in both orders)", c.dropped_filter_tie),
-            ("dropped: filter verdict invalid", c.dropped_filter_invalid),
-        ]),
+        *(
+            _pointwise_filter_rows(c)
+            if pointwise
+            else [
+                ("judged by the filter (both orders)", c.filter_judged),
+                ("dropped: filter right in at least one order", c.dropped_filter_correct),
+                ("dropped: filter called a tie (never right, not wrong in both orders)", c.dropped_filter_tie),
+                ("dropped: filter verdict invalid", c.dropped_filter_invalid),
+            ]
+        ),
         ("**kept by the filter**", f"**{c.kept_by_filter}**"),
         ("**after annotation**", f"**{'not annotated yet' if after is None else after}**"),
     ]
@@ -118,7 +122,7 @@ def _answer_check_text(stats: ProStats) -> str:
     lines = [
         f"Of the {c.equivalence_checked} equivalence-checked variants, {c.equivalence_extracted} were decided "
         "by reading the final answers (a letter written five times, a bold or ***X*** answer, a boxed expression, "
-        f"\"Final answer: X\") and comparing them; the rest by `{stats.models.checker}` with the prompt `equivalence_check`."
+        f'"Final answer: X") and comparing them; the rest by `{stats.models.checker}` with the prompt `equivalence_check`.'
     ]
     if stats.self_checked:
         lines.append(
@@ -132,14 +136,15 @@ def _answer_check_text(stats: ProStats) -> str:
     else:
         rate = percent(control.false_changed_rate, unit=" %", missing=CARD_MISSING)
         ci = (
-            "" if control.ci_low is None
+            ""
+            if control.ci_low is None
             else f" (95 % Wilson CI {percent(control.ci_low, unit=' %')} to {percent(control.ci_high, unit=' %')})"
         )
         lines.append(
             f"Control: the checker was also asked about the {control.n_asked} original pairs behind those variants, "
             "unmodified (their rejected response reaches a different answer than the chosen one by construction). It "
-            f"called {control.n_same} of the {control.n_usable} it answered usably \"same\": a false-\"changed\" "
-            f"rate of {rate}{ci}, n = {control.n_usable}. A variant it calls \"same\" is dropped, so about that share "
+            f'called {control.n_same} of the {control.n_usable} it answered usably "same": a false-"changed" '
+            f'rate of {rate}{ci}, n = {control.n_usable}. A variant it calls "same" is dropped, so about that share '
             "of good variants is lost; a high rate says the checker cannot tell these answers apart."
         )
     return " ".join(lines)

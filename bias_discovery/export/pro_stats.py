@@ -35,6 +35,7 @@ def read_pro_stats(directory: Path, *, label: str) -> ProStats:
         where = ".".join(str(part) for part in first["loc"])
         raise ExportError(f"{stats_path}: not a Pro set's stats.json ({where}: {first['msg']})") from None
 
+
 class ProCounts(BaseModel):
     """Every count of the pipeline. `generated` = the sum of all drops + `kept_by_filter`."""
 

@@ -322,12 +322,20 @@ def matrix_settings(path: Path | str | Mapping[str, Any] | None, options: Matrix
             raise ConfigError(f"`judges` {judges!r}: expected SPEC,SPEC,... (model specs or judge .yaml files)")
         raw["judges"] = [judge_from_spec(e) for e in entries]
     if not raw.get("judges"):
-        raise ConfigError("no judges: name them with `judges` SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG")
+        raise ConfigError(
+            "no judges: name them with `judges` SPEC,SPEC (model specs or judge .yaml files) or in a CONFIG"
+        )
     if library is not None:
         raw["library"] = library
     if biases is not None:
         raw["biases"] = [b.strip() for b in biases.split(",") if b.strip()]
-    flags = (("test", data), ("data_dir", None if data_dir is None else str(data_dir)), ("limit", limit), ("allow_overlap", allow_overlap), ("skip_bad_rows", skip_bad_rows))
+    flags = (
+        ("test", data),
+        ("data_dir", None if data_dir is None else str(data_dir)),
+        ("limit", limit),
+        ("allow_overlap", allow_overlap),
+        ("skip_bad_rows", skip_bad_rows),
+    )
     for key, value in flags:
         if value is not None:
             section = raw.get("data")

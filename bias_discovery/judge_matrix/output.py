@@ -54,7 +54,9 @@ def _csv_text(result: MatrixResult) -> str:
     return buffer.getvalue()
 
 
-def write_matrix(out: Path, result: MatrixResult, rewrites: Sequence[PerturbedPair], judgments: Sequence[MatrixJudgment]) -> None:
+def write_matrix(
+    out: Path, result: MatrixResult, rewrites: Sequence[PerturbedPair], judgments: Sequence[MatrixJudgment]
+) -> None:
     """Write the outputs into a staging folder inside `out`, then rename each into place."""
     with staged_files(out, OUTPUT_FILES) as stage:
         atomic_write_jsonl(stage / "rewrites.jsonl", rewrites)
@@ -74,4 +76,6 @@ def read_matrix(directory: Path | str) -> MatrixResult:
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found (run `bias-discovery matrix CONFIG --out {directory}` first)") from None
     except ValidationError as exc:
-        raise ConfigError(f"{path}: not a matrix.json ({exc.error_count()} problems, first: {exc.errors()[0]['msg']})") from None
+        raise ConfigError(
+            f"{path}: not a matrix.json ({exc.error_count()} problems, first: {exc.errors()[0]['msg']})"
+        ) from None

@@ -60,7 +60,9 @@ def build_matrix_context(result: MatrixResult) -> dict[str, Any]:
         for name in result.judges
     ]
     if result.jury:
-        rows.append({"name": "jury", "jury": True, "cells": [_heat(by_key[("jury", b)], confidence) for b in result.biases]})
+        rows.append(
+            {"name": "jury", "jury": True, "cells": [_heat(by_key[("jury", b)], confidence) for b in result.biases]}
+        )
     return {
         "title": f"bias matrix {result.name}",
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -173,7 +173,13 @@ def jury_errors(arms: Sequence[_Arm], orders: Sequence[Sequence[Order]]) -> list
 
 
 def _shared_rewrites(
-    paid: _PaidCalls, config: MatrixConfig, biases: Sequence[Bias], pairs: Sequence[PreferencePair], *, checked: bool, bar: ProgressFactory
+    paid: _PaidCalls,
+    config: MatrixConfig,
+    biases: Sequence[Bias],
+    pairs: Sequence[PreferencePair],
+    *,
+    checked: bool,
+    bar: ProgressFactory,
 ) -> tuple[list[PerturbedPair], list[list[PerturbedPair]]]:
     """The rewrites every judge sees: the teacher's, one per pair and bias (and one neutral per
     pair with the placebo control), each answer checked by the one checker; returns (placebo,
@@ -202,12 +208,18 @@ def _judge_record(judge: MatrixJudge, arms: Mapping[str, _Arm], rules: ValidateS
     valid = [e for e in base if e is not None]
     placebo = arms.get(PLACEBO_ID)
     return JudgeRecord(
-        name=judge.name, model=judge.spec, prompt=judge.judge.prompt, mitigation=judge.judge.mitigation,
-        calls_per_item=calls_per_pair(judge.judge), baseline_error=sum(valid) / len(valid) if valid else None,
+        name=judge.name,
+        model=judge.spec,
+        prompt=judge.judge.prompt,
+        mitigation=judge.judge.mitigation,
+        calls_per_item=calls_per_pair(judge.judge),
+        baseline_error=sum(valid) / len(valid) if valid else None,
         n_baseline_valid=len(valid),
         rewrite_effect=compare_paired(
             base, placebo.errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=seed, control=BASELINE
-        ) if placebo is not None else None,
+        )
+        if placebo is not None
+        else None,
     )
 
 
@@ -251,7 +263,9 @@ def _discovery_overlap(run_dir: Path, pairs: Sequence[PreferencePair], data_name
         )
     how = "pass `allow_overlap` (data.allow_overlap: true)"
     try:
-        return check_run_overlap(run, load_run_config(run.config_path), pairs, data_name=f"the matrix's test data {data_name}", allow=allow)
+        return check_run_overlap(
+            run, load_run_config(run.config_path), pairs, data_name=f"the matrix's test data {data_name}", allow=allow
+        )
     except DataError as exc:
         raise DataError(str(exc).replace("pass `allow_overlap`", how)) from None
 
@@ -290,7 +304,9 @@ def _decide_cells(
     for row in rows:
         arm_errors = [verdicts[row][bias.id].errors for bias in biases]
 
-        def fetch(look: int, active: Sequence[int], items: Sequence[int], arm_errors: list[list[bool | None]] = arm_errors) -> list[list[bool | None]]:
+        def fetch(
+            look: int, active: Sequence[int], items: Sequence[int], arm_errors: list[list[bool | None]] = arm_errors
+        ) -> list[list[bool | None]]:
             return [[arm_errors[k][i] for i in items] for k in active]
 
         controls = {name: verdicts[row][arm].errors for name, arm in control_arms.items()}
@@ -303,37 +319,71 @@ def _decide_cells(
     for r, (row, row_looks, row_comparisons) in enumerate(zip(rows, looks, comparisons)):
         row_decided = decided[r * len(biases) : (r + 1) * len(biases)]
         row_thresholds = thresholds[r * len(biases) : (r + 1) * len(biases)]
-        for k, (bias, d, effect) in enumerate(zip(biases, row_decided, effects(row_looks, row_decided, family, row_thresholds))):
+        for k, (bias, d, effect) in enumerate(
+            zip(biases, row_decided, effects(row_looks, row_decided, family, row_thresholds))
+        ):
             mde, _ = smallest_detectable(row_looks, k, d, family)
             cells.append(
                 MatrixCell(
-                    judge=row, bias=bias.id, bias_name=bias.name, control=decisive, delta=effect.delta,
-                    ci_low=effect.ci_low, ci_high=effect.ci_high, effect_method=effect.method, p_value=d.p_value,
-                    p_adjusted=d.p_adjusted, accepted=bool(d.accepted), n=d.n, n_excluded_invalid=d.n_excluded_invalid,
-                    mde=mde, control_error=d.control_error, arm_error=d.arm_error,
-                    comparisons=with_decision(row_comparisons[k], d, decisive), measure=measures.get(row, "jury pair error"),
+                    judge=row,
+                    bias=bias.id,
+                    bias_name=bias.name,
+                    control=decisive,
+                    delta=effect.delta,
+                    ci_low=effect.ci_low,
+                    ci_high=effect.ci_high,
+                    effect_method=effect.method,
+                    p_value=d.p_value,
+                    p_adjusted=d.p_adjusted,
+                    accepted=bool(d.accepted),
+                    n=d.n,
+                    n_excluded_invalid=d.n_excluded_invalid,
+                    mde=mde,
+                    control_error=d.control_error,
+                    arm_error=d.arm_error,
+                    comparisons=with_decision(row_comparisons[k], d, decisive),
+                    measure=measures.get(row, "jury pair error"),
                 )
             )
     return cells
 
 
 def _compare_judges(
-    names: Sequence[str], biases: Sequence[Bias], verdicts: Mapping[str, Mapping[str, _Arm]], control_arm: str, family: FamilySettings
+    names: Sequence[str],
+    biases: Sequence[Bias],
+    verdicts: Mapping[str, Mapping[str, _Arm]],
+    control_arm: str,
+    family: FamilySettings,
 ) -> list[JudgeComparison]:
     """Per bias, every pair of judges on the items valid for both (`stats.compare_effects`),
     all pairs of all biases one family of their own."""
     rules = family.rules
     raw = [
-        (bias, a, b, compare_effects(
-            verdicts[a][control_arm].errors, verdicts[a][bias.id].errors, verdicts[b][control_arm].errors,
-            verdicts[b][bias.id].errors, n_boot=rules.n_boot, confidence=rules.confidence, seed=family.seed,
-        ))
-        for bias in biases for i, a in enumerate(names) for b in names[i + 1 :]
+        (
+            bias,
+            a,
+            b,
+            compare_effects(
+                verdicts[a][control_arm].errors,
+                verdicts[a][bias.id].errors,
+                verdicts[b][control_arm].errors,
+                verdicts[b][bias.id].errors,
+                n_boot=rules.n_boot,
+                confidence=rules.confidence,
+                seed=family.seed,
+            ),
+        )
+        for bias in biases
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
     ]
     decided = decide_differences([r[3] for r in raw], alpha=family.family_alpha, correction=rules.correction)
     return [
         JudgeComparison(
-            **d.model_dump(), bias=bias.id, judge_a=a, judge_b=b,
+            **d.model_dump(),
+            bias=bias.id,
+            judge_a=a,
+            judge_b=b,
             larger=(a if d.difference > 0 else b) if d.significant and d.difference != 0 else None,
         )
         for (bias, a, b, _), d in zip(raw, decided)
@@ -375,7 +425,9 @@ def _matrix_biases(config: MatrixConfig) -> tuple[list[Bias], str, Path | None]:
 def _matrix_pairs(config: MatrixConfig) -> tuple[list[PreferencePair], int]:
     """The test pairs of the matrix and how many bad rows were skipped loading them."""
     bad_rows = bad_rows_for(config.data.test, config.data.skip_bad_rows)
-    pairs = load_pairs(config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows)
+    pairs = load_pairs(
+        config.data.test, data_dir=config.data.data_dir, limit=config.data.limit, seed=config.seed, bad_rows=bad_rows
+    )
     if not pairs:
         raise DataError(f"test data {config.data.test!r} has no pairs")
     return pairs, len(bad_rows or [])
@@ -402,10 +454,17 @@ def _matrix_inputs(config: MatrixConfig) -> _MatrixInputs:
     biases, library_desc, library_run = _matrix_biases(config)
     pairs, skipped_rows = _matrix_pairs(config)
     data_name = _data_description(config, len(pairs))
-    overlap = _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
+    overlap = (
+        _discovery_overlap(library_run, pairs, data_name, allow=config.data.allow_overlap) if library_run else None
+    )
     return _MatrixInputs(
-        biases=biases, library_desc=library_desc, pairs=pairs, skipped_rows=skipped_rows, data_name=data_name,
-        overlap=overlap, reviews=_run_reviews(library_run) if library_run else {},
+        biases=biases,
+        library_desc=library_desc,
+        pairs=pairs,
+        skipped_rows=skipped_rows,
+        data_name=data_name,
+        overlap=overlap,
+        reviews=_run_reviews(library_run) if library_run else {},
     )
 
 
@@ -436,7 +495,9 @@ def _call_models(
     configs = {"teacher": config.teacher, **{judge_role(j.name): j.model for j in config.judges}}
     if checker_config is not None:
         configs["checker"] = checker_config
-    injected = {role: e if isinstance(e, CachedEngine) else CachedEngine(e, cache_path) for role, e in (engines or {}).items()}
+    injected = {
+        role: e if isinstance(e, CachedEngine) else CachedEngine(e, cache_path) for role, e in (engines or {}).items()
+    }
     pairs, biases = inputs.pairs, inputs.biases
     with ModelRoles(configs, cache_path=cache_path, engines=injected) as roles:
         paid = _PaidCalls(roles)
@@ -449,9 +510,13 @@ def _call_models(
         judgments: list[MatrixJudgment] = []
         for judge in config.judges:
             with paid.booked(judge_role(judge.name)) as engine:
-                verdicts[judge.name], mine = _judge_arms(engine, judge.name, arms, judge.judge, orders, seed=config.seed, progress=bar)
+                verdicts[judge.name], mine = _judge_arms(
+                    engine, judge.name, arms, judge.judge, orders, seed=config.seed, progress=bar
+                )
             judgments += mine
-    return _ModelOutputs(placebo=placebo, by_bias=by_bias, arms=list(arms), verdicts=verdicts, judgments=judgments, paid=paid.paid)
+    return _ModelOutputs(
+        placebo=placebo, by_bias=by_bias, arms=list(arms), verdicts=verdicts, judgments=judgments, paid=paid.paid
+    )
 
 
 @dataclass
@@ -464,7 +529,9 @@ class _MatrixDecisions:
     family: FamilySettings
 
 
-def _decide_matrix(config: MatrixConfig, biases: Sequence[Bias], outputs: _ModelOutputs, orders: Sequence[Sequence[Order]]) -> _MatrixDecisions:
+def _decide_matrix(
+    config: MatrixConfig, biases: Sequence[Bias], outputs: _ModelOutputs, orders: Sequence[Sequence[Order]]
+) -> _MatrixDecisions:
     """Adds the jury row (with two judges or more) to `outputs.verdicts`, decides every cell as one
     family and compares the judges per bias."""
     names = [j.name for j in config.judges]
@@ -472,18 +539,24 @@ def _decide_matrix(config: MatrixConfig, biases: Sequence[Bias], outputs: _Model
     if len(names) >= 2:
         rows.append(JURY)
         outputs.verdicts[JURY] = {
-            arm: _Arm(errors=jury_errors([outputs.verdicts[name][arm] for name in names], orders), votes=[None] * len(orders))
+            arm: _Arm(
+                errors=jury_errors([outputs.verdicts[name][arm] for name in names], orders), votes=[None] * len(orders)
+            )
             for arm in outputs.arms
         }
     control_arms = {BASELINE: BASELINE, **({"placebo": PLACEBO_ID} if outputs.placebo else {})}
     family = matrix_family(config, n_judges=len(names), n_biases=len(biases), jury=JURY in rows)
     measures = {j.name: "pointwise pair error" if j.judge.mode == "pointwise" else "pair error" for j in config.judges}
     cells = _decide_cells(rows, biases, outputs.verdicts, control_arms, family, len(orders), measures)
-    differences = _compare_judges(names, biases, outputs.verdicts, control_arms[config.validate_.decision_control], family)
+    differences = _compare_judges(
+        names, biases, outputs.verdicts, control_arms[config.validate_.decision_control], family
+    )
     return _MatrixDecisions(cells=cells, differences=differences, family=family)
 
 
-def _matrix_result(config: MatrixConfig, inputs: _MatrixInputs, outputs: _ModelOutputs, decided: _MatrixDecisions) -> MatrixResult:
+def _matrix_result(
+    config: MatrixConfig, inputs: _MatrixInputs, outputs: _ModelOutputs, decided: _MatrixDecisions
+) -> MatrixResult:
     """matrix.json's record: the inputs, settings, per-judge records, rewrite summaries, cells,
     comparisons and paid outputs."""
     rules, biases, names = config.validate_, inputs.biases, [j.name for j in config.judges]
@@ -507,21 +580,32 @@ def _matrix_result(config: MatrixConfig, inputs: _MatrixInputs, outputs: _ModelO
         checker=checker_config.spec if checker_config is not None else None,
         self_checked=config.self_checked,
         settings=MatrixSettingsRecord(
-            acceptance=rules.acceptance, control=rules.decision_control, alpha=rules.alpha, correction=rules.correction,
-            min_delta=rules.min_delta, confidence=rules.confidence, power=rules.power, n_boot=rules.n_boot,
+            acceptance=rules.acceptance,
+            control=rules.decision_control,
+            alpha=rules.alpha,
+            correction=rules.correction,
+            min_delta=rules.min_delta,
+            confidence=rules.confidence,
+            power=rules.power,
+            n_boot=rules.n_boot,
             positions=config.judge.positions,
         ),
         judges=names,
         biases=[b.id for b in biases],
         bias_names={b.id: b.name for b in biases},
-        judge_details=[_judge_record(judge, outputs.verdicts[judge.name], rules, config.seed) for judge in config.judges],
+        judge_details=[
+            _judge_record(judge, outputs.verdicts[judge.name], rules, config.seed) for judge in config.judges
+        ],
         rewrites=summaries,
         cells=[c for c in decided.cells if c.judge != JURY],
         jury=[c for c in decided.cells if c.judge == JURY],
         family_statement=decided.family.error_statement(rules.decision_control),
         judge_comparisons=differences,
-        comparison_statement=comparison_statement(config, len(differences), len(biases), len(names) * (len(names) - 1) // 2)
-        if differences else "",
+        comparison_statement=comparison_statement(
+            config, len(differences), len(biases), len(names) * (len(names) - 1) // 2
+        )
+        if differences
+        else "",
         calls=MatrixCalls(
             teacher=outputs.paid.get("teacher", 0),
             checker=outputs.paid.get("checker", 0),
@@ -552,5 +636,7 @@ def run_matrix(
     outputs = _call_models(config, inputs, orders, cache_path, engines, progress_or_quiet(progress))
     decided = _decide_matrix(config, inputs.biases, outputs, orders)
     result = _matrix_result(config, inputs, outputs, decided)
-    write_matrix(out, result, [*outputs.placebo, *(r for rewrites in outputs.by_bias for r in rewrites)], outputs.judgments)
+    write_matrix(
+        out, result, [*outputs.placebo, *(r for rewrites in outputs.by_bias for r in rewrites)], outputs.judgments
+    )
     return result

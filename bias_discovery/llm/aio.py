@@ -25,8 +25,16 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 __all__ = [
-    "FREEZE_HEAP_FROM", "ensure_open_files", "frozen_heap", "loop_kind", "new_event_loop", "on_loop_thread", "run_sync",
-    "shared_loop", "shutdown", "submit",
+    "FREEZE_HEAP_FROM",
+    "ensure_open_files",
+    "frozen_heap",
+    "loop_kind",
+    "new_event_loop",
+    "on_loop_thread",
+    "run_sync",
+    "shared_loop",
+    "shutdown",
+    "submit",
 ]
 
 _T = TypeVar("_T")

@@ -399,9 +399,7 @@ class SequentialEngine(BaseEngine):
 
     submit_batch = 1  # submitted requests one by one: a cancelled one is dropped before it runs
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         self._check_batch(requests)
         responses: list[GenerationResponse] = []
         for index, request in enumerate(requests):

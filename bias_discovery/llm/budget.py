@@ -72,8 +72,12 @@ class Spend(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
     def plus(self, other: Spend) -> Spend:
-        return Spend(calls=self.calls + other.calls, prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-                      completion_tokens=self.completion_tokens + other.completion_tokens, usd=self.usd + other.usd)
+        return Spend(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            usd=self.usd + other.usd,
+        )
 
     def text(self) -> str:
         return f"{self.calls:,} calls, {self.tokens:,} tokens, ${self.usd:,.4f}"
@@ -90,8 +94,9 @@ def worst_case(request: GenerationRequest, price: Price | None) -> Spend:
     """What `request` can cost at most (its prompt estimated, see the module docstring)."""
     chars = sum(len(m.content) for m in request.messages)
     prompt = math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(request.messages)
-    return Spend(calls=1, prompt_tokens=prompt, completion_tokens=request.max_tokens,
-                 usd=cost(price, prompt, request.max_tokens))
+    return Spend(
+        calls=1, prompt_tokens=prompt, completion_tokens=request.max_tokens, usd=cost(price, prompt, request.max_tokens)
+    )
 
 
 class BudgetReached(BiasDiscoveryError):
@@ -102,16 +107,20 @@ class BudgetReached(BiasDiscoveryError):
         self.spend = dict(spend)
 
 
-_MEASURES = {"max_calls": ("calls", lambda s: s.calls), "max_tokens": ("tokens", lambda s: s.tokens),
-             "max_usd": ("dollars", lambda s: s.usd)}
+_MEASURES = {
+    "max_calls": ("calls", lambda s: s.calls),
+    "max_tokens": ("tokens", lambda s: s.tokens),
+    "max_usd": ("dollars", lambda s: s.usd),
+}
 
 
 class Budget:
     """The limits of `settings`, the spend so far by role (`spent`, from run.json on a resume),
     the requests in flight; thread-safe (streamed stages admit from several threads)."""
 
-    def __init__(self, settings: BudgetSettings, prices: Mapping[str, Price | None],
-                 spent: Mapping[str, Spend] | None = None) -> None:
+    def __init__(
+        self, settings: BudgetSettings, prices: Mapping[str, Price | None], spent: Mapping[str, Spend] | None = None
+    ) -> None:
         self.settings = settings
         self.prices = dict(prices)
         self.spent: dict[str, Spend] = {role: s.model_copy() for role, s in (spent or {}).items()}
@@ -133,10 +142,16 @@ class Budget:
         need = worst_case(request, self.prices.get(role))
         with self._lock:
             scopes: list[tuple[str, BudgetLimits, Spend]] = [
-                ("the run", self.settings, _sum([*self.spent.values(), *self._reserved.values()]))]
+                ("the run", self.settings, _sum([*self.spent.values(), *self._reserved.values()]))
+            ]
             if role in self.settings.roles:
-                scopes.append((f"the {role}", self.settings.roles[role],
-                               self.spent.get(role, Spend()).plus(self._reserved.get(role, Spend()))))
+                scopes.append(
+                    (
+                        f"the {role}",
+                        self.settings.roles[role],
+                        self.spent.get(role, Spend()).plus(self._reserved.get(role, Spend())),
+                    )
+                )
             for scope, limits, used in scopes:
                 for key, bound in limits.limits().items():
                     what, measure = _MEASURES[key]
@@ -162,15 +177,21 @@ class Budget:
             left = self._reserved.get(role, Spend())
             self._reserved[role] = Spend(**{k: max(0, v - getattr(reserved, k)) for k, v in left.model_dump().items()})
             if response is not None and paid:
-                booked = Spend(calls=1, prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-                               usd=cost(self.prices.get(role), response.prompt_tokens, response.completion_tokens))
+                booked = Spend(
+                    calls=1,
+                    prompt_tokens=response.prompt_tokens,
+                    completion_tokens=response.completion_tokens,
+                    usd=cost(self.prices.get(role), response.prompt_tokens, response.completion_tokens),
+                )
                 self.spent[role] = self.spent.get(role, Spend()).plus(booked)
 
     def _message(self, scope: str, key: str, bound: float, what: str, used: Spend, need: Spend) -> str:
         shown: Any = f"${bound:g}" if key == "max_usd" else f"{bound:,.0f}"
-        return (f"budget reached: the next request could take {scope} past {key.replace('_', ' ')} = {shown} "
-                f"({what}: spent and in flight {_MEASURES[key][1](used):,.4g}, this request at most "
-                f"{_MEASURES[key][1](need):,.4g})")
+        return (
+            f"budget reached: the next request could take {scope} past {key.replace('_', ' ')} = {shown} "
+            f"({what}: spent and in flight {_MEASURES[key][1](used):,.4g}, this request at most "
+            f"{_MEASURES[key][1](need):,.4g})"
+        )
 
 
 def _sum(spends: Any) -> Spend:

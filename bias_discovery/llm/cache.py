@@ -115,9 +115,7 @@ class CachedEngine(BaseEngine):
         self._submitted = _WriteGroup(self._store_submitted)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                str(self.path), timeout=60.0, check_same_thread=False, isolation_level=None
-            )
+            self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(_SCHEMA)
@@ -190,7 +188,12 @@ class CachedEngine(BaseEngine):
     # ------------------------------------------------------------------ internals
 
     def _arrived(
-        self, key: str, request: GenerationRequest, claim: Claim, sent: Future[GenerationResponse], answer: Future[GenerationResponse]
+        self,
+        key: str,
+        request: GenerationRequest,
+        claim: Claim,
+        sent: Future[GenerationResponse],
+        answer: Future[GenerationResponse],
     ) -> None:
         """A submitted request's response: queued for its commit (the claim answers copies
         until then), and handed on."""
@@ -239,9 +242,7 @@ class CachedEngine(BaseEngine):
                 if claim is not None and claim.done():
                     del self._inflight[key]
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         """Answer from the cache where possible; send the rest to the engine in one batch.
 
         Each fresh response is stored within `FLUSH_SECONDS` of the engine handing it over
@@ -340,9 +341,7 @@ class CachedEngine(BaseEngine):
                 out.update(self._send(leftover, progress))
         return out
 
-    def _send(
-        self, batch: dict[str, GenerationRequest], progress: ProgressCallback
-    ) -> dict[str, GenerationResponse]:
+    def _send(self, batch: dict[str, GenerationRequest], progress: ProgressCallback) -> dict[str, GenerationResponse]:
         keys = list(batch)
         with self._db_lock:
             self.misses += len(keys)
@@ -383,9 +382,7 @@ class CachedEngine(BaseEngine):
         for start in range(0, len(ordered), _LOOKUP_CHUNK):
             chunk = ordered[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            rows.extend(
-                self._conn.execute(f"SELECT key, response FROM calls WHERE key IN ({marks})", chunk).fetchall()
-            )
+            rows.extend(self._conn.execute(f"SELECT key, response FROM calls WHERE key IN ({marks})", chunk).fetchall())
         for key, blob in rows:
             try:
                 found[key] = GenerationResponse.model_validate_json(blob)
@@ -425,7 +422,9 @@ class CachedEngine(BaseEngine):
 
 
 def _resolve(
-    future: Future[GenerationResponse], response: GenerationResponse | None = None, exception: BaseException | None = None
+    future: Future[GenerationResponse],
+    response: GenerationResponse | None = None,
+    exception: BaseException | None = None,
 ) -> None:
     """Complete `future` unless its caller cancelled it (gave up on it) meanwhile."""
     try:

@@ -151,13 +151,11 @@ class ModelConfig(BaseModel):
         provider, sep, model = spec.partition("/")
         if not sep or not model:
             raise ConfigError(
-                f"model spec {spec!r} is not of the form provider/model; "
-                f"known providers: {', '.join(KNOWN_PROVIDERS)}"
+                f"model spec {spec!r} is not of the form provider/model; known providers: {', '.join(KNOWN_PROVIDERS)}"
             )
         if provider not in KNOWN_PROVIDERS:
             raise ConfigError(
-                f"unknown provider {provider!r} in model spec {spec!r}; "
-                f"known providers: {', '.join(KNOWN_PROVIDERS)}"
+                f"unknown provider {provider!r} in model spec {spec!r}; known providers: {', '.join(KNOWN_PROVIDERS)}"
             )
         return cls(provider=provider, model=model, **settings)
 

@@ -84,8 +84,7 @@ def json_schema_to_gbnf(schema: dict[str, Any]) -> str:
         from llama_cpp.llama_grammar import json_schema_to_gbnf as _convert
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError(
-            "json_schema constraints for llama.cpp need llama-cpp-python "
-            "(pip install 'bias-discovery[llamacpp]')"
+            "json_schema constraints for llama.cpp need llama-cpp-python (pip install 'bias-discovery[llamacpp]')"
         ) from exc
     try:
         return str(_convert(json.dumps(schema)))
@@ -289,12 +288,33 @@ def _class_expr(ranges: Ranges) -> str:
 # Regex parse tree -> GBNF
 # --------------------------------------------------------------------------------------
 
-_OP = {name: getattr(_sre, name, None) for name in (
-    "LITERAL", "NOT_LITERAL", "ANY", "IN", "BRANCH", "SUBPATTERN", "MAX_REPEAT",
-    "MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP", "AT", "GROUPREF", "GROUPREF_EXISTS",
-    "ASSERT", "ASSERT_NOT", "NEGATE", "RANGE", "CATEGORY", "AT_BEGINNING",
-    "AT_BEGINNING_STRING", "AT_END", "AT_END_STRING",
-)}
+_OP = {
+    name: getattr(_sre, name, None)
+    for name in (
+        "LITERAL",
+        "NOT_LITERAL",
+        "ANY",
+        "IN",
+        "BRANCH",
+        "SUBPATTERN",
+        "MAX_REPEAT",
+        "MIN_REPEAT",
+        "POSSESSIVE_REPEAT",
+        "ATOMIC_GROUP",
+        "AT",
+        "GROUPREF",
+        "GROUPREF_EXISTS",
+        "ASSERT",
+        "ASSERT_NOT",
+        "NEGATE",
+        "RANGE",
+        "CATEGORY",
+        "AT_BEGINNING",
+        "AT_BEGINNING_STRING",
+        "AT_END",
+        "AT_END_STRING",
+    )
+}
 _IGNORECASE = _sre.SRE_FLAG_IGNORECASE
 _DOTALL = _sre.SRE_FLAG_DOTALL
 _ASCII_FLAG = _sre.SRE_FLAG_ASCII
@@ -319,9 +339,7 @@ class _RegexTranslator:
         fragment, _ = self.sequence_atomic(items, flags, top)
         return fragment
 
-    def sequence_atomic(
-        self, items: list[tuple[Any, Any]], flags: int, top: bool = False
-    ) -> tuple[str, bool]:
+    def sequence_atomic(self, items: list[tuple[Any, Any]], flags: int, top: bool = False) -> tuple[str, bool]:
         parts: list[tuple[str, bool]] = []
         literal_run: list[int] = []
 
@@ -342,8 +360,7 @@ class _RegexTranslator:
                 if top and last and av in (_OP["AT_END"], _OP["AT_END_STRING"]):
                     continue
                 raise self.fail(
-                    f"the anchor or boundary {av} (only a leading ^ or \\A and a trailing "
-                    "$ or \\Z are allowed)"
+                    f"the anchor or boundary {av} (only a leading ^ or \\A and a trailing $ or \\Z are allowed)"
                 )
             parts.append(self.item(op, av, flags))
         flush()

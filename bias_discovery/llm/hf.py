@@ -276,7 +276,9 @@ class TransformersEngine(BaseEngine):
             row.matcher = xgrammar.GrammarMatcher(self._grammar(request.constraint))
         if request.temperature > 0:
             row.generator = self._torch.Generator(device="cpu")
-            row.generator.manual_seed(request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little"))
+            row.generator.manual_seed(
+                request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+            )
         return row
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
@@ -314,7 +316,9 @@ class TransformersEngine(BaseEngine):
                         logits_to_keep=1,
                     )
                 except RuntimeError as exc:  # out of memory, a kernel the device lacks
-                    raise EngineError(f"the transformers engine ({self.engine_id}) failed in a forward pass: {exc}") from exc
+                    raise EngineError(
+                        f"the transformers engine ({self.engine_id}) failed in a forward pass: {exc}"
+                    ) from exc
                 cache = out.past_key_values
                 logits = out.logits[:, -1, :].float()
                 next_tokens = self._choose(rows, live, logits)

@@ -210,9 +210,7 @@ class LlamaCppEngine(SequentialEngine):
         if grammar is None:
             text = constraint_to_gbnf(constraint)
             lib = self._llama_cpp
-            sampler = lib.llama_sampler_init_grammar(
-                self._llm._model.vocab, text.encode("utf-8"), b"root"
-            )
+            sampler = lib.llama_sampler_init_grammar(self._llm._model.vocab, text.encode("utf-8"), b"root")
             if not sampler:
                 raise ConfigError(
                     f"llama.cpp rejected the grammar for the {constraint.kind} constraint "
@@ -264,6 +262,7 @@ class _StepLogprobs:
     def final(self, llm: Any, text: str) -> FinalTokenLogprobs | None:
         """The output's final token and its step's most likely tokens; None when the output
         ended without a further step (cut at max_tokens), so its last token is unknown."""
+
         def piece(token: int, before: int) -> str:
             return str(llm.detokenize([token], prev_tokens=self.tokens[:before]).decode("utf-8", errors="ignore"))
 

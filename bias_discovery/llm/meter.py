@@ -66,8 +66,11 @@ class MeteredEngine(BaseEngine):
             future = self.engine.submit(request)
             future.add_done_callback(lambda done: self._book_done(stage, done))
             if self.budget is not None:
-                future.add_done_callback(lambda done: self._settle(
-                    Spend(), None if done.cancelled() or done.exception() is not None else done.result()))
+                future.add_done_callback(
+                    lambda done: self._settle(
+                        Spend(), None if done.cancelled() or done.exception() is not None else done.result()
+                    )
+                )
             return future
         reserved = self._admit([request])[0]
         try:
@@ -144,9 +147,7 @@ class MeteredEngine(BaseEngine):
         if not done.cancelled() and done.exception() is None:
             self.book(stage, [done.result()])
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         return self.generate_booked(self.stage, requests, report.advance, report.done)
 
     def generate_booked(
@@ -171,8 +172,14 @@ class MeteredEngine(BaseEngine):
             raise
         return self._generate_paid(stage, requests, reserved, progress, on_response)
 
-    def _generate_paid(self, stage: str, requests: Sequence[GenerationRequest], reserved: list[Spend | None],
-                       progress: ProgressCallback | None, on_response: ResponseCallback | None) -> list[GenerationResponse]:
+    def _generate_paid(
+        self,
+        stage: str,
+        requests: Sequence[GenerationRequest],
+        reserved: list[Spend | None],
+        progress: ProgressCallback | None,
+        on_response: ResponseCallback | None,
+    ) -> list[GenerationResponse]:
         """Generate admitted requests and book what they cost (`reserved` None: free)."""
         try:
             responses = self.engine.generate(requests, progress=progress, on_response=on_response)

@@ -19,9 +19,7 @@ def engine_class(provider: str) -> Callable[[ModelConfig], Engine]:
     if provider not in PROVIDERS:
         raise ConfigError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
     module, _, name = PROVIDERS[provider].partition(":")
-    engine_cls: Callable[[ModelConfig], Engine] = getattr(
-        importlib.import_module(f".{module}", __package__), name
-    )
+    engine_cls: Callable[[ModelConfig], Engine] = getattr(importlib.import_module(f".{module}", __package__), name)
     return engine_cls
 
 

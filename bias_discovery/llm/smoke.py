@@ -35,8 +35,14 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 __all__ = [
-    "BUILD_STAMP", "SmokeResult", "check_embedder", "check_engine", "check_llamacpp", "check_transformers",
-    "feature_mismatch", "main",
+    "BUILD_STAMP",
+    "SmokeResult",
+    "check_embedder",
+    "check_engine",
+    "check_llamacpp",
+    "check_transformers",
+    "feature_mismatch",
+    "main",
 ]
 
 BUILD_STAMP = "llama-cpp-build.json"
@@ -47,9 +53,17 @@ CHILD_TIMEOUT_S = 600.0
 machine loads and runs SmolLM2 in seconds)."""
 
 _FLAG_FEATURES = {
-    "GGML_AVX": "AVX", "GGML_AVX2": "AVX2", "GGML_FMA": "FMA", "GGML_F16C": "F16C", "GGML_BMI2": "BMI2",
-    "GGML_AVX_VNNI": "AVX_VNNI", "GGML_AVX512": "AVX512", "GGML_AVX512_VBMI": "AVX512_VBMI",
-    "GGML_AVX512_VNNI": "AVX512_VNNI", "GGML_AVX512_BF16": "AVX512_BF16", "GGML_AMX_INT8": "AMX_INT8",
+    "GGML_AVX": "AVX",
+    "GGML_AVX2": "AVX2",
+    "GGML_FMA": "FMA",
+    "GGML_F16C": "F16C",
+    "GGML_BMI2": "BMI2",
+    "GGML_AVX_VNNI": "AVX_VNNI",
+    "GGML_AVX512": "AVX512",
+    "GGML_AVX512_VBMI": "AVX512_VBMI",
+    "GGML_AVX512_VNNI": "AVX512_VNNI",
+    "GGML_AVX512_BF16": "AVX512_BF16",
+    "GGML_AMX_INT8": "AMX_INT8",
 }
 """llama.cpp's x86 build options and the feature names `llama_print_system_info` reports for them."""
 
@@ -150,8 +164,10 @@ def feature_mismatch(cmake_args: list[str], system_info: str) -> str | None:
         parts.append(f"it has {', '.join(extra)}, which the flags do not ask for")
     if missing:
         parts.append(f"it lacks {', '.join(missing)}, which they do")
-    return (f"the installed llama-cpp-python is not the build setup made ({'; '.join(parts)}; flags: "
-            f"{' '.join(cmake_args)}): a wheel built elsewhere or from pip's cache?")
+    return (
+        f"the installed llama-cpp-python is not the build setup made ({'; '.join(parts)}; flags: "
+        f"{' '.join(cmake_args)}): a wheel built elsewhere or from pip's cache?"
+    )
 
 
 def _run_child(args: list[str], engine: str, timeout_s: float) -> tuple[SmokeResult | None, dict[str, Any] | None]:
@@ -159,11 +175,20 @@ def _run_child(args: list[str], engine: str, timeout_s: float) -> tuple[SmokeRes
     child's JSON."""
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "bias_discovery.llm.smoke", "--child", *args],
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bias_discovery.llm.smoke", "--child", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
-        return SmokeResult(engine=engine, ok=False, failure="hung", seconds=time.monotonic() - started,
-                           detail=f"no answer within {timeout_s:.0f} s"), None
+        return SmokeResult(
+            engine=engine,
+            ok=False,
+            failure="hung",
+            seconds=time.monotonic() - started,
+            detail=f"no answer within {timeout_s:.0f} s",
+        ), None
     seconds = time.monotonic() - started
     if proc.returncode < 0:
         try:
@@ -171,8 +196,14 @@ def _run_child(args: list[str], engine: str, timeout_s: float) -> tuple[SmokeRes
         except ValueError:
             name = f"signal {-proc.returncode}"
         tail = proc.stderr.strip().splitlines()[-3:]
-        return SmokeResult(engine=engine, ok=False, failure="signal", signal=name, seconds=seconds,
-                           detail="the engine crashed the process" + (f" (stderr: {' | '.join(tail)[:400]})" if tail else "")), None
+        return SmokeResult(
+            engine=engine,
+            ok=False,
+            failure="signal",
+            signal=name,
+            seconds=seconds,
+            detail="the engine crashed the process" + (f" (stderr: {' | '.join(tail)[:400]})" if tail else ""),
+        ), None
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     try:
         data = json.loads(last)
@@ -180,8 +211,13 @@ def _run_child(args: list[str], engine: str, timeout_s: float) -> tuple[SmokeRes
         data = None
     if proc.returncode != 0 or not isinstance(data, dict):
         last_error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return SmokeResult(engine=engine, ok=False, failure="error", seconds=seconds,
-                           detail=f"exit code {proc.returncode}: {last_error[:400]}"), None
+        return SmokeResult(
+            engine=engine,
+            ok=False,
+            failure="error",
+            seconds=seconds,
+            detail=f"exit code {proc.returncode}: {last_error[:400]}",
+        ), None
     data["seconds"] = seconds
     return None, data
 
@@ -198,15 +234,36 @@ def check_llamacpp(model: str = "smollm2", *, timeout_s: float = CHILD_TIMEOUT_S
         return failed
     assert data is not None
     if data.get("error"):
-        return SmokeResult(engine=engine, ok=False, failure="error", detail=data["error"], seconds=data["seconds"],
-                           system_info=data.get("system_info"), build=build)
+        return SmokeResult(
+            engine=engine,
+            ok=False,
+            failure="error",
+            detail=data["error"],
+            seconds=data["seconds"],
+            system_info=data.get("system_info"),
+            build=build,
+        )
     system_info = data.get("system_info") or ""
     mismatch = feature_mismatch(list(build.get("cmake_args", [])), system_info) if build else None
     if mismatch:
-        return SmokeResult(engine=engine, ok=False, failure="build_mismatch", detail=mismatch, seconds=data["seconds"],
-                           remedy=rebuild_remedy(build), system_info=system_info, build=build)
-    return SmokeResult(engine=engine, ok=True, seconds=data["seconds"], system_info=system_info, build=build,
-                       detail=f"a constrained reply of {data['completion_tokens']} tokens: {data['text'][:60]!r}")
+        return SmokeResult(
+            engine=engine,
+            ok=False,
+            failure="build_mismatch",
+            detail=mismatch,
+            seconds=data["seconds"],
+            remedy=rebuild_remedy(build),
+            system_info=system_info,
+            build=build,
+        )
+    return SmokeResult(
+        engine=engine,
+        ok=True,
+        seconds=data["seconds"],
+        system_info=system_info,
+        build=build,
+        detail=f"a constrained reply of {data['completion_tokens']} tokens: {data['text'][:60]!r}",
+    )
 
 
 TORCH_REMEDY = (
@@ -228,11 +285,18 @@ def check_transformers(model: str = "smollm2", *, timeout_s: float = CHILD_TIMEO
         return failed
     assert data is not None
     if data.get("error"):
-        return SmokeResult(engine=engine, ok=False, failure="error", detail=data["error"], seconds=data["seconds"],
-                           remedy=TORCH_REMEDY)
-    return SmokeResult(engine=engine, ok=True, seconds=data["seconds"], detail=(
-        f"a batch of {data['batch']} constrained replies on {data['device']} in {data['dtype']}, the JSON one "
-        f"{data['completion_tokens']} tokens: {data['text'][:60]!r}"))
+        return SmokeResult(
+            engine=engine, ok=False, failure="error", detail=data["error"], seconds=data["seconds"], remedy=TORCH_REMEDY
+        )
+    return SmokeResult(
+        engine=engine,
+        ok=True,
+        seconds=data["seconds"],
+        detail=(
+            f"a batch of {data['batch']} constrained replies on {data['device']} in {data['dtype']}, the JSON one "
+            f"{data['completion_tokens']} tokens: {data['text'][:60]!r}"
+        ),
+    )
 
 
 def check_engine(provider: str, model: str, *, timeout_s: float = CHILD_TIMEOUT_S) -> SmokeResult:
@@ -250,12 +314,16 @@ def check_embedder(model: str = "all-MiniLM-L6-v2", *, timeout_s: float = CHILD_
     failed, data = _run_child(["embedder", model], engine, timeout_s)
     if failed is not None:
         if failed.failure == "signal":
-            failed.remedy = "reinstall torch and sentence-transformers (./scripts/setup.sh installs the tested versions)"
+            failed.remedy = (
+                "reinstall torch and sentence-transformers (./scripts/setup.sh installs the tested versions)"
+            )
         return failed
     assert data is not None
     if data.get("error"):
         return SmokeResult(engine=engine, ok=False, failure="error", detail=data["error"], seconds=data["seconds"])
-    return SmokeResult(engine=engine, ok=True, seconds=data["seconds"], detail=f"a {data['dimensions']}-dimensional embedding")
+    return SmokeResult(
+        engine=engine, ok=True, seconds=data["seconds"], detail=f"a {data['dimensions']}-dimensional embedding"
+    )
 
 
 def _child(kind: str, model: str) -> dict[str, Any]:
@@ -270,7 +338,9 @@ def _child(kind: str, model: str) -> dict[str, Any]:
         from ..config import EmbedderConfig
         from ..embeddings import SentenceTransformerEmbedder
 
-        vectors = SentenceTransformerEmbedder(EmbedderConfig(model=model)).embed(["The judge prefers the first answer."])
+        vectors = SentenceTransformerEmbedder(EmbedderConfig(model=model)).embed(
+            ["The judge prefers the first answer."]
+        )
         return {"dimensions": int(vectors.shape[1])}
     except (BiasDiscoveryError, ImportError, OSError, ValueError, RuntimeError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -279,8 +349,9 @@ def _child(kind: str, model: str) -> dict[str, Any]:
 def _smoke_json_request() -> Any:
     from .types import Constraint, GenerationRequest
 
-    return GenerationRequest.chat(_SMOKE_PROMPT, max_tokens=48, temperature=0.0, seed=0,
-                                  constraint=Constraint(json_schema=_SMOKE_SCHEMA))
+    return GenerationRequest.chat(
+        _SMOKE_PROMPT, max_tokens=48, temperature=0.0, seed=0, constraint=Constraint(json_schema=_SMOKE_SCHEMA)
+    )
 
 
 def _child_llamacpp(model: str) -> dict[str, Any]:
@@ -298,8 +369,11 @@ def _child_llamacpp(model: str) -> dict[str, Any]:
         return {"error": response.text}
     if response.completion_tokens < 2:
         return {"error": f"the engine answered {response.completion_tokens} token(s); a working build answers more"}
-    return {"text": response.text, "completion_tokens": response.completion_tokens,
-            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace")}
+    return {
+        "text": response.text,
+        "completion_tokens": response.completion_tokens,
+        "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+    }
 
 
 def _child_transformers(model: str) -> dict[str, Any]:
@@ -311,10 +385,20 @@ def _child_transformers(model: str) -> dict[str, Any]:
     engine = TransformersEngine(ModelConfig(provider="hf", model=model))
     batch = [
         _smoke_json_request(),
-        GenerationRequest.chat("Which is larger, 3 or 5? Answer A for 3, B for 5.", max_tokens=4, temperature=0.0,
-                               seed=0, constraint=Constraint(choices=("A", "B"))),
-        GenerationRequest.chat("Give a score from 1 to 9 for the answer '2 + 3 = 5'.", max_tokens=8,
-                               temperature=0.7, seed=1, constraint=Constraint(regex=r"Score: [1-9]")),
+        GenerationRequest.chat(
+            "Which is larger, 3 or 5? Answer A for 3, B for 5.",
+            max_tokens=4,
+            temperature=0.0,
+            seed=0,
+            constraint=Constraint(choices=("A", "B")),
+        ),
+        GenerationRequest.chat(
+            "Give a score from 1 to 9 for the answer '2 + 3 = 5'.",
+            max_tokens=8,
+            temperature=0.7,
+            seed=1,
+            constraint=Constraint(regex=r"Score: [1-9]"),
+        ),
     ]
     try:
         responses = engine.generate(batch)
@@ -325,11 +409,20 @@ def _child_transformers(model: str) -> dict[str, Any]:
             return {"error": response.text}
         problem = violation(request.constraint, response.text) if request.constraint is not None else None
         if problem:
-            return {"error": f"a {request.constraint.kind if request.constraint else ''} reply broke its constraint: {problem}"}
+            return {
+                "error": f"a {request.constraint.kind if request.constraint else ''} reply broke its constraint: {problem}"
+            }
     if responses[0].completion_tokens < 2:
-        return {"error": f"the engine answered {responses[0].completion_tokens} token(s); a working engine answers more"}
-    return {"text": responses[0].text, "completion_tokens": responses[0].completion_tokens, "batch": len(batch),
-            "device": engine.device, "dtype": engine.dtype}
+        return {
+            "error": f"the engine answered {responses[0].completion_tokens} token(s); a working engine answers more"
+        }
+    return {
+        "text": responses[0].text,
+        "completion_tokens": responses[0].completion_tokens,
+        "batch": len(batch),
+        "device": engine.device,
+        "dtype": engine.dtype,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,9 +433,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bias_discovery.llm.smoke", description=main.__doc__)
     parser.add_argument("--child", nargs=2, metavar=("KIND", "MODEL"), help=argparse.SUPPRESS)
-    parser.add_argument("--engine", action="append", choices=("hf", "llamacpp"),
-                        help="engine to check (repeatable; default: hf, the embedded default)")
-    parser.add_argument("--model", default="smollm2", help="model: smollm2, a Hugging Face directory (hf) or a .gguf path (llamacpp)")
+    parser.add_argument(
+        "--engine",
+        action="append",
+        choices=("hf", "llamacpp"),
+        help="engine to check (repeatable; default: hf, the embedded default)",
+    )
+    parser.add_argument(
+        "--model", default="smollm2", help="model: smollm2, a Hugging Face directory (hf) or a .gguf path (llamacpp)"
+    )
     parser.add_argument("--embedder", default="all-MiniLM-L6-v2")
     parser.add_argument("--json", action="store_true", help="one JSON object per check")
     args = parser.parse_args(argv)
@@ -357,8 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(result.line())
             if result.system_info and result.ok:
-                print(f"     llama.cpp build: {result.system_info.strip()}"
-                      + (f" (flags: {' '.join(result.build['cmake_args'])})" if result.build else ""))
+                print(
+                    f"     llama.cpp build: {result.system_info.strip()}"
+                    + (f" (flags: {' '.join(result.build['cmake_args'])})" if result.build else "")
+                )
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -119,9 +119,7 @@ class Constraint(BaseModel):
     def _exactly_one(self) -> Constraint:
         given = [n for n in ("choices", "regex", "json_schema") if getattr(self, n) is not None]
         if len(given) != 1:
-            raise ValueError(
-                f"a constraint needs exactly one of choices, regex, json_schema; got {given or 'none'}"
-            )
+            raise ValueError(f"a constraint needs exactly one of choices, regex, json_schema; got {given or 'none'}")
         if self.choices is not None and len(self.choices) == 0:
             raise ValueError("choices must not be empty")
         if self.reasoned is not None and self.regex != self.reasoned.regex():

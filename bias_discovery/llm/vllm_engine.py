@@ -292,9 +292,7 @@ class VLLMEngine(BaseEngine):
             kwargs["structured_outputs"] = self._api.structured_outputs_params(**constraint)
         return self._api.sampling_params(**kwargs)
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         """Enqueue every request, then step the engine and report each response as vLLM
         finishes it (`_drive`)."""
         results: list[GenerationResponse | None] = [None] * len(requests)

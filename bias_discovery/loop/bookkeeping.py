@@ -54,7 +54,12 @@ class StageProgress:
     twice."""
 
     def __init__(
-        self, run: RunDir, progress: ProgressFactory, stage: str, iteration: int, carried: Mapping[StepKey, int],
+        self,
+        run: RunDir,
+        progress: ProgressFactory,
+        stage: str,
+        iteration: int,
+        carried: Mapping[StepKey, int],
         spend_note: Callable[[], str] = lambda: "",
     ) -> None:
         self.spend_note = spend_note
@@ -82,7 +87,9 @@ class StageProgress:
                 if time.time() - last > 2.0 or (total is not None and count >= total):
                     last = time.time()
                     fields: dict[str, Any] = {"step": name} if name else {}
-                    self.run.event("progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields)
+                    self.run.event(
+                        "progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields
+                    )
 
             if carried:
                 on_progress(0)
@@ -125,7 +132,7 @@ class RunBook:
             self.update_state(**fields)
 
     def spend_note(self) -> str:
-        """" ($1.23 spent)" for a progress bar's label: the run's spend so far, when it has a price or a budget."""
+        """ " ($1.23 spent)" for a progress bar's label: the run's spend so far, when it has a price or a budget."""
         budget = self.roles.budget
         if budget is None or not (budget.settings.is_set() or any(budget.prices.values())):
             return ""

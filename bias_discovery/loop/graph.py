@@ -48,8 +48,16 @@ from . import (
 )
 
 __all__ = [
-    "Discovery", "LoopState", "NODES_OUTSIDE_ITERATIONS", "NODES_PER_ITERATION", "StopKind", "check_data_overlap",
-    "execute", "loop_roles", "recursion_limit", "stop_text",
+    "Discovery",
+    "LoopState",
+    "NODES_OUTSIDE_ITERATIONS",
+    "NODES_PER_ITERATION",
+    "StopKind",
+    "check_data_overlap",
+    "execute",
+    "loop_roles",
+    "recursion_limit",
+    "stop_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -124,9 +132,20 @@ class Discovery:
         library = self.run.library
         if not library.iterations():
             seed = load_seed_library(self.config.seed_library)
-            library.save_iteration(seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec}))
-        self.book.update_state(status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases))
-        return {"iteration": 1, "stage": "start", "stop_kind": None, "stop_reason": None, "n_candidates": 0, "n_accepted": 0}
+            library.save_iteration(
+                seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec})
+            )
+        self.book.update_state(
+            status="running", iteration=1, stage="start", library_size=len(library.load_latest().biases)
+        )
+        return {
+            "iteration": 1,
+            "stage": "start",
+            "stop_kind": None,
+            "stop_reason": None,
+            "n_candidates": 0,
+            "n_accepted": 0,
+        }
 
     def node_perturb(self, state: LoopState) -> LoopState:
         self.iteration.perturb(state["iteration"])
@@ -208,7 +227,9 @@ class Discovery:
             latest = store.load_latest()
             store.save_iteration(latest.with_biases(latest.biases, iteration=t), overwrite=True)
         latest = store.load_latest()
-        self.book.update_state(status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
+        self.book.update_state(
+            status="finished", stage="finished", stop_reason=state.get("stop_reason"), library_size=len(latest.biases)
+        )
         self.run.event("finished", iteration=t, stop_reason=state.get("stop_reason"), library_size=len(latest.biases))
         return {"stage": "finished"}
 
@@ -220,8 +241,17 @@ class Discovery:
         late = self.iteration.late
         g = StateGraph(LoopState)
         for name in (
-            "start", "validate_seeds", "perturb", "evaluate", "deeper_explain", "identify", "merge", "validate",
-            "decide", "advance", "finish",
+            "start",
+            "validate_seeds",
+            "perturb",
+            "evaluate",
+            "deeper_explain",
+            "identify",
+            "merge",
+            "validate",
+            "decide",
+            "advance",
+            "finish",
         ):
             g.add_node(name, getattr(self, f"node_{name}"))
         g.add_edge(START, "start")
@@ -336,8 +366,11 @@ def _execute_held(
             final = snapshot.values
             if before is None or before.status != "finished":  # run.json lost, damaged or behind: say so again
                 discovery.book.update_state(
-                    status="finished", stage="finished", iteration=final.get("iteration", 0),
-                    stop_reason=final.get("stop_reason"), library_size=len(run.library.load_latest().biases),
+                    status="finished",
+                    stage="finished",
+                    iteration=final.get("iteration", 0),
+                    stop_reason=final.get("stop_reason"),
+                    library_size=len(run.library.load_latest().biases),
                 )
         else:
             final = graph.invoke({"iteration": 0}, run_config, durability="sync")

@@ -92,7 +92,9 @@ class IterationStages:
             self._front_half(t, items)
             return
         with self.book.single_step("perturb", t, len(items)) as progress:
-            perturbed = perturb(self.resources.teacher, items, self.config.perturb, seed=self.config.seed, progress=progress)
+            perturbed = perturb(
+                self.resources.teacher, items, self.config.perturb, seed=self.config.seed, progress=progress
+            )
         self.record(t).perturbed.write(perturbed)
 
     def _front_half(self, t: int, items: list[tuple[PreferencePair, Bias]]) -> None:
@@ -106,8 +108,17 @@ class IterationStages:
             check=self.resources.booked("checker", CHECK) if self.checker is not None else None,
         )
         out = stream_front_half(
-            engines, items, perturb=c.perturb, judge=c.judge, explain=c.deeper_explain, identify=c.identify, seed=c.seed,
-            steps={name: functools.partial(self.book.single_step, name, t) for name in (PERTURB, EVALUATE, CHECK, EXPLAIN, IDENTIFY)},
+            engines,
+            items,
+            perturb=c.perturb,
+            judge=c.judge,
+            explain=c.deeper_explain,
+            identify=c.identify,
+            seed=c.seed,
+            steps={
+                name: functools.partial(self.book.single_step, name, t)
+                for name in (PERTURB, EVALUATE, CHECK, EXPLAIN, IDENTIFY)
+            },
             check=c.misjudgment_check,
         )
         record = self.record(t)
@@ -125,14 +136,21 @@ class IterationStages:
         perturbed = record.perturbed.read()
         n_judge = sum(1 for p in perturbed if p.valid) * calls_per_pair(self.config.judge)
         with self.book.single_step("evaluate", t, n_judge) as progress:
-            result, cases = evaluate(self.resources.target, perturbed, self.config.judge, seed=self.config.seed, progress=progress)
+            result, cases = evaluate(
+                self.resources.target, perturbed, self.config.judge, seed=self.config.seed, progress=progress
+            )
         check = self.config.misjudgment_check
         if check.enabled:
             checker = self.checker
             n_check = misjudgment_check_calls(perturbed, cases) if checker is not None else 0
             with self.book.single_step(CHECK, t, n_check) as progress:
                 cases = check_misjudged(
-                    checker, perturbed, cases, length_allowances(self.pool(t), check), check, seed=self.config.seed,
+                    checker,
+                    perturbed,
+                    cases,
+                    length_allowances(self.pool(t), check),
+                    check,
+                    seed=self.config.seed,
                     progress=progress,
                 )
         record.judgments.write(result.judgments)
@@ -147,7 +165,11 @@ class IterationStages:
         if self.config.deeper_explain.enabled:
             with self.book.single_step("deeper_explain", t, len(cases)) as progress:
                 cases = deeper_explain(
-                    self.resources.target, cases, self.config.judge, self.config.deeper_explain, seed=self.config.seed,
+                    self.resources.target,
+                    cases,
+                    self.config.judge,
+                    self.config.deeper_explain,
+                    seed=self.config.seed,
                     progress=progress,
                 )
         record.explanations.write(cases)
@@ -158,7 +180,9 @@ class IterationStages:
         record = self.record(t)
         cases = record.explanations.read()
         with self.book.single_step("identify", t, len(cases)) as progress:
-            records = identify_biases(self.resources.teacher, cases, self.config.identify, seed=self.config.seed, progress=progress)
+            records = identify_biases(
+                self.resources.teacher, cases, self.config.identify, seed=self.config.seed, progress=progress
+            )
         record.identified.write(records)
 
     def merge(self, t: int) -> int:
@@ -174,7 +198,12 @@ class IterationStages:
         )
         with self.book.stage("merge", t, None) as stage:
             result = merge_biases(
-                self.resources.teacher, self.resources.embedder, raw, existing, self.config.merge, seed=self.config.seed,
+                self.resources.teacher,
+                self.resources.embedder,
+                raw,
+                existing,
+                self.config.merge,
+                seed=self.config.seed,
                 progress=stage.factory(),
             )
         record.merges.write(result.decisions)

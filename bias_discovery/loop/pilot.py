@@ -137,7 +137,12 @@ def _measure(discovery: Discovery, n_pairs: int) -> PilotRecord:
     _ = resources.data_overlap  # refused as the run would be, before anything is paid
     discovery.node_start({})
     state: LoopState = {"iteration": ITERATION}
-    for node in (discovery.node_perturb, discovery.node_evaluate, discovery.node_deeper_explain, discovery.node_identify):
+    for node in (
+        discovery.node_perturb,
+        discovery.node_evaluate,
+        discovery.node_deeper_explain,
+        discovery.node_identify,
+    ):
         node(state)
     discovery.node_merge(state)
     files = discovery.run.iteration(ITERATION)

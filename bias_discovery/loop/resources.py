@@ -19,7 +19,10 @@ from .bookkeeping import RunBook, state_or_none
 
 
 def loop_roles(
-    config: RunConfig, run: RunDir, engines: Mapping[str, Engine] | None = None, spent: Mapping[str, Spend] | None = None
+    config: RunConfig,
+    run: RunDir,
+    engines: Mapping[str, Engine] | None = None,
+    spent: Mapping[str, Spend] | None = None,
 ) -> ModelRoles:
     """The loop's roles, through the run's call cache: target, teacher, and the checker of
     answers in validation (`RunConfig.answer_checker`: not the teacher unless it is the only
@@ -30,7 +33,9 @@ def loop_roles(
     return ModelRoles(models, cache_path=run.cache_path, engines=engines, budget=budget)
 
 
-def check_data_overlap(config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]) -> DataOverlap:
+def check_data_overlap(
+    config: RunConfig, target_pairs: list[PreferencePair], test_pairs: list[PreferencePair]
+) -> DataOverlap:
     """Test pairs that are also target pairs (by id or content): refused unless
     `data.allow_overlap` (validating a bias on the pairs it was found on is circular)."""
     d = config.data
@@ -94,7 +99,9 @@ class LoopResources:
         """The `role` data; with `data.skip_bad_rows` the skipped rows are counted in run.json
         (`status` shows them) and named in events.jsonl."""
         bad_rows = bad_rows_for(source, self.config.data.skip_bad_rows)
-        pairs = load_pairs(source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows)
+        pairs = load_pairs(
+            source, data_dir=self.config.data.data_dir, limit=limit, seed=self.config.seed, bad_rows=bad_rows
+        )
         if bad_rows:
             state = state_or_none(self.run)
             skipped = {**(state.skipped_rows if state else {}), role: len(bad_rows)}

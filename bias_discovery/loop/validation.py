@@ -31,7 +31,7 @@ from .resources import LoopResources
 
 
 def mde_phrase(report: ValidationReport) -> str | None:
-    """"smallest detectable Δerror vs placebo ≈ 9.1 pp at n = 60 (80 % power, α = 0.017 per
+    """ "smallest detectable Δerror vs placebo ≈ 9.1 pp at n = 60 (80 % power, α = 0.017 per
     candidate)", or None when the report has no power figure."""
     if report.mde_n is None or report.mde_alpha is None:
         return None
@@ -63,14 +63,22 @@ class LoopValidation:
             baseline = self.baseline()
             return baseline, self.placebo(baseline) if with_placebo else None
         checker = r.booked("checker", "placebo") if r.checker is not None else None
-        models = ValidationModels(teacher=r.booked("teacher", "placebo"), target=r.booked("target", "placebo"), checker=checker)
+        models = ValidationModels(
+            teacher=r.booked("teacher", "placebo"), target=r.booked("target", "placebo"), checker=checker
+        )
         steps: list[tuple[str, Opener]] = [
             ("baseline", functools.partial(self.book.single_step, "baseline", 0)),
             *self.book.stage_steps("placebo", 0, ["rewrite", *(["check"] if checker is not None else []), "judge"]),
         ]
         baseline, arm = baseline_and_placebo(
-            r.booked("target", "baseline"), models, r.test_pairs, perturb_settings=c.perturb, judge_settings=c.judge,
-            settings=c.validate_, seed=c.seed, steps=steps,
+            r.booked("target", "baseline"),
+            models,
+            r.test_pairs,
+            perturb_settings=c.perturb,
+            judge_settings=c.judge,
+            settings=c.validate_,
+            seed=c.seed,
+            steps=steps,
         )
         self._write_baseline(baseline)
         run.placebo.write(arm)
@@ -84,7 +92,9 @@ class LoopValidation:
         pairs = self.resources.test_pairs
         n = len(pairs) * calls_per_pair(self.config.judge)
         with self.book.single_step("baseline", 0, n) as progress:
-            result = judge_pairs(self.resources.target, pairs, self.config.judge, seed=self.config.seed, progress=progress)
+            result = judge_pairs(
+                self.resources.target, pairs, self.config.judge, seed=self.config.seed, progress=progress
+            )
         self._write_baseline(result)
         return result
 
@@ -110,8 +120,9 @@ class LoopValidation:
             else:
                 tasks = mirror_tasks(pairs, baseline, config.judge, seed=config.seed)
                 with self.book.single_step("positions", 0, len(tasks)) as progress:
-                    mirror = judge_tasks(self.resources.booked("target", "positions"), pairs, tasks, config.judge,
-                                         progress=progress)
+                    mirror = judge_tasks(
+                        self.resources.booked("target", "positions"), pairs, tasks, config.judge, progress=progress
+                    )
                 record.mirror.write(mirror)
             judgments += mirror.judgments
             extra = len(mirror.judgments)
@@ -187,11 +198,15 @@ class LoopValidation:
             keep = {b.id for b in ranked[: cfg.max_candidates]}
             skipped = [b.id for b in candidates if b.id not in keep]
             candidates = [b for b in candidates if b.id in keep]
-        baseline, placebo = self.controls(with_placebo=bool(candidates))  # the placebo: paid for when a candidate needs it
+        baseline, placebo = self.controls(
+            with_placebo=bool(candidates)
+        )  # the placebo: paid for when a candidate needs it
         self.position_profile(baseline)
         setup = ValidationSetup(
             family=FamilySettings.planned(
-                cfg, config.planned_validations, seed=config.seed,
+                cfg,
+                config.planned_validations,
+                seed=config.seed,
                 measure=measure_of(config.judge),
             ),
             perturb=config.perturb,

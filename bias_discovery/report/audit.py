@@ -47,14 +47,18 @@ def _pick(rows: list[dict[str, str]], fields: tuple[str, ...]) -> list[dict[str,
     return [by_field[f] for f in fields if f in by_field]
 
 
-def _examples(entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgments: list[dict]) -> list[dict[str, Any]]:
+def _examples(
+    entry: BiasAudit, report: AuditReport, perturbed: list[dict], judgments: list[dict]
+) -> list[dict[str, Any]]:
     """Pairs where the judge preferred the perturbed rejected response (then other valid
     rewrites), one per pair: original and rewrite side by side, with the judge's explanation."""
     if entry.kind != "perturbation":
         return []
     rewrites = {p["pair_id"]: p for p in perturbed if p.get("bias_id") == entry.id and p.get("valid")}
     mine = [j for j in judgments if j.get("condition") == entry.id and j.get("seed") == report.settings.seed]
-    mine.sort(key=lambda j: (j.get("picked") != "rejected", -(j.get("score") or 0)))  # the judge fell for it first (pointwise: highest score)
+    mine.sort(
+        key=lambda j: (j.get("picked") != "rejected", -(j.get("score") or 0))
+    )  # the judge fell for it first (pointwise: highest score)
     out: list[dict[str, Any]] = []
     shown: set[str] = set()
     for j in mine:

@@ -368,10 +368,15 @@ def library_view(ref: LibraryRef, rejected: list[Bias]) -> LibraryView:
         path=str(ref.path),
         run_dir=None if ref.run_dir is None else str(ref.run_dir),
         library=LibraryInfo(
-            name=lib.name, iteration=lib.iteration, target_model=lib.target_model, created_at=lib.created_at,
-            parent=lib.parent, size=len(lib.biases),
+            name=lib.name,
+            iteration=lib.iteration,
+            target_model=lib.target_model,
+            created_at=lib.created_at,
+            parent=lib.parent,
+            size=len(lib.biases),
         ),
-        biases=[typed_bias_row(b) for b in lib.biases] + [typed_bias_row(b, in_library=False) for b in rejected if b.id not in lib],
+        biases=[typed_bias_row(b) for b in lib.biases]
+        + [typed_bias_row(b, in_library=False) for b in rejected if b.id not in lib],
         rewrite_effect=run_rewrite_effect(ref.run_dir) if ref.run_dir is not None else None,
         error_statements=[ErrorStatementEntry.model_validate(e) for e in error_statements(ref)],
     )
@@ -391,7 +396,12 @@ def diff_to_json(diff: LibraryDiff, a: LibraryRef, b: LibraryRef, rejected: Sequ
         "removed": [bias_row(x) for x in diff.removed],
         "merged": [{"id": m.bias.id, "name": m.bias.name, "absorbed": m.absorbed} for m in diff.merged],
         "changed": [
-            {"id": c.id, "name": c.name, "fields": c.fields, "numbers": {k: v.model_dump() for k, v in c.numbers.items()}}
+            {
+                "id": c.id,
+                "name": c.name,
+                "fields": c.fields,
+                "numbers": {k: v.model_dump() for k, v in c.numbers.items()},
+            }
             for c in diff.changed
         ],
         "unchanged": diff.unchanged,
@@ -406,15 +416,14 @@ def diff_refs(a: LibraryRef, b: LibraryRef) -> tuple[LibraryDiff, list[Bias]]:
     diff = diff_libraries(a.library, b.library)
     # A merge that A already records (same bias, same merged_from) happened before A: not news.
     diff.merged = [
-        m for m in diff.merged
+        m
+        for m in diff.merged
         if not (m.bias.id in a.library and a.library.by_id(m.bias.id).merged_from == m.bias.merged_from)
     ]
     rejected: list[Bias] = []
     if a.run_dir is not None and b.run_dir is not None and a.run_dir.resolve() == b.run_dir.resolve():
         lo, hi = sorted((a.library.iteration, b.library.iteration))
-        rejected = [
-            bias for bias in rejected_candidates(b.run_dir, upto=hi) if bias.origin.iteration > lo
-        ]
+        rejected = [bias for bias in rejected_candidates(b.run_dir, upto=hi) if bias.origin.iteration > lo]
     return diff, rejected
 
 
@@ -557,7 +566,9 @@ def collect_run(root: Path | str) -> RunData:
             data = json.loads(baseline_path.read_bytes().decode("utf-8"))
             baseline = data if isinstance(data, dict) else None
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            problems.append(f"{baseline_path}: not valid JSON ({str(exc).splitlines()[0][:200]}); no baseline summary is shown")
+            problems.append(
+                f"{baseline_path}: not valid JSON ({str(exc).splitlines()[0][:200]}); no baseline summary is shown"
+            )
         if data is not None and baseline is None:
             problems.append(f"{baseline_path}: not a JSON object; no baseline summary is shown")
 

@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 
-
 def not_flipped_count(k: int) -> int:
     """How many items the bias did not flip are shown beside `k` flipped ones: "a few", half
     as many (at least one when any are asked for)."""
@@ -386,8 +385,13 @@ def _judged(judgments: Sequence[Judgment], correct: bool | None) -> JudgedItem:
         score_rejected=scores.get("rejected"),
         verdicts=[
             ItemVerdict(
-                order=j.order, verdict=j.verdict, picked=j.picked, correct=j.correct,
-                invalid_reason=j.invalid_reason, reasoning=reasoning_of(j.explanation, j.verdict), score=j.score,
+                order=j.order,
+                verdict=j.verdict,
+                picked=j.picked,
+                correct=j.correct,
+                invalid_reason=j.invalid_reason,
+                reasoning=reasoning_of(j.explanation, j.verdict),
+                score=j.score,
             )
             for j in judgments
         ],
@@ -434,8 +438,12 @@ def misjudgment_check_text(case: MisjudgedCase) -> str | None:
         answer = "the checker gave no usable answer"
     if case.length_ratio is None and case.answer_check is None:
         return None
-    reason = {"answer_changed": "excluded, answer changed: ", "check_invalid": "excluded, check unusable: ",
-              "length_changed": "excluded, length beyond the bias's allowance: ", None: "counted: "}[case.excluded]
+    reason = {
+        "answer_changed": "excluded, answer changed: ",
+        "check_invalid": "excluded, check unusable: ",
+        "length_changed": "excluded, length beyond the bias's allowance: ",
+        None: "counted: ",
+    }[case.excluded]
     return f"{reason}{answer}{length}"
 
 
@@ -483,7 +491,10 @@ class EvidenceReader:
             if raw.get("mode") == "pointwise":  # two calls per pair, each response alone; no position
                 return JudgeSettings.model_validate({"mode": "pointwise", "scale": raw.get("scale", "1-10")})
             return JudgeSettings.model_validate(
-                {"positions": raw.get("positions", default.positions), "mitigation": raw.get("mitigation", default.mitigation)}
+                {
+                    "positions": raw.get("positions", default.positions),
+                    "mitigation": raw.get("mitigation", default.mitigation),
+                }
             )
         except ValidationError:
             return None
@@ -564,7 +575,9 @@ class EvidenceReader:
                 [r for r in identified if r.pair_id in named], cases, iteration=t, target_model="", taken_ids=taken
             )
         except ValueError as exc:  # a record the loop would not have written (a damaged file)
-            self.problems.append(f"{self.run.iteration(t).identified.path}: cannot be read as the loop's candidates ({exc})")
+            self.problems.append(
+                f"{self.run.iteration(t).identified.path}: cannot be read as the loop's candidates ({exc})"
+            )
             return []
 
     def validation_of(self, bias_id: str, upto: int | None) -> tuple[int, ValidationReport] | None:
@@ -596,7 +609,9 @@ class EvidenceReader:
             return f"iteration {t}: its validation files have unreadable lines, so no examples"
         judge = self.judge
         if judge is None:
-            return f"{self.run.config_path}: its judge settings do not say how the judgments are laid out, so no examples"
+            return (
+                f"{self.run.config_path}: its judge settings do not say how the judgments are laid out, so no examples"
+            )
         calls = calls_per_pair(judge)
         items: list[tuple[PerturbedPair, JudgedItem]] = []
         k = 0
@@ -609,7 +624,11 @@ class EvidenceReader:
             if len(mine) != calls or any(j.pair_id != record.pair_id for j in mine):
                 break
             pair = PreferencePair.model_construct(id=record.pair_id, domain=record.domain)  # what combine reads
-            outcome = combine_scores(pair, mine, judge.scale_spec) if judge.mode == "pointwise" else combine(pair, mine, judge.mitigation)
+            outcome = (
+                combine_scores(pair, mine, judge.scale_spec)
+                if judge.mode == "pointwise"
+                else combine(pair, mine, judge.mitigation)
+            )
             items.append((record, _judged(mine, outcome.correct)))
         else:
             if k == len(judgments):
@@ -637,8 +656,12 @@ def _identification(record: IdentifyRecord | None) -> Identification | None:
     if record is None:
         return None
     return Identification(
-        status=record.status, name=record.name, definition=record.definition,
-        manifestations=list(record.manifestations), attempts=record.attempts, dropped=record.dropped,
+        status=record.status,
+        name=record.name,
+        definition=record.definition,
+        manifestations=list(record.manifestations),
+        attempts=record.attempts,
+        dropped=record.dropped,
     )
 
 
@@ -651,7 +674,9 @@ def _cases(reader: EvidenceReader | None, bias: Bias) -> list[ProvenanceCase]:
         case = files.explanations.get(e.pair_id)
         if case is not None and e.bias_injected is not None and case.bias_id != e.bias_injected:
             case = None  # not the same case (a record from another run in this folder)
-        original = e.original_rejected if e.original_rejected is not None else (case.original_rejected if case else None)
+        original = (
+            e.original_rejected if e.original_rejected is not None else (case.original_rejected if case else None)
+        )
         cases.append(
             ProvenanceCase(
                 pair_id=e.pair_id,
@@ -682,7 +707,10 @@ def _excluded(reader: EvidenceReader | None, bias: Bias) -> list[ExcludedMisjudg
         return []
     return [
         ExcludedMisjudgment(
-            pair_id=c.pair_id, injected_bias=c.bias_id, reason=c.excluded, answer_check=misjudgment_check_text(c) or "",
+            pair_id=c.pair_id,
+            injected_bias=c.bias_id,
+            reason=c.excluded,
+            answer_check=misjudgment_check_text(c) or "",
             length_ratio=c.length_ratio,
         )
         for c in reader.iteration(bias.origin.iteration).excluded
@@ -701,17 +729,23 @@ def _merged(reader: EvidenceReader, bias: Bias, upto: int | None) -> list[Merged
             answers = [
                 MergeAnswer(
                     other_id=d.other_id if d.candidate_id == member else d.candidate_id,
-                    similarity=d.similarity, answer=d.decision,
+                    similarity=d.similarity,
+                    answer=d.decision,
                 )
                 for d in files.merges
-                if d.other_kind == "candidate" and member in (d.candidate_id, d.other_id)
+                if d.other_kind == "candidate"
+                and member in (d.candidate_id, d.other_id)
                 and {d.candidate_id, d.other_id} <= cluster
             ]
             found.append(
                 MergedCandidate(
-                    id=member, iteration=t, how="pooled",
-                    name=raw.name if raw else None, definition=raw.definition if raw else None,
-                    pair_ids=[e.pair_id for e in raw.evidence] if raw else [], answers=answers,
+                    id=member,
+                    iteration=t,
+                    how="pooled",
+                    name=raw.name if raw else None,
+                    definition=raw.definition if raw else None,
+                    pair_ids=[e.pair_id for e in raw.evidence] if raw else [],
+                    answers=answers,
                 )
             )
     for u in reader.run.iterations():
@@ -729,9 +763,13 @@ def _merged(reader: EvidenceReader, bias: Bias, upto: int | None) -> list[Merged
             ]
             found.append(
                 MergedCandidate(
-                    id=candidate, iteration=u, how="duplicate",
-                    name=raw.name if raw else None, definition=raw.definition if raw else None,
-                    pair_ids=[e.pair_id for e in raw.evidence] if raw else [], answers=answers,
+                    id=candidate,
+                    iteration=u,
+                    how="duplicate",
+                    name=raw.name if raw else None,
+                    definition=raw.definition if raw else None,
+                    pair_ids=[e.pair_id for e in raw.evidence] if raw else [],
+                    answers=answers,
                 )
             )
     return found
@@ -758,7 +796,9 @@ def _example(
 ) -> ValidationExample:
     original = reader.baseline.get(record.pair_id, JudgedItem(outcome="not judged"))
     placebo_items, placebo_texts = reader.placebo
-    on_control = original if control == "baseline" else placebo_items.get(record.pair_id, JudgedItem(outcome="not judged"))
+    on_control = (
+        original if control == "baseline" else placebo_items.get(record.pair_id, JudgedItem(outcome="not judged"))
+    )
     tokens = count_tokens(record.original_rejected)
     return ValidationExample(
         pair_id=record.pair_id,
@@ -779,7 +819,9 @@ def _example(
     )
 
 
-def _examples(reader: EvidenceReader, bias: Bias, k: int, found: tuple[int, ValidationReport] | None) -> Examples | None:
+def _examples(
+    reader: EvidenceReader, bias: Bias, k: int, found: tuple[int, ValidationReport] | None
+) -> Examples | None:
     if found is None or bias.validation is None:
         return None
     t, _ = found
@@ -792,7 +834,9 @@ def _examples(reader: EvidenceReader, bias: Bias, k: int, found: tuple[int, Vali
         reader.notes.append("the placebo's judgments are not on file: the examples are shown against the baseline")
         control = "baseline"
     mine = [_example(record, judged, control, reader) for record, judged in aligned if record.bias_id == bias.id]
-    decided = [x for x in mine if x.on_control.outcome in ("right", "wrong") and x.with_bias.outcome in ("right", "wrong")]
+    decided = [
+        x for x in mine if x.on_control.outcome in ("right", "wrong") and x.with_bias.outcome in ("right", "wrong")
+    ]
     flipped = [x for x in decided if x.flipped]
     unflipped = [x for x in decided if not x.flipped]
     rng = keyed_rng(reader.seed, "examples", bias.id)
@@ -852,7 +896,9 @@ def bias_detail(
     if reader is not None:
         detail.notes = list(dict.fromkeys(reader.notes[notes_before:]))
     elif bias.validation is not None:
-        detail.notes = ["a library file: its run's records (examples, the teacher's identifications, merges) are not read"]
+        detail.notes = [
+            "a library file: its run's records (examples, the teacher's identifications, merges) are not read"
+        ]
     return detail
 
 

@@ -73,10 +73,22 @@ def biases_per_iteration_plot(
     with matplotlib.rc_context(_RC):
         figure = Figure(figsize=(8.5, 3.2))
         ax = figure.add_subplot()
-        ax.plot(iterations, validated, marker="o", color=CANDIDATES, linestyle="--", linewidth=1.2, label="candidates validated (cumulative)")
-        ax.plot(iterations, discovered, marker="o", color=ACCEPTED, linewidth=2.2, label="biases discovered (cumulative)")
+        ax.plot(
+            iterations,
+            validated,
+            marker="o",
+            color=CANDIDATES,
+            linestyle="--",
+            linewidth=1.2,
+            label="candidates validated (cumulative)",
+        )
+        ax.plot(
+            iterations, discovered, marker="o", color=ACCEPTED, linewidth=2.2, label="biases discovered (cumulative)"
+        )
         for x, y in zip(iterations, discovered):
-            ax.annotate(str(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", color=ACCEPTED, fontsize=8)
+            ax.annotate(
+                str(y), (x, y), textcoords="offset points", xytext=(0, 6), ha="center", color=ACCEPTED, fontsize=8
+            )
         ax.set_xlabel("iteration")
         ax.set_ylabel("biases")
         ax.set_title(f"Biases discovered per iteration (seed library: {seeds})", loc="left")
@@ -128,8 +140,15 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str], *, xlab
                 color = ACCEPTED if row.accepted else REJECTED
                 if low is not None and high is not None:
                     ax.errorbar(
-                        [delta], [y], xerr=[[max(delta - low, 0)], [max(high - delta, 0)]],
-                        fmt="o", color=color, ecolor=color, elinewidth=1.4, capsize=3, markersize=5,
+                        [delta],
+                        [y],
+                        xerr=[[max(delta - low, 0)], [max(high - delta, 0)]],
+                        fmt="o",
+                        color=color,
+                        ecolor=color,
+                        elinewidth=1.4,
+                        capsize=3,
+                        markersize=5,
                     )
                     values += [low, high]
                 else:
@@ -156,7 +175,16 @@ def delta_forest_plot(rows: Sequence[ForestRow], domains: Sequence[str], *, xlab
             Line2D([], [], marker="o", color=REJECTED, linestyle="", label="rejected"),
         ]
         if bounds:
-            handles.append(Line2D([], [], marker="|", color=REJECTED, linestyle="--", label="rejected: effects above the bar's end excluded"))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker="|",
+                    color=REJECTED,
+                    linestyle="--",
+                    label="rejected: effects above the bar's end excluded",
+                )
+            )
         figure.legend(handles=handles, loc="lower right", ncols=2, frameon=False, fontsize=8, bbox_to_anchor=(1.0, 1.0))
         return _to_uri(figure)
 
@@ -174,9 +202,18 @@ def reliability_plot(bins: Sequence[tuple[float, float, int, float | None, float
         ax.plot([0.5, 1.0], [0.5, 1.0], color=SEED, linestyle="--", linewidth=1, label="calibrated")
         shown = [(c, a, n) for _, _, n, c, a in bins if n and c is not None and a is not None]
         if shown:
-            ax.plot([c for c, _, _ in shown], [a for _, a, _ in shown], marker="o", color=ACCEPTED, linewidth=1.8, label="judge")
+            ax.plot(
+                [c for c, _, _ in shown],
+                [a for _, a, _ in shown],
+                marker="o",
+                color=ACCEPTED,
+                linewidth=1.8,
+                label="judge",
+            )
             for c, a, n in shown:
-                ax.annotate(str(n), (c, a), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7, color=CANDIDATES)
+                ax.annotate(
+                    str(n), (c, a), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7, color=CANDIDATES
+                )
         for low, _, _, _, _ in bins:
             ax.axvline(low, color=SEED, alpha=0.15, linewidth=0.6)
         ax.set_xlim(0.48, 1.02)

@@ -90,12 +90,21 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
         ("max iterations", _get(config, "max_iterations")),
         ("seed", _get(config, "seed")),
         *(
-            [("judge", f"pointwise, scale {_get(config, 'judge.scale')}, deciding measure {_get(config, 'judge.pointwise_measure')} "
-                       "(no positions: each response scored alone)")]
-            if _get(config, "judge.mode") == "pointwise" else [("judge positions", _get(config, "judge.positions"))]
+            [
+                (
+                    "judge",
+                    f"pointwise, scale {_get(config, 'judge.scale')}, deciding measure {_get(config, 'judge.pointwise_measure')} "
+                    "(no positions: each response scored alone)",
+                )
+            ]
+            if _get(config, "judge.mode") == "pointwise"
+            else [("judge positions", _get(config, "judge.positions"))]
         ),
         ("deeper explain", _get(config, "deeper_explain.enabled")),
-        ("merge", _join(("top_k", _get(config, "merge.top_k")), ("similarity ≥", _get(config, "merge.similarity_threshold")))),
+        (
+            "merge",
+            _join(("top_k", _get(config, "merge.top_k")), ("similarity ≥", _get(config, "merge.similarity_threshold"))),
+        ),
         (
             "validation",
             _join(
@@ -123,10 +132,14 @@ def _settings(config: dict[str, Any]) -> list[tuple[str, str]]:
                 ("", _get(config, "validate.sequential.looks") if sequential else "off"),
                 ("spending", _get(config, "validate.sequential.spending") if sequential else None),
                 ("futility <", _get(config, "validate.sequential.futility") if sequential else None),
-                ("effect after an early acceptance", _get(config, "validate.sequential.effect") if sequential else None),
+                (
+                    "effect after an early acceptance",
+                    _get(config, "validate.sequential.effect") if sequential else None,
+                ),
             ),
         ),
     ]
+
     def show(v: Any) -> str:
         if isinstance(v, bool):
             return "on" if v else "off"
@@ -172,8 +185,17 @@ def _forest_rows(details: Sequence[BiasDetail]) -> tuple[list[ForestRow], list[s
             per_domain[domain] = (d.delta, d.ci_low, d.ci_high)
             domains.add(domain)
         e = v.effect
-        rows.append(ForestRow(label=detail.row.name, accepted=v.accepted, delta=e.delta, ci_low=e.ci_low, ci_high=e.ci_high,
-                              per_domain=per_domain, upper=e.upper_bound))
+        rows.append(
+            ForestRow(
+                label=detail.row.name,
+                accepted=v.accepted,
+                delta=e.delta,
+                ci_low=e.ci_low,
+                ci_high=e.ci_high,
+                per_domain=per_domain,
+                upper=e.upper_bound,
+            )
+        )
     return rows, sorted(domains)
 
 
@@ -225,7 +247,8 @@ def _configured_error_statement(config: dict[str, Any]) -> str:
     except ValueError:
         return "–"
     family = FamilySettings.planned(
-        resolved.validate_, resolved.planned_validations,
+        resolved.validate_,
+        resolved.planned_validations,
         measure=measure_of(resolved.judge),
     )
     return family.error_statement(resolved.validate_.decision_control)
@@ -280,7 +303,12 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
 
 
 def build_context(
-    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES, bias_page: str | None = None,
+    run: RunData,
+    *,
+    live: bool = False,
+    version: str = "",
+    examples: int = DEFAULT_EXAMPLES,
+    bias_page: str | None = None,
     review_form: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The template's values: the whole report, or with `bias_page` the page of that bias;
@@ -291,7 +319,9 @@ def build_context(
     latest = run.latest
     discovered = run.discovered
     details = _details(run, examples)
-    validated = [b for b in discovered if b.validation is not None] + [b for b in run.rejected if b.validation is not None]
+    validated = [b for b in discovered if b.validation is not None] + [
+        b for b in run.rejected if b.validation is not None
+    ]
     validated.sort(key=lambda b: -(b.validation.effect.delta if b.validation else 0.0))
 
     per_iteration_uri = None
@@ -382,10 +412,17 @@ def _outcome(run: RunData) -> dict[str, Any] | None:
         return None
     try:
         summary: RunSummary = run_summary(run.root)
-    except (OSError, ValueError, BiasDiscoveryError) as exc:  # a damaged or missing record: the rest of the page still renders
+    except (
+        OSError,
+        ValueError,
+        BiasDiscoveryError,
+    ) as exc:  # a damaged or missing record: the rest of the page still renders
         run.problems.append(f"the run's summary: {exc}")
         return None
-    return {"sentences": summary.sentences(), "rewrites": None if summary.rewrites is None else rewrite_sentence(summary.rewrites)}
+    return {
+        "sentences": summary.sentences(),
+        "rewrites": None if summary.rewrites is None else rewrite_sentence(summary.rewrites),
+    }
 
 
 def _template():  # noqa: ANN202
@@ -400,16 +437,26 @@ def _bias_of(run: RunData, bias_id: str) -> Bias:
 
 
 def render_run(
-    run: RunData, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    run: RunData,
+    *,
+    live: bool = False,
+    version: str = "",
+    examples: int = DEFAULT_EXAMPLES,
     review_form: dict[str, str] | None = None,
 ) -> str:
     """The HTML page for collected run data (`live`: add the viewer's reload poller, and its
     `review_form`)."""
-    return _template().render(**build_context(run, live=live, version=version, examples=examples, review_form=review_form))
+    return _template().render(
+        **build_context(run, live=live, version=version, examples=examples, review_form=review_form)
+    )
 
 
 def render_report(
-    run_dir: Path | str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
+    run_dir: Path | str,
+    *,
+    live: bool = False,
+    version: str = "",
+    examples: int = DEFAULT_EXAMPLES,
     review_form: dict[str, str] | None = None,
 ) -> str:
     """Read a run directory and return its report as one HTML string."""
@@ -425,7 +472,9 @@ def _page_bias(run: RunData, bias: str) -> str:
     found = BiasLibrary(name="run", biases=(run.latest.biases if run.latest else []) + run.rejected).find(bias)
     if found is None:
         ids = [b.id for b in (run.latest.biases if run.latest else [])] + [b.id for b in run.rejected]
-        raise ConfigError(f"no bias {bias!r} in {run.root} (nor among its rejected candidates); ids: {', '.join(ids) or 'none'}")
+        raise ConfigError(
+            f"no bias {bias!r} in {run.root} (nor among its rejected candidates); ids: {', '.join(ids) or 'none'}"
+        )
     return found.id
 
 
@@ -441,8 +490,14 @@ def _forest_label(biases: Sequence[Bias]) -> str:
 
 
 def render_bias_page(
-    run_dir: Path | str, bias: str, *, live: bool = False, version: str = "", examples: int = DEFAULT_EXAMPLES,
-    problems: list[str] | None = None, review_form: dict[str, str] | None = None,
+    run_dir: Path | str,
+    bias: str,
+    *,
+    live: bool = False,
+    version: str = "",
+    examples: int = DEFAULT_EXAMPLES,
+    problems: list[str] | None = None,
+    review_form: dict[str, str] | None = None,
 ) -> str:
     """The page of one bias of a run (an id or a name): the report's panel of it, alone, with
     the run's header; what could not be read is added to `problems`."""
@@ -456,7 +511,11 @@ def render_bias_page(
 
 
 def write_bias_page(
-    run_dir: Path | str, bias: str, out: Path | str | None = None, *, examples: int = DEFAULT_EXAMPLES,
+    run_dir: Path | str,
+    bias: str,
+    out: Path | str | None = None,
+    *,
+    examples: int = DEFAULT_EXAMPLES,
     problems: list[str] | None = None,
 ) -> Path:
     """Render the page of one bias (an id or a name) to `out` (default ``RUN_DIR/bias-ID.html``),
@@ -472,7 +531,11 @@ def write_bias_page(
 
 
 def write_report(
-    run_dir: Path | str, out: Path | str | None = None, problems: list[str] | None = None, *, examples: int = DEFAULT_EXAMPLES
+    run_dir: Path | str,
+    out: Path | str | None = None,
+    problems: list[str] | None = None,
+    *,
+    examples: int = DEFAULT_EXAMPLES,
 ) -> Path:
     """Render the report of `run_dir` to `out` (default ``RUN_DIR/report.html``), atomically;
     what could not be read and was left out (the page lists it) is added to `problems`."""

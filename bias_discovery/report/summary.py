@@ -20,7 +20,13 @@ from ..stages.records import PerturbedPair
 from ..stats import MEASURE_LABELS
 
 __all__ = [
-    "GPU_CONFIG", "RewriteQuality", "RunSummary", "misjudged_sentence", "misjudgment_totals", "rewrite_quality", "rewrite_sentence",
+    "GPU_CONFIG",
+    "RewriteQuality",
+    "RunSummary",
+    "misjudged_sentence",
+    "misjudgment_totals",
+    "rewrite_quality",
+    "rewrite_sentence",
     "run_summary",
 ]
 
@@ -69,12 +75,16 @@ def misjudgment_totals(run: RunDir) -> MisjudgmentStats | None:
         stats = record.misjudgments.read_if_exists()
         if stats is None and record.misjudged.exists():
             cases = record.misjudged.read()
-            stats = MisjudgmentStats.of(cases, checked=any(c.excluded is not None or c.length_ratio is not None for c in cases))
+            stats = MisjudgmentStats.of(
+                cases, checked=any(c.excluded is not None or c.length_ratio is not None for c in cases)
+            )
         if stats is not None:
             per_iteration.append(stats)
     if not per_iteration:
         return None
-    counts = {key: sum(getattr(s, key) for s in per_iteration) for key in MisjudgmentStats.model_fields if key != "checked"}
+    counts = {
+        key: sum(getattr(s, key) for s in per_iteration) for key in MisjudgmentStats.model_fields if key != "checked"
+    }
     return MisjudgmentStats(checked=all(s.checked for s in per_iteration), **counts)
 
 
@@ -83,16 +93,22 @@ def misjudged_sentence(stats: MisjudgmentStats) -> str:
     changed the final answer (the judge was right) or the length."""
     pairs = plural(stats.misjudged, "perturbed target pair")
     if not stats.checked:
-        return (f"Misjudged: {pairs}, every one counted unchecked (misjudgment_check off, the paper's procedure): "
-                "a rewrite that changed the final answer was counted as a mistake too.")
-    excluded = [f"{stats.answer_changed} {'was a rewrite' if stats.answer_changed == 1 else 'were rewrites'} that changed the final answer "
-                "(the judge was right to prefer it)"]
+        return (
+            f"Misjudged: {pairs}, every one counted unchecked (misjudgment_check off, the paper's procedure): "
+            "a rewrite that changed the final answer was counted as a mistake too."
+        )
+    excluded = [
+        f"{stats.answer_changed} {'was a rewrite' if stats.answer_changed == 1 else 'were rewrites'} that changed the final answer "
+        "(the judge was right to prefer it)"
+    ]
     if stats.length_changed:
         excluded.append(f"{stats.length_changed} changed the length beyond the bias's allowance")
     if stats.check_invalid:
         excluded.append(f"{stats.check_invalid} could not be checked")
-    return (f"Misjudged: {pairs}; of those, {'; '.join(excluded)}; "
-            f"{stats.counted} counted and went on to be explained and identified.")
+    return (
+        f"Misjudged: {pairs}; of those, {'; '.join(excluded)}; "
+        f"{stats.counted} counted and went on to be explained and identified."
+    )
 
 
 def rewrite_quality(rewrites: Sequence[PerturbedPair]) -> RewriteQuality | None:
@@ -102,15 +118,20 @@ def rewrite_quality(rewrites: Sequence[PerturbedPair]) -> RewriteQuality | None:
     valid = sum(1 for r in rewrites if r.valid)
     checked = [r for r in rewrites if r.answer_check is not None or r.invalid_reason == "answer_changed"]
     changed = sum(1 for r in checked if r.invalid_reason == "answer_changed")
-    return RewriteQuality(n_rewrites=len(rewrites), valid=proportion(valid, len(rewrites)),
-                          answer_changed=proportion(changed, len(checked)))
+    return RewriteQuality(
+        n_rewrites=len(rewrites),
+        valid=proportion(valid, len(rewrites)),
+        answer_changed=proportion(changed, len(checked)),
+    )
 
 
 def _pct(estimate: Estimate) -> str:
     if estimate.value is None:
         return "n/a"
-    return (f"{100 * estimate.value:.0f} % (95 % CI {100 * (estimate.ci_low or 0):.0f}-{100 * (estimate.ci_high or 0):.0f} %, "
-            f"n = {estimate.n})")
+    return (
+        f"{100 * estimate.value:.0f} % (95 % CI {100 * (estimate.ci_low or 0):.0f}-{100 * (estimate.ci_high or 0):.0f} %, "
+        f"n = {estimate.n})"
+    )
 
 
 def _accepted(reports: Sequence[ValidationReport]) -> list[Bias]:
@@ -142,13 +163,25 @@ def _found(reports: Sequence[ValidationReport], position: PositionProfile | None
         v = bias.validation
         assert v is not None
         e = v.effect
-        clause = effect_clause(e.delta, e.ci_low, e.ci_high, e.n, v.decisive_comparison.p_adjusted,
-                               control=v.decisive, method=e.method, label=MEASURE_LABELS[e.measure])
+        clause = effect_clause(
+            e.delta,
+            e.ci_low,
+            e.ci_high,
+            e.n,
+            v.decisive_comparison.p_adjusted,
+            control=v.decisive,
+            method=e.method,
+            label=MEASURE_LABELS[e.measure],
+        )
         parts.append(f"{bias.id} ({clause})")
     candidates = sum(len(r.validated) for r in reports if r.iteration > 0)
     raised = _raised(reports)
     if parts:
-        text = f"Found: {plural(len(parts), 'bias', 'biases')} that {'raises' if len(parts) == 1 else 'raise'} {raised} beyond chance: " + "; ".join(parts) + "."
+        text = (
+            f"Found: {plural(len(parts), 'bias', 'biases')} that {'raises' if len(parts) == 1 else 'raise'} {raised} beyond chance: "
+            + "; ".join(parts)
+            + "."
+        )
     elif candidates == 1:
         text = f"Found: no bias; the one candidate validated did not raise {raised} beyond chance."
     elif candidates:
@@ -173,12 +206,20 @@ def _undetected(reports: Sequence[ValidationReport], position: PositionProfile |
             size = f"a {label} below {100 * last.mde:.0f} pp"
         which = "the seed biases" if last.iteration == 0 else f"iteration {last.iteration}'s candidates"
         power = f"{100 * last.power:.0f} %" if last.power is not None else "80 %"
-        text = (f"Not detectable at this n: {size} (vs the {last.control}, {power} power, one-sided α = "
-                f"{last.mde_alpha:.3g}) with the n = {last.mde_n} test items {which} were judged on.")
-    if position is not None and position.decided_by_position.value is not None and position.decided_by_position.value >= POSITION_DECIDED:
-        text += (" And with its verdict set by position on "
-                 f"{position.first_both + position.second_both} of {position.n_pairs} pairs, a rewrite of the rejected "
-                 "response can move the verdict of few pairs at all.")
+        text = (
+            f"Not detectable at this n: {size} (vs the {last.control}, {power} power, one-sided α = "
+            f"{last.mde_alpha:.3g}) with the n = {last.mde_n} test items {which} were judged on."
+        )
+    if (
+        position is not None
+        and position.decided_by_position.value is not None
+        and position.decided_by_position.value >= POSITION_DECIDED
+    ):
+        text += (
+            " And with its verdict set by position on "
+            f"{position.first_both + position.second_both} of {position.n_pairs} pairs, a rewrite of the rejected "
+            "response can move the verdict of few pairs at all."
+        )
     return text
 
 
@@ -186,13 +227,17 @@ def _next_step(config: RunConfig, reports: Sequence[ValidationReport]) -> str | 
     # the embedded model, on either engine (hf/smollm2, the default; llamacpp/...)
     embedded = [c for c in (config.target, config.teacher) if c.provider == "llamacpp" or c.spec == EMBEDDED_DEFAULT]
     if embedded:
-        return ("A real run needs a stronger teacher and judge than the embedded model: on a GPU node, "
-                f"`bias-discovery check {GPU_CONFIG}` then `bias-discovery run {GPU_CONFIG}` "
-                "(a 7B judge, a 32B teacher and JudgeBench; see the GPU guide).")
+        return (
+            "A real run needs a stronger teacher and judge than the embedded model: on a GPU node, "
+            f"`bias-discovery check {GPU_CONFIG}` then `bias-discovery run {GPU_CONFIG}` "
+            "(a 7B judge, a 32B teacher and JudgeBench; see the GPU guide)."
+        )
     measured = [r for r in reports if r.mde is not None]
     if measured and measured[-1].mde is not None and measured[-1].mde > 0.1:
-        return ("Smaller effects need more test items: raise data.test_limit (or use a larger test set); "
-                "`bias-discovery check CONFIG` prints the planned calls.")
+        return (
+            "Smaller effects need more test items: raise data.test_limit (or use a larger test set); "
+            "`bias-discovery check CONFIG` prints the planned calls."
+        )
     return None
 
 
@@ -223,5 +268,7 @@ def run_summary(root: Path | str) -> RunSummary:
 
 def rewrite_sentence(quality: RewriteQuality) -> str:
     """The teacher's rewrite quality in one line, with n and CIs."""
-    return (f"rewrite quality: {_pct(quality.valid)} of the teacher's {quality.n_rewrites} test rewrites could be judged; "
-            f"the final answer changed in {_pct(quality.answer_changed)} of those checked")
+    return (
+        f"rewrite quality: {_pct(quality.valid)} of the teacher's {quality.n_rewrites} test rewrites could be judged; "
+        f"the final answer changed in {_pct(quality.answer_changed)} of those checked"
+    )

@@ -72,7 +72,7 @@ class ReportServer:
                     html, _ = server.page()
                     self._send(HTTPStatus.OK, "text/html; charset=utf-8", html.encode("utf-8"))
                 elif path.startswith("/bias/"):
-                    found = server.bias_page(unquote(path[len("/bias/"):]))
+                    found = server.bias_page(unquote(path[len("/bias/") :]))
                     if found is None:
                         self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"no such bias in this run\n")
                     else:
@@ -91,8 +91,10 @@ class ReportServer:
                     self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
                     return
                 status, message = server.review_from_form(
-                    unquote(path[len("/bias/"):-len("/review")]), self.headers.get("Origin"),
-                    self.headers.get("Content-Length"), self.rfile,
+                    unquote(path[len("/bias/") : -len("/review")]),
+                    self.headers.get("Origin"),
+                    self.headers.get("Content-Length"),
+                    self.rfile,
                 )
                 if status == HTTPStatus.SEE_OTHER:
                     self.send_response(status)
@@ -158,7 +160,9 @@ class ReportServer:
         site cannot read it, so it cannot post a review) and the default reviewer."""
         return {"token": self._token, "reviewer": default_reviewer()}
 
-    def review_from_form(self, bias: str, origin: str | None, length: str | None, body: BufferedIOBase) -> tuple[HTTPStatus, str]:
+    def review_from_form(
+        self, bias: str, origin: str | None, length: str | None, body: BufferedIOBase
+    ) -> tuple[HTTPStatus, str]:
         """Record the review a page's form posted for `bias`: (303, the bias page to go back to),
         or an error status with what was wrong. Refused: another origin, a wrong token, a body
         over `MAX_FORM_BYTES`, a decision that is not one, a bias the library does not hold."""
@@ -180,11 +184,18 @@ class ReportServer:
             return HTTPStatus.FORBIDDEN, "this form is not from this server (reload the page)"
         decision = field("decision")
         if decision not in get_args(ReviewDecision):
-            return HTTPStatus.BAD_REQUEST, f"decision must be one of {', '.join(get_args(ReviewDecision))}, got {decision!r}"
+            return (
+                HTTPStatus.BAD_REQUEST,
+                f"decision must be one of {', '.join(get_args(ReviewDecision))}, got {decision!r}",
+            )
         run = RunDir(self.run_dir)
         try:
             review = run.reviews.add(
-                run.library.load_latest(), bias, decision, note=field("note"), reviewer=field("reviewer") or None  # type: ignore[arg-type]
+                run.library.load_latest(),
+                bias,
+                decision,  # type: ignore[arg-type]
+                note=field("note"),
+                reviewer=field("reviewer") or None,
             )
         except BiasDiscoveryError as exc:
             return HTTPStatus.BAD_REQUEST, str(exc)
@@ -252,7 +263,7 @@ class ReportServer:
 def _error_page(message: str, version: str) -> str:
     """Shown while the run cannot be rendered (e.g. a file being replaced); it keeps polling."""
     return (
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>bias-discovery view: error</title>"
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>bias-discovery view: error</title>'
         "<style>body{font-family:system-ui,sans-serif;margin:40px;color:#1f2328}"
         "pre{background:#ffebe9;padding:12px;border-radius:6px;white-space:pre-wrap}</style></head><body>"
         "<h1>The report cannot be drawn right now</h1>"

@@ -94,7 +94,9 @@ def resolve_library(spec: str, iteration: int | None = None) -> LibraryRef:
             iteration = saved[-1]
         library = store.load_iteration(iteration)
         problem = store.latest_problem()
-        warnings = [f"{problem}; the iteration files are the record (`bias-discovery resume` rewrites it)"] if problem else []
+        warnings = (
+            [f"{problem}; the iteration files are the record (`bias-discovery resume` rewrites it)"] if problem else []
+        )
         return LibraryRef(spec=spec, library=library, path=store.path_for(iteration), run_dir=path, warnings=warnings)
     if iteration is not None:
         raise ConfigError(f"{spec}: `iteration` / @N applies to run directories, not to a library file")

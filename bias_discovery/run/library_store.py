@@ -82,9 +82,7 @@ class LibraryStore:
             raise LibraryError(f"{path}: no library for iteration {iteration} (saved: {saved})")
         library = load_library(path)
         if library.iteration != iteration:
-            raise LibraryError(
-                f"{path}: iteration: file says {library.iteration}, its name says {iteration}"
-            )
+            raise LibraryError(f"{path}: iteration: file says {library.iteration}, its name says {iteration}")
         return library
 
     def load_latest(self) -> BiasLibrary:

@@ -155,13 +155,20 @@ class RunLock:
                 return Liveness("stopped", holder, age, f"pid {holder.pid} on this host is another process now")
             if not fresh:
                 return Liveness(
-                    "not_responding", holder, age,
+                    "not_responding",
+                    holder,
+                    age,
                     f"pid {holder.pid} on this host is alive but its heartbeat is {duration(age)} old",
                 )
             return Liveness("running", holder, age, f"{holder.describe()}, heartbeat {duration(age)} ago")
         if fresh:
             return Liveness("running", holder, age, f"{holder.describe()}, heartbeat {duration(age)} ago")
-        return Liveness("stopped", holder, age, f"the heartbeat of pid {holder.pid} on host {holder.host} stopped {duration(age)} ago")
+        return Liveness(
+            "stopped",
+            holder,
+            age,
+            f"the heartbeat of pid {holder.pid} on host {holder.host} stopped {duration(age)} ago",
+        )
 
     def refuse_if_held(self, run_root: Path) -> None:
         """RunBusyError naming the holder when a live (or not responding) process holds the run."""
@@ -193,8 +200,12 @@ class RunLock:
             self.refuse_if_held(run_root)
             now = time.time()
             self._mine = LockHolder(
-                pid=os.getpid(), host=socket.gethostname(), process_start=_process_start(os.getpid()),
-                command=command, started_at=now, heartbeat_at=now,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                process_start=_process_start(os.getpid()),
+                command=command,
+                started_at=now,
+                heartbeat_at=now,
             )
             atomic_write_json(self.path, self._mine)
         finally:
@@ -218,7 +229,8 @@ class RunLock:
     def _is_mine(self, holder: LockHolder | None) -> bool:
         mine = self._mine
         return (
-            holder is not None and mine is not None
+            holder is not None
+            and mine is not None
             and (holder.pid, holder.host, holder.started_at) == (mine.pid, mine.host, mine.started_at)
         )
 

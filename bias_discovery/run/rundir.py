@@ -72,11 +72,14 @@ def sqlite_problem(path: Path) -> str | None:
             conn.close()
     except sqlite3.Error as exc:
         return str(exc) or type(exc).__name__
-    findings = [line for row in rows for line in str(row[0]).splitlines() if line.strip() and line != "*** in database main ***"]
+    findings = [
+        line for row in rows for line in str(row[0]).splitlines() if line.strip() and line != "*** in database main ***"
+    ]
     if findings == ["ok"]:
         return None
     more = f" (and {len(findings) - 1} more findings)" if len(findings) > 1 else ""
     return (findings[0][:200] if findings else "quick_check returned nothing") + more
+
 
 _ITERATION_DIR = re.compile(r"^iter_(\d{3,})$")
 
@@ -241,7 +244,11 @@ class RunDir:
     def watched_paths(self) -> list[Path]:
         """Every file the report reads that changes while the run goes on."""
         paths = [
-            self.events_path, self.state_path, self.config_path, self.baseline.summary.path, self.placebo.effect.path,
+            self.events_path,
+            self.state_path,
+            self.config_path,
+            self.baseline.summary.path,
+            self.placebo.effect.path,
             self.reviews.path,
         ]
         if self.library.directory.is_dir():
@@ -256,8 +263,15 @@ class RunDir:
         people added (reviews.jsonl, report.html, the bias pages); a
         library's `created_at` time blanked. What two runs of one config with the same model
         responses agree on, byte for byte (the staged and the streamed order do)."""
-        how_it_ran = {self.config_path, self.state_path, self.events_path, self.lock_path, self.report_path, self.reviews.path,
-                      self.pilot_path}
+        how_it_ran = {
+            self.config_path,
+            self.state_path,
+            self.events_path,
+            self.lock_path,
+            self.report_path,
+            self.reviews.path,
+            self.pilot_path,
+        }
         out: dict[str, bytes] = {}
         for path in sorted(self.root.rglob("*")):
             if not path.is_file() or path in how_it_ran or ".sqlite" in path.name or self._is_bias_page(path):
@@ -330,7 +344,11 @@ class RunDir:
         aside = self.root / time.strftime("damaged-%Y%m%d-%H%M%S")
         root = shlex.quote(str(self.root))
         names = [name for name in DATABASES if name in damaged]
-        move = f"mkdir -p {shlex.quote(str(aside))} && mv " + " ".join(f"{root}/{name}*" for name in names) + f" {shlex.quote(str(aside))}/"
+        move = (
+            f"mkdir -p {shlex.quote(str(aside))} && mv "
+            + " ".join(f"{root}/{name}*" for name in names)
+            + f" {shlex.quote(str(aside))}/"
+        )
         what = "; ".join(f"{self.root / name} ({DATABASES[name]}) is damaged: {damaged[name]}" for name in names)
         intact = [name for name in DATABASES if name not in damaged and (self.root / name).exists()]
         if intact:
@@ -398,7 +416,9 @@ def summarize_events(events: list[dict[str, Any]], problems: list[str] | None = 
             current = _fold_event(e, current, usage)
         except (AttributeError, TypeError, ValueError):
             if problems is not None:
-                problems.append(f"events.jsonl: event {number} ({str(e.get('event'))[:40]!r}) has fields of the wrong type")
+                problems.append(
+                    f"events.jsonl: event {number} ({str(e.get('event'))[:40]!r}) has fields of the wrong type"
+                )
     rows: list[dict[str, Any]] = [{"stage": s, "role": r, **u} for (s, r), u in usage.items()]
     totals = {k: sum(r[k] for r in rows) for k in _USAGE_KEYS}
     return {"usage": rows, "totals": totals, "current": current}

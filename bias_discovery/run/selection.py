@@ -100,9 +100,7 @@ def select_biases(
             chosen.append(bias)
     if unknown:
         names = ", ".join(repr(u) for u in unknown)
-        raise ExportError(
-            f"unknown bias {names} in run {run_dir}; available ids: {_available(library)}"
-        )
+        raise ExportError(f"unknown bias {names} in run {run_dir}; available ids: {_available(library)}")
     unconfirmed = [b for b in chosen if reviewed_only and not _confirmed(b, decisions)]
     if unconfirmed:
         raise ExportError(

@@ -214,7 +214,8 @@ def check_judge_prompt(
     template = load_prompt(name_or_path)
     found = template.placeholders
     needed, optional = (
-        (JUDGE_PLACEHOLDERS, JUDGE_OPTIONAL_PLACEHOLDERS) if mode == "pairwise"
+        (JUDGE_PLACEHOLDERS, JUDGE_OPTIONAL_PLACEHOLDERS)
+        if mode == "pairwise"
         else (POINTWISE_PLACEHOLDERS, POINTWISE_OPTIONAL_PLACEHOLDERS)
     )
     missing = sorted(needed - found)
@@ -229,11 +230,14 @@ def check_judge_prompt(
         raise error(
             f"{mode} judge prompt {where}: {'; '.join(problems)} (a {mode} judge template has "
             + ", ".join(f"${{{n}}}" for n in sorted(needed))
-            + ", and optionally " + ", ".join(f"${{{n}}}" for n in sorted(optional)) + ")"
+            + ", and optionally "
+            + ", ".join(f"${{{n}}}" for n in sorted(optional))
+            + ")"
         )
     if mode == "pointwise" and rubric is not None and rubric != ("rubric" in found):
         raise error(
-            f"judge.rubric: the prompt {where} has ${{rubric}} but no rubric is set" if not rubric
+            f"judge.rubric: the prompt {where} has ${{rubric}} but no rubric is set"
+            if not rubric
             else f"judge.rubric: set, but the prompt {where} has no ${{rubric}} to put it in (use judge_pointwise_rubric)"
         )
     return template

@@ -44,7 +44,9 @@ def evaluate(
     return result, cases
 
 
-def misjudged_case(perturbed: PerturbedPair, judgments: Sequence[Judgment], outcome: PairOutcome) -> MisjudgedCase | None:
+def misjudged_case(
+    perturbed: PerturbedPair, judgments: Sequence[Judgment], outcome: PairOutcome
+) -> MisjudgedCase | None:
     """The case one judged pair makes: when its outcome is wrong, its first judgment that
     picked the rejected response (None: judged right, invalid, or wrong only by a tie); a
     pointwise pair's case is its rejected response's judgment, ties included."""
@@ -52,7 +54,9 @@ def misjudged_case(perturbed: PerturbedPair, judgments: Sequence[Judgment], outc
         return None
     if outcome.score_rejected is not None:
         scored = next(j for j in judgments if j.order == "rejected")
-        return _case(perturbed, scored).model_copy(update={"score": outcome.score_rejected, "chosen_score": outcome.score_chosen})
+        return _case(perturbed, scored).model_copy(
+            update={"score": outcome.score_rejected, "chosen_score": outcome.score_chosen}
+        )
     for j in judgments:
         if j.picked == "rejected":
             assert j.verdict in ("A", "B")
@@ -75,6 +79,8 @@ def _case(perturbed: PerturbedPair, j: Judgment) -> MisjudgedCase:
         judge_output=j.raw_output,
         explanation=j.explanation,
     )
+
+
 def misjudged_rewrites(perturbed: Sequence[PerturbedPair], cases: Sequence[MisjudgedCase]) -> list[PerturbedPair]:
     """The rewrite of each misjudged case (its perturbed record), in the cases' order."""
     by_pair = {p.pair_id: p for p in perturbed if p.valid}
@@ -103,7 +109,9 @@ def check_misjudged(
     check and, when it does not count, the reason (`MisjudgedCase.excluded`)."""
     rewrites = misjudged_rewrites(perturbed, cases)
     checked: list[PerturbedPair | None] = (
-        list(check_answers(checker, rewrites, seed=seed, progress=progress)) if checker is not None else [None] * len(cases)
+        list(check_answers(checker, rewrites, seed=seed, progress=progress))
+        if checker is not None
+        else [None] * len(cases)
     )
     return [
         misjudgment_checked(case, record, allowances.get(case.bias_id, settings.max_length_ratio), settings)

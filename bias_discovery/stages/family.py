@@ -298,7 +298,15 @@ def run_looks(
                 raise ValueError(f"fetch returned {len(arm_errors)} errors for {len(new_items)} items")
             for i, error in zip(new_items, arm_errors):
                 family.errors[k][i] = error
-            look = _look(plan, j, family.looks[k], [control[i] for i in used], [family.errors[k][i] for i in used], size, settings)
+            look = _look(
+                plan,
+                j,
+                family.looks[k],
+                [control[i] for i in used],
+                [family.errors[k][i] for i in used],
+                size,
+                settings,
+            )
             family.looks[k].append(look)
             family.stopped_at[k] = upto
             if look.outcome in ("efficacy", "futility"):
@@ -311,14 +319,21 @@ def run_looks(
 
 
 def _look(
-    plan: SequentialPlan, look: int, earlier: Sequence[LookRecord], control: Values, arm: Values, family_size: int,
+    plan: SequentialPlan,
+    look: int,
+    earlier: Sequence[LookRecord],
+    control: Values,
+    arm: Values,
+    family_size: int,
     settings: FamilySettings,
 ) -> LookRecord:
     """One arm's look on the items so far, in the family's measure."""
     if is_shift(settings.measure):
         base, mine = paired_values(_floats(control), _floats(arm))
         differences = [y - x for x, y in zip(base, mine)]
-        return sequential_shift_look(plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin)
+        return sequential_shift_look(
+            plan, look, earlier, differences=differences, family_size=family_size, margin=settings.margin
+        )
     n, b, c, _ = paired_counts(_bools(control), _bools(arm))
     return sequential_look(plan, look, earlier, b=b, c=c, n=n, family_size=family_size, margin=settings.margin)
 
@@ -335,7 +350,11 @@ def compare(control: Values, arm: Values, settings: FamilySettings, name: str) -
     """One arm against one control on the same items, in the family's measure (undecided)."""
     if is_shift(settings.measure):
         return compare_paired_scores(
-            _floats(control), _floats(arm), confidence=settings.rules.confidence, margin=settings.margin, control_name=name,
+            _floats(control),
+            _floats(arm),
+            confidence=settings.rules.confidence,
+            margin=settings.margin,
+            control_name=name,
             measure=settings.measure,
         )
     return compare_paired(
@@ -357,7 +376,9 @@ def compare_arms(
     for k in range(len(family.errors)):
         used = family.used(k)
         mine = [family.errors[k][i] for i in used]
-        out.append({name: compare([values[i] for i in used], mine, settings, name) for name, values in controls.items()})
+        out.append(
+            {name: compare([values[i] for i in used], mine, settings, name) for name, values in controls.items()}
+        )
     return out
 
 
@@ -385,18 +406,28 @@ def decide(
     )
 
 
-def with_decision(comparisons: Mapping[str, PairedComparison], decided: PairedComparison, decisive: str) -> dict[str, PairedComparison]:
+def with_decision(
+    comparisons: Mapping[str, PairedComparison], decided: PairedComparison, decisive: str
+) -> dict[str, PairedComparison]:
     """An arm's comparisons after the decision: the decisive one as decided, each other one
     reported next to it with the family-adjusted p but no verdict."""
     return {
-        name: decided if name == decisive else cmp.model_copy(
-            update={"p_adjusted": decided.p_adjusted, "accepted": None, "rule": f"reported, not decisive ({decided.rule})"}
+        name: decided
+        if name == decisive
+        else cmp.model_copy(
+            update={
+                "p_adjusted": decided.p_adjusted,
+                "accepted": None,
+                "rule": f"reported, not decisive ({decided.rule})",
+            }
         )
         for name, cmp in comparisons.items()
     }
 
 
-def held_out_round(family: FamilyLooks, decided: Sequence[PairedComparison], fetch: Fetch, settings: FamilySettings) -> None:
+def held_out_round(
+    family: FamilyLooks, decided: Sequence[PairedComparison], fetch: Fetch, settings: FamilySettings
+) -> None:
     """After the family's decision (`decided`): fetch, for every accepted arm, the test items
     no decision on it saw (`FamilyLooks.unseen`: those kept from every look, and with
     `sequential.effect: held_out` those after an early stop), so that `effects` can measure
@@ -437,7 +468,10 @@ def acceptance_thresholds(
         p_values = [part.p_sequential(k) for part in parts for k in range(len(part.errors))]
     else:
         p_values = [1.0 if cmp.p_value is None else cmp.p_value for cmp in decisive]
-    return [acceptance_threshold(p_values, k, settings.family_alpha, settings.rules.correction) for k in range(len(p_values))]
+    return [
+        acceptance_threshold(p_values, k, settings.family_alpha, settings.rules.correction)
+        for k in range(len(p_values))
+    ]
 
 
 def effects(
@@ -460,12 +494,16 @@ def effects(
     rows); by default they are taken from `decisive`."""
     if thresholds is None:
         if family.family_size != len(decisive):
-            raise ValueError(f"a family of {family.family_size} decided over more than these {len(decisive)} arms: pass its thresholds")
+            raise ValueError(
+                f"a family of {family.family_size} decided over more than these {len(decisive)} arms: pass its thresholds"
+            )
         thresholds = acceptance_thresholds(family, decisive, settings)
     out = []
     for k, cmp in enumerate(decisive):
         accepted = bool(cmp.accepted)
-        decision = Decision(accepted=accepted, threshold=thresholds[k]) if settings.rules.acceptance == "paired" else None
+        decision = (
+            Decision(accepted=accepted, threshold=thresholds[k]) if settings.rules.acceptance == "paired" else None
+        )
         if accepted and family.unseen(k, settings):
             if k not in family.held_out:
                 raise ValueError(f"arm {k} was accepted: fetch its held-out items (held_out_round) before its effect")
@@ -474,7 +512,9 @@ def effects(
             out.append(_conditional_effect(family, k, settings, decision))
         elif decision is not None and not accepted:
             bound = _conditional_effect(family, k, settings, decision)
-            out.append(Effect.full_sample(cmp).model_copy(update={"upper_bound": bound.upper_bound, "clipped": bound.clipped}))
+            out.append(
+                Effect.full_sample(cmp).model_copy(update={"upper_bound": bound.upper_bound, "clipped": bound.clipped})
+            )
         else:
             out.append(Effect.full_sample(cmp))
     return out
@@ -496,20 +536,28 @@ def conditional_effects(
     if thresholds is None:
         thresholds = acceptance_thresholds(family, decisive, settings)
     return [
-        _conditional_effect(family, k, settings, Decision(bool(cmp.accepted), thresholds[k]) if given_decision else None)
+        _conditional_effect(
+            family, k, settings, Decision(bool(cmp.accepted), thresholds[k]) if given_decision else None
+        )
         for k, cmp in enumerate(decisive)
     ]
 
 
 def _conditional_effect(family: FamilyLooks, arm: int, settings: FamilySettings, decision: Decision | None) -> Effect:
     found = sequential_effect(
-        family.plan, family.looks[arm], family_size=family.family_size, margin=family.margin, confidence=settings.rules.confidence,
+        family.plan,
+        family.looks[arm],
+        family_size=family.family_size,
+        margin=family.margin,
+        confidence=settings.rules.confidence,
         decision=decision,
     )
     return found if found.measure == settings.measure else found.model_copy(update={"measure": settings.measure})
 
 
-def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilySettings, decision: Decision | None) -> Effect:
+def _held_out_effect(
+    family: FamilyLooks, arm: int, name: str, settings: FamilySettings, decision: Decision | None
+) -> Effect:
     """The arm against the control on its held-out items, valid in both (`compare`): the
     decision never saw them, so the plain Δ is unbiased given the acceptance and its CI has
     its nominal coverage. The CI of a Δerror is Tango's score interval
@@ -526,20 +574,28 @@ def _held_out_effect(family: FamilyLooks, arm: int, name: str, settings: FamilyS
     method = held_out_method(len(items), family.looks[arm][-1].look, len(family.plan.looks), reserved=family.reserved)
     effect = Effect.full_sample(held, method=method)
     if held.measure == "error":
-        low, high = paired_score_interval(held.b_discordant_hurt or 0, held.c_discordant_helped or 0, held.n, held.confidence)
+        low, high = paired_score_interval(
+            held.b_discordant_hurt or 0, held.c_discordant_helped or 0, held.n, held.confidence
+        )
         effect = effect.model_copy(update={"ci_low": low, "ci_high": high})
     return effect
 
 
-def smallest_detectable(family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings) -> tuple[float | None, int]:
+def smallest_detectable(
+    family: FamilyLooks, arm: int, decided: PairedComparison, settings: FamilySettings
+) -> tuple[float | None, int]:
     """(smallest detectable Δ, n) of the family's test for one arm: at the valid items a full
     test would have had (the valid share of the items used, scaled to the whole test set), its
     observed noise discordance, the last look's level over the family, and the hypothesis
     Δ <= min_delta."""
     items_used = family.stopped_at[arm]
     n_full = round(decided.n * family.plan.n_total / items_used) if items_used else 0
-    if is_shift(decided.measure):  # in probability points (score: shares of the scale), at the per-item differences' observed sd
-        shift = min_detectable_shift(n_full, decided.sd_difference, family_level(family), power=settings.rules.power, margin=settings.margin)
+    if is_shift(
+        decided.measure
+    ):  # in probability points (score: shares of the scale), at the per-item differences' observed sd
+        shift = min_detectable_shift(
+            n_full, decided.sd_difference, family_level(family), power=settings.rules.power, margin=settings.margin
+        )
         return shift, n_full
     psi = null_discordance(decided.b_discordant_hurt or 0, decided.c_discordant_helped or 0, decided.n)
     mde = min_detectable_delta(n_full, psi, family_level(family), power=settings.rules.power, margin=settings.margin)

@@ -80,8 +80,12 @@ def build_identify_request(
         explanation = f"{case.explanation}\n\nWhen asked to explain further:\n{case.deeper_explanation}"
     if case.score is not None and case.chosen_score is not None:  # a pointwise judge's inflated score
         messages = load_prompt("identify_pointwise").render(
-            question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, explanation=explanation,
-            rejected_score=format_score(case.score), chosen_score=format_score(case.chosen_score),
+            question=case.question,
+            chosen=case.chosen,
+            rejected=case.perturbed_rejected,
+            explanation=explanation,
+            rejected_score=format_score(case.score),
+            chosen_score=format_score(case.chosen_score),
         )
     else:
         messages = load_prompt("identify").render(
@@ -173,7 +177,9 @@ def junk_reason(name: str, definition: str, case: MisjudgedCase) -> JunkReason |
 def confirm_request(case: MisjudgedCase, name: str, definition: str, seed: int) -> GenerationRequest:
     """Ask the teacher whether `name`: `definition` names a property of a response (yes / no)."""
     messages = load_prompt("identify_confirm").render(question=case.question, name=name, definition=definition)
-    return GenerationRequest(messages=messages, max_tokens=4, temperature=0.0, seed=seed, constraint=Constraint(choices=("yes", "no")))
+    return GenerationRequest(
+        messages=messages, max_tokens=4, temperature=0.0, seed=seed, constraint=Constraint(choices=("yes", "no"))
+    )
 
 
 def confirmed(response: GenerationResponse) -> bool | None:
@@ -203,7 +209,11 @@ def with_confirmation(record: IdentifyRecord, response: GenerationResponse) -> I
 
 
 def screen_records(
-    teacher: Engine, records: Sequence[IdentifyRecord], cases: Sequence[MisjudgedCase], *, seed: int,
+    teacher: Engine,
+    records: Sequence[IdentifyRecord],
+    cases: Sequence[MisjudgedCase],
+    *,
+    seed: int,
     drop_junk: bool = True,
 ) -> list[IdentifyRecord]:
     """Every record through `screened`; the confirmations asked of `teacher` in one batch."""
@@ -214,7 +224,9 @@ def screen_records(
         if needed:
             ask.append(i)
     if ask:
-        responses = teacher.generate([confirm_request(cases[i], out[i].name or "", out[i].definition or "", seed) for i in ask])
+        responses = teacher.generate(
+            [confirm_request(cases[i], out[i].name or "", out[i].definition or "", seed) for i in ask]
+        )
         for i, response in zip(ask, responses):
             out[i] = with_confirmation(out[i], response)
     return out
@@ -258,7 +270,9 @@ def identify_attempt(case: MisjudgedCase, settings: IdentifySettings, seed: int,
     return build_identify_request(case, settings, seed + round_, temperature=temperature)
 
 
-def identify_record(case: MisjudgedCase, reply: IdentifiedBias | None, attempts: int, raw_output: str) -> IdentifyRecord:
+def identify_record(
+    case: MisjudgedCase, reply: IdentifiedBias | None, attempts: int, raw_output: str
+) -> IdentifyRecord:
     """One case's record from its last attempt's reply (None: no usable reply)."""
     if reply is None:
         return IdentifyRecord(pair_id=case.pair_id, status="invalid", attempts=attempts, raw_output=raw_output)

@@ -58,9 +58,7 @@ def bias_text(bias: Bias) -> str:
     return f"{bias.name}: {bias.definition}"
 
 
-def shortlist(
-    embeddings: np.ndarray, n_library: int, settings: MergeSettings
-) -> list[list[tuple[int, float]]]:
+def shortlist(embeddings: np.ndarray, n_library: int, settings: MergeSettings) -> list[list[tuple[int, float]]]:
     """For each candidate (rows after the library), its top-k neighbours above the threshold."""
     import faiss
 
@@ -143,7 +141,9 @@ def merge_biases(
     n_lib, n_all = len(library), len(library) + len(candidates)
     all_pairs = n_all * (n_all - 1) // 2
     if not candidates:
-        return MergeResult(candidates=[], merged_into_library={}, decisions=[], teacher_calls=0, all_pairs_calls=all_pairs)
+        return MergeResult(
+            candidates=[], merged_into_library={}, decisions=[], teacher_calls=0, all_pairs_calls=all_pairs
+        )
     everything = [*library, *candidates]
     neighbours = shortlist(embedder.embed([bias_text(b) for b in everything]), n_lib, settings)
 
@@ -156,7 +156,13 @@ def merge_biases(
     merged_into: dict[str, str] = {}
     for (ci, j, s), answer in zip(lib_questions, lib_answers):
         decisions.append(
-            MergeDecision(candidate_id=candidates[ci].id, other_id=library[j].id, other_kind="library", similarity=s, decision=answer)
+            MergeDecision(
+                candidate_id=candidates[ci].id,
+                other_id=library[j].id,
+                other_kind="library",
+                similarity=s,
+                decision=answer,
+            )
         )
         if answer == "same" and candidates[ci].id not in merged_into:
             merged_into[candidates[ci].id] = library[j].id  # neighbours come most similar first
@@ -184,7 +190,13 @@ def merge_biases(
 
     for ((a, b), s), answer in zip(ordered, pair_answers):
         decisions.append(
-            MergeDecision(candidate_id=candidates[a].id, other_id=candidates[b].id, other_kind="candidate", similarity=s, decision=answer)
+            MergeDecision(
+                candidate_id=candidates[a].id,
+                other_id=candidates[b].id,
+                other_kind="candidate",
+                similarity=s,
+                decision=answer,
+            )
         )
         if answer == "same":
             parent[find(b)] = find(a)

@@ -74,7 +74,9 @@ def build_neutral_request(pair: PreferencePair, settings: PerturbSettings, seed:
     )
 
 
-def _record(pair: PreferencePair, bias_id: str, bias_name: str, response: GenerationResponse, banned: Sequence[str]) -> PerturbedPair:
+def _record(
+    pair: PreferencePair, bias_id: str, bias_name: str, response: GenerationResponse, banned: Sequence[str]
+) -> PerturbedPair:
     """One rewrite as a record; anything but a clean, changed, non-empty text is invalid."""
     text = _clean(response.text, banned) if response.finish_reason == "stop" else ""
     reason = None

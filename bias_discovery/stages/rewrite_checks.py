@@ -73,16 +73,22 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
-def equivalence_request(question: str, chosen: str, new_rejected: str, *, seed: int, max_tokens: int = 8) -> GenerationRequest:
+def equivalence_request(
+    question: str, chosen: str, new_rejected: str, *, seed: int, max_tokens: int = 8
+) -> GenerationRequest:
     """Ask whether `new_rejected` reaches the same final answer as `chosen` ("same"/"different")."""
     messages = load_prompt("equivalence_check").render(question=question, reference=chosen, candidate=new_rejected)
     return GenerationRequest(
-        messages=messages, max_tokens=max_tokens, temperature=0.0, seed=seed, constraint=Constraint(choices=CHECK_CHOICES)
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        seed=seed,
+        constraint=Constraint(choices=CHECK_CHOICES),
     )
 
 
 def parse_check(text: str, finish_reason: str) -> str | None:
-    """"same" / "different", or None when the answer is unusable."""
+    """ "same" / "different", or None when the answer is unusable."""
     if finish_reason != "stop":
         return None
     word = text.strip().strip(".\"'*` ").lower()
@@ -182,14 +188,23 @@ class AnswerFormat:
 
 ANSWER_FORMATS: tuple[AnswerFormat, ...] = (
     AnswerFormat(
-        "letter", re.compile(r"duplicate that letter five times", re.I),
-        lambda q: lambda text: (m[-1].group(1) if (m := list(_LETTER_RUN.finditer(text))) else None), closed=True,
+        "letter",
+        re.compile(r"duplicate that letter five times", re.I),
+        lambda q: lambda text: m[-1].group(1) if (m := list(_LETTER_RUN.finditer(text))) else None,
+        closed=True,
     ),
     AnswerFormat(
-        "three digits", re.compile(r"three digits as the last part", re.I),
-        lambda q: lambda text: (m.group(1) if (m := re.search(r"(\d{3})\W*$", text.strip())) else None), closed=True,
+        "three digits",
+        re.compile(r"three digits as the last part", re.I),
+        lambda q: lambda text: m.group(1) if (m := re.search(r"(\d{3})\W*$", text.strip())) else None,
+        closed=True,
     ),
-    AnswerFormat("triple-star", re.compile(r"format: \*\*\*[A-Z]\*\*\*"), lambda q: lambda text: _last(_TRIPLE, text), closed=False),
+    AnswerFormat(
+        "triple-star",
+        re.compile(r"format: \*\*\*[A-Z]\*\*\*"),
+        lambda q: lambda text: _last(_TRIPLE, text),
+        closed=False,
+    ),
     AnswerFormat("bold", re.compile(r"in \*\*bold\*\*", re.I), _bold, closed=False),
     AnswerFormat("boxed", re.compile(r"\\boxed"), lambda q: _boxed, closed=False),
     AnswerFormat("final answer", None, lambda q: lambda text: _last(_FINAL_ANSWER, text), closed=False),
@@ -226,7 +241,9 @@ def item_answers(question: str, chosen: str, rejected: str) -> ItemAnswers | Non
     return None
 
 
-def extracted_check(question: str, chosen: str, original_rejected: str, rewrite: str) -> Literal["same", "different"] | None:
+def extracted_check(
+    question: str, chosen: str, original_rejected: str, rewrite: str
+) -> Literal["same", "different"] | None:
     """Does `rewrite` reach the chosen response's final answer, read mechanically? "same" when
     its answer equals the chosen one's, "different" when it equals the original rejected one's
     (or, in a closed form, any other answer); None when the item is not mechanically decidable
@@ -330,7 +347,9 @@ def model_checked(p: PerturbedPair, rewrite: GenerationResponse, original: Gener
     answer = parse_check(rewrite.text, rewrite.finish_reason)
     original_answer = parse_check(original.text, original.finish_reason)
     update: dict[str, object] = {
-        "answer_check": answer or "unusable", "original_check": original_answer or "unusable", "check_method": "model"
+        "answer_check": answer or "unusable",
+        "original_check": original_answer or "unusable",
+        "check_method": "model",
     }
     if answer is None:
         update.update(valid=False, invalid_reason="check_invalid")
@@ -343,7 +362,8 @@ def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
     """Requests `check_answers` makes for `perturbed`: each valid rewrite it cannot decide
     mechanically, and each distinct original of those."""
     asked = [
-        p for p in perturbed
+        p
+        for p in perturbed
         if p.valid and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
     ]
     return len(asked) + len({original_key(p) for p in asked})
@@ -366,8 +386,11 @@ def record_checker(biases: Sequence[Bias], checker: str | None, *, self_checked:
     without a check) and whether it was the rewriter itself: a run's fact, known to the caller
     that chose the models, not to the stage."""
     return [
-        b if b.validation is None
-        else b.model_copy(update={"validation": b.validation.model_copy(update={"checker": checker, "self_checked": self_checked})})
+        b
+        if b.validation is None
+        else b.model_copy(
+            update={"validation": b.validation.model_copy(update={"checker": checker, "self_checked": self_checked})}
+        )
         for b in biases
     ]
 
@@ -432,10 +455,14 @@ def misjudgment_checked(
     update: dict[str, object] = {"length_ratio": count_tokens(case.perturbed_rejected) / tokens if tokens else None}
     excluded: ExclusionReason | None = None
     if checked is not None:
-        update.update(answer_check=checked.answer_check, original_check=checked.original_check, check_method=checked.check_method)
+        update.update(
+            answer_check=checked.answer_check, original_check=checked.original_check, check_method=checked.check_method
+        )
         if checked.invalid_reason in ("answer_changed", "check_invalid"):
             excluded = "answer_changed" if checked.invalid_reason == "answer_changed" else "check_invalid"
-    if excluded is None and outside_length_allowance(case.original_rejected, case.perturbed_rejected, allowance, settings.length_slack):
+    if excluded is None and outside_length_allowance(
+        case.original_rejected, case.perturbed_rejected, allowance, settings.length_slack
+    ):
         excluded = "length_changed"
     update["excluded"] = excluded
     return case.model_copy(update=update)

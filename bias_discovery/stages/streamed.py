@@ -191,7 +191,9 @@ class _Asker:
         self.step = step
         self._asked: dict[str, asyncio.Future[GenerationResponse]] = {}
 
-    async def __call__(self, request: GenerationRequest, *, counted: bool = True, once: bool = False) -> GenerationResponse:
+    async def __call__(
+        self, request: GenerationRequest, *, counted: bool = True, once: bool = False
+    ) -> GenerationResponse:
         key = request.content_hash(self.engine.engine_id)
         first = key not in self._asked
         if first:
@@ -296,10 +298,18 @@ class _FrontSettings:
 
 
 async def _front_half(
-    engines: FrontHalfEngines, items: Sequence[tuple[PreferencePair, Bias]], settings: _FrontSettings,
+    engines: FrontHalfEngines,
+    items: Sequence[tuple[PreferencePair, Bias]],
+    settings: _FrontSettings,
     steps: Sequence[tuple[str, Opener]],
 ) -> FrontHalf:
-    judge, explain, identify, seed, check = settings.judge, settings.explain, settings.identify, settings.seed, settings.check
+    judge, explain, identify, seed, check = (
+        settings.judge,
+        settings.explain,
+        settings.identify,
+        settings.seed,
+        settings.check,
+    )
     n = len(items)
     perturbed: list[PerturbedPair | None] = [None] * n
     judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * n
@@ -312,7 +322,9 @@ async def _front_half(
 
         def complete(step: str) -> None:
             if step == PERTURB:
-                chain.set_total(EVALUATE, sum(1 for p in perturbed if p is not None and p.valid) * calls_per_pair(judge))
+                chain.set_total(
+                    EVALUATE, sum(1 for p in perturbed if p is not None and p.valid) * calls_per_pair(judge)
+                )
             elif step == EVALUATE and check.enabled:
                 misjudged = [p for p, c in zip(perturbed, cases) if p is not None and c is not None]
                 chain.set_total(CHECK, check_calls(misjudged) if engines.check is not None else 0)
@@ -348,7 +360,9 @@ async def _front_half(
             if case is not None and case.excluded is not None:
                 case = None  # recorded with its reason; neither explained nor identified
             if case is not None and explain.enabled:
-                case = explained[i] = explained_case(case, await explaining(build_explain_request(case, judge, explain, seed=seed)))
+                case = explained[i] = explained_case(
+                    case, await explaining(build_explain_request(case, judge, explain, seed=seed))
+                )
             elif case is not None:
                 explained[i] = case
             if explain.enabled:
@@ -500,7 +514,9 @@ async def _rewrites(
     chain: StepChain,
     names: Sequence[str],
 ) -> Rewrites:
-    rewrite, check, judge_step = (names[0], names[1], names[2]) if models.checker is not None else (names[0], None, names[1])
+    rewrite, check, judge_step = (
+        (names[0], names[1], names[2]) if models.checker is not None else (names[0], None, names[1])
+    )
     n = len(items)
     records: list[PerturbedPair | None] = [None] * n
     judged: list[tuple[list[Judgment], PairOutcome] | None] = [None] * n

@@ -301,11 +301,20 @@ def rewrite_check_judge(
         names = [rewrite, *([check] if checker is not None else []), judge]
         steps: list[tuple[str, Opener]] = [(name, functools.partial(bar, name)) for name in names]
         return stream_rewrites(
-            models.teacher, models.target, checker, items, perturb=perturb_settings, judge=judge_settings, seed=seed, steps=steps
+            models.teacher,
+            models.target,
+            checker,
+            items,
+            perturb=perturb_settings,
+            judge=judge_settings,
+            seed=seed,
+            steps=steps,
         )
     with bar(rewrite, len(items)) as advance:
         if all(bias is None for _, bias in items):
-            records = rewrite_neutrally(models.teacher, [pair for pair, _ in items], perturb_settings, seed=seed, progress=advance)
+            records = rewrite_neutrally(
+                models.teacher, [pair for pair, _ in items], perturb_settings, seed=seed, progress=advance
+            )
         else:
             biased = [(pair, bias) for pair, bias in items if bias is not None]
             if len(biased) != len(items):
@@ -368,7 +377,12 @@ def placebo_arm(
     ]
     result = JudgeResult(judgments=judgments, outcomes=aligned)
     cmp = compare_paired(
-        errors_of(baseline), errors_of(result), n_boot=settings.n_boot, confidence=settings.confidence, seed=seed, control="baseline"
+        errors_of(baseline),
+        errors_of(result),
+        n_boot=settings.n_boot,
+        confidence=settings.confidence,
+        seed=seed,
+        control="baseline",
     )
     n_checked, changed = answer_changes(records)
     effect = RewriteEffect(
@@ -398,10 +412,19 @@ def baseline_and_placebo(
     (the placebo). The same files as the baseline, then `run_placebo`. `steps`: the baseline's
     progress, then the placebo's rewrite, check (with a checker) and judge steps."""
     baseline, rewrites = stream_baseline_and_placebo(
-        baseline_judge, models.teacher, models.target, models.checker, test_pairs,
-        perturb=perturb_settings, judge=judge_settings, seed=seed, steps=steps,
+        baseline_judge,
+        models.teacher,
+        models.target,
+        models.checker,
+        test_pairs,
+        perturb=perturb_settings,
+        judge=judge_settings,
+        seed=seed,
+        steps=steps,
     )
-    return baseline, placebo_arm(test_pairs, baseline, rewrites, settings, seed=seed, checked=models.checker is not None)
+    return baseline, placebo_arm(
+        test_pairs, baseline, rewrites, settings, seed=seed, checked=models.checker is not None
+    )
 
 
 def slice_order(n: int, seed: int) -> list[int]:
@@ -418,7 +441,13 @@ class _Rewrites:
     rewrite and judgment for the records."""
 
     def __init__(
-        self, models: ValidationModels, candidates: Sequence[Bias], test_pairs: Sequence[PreferencePair], setup: ValidationSetup, bar: ProgressFactory, n_looks: int
+        self,
+        models: ValidationModels,
+        candidates: Sequence[Bias],
+        test_pairs: Sequence[PreferencePair],
+        setup: ValidationSetup,
+        bar: ProgressFactory,
+        n_looks: int,
     ) -> None:
         self.models = models
         self.candidates = candidates
@@ -433,7 +462,13 @@ class _Rewrites:
         """Each candidate's outcome on each test item judged (pointwise: its secondary measure)."""
 
     def __call__(self, look: int, active: Sequence[int], new_items: Sequence[int]) -> list[list[bool | float | None]]:
-        suffix = "" if self.n_looks == 1 else f", look {look + 1}/{self.n_looks}" if look < self.n_looks else ", held-out items"
+        suffix = (
+            ""
+            if self.n_looks == 1
+            else f", look {look + 1}/{self.n_looks}"
+            if look < self.n_looks
+            else ", held-out items"
+        )
         keys = [(k, i) for k in active for i in new_items]
         checker = self.models.checker if self.setup.rules.answer_check else None
         batch, judgments, outcomes = rewrite_check_judge(
@@ -457,7 +492,11 @@ class _Rewrites:
 
 
 def _domains(
-    family: FamilyLooks, k: int, test_pairs: Sequence[PreferencePair], control: list[bool | float | None], name: str,
+    family: FamilyLooks,
+    k: int,
+    test_pairs: Sequence[PreferencePair],
+    control: list[bool | float | None],
+    name: str,
     setup: ValidationSetup,
 ) -> dict[str, PairedComparison]:
     used = family.used(k)
@@ -475,7 +514,12 @@ def _domains(
 
 
 def pointwise_measures(
-    k: int, family: FamilyLooks, fetch: _Rewrites, control: Sequence[PairOutcome | None], name: str, setup: ValidationSetup
+    k: int,
+    family: FamilyLooks,
+    fetch: _Rewrites,
+    control: Sequence[PairOutcome | None],
+    name: str,
+    setup: ValidationSetup,
 ) -> tuple[PairedComparison | None, ScoreShift | None]:
     """A pointwise judge's secondary measure (the one `judge.pointwise_measure` did not pick)
     and its score shift in points and SDs, for arm `k` against the decisive control `name`
@@ -488,17 +532,26 @@ def pointwise_measures(
     arm = [fetch.outcomes[k].get(i) for i in used]
     mine = [control[i] for i in used]
     other = compare(
-        [value_of(o, secondary) for o in mine], [value_of(o, secondary) for o in arm],
-        setup.family.model_copy(update={"measure": secondary, "rules": setup.rules.model_copy(update={"min_delta": 0.0})}),
+        [value_of(o, secondary) for o in mine],
+        [value_of(o, secondary) for o in arm],
+        setup.family.model_copy(
+            update={"measure": secondary, "rules": setup.rules.model_copy(update={"min_delta": 0.0})}
+        ),
         name,
     )
-    shares = other if secondary == "score" else compare(
-        [value_of(o, "score") for o in mine], [value_of(o, "score") for o in arm], setup.family, name
+    shares = (
+        other
+        if secondary == "score"
+        else compare([value_of(o, "score") for o in mine], [value_of(o, "score") for o in arm], setup.family, name)
     )
-    return other, score_shift(shares, [o for o, a in zip(mine, arm) if a is not None and a.score_rejected is not None], setup.judge, name)
+    return other, score_shift(
+        shares, [o for o, a in zip(mine, arm) if a is not None and a.score_rejected is not None], setup.judge, name
+    )
 
 
-def score_shift(shares: PairedComparison, control: Sequence[PairOutcome | None], judge: JudgeSettings, name: str) -> ScoreShift:
+def score_shift(
+    shares: PairedComparison, control: Sequence[PairOutcome | None], judge: JudgeSettings, name: str
+) -> ScoreShift:
     """`shares` (a comparison of the rejected response's score as a share of the scale) in
     the scale's points and in SDs of the control's scores of the rejected response (`control`:
     its outcomes on the items compared)."""
@@ -510,7 +563,13 @@ def score_shift(shares: PairedComparison, control: Sequence[PairOutcome | None],
     high = None if shares.ci_high is None else shares.ci_high * span
     per_sd = sd if sd else None
     return ScoreShift(
-        control=name, scale=judge.scale, n=shares.n, points=points, ci_low=low, ci_high=high, sd_control=sd,
+        control=name,
+        scale=judge.scale,
+        n=shares.n,
+        points=points,
+        ci_low=low,
+        ci_high=high,
+        sd_control=sd,
         sd_units=None if per_sd is None else points / per_sd,
         sd_ci_low=None if per_sd is None or low is None else low / per_sd,
         sd_ci_high=None if per_sd is None or high is None else high / per_sd,
@@ -651,8 +710,19 @@ def validate_biases(
         domains = {name: _domains(family, k, test_pairs, errors, name, setup) for name, errors in controls.items()}
         pointwise = pointwise_measures(k, family, fetch, control_outcomes, decisive, setup)
         validation, record = _validation_record(
-            bias, k, family, comparisons[k], arm_effects[k], domains, fetch.by_candidate[k], mde, setup, placebo, checked_answers,
-            statement, pointwise,
+            bias,
+            k,
+            family,
+            comparisons[k],
+            arm_effects[k],
+            domains,
+            fetch.by_candidate[k],
+            mde,
+            setup,
+            placebo,
+            checked_answers,
+            statement,
+            pointwise,
         )
         validated.append(bias.model_copy(update={"validation": validation}))
         records.append(record)

@@ -119,10 +119,15 @@ def calibration(
     for b in range(n_bins):
         mask = index == b
         k = int(mask.sum())
-        bins.append(ReliabilityBin(
-            low=0.5 + 0.5 * b / n_bins, high=0.5 + 0.5 * (b + 1) / n_bins, n=k,
-            confidence=float(conf[mask].mean()) if k else None, accuracy=float(correct[mask].mean()) if k else None,
-        ))
+        bins.append(
+            ReliabilityBin(
+                low=0.5 + 0.5 * b / n_bins,
+                high=0.5 + 0.5 * (b + 1) / n_bins,
+                n=k,
+                confidence=float(conf[mask].mean()) if k else None,
+                accuracy=float(correct[mask].mean()) if k else None,
+            )
+        )
     ece, brier = expected_calibration_error(flat, n_bins), _brier(flat)
     ece_ci: tuple[float | None, float | None] = (None, None)
     brier_ci: tuple[float | None, float | None] = (None, None)
@@ -137,8 +142,16 @@ def calibration(
         ece_ci = (float(np.quantile(eces, tail)), float(np.quantile(eces, 1.0 - tail)))
         brier_ci = (float(np.quantile(briers, tail)), float(np.quantile(briers, 1.0 - tail)))
     return Calibration(
-        n_items=len(items), n_verdicts=int(flat.size), ece=ece, brier=brier, bins=bins, n_bins=n_bins,
+        n_items=len(items),
+        n_verdicts=int(flat.size),
+        ece=ece,
+        brier=brier,
+        bins=bins,
+        n_bins=n_bins,
         mean_confidence=float(conf.mean()) if flat.size else None,
         accuracy=float(correct.mean()) if flat.size else None,
-        ece_ci_low=ece_ci[0], ece_ci_high=ece_ci[1], brier_ci_low=brier_ci[0], brier_ci_high=brier_ci[1],
+        ece_ci_low=ece_ci[0],
+        ece_ci_high=ece_ci[1],
+        brier_ci_low=brier_ci[0],
+        brier_ci_high=brier_ci[1],
     )

@@ -77,7 +77,9 @@ class PairedComparison(BaseModel):
     ci_high: float | None = Field(default=None, ge=-1.0, le=1.0, description="Paired bootstrap CI of delta, high end.")
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0, description="Level of the CI.")
     b_discordant_hurt: int | None = Field(default=None, ge=0, description="Right with the control, wrong with the arm.")
-    c_discordant_helped: int | None = Field(default=None, ge=0, description="Wrong with the control, right with the arm.")
+    c_discordant_helped: int | None = Field(
+        default=None, ge=0, description="Wrong with the control, right with the arm."
+    )
     sd_difference: float | None = Field(
         default=None, ge=0.0, description="p_rejected: the standard deviation of the per-item differences."
     )
@@ -98,7 +100,11 @@ class PairedComparison(BaseModel):
         if not isinstance(data, dict):
             return data
         renamed = dict(data)
-        for old, new in (("baseline_error", "control_error"), ("perturbed_error", "arm_error"), ("placebo_error", "arm_error")):
+        for old, new in (
+            ("baseline_error", "control_error"),
+            ("perturbed_error", "arm_error"),
+            ("placebo_error", "arm_error"),
+        ):
             if old in renamed:
                 value = renamed.pop(old)
                 renamed.setdefault(new, value)
@@ -272,7 +278,9 @@ def decide_acceptance(
         margin = max((cmp.margin for cmp in comparisons), default=0.0)
         shifts = [cmp.measure for cmp in comparisons if is_shift(cmp.measure)]
         if shifts:
-            kind = f"one-sided paired t-test of {MEASURE_LABELS[shifts[0]]}" + (f" <= {margin:g}" if margin > 0.0 else "")
+            kind = f"one-sided paired t-test of {MEASURE_LABELS[shifts[0]]}" + (
+                f" <= {margin:g}" if margin > 0.0 else ""
+            )
         elif margin > 0.0:
             kind = f"Tango score test of Δ <= {margin:g}"
         else:
@@ -283,7 +291,11 @@ def decide_acceptance(
     out: list[PairedComparison] = []
     for cmp, p_adj in zip(comparisons, adjusted):
         if rule == "paper":
-            accepted = cmp.delta > 0.0 if cmp.b_discordant_hurt is None else cmp.b_discordant_hurt > (cmp.c_discordant_helped or 0)
+            accepted = (
+                cmp.delta > 0.0
+                if cmp.b_discordant_hurt is None
+                else cmp.b_discordant_hurt > (cmp.c_discordant_helped or 0)
+            )
         else:
             accepted = p_adj <= alpha
         out.append(cmp.model_copy(update={"p_adjusted": p_adj, "accepted": accepted, "rule": rule_text}))
@@ -331,8 +343,11 @@ def error_statement(
             "No error control: the paper's rule (perturbed error > baseline error) accepts without a test; "
             f"a {unit} with no effect is accepted about half of the time."
         )
-    raised = {"error": "error", "p_rejected": "probability of preferring the rejected response",
-              "score": "score of the rejected response"}[measure]
+    raised = {
+        "error": "error",
+        "p_rejected": "probability of preferring the rejected response",
+        "score": "score of the rejected response",
+    }[measure]
     null = (
         f"{unit} that does not raise the judge's {raised} over the {control}"
         if margin <= 0.0
@@ -418,8 +433,12 @@ def per_domain_breakdown(
     if is_shift(measure):
         return {
             d: compare_paired_scores(
-                [baseline[i] for i in groups[d]], [perturbed[i] for i in groups[d]], confidence=confidence, margin=margin,
-                control_name=control, measure=measure,
+                [baseline[i] for i in groups[d]],
+                [perturbed[i] for i in groups[d]],
+                confidence=confidence,
+                margin=margin,
+                control_name=control,
+                measure=measure,
             )
             for d in sorted(groups)
         }
@@ -458,7 +477,9 @@ class EffectDifference(BaseModel):
     ci_high: float | None
     confidence: float = Field(gt=0.0, lt=1.0)
     p_value: float = Field(ge=0.0, le=1.0, description="Two-sided exact sign-flip p of H0: no difference.")
-    p_adjusted: float | None = Field(default=None, description="p_value adjusted across the comparisons decided together.")
+    p_adjusted: float | None = Field(
+        default=None, description="p_value adjusted across the comparisons decided together."
+    )
     significant: bool | None = Field(default=None, description="p_adjusted <= alpha; None until decided.")
 
 
@@ -500,7 +521,9 @@ def compare_effects(
     )
 
 
-def decide_differences(differences: Sequence[EffectDifference], *, alpha: float, correction: Correction) -> list[EffectDifference]:
+def decide_differences(
+    differences: Sequence[EffectDifference], *, alpha: float, correction: Correction
+) -> list[EffectDifference]:
     """Adjust the comparisons' p-values together (they are one family) and mark those at or
     below `alpha`; returns decided copies, in order."""
     if not (0.0 < alpha < 1.0):

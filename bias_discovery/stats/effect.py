@@ -28,7 +28,9 @@ FULL_SAMPLE = "full sample"
 """`Effect.method` of a validation with one look: Δ on every item, the paired bootstrap CI."""
 CONDITIONAL = "median-unbiased given the stopping look (conditional, truncated-likelihood inversion)"
 """`Effect.method` of a validation on growing slices (`sequential_effect`) without the decision."""
-CONDITIONAL_ON_DECISION = "median-unbiased given the stopping look and the decision (conditional, truncated-likelihood inversion)"
+CONDITIONAL_ON_DECISION = (
+    "median-unbiased given the stopping look and the decision (conditional, truncated-likelihood inversion)"
+)
 """`Effect.method` of `sequential_effect` given the family's decision too (`Decision`): what a
 candidate reports when no held-out item measured it (every rejected one, and an accepted one
 without held-out items)."""
@@ -72,7 +74,11 @@ class Effect(BaseModel):
     ci_high: float | None = Field(default=None, ge=-1.0, le=1.0)
     method: str
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
-    n: int | None = Field(default=None, ge=0, description="Paired items the estimate is taken on: at the stopping look, or the held-out items valid in both arms.")
+    n: int | None = Field(
+        default=None,
+        ge=0,
+        description="Paired items the estimate is taken on: at the stopping look, or the held-out items valid in both arms.",
+    )
     measure: Measure = "error"
     clipped: str | None = Field(
         default=None,
@@ -99,7 +105,12 @@ class Effect(BaseModel):
     def full_sample(cls, cmp: PairedComparison, method: str = FULL_SAMPLE) -> Effect:
         """A comparison's own Δ and CI (one look, or a record from before the estimator)."""
         return cls(
-            delta=cmp.delta, ci_low=cmp.ci_low, ci_high=cmp.ci_high, method=method, confidence=cmp.confidence, n=cmp.n,
+            delta=cmp.delta,
+            ci_low=cmp.ci_low,
+            ci_high=cmp.ci_high,
+            method=method,
+            confidence=cmp.confidence,
+            n=cmp.n,
             measure=cmp.measure,
         )
 
@@ -117,7 +128,9 @@ class Effect(BaseModel):
         }
 
 
-def decisive_comparison(decisive: str, vs_baseline: PairedComparison, vs_placebo: PairedComparison | None) -> PairedComparison:
+def decisive_comparison(
+    decisive: str, vs_baseline: PairedComparison, vs_placebo: PairedComparison | None
+) -> PairedComparison:
     """The comparison a decision used: vs the placebo when it decided and exists, else vs the
     baseline (validation records name the decisive one in `decisive`)."""
     return vs_placebo if decisive == "placebo" and vs_placebo is not None else vs_baseline
@@ -208,7 +221,9 @@ def _log_trapezoid(values: np.ndarray, nodes: np.ndarray) -> np.ndarray:
             per_cell = (at_nodes[..., :-1] + at_nodes[..., 1:]) / 2.0
         else:  # one cell: no second difference, the plain exponential trapezoid
             per_cell = np.zeros_like(rise)
-        mean_t = np.where(d < 1e-3, -1.0 / 6.0 + rise * rise / 720.0, 2.0 / (rise * rise) - 1.0 / (np.tanh(rise / 2.0) * rise))
+        mean_t = np.where(
+            d < 1e-3, -1.0 / 6.0 + rise * rise / 720.0, 2.0 / (rise * rise) - 1.0 / (np.tanh(rise / 2.0) * rise)
+        )
         correction = np.clip(1.0 + 0.5 * per_cell * widths * widths * mean_t, 0.5, 2.0)
     cells = np.log(widths) + np.maximum(left, right) + factor + np.log(correction)
     peak = cells.max(axis=-1, keepdims=True)
@@ -235,7 +250,11 @@ def _look_nodes(low: float, high: float, reach: float, step: float) -> np.ndarra
 
 
 def _check_design(information: Sequence[float], upper: Sequence[float], lower: Sequence[float]) -> None:
-    if not information or any(i <= 0.0 for i in information) or any(b <= a for a, b in zip(information, information[1:])):
+    if (
+        not information
+        or any(i <= 0.0 for i in information)
+        or any(b <= a for a, b in zip(information, information[1:]))
+    ):
         raise ValueError(f"information must be positive and increasing; got {list(information)}")
     if len(upper) < len(information) - 1 or len(lower) < len(information) - 1:
         raise ValueError("need a boundary per earlier look")
@@ -274,7 +293,9 @@ def _continuation_log_density(
     return nodes, log_density
 
 
-def _log_stop_probabilities(theta: float, information: Sequence[float], density: _Density, intervals: np.ndarray) -> np.ndarray:
+def _log_stop_probabilities(
+    theta: float, information: Sequence[float], density: _Density, intervals: np.ndarray
+) -> np.ndarray:
     """log P_theta(go on at looks 1..k-1, Z_k in [lo, hi)) for each row (lo, hi) of
     `intervals`: the last look's normal probability given Z_{k-1}, taken in closed form,
     integrated against the tilted continuation density (`_continuation_log_density`)."""
@@ -288,7 +309,9 @@ def _log_stop_probabilities(theta: float, information: Sequence[float], density:
     centre = (nodes * math.sqrt(before) + theta * step) / math.sqrt(last)
     sd = math.sqrt(step / last)
     tilted = log_density + theta * math.sqrt(before) * nodes - 0.5 * theta * theta * before
-    values = tilted[None, :] + _log_normal_probability((lo[:, None] - centre[None, :]) / sd, (hi[:, None] - centre[None, :]) / sd)
+    values = tilted[None, :] + _log_normal_probability(
+        (lo[:, None] - centre[None, :]) / sd, (hi[:, None] - centre[None, :]) / sd
+    )
     return _log_trapezoid(values, nodes)
 
 
@@ -335,7 +358,9 @@ class ConditionalInterval(NamedTuple):
     """`upper` is the upper bound of the parameter space: T stays below `confidence` there."""
 
 
-def _increasing_root(f: Callable[[float], float], target: float, lo: float, hi: float, f_lo: float, f_hi: float, tolerance: float) -> float:
+def _increasing_root(
+    f: Callable[[float], float], target: float, lo: float, hi: float, f_lo: float, f_hi: float, tolerance: float
+) -> float:
     """The x in (lo, hi) with f(x) = target, f increasing and f_lo < target < f_hi at the ends:
     the Illinois variant of regula falsi, which keeps the root bracketed."""
     g_lo, g_hi = f_lo - target, f_hi - target
@@ -425,7 +450,9 @@ def conditional_interval(
     if t_hi < tail_probability or t_lo > 1.0 - tail_probability:
         estimate = solve("estimate", 0.5, lo_bound, hi_bound, t_lo, t_hi)
         one_sided = solve("upper", confidence, lo_bound, hi_bound, t_lo, t_hi, upper_cut)
-        return ConditionalInterval(estimate, lo_bound, hi_bound, frozenset(cut | {"low", "high"}), True, one_sided, bool(upper_cut))
+        return ConditionalInterval(
+            estimate, lo_bound, hi_bound, frozenset(cut | {"low", "high"}), True, one_sided, bool(upper_cut)
+        )
     estimate = solve("estimate", 0.5, lo_bound, hi_bound, t_lo, t_hi)
     t_mid = tail(estimate)
     low = solve("low", tail_probability, lo_bound, estimate, t_lo, t_mid)
@@ -508,15 +535,26 @@ def sequential_effect(
     method = CONDITIONAL if decision is None else CONDITIONAL_ON_DECISION
     if last.n == 0:
         return Effect(
-            delta=0.0, ci_low=None, ci_high=None, method=f"{method}: no valid pair", confidence=confidence, n=0,
+            delta=0.0,
+            ci_low=None,
+            ci_high=None,
+            method=f"{method}: no valid pair",
+            confidence=confidence,
+            n=0,
             measure=measure,
         )
     design = stopping_design(plan, looks, family_size=family_size, margin=margin, decision=decision)
     found = conditional_interval(*design, confidence=confidence, bounds=(-1.0, 1.0))
     rejected = decision is not None and not decision.accepted
     return Effect(
-        delta=found.estimate, ci_low=found.low, ci_high=found.high, method=method, confidence=confidence, n=last.n,
-        measure=measure, clipped=_clipped_note(found, last.outcome, confidence, with_upper=rejected),
+        delta=found.estimate,
+        ci_low=found.low,
+        ci_high=found.high,
+        method=method,
+        confidence=confidence,
+        n=last.n,
+        measure=measure,
+        clipped=_clipped_note(found, last.outcome, confidence, with_upper=rejected),
         upper_bound=found.upper if rejected else None,
     )
 
@@ -534,7 +572,12 @@ class StoppingDesign(NamedTuple):
 
 
 def stopping_design(
-    plan: SequentialPlan, looks: Sequence[LookRecord], *, family_size: int, margin: float = 0.0, decision: Decision | None = None
+    plan: SequentialPlan,
+    looks: Sequence[LookRecord],
+    *,
+    family_size: int,
+    margin: float = 0.0,
+    decision: Decision | None = None,
 ) -> StoppingDesign:
     """The canonical-model view of a candidate's looks (see `sequential_effect`): Z_j =
     Δ_j sqrt(n_j) / sigma, the boundaries the validation used, each holding the look's
@@ -622,7 +665,9 @@ def _cell_edge(boundary: float, half: float) -> float:
     return (math.ceil(boundary / step) - 0.5) * step
 
 
-def _clipped_note(found: ConditionalInterval, outcome: str, confidence: float, *, with_upper: bool = False) -> str | None:
+def _clipped_note(
+    found: ConditionalInterval, outcome: str, confidence: float, *, with_upper: bool = False
+) -> str | None:
     """`Effect.clipped`: what was set to an end of [-1, 1], and why (`with_upper`: the
     upper bound is reported, so its cut counts)."""
     cut = found.cut | ({"upper"} if with_upper and found.upper_cut else set())

@@ -114,9 +114,7 @@ def paired_bootstrap_delta_ci(
     base = np.asarray(baseline_errors, dtype=bool)
     pert = np.asarray(perturbed_errors, dtype=bool)
     if base.ndim != 1 or base.shape != pert.shape:
-        raise ValueError(
-            f"baseline and perturbed must be 1-D and of equal length; got {base.shape} and {pert.shape}"
-        )
+        raise ValueError(f"baseline and perturbed must be 1-D and of equal length; got {base.shape} and {pert.shape}")
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1; got {n_boot}")
     _check_confidence(confidence)

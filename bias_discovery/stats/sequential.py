@@ -92,7 +92,9 @@ def plan_sequential(
     looks.append(n_total)
     used.append(1.0)
     if len(looks) == 1:
-        return SequentialPlan(n_total=n_total, looks=(n_total,), levels=(alpha,), alpha=alpha, spending="none", futility=0.0)
+        return SequentialPlan(
+            n_total=n_total, looks=(n_total,), levels=(alpha,), alpha=alpha, spending="none", futility=0.0
+        )
     levels, spent = [], 0.0
     for t in used:
         cumulative = alpha if t == 1.0 else alpha_spent(t, alpha, spending)
@@ -143,7 +145,9 @@ def conditional_power(b: float, c: float, n_seen: int, n_total: int, level: floa
     return float(norm.sf(needed / math.sqrt(var_rest)))
 
 
-def shift_conditional_power(mean: float, sd: float, n_seen: int, n_total: int, level: float, margin: float = 0.0) -> float:
+def shift_conditional_power(
+    mean: float, sd: float, n_seen: int, n_total: int, level: float, margin: float = 0.0
+) -> float:
     """`conditional_power` for score verdicts: the chance that the final paired t-test of
     H0: Δ <= margin at `level` rejects if the remaining items' differences have the `mean`
     and `sd` of the `n_seen` seen so far (normal approximation of their sum; the final
@@ -174,8 +178,12 @@ class LookRecord(BaseModel):
     b_discordant_hurt: int = Field(ge=0)
     c_discordant_helped: int = Field(ge=0)
     mean_difference: float | None = Field(default=None, description="Score verdicts: ΔP(rejected) on the slice.")
-    sd_difference: float | None = Field(default=None, ge=0.0, description="Score verdicts: the sd of its per-item differences.")
-    p_value: float = Field(ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin on the slice (`paired_p_value`).")
+    sd_difference: float | None = Field(
+        default=None, ge=0.0, description="Score verdicts: the sd of its per-item differences."
+    )
+    p_value: float = Field(
+        ge=0.0, le=1.0, description="One-sided p of H0: Δ <= margin on the slice (`paired_p_value`)."
+    )
     level: float = Field(ge=0.0, le=1.0, description="Alpha spent at this look.")
     p_sequential: float = Field(ge=0.0, le=1.0, description="Sequential p-value up to this look.")
     conditional_power: float | None = Field(default=None, description="Under the current trend.")
@@ -244,7 +252,9 @@ def sequential_look(
     `n` are valid in both arms with b hurt and c helped; `earlier` are its previous looks.
     The record holds the slice's p-value of H0: Δ <= margin (`paired_p_value`), the
     sequential p-value so far and what the candidate does next (`look_outcome`)."""
-    return _record_look(plan, look, earlier, p=paired_p_value(b, c, n, margin), b=b, c=c, n=n, family_size=family_size, margin=margin)
+    return _record_look(
+        plan, look, earlier, p=paired_p_value(b, c, n, margin), b=b, c=c, n=n, family_size=family_size, margin=margin
+    )
 
 
 def sequential_shift_look(
@@ -267,7 +277,9 @@ def sequential_shift_look(
     b = sum(1 for d in differences if d > 0.0)
     c = sum(1 for d in differences if d < 0.0)
     p = paired_t_one_sided(differences, margin)
-    return _record_look(plan, look, earlier, p=p, b=b, c=c, n=n, family_size=family_size, margin=margin, shift=(mean, sd))
+    return _record_look(
+        plan, look, earlier, p=p, b=b, c=c, n=n, family_size=family_size, margin=margin, shift=(mean, sd)
+    )
 
 
 def _record_look(

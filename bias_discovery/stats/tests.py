@@ -138,7 +138,6 @@ def paired_p_value(b: int, c: int, n: int, margin: float = 0.0) -> float:
     return min(1.0, max(0.0, float(norm.sf(tango_z(b, c, n, margin)))))
 
 
-
 def sign_flip_p_value(differences: Sequence[int]) -> float:
     """Two-sided exact sign-flip (permutation) p-value of H0: the per-item integer
     `differences` are symmetric around 0.

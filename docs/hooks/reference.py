@@ -41,7 +41,7 @@ from pydantic_core import PydanticUndefined
 log = logging.getLogger("mkdocs.hooks.reference")
 
 GENERATED_NOTE = (
-    "!!! note \"Generated\"\n    This page is generated at every build of the site (`docs/hooks/reference.py`){source}. "
+    '!!! note "Generated"\n    This page is generated at every build of the site (`docs/hooks/reference.py`){source}. '
     "To change what it says, change the code's docstrings.\n"
 )
 
@@ -59,9 +59,13 @@ def on_config(config: Any) -> Any:
 
 def on_files(files: Files, config: Any) -> Files:
     """Add the generated reference pages to the site."""
-    for uri, make in (("reference/config.md", config_page), ("reference/cli.md", cli_page),
-                      ("reference/api.md", api_page), ("reference/run-directory.md", run_directory_page),
-                      ("reference/exit-codes.md", exit_codes_page)):
+    for uri, make in (
+        ("reference/config.md", config_page),
+        ("reference/cli.md", cli_page),
+        ("reference/api.md", api_page),
+        ("reference/run-directory.md", run_directory_page),
+        ("reference/exit-codes.md", exit_codes_page),
+    ):
         existing = files.get_file_from_path(uri)
         if existing is not None:
             files.remove(existing)
@@ -84,9 +88,13 @@ def field_docstrings(model: type[BaseModel]) -> dict[str, str]:
             continue
         body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
         for statement, following in zip(body, [*body[1:], None]):
-            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 found[statement.target.id] = inspect.cleandoc(following.value.value)
     return found
 
@@ -137,8 +145,12 @@ def type_text(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
     return f"`{annotation}`"
 
 
-BOUNDS = ((annotated_types.Ge, "ge", "≥"), (annotated_types.Gt, "gt", ">"),
-          (annotated_types.Le, "le", "≤"), (annotated_types.Lt, "lt", "<"))
+BOUNDS = (
+    (annotated_types.Ge, "ge", "≥"),
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Le, "le", "≤"),
+    (annotated_types.Lt, "lt", "<"),
+)
 """A field's bound kinds: the annotated-types class, its attribute, and how the page writes it."""
 
 
@@ -146,7 +158,9 @@ def bounds_text(info: FieldInfo) -> str:
     """The field's bounds (`≥ 1`, `> 0`, `< 1`, `at least 1 item`), from its annotated metadata."""
     parts = []
     for item in info.metadata:
-        parts += [f"{symbol} {getattr(item, attribute)}" for kind, attribute, symbol in BOUNDS if isinstance(item, kind)]
+        parts += [
+            f"{symbol} {getattr(item, attribute)}" for kind, attribute, symbol in BOUNDS if isinstance(item, kind)
+        ]
         if isinstance(item, annotated_types.MinLen):
             parts.append(f"at least {item.min_length} item{'s' if item.min_length != 1 else ''}")
         elif isinstance(item, annotated_types.MaxLen):
@@ -210,17 +224,27 @@ def settings_models() -> list[tuple[str, type[BaseModel], str]]:
     from bias_discovery import api
 
     chosen: list[tuple[str, type[BaseModel], str]] = [
-        ("Run config", api.RunConfig,
-         "The YAML file of `bias-discovery run CONFIG.yaml` and `check`, and `discover(config)`; "
-         "`--set key.sub=value` overrides any key. Examples: `experiments/*.yaml`."),
-        ("Matrix config", api.MatrixConfig,
-         "The YAML file of `bias-discovery matrix CONFIG`, and `matrix(config)`; its flags replace its parts. "
-         "Example: `experiments/matrix-cpu.yaml`."),
+        (
+            "Run config",
+            api.RunConfig,
+            "The YAML file of `bias-discovery run CONFIG.yaml` and `check`, and `discover(config)`; "
+            "`--set key.sub=value` overrides any key. Examples: `experiments/*.yaml`.",
+        ),
+        (
+            "Matrix config",
+            api.MatrixConfig,
+            "The YAML file of `bias-discovery matrix CONFIG`, and `matrix(config)`; its flags replace its parts. "
+            "Example: `experiments/matrix-cpu.yaml`.",
+        ),
     ]
     for name in sorted(api.__all__, key=lambda n: (n.endswith("Options"), n)):  # settings, then options
         value = getattr(api, name)
-        if (isinstance(value, type) and issubclass(value, BaseModel) and value not in [m for _, m, _ in chosen]
-                and (name.endswith("Settings") or name.endswith("Options"))):
+        if (
+            isinstance(value, type)
+            and issubclass(value, BaseModel)
+            and value not in [m for _, m, _ in chosen]
+            and (name.endswith("Settings") or name.endswith("Options"))
+        ):
             chosen.append((name, value, f"`bias_discovery.api.{name}`: {first_sentence(value.__doc__)}"))
     return chosen
 
@@ -307,20 +331,33 @@ def config_page() -> str:
 
     for title, model, where in roots:
         if model in documented:
-            sections.append(f"## {title} {{#{anchor(model)}-settings}}\n\n{where} Its fields are those of "
-                            f"[{model.__name__}](#{documented[model]}).\n")
+            sections.append(
+                f"## {title} {{#{anchor(model)}-settings}}\n\n{where} Its fields are those of "
+                f"[{model.__name__}](#{documented[model]}).\n"
+            )
             continue
         doc = one_paragraph(inspect.cleandoc(model.__doc__ or "")) if model.__doc__ else ""
         heading = f"{title}: {model.__name__}" if title != model.__name__ else model.__name__
-        section(model, "", anchor(model), 2, heading, f"{where}\n\n{doc}".strip() if doc and doc not in where else where, title)
+        section(
+            model,
+            "",
+            anchor(model),
+            2,
+            heading,
+            f"{where}\n\n{doc}".strip() if doc and doc not in where else where,
+            title,
+        )
     for name in missing:
         log.warning("config reference: %s has no docstring (write one under the field)", name)
-    head = ("# Configuration reference\n\n" + GENERATED_NOTE.format(source=" from the pydantic models of the settings")
-            + "\nEvery key below is a YAML key (`validate.sequential.looks` is `looks:` under `sequential:` under "
-              "`validate:`) and a `--set` override (`--set validate.sequential.looks=[0.5,1.0]`). Unknown keys and "
-              "values out of bounds are errors that name the key and the file. The `...Settings` and `...Options` "
-              "models at the end are what the Python API takes (a model or a dict of its fields); the commands build "
-              "them from their flags.\n")
+    head = (
+        "# Configuration reference\n\n"
+        + GENERATED_NOTE.format(source=" from the pydantic models of the settings")
+        + "\nEvery key below is a YAML key (`validate.sequential.looks` is `looks:` under `sequential:` under "
+        "`validate:`) and a `--set` override (`--set validate.sequential.looks=[0.5,1.0]`). Unknown keys and "
+        "values out of bounds are errors that name the key and the file. The `...Settings` and `...Options` "
+        "models at the end are what the Python API takes (a model or a dict of its fields); the commands build "
+        "them from their flags.\n"
+    )
     return head + "\n" + "\n".join(sections)
 
 
@@ -357,11 +394,15 @@ def cli_page() -> str:
     from bias_discovery.cli import app
 
     root = typer.main.get_command(app)
-    out = ["# Command-line reference", "",
-           GENERATED_NOTE.format(source=" from the typer app (`bias_discovery.cli`): what `--help` prints"),
-           "Every command exits 0 on success, 1 when `check` finds a problem, 2 on a usage or input error (with a "
-           "one-line message naming the file, line, field or server) and 130 when a run is interrupted with Ctrl-C "
-           "(it says how to continue).", ""]
+    out = [
+        "# Command-line reference",
+        "",
+        GENERATED_NOTE.format(source=" from the typer app (`bias_discovery.cli`): what `--help` prints"),
+        "Every command exits 0 on success, 1 when `check` finds a problem, 2 on a usage or input error (with a "
+        "one-line message naming the file, line, field or server) and 130 when a run is interrupted with Ctrl-C "
+        "(it says how to continue).",
+        "",
+    ]
 
     def walk(command: Any, ctx: Any, depth: int) -> None:
         if getattr(command, "hidden", False):
@@ -394,8 +435,15 @@ def cli_page() -> str:
 # --- reference/api.md ---------------------------------------------------------------------------
 
 API_FUNCTIONS = ("discover", "load_run", "judge", "audit", "matrix", "replicate")
-MORE_API_FUNCTIONS = ("report", "resolve_library", "export_judgebench_pro", "apply_annotations", "export_dpo",
-                      "export_harness", "run_preflight")
+MORE_API_FUNCTIONS = (
+    "report",
+    "resolve_library",
+    "export_judgebench_pro",
+    "apply_annotations",
+    "export_dpo",
+    "export_harness",
+    "run_preflight",
+)
 """The functions of `bias_discovery.api` beyond the six `bias_discovery` hands out: reports, libraries, exports, checks."""
 
 
@@ -404,40 +452,75 @@ def api_page() -> str:
     from bias_discovery import api
     from bias_discovery.tables import Tabular
 
-    results = [getattr(api, name) for name in api.__all__
-               if isinstance(getattr(api, name), type) and issubclass(getattr(api, name), Tabular)]
-    out = ["# Python API reference", "",
-           GENERATED_NOTE.format(source=" from `bias_discovery.api` (mkdocstrings) and the results' row models"),
-           "```python", f"from bias_discovery import {', '.join(sorted(API_FUNCTIONS))}", "```", "",
-           "How to use them together: the [Python API guide](../guides/python-api.md).", "",
-           "## Functions", ""]
+    results = [
+        getattr(api, name)
+        for name in api.__all__
+        if isinstance(getattr(api, name), type) and issubclass(getattr(api, name), Tabular)
+    ]
+    out = [
+        "# Python API reference",
+        "",
+        GENERATED_NOTE.format(source=" from `bias_discovery.api` (mkdocstrings) and the results' row models"),
+        "```python",
+        f"from bias_discovery import {', '.join(sorted(API_FUNCTIONS))}",
+        "```",
+        "",
+        "How to use them together: the [Python API guide](../guides/python-api.md).",
+        "",
+        "## Functions",
+        "",
+    ]
     for name in API_FUNCTIONS:
         out += [f"::: bias_discovery.api.{name}", "    options:", "      heading_level: 3", ""]
-    out += ["## Reports, libraries, exports and checks", "",
-            "```python", f"from bias_discovery.api import {', '.join(sorted(MORE_API_FUNCTIONS))}", "```", ""]
+    out += [
+        "## Reports, libraries, exports and checks",
+        "",
+        "```python",
+        f"from bias_discovery.api import {', '.join(sorted(MORE_API_FUNCTIONS))}",
+        "```",
+        "",
+    ]
     for name in MORE_API_FUNCTIONS:
         out += [f"::: bias_discovery.api.{name}", "    options:", "      heading_level: 3", ""]
     out += ["## Results", ""]
     for result in results:
-        out += [f"::: bias_discovery.api.{result.__name__}", "    options:", "      heading_level: 3",
-                "      filters: [\"!^_\", \"!^model_\", \"!^row_model$\"]", "      show_if_no_docstring: false", ""]
-    out += ["## Result tables", "",
-            "Every result has `.to_pandas()`, `.to_dataset()` (a `datasets.Dataset`) and `.columns()`. The columns are "
-            "the fields of the result's row model, in order, with their types (integers and booleans as pandas' "
-            "nullable `Int64` and `boolean`): an empty result, or a column that is None in every row, keeps its name "
-            "and type, so tables of several runs concatenate.", ""]
+        out += [
+            f"::: bias_discovery.api.{result.__name__}",
+            "    options:",
+            "      heading_level: 3",
+            '      filters: ["!^_", "!^model_", "!^row_model$"]',
+            "      show_if_no_docstring: false",
+            "",
+        ]
+    out += [
+        "## Result tables",
+        "",
+        "Every result has `.to_pandas()`, `.to_dataset()` (a `datasets.Dataset`) and `.columns()`. The columns are "
+        "the fields of the result's row model, in order, with their types (integers and booleans as pandas' "
+        "nullable `Int64` and `boolean`): an empty result, or a column that is None in every row, keeps its name "
+        "and type, so tables of several runs concatenate.",
+        "",
+    ]
     for result in results:
         row_model = result.row_model
         docs = field_docstrings(row_model)
         columns = result.columns()
-        out += [f"### {result.__name__} {{#columns-{result.__name__.lower()}}}", "",
-                f"Row model `{row_model.__name__}`: {first_sentence(row_model.__doc__)}", "",
-                "Columns: " + ", ".join(f"`{c}`" for c in columns) + ".", "",
-                "| column | type | meaning |", "| --- | --- | --- |"]
+        out += [
+            f"### {result.__name__} {{#columns-{result.__name__.lower()}}}",
+            "",
+            f"Row model `{row_model.__name__}`: {first_sentence(row_model.__doc__)}",
+            "",
+            "Columns: " + ", ".join(f"`{c}`" for c in columns) + ".",
+            "",
+            "| column | type | meaning |",
+            "| --- | --- | --- |",
+        ]
         for column in columns:
             info = row_model.model_fields[column]
-            out.append(f"| `{column}` | {cell(type_text(info.annotation, lambda m: f'`{m.__name__}`'))} | "
-                       f"{cell(one_paragraph(docs.get(column) or info.description or ''))} |")
+            out.append(
+                f"| `{column}` | {cell(type_text(info.annotation, lambda m: f'`{m.__name__}`'))} | "
+                f"{cell(one_paragraph(docs.get(column) or info.description or ''))} |"
+            )
         out.append("")
     return "\n".join(out)
 
@@ -451,12 +534,22 @@ def exit_codes_page() -> str:
     from bias_discovery.cli.findings import __doc__ as fail_on_doc
 
     conditions = inspect.cleandoc(fail_on_doc or "").split("\n\n", 1)[-1]
-    return "\n".join([
-        "# Exit codes", "", GENERATED_NOTE.format(source=" from `bias_discovery/cli/exit_codes.py`"), "",
-        "A command exits with one of these codes and no other; a CI job can tell a finding from an error "
-        "and from a run stopped at its budget.", "", exit_codes_markdown(), "## `--fail-on` conditions", "",
-        conditions, "",
-    ])
+    return "\n".join(
+        [
+            "# Exit codes",
+            "",
+            GENERATED_NOTE.format(source=" from `bias_discovery/cli/exit_codes.py`"),
+            "",
+            "A command exits with one of these codes and no other; a CI job can tell a finding from an error "
+            "and from a run stopped at its budget.",
+            "",
+            exit_codes_markdown(),
+            "## `--fail-on` conditions",
+            "",
+            conditions,
+            "",
+        ]
+    )
 
 
 def run_directory_page() -> str:
@@ -484,16 +577,26 @@ def run_directory_page() -> str:
         return f"[{model.__name__}](#{anchor(model)})"
 
     tree = "\n".join(f"RUN_DIR/{item.path}" for item in files)
-    out = ["# Run directory reference", "",
-           GENERATED_NOTE.format(source=" from `bias_discovery.run.layout`, which walks the run record's own artifacts"),
-           "A run is a directory of plain files. `bias_discovery.run.RunDir` is the only code that knows this layout; "
-           "every JSON file is read and written as the pydantic model named here, so a file that does not match is an "
-           "error naming the file, the line and the field. `NNN` is an iteration number (`iter_001`, `iter_002` ...; "
-           "`iter_000` holds the seed library's validation when `validate.seeds` is on).", "",
-           "```text", tree, "```", "",
-           "`bias-discovery replicate` also writes into the run directory by default: "
-           "`replications/seed-S/replication.json` (`-DATA` appended for other data), the "
-           "[Replication](api.md#columns-replication) result, next to the run's own files.", "", "## Files", ""]
+    out = [
+        "# Run directory reference",
+        "",
+        GENERATED_NOTE.format(source=" from `bias_discovery.run.layout`, which walks the run record's own artifacts"),
+        "A run is a directory of plain files. `bias_discovery.run.RunDir` is the only code that knows this layout; "
+        "every JSON file is read and written as the pydantic model named here, so a file that does not match is an "
+        "error naming the file, the line and the field. `NNN` is an iteration number (`iter_001`, `iter_002` ...; "
+        "`iter_000` holds the seed library's validation when `validate.seeds` is on).",
+        "",
+        "```text",
+        tree,
+        "```",
+        "",
+        "`bias-discovery replicate` also writes into the run directory by default: "
+        "`replications/seed-S/replication.json` (`-DATA` appended for other data), the "
+        "[Replication](api.md#columns-replication) result, next to the run's own files.",
+        "",
+        "## Files",
+        "",
+    ]
     for item in files:
         schema = link(item.schema) if item.schema is not None else "none"
         out += [f"### `{item.path}`", "", item.what, "", f"Form: {item.form}. Schema: {schema}.", ""]
@@ -506,7 +609,9 @@ def run_directory_page() -> str:
         out += ["| field | type | meaning |", "| --- | --- | --- |"]
         for name, info in model.model_fields.items():
             key = info.alias or name
-            out.append(f"| `{key}` | {cell(type_text(info.annotation, link))} | "
-                       f"{cell(one_paragraph(docs.get(name) or info.description or ''))} |")
+            out.append(
+                f"| `{key}` | {cell(type_text(info.annotation, link))} | "
+                f"{cell(one_paragraph(docs.get(name) or info.description or ''))} |"
+            )
         out.append("")
     return "\n".join(out)

@@ -73,7 +73,10 @@ def test_target_and_test_splits_are_disjoint_balanced_and_cover_the_set(demo: di
 def test_unknown_demo_split_lists_the_known_ones() -> None:
     from bias_discovery.errors import DataError
 
-    with pytest.raises(DataError, match=r"unknown demo split 'train' in 'demo:train'; known: demo \(all 48 pairs\), demo:target, demo:test"):
+    with pytest.raises(
+        DataError,
+        match=r"unknown demo split 'train' in 'demo:train'; known: demo \(all 48 pairs\), demo:target, demo:test",
+    ):
         load_pairs("demo:train")
 
 

@@ -76,9 +76,18 @@ def test_integer_ids_become_strings(tmp_path: Path) -> None:
 
 def test_field_map_renames(tmp_path: Path) -> None:
     record = {"uid": 1, "instruction": "q", "good": "g", "bad": "b", "category": "code", "origin": "o", "x": 1}
-    fields = FieldMap(id="uid", question="instruction", chosen="good", rejected="bad", domain="category", source="origin")
+    fields = FieldMap(
+        id="uid", question="instruction", chosen="good", rejected="bad", domain="category", source="origin"
+    )
     pair = load_pairs(write_jsonl(tmp_path / "d.jsonl", [record]), field_map=fields)[0]
-    assert (pair.id, pair.question, pair.chosen, pair.rejected, pair.domain, pair.source) == ("1", "q", "g", "b", "code", "o")
+    assert (pair.id, pair.question, pair.chosen, pair.rejected, pair.domain, pair.source) == (
+        "1",
+        "q",
+        "g",
+        "b",
+        "code",
+        "o",
+    )
     assert pair.meta == {"x": 1}
 
 
@@ -111,7 +120,9 @@ def test_label_style_file_judgebench_shaped(tmp_path: Path) -> None:
 
 def test_label_style_custom_values(tmp_path: Path) -> None:
     record = {"id": "x", "question": "q", "a": "first", "b": "second", "winner": "model_b"}
-    fields = FieldMap(style="label", response_a="a", response_b="b", label="winner", label_values={"model_a": "A", "model_b": "B"})
+    fields = FieldMap(
+        style="label", response_a="a", response_b="b", label="winner", label_values={"model_a": "A", "model_b": "B"}
+    )
     pair = load_pairs(write_jsonl(tmp_path / "d.jsonl", [record]), field_map=fields)[0]
     assert (pair.chosen, pair.rejected) == ("second", "first")
     assert pair.data_order == "rejected_first"  # whatever the label values are called
@@ -406,14 +417,33 @@ def test_hub_bad_label_names_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_hub_rewardbench_section_from_subset(monkeypatch: pytest.MonkeyPatch) -> None:
     hub_rows = [  # the hub's filtered split has no `section` column
-        {"id": 30, "prompt": "p", "chosen": "c", "chosen_model": "m1", "rejected": "r", "rejected_model": "m2", "subset": "alpacaeval-easy"},
-        {"id": 31, "prompt": "p", "chosen": "c", "chosen_model": "m1", "rejected": "r", "rejected_model": "m2", "subset": "math-prm"},
+        {
+            "id": 30,
+            "prompt": "p",
+            "chosen": "c",
+            "chosen_model": "m1",
+            "rejected": "r",
+            "rejected_model": "m2",
+            "subset": "alpacaeval-easy",
+        },
+        {
+            "id": 31,
+            "prompt": "p",
+            "chosen": "c",
+            "chosen_model": "m1",
+            "rejected": "r",
+            "rejected_model": "m2",
+            "subset": "math-prm",
+        },
     ]
     fake = FakeDatasets({("allenai/reward-bench", "filtered"): hub_rows})
     fake.install(monkeypatch)
     pairs = load_pairs("rewardbench")
     assert fake.calls == [("allenai/reward-bench", "filtered")]
-    assert [(p.id, p.domain, p.source) for p in pairs] == [("30", "Chat", "alpacaeval-easy"), ("31", "Reasoning", "math-prm")]
+    assert [(p.id, p.domain, p.source) for p in pairs] == [
+        ("30", "Chat", "alpacaeval-easy"),
+        ("31", "Reasoning", "math-prm"),
+    ]
     assert [p.id for p in load_pairs("rewardbench:reasoning")] == ["31"]
     assert describe_source("rewardbench") == "rewardbench (hub: allenai/reward-bench, split filtered)"
 
@@ -428,7 +458,9 @@ def test_hub_generic_data_set(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_hub_failure_is_a_data_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    FakeDatasets(error=ConnectionError("Couldn't reach 'ScalerLab/JudgeBench' on the Hub (LocalEntryNotFoundError)")).install(monkeypatch)
+    FakeDatasets(
+        error=ConnectionError("Couldn't reach 'ScalerLab/JudgeBench' on the Hub (LocalEntryNotFoundError)")
+    ).install(monkeypatch)
     with pytest.raises(DataError) as info:
         load_pairs("judgebench")
     message = str(info.value)
@@ -464,7 +496,9 @@ def test_importing_loaders_stays_light() -> None:
 
 
 def test_describe_source_demo_file_and_hf(tmp_path: Path) -> None:
-    assert describe_source("demo").startswith("demo (packaged: ") and describe_source("demo").endswith("demo_pairs.jsonl)")
+    assert describe_source("demo").startswith("demo (packaged: ") and describe_source("demo").endswith(
+        "demo_pairs.jsonl)"
+    )
     path = write_jsonl(tmp_path / "d.jsonl", [row(1)])
     assert describe_source(path) == f"file: {path.resolve()}"
     assert describe_source("hf:someone/prefs") == "hf:someone/prefs:train (hub: someone/prefs, split train)"

@@ -71,15 +71,13 @@ class ScriptedServer:
 
 def completion(text: str, finish: str = "stop") -> dict[str, Any]:
     return {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": finish}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         "usage": {"prompt_tokens": 11, "completion_tokens": 2},
     }
 
 
 def engine_for(server: ScriptedServer, **settings: Any) -> OpenAIServerEngine:
-    return OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=server.base_url,
-                                          **settings))
+    return OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=server.base_url, **settings))
 
 
 def obey(body: dict[str, Any], free_text: str = "Hello! How can I help?") -> str:

@@ -76,7 +76,8 @@ def test_role_limits_and_run_limits_both_hold_and_dollars_come_from_prices(tmp_p
     with pytest.raises(BudgetReached, match="the target past max calls = 1"):
         budget.admit("target", request)  # the first is still in flight
     assert worst_case(request, PRICE).usd == pytest.approx(
-        (worst_case(request, None).prompt_tokens * 2.0 + 5 * 10.0) / 1e6)
+        (worst_case(request, None).prompt_tokens * 2.0 + 5 * 10.0) / 1e6
+    )
     with pytest.raises(BudgetReached, match="past max usd"):
         Budget(BudgetSettings(max_usd=1e-9), {"teacher": PRICE}).admit("teacher", request)
     Budget(BudgetSettings(max_usd=0.0), {"teacher": None}).admit("teacher", request)  # no price: free
@@ -86,8 +87,9 @@ def test_the_budget_is_a_run_setting_settable_by_set_and_checked() -> None:
     from bias_discovery.config import validate_settings
 
     raw = {"target": "openai/x", "teacher": {"spec": "openai/y", "price": {"input_per_mtok": 3, "output_per_mtok": 15}}}
-    config = validate_settings(dict(raw), RunConfig, source="t", overrides=[
-        "budget.max_usd=5", "budget.roles.teacher.max_calls=100"])
+    config = validate_settings(
+        dict(raw), RunConfig, source="t", overrides=["budget.max_usd=5", "budget.roles.teacher.max_calls=100"]
+    )
     assert config.budget.max_usd == 5 and config.budget.roles["teacher"].max_calls == 100
     assert config.teacher.price == Price(input_per_mtok=3, output_per_mtok=15)
     from bias_discovery.errors import ConfigError

@@ -70,9 +70,7 @@ class WholeBatch(BaseEngine):
         self.own_progress = own_progress
         self.drop_last = drop_last
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         if self.own_progress:
             report.advance(self.own_progress)
         responses = [reply(r) for r in requests]
@@ -95,8 +93,14 @@ def test_sequential_engine_reports_each_response_as_it_is_done() -> None:
     events, progress, on_response = recorder()
     out = engine.generate([req("a"), req("b"), req("c")], progress, on_response)
     assert [r.text for r in out] == ["re:a", "re:b", "re:c"]
-    assert events == [("response", 0), ("progress", 1), ("response", 1), ("progress", 1),
-                      ("response", 2), ("progress", 1)]
+    assert events == [
+        ("response", 0),
+        ("progress", 1),
+        ("response", 1),
+        ("progress", 1),
+        ("response", 2),
+        ("progress", 1),
+    ]
 
 
 def test_a_refused_batch_does_no_work() -> None:
@@ -141,10 +145,7 @@ def test_a_missing_response_fails_the_batch() -> None:
 
 def test_batches_of_an_engine_that_is_not_thread_safe_never_overlap() -> None:
     engine = OneByOne()
-    threads = [
-        threading.Thread(target=engine.generate, args=([req(f"{t}-{i}") for i in range(20)],))
-        for t in range(4)
-    ]
+    threads = [threading.Thread(target=engine.generate, args=([req(f"{t}-{i}") for i in range(20)],)) for t in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -48,8 +48,11 @@ class CountingEngine:
             if text.startswith("fail"):
                 out.append(GenerationResponse(text="boom", finish_reason="error"))
             else:
-                out.append(GenerationResponse(text=f"echo:{text}", finish_reason="stop",
-                                              prompt_tokens=len(text), completion_tokens=3))
+                out.append(
+                    GenerationResponse(
+                        text=f"echo:{text}", finish_reason="stop", prompt_tokens=len(text), completion_tokens=3
+                    )
+                )
             if on_response is not None and self.crash_after is not None:
                 if len(out) > self.crash_after:
                     raise RuntimeError("killed mid-batch")

@@ -33,8 +33,14 @@ def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
     threads: list[int] = []
     with launch(0.0, "--hold-until", str(IN_FLIGHT)) as (url, _):
         # no constraint probe: a probe alone in flight would be held too
-        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=IN_FLIGHT, max_retries=0,
-                                       constraint_probe=False, timeout_s=120)
+        config = ModelConfig.from_spec(
+            "openai/served",
+            base_url=url,
+            max_concurrency=IN_FLIGHT,
+            max_retries=0,
+            constraint_probe=False,
+            timeout_s=120,
+        )
         engine = make_engine(config, cache_path=tmp_path / "calls.sqlite")
         threads_before = threading.active_count()
         out = engine.generate(requests, progress=lambda n: threads.append(threading.active_count()))
@@ -50,7 +56,6 @@ def test_2048_requests_in_flight_on_one_event_loop(tmp_path: Path) -> None:
     assert max(threads) <= threads_before + 3, (threads_before, max(threads))
     with sqlite3.connect(tmp_path / "calls.sqlite") as conn:
         assert conn.execute("SELECT COUNT(*), MAX(paid) FROM calls").fetchone() == (IN_FLIGHT, 1)
-
 
 
 def test_a_replacement_leaves_while_most_of_its_wave_is_still_to_be_handled(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +76,9 @@ def test_a_replacement_leaves_while_most_of_its_wave_is_still_to_be_handled(monk
 
     monkeypatch.setattr(aiohttp.client_reqrep.ClientRequest, "write_bytes", logged_write_bytes)
     with launch(0.5) as (url, _):  # a wave sent together comes back together
-        config = ModelConfig.from_spec("openai/served", base_url=url, max_concurrency=wave, structured_outputs="vllm", max_retries=0)
+        config = ModelConfig.from_spec(
+            "openai/served", base_url=url, max_concurrency=wave, structured_outputs="vllm", max_retries=0
+        )
         engine = openai_engine.OpenAIServerEngine(config)
         engine.generate([GenerationRequest.chat(f"warm {i}") for i in range(wave)])  # connections
         to_response = engine._to_response

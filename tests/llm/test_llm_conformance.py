@@ -41,8 +41,11 @@ def test_schema_subset_keywords() -> None:
     schema = {
         "$defs": {"n": {"type": "integer", "minimum": 1, "maximum": 3}},
         "type": "object",
-        "properties": {"n": {"$ref": "#/$defs/n"}, "s": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "^a"}]},
-                       "e": {"enum": ["x", "y"]}},
+        "properties": {
+            "n": {"$ref": "#/$defs/n"},
+            "s": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "^a"}]},
+            "e": {"enum": ["x", "y"]},
+        },
     }
     assert schema_violation(schema, {"n": 2, "s": "abc", "e": "x"}) is None
     assert schema_violation(schema, {"n": 2.0}) is None  # 2.0 is an integer in JSON Schema

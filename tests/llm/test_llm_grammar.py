@@ -23,9 +23,7 @@ from bias_discovery.llm.types import Constraint
 # and our class syntax (\xHH, \uHHHH, \UHHHHHHHH, ranges) is also Python's. Translating back
 # lets the tests compare languages with `re.fullmatch`.
 
-_TOKEN = re.compile(
-    r'\s+|"(?:[^"\\]|\\.)*"|\[\^?(?:[^\]\\]|\\[xuU][0-9A-Fa-f]+|\\.)*\]|[()|.?*+]|\{\d+(?:,\d*)?\}'
-)
+_TOKEN = re.compile(r'\s+|"(?:[^"\\]|\\.)*"|\[\^?(?:[^\]\\]|\\[xuU][0-9A-Fa-f]+|\\.)*\]|[()|.?*+]|\{\d+(?:,\d*)?\}')
 
 
 def _unescape_literal(body: str) -> str:
@@ -183,7 +181,7 @@ def test_choices_are_an_alternation_of_escaped_literals() -> None:
 
 
 def test_literal_escapes_control_and_non_ascii() -> None:
-    assert gbnf_literal("a\x01é\U0001F600") == '"a\\x01\\xE9\\U0001F600"'
+    assert gbnf_literal("a\x01é\U0001f600") == '"a\\x01\\xE9\\U0001F600"'
 
 
 def test_json_schema_uses_llama_cpp_converter() -> None:

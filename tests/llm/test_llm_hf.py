@@ -33,9 +33,15 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "{% if add_generation_prompt %}assistant :{% endif %}"
     )
     config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=48,
-        eos_token_id=vocab["<eos>"], pad_token_id=vocab["<pad>"],
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=48,
+        eos_token_id=vocab["<eos>"],
+        pad_token_id=vocab["<pad>"],
     )
     import torch
 
@@ -59,8 +65,10 @@ def engine(tiny_model: Path):  # type: ignore[no-untyped-def]
 def test_generates_with_token_counts_and_length(engine) -> None:  # type: ignore[no-untyped-def]
     ticks: list[int] = []
     out = engine.generate(
-        [GenerationRequest.chat("is the answer better", max_tokens=3),
-         GenerationRequest.chat("one two", max_tokens=2, temperature=0.7, seed=1)],
+        [
+            GenerationRequest.chat("is the answer better", max_tokens=3),
+            GenerationRequest.chat("one two", max_tokens=2, temperature=0.7, seed=1),
+        ],
         progress=ticks.append,
     )
     assert ticks == [1, 1]
@@ -83,10 +91,14 @@ def test_oversize_prompt_is_an_error_response(engine) -> None:  # type: ignore[n
 
 def test_a_choices_constraint_holds_on_any_tokenizer(engine) -> None:  # type: ignore[no-untyped-def]
     """xgrammar reads the word-level tokenizer's vocabulary as it reads a BPE one's."""
-    out = engine.generate([
-        GenerationRequest.chat("is the answer better", max_tokens=4, constraint=Constraint(choices=("yes", "no"))),
-        GenerationRequest.chat("one two", max_tokens=4, temperature=1.0, seed=5, constraint=Constraint(choices=("one", "two"))),
-    ])
+    out = engine.generate(
+        [
+            GenerationRequest.chat("is the answer better", max_tokens=4, constraint=Constraint(choices=("yes", "no"))),
+            GenerationRequest.chat(
+                "one two", max_tokens=4, temperature=1.0, seed=5, constraint=Constraint(choices=("one", "two"))
+            ),
+        ]
+    )
     assert out[0].text in ("yes", "no") and out[0].finish_reason == "stop"
     assert out[1].text in ("one", "two") and out[1].finish_reason == "stop"
 

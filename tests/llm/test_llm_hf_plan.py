@@ -45,10 +45,16 @@ class _FakeTorch:
 
 @pytest.mark.parametrize(
     ("flags", "expected"),
-    [({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"), ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
-     ({"avx2", "fma"}, "float32"), (set(), "float32")],
+    [
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16", "amx_tile"}, "bfloat16"),
+        ({"avx2", "fma"}, "float32"),
+        (set(), "float32"),
+    ],
 )
-def test_a_cpu_gets_bf16_only_where_it_computes_it(monkeypatch: pytest.MonkeyPatch, flags: set[str], expected: str) -> None:
+def test_a_cpu_gets_bf16_only_where_it_computes_it(
+    monkeypatch: pytest.MonkeyPatch, flags: set[str], expected: str
+) -> None:
     monkeypatch.setattr(hf, "cpu_flags", lambda: flags)
     assert choose_device_dtype(_FakeTorch()) == ("cpu", expected)
 

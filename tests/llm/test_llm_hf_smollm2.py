@@ -60,8 +60,13 @@ def test_a_mixed_batch_keeps_every_constraint_and_order(engine) -> None:  # type
         GenerationRequest.chat(JUDGE + " Answer as JSON.", max_tokens=60, constraint=Constraint(json_schema=schema)),
         GenerationRequest.chat("Rate 2+2=4 from 1 to 9.", max_tokens=12, constraint=Constraint(regex=r"Score: [1-9]")),
         GenerationRequest.chat("Say something about judges.", max_tokens=6),
-        GenerationRequest.chat(JUDGE, max_tokens=24, temperature=0.9, seed=3,
-                               constraint=Constraint(regex=r"(yes|no), because [a-z ]{3,20}\.")),
+        GenerationRequest.chat(
+            JUDGE,
+            max_tokens=24,
+            temperature=0.9,
+            seed=3,
+            constraint=Constraint(regex=r"(yes|no), because [a-z ]{3,20}\."),
+        ),
     ]
     ticks: list[int] = []
     out = engine.generate(requests, progress=ticks.append)

@@ -39,8 +39,9 @@ def test_choices_constraint(engine) -> None:  # type: ignore[no-untyped-def]
     ticks: list[int] = []
     requests = [
         GenerationRequest.chat(JUDGE, max_tokens=8, constraint=Constraint(choices=choices)),
-        GenerationRequest.chat("Say something.", max_tokens=8, temperature=0.9, seed=7,
-                               constraint=Constraint(choices=choices)),
+        GenerationRequest.chat(
+            "Say something.", max_tokens=8, temperature=0.9, seed=7, constraint=Constraint(choices=choices)
+        ),
     ]
     out = engine.generate(requests, progress=ticks.append)
     assert ticks == [1, 1]
@@ -59,9 +60,7 @@ def test_choices_constraint(engine) -> None:  # type: ignore[no-untyped-def]
     ],
 )
 def test_regex_constraint_fullmatches(engine, pattern: str) -> None:  # type: ignore[no-untyped-def]
-    out = engine.generate(
-        [GenerationRequest.chat(JUDGE, max_tokens=40, constraint=Constraint(regex=pattern))]
-    )[0]
+    out = engine.generate([GenerationRequest.chat(JUDGE, max_tokens=40, constraint=Constraint(regex=pattern))])[0]
     assert out.finish_reason == "stop", out
     assert re.fullmatch(pattern, out.text), out.text
 
@@ -77,8 +76,7 @@ def test_json_schema_constraint(engine) -> None:  # type: ignore[no-untyped-def]
         "additionalProperties": False,
     }
     out = engine.generate(
-        [GenerationRequest.chat(JUDGE + " Answer in JSON.", max_tokens=60,
-                                constraint=Constraint(json_schema=schema))]
+        [GenerationRequest.chat(JUDGE + " Answer in JSON.", max_tokens=60, constraint=Constraint(json_schema=schema))]
     )[0]
     assert out.finish_reason == "stop", out
     data = json.loads(out.text)
@@ -102,8 +100,7 @@ def test_truncation_is_length(engine) -> None:  # type: ignore[no-untyped-def]
 
 def test_stop_string(engine) -> None:  # type: ignore[no-untyped-def]
     out = engine.generate(
-        [GenerationRequest.chat("Count from 1 to 10, separated by commas.", max_tokens=30,
-                                stop=(",",))]
+        [GenerationRequest.chat("Count from 1 to 10, separated by commas.", max_tokens=30, stop=(",",))]
     )[0]
     assert "," not in out.text
     assert out.finish_reason == "stop"
@@ -168,7 +165,9 @@ def test_a_shared_prompt_prefix_is_evaluated_once_and_changes_no_output(engine) 
     before = engine.prompt_tokens_reused
     together = [r.text for r in engine.generate(rewrites)] + [r.text for r in engine.generate(judges)]
     reused = engine.prompt_tokens_reused - before
-    assert together == [scratch[i] for i in range(0, len(requests), 2)] + [scratch[i] for i in range(1, len(requests), 2)]
+    assert together == [scratch[i] for i in range(0, len(requests), 2)] + [
+        scratch[i] for i in range(1, len(requests), 2)
+    ]
     assert reused >= (len(rewrites) - 1) * 3 * PROMPT_CHUNK  # the perturb system prompt: more than 3 chunks each
     backward = [r.text for r in engine.generate(list(reversed(requests)))][::-1]
     assert backward == scratch
@@ -198,7 +197,9 @@ def test_smollm2_follows_the_default_prompt_and_the_uncapped_verdict_format(engi
         else:
             assert out.finish_reason == "length" and out.completion_tokens == 160
             assert judgment.verdict is None and judgment.invalid_reason == "truncated"
-    print("uncapped, max_tokens 160:", finished, "of", len(outputs), "finished;", [o.completion_tokens for o in outputs])
+    print(
+        "uncapped, max_tokens 160:", finished, "of", len(outputs), "finished;", [o.completion_tokens for o in outputs]
+    )
     assert finished >= 1
 
 
@@ -220,19 +221,33 @@ def test_score_verdicts_read_the_verdict_tokens_raw_probabilities(engine, smollm
     for judgment in result.judgments:
         assert judgment.invalid_reason is None, judgment
         assert judgment.p_rejected is not None and 0.0 < judgment.p_rejected < 1.0
-        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment  # greedy picks the likelier label
+        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), (
+            judgment
+        )  # greedy picks the likelier label
     for outcome, (first, second) in zip(result.outcomes, zip(result.judgments[::2], result.judgments[1::2])):
         assert outcome.p_rejected == pytest.approx((first.p_rejected + second.p_rejected) / 2)
 
     request = judge_request(pairs[0], "chosen_first", settings, 0)
     [ours] = engine.generate([request])
     assert ours.final_logprobs is not None and ours.final_logprobs.token.strip() == ours.text[-1]
-    reference = llama_cpp.Llama(model_path=str(smollm2_gguf_path), n_ctx=1024, logits_all=True, verbose=False,
-                                n_threads=engine.config.n_threads or 1)
+    reference = llama_cpp.Llama(
+        model_path=str(smollm2_gguf_path),
+        n_ctx=1024,
+        logits_all=True,
+        verbose=False,
+        n_threads=engine.config.n_threads or 1,
+    )
     try:
         out = reference.create_chat_completion(
-            messages=message_dicts(request.messages), temperature=0.0, top_p=1.0, **sampling_fields(0.0), seed=0,
-            max_tokens=64, grammar=engine._grammar(request.constraint), logprobs=True, top_logprobs=5,
+            messages=message_dicts(request.messages),
+            temperature=0.0,
+            top_p=1.0,
+            **sampling_fields(0.0),
+            seed=0,
+            max_tokens=64,
+            grammar=engine._grammar(request.constraint),
+            logprobs=True,
+            top_logprobs=5,
         )
     finally:
         reference.close()

@@ -124,8 +124,12 @@ def test_vllm_final_logprobs_skip_the_eos_token_and_keep_the_top_k() -> None:
     steps = [
         {10: FakeLogprob(-0.01, 1, "Verdict"), 11: FakeLogprob(-5.0, 2, "Ver")},
         {12: FakeLogprob(-0.2, 1, ":")},
-        {13: FakeLogprob(-0.7, 1, " A"), 14: FakeLogprob(-0.9, 2, " B"), 15: FakeLogprob(-2.0, 3, " "),
-         16: FakeLogprob(float("-inf"), 4, "<|endoftext|>")},
+        {
+            13: FakeLogprob(-0.7, 1, " A"),
+            14: FakeLogprob(-0.9, 2, " B"),
+            15: FakeLogprob(-2.0, 3, " "),
+            16: FakeLogprob(float("-inf"), 4, "<|endoftext|>"),
+        },
         {2: FakeLogprob(0.0, 1, EOS_TEXT)},
     ]
     out = final_logprobs(FakeCompletion("Verdict: A", [10, 12, 13, 2], "stop", steps), k=3)
@@ -142,7 +146,10 @@ def test_vllm_engine_returns_the_verdict_tokens_logprobs(monkeypatch: pytest.Mon
     monkeypatch.setattr(vllm_engine, "_import_vllm", lambda: FAKE_API)
     engine = VLLMEngine(ModelConfig.from_spec("vllm/fake"))
     plain, scored = engine.generate(
-        [GenerationRequest.chat("B", constraint=CHOICE), GenerationRequest.chat("B", constraint=CHOICE, final_top_logprobs=5)]
+        [
+            GenerationRequest.chat("B", constraint=CHOICE),
+            GenerationRequest.chat("B", constraint=CHOICE, final_top_logprobs=5),
+        ]
     )
     assert engine._llm.kwargs["logprobs_mode"] == "raw_logprobs"
     assert plain.final_logprobs is None
@@ -158,8 +165,12 @@ def reply_with_logprobs(text: str, tokens: Sequence[tuple[str, float, list[tuple
     body = completion(text)
     body["choices"][0]["logprobs"] = {
         "content": [
-            {"token": t, "logprob": lp, "bytes": None,
-             "top_logprobs": [{"token": a, "logprob": alp, "bytes": None} for a, alp in top]}
+            {
+                "token": t,
+                "logprob": lp,
+                "bytes": None,
+                "top_logprobs": [{"token": a, "logprob": alp, "bytes": None} for a, alp in top],
+            }
             for t, lp, top in tokens
         ]
     }
@@ -206,11 +217,16 @@ def test_the_server_engine_returns_logprobs_and_refuses_a_server_that_ignores_th
     servers = [ScriptedServer(handler), ScriptedServer(deaf)]
     try:
         listening, ignoring = (
-            OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=s.base_url, structured_outputs="llamacpp"))
+            OpenAIServerEngine(
+                ModelConfig(provider="openai", model="m", base_url=s.base_url, structured_outputs="llamacpp")
+            )
             for s in servers
         )
         plain, scored = listening.generate(
-            [GenerationRequest.chat("x", constraint=CHOICE), GenerationRequest.chat("x", constraint=CHOICE, final_top_logprobs=2)]
+            [
+                GenerationRequest.chat("x", constraint=CHOICE),
+                GenerationRequest.chat("x", constraint=CHOICE, final_top_logprobs=2),
+            ]
         )
         assert plain.final_logprobs is None
         assert scored.final_logprobs is not None and scored.final_logprobs.token == " B"

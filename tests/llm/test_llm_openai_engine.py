@@ -91,8 +91,12 @@ def test_client_error_fails_with_the_server_message(scripted) -> None:  # type: 
 def test_context_overflow_is_a_per_request_error(scripted) -> None:  # type: ignore[no-untyped-def]
     def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         if body["messages"][-1]["content"] == "huge":
-            return 400, {"error": {"message": "Requested tokens (9000) exceed context window of 2048",
-                                   "code": "context_length_exceeded"}}
+            return 400, {
+                "error": {
+                    "message": "Requested tokens (9000) exceed context window of 2048",
+                    "code": "context_length_exceeded",
+                }
+            }
         return 200, completion("ok", finish="length")
 
     server = scripted(handler)
@@ -104,9 +108,15 @@ def test_context_overflow_is_a_per_request_error(scripted) -> None:  # type: ign
 
 def test_max_completion_tokens_when_the_server_refuses_max_tokens(scripted) -> None:  # type: ignore[no-untyped-def]
     # What OpenAI's reasoning models answer to `max_tokens` (their error text, verbatim).
-    refusal = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
-                                    "Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
-                         "param": "max_tokens", "code": "unsupported_parameter"}}
+    refusal = {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "unsupported_parameter",
+        }
+    }
 
     def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         return (400, refusal) if "max_tokens" in body else (200, completion(f"budget {body['max_completion_tokens']}"))
@@ -117,7 +127,9 @@ def test_max_completion_tokens_when_the_server_refuses_max_tokens(scripted) -> N
     assert [r.text for r in out] == ["budget 7", "budget 9"]
     # One refused request, then the field is renamed for this and every later request.
     assert [sorted(k for k in b if k.startswith("max_")) for b in server.posts()] == [
-        ["max_tokens"], ["max_completion_tokens"], ["max_completion_tokens"]
+        ["max_tokens"],
+        ["max_completion_tokens"],
+        ["max_completion_tokens"],
     ]
 
 
@@ -131,9 +143,7 @@ def test_api_key_from_env_goes_only_into_the_header(scripted, monkeypatch: pytes
     assert "sk-secret" not in repr(engine.config)
     monkeypatch.delenv("MY_TEST_KEY")
     server2 = scripted(lambda *a: (200, completion("ok")))
-    engine_for(server2, api_key_env="MY_TEST_KEY", structured_outputs="vllm").generate(
-        [GenerationRequest.chat("x")]
-    )
+    engine_for(server2, api_key_env="MY_TEST_KEY", structured_outputs="vllm").generate([GenerationRequest.chat("x")])
     assert "authorization" not in server2.calls[0][3]
 
 
@@ -223,11 +233,17 @@ def test_systematic_violations_fail_the_batch(scripted) -> None:  # type: ignore
 
 def test_vllm_context_refusal_costs_that_request_only(scripted) -> None:  # type: ignore[no-untyped-def]
     # vLLM 0.32's reply to a prompt over max_model_len, verbatim (issue 10 findings).
-    refusal = {"error": {"message": "This model's maximum context length is 2048 tokens. However, your prompt "
-                                    "contains at least 2049 input tokens, which exceeds this limit even without any "
-                                    "output tokens. Please reduce the length of the input prompt. "
-                                    "(parameter=input_tokens, value=2049)",
-                         "type": "BadRequestError", "param": "input_tokens", "code": 400}}
+    refusal = {
+        "error": {
+            "message": "This model's maximum context length is 2048 tokens. However, your prompt "
+            "contains at least 2049 input tokens, which exceeds this limit even without any "
+            "output tokens. Please reduce the length of the input prompt. "
+            "(parameter=input_tokens, value=2049)",
+            "type": "BadRequestError",
+            "param": "input_tokens",
+            "code": 400,
+        }
+    }
 
     def handler(method: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         return (400, refusal) if body["messages"][-1]["content"] == "huge" else (200, completion("ok"))
@@ -245,9 +261,7 @@ def test_server_down_fails_fast_and_clearly(monkeypatch: pytest.MonkeyPatch, cap
     monkeypatch.setattr(openai_engine, "BACKOFF_BASE_S", 0.5)  # the real default
     port = free_port()  # nothing listens there
     base_url = f"http://127.0.0.1:{port}/v1"
-    engine = OpenAIServerEngine(
-        ModelConfig(provider="openai", model="m", base_url=base_url, max_retries=2)
-    )
+    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=base_url, max_retries=2))
     with caplog.at_level(logging.INFO, logger="bias_discovery.llm"), pytest.raises(EngineError) as info:
         engine.generate([GenerationRequest.chat("x"), GenerationRequest.chat("y")])
     message = str(info.value)
@@ -268,7 +282,9 @@ def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  
 
     server = scripted(slow_failure)
     engine = engine_for(server, max_retries=10, timeout_s=2.0, structured_outputs="vllm")
-    with pytest.raises(EngineError, match=r"within the 2 s deadline .*; \d+ of 11 attempts\): (HTTP 503: overloaded|timed out)") as info:
+    with pytest.raises(
+        EngineError, match=r"within the 2 s deadline .*; \d+ of 11 attempts\): (HTTP 503: overloaded|timed out)"
+    ) as info:
         engine.generate([GenerationRequest.chat("x")])
     # 11 attempts of at least 0.8 s each would need 8.8 s: the one 2 s deadline left room for 3
     # at most, however slow the machine; the error counts the attempts started, the server saw

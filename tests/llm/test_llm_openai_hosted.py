@@ -48,12 +48,21 @@ def test_the_stub_refuses_what_openai_refuses(stub: ScriptedServer) -> None:
     engine.close()
     api = OpenAIStub()
     regex_body = {"model": "m", "messages": [], "structured_outputs": {"regex": "Verdict: [AB]"}}
-    assert api.complete(regex_body)[1]["error"]["message"] == "Unrecognized request argument supplied: structured_outputs"
+    assert (
+        api.complete(regex_body)[1]["error"]["message"] == "Unrecognized request argument supplied: structured_outputs"
+    )
     assert api.complete({"model": "m", "messages": [], "response_format": {"type": "regex"}})[0] == 400
-    schema = {"type": "object", "properties": {"r": {"type": "string", "maxLength": 600}}, "required": ["r"],
-              "additionalProperties": False}
-    body = {"model": "m", "messages": [], "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "strict": True, "schema": schema}}}
+    schema = {
+        "type": "object",
+        "properties": {"r": {"type": "string", "maxLength": 600}},
+        "required": ["r"],
+        "additionalProperties": False,
+    }
+    body = {
+        "model": "m",
+        "messages": [],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": schema}},
+    }
     status, reply = api.complete(body)
     assert status == 400 and "'maxLength' is not permitted" in reply["error"]["message"]
 
@@ -85,7 +94,10 @@ def test_a_reply_off_the_schema_is_invalid_never_a_verdict() -> None:
     assert problem is not None and "not JSON" in problem and text == "Verdict: A"
     text, problem = read_reply(constraint, "openai", json.dumps({"reasoning": "x", "verdict": "C"}))
     assert problem is not None and "'C' is not one of" in problem
-    assert read_reply(constraint, "openai", json.dumps({"reasoning": "ok", "verdict": "B"})) == ("Reasoning: ok\nVerdict: B", None)
+    assert read_reply(constraint, "openai", json.dumps({"reasoning": "ok", "verdict": "B"})) == (
+        "Reasoning: ok\nVerdict: B",
+        None,
+    )
 
 
 def test_the_verdict_format_keeps_its_cache_key() -> None:
@@ -101,10 +113,24 @@ def test_the_verdict_format_keeps_its_cache_key() -> None:
 
 def test_judge_command_against_a_hosted_api(stub: ScriptedServer, tmp_path: Path) -> None:
     out = tmp_path / "j"
-    result = CliRunner().invoke(app, [
-        "judge", "--model", "openai/gpt-4o-mini", "--base-url", stub.base_url, "--data", "demo", "--limit", "2",
-        "--out", str(out), "--no-cache", "--quiet",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "judge",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--base-url",
+            stub.base_url,
+            "--data",
+            "demo",
+            "--limit",
+            "2",
+            "--out",
+            str(out),
+            "--no-cache",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "judging" not in result.output  # --quiet: no progress bar
     summary = json.loads((out / "summary.json").read_text())
@@ -127,10 +153,23 @@ def test_check_probes_the_verdict_format_as_it_is_sent(stub: ScriptedServer) -> 
 
 
 def test_one_pair_is_one_pair_not_one_pairs(stub: ScriptedServer, tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, [
-        "judge", "--model", "openai/gpt-4o-mini", "--base-url", stub.base_url, "--data", "demo", "--limit", "1",
-        "--out", str(tmp_path / "j"), "--no-cache",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "judge",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--base-url",
+            stub.base_url,
+            "--data",
+            "demo",
+            "--limit",
+            "1",
+            "--out",
+            str(tmp_path / "j"),
+            "--no-cache",
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "share of all 1 pair whose" in text and "1 pairs" not in text

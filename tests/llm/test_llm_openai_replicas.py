@@ -27,8 +27,15 @@ def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # 
         return 200, completion("re:" + body["messages"][-1]["content"])
 
     a, b = scripted(slow), scripted(slow)
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[a.base_url, b.base_url],
-                                            structured_outputs="vllm", max_concurrency=2))
+    engine = OpenAIServerEngine(
+        ModelConfig(
+            provider="openai",
+            model="served",
+            base_url=[a.base_url, b.base_url],
+            structured_outputs="vllm",
+            max_concurrency=2,
+        )
+    )
     out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(20)])
     assert [r.text for r in out] == [f"re:q{i}" for i in range(20)]
     assert len(a.posts()) + len(b.posts()) == 20
@@ -39,8 +46,16 @@ def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # 
 def test_a_dead_replica_is_skipped_and_its_requests_retried_on_the_other(scripted) -> None:  # type: ignore[no-untyped-def]
     live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"])))
     dead_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
-                                            structured_outputs="vllm", max_concurrency=2, max_retries=2))
+    engine = OpenAIServerEngine(
+        ModelConfig(
+            provider="openai",
+            model="served",
+            base_url=[dead_url, live.base_url],
+            structured_outputs="vllm",
+            max_concurrency=2,
+            max_retries=2,
+        )
+    )
     out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(12)])
     assert [r.text for r in out] == [f"re:q{i}" for i in range(12)]
     assert len(live.posts()) == 12  # each request answered once
@@ -48,8 +63,9 @@ def test_a_dead_replica_is_skipped_and_its_requests_retried_on_the_other(scripte
 
 def test_all_replicas_down_names_them_all() -> None:
     urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="m", base_url=urls, structured_outputs="vllm",
-                                            max_retries=2))
+    engine = OpenAIServerEngine(
+        ModelConfig(provider="openai", model="m", base_url=urls, structured_outputs="vllm", max_retries=2)
+    )
     with pytest.raises(EngineError, match="any of the model servers") as info:
         engine.generate([GenerationRequest.chat("x")])
     assert all(url in str(info.value) for url in urls)
@@ -94,15 +110,30 @@ def test_replicas_least_loaded_first_a_failed_one_cools_down_and_waiters_queue()
 def test_failover_and_the_dialect_are_logged(scripted, caplog) -> None:  # type: ignore[no-untyped-def]
     """What `--verbose` shows of an engine: the dialect found, a request that failed on a
     replica, the replica set aside."""
-    live = scripted(lambda m, p, body, h: (200, completion("re:" + body["messages"][-1]["content"]))
-                    if m == "POST" else (200, {"data": [{"id": "served", "owned_by": "vllm"}]}))
+    live = scripted(
+        lambda m, p, body, h: (
+            (200, completion("re:" + body["messages"][-1]["content"]))
+            if m == "POST"
+            else (200, {"data": [{"id": "served", "owned_by": "vllm"}]})
+        )
+    )
     dead_url = f"http://127.0.0.1:{free_port()}/v1"
-    engine = OpenAIServerEngine(ModelConfig(provider="openai", model="served", base_url=[dead_url, live.base_url],
-                                            max_concurrency=2, max_retries=2, constraint_probe=False))
+    engine = OpenAIServerEngine(
+        ModelConfig(
+            provider="openai",
+            model="served",
+            base_url=[dead_url, live.base_url],
+            max_concurrency=2,
+            max_retries=2,
+            constraint_probe=False,
+        )
+    )
     with caplog.at_level(logging.INFO, logger="bias_discovery.llm"):
         engine.generate([GenerationRequest.chat(f"q{i}") for i in range(4)])
     engine.close()
     lines = [r.getMessage() for r in caplog.records]
     assert any("the vllm dialect (from GET /models)" in line for line in lines), lines
-    assert any(line.startswith(f"{dead_url}/") and "failed" in line and "attempt 1 of 3" in line for line in lines), lines
+    assert any(line.startswith(f"{dead_url}/") and "failed" in line and "attempt 1 of 3" in line for line in lines), (
+        lines
+    )
     assert any(line.startswith(f"replica {dead_url} set aside for ") for line in lines), lines

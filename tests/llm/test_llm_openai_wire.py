@@ -11,16 +11,10 @@ from bias_discovery.llm.types import Constraint, GenerationRequest
 
 
 def test_vllm_dialect_uses_structured_outputs() -> None:
-    assert constraint_fields(Constraint(choices=("A", "B")), "vllm") == {
-        "structured_outputs": {"choice": ["A", "B"]}
-    }
-    assert constraint_fields(Constraint(regex="[0-9]+"), "vllm") == {
-        "structured_outputs": {"regex": "[0-9]+"}
-    }
+    assert constraint_fields(Constraint(choices=("A", "B")), "vllm") == {"structured_outputs": {"choice": ["A", "B"]}}
+    assert constraint_fields(Constraint(regex="[0-9]+"), "vllm") == {"structured_outputs": {"regex": "[0-9]+"}}
     schema = {"type": "object"}
-    assert constraint_fields(Constraint(json_schema=schema), "vllm") == {
-        "structured_outputs": {"json": schema}
-    }
+    assert constraint_fields(Constraint(json_schema=schema), "vllm") == {"structured_outputs": {"json": schema}}
 
 
 def test_llamacpp_dialect_uses_grammar_and_json_response_format() -> None:
@@ -40,9 +34,10 @@ def test_openai_dialect() -> None:
     assert spec["strict"] is True
     assert spec["schema"]["properties"]["choice"]["enum"] == ["A", "B"]
     schema = {"type": "object"}
-    assert constraint_fields(Constraint(json_schema=schema), "openai")["response_format"][
-        "json_schema"
-    ]["schema"] == schema
+    assert (
+        constraint_fields(Constraint(json_schema=schema), "openai")["response_format"]["json_schema"]["schema"]
+        == schema
+    )
     with pytest.raises(ConfigError, match="cannot be sent in the 'openai' structured-outputs dialect"):
         constraint_fields(Constraint(regex="a"), "openai")
 
@@ -65,9 +60,7 @@ def test_openai_dialect_sends_the_verdict_format_as_a_strict_json_schema() -> No
 
 
 def test_payload_carries_sampling_settings() -> None:
-    request = GenerationRequest.chat(
-        "hi", system="sys", max_tokens=9, temperature=0.5, top_p=0.9, seed=3, stop=("\n",)
-    )
+    request = GenerationRequest.chat("hi", system="sys", max_tokens=9, temperature=0.5, top_p=0.9, seed=3, stop=("\n",))
     body = build_payload("m", request, "vllm")
     assert body == {
         "model": "m",

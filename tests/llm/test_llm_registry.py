@@ -42,8 +42,7 @@ def test_spec_without_model_part(spec: str) -> None:
 
 def test_spec_keeps_slashes_in_the_model() -> None:
     config = ModelConfig.from_spec("vllm/Qwen/Qwen2.5-0.5B-Instruct", tensor_parallel_size=2)
-    assert (config.provider, config.model, config.tensor_parallel_size) == (
-        "vllm", "Qwen/Qwen2.5-0.5B-Instruct", 2)
+    assert (config.provider, config.model, config.tensor_parallel_size) == ("vllm", "Qwen/Qwen2.5-0.5B-Instruct", 2)
     assert config.spec == "vllm/Qwen/Qwen2.5-0.5B-Instruct"
 
 

@@ -23,11 +23,16 @@ def batch() -> list[GenerationRequest]:
     return [
         GenerationRequest.chat(JUDGE, max_tokens=6, constraint=Constraint(choices=("A", "B"))),
         GenerationRequest.chat(JUDGE, max_tokens=20, constraint=Constraint(regex=VERDICT)),
-        GenerationRequest.chat("How old are you? Number only.", max_tokens=6,
-                               constraint=Constraint(regex=r"[0-9]{1,3}")),
-        GenerationRequest.chat(JUDGE + " Answer in JSON.", max_tokens=40, constraint=Constraint(
-            json_schema={"type": "object", "properties": {"verdict": {"enum": ["A", "B"]}},
-                         "required": ["verdict"]})),
+        GenerationRequest.chat(
+            "How old are you? Number only.", max_tokens=6, constraint=Constraint(regex=r"[0-9]{1,3}")
+        ),
+        GenerationRequest.chat(
+            JUDGE + " Answer in JSON.",
+            max_tokens=40,
+            constraint=Constraint(
+                json_schema={"type": "object", "properties": {"verdict": {"enum": ["A", "B"]}}, "required": ["verdict"]}
+            ),
+        ),
         GenerationRequest.chat("Say hello.", max_tokens=4),
     ]
 
@@ -57,10 +62,12 @@ def test_openai_engine_against_llama_cpp_server(llama_server: str, tmp_path: Pat
 
 def test_oversize_prompt_through_the_server_is_a_per_request_error(llama_server: str) -> None:
     engine = make_engine(ModelConfig.from_spec("openai/smollm2", base_url=llama_server))
-    out = engine.generate([
-        GenerationRequest.chat("word " * 3000, max_tokens=4),
-        GenerationRequest.chat("Hi", max_tokens=2),
-    ])
+    out = engine.generate(
+        [
+            GenerationRequest.chat("word " * 3000, max_tokens=4),
+            GenerationRequest.chat("Hi", max_tokens=2),
+        ]
+    )
     assert out[0].finish_reason == "error", out[0]
     assert out[1].finish_reason in ("stop", "length")
     engine.close()

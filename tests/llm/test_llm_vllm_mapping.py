@@ -72,10 +72,14 @@ def test_cpu_defaults_only_on_a_cpu_and_overridable() -> None:
     cpu = llm_kwargs(ModelConfig.from_spec("vllm/m"), on_cpu=True)
     assert cpu["enforce_eager"] is True and cpu["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES == 2**30
     mine = llm_kwargs(
-        ModelConfig.from_spec("vllm/m", engine_args={
-            "kv_cache_memory_bytes": 3 * 2**30, "enforce_eager": False,
-            "structured_outputs_config": {"backend": "guidance"},
-        }),
+        ModelConfig.from_spec(
+            "vllm/m",
+            engine_args={
+                "kv_cache_memory_bytes": 3 * 2**30,
+                "enforce_eager": False,
+                "structured_outputs_config": {"backend": "guidance"},
+            },
+        ),
         on_cpu=True,
     )
     assert mine["kv_cache_memory_bytes"] == 3 * 2**30 and mine["enforce_eager"] is False
@@ -91,8 +95,9 @@ def test_structured_outputs_kwargs() -> None:
 
 
 def test_sampling_kwargs_spell_out_every_field_a_generation_config_can_change() -> None:
-    request = GenerationRequest.chat("hi", max_tokens=7, temperature=0.3, top_p=0.8, seed=5,
-                                     stop=("###",), constraint=Constraint(choices=("x",)))
+    request = GenerationRequest.chat(
+        "hi", max_tokens=7, temperature=0.3, top_p=0.8, seed=5, stop=("###",), constraint=Constraint(choices=("x",))
+    )
     assert sampling_kwargs(request) == {
         "temperature": 0.3,
         "top_p": 0.8,
@@ -109,8 +114,16 @@ def test_sampling_kwargs_spell_out_every_field_a_generation_config_can_change() 
     plain = sampling_kwargs(GenerationRequest.chat("hi"))
     assert plain == {"temperature": 0.0, "top_p": 1.0, **NEUTRAL_SAMPLING, "max_tokens": 512, "seed": 0}
     # vLLM's ModelConfig.get_diff_sampling_param: what a generation_config.json can set
-    overridable = {"repetition_penalty", "presence_penalty", "frequency_penalty", "temperature",
-                   "top_k", "top_p", "min_p", "max_tokens"}
+    overridable = {
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "max_tokens",
+    }
     assert overridable <= set(plain)
 
 
@@ -131,8 +144,9 @@ def test_the_fake_speaks_vllms_request_protocol() -> None:
     llm = FakeLLM(max_model_len=10, max_num_seqs=2)
     engine = llm.llm_engine
     params = FAKE_API.sampling_params(max_tokens=4)
-    ids = [llm.enqueue_chat([conversation(t)], sampling_params=[params], use_tqdm=False)[0]
-           for t in ("a b c", "a", "a b")]
+    ids = [
+        llm.enqueue_chat([conversation(t)], sampling_params=[params], use_tqdm=False)[0] for t in ("a b c", "a", "a b")
+    ]
     assert all(re.fullmatch(r"\d+-[0-9a-f]{8}", i) for i in ids)
     assert [external_id(i) for i in ids] == ["0", "1", "2"]
     with pytest.raises(FakeVLLMClientError, match="maximum context length is 10") as caught:
@@ -168,8 +182,16 @@ def test_a_batch_streams_each_response_as_vllm_finishes_it(fake_vllm: None) -> N
     # every request was in the engine before the first step; each is handed over (to the
     # call cache) in the step vLLM finishes it, one progress tick right after it
     assert [c[-1]["content"] for c, _ in engine._llm.enqueued] == texts
-    assert events == [("done", 1, 1), ("tick", 1, 1), ("done", 3, 2), ("tick", 1, 2),
-                      ("done", 2, 3), ("tick", 1, 3), ("done", 0, 4), ("tick", 1, 4)]
+    assert events == [
+        ("done", 1, 1),
+        ("tick", 1, 1),
+        ("done", 3, 2),
+        ("tick", 1, 2),
+        ("done", 2, 3),
+        ("tick", 1, 3),
+        ("done", 0, 4),
+        ("tick", 1, 4),
+    ]
     assert not fake.has_unfinished_requests() and engine._in_flight == set()
 
 
@@ -209,9 +231,7 @@ class Killed(BaseException):
 
 
 @pytest.mark.parametrize("error", [RuntimeError("the cache write failed"), Killed(), KeyboardInterrupt()])
-def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(
-    fake_vllm: None, error: BaseException
-) -> None:
+def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(fake_vllm: None, error: BaseException) -> None:
     engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
     fake = engine._llm.llm_engine
     first = [GenerationRequest.chat(" ".join(["w"] * (i + 1))) for i in range(6)]
@@ -254,9 +274,7 @@ def test_a_request_vllm_added_before_an_interrupt_is_run_out_before_the_next_bat
     assert fake.completed == ["lost one", "x", "y z"]
 
 
-def test_an_output_that_cannot_be_placed_is_an_engine_error(
-    fake_vllm: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_output_that_cannot_be_placed_is_an_engine_error(fake_vllm: None, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = VLLMEngine(ModelConfig.from_spec("vllm/tiny"))
     fake = engine._llm.llm_engine
     stranger = FakeRequestOutput("999", [1], [FakeCompletion("?", [1], "stop")])
@@ -288,6 +306,7 @@ def test_ids_without_vllms_random_suffix_are_placed_too(fake_vllm: None, monkeyp
     out = engine.generate([GenerationRequest.chat(t) for t in ("a b", "c")])
     assert [r.text for r in out] == ["A B", "C"]
 
+
 def test_json_outputs_are_compact_by_default(fake_vllm: None) -> None:
     schema = {"type": "object", "properties": {"echo": {"type": "string"}}}
     request = GenerationRequest.chat("hi", max_tokens=40, constraint=Constraint(json_schema=schema))
@@ -298,8 +317,11 @@ def test_json_outputs_are_compact_by_default(fake_vllm: None) -> None:
     [looped] = loose.generate([request])
     assert looped.finish_reason == "length"
     with pytest.raises(EngineError, match="only supported for xgrammar and guidance"):
-        VLLMEngine(ModelConfig.from_spec("vllm/tiny", engine_args={
-            "structured_outputs_config": {"disable_any_whitespace": True}}))
+        VLLMEngine(
+            ModelConfig.from_spec(
+                "vllm/tiny", engine_args={"structured_outputs_config": {"disable_any_whitespace": True}}
+            )
+        )
 
 
 def test_a_kill_mid_batch_loses_only_the_requests_in_flight(fake_vllm: None, tmp_path: Path) -> None:
@@ -321,6 +343,7 @@ def test_a_kill_mid_batch_loses_only_the_requests_in_flight(fake_vllm: None, tmp
     out = again.generate(requests)
     assert (again.hits, again.misses) == (2, 4)
     assert [r.text for r in out] == [" ".join([f"W{i}"] * (i + 1)) for i in range(6)]
+
 
 def test_abort_maps_to_error() -> None:
     output = FakeRequestOutput("0", [1], [FakeCompletion("partial", [1], "abort")])

@@ -1,6 +1,5 @@
 """Paired outcomes and simulated validation families shared by the statistics tests."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -12,9 +11,7 @@ from bias_discovery.stats import (
 )
 
 
-def paired_outcomes(
-    hurt: int, helped: int, wrong_both: int, right_both: int
-) -> tuple[list[bool], list[bool]]:
+def paired_outcomes(hurt: int, helped: int, wrong_both: int, right_both: int) -> tuple[list[bool], list[bool]]:
     """Build (baseline_errors, perturbed_errors) with the given cells of the 2x2 table."""
     base = [False] * hurt + [True] * helped + [True] * wrong_both + [False] * right_both
     pert = [True] * hurt + [False] * helped + [True] * wrong_both + [False] * right_both

@@ -1,6 +1,5 @@
 """Cohen's kappa (bias_discovery.stats.agreement) by hand."""
 
-
 from __future__ import annotations
 
 import math

@@ -1,6 +1,5 @@
 """The paired comparison and its decision (bias_discovery.stats.comparison): compare_paired, the per-domain breakdown, the paper and paired rules, the error statement, two judges' Δ compared."""
 
-
 from __future__ import annotations
 
 import math
@@ -90,11 +89,7 @@ def _noise_judge(seed: int, n: int = 60) -> tuple[list[bool], list[bool]]:
 
 def test_paper_and_paired_rules_differ_on_random_noise_judge():
     # first seed where the noise happens to raise the error by a small margin (1 to 3 items)
-    seed = next(
-        s
-        for s in range(1000)
-        if 0 < sum(_noise_judge(s)[1]) - sum(_noise_judge(s)[0]) <= 3
-    )
+    seed = next(s for s in range(1000) if 0 < sum(_noise_judge(s)[1]) - sum(_noise_judge(s)[0]) <= 3)
     base, pert = _noise_judge(seed)
     cmp = compare_paired(base, pert, n_boot=200)
     assert 0 < cmp.delta <= 3 / 60
@@ -220,7 +215,11 @@ def test_a_rewrite_effect_passes_for_a_bias_against_the_baseline_but_not_against
 @pytest.mark.parametrize(
     "correction,error_control,expected",
     [
-        ("holm", "run", ["Family-wise error over the run", "at most α = 0.05", "4 planned validations at 0.0125", "Bonferroni"]),
+        (
+            "holm",
+            "run",
+            ["Family-wise error over the run", "at most α = 0.05", "4 planned validations at 0.0125", "Bonferroni"],
+        ),
         ("holm", "iteration", ["Family-wise error per validation", "at most α = 0.05", "can reach 0.2"]),
         ("bh", "run", ["False-discovery rate at most 0.0125", "if no candidate has an effect", "at most 0.05"]),
         ("bh", "iteration", ["False-discovery rate per validation", "at most 0.05", "is not bounded"]),
@@ -230,8 +229,14 @@ def test_a_rewrite_effect_passes_for_a_bias_against_the_baseline_but_not_against
 )
 def test_error_statement_for_each_correction_and_error_control(correction, error_control, expected):
     text = stats.error_statement(
-        acceptance="paired", correction=correction, error_control=error_control, alpha=0.05,
-        family_alpha=0.0125 if error_control == "run" else 0.05, families=4, control="placebo", sequential=True,
+        acceptance="paired",
+        correction=correction,
+        error_control=error_control,
+        alpha=0.05,
+        family_alpha=0.0125 if error_control == "run" else 0.05,
+        families=4,
+        control="placebo",
+        sequential=True,
     )
     for phrase in expected:
         assert phrase in text, (phrase, text)
@@ -240,8 +245,15 @@ def test_error_statement_for_each_correction_and_error_control(correction, error
 
 def test_error_statement_names_min_delta_and_the_paper_rule():
     shifted = stats.error_statement(
-        acceptance="paired", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
-        margin=0.05, control="baseline", scope="replication",
+        acceptance="paired",
+        correction="holm",
+        error_control="run",
+        alpha=0.05,
+        family_alpha=0.05,
+        families=1,
+        margin=0.05,
+        control="baseline",
+        scope="replication",
     )
     assert "true Δerror over the baseline is at most 0.05" in shifted and "the replication's one validation" in shifted
     paper = stats.error_statement(
@@ -254,8 +266,15 @@ def test_error_statement_for_a_matrix_names_its_cells():
     """One family of cells (a matrix): the statement says what the unit is and who is in the
     family, and BH over one family is not "split" over anything."""
     holm = stats.error_statement(
-        acceptance="paired", correction="holm", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
-        scope="matrix", unit="cell", members="9 cells: 2 judges and the jury × 3 biases",
+        acceptance="paired",
+        correction="holm",
+        error_control="run",
+        alpha=0.05,
+        family_alpha=0.05,
+        families=1,
+        scope="matrix",
+        unit="cell",
+        members="9 cells: 2 judges and the jury × 3 biases",
     )
     assert holm == (
         "Family-wise error over the matrix: the chance that the matrix accepts any cell that does not raise the "
@@ -263,12 +282,24 @@ def test_error_statement_for_a_matrix_names_its_cells():
         "jury × 3 biases)."
     )
     bh = stats.error_statement(
-        acceptance="paired", correction="bh", error_control="run", alpha=0.05, family_alpha=0.05, families=1,
-        scope="matrix", unit="cell", members="9 cells",
+        acceptance="paired",
+        correction="bh",
+        error_control="run",
+        alpha=0.05,
+        family_alpha=0.05,
+        families=1,
+        scope="matrix",
+        unit="cell",
+        members="9 cells",
     )
     assert "split evenly" not in bh and "cells that do not raise" in bh and "if no cell has an effect" in bh
     several = stats.error_statement(
-        acceptance="paired", correction="bh", error_control="run", alpha=0.05, family_alpha=0.0125, families=4,
+        acceptance="paired",
+        correction="bh",
+        error_control="run",
+        alpha=0.05,
+        family_alpha=0.0125,
+        families=4,
     )
     assert "split evenly" in several
 
@@ -281,7 +312,9 @@ def test_compare_effects_on_the_items_valid_in_all_four_arms():
     arm_b = [True, False, False, False, False, None]
     d = stats.compare_effects(control_a, arm_a, control_b, arm_b, n_boot=500, seed=1)
     assert (d.n, d.n_excluded_invalid) == (5, 1)
-    assert d.delta_a == pytest.approx(3 / 5) and d.delta_b == pytest.approx(0.0) and d.difference == pytest.approx(3 / 5)
+    assert (
+        d.delta_a == pytest.approx(3 / 5) and d.delta_b == pytest.approx(0.0) and d.difference == pytest.approx(3 / 5)
+    )
     # per item A - B: 0, +1, +2, 0, 0 -> S = 3 of a maximum 3: 2 of 4 sign patterns
     assert d.p_value == pytest.approx(0.5)
     assert d.ci_low <= d.difference <= d.ci_high

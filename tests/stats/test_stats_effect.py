@@ -1,6 +1,5 @@
 """The effect after a sequential stop (bias_discovery.stats.effect): recursive integration and the conditional interval, against an mpmath reference."""
 
-
 from __future__ import annotations
 
 import math
@@ -33,7 +32,9 @@ def test_conditional_interval_without_earlier_looks_is_the_fixed_sample_one():
     z = NormalDist().inv_cdf(0.975)
     assert found[:3] == pytest.approx((0.2, (2.0 - z) / 10, (2.0 + z) / 10), abs=1e-6) and not found.cut
     # a stop far beyond its boundary is barely selected: nearly the fixed-sample interval
-    far = stats.conditional_interval([50.0, 100.0], [math.inf], [-math.inf], 9.0, region=(2.0, math.inf), bounds=(-2.0, 2.0))
+    far = stats.conditional_interval(
+        [50.0, 100.0], [math.inf], [-math.inf], 9.0, region=(2.0, math.inf), bounds=(-2.0, 2.0)
+    )
     assert far[:3] == pytest.approx((0.9, (9.0 - z) / 10, (9.0 + z) / 10), abs=2e-3)
     # in Δ's own parameter space [-1, 1] its upper end (1.096) is cut there, and named
     cut = stats.conditional_interval([50.0, 100.0], [math.inf], [-math.inf], 9.0, region=(2.0, math.inf))
@@ -76,13 +77,19 @@ def _reference_stop_probability(design: stats.StoppingDesign, theta: float, lo: 
 def _reference_tail(design: stats.StoppingDesign, theta: float) -> float:
     """T(theta) = P_theta(Z_k >= z | the stop), by `_reference_stop_probability`."""
     a, b = design.region
-    return float(_reference_stop_probability(design, theta, design.z, b) / _reference_stop_probability(design, theta, a, b))
+    return float(
+        _reference_stop_probability(design, theta, design.z, b) / _reference_stop_probability(design, theta, a, b)
+    )
 
 
 def _check_against_reference(design: stats.StoppingDesign, found: stats.ConditionalInterval) -> None:
     """The estimate and the CI ends solve T = 1/2, 0.025, 0.975 by the reference, or sit at an
     end of [-1, 1] that the reference agrees the root lies beyond."""
-    for name, value, target in (("estimate", found.estimate, 0.5), ("low", found.low, 0.025), ("high", found.high, 0.975)):
+    for name, value, target in (
+        ("estimate", found.estimate, 0.5),
+        ("low", found.low, 0.025),
+        ("high", found.high, 0.975),
+    ):
         tail = _reference_tail(design, value)
         if name in found.cut:
             assert value in (-1.0, 1.0)
@@ -93,8 +100,20 @@ def _check_against_reference(design: stats.StoppingDesign, found: stats.Conditio
 
 def test_log_normal_probability_keeps_its_precision_in_far_tails_and_thin_intervals():
     mp = pytest.importorskip("mpmath")
-    cases = [(-math.inf, -40.0), (38.0, 39.0), (5.0, 5.0 + 1e-9), (-3.0, 2.0), (30.0, math.inf), (-math.inf, math.inf),
-             (0.1, 0.1 + 3e-7), (-50.0, -49.999), (1e-12, 2e-12), (-1.0, -1.0 + 2e-6), (29.0, 31.0), (-8.0, 9.0)]
+    cases = [
+        (-math.inf, -40.0),
+        (38.0, 39.0),
+        (5.0, 5.0 + 1e-9),
+        (-3.0, 2.0),
+        (30.0, math.inf),
+        (-math.inf, math.inf),
+        (0.1, 0.1 + 3e-7),
+        (-50.0, -49.999),
+        (1e-12, 2e-12),
+        (-1.0, -1.0 + 2e-6),
+        (29.0, 31.0),
+        (-8.0, 9.0),
+    ]
     ours = effect_module._log_normal_probability([lo for lo, _ in cases], [hi for _, hi in cases])
     mp.mp.dps = 60
     for (lo, hi), got in zip(cases, ours):
@@ -110,7 +129,10 @@ def test_continuation_tails_keep_their_precision_far_out():
     for theta in (-0.6, -0.2, 0.0, 0.3, 0.9):
         ours = stats.continuation_tails(theta, design.information, design.upper, design.lower, [-math.inf, 2.0, 5.0])
         for x, got in zip((-math.inf, 2.0, 5.0), ours):
-            assert got == pytest.approx(float(_reference_stop_probability(design, theta, x, math.inf)), rel=2e-5), (theta, x)
+            assert got == pytest.approx(float(_reference_stop_probability(design, theta, x, math.inf)), rel=2e-5), (
+                theta,
+                x,
+            )
 
 
 @pytest.mark.parametrize("side", ["futility", "efficacy"])
@@ -144,27 +166,79 @@ _FIRST_LEVEL = 8.857543832130332e-05
 _STUCK_STOPS = {
     # was +50.4 pp [-3.4, +50.4] (roots 2e-9 the wrong way round); observed +1.3 pp
     "choice, futility at look 1": [
-        dict(_CHOICE_LOOK, look=1, items=75, n=75, b_discordant_hurt=10, c_discordant_helped=9, p_value=0.5,
-             level=_FIRST_LEVEL, conditional_power=0.07558607584815724, outcome="futility"),
+        dict(
+            _CHOICE_LOOK,
+            look=1,
+            items=75,
+            n=75,
+            b_discordant_hurt=10,
+            c_discordant_helped=9,
+            p_value=0.5,
+            level=_FIRST_LEVEL,
+            conditional_power=0.07558607584815724,
+            outcome="futility",
+        ),
     ],
     # was +46.4 pp [+0.1, +46.8] after the sort (roots 4e-3 the wrong way round); observed +2.7 pp
     "choice, futility at look 2": [
-        dict(_CHOICE_LOOK, look=1, items=75, n=75, b_discordant_hurt=18, c_discordant_helped=13, p_value=0.23656482994556427,
-             level=_FIRST_LEVEL, conditional_power=0.543709072025693, outcome="continue"),
-        dict(_CHOICE_LOOK, look=2, items=150, n=150, b_discordant_hurt=29, c_discordant_helped=25,
-             p_value=0.34174461411766877, level=0.005486021242463224, conditional_power=0.09359910586178088, outcome="futility"),
+        dict(
+            _CHOICE_LOOK,
+            look=1,
+            items=75,
+            n=75,
+            b_discordant_hurt=18,
+            c_discordant_helped=13,
+            p_value=0.23656482994556427,
+            level=_FIRST_LEVEL,
+            conditional_power=0.543709072025693,
+            outcome="continue",
+        ),
+        dict(
+            _CHOICE_LOOK,
+            look=2,
+            items=150,
+            n=150,
+            b_discordant_hurt=29,
+            c_discordant_helped=25,
+            p_value=0.34174461411766877,
+            level=0.005486021242463224,
+            conditional_power=0.09359910586178088,
+            outcome="futility",
+        ),
     ],
     # was +14.9 pp [-1.0, +14.9] (roots 9e-9 the wrong way round); observed +0.4 pp
     "score, futility at look 1": [
-        dict(look=1, items=40, n=40, b_discordant_hurt=21, c_discordant_helped=19, mean_difference=0.0039008130681267477,
-             sd_difference=0.11036974713461192, p_value=0.4121450522365329, level=_FIRST_LEVEL, p_sequential=1.0,
-             conditional_power=0.07373959132472363, outcome="futility"),
+        dict(
+            look=1,
+            items=40,
+            n=40,
+            b_discordant_hurt=21,
+            c_discordant_helped=19,
+            mean_difference=0.0039008130681267477,
+            sd_difference=0.11036974713461192,
+            p_value=0.4121450522365329,
+            level=_FIRST_LEVEL,
+            p_sequential=1.0,
+            conditional_power=0.07373959132472363,
+            outcome="futility",
+        ),
     ],
     # was -65.8 pp [-65.8, -65.8] (zero width); observed +8.3 pp, p 8.849e-5 against a level of 8.858e-5
     "score, efficacy at look 1": [
-        dict(look=1, items=40, n=40, b_discordant_hurt=31, c_discordant_helped=9, mean_difference=0.0829224922952044,
-             sd_difference=0.12652010658898052, p_value=8.849315116751086e-05, level=_FIRST_LEVEL,
-             p_sequential=0.049953549677341724, conditional_power=None, outcome="efficacy"),
+        dict(
+            look=1,
+            items=40,
+            n=40,
+            b_discordant_hurt=31,
+            c_discordant_helped=9,
+            mean_difference=0.0829224922952044,
+            sd_difference=0.12652010658898052,
+            p_value=8.849315116751086e-05,
+            level=_FIRST_LEVEL,
+            p_sequential=0.049953549677341724,
+            conditional_power=None,
+            outcome="efficacy",
+        ),
     ],
 }
 
@@ -172,7 +246,9 @@ _STUCK_STOPS = {
 @pytest.mark.parametrize("name", sorted(_STUCK_STOPS))
 def test_the_effect_after_a_stop_near_its_boundary_is_finite_ordered_and_says_what_it_cut(name):
     looks = [stats.LookRecord(**record) for record in _STUCK_STOPS[name]]
-    plan = stats.plan_sequential(300 if name.startswith("choice") else 160, [0.25, 0.5, 1.0], alpha=0.05, futility=0.1, min_items=20)
+    plan = stats.plan_sequential(
+        300 if name.startswith("choice") else 160, [0.25, 0.5, 1.0], alpha=0.05, futility=0.1, min_items=20
+    )
     assert [r.items for r in looks] == list(plan.looks[: len(looks)])
     effect = stats.sequential_effect(plan, looks, family_size=1)
     assert effect.ci_low is not None and effect.ci_high is not None
@@ -182,7 +258,9 @@ def test_the_effect_after_a_stop_near_its_boundary_is_finite_ordered_and_says_wh
     assert found[:3] == (effect.delta, effect.ci_low, effect.ci_high)
     assert (effect.clipped is None) == (not found.cut)
     if name == "score, efficacy at look 1":  # t 0.0003 above its critical value: nothing in [-1, 1] fits at 95 %
-        assert found.empty and (effect.ci_low, effect.ci_high) == (-1.0, 1.0) and "whole space" in (effect.clipped or "")
+        assert (
+            found.empty and (effect.ci_low, effect.ci_high) == (-1.0, 1.0) and "whole space" in (effect.clipped or "")
+        )
         assert _reference_tail(design, -1.0) > 0.975
     else:  # a futility stop a pair (a hair) below its boundary: bounded below, barely (or not) above
         assert effect.ci_low < 0.0 < effect.delta < effect.ci_high and not found.empty
@@ -191,8 +269,18 @@ def test_the_effect_after_a_stop_near_its_boundary_is_finite_ordered_and_says_wh
     if name.startswith("choice"):  # the observed value stands for its lattice cell: half a pair below the edge
         half = 0.5 * design.information[-1] ** 0.5 / looks[-1].n
         assert design.region[1] - design.z == pytest.approx(half)
-        assert stats.sequential_look(plan, len(looks) - 1, looks[:-1], b=looks[-1].b_discordant_hurt + 1,
-                                     c=looks[-1].c_discordant_helped, n=looks[-1].n, family_size=1).outcome == "continue"
+        assert (
+            stats.sequential_look(
+                plan,
+                len(looks) - 1,
+                looks[:-1],
+                b=looks[-1].b_discordant_hurt + 1,
+                c=looks[-1].c_discordant_helped,
+                n=looks[-1].n,
+                family_size=1,
+            ).outcome
+            == "continue"
+        )
 
 
 def test_sequential_effect_of_one_look_and_of_a_stop():
@@ -236,16 +324,24 @@ def test_the_effect_given_the_decision_conditions_the_last_look_on_it():
     first = stats.sequential_look(plan, 0, [], b=14, c=8, n=75, family_size=1)
     second = stats.sequential_look(plan, 1, [first], b=26, c=16, n=150, family_size=1)
     last = stats.sequential_look(plan, 2, [first, second], b=52, c=30, n=300, family_size=1)
-    assert [r.outcome for r in (first, second, last)] == ["continue", "continue", "final"] and last.p_value <= plan.levels[-1]
+    assert [r.outcome for r in (first, second, last)] == [
+        "continue",
+        "continue",
+        "final",
+    ] and last.p_value <= plan.levels[-1]
     looks = [first, second, last]
     given_stop = stats.sequential_effect(plan, looks, family_size=1)
     accepted = stats.sequential_effect(plan, looks, family_size=1, decision=stats.Decision(True, 0.05))
     assert accepted.method == stats.CONDITIONAL_ON_DECISION and accepted.upper_bound is None
     assert accepted.delta < given_stop.delta and accepted.ci_low < given_stop.ci_low
     weaker = stats.sequential_look(plan, 2, [first, second], b=45, c=33, n=300, family_size=1)
-    rejected = stats.sequential_effect(plan, [first, second, weaker], family_size=1, decision=stats.Decision(False, 0.05))
+    rejected = stats.sequential_effect(
+        plan, [first, second, weaker], family_size=1, decision=stats.Decision(False, 0.05)
+    )
     alone = stats.sequential_effect(plan, [first, second, weaker], family_size=1)
     assert rejected.delta > alone.delta and rejected.upper_bound is not None and rejected.upper_bound > rejected.delta
-    design = stats.stopping_design(plan, [first, second, weaker], family_size=3, decision=stats.Decision(False, 0.05 / 2))
+    design = stats.stopping_design(
+        plan, [first, second, weaker], family_size=3, decision=stats.Decision(False, 0.05 / 2)
+    )
     bonferroni = stats.stopping_design(plan, [first, second, weaker], family_size=3)
     assert design.upper[0] <= bonferroni.upper[0] and design.region[1] < math.inf

@@ -1,6 +1,5 @@
 """Intervals: Wilson, the paired bootstrap and Tango's paired score interval, against values computed by hand."""
 
-
 from __future__ import annotations
 
 import math
@@ -165,7 +164,15 @@ def _exact_coverage(n: int, p10: float, p01: float, truth: float) -> float:
     for b in range(n + 1):
         for c in range(n - b + 1):
             r = n - b - c
-            log_p = log_f[n] - log_f[b] - log_f[c] - log_f[r] + b * math.log(p10) + c * math.log(p01) + r * math.log(1 - p10 - p01)
+            log_p = (
+                log_f[n]
+                - log_f[b]
+                - log_f[c]
+                - log_f[r]
+                + b * math.log(p10)
+                + c * math.log(p01)
+                + r * math.log(1 - p10 - p01)
+            )
             if log_p < -20:  # (e^-20 x the 1891 cells: far below the third decimal)
                 continue
             low, high = paired_score_interval(b, c, n)

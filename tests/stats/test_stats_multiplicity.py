@@ -1,6 +1,5 @@
 """Multiplicity corrections (bias_discovery.stats.multiplicity): Holm and Benjamini-Hochberg by hand."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -25,14 +24,10 @@ def test_bh_hand_values():
     # same p, sorted 0.005, 0.01, 0.03, 0.04; times m/j = 4/1, 4/2, 4/3, 4/4:
     #   0.020, 0.020, 0.040, 0.040; running min from the top: 0.020, 0.020, 0.040, 0.040
     # input order: [0.02, 0.04, 0.04, 0.02]
-    assert benjamini_hochberg_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx(
-        [0.02, 0.04, 0.04, 0.02]
-    )
+    assert benjamini_hochberg_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.02, 0.04, 0.04, 0.02])
     # the step-up matters here: p = [0.01, 0.02, 0.021, 0.5], m = 4
     #   m/j * p = 0.04, 0.04, 0.028, 0.5 -> running min from the top: 0.028, 0.028, 0.028, 0.5
-    assert benjamini_hochberg_adjust([0.01, 0.02, 0.021, 0.5]) == pytest.approx(
-        [0.028, 0.028, 0.028, 0.5]
-    )
+    assert benjamini_hochberg_adjust([0.01, 0.02, 0.021, 0.5]) == pytest.approx([0.028, 0.028, 0.028, 0.5])
 
 
 def test_adjustments_cap_at_one_and_handle_edge_cases():

@@ -1,6 +1,5 @@
 """Power and the smallest detectable Δ (bias_discovery.stats.power), against enumerations of every outcome."""
 
-
 from __future__ import annotations
 
 import math
@@ -34,7 +33,9 @@ def test_paired_power_hand_values():
     # no effect at discordance 1/2: the exact null rejection rate of test_exact_acceptance_probability_under_noise
     assert stats.paired_power(60, 0.0, 0.5, 0.05) == pytest.approx(0.03551, abs=1e-5)
     for n, delta, psi in ((30, 0.2, 0.3), (25, 0.1, 0.6), (40, 0.35, 0.0)):
-        assert stats.paired_power(n, delta, psi, 0.05) == pytest.approx(_power_by_enumeration(n, delta, psi, 0.05), rel=1e-9)
+        assert stats.paired_power(n, delta, psi, 0.05) == pytest.approx(
+            _power_by_enumeration(n, delta, psi, 0.05), rel=1e-9
+        )
 
 
 def test_min_detectable_delta():
@@ -73,7 +74,11 @@ def test_power_and_mde_are_for_the_hypothesis_delta_above_min_delta():
     plain = stats.min_detectable_delta(300, 0.3, 0.05)
     shifted = stats.min_detectable_delta(300, 0.3, 0.05, margin=0.05)
     assert plain is not None and shifted is not None and shifted > plain + 0.03
-    assert stats.paired_power(300, shifted, 0.3, 0.05, 0.05) >= 0.8 > stats.paired_power(300, shifted - 0.002, 0.3, 0.05, 0.05)
+    assert (
+        stats.paired_power(300, shifted, 0.3, 0.05, 0.05)
+        >= 0.8
+        > stats.paired_power(300, shifted - 0.002, 0.3, 0.05, 0.05)
+    )
     # at the boundary Δ = min_delta the test rejects about alpha of the time, below it less
     assert stats.paired_power(300, 0.05, 0.3, 0.05, 0.05) == pytest.approx(0.05, abs=0.01)
     assert stats.paired_power(300, 0.03, 0.3, 0.05, 0.05) < 0.02

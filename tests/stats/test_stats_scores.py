@@ -93,7 +93,9 @@ def test_min_detectable_shift_by_hand() -> None:
     """n = 50, sd 0.2, alpha 0.05, power 0.8: (t(0.95, 49) + t(0.80, 49)) * 0.2 / sqrt(50)
     with t(0.95, 49) = 1.676551 and t(0.80, 49) = 0.849018 (tables)."""
     assert min_detectable_shift(50, 0.2, 0.05) == pytest.approx((1.676551 + 0.849018) * 0.2 / math.sqrt(50), abs=1e-6)
-    assert min_detectable_shift(50, 0.2, 0.05, margin=0.05) == pytest.approx(0.05 + (1.676551 + 0.849018) * 0.2 / math.sqrt(50), abs=1e-6)
+    assert min_detectable_shift(50, 0.2, 0.05, margin=0.05) == pytest.approx(
+        0.05 + (1.676551 + 0.849018) * 0.2 / math.sqrt(50), abs=1e-6
+    )
     assert min_detectable_shift(1, 0.2, 0.05) is None and min_detectable_shift(50, None, 0.05) is None
     assert min_detectable_shift(3, 0.9, 0.01) is None  # more than the largest possible shift
 
@@ -114,7 +116,11 @@ def test_the_effect_after_an_early_stop_is_median_unbiased_on_scores() -> None:
     conditional estimate (`sequential.effect: conditional`) is not, and its 95 % interval covers
     the truth about 95 % of the time."""
     rng = np.random.default_rng(3)
-    settings = FamilySettings(rules=ValidateSettings(held_out=0.0, sequential={"effect": "conditional"}), family_alpha=0.05, measure="p_rejected")
+    settings = FamilySettings(
+        rules=ValidateSettings(held_out=0.0, sequential={"effect": "conditional"}),
+        family_alpha=0.05,
+        measure="p_rejected",
+    )
     naive, conditional, covered = [], [], []
     for _ in range(300):
         shifts = rng.normal(0.05, 0.15, 120)

@@ -1,6 +1,5 @@
 """Group-sequential validation (bias_discovery.stats.sequential): alpha spending, looks, sequential p-values, futility, and the error rates of a simulated family."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -78,7 +77,9 @@ def test_look_outcomes():
     # 50 items: b = 20, c = 0 -> p = 2^-20, far below level_2 / 3
     strong = stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3)
     assert strong.p_value == 2.0**-20 and strong.outcome == "efficacy"
-    assert strong.p_sequential == pytest.approx(min(going.p_value * 0.05 / plan.levels[0], 2.0**-20 * 0.05 / plan.levels[1]))
+    assert strong.p_sequential == pytest.approx(
+        min(going.p_value * 0.05 / plan.levels[0], 2.0**-20 * 0.05 / plan.levels[1])
+    )
     # a clear effect that the test cannot tell above min_delta does not stop for efficacy
     assert stats.sequential_look(plan, 1, [going], b=20, c=0, n=50, family_size=3, margin=0.3).outcome == "continue"
     assert stats.sequential_look(plan, 2, [going, strong], b=30, c=0, n=100, family_size=3).outcome == "final"

@@ -27,7 +27,6 @@ from helpers import VLLM_MAX_MODEL_LEN, model_cache_dir
 HERE = Path(__file__).resolve().parent
 
 
-
 def _vllm_installed() -> bool:
     """True when the real vllm package is importable (a namespace package of that name, e.g. a
     folder on sys.path, has no origin and does not count)."""

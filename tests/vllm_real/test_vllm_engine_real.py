@@ -37,8 +37,9 @@ def prompt_of(engine: VLLMEngine, n_tokens: int) -> GenerationRequest:
 
     def length(k: int) -> int:
         messages = [{"role": "user", "content": " ".join(["a"] * k)}]
-        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                 return_dict=False))
+        return len(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
 
     k = n_tokens - length(0)
     while length(k) < n_tokens:
@@ -99,9 +100,16 @@ def test_identify_gets_compact_schema_valid_json(vllm_engine: VLLMEngine) -> Non
     pairs = load_pairs("demo", limit=3)
     cases = [
         MisjudgedCase(
-            pair_id=p.id, bias_id="authority", domain=p.domain, question=p.question, chosen=p.chosen,
-            original_rejected=p.rejected, perturbed_rejected=p.rejected + " As leading experts confirm.",
-            order="chosen_first", verdict="B", judge_output="Reasoning: experts agree.\nVerdict: B",
+            pair_id=p.id,
+            bias_id="authority",
+            domain=p.domain,
+            question=p.question,
+            chosen=p.chosen,
+            original_rejected=p.rejected,
+            perturbed_rejected=p.rejected + " As leading experts confirm.",
+            order="chosen_first",
+            verdict="B",
+            judge_output="Reasoning: experts agree.\nVerdict: B",
             explanation="Experts agree with B.",
         )
         for p in pairs
@@ -146,7 +154,10 @@ def test_too_long_prompts_cost_only_themselves(vllm_engine: VLLMEngine, monkeypa
     assert [r.finish_reason for r in out[1:4]] == ["error", "error", "length"]
     assert out[0].finish_reason != "error" and out[4].finish_reason != "error"
     assert "vLLM rejected the request" in out[1].text
-    assert f"maximum context length is {limit} tokens" in out[1].text and f"at least {limit + 1} input tokens" in out[1].text
+    assert (
+        f"maximum context length is {limit} tokens" in out[1].text
+        and f"at least {limit + 1} input tokens" in out[1].text
+    )
     assert f"maximum model length of {limit}" in out[2].text
     assert out[3].prompt_tokens == limit - 1 and out[3].completion_tokens == 1
     assert out[0].text and out[4].text
@@ -189,8 +200,10 @@ def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(vllm_en
     batch = [GenerationRequest.chat(f"Give one word for the colour number {i}.", max_tokens=16) for i in range(4)]
 
     def own_outputs(responses: list[GenerationResponse]) -> list[tuple[int, bool]]:
-        return [(r.prompt_tokens, r.finish_reason in ("stop", "length") and bool(r.text) and 0 < r.completion_tokens <= 16)
-                for r in responses]
+        return [
+            (r.prompt_tokens, r.finish_reason in ("stop", "length") and bool(r.text) and 0 < r.completion_tokens <= 16)
+            for r in responses
+        ]
 
     reference = own_outputs(vllm_engine.generate(batch))
     assert all(ok for _, ok in reference)
@@ -210,8 +223,11 @@ def test_a_failure_mid_batch_aborts_the_rest_and_the_next_batch_is_clean(vllm_en
 
     from vllm import SamplingParams
 
-    llm.enqueue_chat([[{"role": "user", "content": "Tell a long story."}]],
-                     sampling_params=[SamplingParams(temperature=0, max_tokens=64)], use_tqdm=False)
+    llm.enqueue_chat(
+        [[{"role": "user", "content": "Tell a long story."}]],
+        sampling_params=[SamplingParams(temperature=0, max_tokens=64)],
+        use_tqdm=False,
+    )
     assert llm.llm_engine.has_unfinished_requests()  # not ours: run out before the batch
     assert own_outputs(vllm_engine.generate(batch)) == reference
     assert not llm.llm_engine.has_unfinished_requests()
@@ -221,28 +237,37 @@ def request_protocol_trace(llm: Any, sampling_params: Any) -> dict[str, Any]:
     """What the engine relies on from `vllm.LLM`, observed through the same calls."""
     words = "Write a long story about the sea and the ships that sail on it."
     conversations = [[{"role": "user", "content": f"{words} {i}"}] for i in range(3)]
-    ids = [llm.enqueue_chat([c], sampling_params=[sampling_params(temperature=0, max_tokens=n)], use_tqdm=False)[0]
-           for c, n in zip(conversations, (6, 2, 4))]
+    ids = [
+        llm.enqueue_chat([c], sampling_params=[sampling_params(temperature=0, max_tokens=n)], use_tqdm=False)[0]
+        for c, n in zip(conversations, (6, 2, 4))
+    ]
     first = int(external_id(ids[0]))
     trace: dict[str, Any] = {
         "ids": [bool(re.fullmatch(r"\d+-[0-9a-f]{8}", i)) for i in ids],
         "external": [int(external_id(i)) - first for i in ids],
     }
     try:
-        llm.enqueue_chat([[{"role": "user", "content": "word " * 3000}]],
-                         sampling_params=[sampling_params(temperature=0, max_tokens=4)], use_tqdm=False)
+        llm.enqueue_chat(
+            [[{"role": "user", "content": "word " * 3000}]],
+            sampling_params=[sampling_params(temperature=0, max_tokens=4)],
+            use_tqdm=False,
+        )
         trace["rejected"] = None
     except Exception as exc:
-        trace["rejected"] = (type(exc).__name__.replace("Fake", ""), isinstance(exc, ValueError),
-                             "maximum context length is 2048 tokens" in str(exc))
+        trace["rejected"] = (
+            type(exc).__name__.replace("Fake", ""),
+            isinstance(exc, ValueError),
+            "maximum context length is 2048 tokens" in str(exc),
+        )
     engine = llm.llm_engine
     trace["unfinished"] = engine.get_num_unfinished_requests()
     outputs: list[tuple[int, bool, int]] = []
     while engine.has_unfinished_requests():
         outputs += [(int(o.request_id) - first, o.finished, len(o.outputs[0].token_ids)) for o in engine.step()]
     trace["outputs"] = outputs  # external ids, finished only, shortest first
-    [late] = llm.enqueue_chat(conversations[0], sampling_params=sampling_params(temperature=0, max_tokens=64),
-                              use_tqdm=False)
+    [late] = llm.enqueue_chat(
+        conversations[0], sampling_params=sampling_params(temperature=0, max_tokens=64), use_tqdm=False
+    )
     trace["late"] = int(external_id(late)) - first
     engine.step()
     engine.abort_request([late])

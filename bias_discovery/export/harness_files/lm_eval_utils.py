@@ -64,7 +64,9 @@ def both_orders(dataset: datasets.Dataset) -> datasets.Dataset:
         a_is_correct = row["label"] == "A>B"
         for order in ORDERS:
             swapped = order == "swapped"
-            first, second = (row["response_B"], row["response_A"]) if swapped else (row["response_A"], row["response_B"])
+            first, second = (
+                (row["response_B"], row["response_A"]) if swapped else (row["response_A"], row["response_B"])
+            )
             docs.append(
                 {
                     "sample_id": row["sample_id"],

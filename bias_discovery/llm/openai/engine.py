@@ -134,9 +134,7 @@ class OpenAIServerEngine(BaseEngine):
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: Any = None  # aiohttp.ClientSession, made on the loop at first use
-        self._dialect: Dialect | None = (
-            None if config.structured_outputs == "auto" else config.structured_outputs
-        )
+        self._dialect: Dialect | None = None if config.structured_outputs == "auto" else config.structured_outputs
         self._dialect_lock: asyncio.Lock | None = None
         self._replicas = Replicas(self.base_urls, config.max_concurrency or 1)
         if self._dialect is not None:
@@ -186,9 +184,7 @@ class OpenAIServerEngine(BaseEngine):
         await self._detect_dialect()
         return await self._complete(request)
 
-    def _generate_batch(
-        self, requests: Sequence[GenerationRequest], report: BatchReport
-    ) -> list[GenerationResponse]:
+    def _generate_batch(self, requests: Sequence[GenerationRequest], report: BatchReport) -> list[GenerationResponse]:
         """Send the batch on the event loop, at most `max_concurrency` in flight per replica;
         each response is reported in this thread as it arrives, and the loop's wait notes go to
         the progress bar (`progress.show_wait`). A large batch runs with the heap that was
@@ -299,7 +295,10 @@ class OpenAIServerEngine(BaseEngine):
 
         # As many senders as there are slots: thousands of idle tasks waiting for one would
         # only be more objects for the garbage collector to scan.
-        senders = [asyncio.ensure_future(sender()) for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls)))]
+        senders = [
+            asyncio.ensure_future(sender())
+            for _ in range(min(len(requests), self.max_concurrency * len(self.base_urls)))
+        ]
         try:
             await asyncio.gather(*senders)
         finally:
@@ -333,12 +332,17 @@ class OpenAIServerEngine(BaseEngine):
             self._wait_logged[url] = now
             log.warning(
                 "still waiting on %s (stage: %s, %s): %.0f s, attempt %d/%d, deadline %g s (`timeout_s`)",
-                url, waiting.stage or "none named", waiting.path or "request", waited,
-                waiting.attempt, waiting.attempts, self.config.timeout_s,
+                url,
+                waiting.stage or "none named",
+                waiting.path or "request",
+                waited,
+                waiting.attempt,
+                waiting.attempts,
+                self.config.timeout_s,
             )
 
     def _wait_note(self) -> str | None:
-        """"waiting on URL: 45 s, attempt 2/5" when no answer has come for WAIT_NOTE_AFTER_S and
+        """ "waiting on URL: 45 s, attempt 2/5" when no answer has come for WAIT_NOTE_AFTER_S and
         the oldest request in flight has waited that long; else None."""
         now = _now()
         if not self._waiting or now - self._last_answer < WAIT_NOTE_AFTER_S:
@@ -389,7 +393,9 @@ class OpenAIServerEngine(BaseEngine):
                     self._replicas.capacity = self.max_concurrency
                     log.info(
                         "%s: the %s dialect (from GET /models), %d requests in flight per replica",
-                        self.base_url, self._dialect, self.max_concurrency,
+                        self.base_url,
+                        self._dialect,
+                        self.max_concurrency,
                     )
         return self._dialect
 
@@ -424,7 +430,13 @@ class OpenAIServerEngine(BaseEngine):
             for attempt in range(1, attempts + 1):
                 if attempt > 1 and not self._replicas.any_live():
                     delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 2)) * (0.5 + random.random())
-                    log.info("no replica of %s is up: backing off %.2f s before attempt %d of %d", self.engine_id, delay, attempt, attempts)
+                    log.info(
+                        "no replica of %s is up: backing off %.2f s before attempt %d of %d",
+                        self.engine_id,
+                        delay,
+                        attempt,
+                        attempts,
+                    )
                     await asyncio.sleep(max(0.0, min(delay, (deadline or 0.0) - time.monotonic())))
                 replica = await self._replicas.acquire(avoid=failed)
                 now = time.monotonic()
@@ -501,7 +513,9 @@ class OpenAIServerEngine(BaseEngine):
             message, _, _ = server_message(response)
             if WANTS_MAX_COMPLETION_TOKENS.search(message):
                 self._use_max_completion_tokens = True  # for every later request too
-                response = await self._send(replica, "POST", "/chat/completions", self._with_token_field(payload), deadline)
+                response = await self._send(
+                    replica, "POST", "/chat/completions", self._with_token_field(payload), deadline
+                )
         return response
 
     async def _models_reply(self) -> Any:
@@ -529,9 +543,7 @@ class OpenAIServerEngine(BaseEngine):
                     text=f"server refused the request ({response.status_code}): {message}",
                     finish_reason="error",
                 )
-            raise EngineError(
-                f"model server at {url} refused the request ({response.status_code}): {message}"
-            )
+            raise EngineError(f"model server at {url} refused the request ({response.status_code}): {message}")
         out = self._parse(url, response, top_logprobs)
         if constraint is None or out.finish_reason != "stop":
             return out
@@ -565,8 +577,7 @@ class OpenAIServerEngine(BaseEngine):
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise EngineError(
-                f"model server at {url} sent a reply that is not a chat completion: "
-                f"{response.text[:500]!r}"
+                f"model server at {url} sent a reply that is not a chat completion: {response.text[:500]!r}"
             ) from exc
         finish = finish_reason(choice.get("finish_reason"), unknown="stop")
         if finish == "error":  # "content_filter"
@@ -609,7 +620,9 @@ class OpenAIServerEngine(BaseEngine):
                     else:
                         reply = self._parse(url, response)
                         if reply.finish_reason == "stop":
-                            reply = reply.model_copy(update={"text": read_reply(probe.constraint, dialect, reply.text)[0]})
+                            reply = reply.model_copy(
+                                update={"text": read_reply(probe.constraint, dialect, reply.text)[0]}
+                            )
                         failure = probe_failure(kind, reply) or ""
                     replica.probed[kind] = failure
         failure = replica.probed[kind]
@@ -636,4 +649,3 @@ class OpenAIServerEngine(BaseEngine):
         renamed = {k: v for k, v in payload.items() if k != "max_tokens"}
         renamed["max_completion_tokens"] = payload["max_tokens"]
         return renamed
-

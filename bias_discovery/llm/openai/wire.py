@@ -18,9 +18,7 @@ from ..vllm_engine import NEUTRAL_SAMPLING, structured_outputs_kwargs
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 """HTTP statuses that say "not now" rather than "not this request": retried (on another replica)."""
-_CONTEXT_ERROR = re.compile(
-    r"context|too long|too large|maximum.{0,40}length|max_tokens|exceed", re.IGNORECASE
-)
+_CONTEXT_ERROR = re.compile(r"context|too long|too large|maximum.{0,40}length|max_tokens|exceed", re.IGNORECASE)
 _CONTEXT_PARAMS = {"input_tokens", "max_tokens"}
 """vLLM names the offending parameter of a request that does not fit its context."""
 _CHOICE_KEY = "choice"
