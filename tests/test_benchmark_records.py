@@ -23,7 +23,6 @@ WRITTEN_BEFORE_PROVENANCE = {
     "effects_cli.json": "edited by hand (its per-run records cut out) and stamped at write time; a "
     "scaled rerun (--cells-only) is pending",
     "exit_codes.json": "three runs' records merged by hand; a scaled rerun is pending",
-    "validation_sim_accepted.json": "stamped at write time, a dirty tree; its rerun with the score interval is pending",
     "embedded_build.json": "no commit; needs a second (native) llama.cpp build to rerun",
     "first_run.json": "the commit at write time, short; three rounds of the quick start to rerun",
     "budget_anywhere.json": "written by issue 38's branch while the provenance block was being built on "
