@@ -33,4 +33,4 @@ def test_ruff_mypy_and_the_import_contracts_pass() -> None:
         env={**os.environ, "VENV": str(bin_dir.parent)},
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert "lint: ruff, mypy, import-linter and function-length passed" in result.stdout
+    assert "lint: format, ruff, mypy, import-linter and function-length passed" in result.stdout
