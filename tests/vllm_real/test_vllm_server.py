@@ -275,7 +275,9 @@ def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> No
 def test_a_discovery_run_through_the_vllm_server_finishes_the_quickstart(vllm_server: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["run", str(server_config(tmp_path, vllm_server)), "--run-dir", str(run_dir), "--quiet"]
-    for item in SMALL_RUN_OVERRIDES:
+    # Half the shared small run: the server path is the slowest way to run it on a CPU (every
+    # request decodes under its own grammar), and the offline vLLM test covers the full size.
+    for item in [*SMALL_RUN_OVERRIDES, "data.target_limit=4", "data.test_limit=4", "validate.max_candidates=1"]:
         args += ["--set", item]
     result = cli(*args, timeout=1500)
     assert "finished" in result.stdout
@@ -288,7 +290,7 @@ def test_a_discovery_run_through_the_vllm_server_finishes_the_quickstart(vllm_se
     assert paid and max(paid) == 1
     assert engines == {f"openai/{SERVED}@{vllm_server}"}
     perturbed = [json.loads(line) for line in (run_dir / "iter_001" / "perturbed.jsonl").read_text().splitlines()]
-    assert len(perturbed) == 8 and any(p["valid"] for p in perturbed)
+    assert len(perturbed) == 4 and any(p["valid"] for p in perturbed)
     judgments = (run_dir / "iter_001" / "judgments.jsonl").read_text().splitlines()
     assert judgments and not any("did not enforce" in line for line in judgments)
     assert re.search(r"library: \d+ biases", result.stdout)
