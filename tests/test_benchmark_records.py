@@ -20,8 +20,6 @@ from provenance import PROVENANCE_KEYS  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 
 WRITTEN_BEFORE_PROVENANCE = {
-    "effects_cli.json": "edited by hand (its per-run records cut out) and stamped at write time; a "
-    "scaled rerun (--cells-only) is pending",
     "exit_codes.json": "three runs' records merged by hand; a scaled rerun is pending",
     "embedded_build.json": "no commit; needs a second (native) llama.cpp build to rerun",
     "first_run.json": "the commit at write time, short; three rounds of the quick start to rerun",
