@@ -88,16 +88,27 @@ def unwritable_dir(tmp_path: Path) -> Path | None:
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `bias-discovery ARGS` as a user would, in a subprocess."""
+    """Run `bias-discovery ARGS` as a user would, in a subprocess of its own session. Past
+    `timeout` its whole process group is killed: the engine processes a run starts (vLLM's
+    EngineCore and workers) outlive a SIGKILL of the run alone and would load every later test."""
     full_env = {**os.environ, **(env or {})}
-    result = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "bias_discovery.cli", *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=full_env,
         cwd=REPO,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(
             f"bias-discovery {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
