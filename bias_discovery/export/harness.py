@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
+from ..settings.export import HarnessExportOptions
 from . import inspect_task, lmeval_task
-from .common import CARD_MISSING, one_line, package_version, review_paragraph
+from .common import CARD_MISSING, export_options, one_line, package_version, required_out, review_paragraph
 from .harness_set import HarnessSet, check_task_name, default_task_name, load_harness_set
 from .pro import DATA_COLUMNS
 from .pro_card import LICENCES, comparison_cell
@@ -33,27 +34,26 @@ def _writer(kind: HarnessKind) -> Writer:
 def export_harness(
     kind: HarnessKind,
     src: Path | str,
-    out: Path | str,
-    *,
-    biases: str | None = None,
-    task_name: str | None = None,
-    overwrite: bool = False,
-    reviewed_only: bool = False,
+    out: Path | str | None = None,
+    options: HarnessExportOptions | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """Write the samples of `src` (a JudgeBench-Pro export or a run directory, see
     `load_harness_set`) as a task of the harness `kind` to `out`: ``data.jsonl``, the
     harness's files (`lmeval_task.write_task_files`, `inspect_task.write_task_files`),
-    ``README.md`` and ``export.json``, staged and renamed into place at the end. Returns
-    export.json's content."""
+    ``README.md`` and ``export.json``, staged and renamed into place at the end, as `options`
+    (`HarnessExportOptions`) and keyword `overrides` of its fields say
+    (``export_harness("inspect", run, out, biases="top-2")``). Returns export.json's content."""
     writer = _writer(kind)
-    out = Path(out)
+    opts = export_options(HarnessExportOptions, options, out, overrides)
+    out_dir = required_out(opts)
     src_path = Path(src)
-    check_output_dir(out, overwrite=overwrite, protect=[src_path], error=ExportError)
-    if task_name is not None:
-        check_task_name(task_name)
-    found = load_harness_set(src_path, biases=biases, reviewed_only=reviewed_only)
-    name = task_name or default_task_name(found)
-    with staged_output(out, overwrite=overwrite, protect=[src_path], error=ExportError) as tmp:
+    check_output_dir(out_dir, overwrite=opts.overwrite, protect=[src_path], error=ExportError)
+    if opts.task_name is not None:
+        check_task_name(opts.task_name)
+    found = load_harness_set(src_path, biases=opts.biases, reviewed_only=opts.reviewed_only)
+    name = opts.task_name or default_task_name(found)
+    with staged_output(out_dir, overwrite=opts.overwrite, protect=[src_path], error=ExportError) as tmp:
         atomic_write_jsonl(tmp / "data.jsonl", [{column: row[column] for column in DATA_COLUMNS} for row in found.rows])
         harness_info = writer(tmp, found, name)
         info = {
