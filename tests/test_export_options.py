@@ -89,6 +89,7 @@ def test_the_pro_result_is_stats_json_typed(run: Path, tmp_path: Path):
     stats = export_judgebench_pro(run, out, variants=2, filter_model=FILTER, engines=fake_engines())
     written = json.loads((out / "stats.json").read_text())
     assert stats == ProStats.model_validate(written)
+    assert stats.model_dump(mode="json") == written  # the dict the export returned before it was typed
     assert stats.counts.kept_by_filter == written["counts"]["kept_by_filter"] and stats.kind == "judgebench-pro"
     assert stats.run_name == written["run_name"] == "fake-run"
 
@@ -103,7 +104,8 @@ def test_the_dpo_result_is_stats_json_typed_and_its_format_is_checked(run: Path,
     options = DpoExportOptions(data=data, fmt="conversational")
     stats = export_dpo(run, tmp_path / "dpo", options, include_original=True, engines=fake_engines())
     assert isinstance(stats, DpoStats) and stats.format == "conversational" and stats.include_original is True
-    assert stats == DpoStats.model_validate(json.loads((tmp_path / "dpo" / "stats.json").read_text()))
+    written = json.loads((tmp_path / "dpo" / "stats.json").read_text())
+    assert stats == DpoStats.model_validate(written) and stats.model_dump(mode="json") == written
     assert stats.counts.pairs == 4 and stats.counts.original_rows == 4
 
 
