@@ -378,7 +378,8 @@ def test_reviewed_only_filters_the_pro_and_harness_exports(authority_run: RunDir
         export_harness("inspect", root, tmp_path / "none", reviewed_only=True)
     load_run(root).review(BIAS, "confirmed", reviewer="alice")
     info = export_harness("inspect", root, tmp_path / "inspect", reviewed_only=True)
-    assert list(info["per_bias"]) == [BIAS] and info["biases"][0]["review"]["decision"] == "confirmed"
+    review = info.biases[0].review
+    assert list(info.per_bias) == [BIAS] and review is not None and review.decision == "confirmed"
     assert "Only biases a reviewer confirmed were exported" in (tmp_path / "inspect" / "README.md").read_text()
 
 

@@ -16,6 +16,7 @@ from bias_discovery.api import (
     DiscoverOptions,
     DpoExportOptions,
     DpoStats,
+    HarnessExport,
     HarnessExportOptions,
     ProExportOptions,
     ProStats,
@@ -114,7 +115,9 @@ def test_the_harness_export_takes_its_options_and_keyword_overrides(run: Path, t
     export_judgebench_pro(run, pro, variants=2, filter_model=FILTER, engines=fake_engines())
     options = HarnessExportOptions(out=tmp_path / "inspect", task_name="from_options")
     info = export_harness("inspect", pro, options=options, task_name="overridden")
-    assert info["task"] == "overridden" and (tmp_path / "inspect" / "task.py").is_file()
+    assert isinstance(info, HarnessExport) and info.task == "overridden" and info.samples > 0
+    written = json.loads((tmp_path / "inspect" / "export.json").read_text())
+    assert info.model_dump(mode="json", exclude_unset=True) == written  # export.json, typed
     with pytest.raises(ValidationError, match="task_nam"):
         export_harness("inspect", pro, tmp_path / "other", task_nam="x")
     assert not (tmp_path / "other").exists()

@@ -49,6 +49,7 @@ from .common import WarningHandler
 from .exports import (
     DpoExportOptions,
     DpoStats,
+    HarnessExport,
     HarnessExportOptions,
     ProExportOptions,
     ProStats,
@@ -71,6 +72,7 @@ __all__ = [
     "DiscoverOptions",
     "DpoExportOptions",
     "DpoStats",
+    "HarnessExport",
     "HarnessExportOptions",
     "JudgeOptions",
     "JudgeOutput",

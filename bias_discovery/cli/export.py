@@ -27,7 +27,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..api.exports import ExportStats
+    from ..api.exports import ExportStats, HarnessExport
 
 export_app = typer.Typer(
     no_args_is_help=True,
@@ -210,7 +210,9 @@ _HARNESS_BIASES_HELP = (
 )
 
 
-def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[dict, Path], str]) -> None:
+def _harness_command(
+    kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[HarnessExport, Path], str]
+) -> None:
     """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
     options); `done` words what was written."""
 
@@ -248,9 +250,9 @@ _harness_command(
     "An lm-evaluation-harness task from a Pro set or a run.\n\nYAML, utils.py and data: pairwise multiple choice, "
     "both orders, JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {plural(len(info['bias_tasks']), 'per-bias task')}"
-        f" (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
-        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
+        f"wrote {out}: {info.task}.yaml ({plural(info.samples, 'sample')} x 2 orders), {plural(len(info.bias_tasks), 'per-bias task')}"
+        f" (tag {info.task}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info.task} --include_path {out}"
     ),
 )
 _harness_command(
@@ -258,7 +260,7 @@ _harness_command(
     "An inspect_ai task file from a Pro set or a run.\n\nDataset, multiple_choice solver and scorer: both orders, "
     "JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: task.py (task {info['task']}, {plural(info['samples'], 'sample')} x 2 orders), data.jsonl, README.md, "
+        f"wrote {out}: task.py (task {info.task}, {plural(info.samples, 'sample')} x 2 orders), data.jsonl, README.md, "
         f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
     ),
 )
