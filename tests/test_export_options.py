@@ -28,6 +28,8 @@ from bias_discovery.api import (
 from bias_discovery.errors import ConfigError, ExportError
 from bias_discovery.options import CallOptions, DataOptions, OutputOptions
 
+from helpers import cli
+
 
 @pytest.fixture()
 def run(tmp_path: Path) -> Path:
@@ -132,3 +134,14 @@ def test_discover_takes_its_options_and_refuses_an_unknown_one(tmp_path: Path):
     with pytest.raises(ConfigError, match="resume needs run_dir"):
         discover(options=DiscoverOptions(resume=True))
     assert not (tmp_path / "run").exists()
+
+
+def test_the_dpo_command_refuses_a_format_naming_its_flag_and_writes_nothing(run: Path, tmp_path: Path):
+    out = tmp_path / "dpo"
+    data = str(write_pairs(tmp_path / "prefs.jsonl", 2))
+    result = cli("export", "dpo", str(run), "--data", data, "--out", str(out), "--format", "chat", check=False)
+    assert result.returncode == 2 and "--format:" in result.stderr and "conversational" in result.stderr
+    assert not out.exists()
+    # a bound of the model is the flag's bound
+    result = cli("export", "judgebench-pro", str(run), "--out", str(out), "--variants", "0", check=False)
+    assert result.returncode == 2 and "--variants" in result.stderr and not out.exists()

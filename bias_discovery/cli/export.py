@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
 from ..settings.export import DpoExportOptions, ExportSelection, HarnessExportOptions, ProExportOptions
-from .common import PLAIN_HELP, app, console, fail, format_validation_error
+from .common import PLAIN_HELP, app, console, fail, format_validation_error, options_error
 from .options import (
     ALLOW_OVERLAP,
     DATA_DIR,
@@ -105,6 +105,9 @@ def export_judgebench_pro_cmd(
             reviewed_only=reviewed_only,
             timeout_s=timeout,
         )
+    except ValidationError as exc:
+        fail(options_error(exc))
+    try:
         stats = export_judgebench_pro(run_dir, options=options, progress=None if quiet else progress_bar)
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -188,6 +191,9 @@ def export_dpo_cmd(
             reviewed_only=reviewed_only,
             timeout_s=timeout,
         )
+    except ValidationError as exc:
+        fail(options_error(exc))  # e.g. a --format that is neither standard nor conversational
+    try:
         stats = export_dpo(run_dir, options=options, progress=None if quiet else progress_bar)
     except ValidationError as exc:
         fail(format_validation_error(exc))
@@ -234,9 +240,10 @@ def _harness_command(
             options = HarnessExportOptions(
                 out=out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only
             )
-            info = export_harness(kind, src, options=options)
         except ValidationError as exc:
-            fail(format_validation_error(exc))
+            fail(options_error(exc))
+        try:
+            info = export_harness(kind, src, options=options)
         except BiasDiscoveryError as exc:
             fail(str(exc))
         console.print(done(info, out), highlight=False)
