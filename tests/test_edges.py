@@ -279,7 +279,7 @@ def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
         export_dpo(run, tmp_path / "dpo", data=str(data), engines=fake_engines())
     assert not (tmp_path / "dpo").exists()
     stats = export_dpo(run, tmp_path / "dpo", data=str(data), skip_bad_rows=True, engines=fake_engines())
-    assert stats["skipped_rows"] == 1 and stats["counts"]["pairs"] == 4
+    assert stats.skipped_rows == 1 and stats.counts.pairs == 4
     stats = export_judgebench_pro(
         run,
         tmp_path / "pro",
@@ -289,7 +289,7 @@ def test_exports_skip_and_count_bad_rows_when_asked(tmp_path: Path):
         skip_bad_rows=True,
         engines=fake_engines(),
     )
-    assert stats["skipped_rows"] == 1
+    assert stats.skipped_rows == 1
 
 
 def test_a_damaged_run_json_is_named_by_status_and_rewritten_by_resume(tmp_path: Path):

@@ -343,16 +343,18 @@ def test_reviewed_only_exports_only_confirmed_biases(tmp_path: Path):
     )
     assert result.returncode == 2  # the CLI has no scripted models: it stops at the teacher, before writing
     stats = export_dpo(root, out, data=str(data), reviewed_only=True, engines=fake_engines())
-    assert [b["id"] for b in stats["biases"]] == [expert.id] and stats["reviewed_only"] is True
+    assert [b.id for b in stats.biases] == [expert.id] and stats.reviewed_only is True
     assert {json.loads(line)["injected_bias"] for line in (out / "data.jsonl").read_text().splitlines()} == {expert.id}
     assert (
-        stats["biases"][0]["review"]["decision"] == "confirmed" and stats["biases"][0]["review"]["reviewer"] == "alice"
+        stats.biases[0].review is not None
+        and stats.biases[0].review.decision == "confirmed"
+        and stats.biases[0].review.reviewer == "alice"
     )
     card = (out / "README.md").read_text()
     assert "Only biases a reviewer confirmed were exported" in card and f"`{expert.id}` confirmed by alice" in card
     # without the flag both are exported, each with its decision
     stats = export_dpo(root, tmp_path / "all", data=str(data), engines=fake_engines())
-    assert {b["id"]: b["review"]["decision"] for b in stats["biases"]} == {
+    assert {b.id: b.review.decision for b in stats.biases if b.review is not None} == {
         expert.id: "confirmed",
         polite.id: "rejected",
     }
@@ -376,7 +378,8 @@ def test_reviewed_only_filters_the_pro_and_harness_exports(authority_run: RunDir
         export_harness("inspect", root, tmp_path / "none", reviewed_only=True)
     load_run(root).review(BIAS, "confirmed", reviewer="alice")
     info = export_harness("inspect", root, tmp_path / "inspect", reviewed_only=True)
-    assert list(info["per_bias"]) == [BIAS] and info["biases"][0]["review"]["decision"] == "confirmed"
+    review = info.biases[0].review
+    assert list(info.per_bias) == [BIAS] and review is not None and review.decision == "confirmed"
     assert "Only biases a reviewer confirmed were exported" in (tmp_path / "inspect" / "README.md").read_text()
 
 

@@ -710,16 +710,16 @@ def test_the_target_as_filter_is_refused_unless_allowed(tmp_path: Path):
         assert "--filter-model" in message and "--allow-self-filter" in message
         assert not out.exists() and no_temp_dirs(tmp_path)
     stats = export_judgebench_pro(run, out, variants=1, allow_self_filter=True, engines=fake_engines())
-    assert stats["self_filter"] is True
-    assert stats["models"]["filter"] == stats["models"]["target"] == stats["models"]["checker"]
+    assert stats.self_filter is True
+    assert stats.models.filter == stats.models.target == stats.models.checker
     assert "The filter is the run's target" in (out / "README.md").read_text()
 
 
 def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path):
     run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
     stats = export_judgebench_pro(run, tmp_path / "a", variants=1, filter_model=FILTER, engines=fake_engines())
-    assert stats["models"]["checker"] == stats["models"]["filter"] == FILTER
-    assert stats["models"]["teacher"] == "llamacpp/unused-in-these-tests.gguf" and stats["self_filter"] is False
+    assert stats.models.checker == stats.models.filter == FILTER
+    assert stats.models.teacher == "llamacpp/unused-in-these-tests.gguf" and stats.self_filter is False
     assert "The filter is the run's target" not in (tmp_path / "a" / "README.md").read_text()
     stats = export_judgebench_pro(
         run,
@@ -729,7 +729,7 @@ def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path
         checker_model="llamacpp/checker.gguf",
         engines=fake_engines(),
     )
-    assert stats["models"]["checker"] == "llamacpp/checker.gguf" and stats["self_checked"] is False
+    assert stats.models.checker == "llamacpp/checker.gguf" and stats.self_checked is False
     # the teacher as checker: recorded and said on the card
     stats = export_judgebench_pro(
         run,
@@ -739,7 +739,7 @@ def test_the_checker_defaults_to_the_filter_model_not_the_teacher(tmp_path: Path
         checker_model="llamacpp/unused-in-these-tests.gguf",
         engines=fake_engines(),
     )
-    assert stats["self_checked"] is True and "**Self-checked**" in (tmp_path / "c" / "README.md").read_text()
+    assert stats.self_checked is True and "**Self-checked**" in (tmp_path / "c" / "README.md").read_text()
 
 
 def test_cli_refuses_a_self_filter_and_writes_nothing(tmp_path: Path):
@@ -827,7 +827,7 @@ def test_overwrite_replaces_previous_export(tmp_path: Path):
     stats = export_judgebench_pro(
         run, out, variants=1, limit=3, overwrite=True, filter_model=FILTER, engines=fake_engines()
     )
-    assert not (out / "stale.txt").exists() and stats["counts"]["test_pairs"] == 3
+    assert not (out / "stale.txt").exists() and stats.counts.test_pairs == 3
     assert no_temp_dirs(tmp_path)
 
 
@@ -847,7 +847,7 @@ def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
     out = tmp_path / "dpo"
     data = write_pairs(tmp_path / "prefs.jsonl", 10)
     stats = export_dpo(run, out, data=str(data), fmt=fmt, include_original=True, engines=fake_engines())
-    c = stats["counts"]
+    c = stats.counts.model_dump()
     n_length = c["invalid_perturbation_reasons"].get("unchanged", 0)
     assert c["pairs"] == 10 and c["generated"] == 10 and c["original_rows"] == 10
     assert c["perturbed_rows"] == 10 - n_length and c["rows"] == 20 - n_length
@@ -866,7 +866,7 @@ def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
     for name in ("README.md", "stats.json"):
         text = (out / name).read_text()
         assert str(tmp_path) not in text, name
-    assert stats["run_dir"] == "run" and stats["data"] == "file: prefs.jsonl"
+    assert stats.run_dir == "run" and stats.data == "file: prefs.jsonl"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1132,7 +1132,7 @@ def test_a_users_judge_template_is_named_by_file_name_in_the_published_set(tmp_p
     )
     out = tmp_path / "pro"
     stats = export_judgebench_pro(run, out, variants=1, filter_model=FILTER, engines=fake_engines())
-    assert stats["filter_judge_settings"]["prompt"] == "my_judge.txt"
+    assert stats.filter_judge_settings["prompt"] == "my_judge.txt"
     assert (
         str(tmp_path) not in (out / "README.md").read_text() and str(tmp_path) not in (out / "stats.json").read_text()
     )

@@ -40,7 +40,7 @@ def test_pro_and_dpo_exports_load_offline_as_the_hub_serves_them(
     stats = export_judgebench_pro(run, pro, variants=2, filter_model=FILTER, engines=fake_engines())
     dpo = tmp_path / "dpo"
     export_dpo(run, dpo, data=str(write_pairs(tmp_path / "prefs.jsonl", 6)), engines=fake_engines())
-    for folder, split, rows in ((pro, "test", stats["counts"]["kept_by_filter"]), (dpo, "train", None)):
+    for folder, split, rows in ((pro, "test", stats.counts.kept_by_filter), (dpo, "train", None)):
         assert card_split(folder) == split
         ds = datasets.load_dataset(str(folder), split=split, cache_dir=str(tmp_path / "hf-cache"))
         assert len(ds) > 0 and (rows is None or len(ds) == rows)

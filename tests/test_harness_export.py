@@ -175,8 +175,8 @@ def test_lm_eval_builds_both_orders_of_every_sample(pro_set: Path, tmp_path: Pat
     info = export_harness("lm-eval", pro_set, out)
     rows = {r["sample_id"]: r for r in _rows(out)}
     manager = _task_manager(out)
-    name = info["task"]
-    assert {name, f"{name}_per_bias", *info["bias_tasks"].values()} <= set(manager.all_tasks)
+    name = info.task
+    assert {name, f"{name}_per_bias", *info.bias_tasks.values()} <= set(manager.all_tasks)
     task = _load(manager, name)["tasks"][name]
     task.build_all_requests(limit=None, rank=0, world_size=1)
     docs = list(task.eval_docs)
@@ -198,11 +198,11 @@ def test_lm_eval_builds_both_orders_of_every_sample(pro_set: Path, tmp_path: Pat
     # The per-bias tasks split the samples by injected bias.
     per_bias = _load(manager, f"{name}_per_bias")["tasks"]
     sizes = {}
-    for bias_id, bias_task_name in info["bias_tasks"].items():
+    for bias_id, bias_task_name in info.bias_tasks.items():
         bias_docs = list(per_bias[bias_task_name].eval_docs)
         assert {d["injected_bias"] for d in bias_docs} == {bias_id}
         sizes[bias_id] = len(bias_docs) // 2
-    assert sizes == {k: v for k, v in info["per_bias"].items() if v}
+    assert sizes == {k: v for k, v in info.per_bias.items() if v}
 
 
 def _expected_scores(votes: dict[str, list[int]]) -> dict[str, float]:
@@ -261,8 +261,8 @@ def test_lm_eval_scores_both_orders_as_judgebench(fake_run: Path, tmp_path: Path
         def generate_until(self, requests: list, disable_tqdm: bool = False) -> list:
             raise NotImplementedError
 
-    result = evaluate(Scripted(), _load(_task_manager(out), info["task"]), bootstrap_iters=100, log_samples=False)
-    metrics = result["results"][info["task"]]
+    result = evaluate(Scripted(), _load(_task_manager(out), info.task), bootstrap_iters=100, log_samples=False)
+    metrics = result["results"][info.task]
     rows = _rows(out)
     votes: dict[str, list[int]] = {}
     for row in rows:
@@ -289,7 +289,7 @@ def test_lm_eval_runs_the_task_on_real_smollm2(fake_run: Path, tmp_path: Path):
     model_dir = build_hf_smollm2(model_cache_dir())
     out = tmp_path / "lm"
     info = export_harness("lm-eval", fake_run, out)
-    name = info["task"]
+    name = info.task
     result = lm_eval.simple_evaluate(
         model="hf",
         model_args=f"pretrained={model_dir},dtype=float32",
@@ -380,14 +380,14 @@ def test_inspect_task_runs_end_to_end_on_the_mock_model(pro_set: Path, tmp_path:
         output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
         outputs.append(output)
     logs = inspect_eval(
-        f"{out / 'task.py'}@{info['task']}",
+        f"{out / 'task.py'}@{info.task}",
         model="mockllm/model",
         model_args={"custom_outputs": outputs},
         log_dir=str(tmp_path / "logs"),
         display="none",
     )
     log = logs[0]
-    assert log.eval.task == info["task"] and len(log.samples) == 2 * len(rows)
+    assert log.eval.task == info.task and len(log.samples) == 2 * len(rows)
     assert {s.id.rsplit("::", 1)[1] for s in log.samples} == {"original", "swapped"}
     prompt = log.samples[0].messages[0].text
     assert "Which response is more helpful and accurate?" in prompt and "ANSWER: $LETTER" in prompt
@@ -435,7 +435,7 @@ def test_inspect_task_runs_on_a_real_llama_cpp_server(fake_run: Path, tmp_path: 
     out = tmp_path / "inspect"
     info = export_harness("inspect", fake_run, out)
     log = inspect_eval(
-        f"{out / 'task.py'}@{info['task']}",
+        f"{out / 'task.py'}@{info.task}",
         model="llama-cpp-python/smollm2",
         model_base_url=llama_server,
         log_dir=str(tmp_path / "logs"),

@@ -2,7 +2,8 @@
 
     from bias_discovery import discover, judge, audit, matrix, replicate, load_run
 
-- `discover(config, run_dir=..., resume=False) -> Run`: the discovery loop; a `Run` has
+- `discover(config, run_dir=..., resume=False) -> Run`: the discovery loop (its options:
+  `DiscoverOptions`, or keyword overrides of its fields); a `Run` has
   `.library`, `.validations`, `.accepted`, `.report_path`, `.config`, `.state`.
 - `load_run(RUN_DIR) -> Run`: a run already made (finished, stopped or running);
   `Run.evidence(BIAS)` one bias with its provenance and examples, `Run.review(BIAS, decision)`
@@ -18,7 +19,9 @@
   `ReportServer` serves a run's page live; `resolve_library(REF)` loads a library
   (`bias_discovery.api.reports`: what `library show` and `library diff` print).
 - `export_judgebench_pro`, `apply_annotations`, `export_dpo`, `export_harness`: a run's
-  products as files (`bias_discovery.api.exports`).
+  products as files (`bias_discovery.api.exports`), with their options (`ProExportOptions`,
+  `DpoExportOptions`, `HarnessExportOptions`); the Pro and DPO sets' stats.json come back as
+  `ProStats` / `DpoStats`.
 - `run_preflight(config) -> PreflightReport`: what a run would meet, before it starts
   (`bias_discovery.api.checks`).
 
@@ -43,18 +46,34 @@ from .audit_logs import LogAuditOptions, audit_log
 from .audits import AuditOptions, audit
 from .checks import run_preflight
 from .common import WarningHandler
-from .exports import apply_annotations, export_dpo, export_harness, export_judgebench_pro
+from .exports import (
+    DpoExportOptions,
+    DpoStats,
+    HarnessExport,
+    HarnessExportOptions,
+    ProExportOptions,
+    ProStats,
+    apply_annotations,
+    export_dpo,
+    export_harness,
+    export_judgebench_pro,
+)
 from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import MatrixOptions, matrix
 from .replications import replicate
 from .reports import ReportServer, report, resolve_library
-from .runs import BudgetReached, Run, bias_evidence, discover, load_run, run_config_of
+from .runs import BudgetReached, DiscoverOptions, Run, bias_evidence, discover, load_run, run_config_of
 
 __all__ = [
     "AuditOptions",
     "AuditOutput",
     "AuditSettings",
     "BudgetReached",
+    "DiscoverOptions",
+    "DpoExportOptions",
+    "DpoStats",
+    "HarnessExport",
+    "HarnessExportOptions",
     "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
@@ -62,6 +81,8 @@ __all__ = [
     "MatrixConfig",
     "MatrixOptions",
     "MatrixResult",
+    "ProExportOptions",
+    "ProStats",
     "Replication",
     "ReplicationOptions",
     "ReportServer",

@@ -34,11 +34,13 @@ from ..run import Liveness, RunDir, RunState, ValidationReport, effective_status
 from ..run.library_ref import require_run_like, resolve_library
 from ..run.reviews import Review, ReviewDecision
 from ..run.selection import validated_biases
+from ..settings.discover import DiscoverOptions
 from ..tables import Tabular
 from .common import WarningHandler, python_warning
 
 __all__ = [
     "BudgetReached",
+    "DiscoverOptions",
     "Liveness",
     "Review",
     "ReviewDecision",
@@ -217,19 +219,17 @@ def run_config_of(config: RunConfigLike, overrides: Sequence[str] = ()) -> RunCo
 
 def discover(
     config: RunConfigLike | None = None,
+    options: DiscoverOptions | None = None,
     *,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    overrides: Sequence[str] = (),
-    allow_overlap: bool = False,
-    timeout_s: float | None = None,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
     embedder: Embedder | None = None,
     on_warning: WarningHandler | None = None,
+    **fields: Any,
 ) -> Run:
     """Run the discovery loop of `config` to its end in `run_dir` (default ``runs/NAME``) and
-    return the run.
+    return the run, as `options` (`DiscoverOptions`) and keyword `fields` overriding its fields
+    say (``discover("quickstart.yaml", run_dir="runs/a", timeout_s=60)``).
 
     `resume=True` continues the run in `run_dir` from its last checkpoint, paying no call
     twice; `config` may then be omitted (the run's own ``config.yaml``) or must be the same
@@ -243,18 +243,19 @@ def discover(
     the run resumable; `resume=True` with `overrides` of `budget.*` gives it a larger budget
     (the only settings a resume changes).
     """
+    opts = DiscoverOptions.with_overrides(options, fields)
     warn = on_warning or python_warning
-    extra = ["data.allow_overlap=true"] if allow_overlap else []
-    if resume:
-        if run_dir is None:
+    overrides = [*opts.overrides, *(["data.allow_overlap=true"] if opts.allow_overlap else [])]
+    if opts.resume:
+        if opts.run_dir is None:
             raise ConfigError("resume needs run_dir: the directory of the run to continue")
-        if config is None or RunDir(run_dir).config_path.is_file():
+        if config is None or RunDir(opts.run_dir).config_path.is_file():
             return _resume(
-                Path(run_dir),
+                opts.run_dir,
                 config,
-                [*overrides, *extra],
-                allow_overlap=allow_overlap,
-                timeout_s=timeout_s,
+                overrides,
+                allow_overlap=opts.allow_overlap,
+                timeout_s=opts.timeout_s,
                 progress=progress,
                 engines=engines,
                 embedder=embedder,
@@ -262,8 +263,8 @@ def discover(
             )
     if config is None:
         raise ConfigError("discover needs a config: a RunConfig, a YAML file or a dict of settings")
-    settings = run_config_of(config, [*overrides, *extra]).with_timeout(timeout_s)
-    root = Path(run_dir) if run_dir is not None else Path("runs") / settings.name
+    settings = run_config_of(config, overrides).with_timeout(opts.timeout_s)
+    root = opts.run_dir if opts.run_dir is not None else Path("runs") / settings.name
     rd = RunDir(root)
     probe_writable(root, what="`run_dir`")
     rd.lock.refuse_if_held(root)

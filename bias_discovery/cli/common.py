@@ -99,13 +99,20 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
 SETTINGS_WITH_FLAGS = frozenset(
     {
         "allow_overlap",
+        "allow_self_filter",
         "base_url",
         "bias",
         "biases",
+        "checker_base_url",
+        "checker_model",
         "compare",
         "data",
         "data_dir",
+        "filter_base_url",
+        "filter_model",
+        "fmt",
         "format",
+        "include_original",
         "iteration",
         "judges",
         "out",
@@ -125,7 +132,7 @@ SETTINGS_WITH_FLAGS = frozenset(
 )
 """The settings that messages from below the CLI name in backticks (`out`, `timeout_s`): the
 names of the Python API's arguments, which the command line takes as flags."""
-FLAG_OF_SETTING = {"overrides": "--set", "timeout_s": "--timeout"}
+FLAG_OF_SETTING = {"fmt": "--format", "overrides": "--set", "timeout_s": "--timeout"}
 """A setting whose flag is not ``--`` and its name with dashes."""
 _SETTING_IN_MESSAGE = re.compile(r"`([a-z][a-z_]*)`")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import typer
 from pydantic import ValidationError
@@ -12,9 +12,22 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
-from ..options import DataOptions
-from .common import PLAIN_HELP, app, console, fail, format_validation_error
-from .options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, REVIEWED_ONLY, SKIP_BAD_ROWS, TIMEOUT, flag, option
+from ..settings.export import DpoExportOptions, ExportSelection, HarnessExportOptions, ProExportOptions
+from .common import PLAIN_HELP, app, console, fail, format_validation_error, options_error
+from .options import (
+    ALLOW_OVERLAP,
+    DATA_DIR,
+    OVERWRITE,
+    QUIET,
+    REVIEWED_ONLY,
+    SKIP_BAD_ROWS,
+    TIMEOUT,
+    field_help,
+    option,
+)
+
+if TYPE_CHECKING:
+    from ..api.exports import ExportStats, HarnessExport
 
 export_app = typer.Typer(
     no_args_is_help=True,
@@ -22,15 +35,6 @@ export_app = typer.Typer(
     help="Turn a run's biases into data.\n\nA JudgeBench-Pro-style benchmark, bias-augmented DPO data, harness tasks (lm-eval, inspect).",
 )
 app.add_typer(export_app, name="export")
-
-_BIASES_HELP = (
-    "all (every validated discovered bias, the default) | top-K (the K with the largest Δerror) | "
-    "ID,NAME,... (any biases of the run's library, seeds included)."
-)
-_REVIEWED_HELP = (
-    "Only biases whose newest review (`bias-discovery review`) is confirmed: the others are left out of all/top-K; "
-    "a named one is an error."
-)
 
 
 def _print_counts(title: str, counts: dict) -> None:
@@ -44,40 +48,31 @@ def _print_counts(title: str, counts: dict) -> None:
     console.print(table)
 
 
-def _print_skipped(stats: dict) -> None:
-    if stats.get("skipped_rows"):
+def _print_skipped(stats: ExportStats) -> None:
+    if stats.skipped_rows:
         console.print(
-            f"skipped {plural(stats['skipped_rows'], 'bad data row')} at load (--skip-bad-rows)", highlight=False
+            f"skipped {plural(stats.skipped_rows, 'bad data row')} at load (--skip-bad-rows)", highlight=False
         )
+
+
+_OUT_HELP = "Output directory (created; must not exist or be empty unless --overwrite)."
 
 
 @export_app.command("judgebench-pro")
 def export_judgebench_pro_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
-    out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: str | None = flag("biases", None, help=_BIASES_HELP),
-    variants: int = flag("variants", 10, min=1, help="Biased variants per test pair (K; the paper uses 10)."),
-    filter_model: str | None = flag(
-        "filter_model",
-        None,
-        help="Adversarial filter judge, provider/model: a strong judge other than the run's target (the paper uses Qwen3-32B). Default: the run's target, refused without --allow-self-filter.",
-    ),
-    filter_base_url: str | None = flag("filter_base_url", None, help="Server URL for an openai/ filter model."),
-    allow_self_filter: bool = flag(
-        "allow_self_filter",
-        False,
-        help="Allow the run's target as the filter: its error on the set is then 100 % by construction.",
-    ),
+    out: Path = option(ProExportOptions, "out", required=True, help=_OUT_HELP),
+    biases: str | None = option(ProExportOptions, "biases"),
+    variants: int = option(ProExportOptions, "variants"),
+    filter_model: str | None = option(ProExportOptions, "filter_model"),
+    filter_base_url: str | None = option(ProExportOptions, "filter_base_url"),
+    allow_self_filter: bool = option(ProExportOptions, "allow_self_filter"),
     allow_overlap: bool = ALLOW_OVERLAP,
-    checker_model: str | None = flag(
-        "checker_model",
-        None,
-        help="Equivalence checker, provider/model (default: the filter model, not the teacher that wrote the rewrites).",
-    ),
-    checker_base_url: str | None = flag("checker_base_url", None, help="Server URL for an openai/ checker model."),
-    data: str | None = flag("data", None, help="Test pairs (default: the run's test data): a named set or a file."),
+    checker_model: str | None = option(ProExportOptions, "checker_model"),
+    checker_base_url: str | None = option(ProExportOptions, "checker_base_url"),
+    data: str | None = option(ProExportOptions, "data"),
     data_dir: Path | None = DATA_DIR,
-    limit: int | None = option(DataOptions, "limit", help="Use a seeded sample of N test pairs (the run's seed)."),
+    limit: int | None = option(ProExportOptions, "limit", help="Use a seeded sample of N test pairs (the run's seed)."),
     overwrite: bool = OVERWRITE,
     skip_bad_rows: bool = SKIP_BAD_ROWS,
     reviewed_only: bool = REVIEWED_ONLY,
@@ -92,9 +87,8 @@ def export_judgebench_pro_cmd(
     from ..progress import progress_bar
 
     try:
-        stats = export_judgebench_pro(
-            run_dir,
-            out,
+        options = ProExportOptions(
+            out=out,
             biases=biases,
             variants=variants,
             filter_model=filter_model,
@@ -109,24 +103,27 @@ def export_judgebench_pro_cmd(
             allow_overlap=allow_overlap,
             skip_bad_rows=skip_bad_rows,
             reviewed_only=reviewed_only,
-            progress=None if quiet else progress_bar,
             timeout_s=timeout,
         )
+    except ValidationError as exc:
+        fail(options_error(exc))
+    try:
+        stats = export_judgebench_pro(run_dir, options=options, progress=None if quiet else progress_bar)
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    _print_counts(f"JudgeBench-Pro export of {stats['run_name']}", stats["counts"])
+    _print_counts(f"JudgeBench-Pro export of {stats.run_name}", stats.counts.model_dump())
     _print_skipped(stats)
-    length = stats["length"]
-    if length["n"]:
+    length = stats.length
+    if length.n:
         console.print(
-            f"lengths (whitespace tokens): chosen {number(length['chosen'])}, original rejected {number(length['original_rejected'])}, "
-            f"new rejected {number(length['new_rejected'])} ({percent(length['relative_increase'])} increase)",
+            f"lengths (whitespace tokens): chosen {number(length.chosen)}, original rejected {number(length.original_rejected)}, "
+            f"new rejected {number(length.new_rejected)} ({percent(length.relative_increase)} increase)",
             highlight=False,
         )
     console.print(
-        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['kept_by_filter'], 'sample')}), README.md, stats.json, "
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats.counts.kept_by_filter, 'sample')}), README.md, stats.json, "
         f"variants.jsonl, annotation.csv/.jsonl (annotate, then `bias-discovery export apply-annotations {out} SHEET`)",
         highlight=False,
     )
@@ -146,11 +143,12 @@ def export_apply_annotations_cmd(
         stats = apply_annotations(directory, sheet)
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    ann = stats["annotation"]
-    kappa = number(ann["kappa"], digits=3, missing="undefined (one label everywhere)")
+    ann = stats.annotation
+    assert ann is not None  # apply_annotations always records it
+    kappa = number(ann.kappa, digits=3, missing="undefined (one label everywhere)")
     console.print(
-        f"{plural(ann['n_annotated'], 'sample')} annotated: agreement {percent(ann['observed_agreement'])}, Cohen's kappa {kappa}, "
-        f"{ann['n_adjudicated']} adjudicated; kept {ann['n_kept']}, rejected {ann['n_rejected']}. "
+        f"{plural(ann.n_annotated, 'sample')} annotated: agreement {percent(ann.observed_agreement)}, Cohen's kappa {kappa}, "
+        f"{ann.n_adjudicated} adjudicated; kept {ann.n_kept}, rejected {ann.n_rejected}. "
         f"Updated {directory / 'data.jsonl'}, data.parquet, stats.json, README.md.",
         highlight=False,
     )
@@ -159,21 +157,13 @@ def export_apply_annotations_cmd(
 @export_app.command("dpo")
 def export_dpo_cmd(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A discovery run directory."),
-    data: str = flag(
-        "data",
-        ...,
-        help="Preference pairs: a named set (rewardbench, judgebench, demo) or a .jsonl/.json/.parquet file.",
-    ),
-    out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
-    biases: str | None = flag("biases", None, help=_BIASES_HELP),
+    data: str = option(DpoExportOptions, "data", required=True),
+    out: Path = option(DpoExportOptions, "out", required=True, help=_OUT_HELP),
+    biases: str | None = option(DpoExportOptions, "biases"),
     data_dir: Path | None = DATA_DIR,
-    limit: int | None = option(DataOptions, "limit", help="Use a seeded sample of N pairs (the run's seed)."),
-    fmt: str = flag(
-        "format",
-        "standard",
-        help="standard (strings) | conversational (role/content messages): TRL's preference formats.",
-    ),
-    include_original: bool = flag("include_original", False, help="Also keep each original (unperturbed) pair."),
+    limit: int | None = option(DpoExportOptions, "limit", help="Use a seeded sample of N pairs (the run's seed)."),
+    fmt: str = option(DpoExportOptions, "fmt"),
+    include_original: bool = option(DpoExportOptions, "include_original"),
     overwrite: bool = OVERWRITE,
     skip_bad_rows: bool = SKIP_BAD_ROWS,
     reviewed_only: bool = REVIEWED_ONLY,
@@ -188,29 +178,31 @@ def export_dpo_cmd(
     from ..progress import progress_bar
 
     try:
-        stats = export_dpo(
-            run_dir,
-            out,
+        options = DpoExportOptions(
+            out=out,
             data=data,
             biases=biases,
             data_dir=data_dir,
             limit=limit,
-            fmt=fmt,  # type: ignore[arg-type]
+            fmt=fmt,  # type: ignore[arg-type]  # validated here: a bad one is refused naming --format
             include_original=include_original,
             overwrite=overwrite,
             skip_bad_rows=skip_bad_rows,
             reviewed_only=reviewed_only,
-            progress=None if quiet else progress_bar,
             timeout_s=timeout,
         )
+    except ValidationError as exc:
+        fail(options_error(exc))  # e.g. a --format that is neither standard nor conversational
+    try:
+        stats = export_dpo(run_dir, options=options, progress=None if quiet else progress_bar)
     except ValidationError as exc:
         fail(format_validation_error(exc))
     except BiasDiscoveryError as exc:
         fail(str(exc))
-    _print_counts(f"DPO export of {stats['run_name']}", stats["counts"])
+    _print_counts(f"DPO export of {stats.run_name}", stats.counts.model_dump())
     _print_skipped(stats)
     console.print(
-        f"wrote {out}: data.jsonl, data.parquet ({plural(stats['counts']['rows'], 'row')}), README.md, stats.json",
+        f"wrote {out}: data.jsonl, data.parquet ({plural(stats.counts.rows, 'row')}), README.md, stats.json",
         highlight=False,
     )
 
@@ -219,27 +211,39 @@ _SRC_HELP = (
     "A JudgeBench-Pro export (`export judgebench-pro`: its samples) or a run directory (its validation "
     "rewrites of the selected biases)."
 )
-_HARNESS_BIASES_HELP = f"Run directory only: which biases' validation rewrites to export. {_BIASES_HELP}"
+_HARNESS_BIASES_HELP = (
+    f"Run directory only: which biases' validation rewrites to export. {field_help(ExportSelection, 'biases')}"
+)
 
 
-def _harness_command(kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[dict, Path], str]) -> None:
+def _harness_command(
+    kind: Literal["lm-eval", "inspect"], summary: str, done: Callable[[HarnessExport, Path], str]
+) -> None:
     """Register `export KIND SRC --out DIR` (the lm-eval and inspect commands share their
     options); `done` words what was written."""
 
     def command(
         src: Path = typer.Argument(..., metavar="SRC", help=_SRC_HELP),
-        out: Path = flag("out", ..., help="Output directory (created; must not exist or be empty unless --overwrite)."),
-        biases: str | None = flag("biases", None, help=_HARNESS_BIASES_HELP),
-        task_name: str | None = flag("task_name", None, help="Task name (default: the run's name + _pro or _biased)."),
+        out: Path = option(HarnessExportOptions, "out", required=True, help=_OUT_HELP),
+        biases: str | None = option(HarnessExportOptions, "biases", help=_HARNESS_BIASES_HELP),
+        task_name: str | None = option(HarnessExportOptions, "task_name"),
         overwrite: bool = OVERWRITE,
-        reviewed_only: bool = flag("reviewed_only", False, help=f"Run directory only. {_REVIEWED_HELP}"),
+        reviewed_only: bool = option(
+            HarnessExportOptions,
+            "reviewed_only",
+            help=f"Run directory only. {field_help(ExportSelection, 'reviewed_only')}",
+        ),
     ) -> None:
         from ..api.exports import export_harness
 
         try:
-            info = export_harness(
-                kind, src, out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only
+            options = HarnessExportOptions(
+                out=out, biases=biases, task_name=task_name, overwrite=overwrite, reviewed_only=reviewed_only
             )
+        except ValidationError as exc:
+            fail(options_error(exc))
+        try:
+            info = export_harness(kind, src, options=options)
         except BiasDiscoveryError as exc:
             fail(str(exc))
         console.print(done(info, out), highlight=False)
@@ -253,9 +257,9 @@ _harness_command(
     "An lm-evaluation-harness task from a Pro set or a run.\n\nYAML, utils.py and data: pairwise multiple choice, "
     "both orders, JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: {info['task']}.yaml ({plural(info['samples'], 'sample')} x 2 orders), {plural(len(info['bias_tasks']), 'per-bias task')}"
-        f" (tag {info['task']}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
-        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info['task']} --include_path {out}"
+        f"wrote {out}: {info.task}.yaml ({plural(info.samples, 'sample')} x 2 orders), {plural(len(info.bias_tasks), 'per-bias task')}"
+        f" (tag {info.task}_per_bias), utils.py, data.jsonl, README.md, export.json. Run: "
+        f"lm_eval --model hf --model_args pretrained=MODEL --tasks {info.task} --include_path {out}"
     ),
 )
 _harness_command(
@@ -263,7 +267,7 @@ _harness_command(
     "An inspect_ai task file from a Pro set or a run.\n\nDataset, multiple_choice solver and scorer: both orders, "
     "JudgeBench's score.",
     lambda info, out: (
-        f"wrote {out}: task.py (task {info['task']}, {plural(info['samples'], 'sample')} x 2 orders), data.jsonl, README.md, "
+        f"wrote {out}: task.py (task {info.task}, {plural(info.samples, 'sample')} x 2 orders), data.jsonl, README.md, "
         f"export.json. Run: inspect eval {out / 'task.py'} --model PROVIDER/MODEL"
     ),
 )

@@ -12,10 +12,11 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
+from ..settings.discover import DiscoverOptions
 from .common import app, console, err_console, fail, interrupted, warn
 from .exit_codes import ExitCode
 from .findings import exit_on_findings, parse_fail_on, run_findings
-from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, flag
+from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import BudgetReached, Run
@@ -140,11 +141,11 @@ def _print_summary(run: Run) -> None:
 @app.command()
 def run(
     config_path: Path = typer.Argument(..., metavar="CONFIG.yaml", help="Run config (see experiments/)."),
-    run_dir: Path | None = flag("run_dir", None, help="Run directory (default: runs/<name>)."),
+    run_dir: Path | None = option(DiscoverOptions, "run_dir"),
     set_: list[str] = OVERRIDES,
-    allow_overlap: bool = flag(
+    allow_overlap: bool = option(
+        DiscoverOptions,
         "allow_overlap",
-        False,
         help="Go on when test pairs are also target pairs (same id or content); recorded (data.allow_overlap).",
     ),
     quiet: bool = QUIET,
@@ -164,11 +165,10 @@ def run(
     try:
         config = load_run_config(config_path, set_)
         root = run_dir or Path("runs") / config.name
+        options = DiscoverOptions(run_dir=root, allow_overlap=allow_overlap, timeout_s=timeout)
         run_ = discover(
             config,
-            run_dir=root,
-            allow_overlap=allow_overlap,
-            timeout_s=timeout,
+            options,
             progress=None if quiet else progress_bar,
             on_warning=warn,
         )
@@ -185,14 +185,14 @@ def run(
 @app.command()
 def resume(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
-    allow_overlap: bool = flag(
+    allow_overlap: bool = option(
+        DiscoverOptions,
         "allow_overlap",
-        False,
         help="Go on although test pairs are also target pairs; written to the run's config.yaml.",
     ),
-    set_: list[str] = flag(
+    set_: list[str] = option(
+        DiscoverOptions,
         "overrides",
-        [],
         help="A new budget: budget.max_usd=20, budget.roles.teacher.max_calls=5000 ... (repeatable; "
         "only budget settings change on a resume); written to the run's config.yaml.",
     ),
@@ -208,15 +208,10 @@ def resume(
 
     conditions = parse_fail_on(fail_on, ["accepted"])
     try:
-        run_ = discover(
-            run_dir=run_dir,
-            resume=True,
-            allow_overlap=allow_overlap,
-            timeout_s=timeout,
-            progress=None if quiet else progress_bar,
-            on_warning=warn,
-            overrides=set_,
+        options = DiscoverOptions(
+            run_dir=run_dir, resume=True, allow_overlap=allow_overlap, timeout_s=timeout, overrides=set_
         )
+        run_ = discover(options=options, progress=None if quiet else progress_bar, on_warning=warn)
     except BudgetReached as exc:
         budget_stop(run_dir, exc)
     except BiasDiscoveryError as exc:

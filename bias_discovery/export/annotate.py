@@ -135,8 +135,9 @@ def parse_sheet(path: Path, sample_ids: list[str]) -> list[SheetRow]:
     return rows
 
 
-def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any]:
-    """Apply `sheet` to the Pro set in `directory`; returns the updated stats.json content."""
+def apply_annotations(directory: Path | str, sheet: Path | str) -> ProStats:
+    """Apply `sheet` to the Pro set in `directory`; returns the updated stats.json content
+    (a `ProStats`, its `annotation` the verification's agreement and counts)."""
     directory, sheet = Path(directory), Path(sheet)
     stats_path = directory / "stats.json"
     if not stats_path.is_file():
@@ -197,5 +198,6 @@ def apply_annotations(directory: Path | str, sheet: Path | str) -> dict[str, Any
     write_data_files(directory, kept, string_schema(data_columns(stats.get("judge_mode"))))
     atomic_write_jsonl(directory / "annotations_applied.jsonl", [r.model_dump() for r in rows])
     atomic_write_json(stats_path, stats)
-    atomic_write_text(directory / "README.md", render_pro_card(ProStats.model_validate(stats), directory))
-    return stats
+    result = ProStats.model_validate(stats)
+    atomic_write_text(directory / "README.md", render_pro_card(result, directory))
+    return result

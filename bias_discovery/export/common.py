@@ -17,14 +17,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import ExportError
 from ..formatting import plural
 from ..io import atomic_write_jsonl
 from ..library import Bias, ScoreShift
 from ..llm.config import ModelConfig
+from ..options import OutputOptions
 from ..run.reviews import Review
 from ..stages.rewrite_checks import TOKEN_COUNT_METHOD, count_tokens
 from ..stats import Effect
@@ -321,3 +323,21 @@ class ExportStats(BaseModel):
     perturb_settings: dict[str, Any] = Field(default_factory=dict)
     biases: list[BiasSummary] = Field(default_factory=list)
     length: LengthStats
+
+
+_Options = TypeVar("_Options", bound=OutputOptions)
+
+
+def export_options(
+    cls: type[_Options], options: _Options | None, out: Path | str | None, overrides: Mapping[str, Any]
+) -> _Options:
+    """An export's options: `options` (or the defaults) with the keyword `overrides` and, when
+    given, the positional `out` (the way every export has been called) replacing their fields."""
+    return cls.with_overrides(options, {**overrides, **({"out": out} if out is not None else {})})
+
+
+def required_out(options: OutputOptions) -> Path:
+    """An export's `out`, which has no default: refused when unset."""
+    if options.out is None:
+        raise ExportError("`out` is required: the directory to write the export to")
+    return Path(options.out)

@@ -38,6 +38,7 @@ from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
 from ..run.context import RunContext
 from ..run.selection import select_biases
+from ..settings.export import DpoExportOptions, DpoFormat
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
@@ -46,8 +47,10 @@ from .common import (
     bias_summary,
     card_template,
     dataset_card_meta,
+    export_options,
     length_stats,
     package_version,
+    required_out,
     review_paragraph,
     settings_text,
     write_data_files,
@@ -55,7 +58,6 @@ from .common import (
 )
 
 KIND = "dpo"
-DpoFormat = Literal["standard", "conversational"]
 COLUMNS = ("prompt", "chosen", "rejected", "injected_bias", "pair_id", "domain", "source")
 
 
@@ -199,63 +201,60 @@ def render_dpo_card(stats: DpoStats, directory: Path) -> str:
 
 def export_dpo(
     run_dir: Path | str,
-    out: Path | str,
+    out: Path | str | None = None,
+    options: DpoExportOptions | None = None,
     *,
-    data: str,
-    biases: str | None = None,
-    data_dir: Path | str | None = None,
-    limit: int | None = None,
-    fmt: DpoFormat = "standard",
-    include_original: bool = False,
-    overwrite: bool = False,
-    skip_bad_rows: bool = False,
-    reviewed_only: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
-    timeout_s: float | None = None,
-) -> dict[str, Any]:
+    **overrides: Any,
+) -> DpoStats:
     """Perturb the rejected responses of `data` with the run's biases and write DPO data to
-    `out`; returns stats.json's content. `limit` takes a seeded sample (the run's seed);
-    `skip_bad_rows` (or the run's `data.skip_bad_rows`) skips and counts bad data rows;
-    `reviewed_only` keeps only biases a reviewer confirmed (`select_biases`).
-    `timeout_s` replaces the teacher's request deadline (None: the run's)."""
-    out = Path(out)
+    `out`, as `options` (`DpoExportOptions`) and keyword `overrides` of its fields say
+    (``export_dpo(run, out, data="rewardbench", limit=100)``); returns stats.json's content as
+    a `DpoStats`. `limit` takes a seeded sample (the run's seed); `skip_bad_rows` (or the
+    run's `data.skip_bad_rows`) skips and counts bad data rows; `reviewed_only` keeps only
+    biases a reviewer confirmed (`select_biases`). `timeout_s` replaces the teacher's request
+    deadline (None: the run's). `engines` ({"teacher"}) replaces the model (tests)."""
+    opts = export_options(DpoExportOptions, options, out, overrides)
+    out_dir = required_out(opts)
+    if opts.data is None:
+        raise ExportError("`data` is required: the preference pairs to perturb")
     run_path = Path(run_dir)
-    check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
-    if fmt not in ("standard", "conversational"):
-        raise ExportError(f"`format` must be standard or conversational, got {fmt!r}")
-    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
+    check_output_dir(out_dir, overwrite=opts.overwrite, protect=[run_path], error=ExportError)
+    with RunContext(run_path, engines=engines, timeout_s=opts.timeout_s) as ctx:
         config = ctx.config
-        chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
+        chosen = select_biases(ctx.library, opts.biases, run_dir=run_path, reviewed_only=opts.reviewed_only)
         decisions = ctx.run.reviews.decisions()
-        where = data_dir if data_dir is not None else config.data.data_dir
-        bad_rows = bad_rows_for(data, skip_bad_rows or config.data.skip_bad_rows)
-        pairs = load_pairs(data, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
+        where = opts.data_dir if opts.data_dir is not None else config.data.data_dir
+        bad_rows = bad_rows_for(opts.data, opts.skip_bad_rows or config.data.skip_bad_rows)
+        pairs = load_pairs(
+            opts.data, data_dir=where, limit=opts.limit, seed=config.seed if opts.limit else None, bad_rows=bad_rows
+        )
         if not pairs:
-            raise ExportError(f"data {data!r} has no pairs")
+            raise ExportError(f"data {opts.data!r} has no pairs")
         build = build_dpo_set(
             pairs,
             chosen,
             teacher=ctx.roles({"teacher": config.teacher})["teacher"],
             seed=config.seed,
             perturb_settings=config.perturb,
-            fmt=fmt,
-            include_original=include_original,
+            fmt=opts.fmt,
+            include_original=opts.include_original,
             progress=progress,
         )
         stats = {
             "kind": KIND,
-            "format": fmt,
+            "format": opts.fmt,
             "run_name": config.name,
             "run_dir": ctx.root.name,
             "library_file": ctx.library_file,
-            "data": describe_source(data, where, portable=True),
-            "limit": limit,
+            "data": describe_source(opts.data, where, portable=True),
+            "limit": opts.limit,
             "skipped_rows": len(bad_rows or []),
-            "bias_selection": biases or "all",
-            "reviewed_only": reviewed_only,
+            "bias_selection": opts.biases or "all",
+            "reviewed_only": opts.reviewed_only,
             "seed": config.seed,
-            "include_original": include_original,
+            "include_original": opts.include_original,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "bias_discovery_version": package_version(),
             "models": {"teacher": config.teacher.spec, "target": config.target.spec},
@@ -265,8 +264,8 @@ def export_dpo(
             "per_bias": build.per_bias,
             "length": build.length.model_dump(),
         }
-    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
-        write_data_files(tmp, build.rows, dpo_schema(fmt))
+    with staged_output(out_dir, overwrite=opts.overwrite, protect=[run_path], error=ExportError) as tmp:
+        write_data_files(tmp, build.rows, dpo_schema(opts.fmt))
         atomic_write_json(tmp / "stats.json", stats)
         atomic_write_text(tmp / "README.md", render_dpo_card(DpoStats.model_validate(stats), tmp))
-    return stats
+    return DpoStats.model_validate(stats)

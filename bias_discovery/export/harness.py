@@ -9,15 +9,45 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field
+
 from ..errors import ExportError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
+from ..settings.export import HarnessExportOptions
 from . import inspect_task, lmeval_task
-from .common import CARD_MISSING, one_line, package_version, review_paragraph
-from .harness_set import HarnessSet, check_task_name, default_task_name, load_harness_set
+from .common import CARD_MISSING, BiasSummary, export_options, one_line, package_version, required_out, review_paragraph
+from .harness_set import HarnessSet, Origin, RunRewriteCounts, check_task_name, default_task_name, load_harness_set
 from .pro import DATA_COLUMNS
 from .pro_card import LICENCES, comparison_cell
 
 HarnessKind = Literal["lm-eval", "inspect"]
+
+
+class HarnessExport(BaseModel):
+    """export.json of a harness export, what `export_harness` returns: the task, where its
+    samples come from and how many per bias, the biases and the harness's own files and
+    commands. `model_dump(mode="json", exclude_unset=True)` is export.json's content."""
+
+    kind: HarnessKind
+    task: str
+    """The task's name: `lm_eval --tasks TASK`, `inspect eval DIR/task.py@TASK`."""
+    origin: Origin
+    source: str
+    """The source folder's name (never its machine path)."""
+    samples: int
+    per_bias: dict[str, int]
+    run_counts: dict[str, RunRewriteCounts] = Field(default_factory=dict)
+    """Run sources only: each bias's validation rewrites, exported and left out."""
+    provenance: dict[str, Any]
+    biases: list[BiasSummary]
+    created_at: str
+    bias_discovery_version: str
+    harness: dict[str, Any]
+    """The harness's name, the version the export is tested with, its files and commands."""
+    bias_tasks: dict[str, str] = Field(default_factory=dict)
+    """lm-eval only: the per-bias task of each bias id (tag TASK_per_bias)."""
+
+
 Writer = Callable[[Path, HarnessSet, str], dict[str, Any]]
 """Writes a harness's own files into the staging directory; returns what export.json adds."""
 
@@ -33,27 +63,27 @@ def _writer(kind: HarnessKind) -> Writer:
 def export_harness(
     kind: HarnessKind,
     src: Path | str,
-    out: Path | str,
-    *,
-    biases: str | None = None,
-    task_name: str | None = None,
-    overwrite: bool = False,
-    reviewed_only: bool = False,
-) -> dict[str, Any]:
+    out: Path | str | None = None,
+    options: HarnessExportOptions | None = None,
+    **overrides: Any,
+) -> HarnessExport:
     """Write the samples of `src` (a JudgeBench-Pro export or a run directory, see
-    `load_harness_set`) as a task of the harness `kind` to `out`: ``data.jsonl``, the
-    harness's files (`lmeval_task.write_task_files`, `inspect_task.write_task_files`),
-    ``README.md`` and ``export.json``, staged and renamed into place at the end. Returns
-    export.json's content."""
+        `load_harness_set`) as a task of the harness `kind` to `out`: ``data.jsonl``, the
+        harness's files (`lmeval_task.write_task_files`, `inspect_task.write_task_files`),
+        ``README.md`` and ``export.json``, staged and renamed into place at the end, as `options`
+        (`HarnessExportOptions`) and keyword `overrides` of its fields say
+        (``export_harness("inspect", run, out, biases="top-2")``). Returns export.json's content
+    as a `HarnessExport`."""
     writer = _writer(kind)
-    out = Path(out)
+    opts = export_options(HarnessExportOptions, options, out, overrides)
+    out_dir = required_out(opts)
     src_path = Path(src)
-    check_output_dir(out, overwrite=overwrite, protect=[src_path], error=ExportError)
-    if task_name is not None:
-        check_task_name(task_name)
-    found = load_harness_set(src_path, biases=biases, reviewed_only=reviewed_only)
-    name = task_name or default_task_name(found)
-    with staged_output(out, overwrite=overwrite, protect=[src_path], error=ExportError) as tmp:
+    check_output_dir(out_dir, overwrite=opts.overwrite, protect=[src_path], error=ExportError)
+    if opts.task_name is not None:
+        check_task_name(opts.task_name)
+    found = load_harness_set(src_path, biases=opts.biases, reviewed_only=opts.reviewed_only)
+    name = opts.task_name or default_task_name(found)
+    with staged_output(out_dir, overwrite=opts.overwrite, protect=[src_path], error=ExportError) as tmp:
         atomic_write_jsonl(tmp / "data.jsonl", [{column: row[column] for column in DATA_COLUMNS} for row in found.rows])
         harness_info = writer(tmp, found, name)
         info = {
@@ -72,7 +102,7 @@ def export_harness(
         }
         atomic_write_json(tmp / "export.json", info)
         atomic_write_text(tmp / "README.md", render_harness_card(info))
-    return info
+    return HarnessExport.model_validate(info)
 
 
 # --------------------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ from ..run.context import RunContext
 from ..run.overlap import check_run_overlap
 from ..run.reviews import Review
 from ..run.selection import select_biases
+from ..settings.export import ProExportOptions
 from ..settings.judge import JudgeMode, JudgeSettings
 from ..stages.perturb import keyed_rng, perturb
 from ..stages.records import PerturbedPair
@@ -86,9 +87,11 @@ from ..stats import wilson_interval
 from .common import (
     LengthStats,
     bias_summary,
+    export_options,
     length_stats,
     model_config,
     package_version,
+    required_out,
     string_schema,
     write_data_files,
 )
@@ -609,27 +612,21 @@ class _ProData:
     overlap: DataOverlap
 
 
-def _pro_data(
-    ctx: RunContext,
-    data: str | None,
-    data_dir: Path | str | None,
-    limit: int | None,
-    *,
-    skip_bad_rows: bool,
-    allow_overlap: bool,
-) -> _ProData:
-    """The pairs to build on (the run's test data unless `data`), refused when empty or, unless
-    `allow_overlap`, when they share pairs with the run's discovery items."""
-    config = ctx.config
-    source = data or config.data.test
-    where = data_dir if data_dir is not None else config.data.data_dir
+def _pro_data(ctx: RunContext, opts: ProExportOptions) -> _ProData:
+    """The pairs to build on (the run's test data unless `opts.data`), refused when empty or,
+    unless `opts.allow_overlap`, when they share pairs with the run's discovery items."""
+    config, limit = ctx.config, opts.limit
+    source = opts.data or config.data.test
+    where = opts.data_dir if opts.data_dir is not None else config.data.data_dir
     # bad data rows: skipped and counted when asked, or when the run itself skipped them
-    bad_rows = bad_rows_for(source, skip_bad_rows or config.data.skip_bad_rows)
+    bad_rows = bad_rows_for(source, opts.skip_bad_rows or config.data.skip_bad_rows)
     pairs = load_pairs(source, data_dir=where, limit=limit, seed=config.seed if limit else None, bad_rows=bad_rows)
     if not pairs:
         raise ExportError(f"data {source!r} has no pairs")
     description = describe_source(source, where, portable=True)
-    overlap = check_run_overlap(ctx.run, config, pairs, data_name=f"the Pro data {description}", allow=allow_overlap)
+    overlap = check_run_overlap(
+        ctx.run, config, pairs, data_name=f"the Pro data {description}", allow=opts.allow_overlap
+    )
     return _ProData(pairs=pairs, description=description, skipped_rows=len(bad_rows or []), overlap=overlap)
 
 
@@ -644,34 +641,24 @@ class _ProModels:
     judge_settings: JudgeSettings
 
 
-def _pro_models(
-    config: RunConfig,
-    filter_model: str | None,
-    filter_base_url: str | None,
-    checker_model: str | None,
-    checker_base_url: str | None,
-    *,
-    allow_self_filter: bool,
-) -> _ProModels:
+def _pro_models(config: RunConfig, opts: ProExportOptions) -> _ProModels:
     """The filter (refused when it is the target, unless `allow_self_filter`), the checker and
     the filter judge's settings: a pairwise filter judges both orders, one verdict each, as the
     paper's does."""
-    filter_cfg = model_config(filter_model, filter_base_url, config.target)
-    check_filter_model(filter_cfg, config.target, allow_self_filter=allow_self_filter)
+    filter_cfg = model_config(opts.filter_model, opts.filter_base_url, config.target)
+    check_filter_model(filter_cfg, config.target, allow_self_filter=opts.allow_self_filter)
     judge_settings = config.judge
     if judge_settings.mode == "pairwise":  # the paper's filter: both orders, one verdict each
         judge_settings = judge_settings.model_copy(update={"positions": "both", "mitigation": "none"})
     return _ProModels(
         teacher=config.teacher,
-        checker=model_config(checker_model, checker_base_url, filter_cfg),
+        checker=model_config(opts.checker_model, opts.checker_base_url, filter_cfg),
         filter=filter_cfg,
         judge_settings=judge_settings,
     )
 
 
-def _pro_info(
-    ctx: RunContext, data: _ProData, models: _ProModels, *, limit: int | None, biases: str | None, reviewed_only: bool
-) -> dict[str, Any]:
+def _pro_info(ctx: RunContext, data: _ProData, models: _ProModels, opts: ProExportOptions) -> dict[str, Any]:
     """stats.json's account of the build: the run, the data, the bias selection, the models and
     the settings it was made with."""
     config = ctx.config
@@ -680,10 +667,10 @@ def _pro_info(
         "run_dir": ctx.root.name,
         "library_file": ctx.library_file,
         "data": data.description,
-        "limit": limit,
+        "limit": opts.limit,
         "skipped_rows": data.skipped_rows,
-        "bias_selection": biases or "all",
-        "reviewed_only": reviewed_only,
+        "bias_selection": opts.biases or "all",
+        "reviewed_only": opts.reviewed_only,
         "seed": config.seed,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "bias_discovery_version": package_version(),
@@ -695,29 +682,18 @@ def _pro_info(
 
 def export_judgebench_pro(
     run_dir: Path | str,
-    out: Path | str,
+    out: Path | str | None = None,
+    options: ProExportOptions | None = None,
     *,
-    biases: str | None = None,
-    variants: int = 10,
-    filter_model: str | None = None,
-    filter_base_url: str | None = None,
-    checker_model: str | None = None,
-    checker_base_url: str | None = None,
-    data: str | None = None,
-    data_dir: Path | str | None = None,
-    limit: int | None = None,
-    overwrite: bool = False,
-    allow_self_filter: bool = False,
-    allow_overlap: bool = False,
-    skip_bad_rows: bool = False,
-    reviewed_only: bool = False,
     progress: ProgressFactory | None = None,
     engines: Mapping[str, Engine] | None = None,
-    timeout_s: float | None = None,
-) -> dict[str, Any]:
-    """Build a Pro set from a run and write it to `out` (see the module docstring); returns
-    stats.json's content. `engines` ({"teacher", "checker", "filter"}) replaces models (tests);
-    `timeout_s` every model's request deadline (None: the run's).
+    **overrides: Any,
+) -> ProStats:
+    """Build a Pro set from a run and write it to `out` (see the module docstring), as
+    `options` (`ProExportOptions`) and keyword `overrides` of its fields say
+    (``export_judgebench_pro(run, out, variants=2, filter_model=...)``); returns stats.json's
+    content as a `ProStats`. `engines` ({"teacher", "checker", "filter"}) replaces models
+    (tests); `timeout_s` every model's request deadline (None: the run's).
 
     Models: the filter is `filter_model`, else the run's target, which is refused (see
     `check_filter_model`) unless `allow_self_filter`; the equivalence checker is
@@ -732,18 +708,14 @@ def export_judgebench_pro(
     Biases: `biases` (`select_biases`); `reviewed_only` keeps only those a reviewer confirmed.
     The card and stats.json give each bias's newest review.
     """
-    out = Path(out)
+    opts = export_options(ProExportOptions, options, out, overrides)
+    out_dir = required_out(opts)
     run_path = Path(run_dir)
-    check_output_dir(out, overwrite=overwrite, protect=[run_path], error=ExportError)
-    if variants < 1:
-        raise ExportError(f"`variants` must be at least 1, got {variants}")
-    with RunContext(run_path, engines=engines, timeout_s=timeout_s) as ctx:
-        config = ctx.config
-        chosen = select_biases(ctx.library, biases, run_dir=run_path, reviewed_only=reviewed_only)
-        pro_data = _pro_data(ctx, data, data_dir, limit, skip_bad_rows=skip_bad_rows, allow_overlap=allow_overlap)
-        models = _pro_models(
-            config, filter_model, filter_base_url, checker_model, checker_base_url, allow_self_filter=allow_self_filter
-        )
+    check_output_dir(out_dir, overwrite=opts.overwrite, protect=[run_path], error=ExportError)
+    with RunContext(run_path, engines=engines, timeout_s=opts.timeout_s) as ctx:
+        chosen = select_biases(ctx.library, opts.biases, run_dir=run_path, reviewed_only=opts.reviewed_only)
+        pro_data = _pro_data(ctx, opts)
+        models = _pro_models(ctx.config, opts)
         roles = ctx.roles({"teacher": models.teacher, "checker": models.checker, "filter": models.filter})
         build = build_pro_set(
             pro_data.pairs,
@@ -751,17 +723,17 @@ def export_judgebench_pro(
             teacher=roles["teacher"],
             checker=roles["checker"],
             filter_judge=roles["filter"],
-            variants=variants,
-            seed=config.seed,
-            perturb_settings=config.perturb,
+            variants=opts.variants,
+            seed=ctx.config.seed,
+            perturb_settings=ctx.config.perturb,
             judge_settings=models.judge_settings,
             progress=progress,
         )
-        info = _pro_info(ctx, pro_data, models, limit=limit, biases=biases, reviewed_only=reviewed_only)
+        info = _pro_info(ctx, pro_data, models, opts)
         stats = pro_stats(build, ctx_info=info, biases=chosen, reviews=ctx.run.reviews.decisions())
-    with staged_output(out, overwrite=overwrite, protect=[run_path], error=ExportError) as tmp:
+    with staged_output(out_dir, overwrite=opts.overwrite, protect=[run_path], error=ExportError) as tmp:
         write_pro_dir(tmp, build, stats)
-    return stats
+    return ProStats.model_validate(stats)
 
 
 def _models_info(
