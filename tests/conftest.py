@@ -1,6 +1,7 @@
 """Shared test settings and fixtures. Tests never reach a model or data hub."""
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,15 +80,29 @@ def llama_server(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
-def small_real_run(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_real_run(smollm2_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """A finished real discovery run (SmolLM2, demo data, one iteration), shared by the tests
     of the loop, the report and the exports. Treat it as read-only: copy it before changing it.
-    What the command printed on stderr is kept next to it, in `stderr.txt`."""
-    run_dir = tmp_path_factory.mktemp("small_real_run") / "run"
-    args = ["run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet"]
-    for item in SMALL_RUN_OVERRIDES:
-        args += ["--set", item]
-    (run_dir.parent / "stderr.txt").write_text(cli(*args).stderr)
+    What the command printed on stderr is kept next to it, in `stderr.txt`.
+
+    Made once per test session, not once per xdist worker: the first worker to need it runs it
+    under a file lock in the directory the workers share, the others wait for it and read it
+    (pytest-xdist's recipe for session fixtures; it saves one real run of several minutes)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if worker_id != "master" else base) / "small_real_run"
+    shared.mkdir(exist_ok=True)
+    run_dir, done = shared / "run", shared / "finished"
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the worker dies
+        if not done.exists():
+            shutil.rmtree(run_dir, ignore_errors=True)  # a worker that died mid-run left it
+            args = ["run", "experiments/quickstart-cpu.yaml", "--run-dir", str(run_dir), "--quiet"]
+            for item in SMALL_RUN_OVERRIDES:
+                args += ["--set", item]
+            (shared / "stderr.txt").write_text(cli(*args).stderr)
+            done.touch()
     return run_dir
 
 
