@@ -268,37 +268,15 @@ def _seed_calls(config: RunConfig, s: _CallSizes, n_seeds: int) -> list[StageCal
         return []
     seeds = min(n_seeds, v.max_candidates or n_seeds)
     rewrites = seeds * s.n_test
-    note = f"{seeds} seed bias(es), once per run"
-    rows = [
-        StageCalls(
-            stage="validate_seeds (perturb)",
-            role="teacher",
-            per_iteration=rewrites,
-            total=rewrites,
-            exact=False,
-            note=note,
-        ),
-        StageCalls(
-            stage="validate_seeds (judge)",
-            role="target",
-            per_iteration=rewrites * s.per_pair,
-            total=rewrites * s.per_pair,
-            exact=False,
-            note=note,
-        ),
-    ]
-    if s.checks:
-        rows.append(
-            StageCalls(
-                stage="validate_seeds (check)",
-                role="checker",
-                per_iteration=rewrites,
-                total=rewrites,
-                exact=False,
-                note="at most: answer check of each rewrite",
-            )
-        )
-    return rows
+    return _validation_rows(
+        "validate_seeds",
+        s,
+        rewrites=rewrites,
+        checks=rewrites,
+        times=1,
+        note=f"{seeds} seed bias(es), once per run",
+        check_note="at most: answer check of each rewrite",
+    )
 
 
 def _validate_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
@@ -307,34 +285,51 @@ def _validate_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
     v = config.validate_
     candidates = v.max_candidates or s.n_target
     cand_note = f"max_candidates={v.max_candidates}" if v.max_candidates else "one per misjudged pair at most"
-    rewrites, t = candidates * s.n_test, s.iterations
+    rewrites = candidates * s.n_test
+    return _validation_rows(
+        "validate",
+        s,
+        rewrites=rewrites,
+        checks=rewrites + s.n_test,
+        times=s.iterations,
+        note=cand_note,
+        check_note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)",
+    )
+
+
+def _validation_rows(
+    stage: str, s: _CallSizes, *, rewrites: int, checks: int, times: int, note: str, check_note: str
+) -> list[StageCalls]:
+    """A validation's rows, per iteration and over `times` of them: the teacher's rewrites, the
+    target's judgments of them (`s.per_pair` each) and, where answers are checked, at most
+    `checks` checker calls. Upper bounds (`exact=False`): sequential looks stop many early."""
     rows = [
         StageCalls(
-            stage="validate (perturb)",
+            stage=f"{stage} (perturb)",
             role="teacher",
             per_iteration=rewrites,
-            total=rewrites * t,
+            total=rewrites * times,
             exact=False,
-            note=cand_note,
+            note=note,
         ),
         StageCalls(
-            stage="validate (judge)",
+            stage=f"{stage} (judge)",
             role="target",
             per_iteration=rewrites * s.per_pair,
-            total=rewrites * s.per_pair * t,
+            total=rewrites * s.per_pair * times,
             exact=False,
-            note=cand_note,
+            note=note,
         ),
     ]
     if s.checks:
         rows.append(
             StageCalls(
-                stage="validate (check)",
+                stage=f"{stage} (check)",
                 role="checker",
-                per_iteration=rewrites + s.n_test,
-                total=(rewrites + s.n_test) * t,
+                per_iteration=checks,
+                total=checks * times,
                 exact=False,
-                note="at most: answer check of each rewrite (originals once; none where the answers are read mechanically)",
+                note=check_note,
             )
         )
     return rows
