@@ -185,7 +185,7 @@ def test_files_table_and_report_name_the_score_measures(tmp_path):
 
 
 def test_fail_on_takes_the_score_measures_and_refuses_pairwise_ones(tmp_path):
-    from bias_discovery.cli.findings import audit_findings, parse_fail_on
+    from bias_discovery.cli._findings import audit_findings, parse_fail_on
 
     engine = ScriptedEngine(world)
     report = audit(engine, pairs(4), "authority-bias", teacher=engine, scale="1-10").report

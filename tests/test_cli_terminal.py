@@ -163,7 +163,7 @@ def test_audit_refuses_a_cap_and_no_cap_together(tmp_path) -> None:  # type: ign
 def test_messages_from_below_the_cli_show_settings_as_flags() -> None:
     """Code below cli/ names settings in backticks (the Python API's argument names); `fail`
     and `warn` show the flags a command-line user typed. Other backticked words stay."""
-    from bias_discovery.cli.common import with_flags
+    from bias_discovery.cli._common import with_flags
 
     message = (
         "`out` /x exists and is not empty; pass `overwrite`; `timeout_s`, `overrides` a=1, `skip_bad_rows`; `model`"

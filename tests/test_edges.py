@@ -326,7 +326,7 @@ def test_report_counts_and_names_corrupt_lines(tmp_path: Path):
 def test_an_engine_error_says_why_on_screen(capsys: pytest.CaptureFixture[str]):
     """A prompt longer than the context is an invalid judgment; its reason is printed, not only
     counted (the real-model case, a 3 MB field, is in test_judge_cli.py)."""
-    from bias_discovery.cli.judge import print_judge_summary
+    from bias_discovery.cli._judge import print_judge_summary
 
     reason = "llama.cpp error: Requested tokens (812345) exceed context window of 8192"
     judgments = [

@@ -17,8 +17,7 @@ from test_export import fake_engines, make_bias, make_fake_run, write_pairs
 from test_loop import make_config, run_fake
 from test_validation import _data
 
-from bias_discovery.api import load_run
-from bias_discovery.api.runs import bias_evidence
+from bias_discovery.api import bias_evidence, load_run
 from bias_discovery.errors import ConfigError, DataError, ExportError
 from bias_discovery.report.render import render_report, write_bias_page, write_report
 from bias_discovery.report.summary import run_summary
@@ -201,7 +200,7 @@ def test_the_terminal_view_strips_control_characters(authority_run: RunDir):
 
 
 def test_long_texts_are_cut_and_diffs_elided_in_the_terminal():
-    from bias_discovery.cli.bias_view import TEXT_LINES, _cut, diff_text
+    from bias_discovery.cli._bias_view import TEXT_LINES, _cut, diff_text
     from bias_discovery.report.evidence import inline_diff, reasoning_of, word_diff
 
     long = " ".join(f"w{i}" for i in range(60))

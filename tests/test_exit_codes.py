@@ -1,4 +1,4 @@
-"""Every exit code of `cli/exit_codes.py`, each produced by a real command line (a process of its
+"""Every exit code of `cli/_exit_codes.py`, each produced by a real command line (a process of its
 own, against the stub servers), and `--fail-on`: a finding exits 3 on the planted-bias stub and
 0 on a null one; a condition the command does not take is a usage error."""
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kill_anywhere import write_pairs
 
-from bias_discovery.cli.exit_codes import EXIT_CODES, ExitCode, exit_codes_markdown
+from bias_discovery.cli._exit_codes import EXIT_CODES, ExitCode, exit_codes_markdown
 
 from helpers import REPO, free_port
 from stub_openai import launch, stats
@@ -198,7 +198,7 @@ def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("condition", ["accepted", "flagged", "rr<0.5"])
 def test_fail_on_conditions_parse_per_command(condition: str) -> None:
-    from bias_discovery.cli.findings import parse_fail_on
+    from bias_discovery.cli._findings import parse_fail_on
 
     conditions = parse_fail_on([condition], ["accepted", "flagged", "threshold"])
     assert conditions[0].text == condition

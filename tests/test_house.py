@@ -126,7 +126,7 @@ FLAG_LITERAL = re.compile(r"""["'](-{1,2}[a-z][a-z0-9-]*(?:/-{1,2}[a-z][a-z0-9-]
 
 
 def test_no_flag_is_defined_twice_in_the_cli() -> None:
-    """Every flag is written once in cli/: commands take the shared ones from cli/options.py and
+    """Every flag is written once in cli/: commands take the shared ones from cli/_options.py and
     make the others from their setting's name (`flag`, `option`)."""
     found = Counter(
         flag

@@ -212,7 +212,7 @@ def test_resume_exits_non_zero_with_one_line_unless_the_run_finished(tmp_path: P
     """`resume` exits 0 only when the run reached a stop reason; the last line never says running."""
     import typer
 
-    from bias_discovery.cli.loop import _end_run
+    from bias_discovery.cli._loop import _end_run
 
     class Unfinished:
         root = tmp_path / "run"

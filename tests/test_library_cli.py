@@ -143,7 +143,7 @@ def test_corrupted_library_and_validation_files(hostile_run: Path):
 
 def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, capsys: pytest.CaptureFixture[str]):
     from bias_discovery import load_run
-    from bias_discovery.cli.loop import _print_run_end
+    from bias_discovery.cli._loop import _print_run_end
 
     _print_run_end(load_run(hostile_run))
     out = " ".join(capsys.readouterr().out.split())

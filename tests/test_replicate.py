@@ -160,7 +160,7 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
 
     monkeypatch.setattr(bias_discovery.api, "replicate", on_fakes)
     # the CLI's console got its width when it was made (COLUMNS then): wide enough for the table
-    from bias_discovery.cli import common
+    from bias_discovery.cli import _common as common
 
     monkeypatch.setattr(common.console, "_width", 250)
     result = CliRunner().invoke(

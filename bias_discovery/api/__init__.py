@@ -25,8 +25,16 @@
 - `run_preflight(config) -> PreflightReport`: what a run would meet, before it starts
   (`bias_discovery.api.checks`).
 
-The command line reaches the logic only through this package: `api/views.py` holds the view
-functions it prints with, the other modules the types of what it prints.
+The command line reaches the logic only through this package's public names: the view functions
+of `bias_discovery.api.views` it prints with, and the types of what it prints, handed out here
+too: a run's record (`RunDir`, `RunState`, `effective_status`, `summarize_events`, `Liveness`,
+`Spend`), a reviewer's decision (`Review`, `ReviewDecision`), an audit's report
+(`AuditReport`, `SchemeAudit`, `AuditMetrics`, `POINTWISE_FIELDS`) and a judge's summary
+(`JudgeSummary`, `ScoreSummary`).
+
+Public: the names of this package and its submodules `reports`, `exports`, `checks` and `views`.
+The modules with a leading underscore are not: what they define that a user needs is handed out
+here (CONTRIBUTING.md, "How the code is laid out").
 
 Every result converts to a pandas DataFrame (`.to_pandas()`) and a `datasets.Dataset`
 (`.to_dataset()`) with stable columns (`.columns()`: the fields of its row model, see
@@ -42,10 +50,30 @@ from ..config import RunConfig
 from ..judge_matrix import MatrixConfig, MatrixResult
 from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
-from .audit_logs import LogAuditOptions, audit_log
-from .audits import AuditOptions, audit
+from ._audit_logs import LogAuditOptions, audit_log
+from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, SchemeAudit, audit
+from ._common import WarningHandler
+from ._judges import JudgeOptions, JudgeOutput, JudgeSummary, ScoreSummary, judge
+from ._matrices import MatrixOptions, matrix
+from ._replications import replicate
+from ._runs import (
+    BudgetReached,
+    DiscoverOptions,
+    Liveness,
+    Review,
+    ReviewDecision,
+    Run,
+    RunDir,
+    RunState,
+    Spend,
+    bias_evidence,
+    discover,
+    effective_status,
+    load_run,
+    run_config_of,
+    summarize_events,
+)
 from .checks import run_preflight
-from .common import WarningHandler
 from .exports import (
     DpoExportOptions,
     DpoStats,
@@ -58,15 +86,14 @@ from .exports import (
     export_harness,
     export_judgebench_pro,
 )
-from .judges import JudgeOptions, JudgeOutput, judge
-from .matrices import MatrixOptions, matrix
-from .replications import replicate
 from .reports import ReportServer, report, resolve_library
-from .runs import BudgetReached, DiscoverOptions, Run, bias_evidence, discover, load_run, run_config_of
 
 __all__ = [
+    "POINTWISE_FIELDS",
+    "AuditMetrics",
     "AuditOptions",
     "AuditOutput",
+    "AuditReport",
     "AuditSettings",
     "BudgetReached",
     "DiscoverOptions",
@@ -77,6 +104,8 @@ __all__ = [
     "JudgeOptions",
     "JudgeOutput",
     "JudgeSettings",
+    "JudgeSummary",
+    "Liveness",
     "LogAuditOptions",
     "MatrixConfig",
     "MatrixOptions",
@@ -86,14 +115,22 @@ __all__ = [
     "Replication",
     "ReplicationOptions",
     "ReportServer",
+    "Review",
+    "ReviewDecision",
     "Run",
     "RunConfig",
+    "RunDir",
+    "RunState",
+    "SchemeAudit",
+    "ScoreSummary",
+    "Spend",
     "WarningHandler",
     "apply_annotations",
     "audit",
     "audit_log",
     "bias_evidence",
     "discover",
+    "effective_status",
     "export_dpo",
     "export_harness",
     "export_judgebench_pro",
@@ -105,4 +142,5 @@ __all__ = [
     "resolve_library",
     "run_config_of",
     "run_preflight",
+    "summarize_events",
 ]

@@ -1,7 +1,7 @@
 """`audit(model, data, biases)`: measure a judge on known biases with the published measures
 (what `bias-discovery audit` runs), unmitigated and with a mitigation, on the same items.
 Its result's report (`AuditReport`: per bias a `SchemeAudit` of `AuditMetrics`, and
-`POINTWISE_FIELDS`, the measures a pointwise judge has) is handed out here too."""
+`POINTWISE_FIELDS`, the measures a pointwise judge has) is handed out by `bias_discovery.api` too."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from ..options import CallOptions, DataOptions, OutputOptions, OverlapOptions
 from ..progress import ProgressFactory
 from ..run import RunDir
 from ..run.overlap import check_run_overlap
-from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, spec_list
+from ._common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, spec_list
 
 __all__ = ["POINTWISE_FIELDS", "AuditMetrics", "AuditOptions", "AuditReport", "SchemeAudit", "audit"]
 

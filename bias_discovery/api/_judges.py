@@ -22,7 +22,7 @@ from ..options import CallOptions, DataOptions
 from ..progress import ProgressFactory, progress_or_quiet
 from ..settings.judge import JudgeSettings
 from ..tables import Tabular
-from .common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
+from ._common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning
 
 __all__ = ["JudgeOptions", "JudgeOutput", "JudgeSummary", "ScoreSummary", "judge"]
 

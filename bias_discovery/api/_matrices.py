@@ -11,7 +11,7 @@ from ..judge_matrix import MatrixConfig, MatrixResult, run_matrix
 from ..judge_matrix.config import MatrixOptions, matrix_settings
 from ..llm.base import Engine
 from ..progress import ProgressFactory
-from .runs import Run
+from ._runs import Run
 
 __all__ = ["MatrixOptions", "matrix"]
 

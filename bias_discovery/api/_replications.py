@@ -10,7 +10,7 @@ from typing import Any
 from ..llm.base import Engine
 from ..progress import ProgressFactory
 from ..replication import Replication, ReplicationOptions, replicate_run
-from .runs import Run
+from ._runs import Run
 
 __all__ = ["ReplicationOptions", "replicate"]
 

@@ -2,10 +2,10 @@
 `load_run(RUN_DIR)`: a finished (or stopped, or running) run, read back, and
 `bias_evidence(RUN_DIR, BIAS)`: one bias with its provenance, examples and reviews.
 
-What `run`, `resume`, `status` and `review` print from is handed out here too: a run's record
-(`RunDir`, `RunState`, `effective_status`, `summarize_events`, `Liveness`), a reviewer's
-decision (`Review`, `ReviewDecision`) and a budget's stop (`BudgetReached`, with the `Spend`
-of each role)."""
+What `run`, `resume`, `status` and `review` print from is handed out by `bias_discovery.api`
+too: a run's record (`RunDir`, `RunState`, `effective_status`, `summarize_events`, `Liveness`),
+a reviewer's decision (`Review`, `ReviewDecision`) and a budget's stop (`BudgetReached`, with
+the `Spend` of each role)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from ..run.reviews import Review, ReviewDecision
 from ..run.selection import validated_biases
 from ..settings.discover import DiscoverOptions
 from ..tables import Tabular
-from .common import WarningHandler, python_warning
+from ._common import WarningHandler, python_warning
 
 __all__ = [
     "BudgetReached",

@@ -1,7 +1,8 @@
 """The `bias-discovery` command line. Thin: parse options, call the library, print results.
 
 One module per command group, each registering its commands on the one Typer `app` of
-`common` (which also holds the consoles, `fail` and error formatting). Heavy modules are
+`_common` (which also holds the consoles, `fail` and error formatting). Only `main` (the console
+script), `app` and `leave` are public: every module here has a leading underscore. Heavy modules are
 imported inside the commands, so the CLI starts fast.
 """
 
@@ -12,20 +13,20 @@ import os
 import sys
 from typing import NoReturn
 
-from .common import app
+from ._common import app
 
 # Importing a command module registers its commands; `--help` lists them in this order, so
 # keep it (not alphabetical).
 # isort: off
-from . import judge  # noqa: F401,E402  judge
-from . import audit  # noqa: F401,E402  audit
-from . import loop  # noqa: F401,E402  run, resume, status
-from . import browse  # noqa: F401,E402  library show/diff, report, view
-from . import review  # noqa: F401,E402  review
-from . import replicate  # noqa: F401,E402  replicate
-from . import matrix  # noqa: F401,E402  matrix
-from . import export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo
-from . import check  # noqa: F401,E402  check
+from . import _judge  # noqa: F401,E402  judge
+from . import _audit  # noqa: F401,E402  audit
+from . import _loop  # noqa: F401,E402  run, resume, status
+from . import _browse  # noqa: F401,E402  library show/diff, report, view
+from . import _review  # noqa: F401,E402  review
+from . import _replicate  # noqa: F401,E402  replicate
+from . import _matrix  # noqa: F401,E402  matrix
+from . import _export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo
+from . import _check  # noqa: F401,E402  check
 # isort: on
 
 __all__ = ["app", "leave", "main"]

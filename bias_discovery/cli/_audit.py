@@ -16,10 +16,10 @@ from ..options import DataOptions
 from ..settings.audit import AuditSettings
 from ..settings.common import PerturbSettings
 from ..settings.judge import JudgeSettings
-from .common import app, console, fail, flag_of, format_validation_error, options_error, warn
-from .findings import audit_findings, check_fail_on_mode, exit_on_findings, parse_fail_on
-from .judge import _judge_fields
-from .options import (
+from ._common import app, console, fail, flag_of, format_validation_error, options_error, warn
+from ._findings import audit_findings, check_fail_on_mode, exit_on_findings, parse_fail_on
+from ._judge import _judge_fields
+from ._options import (
     ALLOW_OVERLAP,
     CACHE,
     DATA_DIR,
@@ -41,7 +41,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..api.audits import AuditOptions, AuditReport, SchemeAudit
+    from ..api import AuditOptions, AuditReport, SchemeAudit
 
 
 def print_audit(report: AuditReport) -> None:

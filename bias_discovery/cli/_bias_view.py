@@ -22,7 +22,7 @@ from rich.text import Text
 from ..formatting import MEASURE_LABELS, ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
 
 if TYPE_CHECKING:  # annotations only: the CLI must start fast
-    from ..api.runs import Review
+    from ..api import Review
     from ..api.views import (
         BiasDetail,
         DiffSegment,

@@ -12,9 +12,9 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, excluded_above, number, p_value, percent, plural, pp
 from ..settings.common import DEFAULT_EXAMPLES
-from .bias_view import terminal_text
-from .common import PLAIN_HELP, app, console, fail, warn
-from .options import AS_JSON, flag
+from ._bias_view import terminal_text
+from ._common import PLAIN_HELP, app, console, fail, warn
+from ._options import AS_JSON, flag
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -308,8 +308,8 @@ def _show_bias(ref: str, bias: str, *, iteration: int | None, examples: int, as_
     """`library show REF BIAS`: one bias with its evidence (`report.evidence`)."""
     import json as _json
 
-    from ..api.runs import bias_evidence
-    from .bias_view import print_bias
+    from ..api import bias_evidence
+    from ._bias_view import print_bias
 
     try:
         detail = bias_evidence(ref, bias, iteration=iteration, examples=examples, on_warning=warn)

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
     from ..api.checks import Assumptions, PilotRecord, PreflightReport, StageEstimate
     from ..config import RunConfig
-from .common import app, console, err_console, fail, flag_of
-from .exit_codes import ExitCode
-from .options import OVERRIDES, TIMEOUT, flag
+from ._common import app, console, err_console, fail, flag_of
+from ._exit_codes import ExitCode
+from ._options import OVERRIDES, TIMEOUT, flag
 
 _MARK = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 

@@ -17,7 +17,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from .exit_codes import ExitCode
+from ._exit_codes import ExitCode
 
 PLAIN_HELP = None
 """`rich_markup_mode` of every command group: click's own help, which rewraps docstrings and

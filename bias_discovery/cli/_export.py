@@ -13,8 +13,8 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
 from ..settings.export import DpoExportOptions, ExportSelection, HarnessExportOptions, ProExportOptions
-from .common import PLAIN_HELP, app, console, fail, format_validation_error, options_error
-from .options import (
+from ._common import PLAIN_HELP, app, console, fail, format_validation_error, options_error
+from ._options import (
     ALLOW_OVERLAP,
     DATA_DIR,
     OVERWRITE,

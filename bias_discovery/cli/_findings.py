@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
 
-from .common import err_console, fail, warn
-from .exit_codes import ExitCode
+from ._common import err_console, fail, warn
+from ._exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from ..api import MatrixResult, Replication, Run
-    from ..api.audits import AuditReport
+    from ..api import AuditReport, MatrixResult, Replication, Run
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -112,7 +111,7 @@ def parse_fail_on(values: Sequence[str], kinds: Sequence[str]) -> list[Condition
 
 
 def _audit_measures() -> list[str]:
-    from ..api.audits import AuditMetrics
+    from ..api import AuditMetrics
 
     return [
         name
@@ -128,7 +127,7 @@ def check_fail_on_mode(conditions: Sequence[Condition], mode: str) -> None:
     """A threshold on a measure the judge's mode does not have is a usage error (exit 2),
     before any call: a pointwise judge's audit has score measures (score_shift, score_unchanged,
     pair_error_perturbed, ...), not the pairwise ones (rr, pb, z ...), and the reverse."""
-    from ..api.audits import POINTWISE_FIELDS
+    from ..api import POINTWISE_FIELDS
 
     pointwise = mode == "pointwise"
     for c in conditions:

@@ -14,8 +14,8 @@ from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..options import DataOptions
 from ..settings.judge import JudgeSettings
-from .common import app, console, fail, format_validation_error, options_error, warn
-from .options import (
+from ._common import app, console, fail, format_validation_error, options_error, warn
+from ._options import (
     CACHE,
     DATA_DIR,
     NO_CACHE,
@@ -33,7 +33,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..api.judges import JudgeOutput, JudgeSummary, ScoreSummary
+    from ..api import JudgeOutput, JudgeSummary, ScoreSummary
     from ..api.views import Calibration
 
 

@@ -13,14 +13,13 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError, DataError
 from ..formatting import delta_clause, duration, effect_clause, plural
 from ..settings.discover import DiscoverOptions
-from .common import app, console, err_console, fail, interrupted, warn
-from .exit_codes import ExitCode
-from .findings import exit_on_findings, parse_fail_on, run_findings
-from .options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, option
+from ._common import app, console, err_console, fail, interrupted, warn
+from ._exit_codes import ExitCode
+from ._findings import exit_on_findings, parse_fail_on, run_findings
+from ._options import AS_JSON, OVERRIDES, QUIET, TIMEOUT, fail_on_option, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..api import BudgetReached, Run
-    from ..api.runs import Liveness, RunState, Spend
+    from ..api import BudgetReached, Liveness, Run, RunState, Spend
 
 
 def _skipped_rows_line(state: RunState | None) -> str | None:
@@ -261,7 +260,7 @@ def status(
     Iteration, stage, progress, library size, calls and tokens so far."""
     import json as _json
 
-    from ..api.runs import RunDir, effective_status, summarize_events
+    from ..api import RunDir, effective_status, summarize_events
 
     try:
         rd = RunDir(run_dir)
@@ -347,7 +346,7 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
     if effective == "finished" and state is not None:
         return f"{name}: finished, iteration {state.iteration}, stopped: {state.stop_reason}{library}"
     if state is not None and state.status == "stopped":
-        from ..api.runs import Spend
+        from ..api import Spend
 
         spent = Spend()
         for s in state.spend.values():

@@ -13,9 +13,9 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
 from ..options import DataOptions
-from .common import app, console, fail, options_error
-from .findings import exit_on_findings, matrix_findings, parse_fail_on
-from .options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, fail_on_option, flag, option
+from ._common import app, console, fail, options_error
+from ._findings import exit_on_findings, matrix_findings, parse_fail_on
+from ._options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, fail_on_option, flag, option
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
     from ..api import MatrixResult

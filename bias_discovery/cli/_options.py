@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from ..options import DEFAULT_TIMEOUT_S, CallOptions, DataOptions, OutputOptions, OverlapOptions
 from ..settings.judge import JudgeSettings
-from .common import fail, flag_of, with_flags
+from ._common import fail, flag_of, with_flags
 
 __all__ = [
     "ALLOW_OVERLAP",
@@ -156,6 +156,6 @@ def reasoning_fields(reasoning: bool, reasoning_chars: int | None, no_reasoning_
 def fail_on_option(*kinds: str) -> Any:
     """`--fail-on CONDITION` (repeatable) for a command that offers the condition `kinds`
     (`findings.parse_fail_on`): a met condition exits with `ExitCode.FINDING`."""
-    from .findings import fail_on_help
+    from ._findings import fail_on_help
 
     return typer.Option([], "--fail-on", metavar="CONDITION", help=fail_on_help(kinds))

@@ -13,9 +13,9 @@ from rich.text import Text
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
 from ..options import DataOptions
-from .common import app, console, fail, options_error
-from .findings import exit_on_findings, parse_fail_on, replication_findings
-from .options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, SKIP_BAD_ROWS, TIMEOUT, fail_on_option, flag, option
+from ._common import app, console, fail, options_error
+from ._findings import exit_on_findings, parse_fail_on, replication_findings
+from ._options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, SKIP_BAD_ROWS, TIMEOUT, fail_on_option, flag, option
 
 if TYPE_CHECKING:
     from ..api import Replication

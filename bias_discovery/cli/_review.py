@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from ..errors import BiasDiscoveryError
-from .common import app, console, fail
-from .options import AS_JSON, flag
+from ._common import app, console, fail
+from ._options import AS_JSON, flag
 
 
 @app.command()
@@ -38,7 +38,7 @@ def review(
     """
     from typing import get_args
 
-    from ..api.runs import ReviewDecision, load_run
+    from ..api import ReviewDecision, load_run
 
     choices = get_args(ReviewDecision)
     if decision not in choices:

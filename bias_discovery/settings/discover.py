@@ -1,6 +1,6 @@
 """The options of one discovery invocation (`DiscoverOptions`): where the run goes, whether it
 continues one, and the knobs that are not the run's settings. `bias-discovery run` and
-`resume` make their flags from these fields (`cli.options.option`), and `api.discover` takes
+`resume` make their flags from these fields (`cli._options.option`), and `api.discover` takes
 them and keyword overrides of their fields. The run's own settings are its config
 (`RunConfig`); these only say how this invocation treats it."""
 

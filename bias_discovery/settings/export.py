@@ -1,6 +1,6 @@
 """The options of the exports (`ProExportOptions`, `DpoExportOptions`, `HarnessExportOptions`):
 the knobs of one `bias-discovery export ...` invocation, stated once. The command line makes
-its flags from these fields (`cli.options.option`), and `api.export_judgebench_pro`,
+its flags from these fields (`cli._options.option`), and `api.export_judgebench_pro`,
 `api.export_dpo` and `api.export_harness` take them and keyword overrides of their fields.
 
 They sit below the exports' logic so that building the command line does not import it. The

@@ -10,7 +10,7 @@
 - reference/run-directory.md: every file of a run directory with its schema, from
   `bias_discovery.run.layout`, which walks the run record's own artifacts.
 - reference/exit-codes.md: every exit code of the command line, from
-  `bias_discovery.cli.exit_codes.EXIT_CODES`.
+  `bias_discovery.cli._exit_codes.EXIT_CODES`.
 
 The pages exist only in the build (`File.generated`): nothing generated is committed. The
 package is imported from this checkout (the directory of mkdocs.yml), not from wherever it is
@@ -529,16 +529,16 @@ def api_page() -> str:
 
 
 def exit_codes_page() -> str:
-    """Every exit code with the commands that use it and what it means (`cli.exit_codes`)."""
-    from bias_discovery.cli.exit_codes import exit_codes_markdown
-    from bias_discovery.cli.findings import __doc__ as fail_on_doc
+    """Every exit code with the commands that use it and what it means (`cli._exit_codes`)."""
+    from bias_discovery.cli._exit_codes import exit_codes_markdown
+    from bias_discovery.cli._findings import __doc__ as fail_on_doc
 
     conditions = inspect.cleandoc(fail_on_doc or "").split("\n\n", 1)[-1]
     return "\n".join(
         [
             "# Exit codes",
             "",
-            GENERATED_NOTE.format(source=" from `bias_discovery/cli/exit_codes.py`"),
+            GENERATED_NOTE.format(source=" from `bias_discovery/cli/_exit_codes.py`"),
             "",
             "A command exits with one of these codes and no other; a CI job can tell a finding from an error "
             "and from a run stopped at its budget.",
