@@ -31,28 +31,29 @@ exact law, the power of these tests, and the conditional estimator after a seque
 
 Also here: Cohen's kappa, for the annotation of exported benchmarks.
 
-Modules: `intervals` (Wilson, Student-t, the paired bootstrap), `tests` (McNemar, Tango, the
-paired t and sign-flip tests), `multiplicity` (Holm, BH), `comparison` (`PairedComparison`, the
-acceptance decision, the error statement, two judges' Δ compared), `sequential` (plans, looks,
-alpha spending), `effect` (the effect after a stop), `power`, `agreement` (Cohen's kappa),
-`calibration` (ECE, Brier and the reliability bins of verdict probabilities).
-Every public name is re-exported here: ``from bias_discovery.stats import X`` works for all.
+Modules (internal, hence the leading underscore): `_intervals` (Wilson, Student-t, the paired
+bootstrap), `_tests` (McNemar, Tango, the paired t and sign-flip tests), `_multiplicity` (Holm,
+BH), `_comparison` (`PairedComparison`, the acceptance decision, the error statement, two
+judges' Δ compared), `_sequential` (plans, looks, alpha spending), `_effect` (the effect after a
+stop), `_power`, `_agreement` (Cohen's kappa), `_calibration` (ECE, Brier and the reliability
+bins of verdict probabilities). Every public name is re-exported here: import it from
+``bias_discovery.stats``, never from a module.
 """
 
 from __future__ import annotations
 
 from ..formatting import MEASURE_LABELS
 from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
-from .agreement import (
+from ._agreement import (
     cohens_kappa,
 )
-from .calibration import (
+from ._calibration import (
     Calibration,
     ReliabilityBin,
     calibration,
     expected_calibration_error,
 )
-from .comparison import (
+from ._comparison import (
     AcceptanceRule,
     EffectDifference,
     ErrorControl,
@@ -69,7 +70,7 @@ from .comparison import (
     paired_values,
     per_domain_breakdown,
 )
-from .effect import (
+from ._effect import (
     CONDITIONAL,
     CONDITIONAL_ON_DECISION,
     FULL_SAMPLE,
@@ -86,7 +87,7 @@ from .effect import (
     sequential_effect,
     stopping_design,
 )
-from .intervals import (
+from ._intervals import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     mean_and_sd,
     mean_t_interval,
@@ -95,20 +96,20 @@ from .intervals import (
     student_t_sf,
     wilson_interval,
 )
-from .multiplicity import (
+from ._multiplicity import (
     Correction,
     acceptance_threshold,
     adjust_p_values,
     benjamini_hochberg_adjust,
     holm_adjust,
 )
-from .power import (
+from ._power import (
     min_detectable_delta,
     min_detectable_shift,
     null_discordance,
     paired_power,
 )
-from .sequential import (
+from ._sequential import (
     LookOutcome,
     LookRecord,
     SequentialPlan,
@@ -123,7 +124,7 @@ from .sequential import (
     sequential_shift_look,
     shift_conditional_power,
 )
-from .tests import (
+from ._tests import (
     mcnemar_exact_one_sided,
     paired_p_value,
     paired_score_interval,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..formatting import MEASURE_LABELS
 from ..settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES
-from .intervals import (
+from ._intervals import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
     _bootstrap_mean_ci,
     _check_confidence,
@@ -19,8 +19,8 @@ from .intervals import (
     mean_t_interval,
     paired_bootstrap_delta_ci,
 )
-from .multiplicity import Correction, _check_pvalues, adjust_p_values
-from .tests import paired_p_value, paired_t_one_sided, sign_flip_p_value
+from ._multiplicity import Correction, _check_pvalues, adjust_p_values
+from ._tests import paired_p_value, paired_t_one_sided, sign_flip_p_value
 
 Measure = Literal["error", "p_rejected", "score"]
 """What a comparison's per-item values are: the judge's errors (choice verdicts: True wrong,

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .comparison import Measure, PairedComparison
-from .intervals import _check_confidence, student_t_quantile
-from .sequential import (
+from ._comparison import Measure, PairedComparison
+from ._intervals import _check_confidence, student_t_quantile
+from ._sequential import (
     LookRecord,
     SequentialPlan,
     conditional_power,

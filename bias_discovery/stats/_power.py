@@ -10,8 +10,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .intervals import student_t_quantile
-from .tests import _check_margin
+from ._intervals import student_t_quantile
+from ._tests import _check_margin
 
 
 @lru_cache(maxsize=32)

@@ -12,9 +12,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..settings.validate import check_look_fractions
-from .intervals import mean_and_sd
-from .multiplicity import _check_pvalues
-from .tests import _check_margin, paired_p_value, paired_t_one_sided
+from ._intervals import mean_and_sd
+from ._multiplicity import _check_pvalues
+from ._tests import _check_margin, paired_p_value, paired_t_one_sided
 
 SpendingFunction = Literal["obrien_fleming", "pocock"]
 """Lan-DeMets alpha-spending functions: `obrien_fleming` spends almost nothing at early looks

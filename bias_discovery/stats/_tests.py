@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .intervals import mean_and_sd, student_t_sf
+from ._intervals import mean_and_sd, student_t_sf
 
 
 def paired_t_one_sided(differences: Sequence[float], margin: float = 0.0) -> float:

@@ -1,4 +1,4 @@
-"""The effect after a sequential stop (bias_discovery.stats.effect): recursive integration and the conditional interval, against an mpmath reference."""
+"""The effect after a sequential stop (bias_discovery.stats._effect): recursive integration and the conditional interval, against an mpmath reference."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bias_discovery import stats
-from bias_discovery.stats import effect as effect_module
+from bias_discovery.stats import _effect as effect_module
 
 from stats_cases import paired_outcomes
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bias_discovery.stats import intervals as intervals_module
+from bias_discovery.stats import _intervals as intervals_module
 from bias_discovery.stats import (
     paired_bootstrap_delta_ci,
     paired_score_interval,

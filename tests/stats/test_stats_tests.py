@@ -1,4 +1,4 @@
-"""The one-sided paired tests (bias_discovery.stats.tests): exact McNemar, its log-space tail, Tango's score test, the sign-flip test, against values computed by hand."""
+"""The one-sided paired tests (bias_discovery.stats._tests): exact McNemar, its log-space tail, Tango's score test, the sign-flip test, against values computed by hand."""
 
 from __future__ import annotations
 
