@@ -16,7 +16,7 @@ from test_loop import RecordingProgress, write_pairs
 
 from bias_discovery.errors import ConfigError, DataError
 from bias_discovery.judge_matrix import MatrixConfig, MatrixJudge, judge_role, run_matrix
-from bias_discovery.judge_matrix.run import _Arm, jury_errors
+from bias_discovery.judge_matrix._run import _Arm, jury_errors
 from bias_discovery.judging import JudgeSettings
 
 from fakes import ScriptedEngine, authority_world, quiet_authority_world

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..judge_matrix import MatrixConfig, MatrixResult, run_matrix
-from ..judge_matrix.config import MatrixOptions, matrix_settings
+from ..judge_matrix import MatrixConfig, MatrixOptions, MatrixResult, matrix_settings, run_matrix
 from ..llm.base import Engine
 from ..progress import ProgressFactory
 from ._runs import Run

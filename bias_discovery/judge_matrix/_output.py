@@ -17,9 +17,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, staged_files
 from ..stages.records import PerturbedPair
-from .config import MatrixConfig
-from .page import render_matrix
-from .records import CSV_COLUMNS, MatrixJudgment, MatrixResult, csv_rows
+from ._config import MatrixConfig
+from ._page import render_matrix
+from ._records import CSV_COLUMNS, MatrixJudgment, MatrixResult, csv_rows
 
 __all__ = ["CACHE_FILE", "CONFIG_FILE", "OUTPUT_FILES", "prepare_matrix_dir", "read_matrix", "write_matrix"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..formatting import ci_pp, count, p_value, percent, pp
 from ..pages import MISSING, page_template
-from .records import MatrixCell, MatrixResult
+from ._records import MatrixCell, MatrixResult
 
 __all__ = ["cell_colour", "render_matrix"]
 

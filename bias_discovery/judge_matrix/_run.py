@@ -63,9 +63,9 @@ from ..stages.rewrite_checks import (
     unverifiable,
 )
 from ..stats import compare_effects, compare_paired, decide_differences
-from .config import JURY, MatrixConfig, MatrixJudge, load_matrix_library, selected_biases
-from .output import prepare_matrix_dir, write_matrix
-from .records import (
+from ._config import JURY, MatrixConfig, MatrixJudge, load_matrix_library, selected_biases
+from ._output import prepare_matrix_dir, write_matrix
+from ._records import (
     JudgeComparison,
     JudgeRecord,
     MatrixCalls,
