@@ -11,6 +11,9 @@ start's own requests.
    tok/s = the prompt tokens / the first wall time; generated tok/s = the generated tokens /
    (the second wall time - the first). The llama.cpp child keeps its prompt-prefix reuse, the
    hf child its length-sorted padded batches: each engine as a run uses it.
+3. In the hf child every replay runs twice, with the engine's in-place KV cache and with
+   transformers' DynamicCache (`GROWING_KV_CACHE`), alternating on one loaded model:
+   `hf_kv_cache` gives both generated tok/s, their ratio, and whether the texts were the same.
 
     python benchmarks/embedded_engine.py [--rounds 3] [--replays 2] [--json benchmarks/results/embedded_engine.json]
 
@@ -44,6 +47,7 @@ from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.registry import make_engine
 from bias_discovery.llm.types import GenerationRequest
 spec, path, replays = sys.argv[1], sys.argv[2], int(sys.argv[3])
+caches = sys.argv[4].split(",") if len(sys.argv) > 4 else ["default"]
 requests = [GenerationRequest.model_validate_json(line) for line in open(path)]
 t = time.perf_counter()
 engine = make_engine(ModelConfig.from_spec(spec))
@@ -52,12 +56,17 @@ engine.generate([GenerationRequest.chat("Warm up.", max_tokens=2)])
 prefill = [r.model_copy(update={"max_tokens": 1, "constraint": None, "stop": ()}) for r in requests]
 rows = []
 for _ in range(replays):
+  for cache in caches:  # the hf engine's KV caches alternate within a replay, on one loaded model
+    if cache != "default":
+        import bias_discovery.llm.hf as hf
+        hf.GROWING_KV_CACHE = cache == "growing"
     t = time.perf_counter(); one = engine.generate(prefill); prefill_s = time.perf_counter() - t
     t = time.perf_counter(); full = engine.generate(requests); full_s = time.perf_counter() - t
-    rows.append({"prefill_s": prefill_s, "full_s": full_s,
+    rows.append({"kv_cache": cache, "prefill_s": prefill_s, "full_s": full_s,
                  "prompt_tokens": sum(r.prompt_tokens for r in one),
                  "completion_tokens": sum(r.completion_tokens for r in full),
-                 "errors": sum(r.finish_reason == "error" for r in full)})
+                 "errors": sum(r.finish_reason == "error" for r in full),
+                 "texts_digest": hash(tuple(r.text for r in full))})
 print(json.dumps({"engine_id": engine.engine_id, "dtype": getattr(engine, "dtype", "gguf Q4_1"),
                   "load_s": load_s, "rows": rows}))
 """
@@ -108,10 +117,19 @@ def quickstart_requests(run_dir: Path, out: Path) -> int:
     return len(rows)
 
 
-def replay(engine: str, requests: Path, replays: int) -> dict[str, Any]:
+def tok_s(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Prompt and generated tok/s of replays: their medians."""
+    prompt = statistics.median(r["prompt_tokens"] / r["prefill_s"] for r in rows)
+    generated = statistics.median(r["completion_tokens"] / max(r["full_s"] - r["prefill_s"], 1e-9) for r in rows)
+    return prompt, generated
+
+
+def replay(engine: str, requests: Path, replays: int, caches: str = "default") -> dict[str, Any]:
+    """Replays `requests` in a child process running `engine`; for hf, `caches` "growing,dynamic"
+    alternates its KV cache (llm/hf.py GROWING_KV_CACHE) within every replay."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, ENGINES[engine], str(requests), str(replays)],
+        [sys.executable, "-c", CHILD, ENGINES[engine], str(requests), str(replays), caches],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -121,10 +139,15 @@ def replay(engine: str, requests: Path, replays: int) -> dict[str, Any]:
         raise SystemExit(f"the {engine} replay exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = data["rows"]
-    data["prompt_tok_s"] = statistics.median(r["prompt_tokens"] / r["prefill_s"] for r in rows)
-    data["generated_tok_s"] = statistics.median(
-        r["completion_tokens"] / max(r["full_s"] - r["prefill_s"], 1e-9) for r in rows
-    )
+    first = caches.split(",")[0]  # the engine as it runs by default
+    data["prompt_tok_s"], data["generated_tok_s"] = tok_s([r for r in rows if r["kv_cache"] == first])
+    if "," in caches:
+        data["by_kv_cache"] = {}
+        for cache in caches.split(","):
+            prompt, generated = tok_s([r for r in rows if r["kv_cache"] == cache])
+            data["by_kv_cache"][cache] = {"prompt_tok_s": round(prompt, 1), "generated_tok_s": round(generated, 1)}
+        digests = {r["texts_digest"] for r in rows}
+        data["kv_caches_gave_the_same_texts"] = len(digests) == 1
     data["engine"] = engine
     return data
 
@@ -145,7 +168,10 @@ def main() -> None:
                 runs.append(run_quickstart(engine, work / f"{engine}-{round_}"))
                 print(f"round {round_ + 1}: quick start on {engine}: {runs[-1]['wall_s']} s", file=sys.stderr)
         n_requests = quickstart_requests(work / "hf-0", work / "requests.jsonl")
-        replays = {engine: replay(engine, work / "requests.jsonl", args.replays) for engine in ENGINES}
+        replays = {
+            "hf": replay("hf", work / "requests.jsonl", args.replays, "growing,dynamic"),
+            "llamacpp": replay("llamacpp", work / "requests.jsonl", args.replays),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     record["quickstart_runs"] = runs
@@ -165,6 +191,14 @@ def main() -> None:
     record["generated_tok_s_ratio"] = round(
         replays["hf"]["generated_tok_s"] / replays["llamacpp"]["generated_tok_s"], 2
     )
+    by_cache = replays["hf"]["by_kv_cache"]
+    record["hf_kv_cache"] = {
+        "generated_tok_s": {cache: by_cache[cache]["generated_tok_s"] for cache in by_cache},
+        "growing_vs_dynamic_generated_ratio": round(
+            by_cache["growing"]["generated_tok_s"] / by_cache["dynamic"]["generated_tok_s"], 2
+        ),
+        "same_texts": replays["hf"]["kv_caches_gave_the_same_texts"],
+    }
     record["quickstart_wall_ratio"] = round(
         record["quickstart_wall_s"]["hf"]["median"] / record["quickstart_wall_s"]["llamacpp"]["median"], 2
     )

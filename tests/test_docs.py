@@ -20,6 +20,7 @@ def _text(page: Path) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8")))
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly_with_the_generated_references(tmp_path: Path):
     """A renamed option, an undocumented config field, a broken link or anchor is a warning, and
     --strict turns a warning into a failed build. (The docs tools are in the `docs` extra, which

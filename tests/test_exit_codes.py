@@ -102,6 +102,7 @@ def test_the_table_names_every_code_once_and_the_page_lists_them() -> None:
         assert f"| {int(doc.code)} | {doc.name} |" in page
 
 
+@pytest.mark.slow
 def test_fail_on_accepted_exits_with_the_finding_code_on_a_planted_bias_and_0_on_a_null_run(tmp_path: Path) -> None:
     with launch(0.0, "--planted-delta", "0.5", "--planted-error", "0.2", "--planted-salt", "exit") as (url, _):
         planted = cli(
@@ -242,6 +243,7 @@ def test_audit_thresholds_exit_3_when_met_and_0_when_not(tmp_path: Path) -> None
     assert unmet.returncode == ExitCode.OK, unmet.stdout + unmet.stderr
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_its_budget_exits_4_says_so_and_resumes_with_a_larger_one(tmp_path: Path) -> None:
     from bias_discovery.report.render import render_report
 

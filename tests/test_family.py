@@ -191,6 +191,7 @@ def test_items_held_out_are_in_no_look_and_measure_every_accepted_arm():
     )
 
 
+@pytest.mark.slow
 def test_the_effect_of_an_accepted_arm_is_unbiased_given_its_acceptance_however_it_stopped():
     """True Δ 0.08 on 300 items, the default settings (20 % held out), one arm at α = 0.05:
     among the accepted arms, most of them at the last look, the Δ of the items that decided
@@ -223,6 +224,7 @@ def test_the_effect_of_an_accepted_arm_is_unbiased_given_its_acceptance_however_
     assert abs(arr[:, 0].mean() - delta) < 0.012 and arr[:, 1].mean() >= 0.92
 
 
+@pytest.mark.slow
 def test_a_rejected_arm_reports_an_upper_bound_that_covers_given_its_stop():
     """True Δ 0.04 on 300 items, one arm at α = 0.05: every rejected arm (stopped for futility,
     or rejected at the last look; or after one look) reports a one-sided 95 % upper bound given
@@ -247,6 +249,7 @@ def test_a_rejected_arm_reports_an_upper_bound_that_covers_given_its_stop():
                 assert np.mean(covered) >= 0.9, (stop, np.mean(covered), len(covered))
 
 
+@pytest.mark.slow
 def test_the_held_out_effect_after_an_efficacy_stop_is_unbiased_and_covers():
     """True Δ 0.15 on 200 items, the default sequential plan (effect: held_out): among the
     candidates accepted early, the stopping look's own Δ overstates the effect; the held-out
@@ -271,6 +274,7 @@ def test_the_held_out_effect_after_an_efficacy_stop_is_unbiased_and_covers():
     assert abs(arr[:, 0].mean() - delta) < 0.02 and arr[:, 1].mean() >= 0.9
 
 
+@pytest.mark.slow
 def test_the_reported_effect_after_an_early_stop_is_unbiased_and_covers():
     """effect: conditional. True Δ 0.15 on 200 items, the default sequential plan: among the
     candidates that stopped early for efficacy, the stopping look's own Δ overstates the effect;
@@ -366,6 +370,7 @@ def test_rows_of_a_matrix_are_one_family():
         run_looks(rows[0][0].errors[0], 3, lambda *a: [], settings, list(range(120)), family_size=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["held_out", "conditional"])
 def test_the_score_effect_is_median_unbiased_and_covers_given_each_way_of_stopping(estimator):
     """Score verdicts (the per-item shift of P(rejected), true ΔP 0.02 on 160 items, the

@@ -445,6 +445,7 @@ def check_on_damaged_copy(
             assert stderr.startswith("error: ") and len(stderr.strip()) > len("error:"), (args, result.stderr)
 
 
+@pytest.mark.slow
 @budget(50)
 @given(**damages)
 def test_library_and_status_on_damaged_files(
@@ -453,6 +454,7 @@ def test_library_and_status_on_damaged_files(
     check_on_damaged_copy(tmp_path, finished_run, BROWSE, victims, how, where, garbage)
 
 
+@pytest.mark.slow
 @budget(15)
 @given(**damages)
 def test_report_on_damaged_files(
@@ -461,6 +463,7 @@ def test_report_on_damaged_files(
     check_on_damaged_copy(tmp_path, finished_run, REPORT, victims, how, where, garbage)
 
 
+@pytest.mark.slow
 @budget(25)
 @given(**damages)
 def test_bias_views_on_damaged_files(

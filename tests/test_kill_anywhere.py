@@ -71,6 +71,7 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pipeline", ["streamed", "staged"])
 def test_random_kills_always_resume_to_the_uninterrupted_runs_artifacts(
     pipeline: str, references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
@@ -104,6 +105,7 @@ def _finished_copy(
     return config, config.parent / "reference", reference
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
     references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ def test_the_smoke_check_names_a_planted_segfault_with_the_engine_and_the_remedy
     assert "--rebuild-llama" in llama["remedy"] and "GGML_NATIVE=OFF" in llama["remedy"]
 
 
+@pytest.mark.model
 def test_check_without_a_config_reports_the_crash_and_exits_1() -> None:
     result = cli("check", env=crashing_env(), check=False)
     assert result.returncode == 1

@@ -100,6 +100,7 @@ def test_planted_any_rewrite_preference_is_rejected_by_the_placebo_but_accepted_
     assert "converged: no candidate was accepted" in RunDir(tmp_path / "run-paired").read_state().stop_reason
 
 
+@pytest.mark.slow
 def test_planted_null_judge_accepts_at_most_alpha(tmp_path):
     """A judge with no bias, over many run seeds: each run validates three null candidates on
     40 test items. The share accepted stays within alpha (Holm within each run); the paper's

@@ -5,7 +5,7 @@
 (`PilotRecord`); `check_transformers`, `check_llamacpp` and `check_embedder` try the embedded
 engines and the embedder in a child process, so that a crash is a finding.
 
-They are the operations of `preflight.py` and `llm/smoke.py`, handed out here unchanged."""
+They are the operations of `preflight/` and `llm/smoke.py`, handed out here unchanged."""
 
 from __future__ import annotations
 

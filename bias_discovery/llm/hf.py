@@ -97,6 +97,12 @@ GATHER_S = 0.02
 a streamed stage submits its items one by one, microseconds apart, and they should share the
 batch rather than the first one running alone."""
 
+GROWING_KV_CACHE = True
+"""Decode with a KV cache that grows its storage by doubling and writes each step in place
+(`_growing_cache`). transformers' DynamicCache concatenates every layer's keys and values at
+every step, copying the whole past: on a CPU that was a quarter of a decoding step at 400
+cached tokens. False: transformers' own cache (benchmarks/embedded_engine.py measures both)."""
+
 XGRAMMAR_WHITESPACE_FREE = True
 """As our vLLM engine configures xgrammar (`disable_any_whitespace`): a JSON reply without
 free whitespace between tokens, so a small model cannot spend its budget on newlines."""
@@ -302,7 +308,7 @@ class TransformersEngine(BaseEngine):
         budgets = [self._budget(row) for row in rows]
         live = list(range(len(rows)))  # positions of unfinished rows in the batch tensors
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache: Any = None
+        cache: Any = _growing_cache(self.model.config) if GROWING_KV_CACHE else None
         step_ids, step_positions = input_ids, positions
         with torch.inference_mode():
             while live:
@@ -467,6 +473,76 @@ def choices_ebnf(choices: Sequence[str]) -> str:
     """`root ::= "a" | "b"`: the output is exactly one of the choices (as vLLM builds it)."""
     unique = list(dict.fromkeys(choices))
     return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in unique)
+
+
+_GROWING_LAYER: Any = None
+
+
+def _growing_layer_class() -> Any:
+    """transformers' DynamicLayer, except that its storage grows by doubling and an update
+    writes the step in place: the past is copied once per doubling, not at every step.
+    `keys`/`values` are views of the filled part, so the layer reads as a DynamicLayer."""
+    global _GROWING_LAYER
+    if _GROWING_LAYER is not None:
+        return _GROWING_LAYER
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+            super().lazy_initialization(key_states, value_states)
+            self.stored_keys: Any = None
+            self.stored_values: Any = None
+            self.filled = 0
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.filled + key_states.shape[-2]
+            if self.stored_keys is None or end > self.stored_keys.shape[-2]:
+                self._grow(key_states, value_states, end)
+            self.stored_keys[:, :, self.filled : end] = key_states
+            self.stored_values[:, :, self.filled : end] = value_states
+            self.filled = end
+            self.keys = self.stored_keys[:, :, :end]
+            self.values = self.stored_values[:, :, :end]
+            return self.keys, self.values
+
+        def _grow(self, key_states: Any, value_states: Any, needed: int) -> None:
+            capacity = max(needed, 64, 2 * (self.stored_keys.shape[-2] if self.stored_keys is not None else 0))
+            keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+            values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+            if self.filled:
+                keys[:, :, : self.filled] = self.stored_keys[:, :, : self.filled]
+                values[:, :, : self.filled] = self.stored_values[:, :, : self.filled]
+            self.stored_keys, self.stored_values = keys, values
+
+        def batch_select_indices(self, indices: Any) -> None:
+            if self.is_initialized and self.filled:
+                self.stored_keys = self.stored_keys[indices]
+                self.stored_values = self.stored_values[indices]
+                self.keys = self.stored_keys[:, :, : self.filled]
+                self.values = self.stored_values[:, :, : self.filled]
+
+    _GROWING_LAYER = GrowingLayer
+    return GrowingLayer
+
+
+def _growing_cache(model_config: Any) -> Any:
+    """A cache of growing layers for a model whose every layer attends to its whole past, as
+    transformers would build it; None (transformers' default) for any other model (sliding
+    windows, linear attention) or a transformers without the layered cache."""
+    try:
+        from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+    except ImportError:
+        return None
+    try:
+        layers = DynamicCache(config=model_config).layers
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    layer_class = _growing_layer_class()
+    return Cache(layers=[layer_class() for _ in layers])
 
 
 def _sample(torch: Any, logits: Any, temperature: float, top_p: float, generator: Any) -> int:

@@ -93,6 +93,29 @@ def test_a_batch_answers_as_the_requests_do_alone(engine) -> None:  # type: igno
     assert together == alone
 
 
+def test_the_growing_kv_cache_decodes_as_transformers_own_cache(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The engine's in-place KV cache (`GROWING_KV_CACHE`) against transformers' DynamicCache on
+    the same batch: rows that stop at different steps (the cache drops them) and decodes that
+    outgrow the cache's first storage give the same tokens, greedy and seeded."""
+    from bias_discovery.llm import hf
+
+    assert hf._growing_cache(engine.model.config) is not None  # SmolLM2: every layer attends to its whole past
+    requests = [
+        GenerationRequest.chat(f"Write {n} sentences about rivers, then stop.", max_tokens=n * 25) for n in (1, 2, 4)
+    ]
+    requests.append(GenerationRequest.chat("Name a colour.", max_tokens=40, temperature=1.0, top_p=0.9, seed=7))
+    requests.append(
+        GenerationRequest.chat("Is 2 + 2 = 4? Answer A or B.", max_tokens=2, constraint=Constraint(choices=("A", "B")))
+    )
+    growing = engine.generate(requests)
+    monkeypatch.setattr(hf, "GROWING_KV_CACHE", False)
+    own = engine.generate(requests)
+    assert [r.text for r in growing] == [r.text for r in own]
+    assert [r.completion_tokens for r in growing] == [r.completion_tokens for r in own]
+    assert max(r.prompt_tokens + r.completion_tokens for r in growing) > 128  # past two doublings of 64
+    assert len({r.completion_tokens for r in growing}) >= 3  # rows finished at different steps
+
+
 def test_sampling_follows_the_seed(engine) -> None:  # type: ignore[no-untyped-def]
     def sample(seed: int) -> str:
         request = GenerationRequest.chat("Name a colour.", max_tokens=12, temperature=1.0, top_p=0.95, seed=seed)

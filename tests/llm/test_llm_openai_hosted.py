@@ -139,7 +139,8 @@ def test_judge_command_against_a_hosted_api(stub: ScriptedServer, tmp_path: Path
 
 def test_check_probes_the_verdict_format_as_it_is_sent(stub: ScriptedServer) -> None:
     from bias_discovery.llm.registry import make_engine
-    from bias_discovery.preflight import _Engines, check_endpoint
+    from bias_discovery.preflight import check_endpoint
+    from bias_discovery.preflight._endpoints import _Engines
 
     config = ModelConfig(provider="openai", model="gpt-4o-mini", base_url=stub.base_url)
     engines = _Engines(lambda c: make_engine(c))

@@ -87,6 +87,7 @@ def test_look_outcomes():
         stats.sequential_look(plan, 1, [], b=1, c=1, n=50, family_size=1)
 
 
+@pytest.mark.slow
 def test_sequential_validation_keeps_false_acceptance_within_alpha():
     """A null candidate (the perturbation does nothing; the judge flips on half of the items,
     the worst case) validated on 100 items, 25/50/100 % looks, O'Brien-Fleming spending and a
@@ -119,6 +120,7 @@ def test_sequential_validation_keeps_false_acceptance_within_alpha():
     assert family_errors / 1000 <= alpha
 
 
+@pytest.mark.slow
 def test_sequential_validation_keeps_most_of_the_power():
     """A real effect (Δ = 0.2 over a null discordance of 0.3, 100 items): the single test
     accepts it as often as `paired_power` says, and the sequential test nearly as often."""
