@@ -1,6 +1,6 @@
 """The layer table of CONTRIBUTING.md is the import-linter contract of pyproject.toml, and it
-places every module of the package; cli/, api/, stats/ and judge_matrix/ name their internal
-modules with a leading underscore, and no other package imports them."""
+places every module of the package; cli/, api/, stats/, judge_matrix/ and preflight/ name their
+internal modules with a leading underscore, and no other package imports them."""
 
 from __future__ import annotations
 
@@ -47,13 +47,19 @@ def test_every_module_of_the_package_has_a_layer() -> None:
 # --- Public and internal modules (CONTRIBUTING.md) ----------------------------------------------
 
 PACKAGE = REPO / "bias_discovery"
-PRIVATE_LAYOUT = {"cli": set(), "api": {"reports", "exports", "checks", "views"}, "stats": set(), "judge_matrix": set()}
+PRIVATE_LAYOUT = {
+    "cli": set(),
+    "api": {"reports", "exports", "checks", "views"},
+    "stats": set(),
+    "judge_matrix": set(),
+    "preflight": set(),
+}
 """The packages whose internal modules have a leading underscore, each with its public modules
 (besides `__init__`). The other packages are internal as a whole (CONTRIBUTING.md)."""
 
 
 def test_internal_modules_have_a_leading_underscore() -> None:
-    """In cli/, api/, stats/ and judge_matrix/, every module that is not public starts with `_`, so a reader sees what
+    """In cli/, api/, stats/, judge_matrix/ and preflight/, every module that is not public starts with `_`, so a reader sees what
     may change without notice, as in inspect_ai."""
     offenders = []
     for package, public in PRIVATE_LAYOUT.items():
