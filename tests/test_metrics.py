@@ -268,6 +268,7 @@ def test_monitor_false_alarms_under_item_level_preferences(monkeypatch):
     """benchmarks/monitor_sim.py at a tenth of its replications (200 per null judge): the
     item-level monitor holds its level where the verdict-level statistics it replaced fire far
     above 5 %."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports provenance.py beside it
     spec = importlib.util.spec_from_file_location("monitor_sim", REPO / "benchmarks" / "monitor_sim.py")
     sim = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "monitor_sim", sim)  # its dataclasses look their module up
