@@ -15,6 +15,11 @@
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
   the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
+- `validate_family(biases, pairs, config) -> ValidationOutput`: biases made anywhere (another
+  tool's, a hand-written list: `Bias`, `slugify` for their ids) validated as one family with a
+  config's rule on `PreferencePair`s of your choice (`load_data` in `bias_discovery.api.common`).
+- `build_hf_smollm2() -> Path`: the embedded SmolLM2 in Hugging Face format (built once from
+  its GGUF), for an engine or a tool that loads a model directory (vLLM, transformers).
 - `report(DIR) -> Path`: the HTML page of a run, one of its biases, or an audit directory;
   `ReportServer` serves a run's page live; `resolve_library(REF)` loads a library
   (`bias_discovery.api.reports`: what `library show` and `library diff` print).
@@ -39,9 +44,12 @@ returns; no function draws progress bars unless given `progress` (e.g.
 
 from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
+from ..data.pairs import PreferencePair
 from ..judge_matrix import MatrixConfig, MatrixResult
+from ..library import Bias, BiasLibrary, BiasOrigin, slugify
 from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
+from ..smollm2_hf import build_hf_smollm2
 from .audit_logs import LogAuditOptions, audit_log
 from .audits import AuditOptions, audit
 from .checks import run_preflight
@@ -60,7 +68,7 @@ from .exports import (
 )
 from .judges import JudgeOptions, JudgeOutput, judge
 from .matrices import MatrixOptions, matrix
-from .replications import replicate
+from .replications import ValidationOutput, replicate, validate_family
 from .reports import ReportServer, report, resolve_library
 from .runs import BudgetReached, DiscoverOptions, Run, bias_evidence, discover, load_run, run_config_of
 
@@ -68,6 +76,9 @@ __all__ = [
     "AuditOptions",
     "AuditOutput",
     "AuditSettings",
+    "Bias",
+    "BiasLibrary",
+    "BiasOrigin",
     "BudgetReached",
     "DiscoverOptions",
     "DpoExportOptions",
@@ -81,6 +92,7 @@ __all__ = [
     "MatrixConfig",
     "MatrixOptions",
     "MatrixResult",
+    "PreferencePair",
     "ProExportOptions",
     "ProStats",
     "Replication",
@@ -88,11 +100,13 @@ __all__ = [
     "ReportServer",
     "Run",
     "RunConfig",
+    "ValidationOutput",
     "WarningHandler",
     "apply_annotations",
     "audit",
     "audit_log",
     "bias_evidence",
+    "build_hf_smollm2",
     "discover",
     "export_dpo",
     "export_harness",
@@ -105,4 +119,6 @@ __all__ = [
     "resolve_library",
     "run_config_of",
     "run_preflight",
+    "slugify",
+    "validate_family",
 ]
