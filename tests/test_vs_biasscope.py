@@ -1,11 +1,12 @@
-"""benchmarks/vs_biasscope.py without a model: the pairs it writes for each side, the seed
-library it converts, how it reads each side's meter, its shim around vllm.LLM (on a stand-in
-vllm package), our test of a peer's kept biases (scripted models), and the result's schema
+"""benchmarks/vs_biasscope.py (its package, benchmarks/biasscope_bench) without a model: the
+pairs it writes for each side, the seed library it converts, how it reads each side's meter,
+its shim around vllm.LLM (on a stand-in vllm package), our test of a peer's kept biases
+(scripted models), and the result's schema
 (the committed benchmarks/results/vs_biasscope.json included)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -43,13 +44,13 @@ REQUIRED_KEYS = {
 
 @pytest.fixture(scope="module")
 def vb():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # its shared provenance module, as `python benchmarks/...` has it
-    spec = importlib.util.spec_from_file_location("vs_biasscope", REPO / "benchmarks" / "vs_biasscope.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_biasscope"] = module  # pydantic resolves the module's annotations through it
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("vs_biasscope", None)
+    """The benchmark's package (benchmarks/biasscope_bench), as `python benchmarks/vs_biasscope.py`
+    imports it: benchmarks/ first on sys.path (its shared provenance module too)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module("biasscope_bench")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
 
 
 def _pairs() -> list[PreferencePair]:
