@@ -269,6 +269,29 @@ def test_the_peers_own_log_line_gives_its_readable_verdicts(vb):
     assert vb.peer_valid_line("nothing here") == (None, None)
 
 
+def test_a_measured_process_gets_the_shim_and_vllms_own_settings(vb, tmp_path, monkeypatch):
+    """Both sides' processes: the shim first on PYTHONPATH (our package after it for ours), the
+    meter's log, offline, and the vLLM variables `SHIMS` lists (1 GiB KV cache, an hour per step),
+    unless the caller set them."""
+    monkeypatch.delenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    subsets = vb.Subsets(target=[], test=[], fresh_test=[])
+    setting = vb.Setting(
+        peer_dir=tmp_path, model_dir=tmp_path, work=tmp_path, subsets=subsets, max_tokens=8, eager=True
+    )
+    peer = vb.child_env(setting, tmp_path / "meter.jsonl", ours=False)
+    ours = vb.child_env(setting, tmp_path / "meter.jsonl", ours=True)
+    assert peer["PYTHONPATH"] == str(vb.SHIM_DIR) and ours["PYTHONPATH"].split(os.pathsep) == [
+        str(vb.SHIM_DIR),
+        str(REPO),
+    ]
+    assert (peer["VLLM_CPU_KVCACHE_SPACE"], peer["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"]) == ("1", "3600")
+    assert peer["VS_BIASSCOPE_LOG"] == str(tmp_path / "meter.jsonl") and peer["HF_HUB_OFFLINE"] == "1"
+    assert any("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in s["what"] for s in vb.SHIMS)
+    monkeypatch.setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "60")
+    assert vb.child_env(setting, tmp_path / "m.jsonl", ours=False)["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "60"
+
+
 def test_the_shim_meters_vllm_llm_and_forces_eager_without_changing_the_caller(vb, tmp_path):
     """The sitecustomize shim on a stand-in `vllm` package: the caller's code is untouched, its
     LLM gets enforce_eager, and the log has the import, the load and the call with its counts."""

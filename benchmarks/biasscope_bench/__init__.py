@@ -95,7 +95,7 @@ from .inputs import (
     write_our_jsonl,
     write_peer_parquet,
 )
-from .metering import FRONT_HALF, SHIM_DIR, SHIMS, STAGES, SideRun, Span, StageCost, side_run, stage_cost
+from .metering import FRONT_HALF, SHIM_DIR, SHIMS, STAGES, SideRun, Span, StageCost, child_env, side_run, stage_cost
 from .our_test import KeptSurvival, TestedBias, kept_as_biases, our_test
 from .ours import our_config, our_findings, our_spans
 from .peer import PEER_PROMPTS, classify_peer_calls, peer_findings, peer_valid_line
@@ -126,6 +126,7 @@ __all__ = [
     "StageCost",
     "Subsets",
     "TestedBias",
+    "child_env",
     "classify_peer_calls",
     "differences",
     "kept_as_biases",

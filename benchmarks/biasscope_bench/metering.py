@@ -37,6 +37,13 @@ SHIMS = [
         "observes": "",
     },
     {
+        "what": "environment variable VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=3600 (vLLM's own)",
+        "changes": "vLLM waits up to an hour for one model step instead of 300 s: on a shared, loaded 2-core "
+        "machine one step of a full batch's prefill took longer, and vLLM stopped the engine (EngineDeadError); "
+        "the same on both sides, no output changes",
+        "observes": "",
+    },
+    {
         "what": "peer flags --self-defined-tp-size 1 --max_new_tokens N --dtype bfloat16",
         "changes": "tensor parallel 1 (one CPU, no GPU: its default counts CUDA devices); the completion budget "
         "N, shared by both sides (its default 4096 would let SmolLM2's greedy loops run 4096 tokens on 2 cores); "
@@ -192,7 +199,8 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 def child_env(setting: Setting, meter_log: Path, *, ours: bool) -> dict[str, str]:
     """The environment of a measured process: the shim first on PYTHONPATH (and our package
-    for ours), offline, vLLM's CPU KV cache of 1 GiB, the meter's log."""
+    for ours), offline, vLLM's CPU KV cache of 1 GiB and its step timeout of an hour (`SHIMS`),
+    the meter's log."""
     env = dict(os.environ)
     env.update(
         {
@@ -200,6 +208,7 @@ def child_env(setting: Setting, meter_log: Path, *, ours: bool) -> dict[str, str
             "VS_BIASSCOPE_LOG": str(meter_log),
             "VS_BIASSCOPE_ENFORCE_EAGER": "1" if setting.eager else "0",
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": os.environ.get("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600"),
             "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
