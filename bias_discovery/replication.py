@@ -20,13 +20,14 @@ numbers, reproduced yes/no) and the replication's rewrites and judgments next to
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from .config import PerturbSettings, Pipeline, RunConfig
 from .data.loaders import bad_rows_for, describe_source, load_pairs
 from .data.overlap import DataOverlap
 from .data.pairs import PreferencePair
@@ -376,41 +377,74 @@ def _run(ctx: RunContext, plan: _Plan, opts: ReplicationOptions, bar: ProgressFa
     )
     roles = ctx.roles({"target": config.target, "teacher": config.teacher, "checker": config.answer_checker()})
     checker = roles["checker"] if settings.answer_check else None
-    perturb_settings = config.perturb.model_copy(update={"temperature": plan.temperature})
-    n_judge = len(pairs) * calls_per_pair(config.judge)
-    with bar("baseline: judge", n_judge) as advance:
-        baseline = judge_pairs(roles["target"], pairs, config.judge, seed=seed, progress=advance)
+    fresh = [b.model_copy(update={"validation": None}) for b in plan.chosen]
+    baseline, placebo, output = validate_on_pairs(
+        ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker),
+        config,
+        fresh,
+        pairs,
+        seed=seed,
+        perturb_settings=config.perturb.model_copy(update={"temperature": plan.temperature}),
+        scope="replication",
+        test_data=plan.header.data,
+        bar=bar,
+    )
+    return _Outcome(pairs, baseline, placebo, output, overlap)
+
+
+def validate_on_pairs(
+    models: ValidationModels,
+    config: RunConfig,
+    biases: Sequence[Bias],
+    pairs: Sequence[PreferencePair],
+    *,
+    seed: int,
+    perturb_settings: PerturbSettings,
+    scope: str,
+    test_data: str,
+    pipeline: Pipeline = "streamed",
+    bar: ProgressFactory | None = None,
+) -> tuple[JudgeResult, PlaceboArm | None, ValidationOutput]:
+    """Judge `pairs` unperturbed, rewrite them neutrally when `config`'s rule compares with a
+    placebo, and validate `biases` as one family with that rule (`scope` names the family in its
+    error statement): what a replication runs, and `api.validate_family` for biases made
+    anywhere. Returns the baseline, the placebo arm (None without one) and the validation."""
+    settings = config.validate_
+    progress = bar if bar is not None else progress_or_quiet(None)
+    with progress("baseline: judge", len(pairs) * calls_per_pair(config.judge)) as advance:
+        baseline = judge_pairs(models.target, pairs, config.judge, seed=seed, progress=advance)
     placebo = None
     if settings.control == "placebo":
         placebo = run_placebo(
-            roles["teacher"],
-            roles["target"],
-            checker,
+            models.teacher,
+            models.target,
+            models.checker,
             pairs,
             baseline,
             perturb_settings=perturb_settings,
             judge_settings=config.judge,
             settings=settings,
             seed=seed,
-            progress=lambda name, total: bar(f"placebo: {name}", total),
+            progress=lambda name, total: progress(f"placebo: {name}", total),
+            pipeline=pipeline,
         )
-    fresh = [b.model_copy(update={"validation": None}) for b in plan.chosen]
     setup = ValidationSetup(
-        family=FamilySettings.planned(settings, 1, seed=seed, scope="replication", measure=measure_of(config.judge)),
+        family=FamilySettings.planned(settings, 1, seed=seed, scope=scope, measure=measure_of(config.judge)),
         perturb=perturb_settings,
         judge=config.judge,
-        test_data=plan.header.data,
+        test_data=test_data,
+        pipeline=pipeline,
     )
     output = validate_biases(
-        ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker),
-        fresh,
-        pairs,
+        models,
+        list(biases),
+        list(pairs),
         baseline,
         setup,
         placebo=placebo,
-        progress=lambda name, total: bar(f"validate: {name}", total),
+        progress=lambda name, total: progress(f"validate: {name}", total),
     )
-    return _Outcome(pairs, baseline, placebo, output, overlap)
+    return baseline, placebo, output
 
 
 def _assemble(plan: _Plan, outcome: _Outcome, answer_check: bool) -> Replication:

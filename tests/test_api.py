@@ -187,6 +187,42 @@ def test_replicate_returns_the_replication_with_its_directory(authority_run, tmp
     assert frame.delta.tolist() == [replication.biases[0].delta] and frame.n.tolist() == [replication.biases[0].n]
 
 
+def test_validate_family_tests_biases_made_elsewhere_on_pairs_of_ones_choice(tmp_path: Path):
+    """Biases from outside any run (another tool's kept list) go through the loop's own rule:
+    in the scripted world (the judge prefers any response citing experts), the authority bias
+    is accepted against the placebo, the tone bias is not; both are one family (Holm)."""
+    from test_loop import write_pairs
+
+    from bias_discovery.api import Bias, BiasOrigin, ValidationOutput, validate_family
+    from bias_discovery.api import load_data
+
+    pairs, _ = load_data(
+        write_pairs(tmp_path / "test40.jsonl", 40, "p", "Test question"),
+        data_dir=None,
+        limit=None,
+        skip_bad_rows=False,
+        warn=lambda message: None,
+    )
+    biases = [
+        Bias(id=i, name=n, definition=d, origin=BiasOrigin(kind="discovered", iteration=1))
+        for i, n, d in (
+            ("authority", "Expert Authority Bias", "Favours answers that cite experts."),
+            ("tone", "Cheerful tone", "Favours a warm tone."),
+        )
+    ]
+    config = {"target": UNUSED_MODEL, "teacher": UNUSED_MODEL, "validate": {"n_boot": 200}}
+    before = sorted(tmp_path.iterdir())
+    out = validate_family(
+        biases, pairs, config, scope="kept elsewhere", engines={"target": ScriptedEngine(authority_world)}
+    )
+    assert isinstance(out, ValidationOutput) and sorted(tmp_path.iterdir()) == before  # nothing written
+    assert [b.id for b in out.candidates] == ["authority", "tone"] and len(out.records) == 2
+    decided = {b.id: b.validation for b in out.candidates}
+    assert decided["authority"].accepted and decided["authority"].decisive == "placebo"
+    assert not decided["tone"].accepted
+    assert "kept elsewhere" in out.error_statement and biases[0].validation is None  # the inputs unchanged
+
+
 def test_matrix_takes_a_config_object_or_a_dict_with_flags_on_top(tmp_path: Path):
     from test_matrix import config as matrix_config
     from test_matrix import engines as matrix_engines

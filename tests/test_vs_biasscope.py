@@ -1,11 +1,12 @@
-"""benchmarks/vs_biasscope.py without a model: the pairs it writes for each side, the seed
-library it converts, how it reads each side's meter, its shim around vllm.LLM (on a stand-in
-vllm package), our test of a peer's kept biases (scripted models), and the result's schema
+"""benchmarks/vs_biasscope.py (its package, benchmarks/biasscope_bench) without a model: the
+pairs it writes for each side, the seed library it converts, how it reads each side's meter,
+its shim around vllm.LLM (on a stand-in vllm package), our test of a peer's kept biases
+(scripted models), and the result's schema
 (the committed benchmarks/results/vs_biasscope.json included)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -43,13 +44,13 @@ REQUIRED_KEYS = {
 
 @pytest.fixture(scope="module")
 def vb():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # its shared provenance module, as `python benchmarks/...` has it
-    spec = importlib.util.spec_from_file_location("vs_biasscope", REPO / "benchmarks" / "vs_biasscope.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_biasscope"] = module  # pydantic resolves the module's annotations through it
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("vs_biasscope", None)
+    """The benchmark's package (benchmarks/biasscope_bench), as `python benchmarks/vs_biasscope.py`
+    imports it: benchmarks/ first on sys.path (its shared provenance module too)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module("biasscope_bench")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
 
 
 def _pairs() -> list[PreferencePair]:
@@ -266,6 +267,29 @@ def test_the_peers_own_log_line_gives_its_readable_verdicts(vb):
     line = "2026-11-27 03:48:59,336 | INFO | Valid predictions: 12.5%; misaligned with gold label: 3 rows."
     assert vb.peer_valid_line(line) == (0.125, 3)
     assert vb.peer_valid_line("nothing here") == (None, None)
+
+
+def test_a_measured_process_gets_the_shim_and_vllms_own_settings(vb, tmp_path, monkeypatch):
+    """Both sides' processes: the shim first on PYTHONPATH (our package after it for ours), the
+    meter's log, offline, and the vLLM variables `SHIMS` lists (1 GiB KV cache, an hour per step),
+    unless the caller set them."""
+    monkeypatch.delenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    subsets = vb.Subsets(target=[], test=[], fresh_test=[])
+    setting = vb.Setting(
+        peer_dir=tmp_path, model_dir=tmp_path, work=tmp_path, subsets=subsets, max_tokens=8, eager=True
+    )
+    peer = vb.child_env(setting, tmp_path / "meter.jsonl", ours=False)
+    ours = vb.child_env(setting, tmp_path / "meter.jsonl", ours=True)
+    assert peer["PYTHONPATH"] == str(vb.SHIM_DIR) and ours["PYTHONPATH"].split(os.pathsep) == [
+        str(vb.SHIM_DIR),
+        str(REPO),
+    ]
+    assert (peer["VLLM_CPU_KVCACHE_SPACE"], peer["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"]) == ("1", "3600")
+    assert peer["VS_BIASSCOPE_LOG"] == str(tmp_path / "meter.jsonl") and peer["HF_HUB_OFFLINE"] == "1"
+    assert any("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in s["what"] for s in vb.SHIMS)
+    monkeypatch.setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "60")
+    assert vb.child_env(setting, tmp_path / "m.jsonl", ours=False)["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "60"
 
 
 def test_the_shim_meters_vllm_llm_and_forces_eager_without_changing_the_caller(vb, tmp_path):

@@ -15,6 +15,11 @@
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
   the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
+- `validate_family(biases, pairs, config) -> ValidationOutput`: biases made anywhere (another
+  tool's, a hand-written list: `Bias`, `slugify` for their ids) validated as one family with a
+  config's rule on `PreferencePair`s of your choice (`load_data`).
+- `build_hf_smollm2() -> Path`: the embedded SmolLM2 in Hugging Face format (built once from
+  its GGUF), for an engine or a tool that loads a model directory (vLLM, transformers).
 - `report(DIR) -> Path`: the HTML page of a run, one of its biases, or an audit directory;
   `ReportServer` serves a run's page live; `resolve_library(REF)` loads a library
   (`bias_discovery.api.reports`: what `library show` and `library diff` print).
@@ -47,15 +52,18 @@ returns; no function draws progress bars unless given `progress` (e.g.
 
 from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
+from ..data.pairs import PreferencePair
 from ..judge_matrix import MatrixConfig, MatrixResult
+from ..library import Bias, BiasLibrary, BiasOrigin, slugify
 from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
+from ..smollm2_hf import build_hf_smollm2
 from ._audit_logs import LogAuditOptions, audit_log
 from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, SchemeAudit, audit
-from ._common import WarningHandler
+from ._common import WarningHandler, load_data
 from ._judges import JudgeOptions, JudgeOutput, JudgeSummary, ScoreSummary, judge
 from ._matrices import MatrixOptions, matrix
-from ._replications import replicate
+from ._replications import ValidationOutput, replicate, validate_family
 from ._runs import (
     BudgetReached,
     DiscoverOptions,
@@ -95,6 +103,9 @@ __all__ = [
     "AuditOutput",
     "AuditReport",
     "AuditSettings",
+    "Bias",
+    "BiasLibrary",
+    "BiasOrigin",
     "BudgetReached",
     "DiscoverOptions",
     "DpoExportOptions",
@@ -110,6 +121,7 @@ __all__ = [
     "MatrixConfig",
     "MatrixOptions",
     "MatrixResult",
+    "PreferencePair",
     "ProExportOptions",
     "ProStats",
     "Replication",
@@ -124,17 +136,20 @@ __all__ = [
     "SchemeAudit",
     "ScoreSummary",
     "Spend",
+    "ValidationOutput",
     "WarningHandler",
     "apply_annotations",
     "audit",
     "audit_log",
     "bias_evidence",
+    "build_hf_smollm2",
     "discover",
     "effective_status",
     "export_dpo",
     "export_harness",
     "export_judgebench_pro",
     "judge",
+    "load_data",
     "load_run",
     "matrix",
     "replicate",
@@ -142,5 +157,7 @@ __all__ = [
     "resolve_library",
     "run_config_of",
     "run_preflight",
+    "slugify",
+    "validate_family",
     "summarize_events",
 ]

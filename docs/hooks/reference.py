@@ -443,6 +443,7 @@ MORE_API_FUNCTIONS = (
     "export_dpo",
     "export_harness",
     "run_preflight",
+    "validate_family",
 )
 """The functions of `bias_discovery.api` beyond the six `bias_discovery` hands out: reports, libraries, exports, checks."""
 
