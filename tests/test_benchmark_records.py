@@ -20,8 +20,6 @@ from provenance import PROVENANCE_KEYS  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 
 WRITTEN_BEFORE_PROVENANCE = {
-    "embedded_build.json": "no commit; its comparison needs a CPU where a native llama.cpp build differs "
-    "from the portable one (it ran on one with AVX-512; the machine of 2026-11-28 has AVX2 only)",
     "budget_anywhere.json": "written by issue 38's branch while the provenance block was being built on "
     "another: its own keys name the command, start time, start commit and machine; no provenance block",
     "loop_calls.json": "written by issue 37's branch while the provenance block was being built on another: "
