@@ -100,8 +100,9 @@ batch rather than the first one running alone."""
 GROWING_KV_CACHE = True
 """Decode with a KV cache that grows its storage by doubling and writes each step in place
 (`_growing_cache`). transformers' DynamicCache concatenates every layer's keys and values at
-every step, copying the whole past: on a CPU that was a quarter of a decoding step at 400
-cached tokens. False: transformers' own cache (benchmarks/embedded_engine.py measures both)."""
+every step, copying the whole past, a cost that grows with the prompt and the generation.
+False: transformers' own cache (benchmarks/embedded_engine.py measures both; on the quick
+start's short prompts they take the same time)."""
 
 XGRAMMAR_WHITESPACE_FREE = True
 """As our vLLM engine configures xgrammar (`disable_any_whitespace`): a JSON reply without
