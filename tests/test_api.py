@@ -193,8 +193,7 @@ def test_validate_family_tests_biases_made_elsewhere_on_pairs_of_ones_choice(tmp
     is accepted against the placebo, the tone bias is not; both are one family (Holm)."""
     from test_loop import write_pairs
 
-    from bias_discovery.api import Bias, BiasOrigin, ValidationOutput, validate_family
-    from bias_discovery.api import load_data
+    from bias_discovery.api import Bias, BiasOrigin, ValidationOutput, load_data, validate_family
 
     pairs, _ = load_data(
         write_pairs(tmp_path / "test40.jsonl", 40, "p", "Test question"),
