@@ -67,12 +67,8 @@ def validate_family(
     bias with its `validation` (accepted or not), its records and the family's error statement.
     """
     settings = run_config_of(config)
-    roles = ModelRoles(
-        {"target": settings.target, "teacher": settings.teacher, "checker": settings.answer_checker()},
-        cache_path=cache_path_of(cache),
-        engines=engines,
-    )
-    try:
+    configs = {"target": settings.target, "teacher": settings.teacher, "checker": settings.answer_checker()}
+    with ModelRoles(configs, cache_path=cache_path_of(cache), engines=engines) as roles:
         checker = roles["checker"] if settings.validate_.answer_check else None
         _, _, output = validate_on_pairs(
             ValidationModels(teacher=roles["teacher"], target=roles["target"], checker=checker),
@@ -86,6 +82,4 @@ def validate_family(
             pipeline=settings.pipeline,
             bar=progress,
         )
-    finally:
-        roles.close()
     return output
