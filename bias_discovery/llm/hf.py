@@ -208,8 +208,9 @@ class TransformersEngine(BaseEngine):
         except (OSError, ValueError) as exc:
             raise EngineError(f"transformers could not load {model_path}: {exc}") from exc
         self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' typing of .to
-        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self.vocab_size = int(self.model.config.vocab_size)
+        self.model_config: Any = self.model.config  # read once: the decode loop sizes its cache from it
+        self.max_positions = int(getattr(self.model_config, "max_position_embeddings", 0) or 0)
+        self.vocab_size = int(self.model_config.vocab_size)
         self.stop_ids = _stop_token_ids(self.tokenizer, self.model)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0]
         self._grammar_compiler: Any = None
@@ -309,7 +310,7 @@ class TransformersEngine(BaseEngine):
         budgets = [self._budget(row) for row in rows]
         live = list(range(len(rows)))  # positions of unfinished rows in the batch tensors
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache: Any = _growing_cache(self.model.config) if GROWING_KV_CACHE else None
+        cache: Any = _growing_cache(self.model_config) if GROWING_KV_CACHE else None
         step_ids, step_positions = input_ids, positions
         with torch.inference_mode():
             while live:
