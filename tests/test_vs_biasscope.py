@@ -292,6 +292,25 @@ def test_a_measured_process_gets_the_shim_and_vllms_own_settings(vb, tmp_path, m
     assert vb.child_env(setting, tmp_path / "m.jsonl", ours=False)["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "60"
 
 
+def test_both_sides_run_the_dtype_asked_for(vb, tmp_path):
+    """--dtype reaches the peer's flags and our run config alike (bfloat16, the peer's default,
+    unless float32 is asked for), and the record's model names it."""
+    peer, ours, main = (importlib.import_module(f"biasscope_bench.{name}") for name in ("peer", "ours", "main"))
+    subsets = vb.Subsets(target=[], test=[], fresh_test=[])
+    files = {name: tmp_path / name for name in ("target", "test", "library")}
+    for dtype in ("bfloat16", "float32"):
+        setting = vb.Setting(
+            peer_dir=tmp_path, model_dir=tmp_path, work=tmp_path, subsets=subsets, max_tokens=8, eager=True, dtype=dtype
+        )
+        flags = peer._peer_flags(setting)
+        config = ours.our_config(setting, "paper", seeds=False, files=files)
+        assert flags[flags.index("--dtype") + 1] == dtype
+        assert config["target"]["dtype"] == config["teacher"]["dtype"] == dtype
+    assert main.parser().parse_args(["--dtype", "float32"]).dtype == "float32"
+    assert main.parser().parse_args([]).dtype == "bfloat16"
+    assert vb.Setting.model_fields["dtype"].default == "bfloat16"
+
+
 def test_the_shim_meters_vllm_llm_and_forces_eager_without_changing_the_caller(vb, tmp_path):
     """The sitecustomize shim on a stand-in `vllm` package: the caller's code is untouched, its
     LLM gets enforce_eager, and the log has the import, the load and the call with its counts."""

@@ -196,6 +196,7 @@ class Setting(BaseModel):
     subsets: Subsets
     max_tokens: int
     eager: bool
+    dtype: str = "bfloat16"  # both sides' weights and activations in vLLM
     python: str = sys.executable
 
 

@@ -58,6 +58,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-target", type=int, default=16)
     p.add_argument("--n-test", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=160, help="Completion budget of every call, both sides.")
+    p.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="Both sides' vLLM dtype. bfloat16 is the peer's default; on a CPU without native bf16 "
+        "(no AVX512_BF16 or AMX) vLLM's bf16 steps run about 12x slower, so pass float32 there.",
+    )
     p.add_argument("--reps", type=int, default=2, help="Repetitions of peer and ours (order alternates).")
     p.add_argument(
         "--seed-check",
@@ -154,7 +161,7 @@ def measure(
         command=command,
         our_commit=started.commit,
         peer_commit=git_commit(setting.peer_dir),
-        model=f"{setting.model_dir.name} (Hugging Face format, bfloat16)",
+        model=f"{setting.model_dir.name} (Hugging Face format, {setting.dtype})",
         vllm=vllm_version(),
         machine=machine(),
         load_before=load_before,
@@ -201,7 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     temporary = args.work is None
     work = Path(tempfile.mkdtemp(prefix="vs-biasscope-")) if temporary else args.work.expanduser().resolve()
     setting = Setting(
-        peer_dir=peer_dir, model_dir=model_dir, work=work, subsets=subsets, max_tokens=args.max_tokens, eager=on_cpu()
+        peer_dir=peer_dir,
+        model_dir=model_dir,
+        work=work,
+        subsets=subsets,
+        max_tokens=args.max_tokens,
+        eager=on_cpu(),
+        dtype=args.dtype,
     )
     command = "python benchmarks/vs_biasscope.py " + " ".join(sys.argv[1:] if argv is None else argv)
     try:

@@ -44,10 +44,11 @@ SHIMS = [
         "observes": "",
     },
     {
-        "what": "peer flags --self-defined-tp-size 1 --max_new_tokens N --dtype bfloat16",
+        "what": "peer flags --self-defined-tp-size 1 --max_new_tokens N --dtype D",
         "changes": "tensor parallel 1 (one CPU, no GPU: its default counts CUDA devices); the completion budget "
         "N, shared by both sides (its default 4096 would let SmolLM2's greedy loops run 4096 tokens on 2 cores); "
-        "bfloat16 is its default, spelled out",
+        "D is the benchmark's --dtype, the same on our side: bfloat16 (its default, spelled out) or float32 on a "
+        "CPU without native bf16",
         "observes": "",
     },
     {

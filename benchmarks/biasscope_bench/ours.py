@@ -20,7 +20,7 @@ def our_config(setting: Setting, kind: Kind, *, seeds: bool, files: dict[str, Pa
     """Our run config: the shared model, data, seed library and budget; `paper`: the peer's
     rule and shape (see the package docstring); `defaults`: everything else at our defaults
     (one iteration)."""
-    model = {"provider": "vllm", "model": str(setting.model_dir), "dtype": "bfloat16"}
+    model = {"provider": "vllm", "model": str(setting.model_dir), "dtype": setting.dtype}
     budget = setting.max_tokens
     judge = RunConfig.model_fields["judge"].get_default(call_default_factory=True).model_dump()  # our default judge
     config: dict[str, Any] = {

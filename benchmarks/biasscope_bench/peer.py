@@ -184,7 +184,7 @@ def _peer_flags(setting: Setting) -> list[str]:
         "--max_new_tokens",
         str(setting.max_tokens),
         "--dtype",
-        "bfloat16",
+        setting.dtype,
         "--seed",
         str(SEED),
     ]
