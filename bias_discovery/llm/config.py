@@ -93,7 +93,9 @@ class ModelConfig(BaseModel):
     """vLLM: maximum sequence length (prompt + completion); default: the model's."""
 
     dtype: str = "auto"
-    """vLLM / transformers: weight dtype."""
+    """vLLM / transformers: weight dtype. "auto" on a GPU: the engine's choice; on a CPU: bf16
+    where the CPU computes it natively (AMX, AVX512_BF16), else fp32 (vLLM's own "auto" would
+    keep a bf16 checkpoint in bf16, several times slower on an AVX2-only CPU)."""
 
     price: Price | None = None
     """What the model's provider charges (`--set teacher.price.input_per_mtok=3 --set
@@ -105,7 +107,8 @@ class ModelConfig(BaseModel):
     """Extra keyword arguments passed straight to the engine constructor (vllm.LLM, Llama); a
     key replaces the engine's default for it as a whole (vLLM's defaults here:
     `structured_outputs_config` {backend: xgrammar, disable_any_whitespace: true}; on a CPU
-    also `enforce_eager: true` and `kv_cache_memory_bytes: 1073741824`)."""
+    also `enforce_eager: true`, `kv_cache_memory_bytes: 1073741824` and, for dtype "auto",
+    the CPU's dtype)."""
 
     @field_validator("base_url")
     @classmethod

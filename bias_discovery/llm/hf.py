@@ -121,6 +121,12 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_dtype() -> str:
+    """The dtype a model runs in on this CPU: bf16 where it computes bf16 natively (AMX,
+    AVX512_BF16), else fp32 (an AVX2 CPU emulates bf16, several times slower than fp32)."""
+    return "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
+
+
 def choose_device_dtype(torch: Any, requested: str = "auto") -> tuple[str, str]:
     """(device, dtype name) for this machine: CUDA, then MPS, then the CPU; bf16 where the
     device computes it natively, else fp16 on a GPU without bf16, fp32 on a CPU. A `requested`
@@ -131,8 +137,7 @@ def choose_device_dtype(torch: Any, requested: str = "auto") -> tuple[str, str]:
     elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         device, dtype = "mps", "float16"
     else:
-        device = "cpu"
-        dtype = "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
+        device, dtype = "cpu", cpu_dtype()
     if requested != "auto":
         if not hasattr(torch, requested) or not isinstance(getattr(torch, requested), torch.dtype):
             raise ConfigError(f"dtype {requested!r} is not a torch dtype (e.g. bfloat16, float32, auto)")

@@ -59,6 +59,7 @@ from .base import (
     message_dicts,
 )
 from .config import ModelConfig
+from .hf import cpu_dtype
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 __all__ = [
@@ -123,6 +124,8 @@ def llm_kwargs(config: ModelConfig, *, on_cpu: bool = False) -> dict[str, Any]:
     if on_cpu:
         kwargs["enforce_eager"] = True
         kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        if config.dtype == "auto":  # vLLM's auto keeps a bf16 checkpoint in bf16, emulated on AVX2
+            kwargs["dtype"] = cpu_dtype()
     kwargs.update(config.engine_args)
     return kwargs
 
