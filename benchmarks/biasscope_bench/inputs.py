@@ -31,8 +31,8 @@ PEER_SEED_LIBRARY = Path("data/bias/basic_biases.json")
 SEED = 42
 TARGET_MAX_CHARS = 1200
 """Target pairs are drawn among RewardBench pairs whose question and two responses hold at most
-this many characters (1,438 of 2,985): SmolLM2 on 2 CPU cores reads ~1,100 prompt tokens a
-second, and the peer sends every prompt once per engine call."""
+this many characters (1,438 of 2,985): SmolLM2 on 2 CPU cores reads only some hundreds of
+prompt tokens a second, and the peer sends every prompt once per engine call."""
 TEST_MAX_CHARS = 2500
 """Test pairs are drawn among JudgeBench pairs of at most this many characters (107 of 620)."""
 

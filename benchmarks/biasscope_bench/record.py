@@ -20,9 +20,9 @@ SIZES_WHY = (
     "{n_target} RewardBench pairs (target) drawn with seed 42 among the {n_rb} of at most {t} characters, {n_test} "
     "JudgeBench pairs (test) drawn among the {n_jb} of at most {s} characters, and {n_fresh} other JudgeBench pairs of "
     "that length for our test of the peer's kept biases. Short pairs and these sizes keep the whole benchmark (the "
-    "peer {reps} times, ours with the paper's rule {reps} times, ours with defaults once, our test once) under 30 "
-    "minutes on 2 CPU cores: SmolLM2-135M on vLLM's CPU build reads ~1,100 prompt tokens and writes ~500 tokens a "
-    "second in a full batch, and each vllm.LLM load costs ~30 s."
+    "peer {reps} times, ours with the paper's rule {reps} times, ours with defaults once, our test once) within "
+    "an hour on 2 CPU cores, where SmolLM2-135M on vLLM's CPU build reads only some hundreds of prompt tokens a "
+    "second and each vllm.LLM load costs tens of seconds (total_s and engine_load_s give this run's)."
 )
 
 SEED_LIBRARY = (
