@@ -24,8 +24,6 @@ WRITTEN_BEFORE_PROVENANCE = {
     "another: its own keys name the command, start time, start commit and machine; no provenance block",
     "loop_calls.json": "written by issue 37's branch while the provenance block was being built on another: "
     "its own keys name the command, start time, start commit and CPU; no provenance block",
-    "vs_biasscope.json": "the commit at write time; the peer's repository and a long run to rerun "
-    "(its script becomes a package in issue 35's other half)",
 }
 """Records from before issue 35 that could not be rerun in its time: what each lacks."""
 
