@@ -186,6 +186,8 @@ def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
             text=True,
             env=CHILD_ENV,
             cwd=REPO,
+            # a shell's background job (`pytest ... &`) ignores SIGINT, and a child inherits that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 120
         while stats(url)["in_flight"] == 0 and process.poll() is None and time.monotonic() < deadline:

@@ -3,6 +3,7 @@ The whole-process check is tests/test_exit_codes.py's Ctrl-C test."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -30,10 +31,15 @@ def _wait(seconds: float) -> None:
 def test_a_swallowed_keyboard_interrupt_arrives_again_in_the_main_thread() -> None:
     assert threading.current_thread() is threading.main_thread()
     before = sys.unraisablehook
-    with pytest.raises(KeyboardInterrupt):  # lost: the wait ends and nothing is raised
-        with redeliver_lost_interrupts():
-            _SwallowsAnInterrupt()  # freed at once: its KeyboardInterrupt is swallowed
-            _wait(30)  # a hang guard: the interrupt arrives in milliseconds
+    # Python's own SIGINT handler: a shell's background job (`pytest ... &`) starts with SIGINT ignored
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):  # lost: the wait ends and nothing is raised
+            with redeliver_lost_interrupts():
+                _SwallowsAnInterrupt()  # freed at once: its KeyboardInterrupt is swallowed
+                _wait(30)  # a hang guard: the interrupt arrives in milliseconds
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert sys.unraisablehook is before  # the hook is put back, on the way out of an interrupt too
 
 
