@@ -294,7 +294,7 @@ def test_a_measured_process_gets_the_shim_and_vllms_own_settings(vb, tmp_path, m
 
 def test_both_sides_run_the_dtype_asked_for(vb, tmp_path):
     """--dtype reaches the peer's flags and our run config alike (bfloat16, the peer's default,
-    unless float32 is asked for), and the record's model names it."""
+    unless float32 is asked for)."""
     peer, ours, main = (importlib.import_module(f"biasscope_bench.{name}") for name in ("peer", "ours", "main"))
     subsets = vb.Subsets(target=[], test=[], fresh_test=[])
     files = {name: tmp_path / name for name in ("target", "test", "library")}
