@@ -90,6 +90,28 @@ def finish_reason(raw: str | None, unknown: FinishReason) -> FinishReason:
     return RAW_FINISH_REASONS.get(raw, unknown) if raw is not None else unknown
 
 
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+"""/proc/cpuinfo flags of CPUs that compute bf16 matmuls natively (oneDNN uses them)."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as stream:
+            for line in stream:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_dtype() -> str:
+    """The dtype a model runs in on this CPU: bf16 where it computes bf16 natively (AMX,
+    AVX512_BF16), else fp32 (an AVX2 CPU emulates bf16, several times slower than fp32)."""
+    return "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
+
+
 def default_threads() -> int:
     """CPU threads an embedded engine computes with by default: all usable cores but one.
     llama.cpp's threads and torch's OpenMP threads wait for each other at every step's barriers:

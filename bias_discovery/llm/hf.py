@@ -47,6 +47,7 @@ from .base import (
     BatchReport,
     Submission,
     SubmitQueue,
+    cpu_dtype,
     default_threads,
     fail_unanswered,
     final_token_index,
@@ -61,7 +62,6 @@ __all__ = [
     "MAX_BATCH_TOKENS",
     "TransformersEngine",
     "choose_device_dtype",
-    "cpu_flags",
     "plan_batches",
 ]
 
@@ -89,9 +89,6 @@ LONG_GENERATION_PADDING_SHARE = 0.6
 """The same for long generations: their time goes to decoding steps, which padding does not
 lengthen, so fewer, more padded sub-batches decode faster than many tight ones."""
 
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-"""/proc/cpuinfo flags of CPUs that compute bf16 matmuls natively (oneDNN uses them)."""
-
 GATHER_S = 0.02
 """How long a turn of the submit queue waits for more submissions before it starts a batch:
 a streamed stage submits its items one by one, microseconds apart, and they should share the
@@ -107,24 +104,6 @@ start's short prompts they take the same time)."""
 XGRAMMAR_WHITESPACE_FREE = True
 """As our vLLM engine configures xgrammar (`disable_any_whitespace`): a JSON reply without
 free whitespace between tokens, so a small model cannot spend its budget on newlines."""
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            for line in stream:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_dtype() -> str:
-    """The dtype a model runs in on this CPU: bf16 where it computes bf16 natively (AMX,
-    AVX512_BF16), else fp32 (an AVX2 CPU emulates bf16, several times slower than fp32)."""
-    return "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
 
 
 def choose_device_dtype(torch: Any, requested: str = "auto") -> tuple[str, str]:

@@ -53,13 +53,13 @@ from .base import (
     BatchReport,
     Submission,
     SubmitQueue,
+    cpu_dtype,
     fail_unanswered,
     final_token_index,
     finish_reason,
     message_dicts,
 )
 from .config import ModelConfig
-from .hf import cpu_dtype
 from .types import Constraint, FinalTokenLogprobs, GenerationRequest, GenerationResponse
 
 __all__ = [

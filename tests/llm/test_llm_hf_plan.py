@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bias_discovery.errors import ConfigError
-from bias_discovery.llm import hf
+from bias_discovery.llm import base, hf
 from bias_discovery.llm.hf import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, MAX_PADDING_SHARE, choose_device_dtype, plan_batches
 
 
@@ -55,7 +55,7 @@ class _FakeTorch:
 def test_a_cpu_gets_bf16_only_where_it_computes_it(
     monkeypatch: pytest.MonkeyPatch, flags: set[str], expected: str
 ) -> None:
-    monkeypatch.setattr(hf, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(base, "cpu_flags", lambda: flags)
     assert choose_device_dtype(_FakeTorch()) == ("cpu", expected)
 
 
@@ -66,7 +66,7 @@ def test_a_gpu_is_used_when_there_is_one() -> None:
 
 
 def test_a_requested_dtype_is_kept_and_a_wrong_one_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hf, "cpu_flags", lambda: set())
+    monkeypatch.setattr(base, "cpu_flags", lambda: set())
     torch = _FakeTorch()
     torch.dtype = type(torch.float32)
     assert choose_device_dtype(torch, "bfloat16") == ("cpu", "bfloat16")

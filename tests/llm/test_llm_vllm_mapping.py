@@ -91,15 +91,15 @@ def test_auto_dtype_on_a_cpu_is_bf16_only_where_the_cpu_computes_it(monkeypatch:
     """vLLM's own "auto" keeps a bf16 checkpoint in bf16, emulated on an AVX2-only CPU; on a CPU
     the engine asks for fp32 there (as the transformers engine does), and a dtype the config
     names is kept."""
-    from bias_discovery.llm import hf
+    from bias_discovery.llm import base
 
-    monkeypatch.setattr(hf, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(base, "cpu_flags", lambda: {"avx2", "fma"})
     assert llm_kwargs(ModelConfig.from_spec("vllm/m"), on_cpu=True)["dtype"] == "float32"
     assert llm_kwargs(ModelConfig.from_spec("vllm/m"))["dtype"] == "auto"  # a GPU: vLLM's choice
     assert llm_kwargs(ModelConfig.from_spec("vllm/m", dtype="bfloat16"), on_cpu=True)["dtype"] == "bfloat16"
-    monkeypatch.setattr(hf, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    monkeypatch.setattr(base, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
     assert llm_kwargs(ModelConfig.from_spec("vllm/m"), on_cpu=True)["dtype"] == "bfloat16"
-    monkeypatch.setattr(hf, "cpu_flags", lambda: {"avx2", "amx_bf16", "amx_tile"})
+    monkeypatch.setattr(base, "cpu_flags", lambda: {"avx2", "amx_bf16", "amx_tile"})
     assert llm_kwargs(ModelConfig.from_spec("vllm/m"), on_cpu=True)["dtype"] == "bfloat16"
 
 
