@@ -21,10 +21,25 @@ JUDGE = "Which answer is better for 'What is 2+2?': A) 4  B) 5. Reply with the v
 
 @pytest.fixture(scope="module")
 def engine():  # type: ignore[no-untyped-def]
+    """The engine as a user gets it: the dtype this CPU computes (bf16 with AMX or
+    AVX512_BF16, fp32 with AVX2 only)."""
     pytest.importorskip("xgrammar")
     from bias_discovery.llm.hf import TransformersEngine
 
     eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2"))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module", params=["bfloat16", "float32"])
+def engine_in_each_dtype(request):  # type: ignore[no-untyped-def]
+    """The engine forced to each dtype the CPUs we run on pick, so both paths run on every CPU:
+    an AVX2-only CPU emulates bf16 (slowly, but correctly) and a bf16 CPU still computes fp32."""
+    pytest.importorskip("xgrammar")
+    from bias_discovery.llm.hf import TransformersEngine
+
+    eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2", dtype=request.param))
+    assert eng.dtype == request.param
     yield eng
     eng.close()
 
@@ -39,10 +54,11 @@ def test_engine_id_names_the_model_build_and_dtype(engine) -> None:  # type: ign
 
 
 @pytest.mark.parametrize("kind", ["choices", "regex", "json_schema"])
-def test_the_conformance_probes_pass(engine, kind) -> None:  # type: ignore[no-untyped-def]
-    """The probe that only a server enforcing the constraint can answer (llm/conformance.py)."""
+def test_the_conformance_probes_pass(engine_in_each_dtype, kind) -> None:  # type: ignore[no-untyped-def]
+    """The probe that only a server enforcing the constraint can answer (llm/conformance.py), in
+    each dtype."""
     request = probe_request(kind)
-    [response] = engine.generate([request])
+    [response] = engine_in_each_dtype.generate([request])
     assert probe_failure(kind, response) is None, response.text
     if response.finish_reason == "stop":  # a reply cut at max_tokens is a start the constraint allows
         assert violation(PROBE_CONSTRAINTS[kind], response.text) is None
@@ -83,9 +99,10 @@ def test_a_mixed_batch_keeps_every_constraint_and_order(engine) -> None:  # type
         assert response.prompt_tokens > 10
 
 
-def test_a_batch_answers_as_the_requests_do_alone(engine) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_answers_as_the_requests_do_alone(engine_in_each_dtype) -> None:  # type: ignore[no-untyped-def]
     """Greedy answers do not depend on what else is in the batch, beyond bf16 rounding: the
-    verdict letters of a batch equal those of the same requests one by one."""
+    verdict letters of a batch equal those of the same requests one by one, in each dtype."""
+    engine = engine_in_each_dtype
     prompts = [f"Question {i}: is {i} + {i} = {2 * i}? Answer A for yes, B for no." for i in range(6)]
     requests = [GenerationRequest.chat(p, max_tokens=2, constraint=Constraint(choices=("A", "B"))) for p in prompts]
     together = [r.text for r in engine.generate(requests)]
@@ -93,16 +110,25 @@ def test_a_batch_answers_as_the_requests_do_alone(engine) -> None:  # type: igno
     assert together == alone
 
 
-def test_the_growing_kv_cache_decodes_as_transformers_own_cache(engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_growing_kv_cache_decodes_as_transformers_own_cache(engine_in_each_dtype, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The engine's in-place KV cache (`GROWING_KV_CACHE`) against transformers' DynamicCache on
-    the same batch: rows that stop at different steps (the cache drops them) and decodes that
-    outgrow the cache's first storage give the same tokens, greedy and seeded."""
+    the same batch, in each dtype: rows that stop at different steps (the cache drops them) and
+    decodes that outgrow the cache's first storage give the same tokens, greedy and seeded.
+
+    The lengths are built, not hoped for: a regex of N words of 2-4 letters holds a row open
+    for at least N and at most 5 N tokens whatever the dtype's numerics make the model say, so
+    one row passes two doublings of the first 64-token storage and the rows end apart."""
     from bias_discovery.llm import hf
 
+    engine = engine_in_each_dtype
     assert hf._growing_cache(engine.model.config) is not None  # SmolLM2: every layer attends to its whole past
-    requests = [
-        GenerationRequest.chat(f"Write {n} sentences about rivers, then stop.", max_tokens=n * 25) for n in (1, 2, 4)
-    ]
+
+    def words(n: int) -> GenerationRequest:
+        return GenerationRequest.chat(
+            f"Write {n} short words about rivers.", max_tokens=5 * n + 5, constraint=Constraint(regex=f"([a-z]{{2,4}} ){{{n}}}")
+        )
+
+    requests = [words(8), words(60), words(130)]
     requests.append(GenerationRequest.chat("Name a colour.", max_tokens=40, temperature=1.0, top_p=0.9, seed=7))
     requests.append(
         GenerationRequest.chat("Is 2 + 2 = 4? Answer A or B.", max_tokens=2, constraint=Constraint(choices=("A", "B")))
@@ -112,8 +138,12 @@ def test_the_growing_kv_cache_decodes_as_transformers_own_cache(engine, monkeypa
     own = engine.generate(requests)
     assert [r.text for r in growing] == [r.text for r in own]
     assert [r.completion_tokens for r in growing] == [r.completion_tokens for r in own]
-    assert max(r.prompt_tokens + r.completion_tokens for r in growing) > 128  # past two doublings of 64
-    assert len({r.completion_tokens for r in growing}) >= 3  # rows finished at different steps
+    assert [r.finish_reason for r in growing] == [r.finish_reason for r in own]
+    for n, response in zip((8, 60, 130), growing[:3]):  # the regex held each row open for n words
+        assert response.finish_reason == "stop" and len(response.text.split()) == n, response.text
+    assert growing[2].prompt_tokens + growing[2].completion_tokens > 128  # past two doublings of 64
+    # rows finished at different steps: the choice (<= 2 tokens), 8 words (<= 45), 60 words (>= 60)
+    assert len({r.completion_tokens for r in (growing[4], growing[0], growing[1])}) == 3
 
 
 def test_sampling_follows_the_seed(engine) -> None:  # type: ignore[no-untyped-def]
