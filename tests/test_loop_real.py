@@ -218,7 +218,7 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
         args += ["--set", item]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    # Kill once the evaluate stage has stored its first judge call: mid-stage, mid-iteration.
+    # Kill once the evaluate stage has stored its first judge call: mid-iteration.
     def evaluating() -> bool:
         started = _stage_start_time(run_dir, "evaluate")
         return started is not None and _calls_stored_since(run_dir, started) > 0
@@ -238,9 +238,14 @@ def test_sigkill_then_resume_pays_no_call_twice_and_matches(small_real_run: Path
     )
     started = _stage_start_time(run_dir, "evaluate")
     assert started is not None and _calls_stored_since(run_dir, started) > 0
-    assert RunDir(run_dir).read_state().status == "running"  # run.json cannot know it was killed ...
+    # The kill lands where the run has got to by then, evaluate or a later stage of iteration 1
+    # on a fast CPU (the checks on the live process above take seconds): what must hold is the
+    # same wherever it lands.
+    state = RunDir(run_dir).read_state()
+    assert state.status == "running"  # run.json cannot know it was killed ...
+    assert state.iteration == 1 and state.stage not in ("start", "finished"), state
     stopped = " ".join(cli("status", str(run_dir)).stdout.split())  # ... the lock's dead holder does
-    assert "small-real: stopped at stage evaluate of iteration 1 (" in stopped, stopped
+    assert f"small-real: stopped at stage {state.stage} of iteration 1 (" in stopped, stopped
     assert f"ago), resume with: bias-discovery resume {run_dir}" in stopped and "running" not in stopped
     paid_before = len(_paid_counts(run_dir))
     assert paid_before > 0
