@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,12 @@ from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port, llama_cpp_server,
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Bytecode is written during tests even where the environment says not to (some CI images set
+# PYTHONDONTWRITEBYTECODE): without it pytest rewrites every test module's asserts at every
+# collection (11-17 s on 2 cores), and every `bias-discovery` subprocess the suite starts
+# compiles the package's modules from source again.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # One-off commands (`judge`) cache calls under $BIAS_DISCOVERY_CACHE_DIR: keep the tests'
 # calls out of the user's ~/.cache, and start every session with an empty cache.
 import tempfile  # noqa: E402
@@ -31,6 +38,56 @@ def pytest_configure(config: pytest.Config) -> None:
     """`--all-tiers`: no marker selection (plain `pytest` is the fast tier, pyproject addopts)."""
     if config.getoption("all_tiers"):
         config.option.markexpr = ""
+
+
+LLAMACPP_FIXTURES = frozenset({"llama_server", "llama_vocab"})
+"""Fixtures that need the compiled llama.cpp engine: a test that uses one is in the llamacpp tier."""
+
+
+def _llamacpp_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+
+
+def _llamacpp_asked_for(config: pytest.Config) -> bool:
+    """True when the command's own `-m` names the llamacpp tier (.ci/run's llama.cpp command)."""
+    return "llamacpp" in (config.option.markexpr or "") and not config.getoption("all_tiers")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The llamacpp tier (the optional engine, compiled by `./scripts/setup.sh --llamacpp`): its
+    tests are marked, and where llama-cpp-python is not installed they are deselected, counted
+    and said at the end of the session (`pytest_terminal_summary`), not skipped one by one: the
+    README's test command leaves the compile out, and .ci/run runs the tier in a command of its
+    own (`-m llamacpp`), where a missing engine is an error."""
+    for item in items:
+        if LLAMACPP_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.llamacpp)
+    if _llamacpp_installed():
+        return
+    if _llamacpp_asked_for(config):
+        raise pytest.UsageError(
+            "-m llamacpp: llama-cpp-python[server] is not installed (./scripts/setup.sh --test --llamacpp)"
+        )
+    tier = [item for item in items if item.get_closest_marker("llamacpp")]
+    if tier:
+        items[:] = [item for item in items if not item.get_closest_marker("llamacpp")]
+        config.hook.pytest_deselected(items=tier)
+        config.stash[LLAMACPP_DESELECTED] = len(tier)
+
+
+LLAMACPP_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    deselected = config.stash.get(LLAMACPP_DESELECTED, 0)
+    if deselected:
+        terminalreporter.write_line(
+            f"llamacpp tier: {deselected} tests deselected, llama-cpp-python is not installed here "
+            "(./scripts/setup.sh --test --llamacpp installs it; .ci/run runs them with -m llamacpp)",
+            yellow=True,
+        )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:

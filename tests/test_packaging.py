@@ -81,8 +81,8 @@ def test_importing_the_package_and_cli_loads_no_heavy_module():
 
 def test_ci_runs_both_readme_commands_verbatim_and_the_quick_start_stays_free_of_vllm():
     """CI (.ci/run) reads the README's two quick-start blocks and runs them as they are: the test
-    command (which installs vLLM's CPU build so the real-vLLM tier runs), then command 1 at its end;
-    the first block installs no vLLM."""
+    command (which installs vLLM's CPU build so the real-vLLM tier runs), then command 1, then the
+    llama.cpp tier the test command leaves out; the first block installs no vLLM."""
     import re
 
     readme = (REPO / "README.md").read_text()
@@ -91,8 +91,12 @@ def test_ci_runs_both_readme_commands_verbatim_and_the_quick_start_stays_free_of
     ci = (REPO / ".ci" / "run").read_text()
     assert 'readme.split("## Quick start", 1)[1]' in ci and 're.findall(r"```bash' in ci
     runs = [line for line in ci.splitlines() if line.startswith("bash -c ")]
-    assert runs == ['bash -c "${quick_start[1]}"', 'bash -c "${quick_start[0]}"']
+    assert runs == ['bash -c "${quick_start[1]}"', 'bash -c "${quick_start[0]}"', 'bash -c "$llamacpp_tier"']
     assert "--vllm-cpu" in second and "pytest" in second
+    # the llama.cpp compile is left out of the test command; CI runs its tier in a third command
+    assert "--llamacpp" not in second
+    [tier] = [line for line in ci.splitlines() if line.startswith("llamacpp_tier=")]
+    assert "setup.sh --test --llamacpp" in tier and "-m llamacpp" in tier and "--all-tiers" not in tier
     assert "--all-tiers" in second  # plain pytest is the fast tier: CI runs every tier
     # two workers (tests/conftest.py's scheduler keeps the real-vLLM tier on one of them)
     assert "-n 2" in second

@@ -18,7 +18,7 @@ from bias_discovery.run import RunDir
 
 from helpers import REPO, SMALL_RUN_OVERRIDES, llama_cpp_server
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.llamacpp]
 
 
 def chat_posts(log: Path) -> int:

@@ -25,7 +25,7 @@ from bias_discovery.stages import assign_biases, deeper_explain, evaluate, ident
 from bias_discovery.stages.streamed import FrontHalfEngines, stream_front_half
 from bias_discovery.stages.validate import ValidationModels, rewrite_check_judge
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.llamacpp]
 
 JUDGE = JudgeSettings(positions="swap", reasoning_chars=120, max_tokens=72)
 PERTURB = PerturbSettings(max_tokens=128)

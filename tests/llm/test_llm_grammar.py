@@ -184,6 +184,7 @@ def test_literal_escapes_control_and_non_ascii() -> None:
     assert gbnf_literal("a\x01é\U0001f600") == '"a\\x01\\xE9\\U0001F600"'
 
 
+@pytest.mark.llamacpp
 def test_json_schema_uses_llama_cpp_converter() -> None:
     pytest.importorskip("llama_cpp")
     schema = {"type": "object", "properties": {"verdict": {"enum": ["A", "B"]}}, "required": ["verdict"]}

@@ -13,7 +13,7 @@ from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.registry import make_engine
 from bias_discovery.llm.types import Constraint, GenerationRequest
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.llamacpp]
 
 JUDGE = "Which answer is better for 'What is 2+2?': A) 4  B) 5. Reply with the verdict."
 
