@@ -280,6 +280,8 @@ def status(
     live = rd.liveness()
     last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
+    if state is not None:  # run.json's spend may lag the call cache's ledger (a kill mid-stage)
+        state = state.model_copy(update={"spend": rd.spend(state)})
     if as_json:
         console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
         return

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -88,6 +88,41 @@ def cost(price: Price | None, prompt_tokens: int, completion_tokens: int) -> flo
     if price is None:
         return 0.0
     return (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1e6
+
+
+class Payer(NamedTuple):
+    """Who pays for a call and at what price: the role a meter books it to. The call cache
+    writes what each fresh response cost to its ledger, in the transaction that stores the
+    response (`llm.cache`), so spend survives a kill exactly as the calls it paid for do."""
+
+    role: str
+    price: Price | None
+
+    def charge(self, response: GenerationResponse) -> Spend:
+        """What `response` cost this payer: one call, its tokens as the server reported them."""
+        return Spend(
+            calls=1,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            usd=cost(self.price, response.prompt_tokens, response.completion_tokens),
+        )
+
+
+def merged_spend(*sources: Mapping[str, Spend]) -> dict[str, Spend]:
+    """Per role, the largest of each figure over `sources` (run.json's spend and the call
+    cache's ledger): each source may miss calls (run.json is written at a stage's end, the
+    ledger began with this version), neither counts a call that was not paid."""
+    out: dict[str, Spend] = {}
+    for source in sources:
+        for role, s in source.items():
+            known = out.get(role, Spend())
+            out[role] = Spend(
+                calls=max(known.calls, s.calls),
+                prompt_tokens=max(known.prompt_tokens, s.prompt_tokens),
+                completion_tokens=max(known.completion_tokens, s.completion_tokens),
+                usd=max(known.usd, s.usd),
+            )
+    return out
 
 
 def worst_case(request: GenerationRequest, price: Price | None) -> Spend:
@@ -177,13 +212,12 @@ class Budget:
             left = self._reserved.get(role, Spend())
             self._reserved[role] = Spend(**{k: max(0, v - getattr(reserved, k)) for k, v in left.model_dump().items()})
             if response is not None and paid:
-                booked = Spend(
-                    calls=1,
-                    prompt_tokens=response.prompt_tokens,
-                    completion_tokens=response.completion_tokens,
-                    usd=cost(self.prices.get(role), response.prompt_tokens, response.completion_tokens),
-                )
+                booked = self.payer(role).charge(response)
                 self.spent[role] = self.spent.get(role, Spend()).plus(booked)
+
+    def payer(self, role: str) -> Payer:
+        """`role` with its price, as the call cache's ledger books it."""
+        return Payer(role, self.prices.get(role))
 
     def _message(self, scope: str, key: str, bound: float, what: str, used: Spend, need: Spend) -> str:
         shown: Any = f"${bound:g}" if key == "max_usd" else f"{bound:,.0f}"

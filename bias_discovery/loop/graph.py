@@ -334,7 +334,7 @@ def _execute_held(
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     before = state_or_none(run)
-    roles = loop_roles(config, run, engines, spent=before.spend if before else None)
+    roles = loop_roles(config, run, engines, spent=run.spend(before))  # run.json's and the ledger's
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
         discovery.book.carried = counts_so_far(run.read_events())

@@ -323,6 +323,20 @@ class RunDir:
                 "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
             )
 
+    def spend(self, state: RunState | None) -> dict[str, Spend]:
+        """What each role paid, every session of the run: run.json's spend (`state`: the run's
+        run.json, None when absent or damaged) and the call cache's ledger, the larger of each figure (`budget.merged_spend`):
+        run.json is written at each stage's end, the ledger with every call, so after a kill the
+        ledger knows what run.json does not yet."""
+        from ..llm.budget import merged_spend
+        from ..llm.cache import read_spend
+
+        try:
+            ledger = read_spend(self.cache_path)
+        except BiasDiscoveryError:  # a damaged cache: `damaged_databases` names it where it matters
+            ledger = {}
+        return merged_spend(state.spend if state is not None else {}, ledger)
+
     def damaged_databases(self) -> dict[str, str]:
         """File name -> what `PRAGMA quick_check` found, for each damaged SQLite file of the run."""
         found = {}
