@@ -36,8 +36,8 @@ def budget_stop(run_dir: Path, exc: BudgetReached) -> NoReturn:
     for line in spend_lines(exc.spend):
         err_console.print(f"  {line}", highlight=False, soft_wrap=True)
     err_console.print(
-        f"continue with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=... "
-        "(or budget.max_calls, budget.max_tokens); no call is paid twice",
+        f"continue with a larger budget: bias-discovery resume {run_dir} --set {exc.setting}=... "
+        f"(the limit that was reached); no call is paid twice",
         highlight=False,
         soft_wrap=True,
     )
@@ -355,7 +355,8 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
             spent = spent.plus(s)
         return (
             f"{name}: stopped: budget reached at {where} ({state.stop_reason}); spent {spent.text()}; "
-            f"resume with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=...{library}"
+            f"resume with a larger budget: bias-discovery resume {run_dir} --set "
+            f"{state.budget_limit or 'budget.max_usd'}=...{library}"
         )
     ago = f" ({duration(time.time() - last_seen)} ago)" if last_seen is not None else ""
     failed = ", after an error" if state is not None and state.status == "failed" else ""

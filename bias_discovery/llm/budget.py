@@ -137,9 +137,12 @@ def worst_case(request: GenerationRequest, price: Price | None) -> Spend:
 class BudgetReached(BiasDiscoveryError):
     """The next request would pass a limit: the run stops before it (exit code 4)."""
 
-    def __init__(self, message: str, spend: Mapping[str, Spend]) -> None:
+    def __init__(self, message: str, spend: Mapping[str, Spend], setting: str = "budget.max_usd") -> None:
         super().__init__(message)
         self.spend = dict(spend)
+        self.setting = setting
+        """The limit that was reached, as the setting that raises it (`budget.max_calls`,
+        `budget.roles.teacher.max_usd` ...): what the hint tells a user to raise."""
 
 
 _MEASURES = {
@@ -179,6 +182,7 @@ class Budget:
             scopes: list[tuple[str, BudgetLimits, Spend]] = [
                 ("the run", self.settings, _sum([*self.spent.values(), *self._reserved.values()]))
             ]
+            settings = {"the run": "budget", f"the {role}": f"budget.roles.{role}"}
             if role in self.settings.roles:
                 scopes.append(
                     (
@@ -191,7 +195,9 @@ class Budget:
                 for key, bound in limits.limits().items():
                     what, measure = _MEASURES[key]
                     if measure(used.plus(need)) > bound:
-                        raise BudgetReached(self._message(scope, key, bound, what, used, need), self.spent)
+                        raise BudgetReached(
+                            self._message(scope, key, bound, what, used, need), self.spent, f"{settings[scope]}.{key}"
+                        )
             self._reserved[role] = self._reserved.get(role, Spend()).plus(need)
             self._in_flight += 1
         return need

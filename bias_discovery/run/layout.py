@@ -70,6 +70,7 @@ EVENT_KINDS: dict[str, str] = {
     "stage_start": "a stage began (iteration, stage, total items)",
     "progress": "items done in the stage in progress (done, total, and the step of a streamed stage)",
     "stage_end": "a stage ended (seconds, and calls and tokens per role in `usage`)",
+    "stage_stopped": "a stage stopped before its end (a budget, an error): `reason`, and the calls and tokens per role it made in `usage`",
     "finished": "the loop stopped (stop_reason, library_size)",
     "skipped_rows": "bad data rows skipped at load (`data.skip_bad_rows`: role, source, count, the first rows)",
     "resume": "`resume` continued the run from its checkpoint",
