@@ -482,10 +482,10 @@ def spend_kill_trial(
         trial.sessions += 1
         kill = trial.kills < max_kills
         before = stats(base_url)["requests"]
-        # within the calls the budget lets through, about (a budget of tokens or dollars reserves
-        # each request's max_tokens while it is in flight: it lets fewer through than it could pay)
-        share = budget / totals[kind] * (0.6 if kind == "max_calls" else 0.1)
-        k = rng.randint(1, max(1, int(totals["max_calls"] * share)))
+        # within the calls the budget lets through (a budget of tokens or dollars reserves each
+        # request's max_tokens while it is in flight: it lets only a few through on this run)
+        most = int(totals["max_calls"] * budget / totals[kind] * 0.6) if kind == "max_calls" else 3
+        k = rng.randint(1, max(1, most))
         control(base_url, k if kill else None)
         process = _spawn(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), full_env)
         reached = kill and _wait_for(lambda: stats(base_url)["requests"] >= before + k, 120.0, process)
