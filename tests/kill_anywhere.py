@@ -412,7 +412,11 @@ class SpendKillTrial:
 def answered_spend(stub: dict[str, Any]) -> dict[str, float]:
     """The calls the stub answered (its /stats), as a run's `run_spend` counts them."""
     usd = (stub["prompt_tokens"] * PRICE["input_per_mtok"] + stub["completion_tokens"] * PRICE["output_per_mtok"]) / 1e6
-    return {"max_calls": stub["requests"], "max_tokens": stub["prompt_tokens"] + stub["completion_tokens"], "max_usd": usd}
+    return {
+        "max_calls": stub["requests"],
+        "max_tokens": stub["prompt_tokens"] + stub["completion_tokens"],
+        "max_usd": usd,
+    }
 
 
 def booked_spend(run_dir: Path) -> dict[str, float]:
@@ -434,7 +438,11 @@ def booked_spend(run_dir: Path) -> dict[str, float]:
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> bool:
-    return a["max_calls"] == b["max_calls"] and a["max_tokens"] == b["max_tokens"] and abs(a["max_usd"] - b["max_usd"]) < 1e-9
+    return (
+        a["max_calls"] == b["max_calls"]
+        and a["max_tokens"] == b["max_tokens"]
+        and abs(a["max_usd"] - b["max_usd"]) < 1e-9
+    )
 
 
 def _wait_for(condition: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> bool:
@@ -488,7 +496,8 @@ def spend_kill_trial(
         k = rng.randint(1, max(1, most))
         control(base_url, k if kill else None)
         process = _spawn(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), full_env)
-        reached = kill and _wait_for(lambda: stats(base_url)["requests"] >= before + k, 120.0, process)
+        target = before + k
+        reached = kill and _wait_for(lambda: stats(base_url)["requests"] >= target, 120.0, process)  # noqa: B023
         if reached and process.poll() is None:
 
             def settled() -> bool:
@@ -523,6 +532,5 @@ def spend_kill_summary_line(trial: SpendKillTrial) -> str:
     state = "ok" if trial.ok else "bad"
     return (
         f"seed {trial.seed}: {trial.kind} budget {trial.budget:.6g}, {trial.kills} kill(s), {trial.sessions} "
-        f"session(s), exit {trial.exit_code}: {state}"
-        + "".join(f"\n  {m}" for m in trial.mismatches + trial.over_cap)
+        f"session(s), exit {trial.exit_code}: {state}" + "".join(f"\n  {m}" for m in trial.mismatches + trial.over_cap)
     )

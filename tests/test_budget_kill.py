@@ -29,7 +29,13 @@ def test_spend_booked_after_every_kill_and_resume_equals_the_calls_the_server_an
     with launch(0.0) as (url, _):
         configs = {
             pipeline: stub_config(
-                tmp_path / pipeline / "config.yaml", url, pipeline=pipeline, n_target=8, n_test=20, priced=True, probes=False
+                tmp_path / pipeline / "config.yaml",
+                url,
+                pipeline=pipeline,
+                n_target=8,
+                n_test=20,
+                priced=True,
+                probes=False,
             )
             for pipeline in ("streamed", "staged")
             if (tmp_path / pipeline).mkdir() is None

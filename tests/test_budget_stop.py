@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from test_loop import make_config
 from typer.testing import CliRunner
 
 from bias_discovery.cli import app
@@ -18,7 +19,6 @@ from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
-from test_loop import make_config
 
 
 def stopped_run(tmp_path: Path, budget: dict) -> tuple[RunDir, BudgetReached]:

@@ -119,7 +119,9 @@ def test_a_shipped_configs_run_stays_within_check_s_bounds(name: str, tmp_path: 
 @st.composite
 def small_configs(draw: st.DrawFn) -> dict[str, Any]:
     pointwise = draw(st.booleans())
-    judge: dict[str, Any] = {"mode": "pointwise"} if pointwise else {"positions": draw(st.sampled_from(["both", "swap"]))}
+    judge: dict[str, Any] = (
+        {"mode": "pointwise"} if pointwise else {"positions": draw(st.sampled_from(["both", "swap"]))}
+    )
     if not pointwise and draw(st.booleans()):
         judge["mitigation"] = draw(st.sampled_from(["swap", "shuffle3"]))
     return {

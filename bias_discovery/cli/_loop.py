@@ -280,8 +280,7 @@ def status(
     live = rd.liveness()
     last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
-    if state is not None:  # run.json's spend may lag the call cache's ledger (a kill mid-stage)
-        state = state.model_copy(update={"spend": rd.spend(state)})
+    state = _with_ledger_spend(rd, state)
     if as_json:
         console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
         return
@@ -304,6 +303,12 @@ def status(
         console.print("paid so far (every session; cached calls cost nothing):", highlight=False)
         for line in spend_lines(state.spend):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _with_ledger_spend(rd: Any, state: RunState | None) -> RunState | None:
+    """`state` with what the run paid as the call cache's ledger has it (`RunDir.spend`): run.json's
+    spend is written at a stage's end, so after a kill mid-stage it lags what was paid."""
+    return state.model_copy(update={"spend": rd.spend(state)}) if state is not None else None
 
 
 def _usage_table(report: dict[str, Any]) -> Table:

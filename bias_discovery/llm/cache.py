@@ -313,17 +313,8 @@ class CachedEngine(BaseEngine):
         if n_hits:
             progress(n_hits)
 
-        positions: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            if results[i] is None:
-                positions.setdefault(key, []).append(i)
-
-        def arrived(key: str, response: GenerationResponse) -> None:  # each copy reported as it arrives
-            for i in positions.get(key, ()):
-                report.done(i, response.model_copy())
-
         payer = getattr(self._paying, "payer", None)
-        fresh = self._compute(pending, progress, arrived, payer) if pending else {}
+        fresh = self._compute(pending, progress, _reporter(keys, results, report), payer) if pending else {}
         n_copies = 0
         for i, key in enumerate(keys):
             if results[i] is None:
@@ -487,6 +478,23 @@ class CachedEngine(BaseEngine):
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
+
+def _reporter(
+    keys: Sequence[str], results: Sequence[GenerationResponse | None], report: BatchReport
+) -> Callable[[str, GenerationResponse], None]:
+    """What reports a fresh response of a batch as it arrives: at every position of its key still
+    without a response (the copies too), so a caller whose batch fails later has seen it."""
+    positions: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if results[i] is None:
+            positions.setdefault(key, []).append(i)
+
+    def arrived(key: str, response: GenerationResponse) -> None:
+        for i in positions.get(key, ()):
+            report.done(i, response.model_copy())
+
+    return arrived
 
 
 def _resolve(

@@ -380,9 +380,7 @@ def _execute_held(
         if roles.budget is not None:  # what was admitted before the stop is paid: book it first
             roles.budget.wait_idle(timeout=max(m.timeout_s for m in roles.configs.values()))
             exc.spend = roles.budget.spend()
-        discovery.book.record_spend(
-            status="stopped", stop_reason=str(exc)[:2000], error=None, budget_limit=exc.setting
-        )
+        discovery.book.record_spend(status="stopped", stop_reason=str(exc)[:2000], error=None, budget_limit=exc.setting)
         run.event("budget_reached", reason=str(exc)[:2000])
         raise
     except BaseException as exc:

@@ -187,7 +187,9 @@ def estimate_run(
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
     sizes = _stage_sizes(config, target_pairs, test_pairs, bias, a)
     rows = planned_calls(config, n_target, n_test, len(library.biases))
-    shares = _expected_shares(config, a, n_target, seeds_validated=any(r.stage.startswith("validate_seeds") for r in rows))
+    shares = _expected_shares(
+        config, a, n_target, seeds_validated=any(r.stage.startswith("validate_seeds") for r in rows)
+    )
     prices = {"target": config.target.price, "teacher": config.teacher.price, "checker": config.answer_checker().price}
     return [
         _estimate_row(
