@@ -146,7 +146,7 @@ def run_files() -> list[RunFile]:
             "calls.sqlite",
             "SQLite",
             None,
-            "The call cache: every model request and its response, keyed by the engine and the request; a resumed run pays no call twice.",
+            "The call cache: every model request and its response, keyed by the engine and the request; a resumed run pays no call twice. Its `spend` table books what each role paid for each call, in the transaction that stores the response: what `status` shows and a resume counts its budget from.",
         ),
         RunFile("checkpoints.sqlite", "SQLite", None, "LangGraph's checkpoints of the loop: where `resume` continues."),
         RunFile(
