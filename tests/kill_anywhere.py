@@ -76,10 +76,12 @@ def stub_config(
     n_test: int = 60,
     embedder: str | None = None,
     priced: bool = False,
+    probes: bool = True,
 ) -> Path:
     """A run on the stub server in both roles: one seed validated on the test pairs, then one
     iteration (the stub names every mistake "x", which Merge folds into a seed, so the iteration
-    ends with an empty candidate set). `priced`: both roles carry `PRICE`."""
+    ends with an empty candidate set). `priced`: both roles carry `PRICE`. `probes` False: no
+    constraint probes (`constraint_probe`), so every call the stub answers is one the run made."""
     import yaml
 
     data_dir = path.parent
@@ -92,6 +94,8 @@ def stub_config(
     }
     if priced:
         model["price"] = dict(PRICE)
+    if not probes:
+        model["constraint_probe"] = False
     raw: dict[str, Any] = {
         "name": "kill-anywhere",
         "pipeline": pipeline,
@@ -374,4 +378,159 @@ def budget_summary_line(trial: BudgetTrial) -> str:
         + (f" differing={trial.differing}" if trial.differing else "")
         + (f" failures={trial.failures}" if trial.failures else "")
         + (f" paid_twice={trial.paid_twice}" if trial.paid_twice else "")
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Killed after the k-th answered call, with a budget: is what was paid booked?
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpendKillTrial:
+    """One budgeted run killed at events (after the server's k-th answer) and resumed until a
+    session ends by itself: after every session, the run's booked spend against the calls the
+    server answered (`answered`: calls, tokens, dollars at `PRICE`, all sessions)."""
+
+    seed: int
+    kind: str
+    budget: float
+    kills: int = 0
+    sessions: int = 0
+    exit_code: int | None = None
+    mismatches: list[str] = field(default_factory=list)
+    """After a session: booked spend that is not what the server answered."""
+    over_cap: list[str] = field(default_factory=list)
+    """After a session: answered more than the budget allows."""
+    tracebacks: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and not self.over_cap and not self.tracebacks and self.exit_code in (0, 4)
+
+
+def answered_spend(stub: dict[str, Any]) -> dict[str, float]:
+    """The calls the stub answered (its /stats), as a run's `run_spend` counts them."""
+    usd = (stub["prompt_tokens"] * PRICE["input_per_mtok"] + stub["completion_tokens"] * PRICE["output_per_mtok"]) / 1e6
+    return {
+        "max_calls": stub["requests"],
+        "max_tokens": stub["prompt_tokens"] + stub["completion_tokens"],
+        "max_usd": usd,
+    }
+
+
+def booked_spend(run_dir: Path) -> dict[str, float]:
+    """What the run has booked as paid (run.json and the call cache's ledger, as `resume` and
+    `status` count it), all roles together."""
+    from bias_discovery.run import RunDir
+
+    run = RunDir(run_dir)
+    try:
+        state = run.read_state()
+    except Exception:  # noqa: BLE001  a run.json a kill cut short: the ledger alone
+        state = None
+    roles = run.spend(state).values()
+    return {
+        "max_calls": sum(s.calls for s in roles),
+        "max_tokens": sum(s.tokens for s in roles),
+        "max_usd": sum(s.usd for s in roles),
+    }
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["max_calls"] == b["max_calls"]
+        and a["max_tokens"] == b["max_tokens"]
+        and abs(a["max_usd"] - b["max_usd"]) < 1e-9
+    )
+
+
+def _wait_for(condition: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> bool:
+    """Poll `condition` until it holds (True), `process` ends, or `timeout` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process is not None and process.poll() is not None:
+            return bool(condition())
+        time.sleep(0.02)
+    return bool(condition())
+
+
+def spend_kill_trial(
+    config: Path,
+    run_dir: Path,
+    base_url: str,
+    totals: dict[str, float],
+    *,
+    seed: int,
+    max_kills: int = 2,
+    env: dict[str, str] | None = None,
+) -> SpendKillTrial:
+    """A run with a budget of a random kind drawn below what the whole run pays (`totals`),
+    SIGKILLed after the stub's k-th answered call (k drawn at random; the stub withholds every
+    later call, so exactly k were answered), once the run has booked them (at most
+    `SETTLE_S` seconds: a run that books a call only at a stage's end is killed anyway), and
+    resumed with the same budget, up to `max_kills` times, until a session ends by itself
+    (exit 4 at the budget, 0 finished). After every session the run's booked spend must equal
+    what the stub answered, and what it answered must fit the budget."""
+    from bias_discovery.llm.cache import read_spend
+
+    from stub_openai import control, stats
+
+    rng = random.Random(seed)
+    kind = BUDGET_KINDS[seed % len(BUDGET_KINDS)]
+    budget = rng.uniform(0.2, 0.9) * totals[kind]
+    value = str(int(budget)) if kind != "max_usd" else f"{budget:.9f}"
+    trial = SpendKillTrial(seed=seed, kind=kind, budget=budget)
+    full_env = {**os.environ, **(env or {})}
+    stats(base_url, reset=True)
+    args: list[str] = ["run", str(config), "--run-dir", str(run_dir)]
+    while True:
+        trial.sessions += 1
+        kill = trial.kills < max_kills
+        before = stats(base_url)["requests"]
+        # within the calls the budget lets through (a budget of tokens or dollars reserves each
+        # request's max_tokens while it is in flight: it lets only a few through on this run)
+        most = int(totals["max_calls"] * budget / totals[kind] * 0.6) if kind == "max_calls" else 3
+        k = rng.randint(1, max(1, most))
+        control(base_url, k if kill else None)
+        process = _spawn(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), full_env)
+        target = before + k
+        reached = kill and _wait_for(lambda: stats(base_url)["requests"] >= target, 120.0, process)  # noqa: B023
+        if reached and process.poll() is None:
+
+            def settled() -> bool:
+                ledger = read_spend(run_dir / "calls.sqlite")
+                return sum(s.calls for s in ledger.values()) >= stats(base_url)["requests"]
+
+            _wait_for(settled, SETTLE_S)
+            process.send_signal(signal.SIGKILL)
+            trial.kills += 1
+        out, err = process.communicate(timeout=600)
+        control(base_url, None)
+        if "Traceback" in out + err:
+            trial.tracebacks.append((out + err)[-3000:])
+        answered, booked = answered_spend(stats(base_url)), booked_spend(run_dir)
+        label = f"session {trial.sessions} ({'killed' if process.returncode == -signal.SIGKILL else f'exit {process.returncode}'})"
+        if not _same(answered, booked):
+            trial.mismatches.append(f"{label}: booked {booked}, the server answered {answered}")
+        if answered[kind] > budget + 1e-12:
+            trial.over_cap.append(f"{label}: the server answered {answered[kind]:.6g} {kind}, over {budget:.6g}")
+        if process.returncode != -signal.SIGKILL:  # ended by itself: at its budget, finished, or failed
+            trial.exit_code = process.returncode
+            return trial
+        args = ["resume", str(run_dir)]
+
+
+SETTLE_S = 5.0
+"""How long a kill waits for the run to book the calls the stub answered (the call cache commits
+within `FLUSH_SECONDS`, 0.2 s): a run that books them only at a stage's end is killed anyway."""
+
+
+def spend_kill_summary_line(trial: SpendKillTrial) -> str:
+    state = "ok" if trial.ok else "bad"
+    return (
+        f"seed {trial.seed}: {trial.kind} budget {trial.budget:.6g}, {trial.kills} kill(s), {trial.sessions} "
+        f"session(s), exit {trial.exit_code}: {state}" + "".join(f"\n  {m}" for m in trial.mismatches + trial.over_cap)
     )

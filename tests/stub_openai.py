@@ -51,6 +51,13 @@ are in flight together, then all are answered (after `--latency`), and later one
 client that keeps N in flight gets every reply; one that cannot waits until its own deadline:
 so a test asserts "N at once" on counts, whatever the machine's speed.
 
+**Answers up to a count** (`POST /control {"answer_limit": N}`): from then on the stub answers
+N more chat completions and withholds every later one (read, never answered) until the next
+`/control` (`{"answer_limit": null}`: answer all again; the withheld ones are dropped unanswered,
+their clients are gone). So a test can stop a client at an event, "after its k-th answered call",
+and know exactly which calls were answered: /stats counts them and their tokens
+(`prompt_tokens`, `completion_tokens`), and `withheld`.
+
 It is an asyncio protocol (uvloop when installed) and no web framework: one call_later per
 request, so at 2048 in flight it costs a few percent of a core.
 """
@@ -334,6 +341,8 @@ def reply_text(body: dict[str, Any]) -> str:
 class Stats:
     def __init__(self) -> None:
         self.requests = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self.in_flight = 0
         self.peak = 0
         self.decoding = 0
@@ -424,6 +433,9 @@ class Stub:
         self.first_request_at: float | None = None
         """Wall-clock time of the first /v1 request (a hung server's clients count from there)."""
         self.loop = asyncio.get_running_loop()
+        self.answer_limit: int | None = None
+        """Chat completions still to be answered (None: all); later ones are withheld."""
+        self.withheld = 0
 
     def handle(self, conn: StubProtocol, method: str, path: str, body: bytes) -> None:
         if path.startswith("/v1/") and self.first_request_at is None:
@@ -434,6 +446,12 @@ class Stub:
             conn.send(
                 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": self.owned_by}]}
             )
+        elif method == "POST" and path.startswith("/control"):
+            settings = json.loads(body or b"{}")
+            self.answer_limit = settings.get("answer_limit")
+            self.stats.in_flight -= self.withheld  # dropped: never answered
+            self.withheld = 0
+            conn.send(200, {"answer_limit": self.answer_limit})
         elif path.startswith("/stats"):
             if method == "POST":
                 fresh = Stats()
@@ -445,6 +463,9 @@ class Stub:
                 200,
                 {
                     "requests": s.requests,
+                    "prompt_tokens": s.prompt_tokens,
+                    "completion_tokens": s.completion_tokens,
+                    "withheld": self.withheld,
                     "in_flight": s.in_flight,
                     "peak_in_flight": s.peak,
                     "cpu_s": time.process_time(),
@@ -478,7 +499,15 @@ class Stub:
             def answer() -> None:
                 stats.in_flight -= 1
                 stats.requests += 1
+                stats.prompt_tokens += 10
+                stats.completion_tokens += tokens
                 conn.send(200, reply)
+
+            if self.answer_limit is not None:
+                if self.answer_limit <= 0:
+                    self.withheld += 1
+                    return
+                self.answer_limit -= 1
 
             decode_s = self.latency + tokens * self.token_latency
             if self.held is not None:
@@ -537,6 +566,16 @@ def launch(latency: float = 0.0, *extra: str) -> Iterator[tuple[str, subprocess.
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def control(base_url: str, answer_limit: int | None) -> None:
+    """Answer `answer_limit` more chat completions, withhold the rest (None: answer all again)."""
+    import urllib.request
+
+    root = base_url.rsplit("/v1", 1)[0]
+    body = json.dumps({"answer_limit": answer_limit}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{root}/control", method="POST", data=body), timeout=30):
+        pass
 
 
 def stats(base_url: str, reset: bool = False) -> dict[str, Any]:

@@ -107,7 +107,10 @@ def test_planned_calls_follow_the_config() -> None:
     rows = {r.stage: r for r in planned_calls(config, n_target=10, n_test=7)}
     assert (rows["perturb"].per_iteration, rows["perturb"].total, rows["perturb"].exact) == (10, 30, True)
     assert rows["evaluate"].per_iteration == 20 and not rows["evaluate"].exact  # both orders
-    assert rows["identify"].per_iteration == 20  # one case per misjudged pair (10 at most), 2 tries each
+    # one case per misjudged pair (10 at most), 2 tries each, and the teacher's confirmation of a name
+    assert rows["identify"].per_iteration == 30
+    assert rows["check"].per_iteration == 20 and rows["check"].role == "checker"  # each misjudged rewrite, its original
+    assert "positions" not in rows  # both orders: the baseline has them
     assert rows["merge"].per_iteration == 20  # top_k 2 questions per candidate, one candidate per case at most
     assert (rows["baseline"].per_iteration, rows["baseline"].total) == (14, 14)  # once per run
     assert rows["validate (perturb)"].per_iteration == 35 and rows["validate (judge)"].per_iteration == 70
@@ -122,6 +125,9 @@ def test_planned_calls_follow_the_config() -> None:
     rows = {r.stage: r for r in planned_calls(mitigated, n_target=10, n_test=7)}
     assert rows["evaluate"].per_iteration == 30 and rows["baseline"].total == 21  # 3 calls per verdict
     assert not any(stage.startswith("validate_seeds") for stage in rows)
+    one_order = config.model_copy(update={"judge": config.judge.model_copy(update={"positions": "swap"})})
+    rows = {r.stage: r for r in planned_calls(one_order, n_target=10, n_test=7)}
+    assert (rows["positions"].total, rows["positions"].role) == (7, "target")  # the other order of each test pair
     seeded = config.model_copy(update={"validate_": config.validate_.model_copy(update={"seeds": True})})
     rows = {r.stage: r for r in planned_calls(seeded, n_target=10, n_test=7, n_seeds=7)}
     # 7 seeds, capped by max_candidates=5, on 7 test pairs, once per run

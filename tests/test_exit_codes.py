@@ -268,7 +268,7 @@ def test_a_run_stopped_at_its_budget_exits_4_says_so_and_resumes_with_a_larger_o
         assert stopped.returncode == ExitCode.BUDGET == 4, stopped.stdout + stopped.stderr
         err = " ".join(stopped.stderr.split())
         assert "stopped: budget reached: the next request could take the run past max calls = 25" in err
-        assert f"bias-discovery resume {run_dir} --set budget.max_usd=..." in err and "Traceback" not in err
+        assert f"bias-discovery resume {run_dir} --set budget.max_calls=..." in err and "Traceback" not in err
         status = cli("status", str(run_dir))
         headline = " ".join(status.stdout.split())
         assert "planted: stopped: budget reached at stage" in headline and "spent 25 calls" in headline

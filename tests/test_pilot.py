@@ -17,12 +17,13 @@ from bias_discovery.data.loaders import load_pairs
 from bias_discovery.errors import ConfigError
 from bias_discovery.library import load_seed_library
 from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.llm.types import GenerationRequest
 from bias_discovery.loop.pilot import PilotRecord, run_pilot
 from bias_discovery.preflight import Assumptions, estimate_run
 from bias_discovery.run import RunDir, summarize_events
 from bias_discovery.run.rundir import PILOT_FILES
 
-from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
+from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world
 from helpers import REPO, cli
 
 PILOT = 6
@@ -160,3 +161,36 @@ def test_check_pilot_on_the_quick_start_and_the_run_reuses_its_calls(tmp_path: P
     assert by_stage["baseline"] == (6, 6)
     front = ("evaluate", "deeper_explain", "identify")
     assert sum(by_stage.get(s, (0, 0))[1] for s in front) == sum(u.requests for u in pilot.usage if u.stage in front)
+
+
+def right_world(request: GenerationRequest) -> str:
+    """A judge that is never wrong (it picks the response that says RIGHT): a pilot measures no
+    misjudgment and so no candidate; every other role as `null_world`."""
+    user = request.messages[-1].content
+    if "[Response A]" in user and len(request.messages) <= 2:
+        pick = "A" if "RIGHT" in user.split("[Response A]", 1)[1].split("[Response B]", 1)[0] else "B"
+        return f"Reasoning: Response {pick} is right.\nVerdict: {pick}"
+    return null_world(request)
+
+
+def test_an_estimate_after_a_pilot_without_candidates_expects_no_placebo_and_no_merge(tmp_path: Path) -> None:
+    config = make_config(tmp_path, max_iterations=2, validate={"n_boot": 200, "max_candidates": 2})
+    run_dir = tmp_path / "run"
+    cached = CachedEngine(ScriptedEngine(right_world), run_dir / "calls.sqlite")
+    try:
+        pilot = run_pilot(config, run_dir, PILOT, engines={"target": cached}, embedder=BagOfWordsEmbedder())
+    finally:
+        cached.close()
+    assert pilot.misjudged.k == 0 and pilot.candidates == 0
+    assert not any(u.stage in ("merge", "placebo") for u in pilot.usage)  # the pilot paid none of these
+    d = config.data
+    target_pairs = load_pairs(d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed)
+    test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed)
+    rows = {
+        (e.stage, e.role): e
+        for e in estimate_run(config, target_pairs, test_pairs, load_seed_library(config.seed_library), pilot=pilot)
+    }
+    # before: the assumed 30 % misjudged share for merge, and the placebo as if a candidate needed it
+    for key in [("merge", "teacher"), ("placebo (rewrite)", "teacher"), ("placebo (judge)", "target")]:
+        assert rows[key].calls == 0 and rows[key].calls_bound > 0, key
+    assert rows[("baseline", "target")].calls == rows[("baseline", "target")].calls_bound > 0  # paid all the same

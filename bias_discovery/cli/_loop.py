@@ -36,8 +36,8 @@ def budget_stop(run_dir: Path, exc: BudgetReached) -> NoReturn:
     for line in spend_lines(exc.spend):
         err_console.print(f"  {line}", highlight=False, soft_wrap=True)
     err_console.print(
-        f"continue with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=... "
-        "(or budget.max_calls, budget.max_tokens); no call is paid twice",
+        f"continue with a larger budget: bias-discovery resume {run_dir} --set {exc.setting}=... "
+        f"(the limit that was reached); no call is paid twice",
         highlight=False,
         soft_wrap=True,
     )
@@ -280,6 +280,7 @@ def status(
     live = rd.liveness()
     last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
+    state = _with_ledger_spend(rd, state)
     if as_json:
         console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
         return
@@ -302,6 +303,12 @@ def status(
         console.print("paid so far (every session; cached calls cost nothing):", highlight=False)
         for line in spend_lines(state.spend):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def _with_ledger_spend(rd: Any, state: RunState | None) -> RunState | None:
+    """`state` with what the run paid as the call cache's ledger has it (`RunDir.spend`): run.json's
+    spend is written at a stage's end, so after a kill mid-stage it lags what was paid."""
+    return state.model_copy(update={"spend": rd.spend(state)}) if state is not None else None
 
 
 def _usage_table(report: dict[str, Any]) -> Table:
@@ -353,7 +360,8 @@ def _status_headline(run_dir: Path, state: RunState | None, live: Liveness, effe
             spent = spent.plus(s)
         return (
             f"{name}: stopped: budget reached at {where} ({state.stop_reason}); spent {spent.text()}; "
-            f"resume with a larger budget: bias-discovery resume {run_dir} --set budget.max_usd=...{library}"
+            f"resume with a larger budget: bias-discovery resume {run_dir} --set "
+            f"{state.budget_limit or 'budget.max_usd'}=...{library}"
         )
     ago = f" ({duration(time.time() - last_seen)} ago)" if last_seen is not None else ""
     failed = ", after an error" if state is not None and state.status == "failed" else ""

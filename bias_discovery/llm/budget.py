@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -90,6 +90,41 @@ def cost(price: Price | None, prompt_tokens: int, completion_tokens: int) -> flo
     return (prompt_tokens * price.input_per_mtok + completion_tokens * price.output_per_mtok) / 1e6
 
 
+class Payer(NamedTuple):
+    """Who pays for a call and at what price: the role a meter books it to. The call cache
+    writes what each fresh response cost to its ledger, in the transaction that stores the
+    response (`llm.cache`), so spend survives a kill exactly as the calls it paid for do."""
+
+    role: str
+    price: Price | None
+
+    def charge(self, response: GenerationResponse) -> Spend:
+        """What `response` cost this payer: one call, its tokens as the server reported them."""
+        return Spend(
+            calls=1,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            usd=cost(self.price, response.prompt_tokens, response.completion_tokens),
+        )
+
+
+def merged_spend(*sources: Mapping[str, Spend]) -> dict[str, Spend]:
+    """Per role, the largest of each figure over `sources` (run.json's spend and the call
+    cache's ledger): each source may miss calls (run.json is written at a stage's end, the
+    ledger began with this version), neither counts a call that was not paid."""
+    out: dict[str, Spend] = {}
+    for source in sources:
+        for role, s in source.items():
+            known = out.get(role, Spend())
+            out[role] = Spend(
+                calls=max(known.calls, s.calls),
+                prompt_tokens=max(known.prompt_tokens, s.prompt_tokens),
+                completion_tokens=max(known.completion_tokens, s.completion_tokens),
+                usd=max(known.usd, s.usd),
+            )
+    return out
+
+
 def worst_case(request: GenerationRequest, price: Price | None) -> Spend:
     """What `request` can cost at most (its prompt estimated, see the module docstring)."""
     chars = sum(len(m.content) for m in request.messages)
@@ -102,9 +137,12 @@ def worst_case(request: GenerationRequest, price: Price | None) -> Spend:
 class BudgetReached(BiasDiscoveryError):
     """The next request would pass a limit: the run stops before it (exit code 4)."""
 
-    def __init__(self, message: str, spend: Mapping[str, Spend]) -> None:
+    def __init__(self, message: str, spend: Mapping[str, Spend], setting: str = "budget.max_usd") -> None:
         super().__init__(message)
         self.spend = dict(spend)
+        self.setting = setting
+        """The limit that was reached, as the setting that raises it (`budget.max_calls`,
+        `budget.roles.teacher.max_usd` ...): what the hint tells a user to raise."""
 
 
 _MEASURES = {
@@ -144,6 +182,7 @@ class Budget:
             scopes: list[tuple[str, BudgetLimits, Spend]] = [
                 ("the run", self.settings, _sum([*self.spent.values(), *self._reserved.values()]))
             ]
+            settings = {"the run": "budget", f"the {role}": f"budget.roles.{role}"}
             if role in self.settings.roles:
                 scopes.append(
                     (
@@ -156,7 +195,9 @@ class Budget:
                 for key, bound in limits.limits().items():
                     what, measure = _MEASURES[key]
                     if measure(used.plus(need)) > bound:
-                        raise BudgetReached(self._message(scope, key, bound, what, used, need), self.spent)
+                        raise BudgetReached(
+                            self._message(scope, key, bound, what, used, need), self.spent, f"{settings[scope]}.{key}"
+                        )
             self._reserved[role] = self._reserved.get(role, Spend()).plus(need)
             self._in_flight += 1
         return need
@@ -177,13 +218,12 @@ class Budget:
             left = self._reserved.get(role, Spend())
             self._reserved[role] = Spend(**{k: max(0, v - getattr(reserved, k)) for k, v in left.model_dump().items()})
             if response is not None and paid:
-                booked = Spend(
-                    calls=1,
-                    prompt_tokens=response.prompt_tokens,
-                    completion_tokens=response.completion_tokens,
-                    usd=cost(self.prices.get(role), response.prompt_tokens, response.completion_tokens),
-                )
+                booked = self.payer(role).charge(response)
                 self.spent[role] = self.spent.get(role, Spend()).plus(booked)
+
+    def payer(self, role: str) -> Payer:
+        """`role` with its price, as the call cache's ledger books it."""
+        return Payer(role, self.prices.get(role))
 
     def _message(self, scope: str, key: str, bound: float, what: str, used: Spend, need: Spend) -> str:
         shown: Any = f"${bound:g}" if key == "max_usd" else f"{bound:,.0f}"

@@ -18,6 +18,12 @@ and whatever is pending when the batch ends or fails (submitted requests share o
 the engine's, committed the same way and when the engine closes). So a SIGKILL loses at most the
 responses of the group still open (under `FLUSH_ROWS`, at most `FLUSH_SECONDS` old) besides
 the requests in flight; `resume` pays for those again, nothing else.
+
+**The ledger.** A caller that says who pays (`generate(..., payer=...)`, `submit(..., payer=...)`:
+the meter of a role, with its price) gets every fresh response it paid for booked in the
+`spend` table, in the same transaction as the response: so what a run has paid survives a
+failed batch or a SIGKILL exactly as its calls do (`read_spend`), and a resumed run counts its
+budget from there, never paying past it by more than the requests in flight when it stopped.
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from typing import Any
 
 from ..errors import EngineError
 from .aio import FREEZE_HEAP_FROM, frozen_heap
-from .base import BaseEngine, BatchReport, Engine, ProgressCallback, check_batch_size, flush
+from .base import BaseEngine, BatchReport, Engine, ProgressCallback, ResponseCallback, check_batch_size, flush
+from .budget import Payer, Spend
 from .types import GenerationRequest, GenerationResponse
 
-__all__ = ["CachedEngine"]
+__all__ = ["CachedEngine", "read_spend"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -48,6 +55,18 @@ CREATE TABLE IF NOT EXISTS calls (
     paid       INTEGER NOT NULL DEFAULT 1
 )
 """
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS spend (
+    id                INTEGER PRIMARY KEY,
+    key               TEXT NOT NULL,
+    role              TEXT NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    usd               REAL NOT NULL,
+    created_at        REAL NOT NULL
+)
+"""
+# One row per paid call (the ledger, module docstring), written with the call's own row.
 # `paid` counts how often the response for a key was generated and stored: 1 unless the
 # same call was paid for twice (which the cache exists to prevent; tests assert it).
 _LOOKUP_CHUNK = 500  # stays below SQLite's limit on bound variables
@@ -56,7 +75,7 @@ FLUSH_ROWS = 64
 FLUSH_SECONDS = 0.2
 """...or when its oldest response has waited this long (what a SIGKILL can lose, at most)."""
 
-_Row = tuple[str, GenerationRequest, GenerationResponse]
+_Row = tuple[str, GenerationRequest, GenerationResponse, Payer | None]
 Claim = Future  # Future[GenerationResponse | None]
 """A key in flight: its response once it arrives (None: the request failed)."""
 
@@ -113,12 +132,15 @@ class CachedEngine(BaseEngine):
         """Keys being computed, by a batch (until it ends) or a submission (until its
         response is committed)."""
         self._submitted = _WriteGroup(self._store_submitted)
+        self._paying = threading.local()
+        """The payer of the batch this thread is generating (`generate(..., payer=...)`)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(_SCHEMA)
+            self._conn.execute(_LEDGER)
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(calls)")}
             if "paid" not in columns:  # a cache written before the column existed
                 self._conn.execute("ALTER TABLE calls ADD COLUMN paid INTEGER NOT NULL DEFAULT 1")
@@ -146,9 +168,26 @@ class CachedEngine(BaseEngine):
         found = self._lookup(set(keys))
         return [key in found for key in keys]
 
-    def submit(self, request: GenerationRequest) -> Future[GenerationResponse]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: ProgressCallback | None = None,
+        on_response: ResponseCallback | None = None,
+        payer: Payer | None = None,
+    ) -> list[GenerationResponse]:
+        """`BaseEngine.generate`; the fresh responses are booked to `payer` in the ledger (None:
+        not booked). Each fresh response is reported (`on_response`) as it arrives, so a caller
+        whose batch fails still sees what was paid."""
+        self._paying.payer = payer
+        try:
+            return super().generate(requests, progress, on_response)
+        finally:
+            self._paying.payer = None
+
+    def submit(self, request: GenerationRequest, payer: Payer | None = None) -> Future[GenerationResponse]:
         """One request: from the cache, from the claim of the same request in flight, or
-        submitted to the inner engine alone (stored within `FLUSH_SECONDS` of its arrival)."""
+        submitted to the inner engine alone (stored within `FLUSH_SECONDS` of its arrival,
+        booked to `payer` in the ledger)."""
         if self._closed:
             raise EngineError(f"the {self.name} engine is closed")
         key = request.content_hash(self.engine_id)
@@ -167,14 +206,14 @@ class CachedEngine(BaseEngine):
             return answer
         assert claim is not None
         if not mine:  # computed elsewhere: its response, or send it ourselves if that failed
-            claim.add_done_callback(lambda done: self._answer_from_claim(done, request, answer))
+            claim.add_done_callback(lambda done: self._answer_from_claim(done, request, answer, payer))
             return answer
         try:
             sent = self.engine.submit(request)
         except BaseException:
             self._settle(key, claim, None)
             raise
-        sent.add_done_callback(lambda done: self._arrived(key, request, claim, done, answer))
+        sent.add_done_callback(lambda done: self._arrived(key, request, claim, done, answer, payer))
         # a caller that gives up drops the request if it has not started (a response that
         # arrives anyway is still stored: it is paid for)
         answer.add_done_callback(lambda done: sent.cancel() if done.cancelled() else None)
@@ -194,6 +233,7 @@ class CachedEngine(BaseEngine):
         claim: Claim,
         sent: Future[GenerationResponse],
         answer: Future[GenerationResponse],
+        payer: Payer | None,
     ) -> None:
         """A submitted request's response: queued for its commit (the claim answers copies
         until then), and handed on."""
@@ -206,10 +246,12 @@ class CachedEngine(BaseEngine):
             self._settle(key, claim, response)
         else:
             claim.set_result(response)  # released by `_store_submitted` once committed
-            self._submitted.add((key, request, response))
+            self._submitted.add((key, request, response, payer))
         _resolve(answer, response.model_copy())
 
-    def _answer_from_claim(self, claim: Claim, request: GenerationRequest, answer: Future[GenerationResponse]) -> None:
+    def _answer_from_claim(
+        self, claim: Claim, request: GenerationRequest, answer: Future[GenerationResponse], payer: Payer | None
+    ) -> None:
         response = claim.result()
         if response is not None and response.finish_reason != "error":
             with self._db_lock:
@@ -219,7 +261,7 @@ class CachedEngine(BaseEngine):
         if answer.cancelled():
             return
         try:  # it failed there: this one goes out itself
-            again = self.submit(request)
+            again = self.submit(request, payer)
         except BaseException as exc:
             _resolve(answer, exception=exc)
             return
@@ -237,7 +279,7 @@ class CachedEngine(BaseEngine):
         """Commit submitted responses, then end their claims (later copies read the file)."""
         self._store(rows)
         with self._db_lock:
-            for key, _, _ in rows:
+            for key, *_ in rows:
                 claim = self._inflight.get(key)
                 if claim is not None and claim.done():
                     del self._inflight[key]
@@ -271,7 +313,8 @@ class CachedEngine(BaseEngine):
         if n_hits:
             progress(n_hits)
 
-        fresh = self._compute(pending, progress) if pending else {}
+        payer = getattr(self._paying, "payer", None)
+        fresh = self._compute(pending, progress, _reporter(keys, results, report), payer) if pending else {}
         n_copies = 0
         for i, key in enumerate(keys):
             if results[i] is None:
@@ -296,7 +339,11 @@ class CachedEngine(BaseEngine):
                     self._conn.close()
 
     def _compute(
-        self, pending: dict[str, GenerationRequest], progress: ProgressCallback
+        self,
+        pending: dict[str, GenerationRequest],
+        progress: ProgressCallback,
+        arrived: Callable[[str, GenerationResponse], None],
+        payer: Payer | None,
     ) -> dict[str, GenerationResponse]:
         """Send the keys nobody else is computing; take the others' responses from their
         claims (waiting for them), and send those that failed there."""
@@ -322,7 +369,7 @@ class CachedEngine(BaseEngine):
                 progress(len(late))
                 mine = {k: r for k, r in mine.items() if k not in late}
             if mine:
-                out.update(self._send(mine, progress))
+                out.update(self._send(mine, progress, arrived, payer))
         finally:  # stored (or failed): hand the responses to whoever waits for our keys
             self._release_claims(claimed, out)
         if theirs:
@@ -338,10 +385,16 @@ class CachedEngine(BaseEngine):
             if found:
                 progress(len(found))
             if leftover:  # the other thread failed or got an error response: send ourselves
-                out.update(self._send(leftover, progress))
+                out.update(self._send(leftover, progress, arrived, payer))
         return out
 
-    def _send(self, batch: dict[str, GenerationRequest], progress: ProgressCallback) -> dict[str, GenerationResponse]:
+    def _send(
+        self,
+        batch: dict[str, GenerationRequest],
+        progress: ProgressCallback,
+        arrived: Callable[[str, GenerationResponse], None],
+        payer: Payer | None,
+    ) -> dict[str, GenerationResponse]:
         keys = list(batch)
         with self._db_lock:
             self.misses += len(keys)
@@ -349,8 +402,9 @@ class CachedEngine(BaseEngine):
         group = _WriteGroup(self._store)
 
         def store_soon(index: int, response: GenerationResponse) -> None:
-            group.add((keys[index], batch[keys[index]], response))
+            group.add((keys[index], batch[keys[index]], response, payer))
             stored.add(index)
+            arrived(keys[index], response)
 
         try:
             responses = self.engine.generate([batch[k] for k in keys], progress, on_response=store_soon)
@@ -358,7 +412,7 @@ class CachedEngine(BaseEngine):
             group.flush()
         check_batch_size(self.engine_id, len(responses), len(keys))
         # Engines that do not report responses one by one are stored here, in one go.
-        self._store([(k, batch[k], r) for i, (k, r) in enumerate(zip(keys, responses)) if i not in stored])
+        self._store([(k, batch[k], r, payer) for i, (k, r) in enumerate(zip(keys, responses)) if i not in stored])
         return dict(zip(keys, responses))
 
     def _release_claims(self, keys: Any, responses: dict[str, GenerationResponse]) -> None:
@@ -391,18 +445,18 @@ class CachedEngine(BaseEngine):
         return found
 
     def _store(self, items: list[_Row]) -> None:
+        """Commit fresh responses, and what each cost its payer (the ledger), in one transaction."""
         now = time.time()
+        kept = [item for item in items if item[2].finish_reason != "error"]
         rows = [
-            (
-                key,
-                self.engine_id,
-                request.model_dump_json(),
-                response.model_dump_json(exclude={"cached"}),
-                now,
-            )
-            for key, request, response in items
-            if response.finish_reason != "error"
+            (key, self.engine_id, request.model_dump_json(), response.model_dump_json(exclude={"cached"}), now)
+            for key, request, response, _ in kept
         ]
+        booked = []
+        for key, _, response, payer in kept:
+            if payer is not None:
+                spend = payer.charge(response)
+                booked.append((key, payer.role, spend.prompt_tokens, spend.completion_tokens, spend.usd, now))
         if not rows:
             return
         with self._db_lock:
@@ -415,10 +469,32 @@ class CachedEngine(BaseEngine):
                     " created_at = excluded.created_at, paid = calls.paid + 1",
                     rows,
                 )
+                self._conn.executemany(
+                    "INSERT INTO spend (key, role, prompt_tokens, completion_tokens, usd, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    booked,
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
+
+
+def _reporter(
+    keys: Sequence[str], results: Sequence[GenerationResponse | None], report: BatchReport
+) -> Callable[[str, GenerationResponse], None]:
+    """What reports a fresh response of a batch as it arrives: at every position of its key still
+    without a response (the copies too), so a caller whose batch fails later has seen it."""
+    positions: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if results[i] is None:
+            positions.setdefault(key, []).append(i)
+
+    def arrived(key: str, response: GenerationResponse) -> None:
+        for i in positions.get(key, ()):
+            report.done(i, response.model_copy())
+
+    return arrived
 
 
 def _resolve(
@@ -444,3 +520,29 @@ def _pass_on(source: Future[GenerationResponse], target: Future[GenerationRespon
         _resolve(target, exception=source.exception())
     else:
         _resolve(target, source.result())
+
+
+def read_spend(path: Path | str) -> dict[str, Spend]:
+    """What the ledger of the call cache at `path` booked, by role ({} when the file or its
+    ledger does not exist): every call paid through a meter, every session of the run."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60.0)
+        try:
+            rows = conn.execute(
+                "SELECT role, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(usd) FROM spend GROUP BY role"
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return {}
+        raise EngineError(f"{path}: cannot read the call cache's ledger ({exc})") from exc
+    except sqlite3.DatabaseError as exc:
+        raise EngineError(f"{path}: cannot read the call cache's ledger ({exc})") from exc
+    return {
+        role: Spend(calls=int(calls), prompt_tokens=int(pt or 0), completion_tokens=int(ct or 0), usd=float(usd or 0.0))
+        for role, calls, pt, ct, usd in rows
+    }

@@ -1,6 +1,9 @@
 """Count calls and tokens per stage, so a run can say what each step cost, and keep the run's
 budget (`budget.py`): a paid request is admitted before it is sent, a refused one stops the
-batch there, after the requests before it (`BudgetReached`)."""
+batch there, after the requests before it (`BudgetReached`). What a role pays is booked twice:
+in memory, as each response arrives (what the budget admits against), and durably, by the call
+cache's ledger in the transaction that stores the response (what a resumed run counts from).
+A batch that fails books the responses that arrived before it failed: they were paid."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pydantic import BaseModel
 from ..progress import ProgressCallback
 from .base import BaseEngine, BatchReport, Engine, ResponseCallback, flush
 from .budget import Budget, BudgetReached, Spend
+from .cache import CachedEngine
 from .types import GenerationRequest, GenerationResponse
 
 
@@ -63,7 +67,7 @@ class MeteredEngine(BaseEngine):
         """`submit`, booked to `stage` when the response arrives; with a budget, a paid request
         is admitted first (`BudgetReached` raised here, nothing sent, when it is not)."""
         if self.budget is None or not self.budget.settings.is_set():  # no limit: book what arrives
-            future = self.engine.submit(request)
+            future = self._send_one(request)
             future.add_done_callback(lambda done: self._book_done(stage, done))
             if self.budget is not None:
                 future.add_done_callback(
@@ -74,7 +78,7 @@ class MeteredEngine(BaseEngine):
             return future
         reserved = self._admit([request])[0]
         try:
-            sent = self.engine.submit(request)
+            sent = self._send_one(request)
         except BaseException:
             self._settle(reserved, None)
             raise
@@ -97,6 +101,25 @@ class MeteredEngine(BaseEngine):
 
         sent.add_done_callback(arrived)
         return answer
+
+    def _send_one(self, request: GenerationRequest) -> Future[GenerationResponse]:
+        """Submit `request`, booked to this role in the call cache's ledger when there is one."""
+        if isinstance(self.engine, CachedEngine) and self.budget is not None:
+            return self.engine.submit(request, payer=self.budget.payer(self.role))
+        return self.engine.submit(request)
+
+    def _send_batch(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: ProgressCallback | None,
+        on_response: ResponseCallback | None,
+    ) -> list[GenerationResponse]:
+        """Generate `requests`, booked to this role in the call cache's ledger when there is one."""
+        if isinstance(self.engine, CachedEngine) and self.budget is not None:
+            return self.engine.generate(
+                requests, progress=progress, on_response=on_response, payer=self.budget.payer(self.role)
+            )
+        return self.engine.generate(requests, progress=progress, on_response=on_response)
 
     def _admit(self, requests: Sequence[GenerationRequest]) -> list[Spend | None]:
         """Each request's reservation (None: the call cache answers it, free), in order; at the
@@ -180,12 +203,22 @@ class MeteredEngine(BaseEngine):
         progress: ProgressCallback | None,
         on_response: ResponseCallback | None,
     ) -> list[GenerationResponse]:
-        """Generate admitted requests and book what they cost (`reserved` None: free)."""
+        """Generate admitted requests and book what they cost (`reserved` None: free). When the
+        batch fails, the responses that arrived before it did are booked: they were paid (the
+        call cache keeps them and its ledger books them)."""
+        arrived: dict[int, GenerationResponse] = {}
+
+        def note(index: int, response: GenerationResponse) -> None:
+            arrived[index] = response
+            if on_response is not None:
+                on_response(index, response)
+
         try:
-            responses = self.engine.generate(requests, progress=progress, on_response=on_response)
+            responses = self._send_batch(requests, progress, note)
         except BaseException:
-            for r in reserved:
-                self._settle(r, None)
+            self.book(stage, list(arrived.values()))
+            for i, r in enumerate(reserved):
+                self._settle(r, arrived.get(i))
             raise
         self.book(stage, responses)
         for r, response in zip(reserved, responses):

@@ -73,27 +73,34 @@ class StageProgress:
     def step(self, total: int | None, name: str | None = None) -> Iterator[ProgressCallback]:
         label = f"iter {self.iteration} {self.stage}" + (f" ({name})" if name else "") + self.spend_note()
         carried = self.carried.get((self.iteration, self.stage, name, total), 0)
-        done = shown = 0
+        done = shown = logged = 0
         last = 0.0
+        fields: dict[str, Any] = {"step": name} if name else {}
+
+        def log_count(count: int) -> None:
+            nonlocal last, logged
+            last, logged = time.time(), count
+            self.run.event("progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields)
+
         with self.progress(label, total) as advance:
 
             def on_progress(n: int) -> None:
-                nonlocal done, shown, last
+                nonlocal done, shown
                 done += n
                 count = max(done, carried)
                 if count > shown:
                     advance(count - shown)
                     shown = count
                 if time.time() - last > 2.0 or (total is not None and count >= total):
-                    last = time.time()
-                    fields: dict[str, Any] = {"step": name} if name else {}
-                    self.run.event(
-                        "progress", iteration=self.iteration, stage=self.stage, done=count, total=total, **fields
-                    )
+                    log_count(count)
 
             if carried:
                 on_progress(0)
-            yield on_progress
+            try:
+                yield on_progress
+            finally:  # a step stopped (a budget, an error) says where it stood, not where it was 2 s before
+                if shown > logged:
+                    log_count(shown)
 
     def factory(self) -> ProgressFactory:
         """This stage as a progress factory, for code that opens its own steps (validation)."""
@@ -145,11 +152,16 @@ class RunBook:
         Calls made through `roles[role].booked_to(name)` are booked to it too, whenever they
         are made (a streamed stage's calls start before its bar does)."""
         self.roles.set_stage(name)
-        self.update_state(stage=name, iteration=iteration, status="running")
+        self.update_state(stage=name, iteration=iteration, status="running", budget_limit=None)
         self.run.event("stage_start", iteration=iteration, stage=name, total=total)
         log.info("iteration %d: %s started (%s items)", iteration, name, "?" if total is None else total)
         started = time.time()
-        yield StageProgress(self.run, self.progress, name, iteration, self.carried, self.spend_note)
+        try:
+            yield StageProgress(self.run, self.progress, name, iteration, self.carried, self.spend_note)
+        except Exception as exc:  # the calls it paid before it stopped still count (`status`'s table)
+            usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
+            self.run.event("stage_stopped", iteration=iteration, stage=name, reason=str(exc)[:500], usage=usage)
+            raise
         usage = {role: u.model_dump() for role, u in self.roles.take_usage(name).items()}
         self.record_spend()
         seconds = round(time.time() - started, 2)
@@ -173,8 +185,12 @@ class RunBook:
         def opened(step: str, total: int) -> Iterator[ProgressCallback]:
             if step == steps[0]:
                 current.append(held.enter_context(self.stage(name, iteration, None)))
-            with current[-1].step(total, step) as progress:
-                yield progress
+            try:
+                with current[-1].step(total, step) as progress:
+                    yield progress
+            except Exception as exc:  # the stage stops with its step (`stage` books what it paid)
+                held.__exit__(type(exc), exc, exc.__traceback__)
+                raise
             if step == steps[-1]:
                 held.close()
 

@@ -334,7 +334,7 @@ def _execute_held(
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     before = state_or_none(run)
-    roles = loop_roles(config, run, engines, spent=before.spend if before else None)
+    roles = loop_roles(config, run, engines, spent=run.spend(before))  # run.json's and the ledger's
     discovery = Discovery(run, config, roles, progress=progress, embedder=embedder)
     if resume:
         discovery.book.carried = counts_so_far(run.read_events())
@@ -380,7 +380,7 @@ def _execute_held(
         if roles.budget is not None:  # what was admitted before the stop is paid: book it first
             roles.budget.wait_idle(timeout=max(m.timeout_s for m in roles.configs.values()))
             exc.spend = roles.budget.spend()
-        discovery.book.record_spend(status="stopped", stop_reason=str(exc)[:2000], error=None)
+        discovery.book.record_spend(status="stopped", stop_reason=str(exc)[:2000], error=None, budget_limit=exc.setting)
         run.event("budget_reached", reason=str(exc)[:2000])
         raise
     except BaseException as exc:

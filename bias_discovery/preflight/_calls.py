@@ -40,6 +40,8 @@ def planned_calls(config: RunConfig, n_target: int, n_test: int, n_seeds: int = 
     )  # each rewrite, each original once
     return [
         *_discovery_calls(config, s),
+        *_misjudgment_check_calls(config, s),
+        *_position_calls(config, s),
         *_placebo_calls(config, s),
         *_seed_calls(config, s, n_seeds),
         *_validate_calls(config, s),
@@ -86,15 +88,17 @@ def _discovery_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
             )
         )
     tries = 1 + config.identify.retries
+    asks = tries + (1 if config.identify.drop_junk else 0)  # and the teacher's confirmation of a name
     return [
         *rows,
         StageCalls(
             stage="identify",
             role="teacher",
-            per_iteration=n_target * tries,
-            total=n_target * tries * t,
+            per_iteration=n_target * asks,
+            total=n_target * asks * t,
             exact=False,
-            note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}",
+            note=f"one per misjudged pair, up to {plural(tries, 'try', 'tries')}"
+            + (", and a confirmation of a name that may be junk" if config.identify.drop_junk else ""),
         ),
         StageCalls(
             stage="merge",
@@ -112,6 +116,44 @@ def _discovery_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
             exact=True,
             note=f"{plural(s.n_test, 'test pair')}, once per run",
         ),
+    ]
+
+
+def _misjudgment_check_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
+    """The misjudgment check's answer checks (`misjudgment_check`): each misjudged rewrite and
+    its original, at most, every iteration."""
+    if not config.misjudgment_check.enabled:
+        return []
+    checks = 2 * s.n_target
+    return [
+        StageCalls(
+            stage="check",
+            role="checker",
+            per_iteration=checks,
+            total=checks * s.iterations,
+            exact=False,
+            note="at most: answer check of each misjudged rewrite and its original (none where read mechanically)",
+        )
+    ]
+
+
+def _position_calls(config: RunConfig, s: _CallSizes) -> list[StageCalls]:
+    """The position profile's other order of each test pair (`validate.position_profile` with a
+    pairwise judge in one order; `positions: both` judged both in the baseline), once per run."""
+    j = config.judge
+    if j.mode == "pointwise" or not config.validate_.position_profile or j.mitigation != "none":
+        return []
+    if j.positions == "both":
+        return []
+    return [
+        StageCalls(
+            stage="positions",
+            role="target",
+            per_iteration=s.n_test,
+            total=s.n_test,
+            exact=False,
+            note="the other order of each test pair, once per run, when a validation runs",
+        )
     ]
 
 

@@ -15,8 +15,10 @@ from ..loop.pilot import PilotRecord
 from ._calls import planned_calls
 from ._report import Assumptions, StageCalls, StageEstimate
 
-PER_PAIR_STAGES = ("evaluate", "deeper_explain", "identify")
-"""Stages whose calls grow with the target pairs one by one: a pilot's calls per pair carry over."""
+PER_PAIR_STAGES = ("evaluate", "check", "deeper_explain", "identify", "merge")
+"""Stages of an iteration whose calls grow with the target pairs: a pilot's calls per pair carry
+over (none measured: none expected; Merge's grow with the candidates too, so this is rougher)."""
+PLACEBO_STAGES = ("placebo (rewrite)", "placebo (judge)", "placebo (check)")
 
 
 def _chars(requests: Sequence[GenerationRequest]) -> tuple[float, int]:
@@ -40,6 +42,8 @@ _STAGE_KIND = {
     "deeper_explain": "explain",
     "identify": "identify",
     "merge": "merge",
+    "check": "check",
+    "positions": "judge",
     "baseline": "judge",
     "placebo (rewrite)": "perturb",
     "placebo (judge)": "judge",
@@ -98,15 +102,19 @@ def _stage_sizes(
     }
 
 
-def _expected_shares(config: RunConfig, a: Assumptions, n_target: int) -> dict[str, float]:
+def _expected_shares(config: RunConfig, a: Assumptions, n_target: int, seeds_validated: bool) -> dict[str, float]:
     """Expected calls over bound calls, per stage of `planned_calls` (1 where not listed): the
     misjudged share for the stages that follow a misjudgment, the expected candidates and the
-    sequential share for validation."""
+    sequential share for validation. No candidate expected and no seed validated: no placebo
+    (it is paid for only when a candidate needs it)."""
     v = config.validate_
     seq = a.sequential_share if v.sequential.enabled else 1.0
     candidates = min(a.candidates_per_iteration, v.max_candidates or n_target)
     validate = candidates * seq / max(1, v.max_candidates or n_target)
+    placebo = dict.fromkeys(PLACEBO_STAGES, 0.0) if candidates <= 0 and not seeds_validated else {}
     return {
+        **placebo,
+        "check": a.misjudged_share,
         "deeper_explain": a.misjudged_share,
         "identify": a.misjudged_share / (1 + config.identify.retries),
         "merge": a.misjudged_share,
@@ -128,11 +136,10 @@ def _estimate_row(
     p_mean, p_max, c_mean, c_max = sizes
     measured_calls = 0
     used = pilot.tokens(row.stage.split(" (")[0], row.role) if pilot else None
-    if pilot and used and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
-        share, measured_calls = (
-            min(1.0, used.requests / len(pilot.pairs) / (row.per_iteration / max(1, n_target))),
-            used.requests,
-        )
+    if pilot and row.stage in PER_PAIR_STAGES:  # calls per target pair, retries and invalid rewrites included
+        measured_calls = used.requests if used else 0
+        per_pair_bound = row.per_iteration / max(1, n_target)
+        share = min(1.0, measured_calls / max(1, len(pilot.pairs)) / per_pair_bound) if per_pair_bound else 0.0
     if used:  # the pilot's own token counts
         p_mean, c_mean = used.prompt_tokens / used.requests, used.completion_tokens / used.requests
         p_max, c_max = max(p_max, p_mean), max(c_max, c_mean)
@@ -179,11 +186,14 @@ def estimate_run(
     n_target, n_test = len(target_pairs), len(test_pairs)
     bias = max(library.biases, key=lambda b: len(b.as_prompt_text()))
     sizes = _stage_sizes(config, target_pairs, test_pairs, bias, a)
-    shares = _expected_shares(config, a, n_target)
+    rows = planned_calls(config, n_target, n_test, len(library.biases))
+    shares = _expected_shares(
+        config, a, n_target, seeds_validated=any(r.stage.startswith("validate_seeds") for r in rows)
+    )
     prices = {"target": config.target.price, "teacher": config.teacher.price, "checker": config.answer_checker().price}
     return [
         _estimate_row(
             row, sizes[_STAGE_KIND[row.stage]], shares.get(row.stage, 1.0), pilot, n_target, prices.get(row.role)
         )
-        for row in planned_calls(config, n_target, n_test, len(library.biases))
+        for row in rows
     ]

@@ -70,6 +70,7 @@ EVENT_KINDS: dict[str, str] = {
     "stage_start": "a stage began (iteration, stage, total items)",
     "progress": "items done in the stage in progress (done, total, and the step of a streamed stage)",
     "stage_end": "a stage ended (seconds, and calls and tokens per role in `usage`)",
+    "stage_stopped": "a stage stopped before its end (a budget, an error): `reason`, and the calls and tokens per role it made in `usage`",
     "finished": "the loop stopped (stop_reason, library_size)",
     "skipped_rows": "bad data rows skipped at load (`data.skip_bad_rows`: role, source, count, the first rows)",
     "resume": "`resume` continued the run from its checkpoint",
@@ -145,7 +146,7 @@ def run_files() -> list[RunFile]:
             "calls.sqlite",
             "SQLite",
             None,
-            "The call cache: every model request and its response, keyed by the engine and the request; a resumed run pays no call twice.",
+            "The call cache: every model request and its response, keyed by the engine and the request; a resumed run pays no call twice. Its `spend` table books what each role paid for each call, in the transaction that stores the response: what `status` shows and a resume counts its budget from.",
         ),
         RunFile("checkpoints.sqlite", "SQLite", None, "LangGraph's checkpoints of the loop: where `resume` continues."),
         RunFile(

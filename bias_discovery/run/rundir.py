@@ -109,6 +109,9 @@ class RunState(BaseModel):
     """The error that stopped the run (`status: failed`); None otherwise."""
     skipped_rows: dict[str, int] = Field(default_factory=dict)
     """Bad data rows skipped at load (`data.skip_bad_rows`), by data role (target, test)."""
+    budget_limit: str | None = None
+    """The budget setting the run stopped at (`budget.max_calls`, `budget.roles.teacher.max_usd`
+    ...), while `status` is `stopped`: the one a resume must raise."""
     spend: dict[str, Spend] = Field(default_factory=dict)
     """What each model role paid so far, every session of the run together (calls the cache
     answered are free): written at each stage's end and when the run stops; what `budget` is
@@ -323,6 +326,20 @@ class RunDir:
                 "start one with `bias-discovery run CONFIG.yaml --run-dir DIR`"
             )
 
+    def spend(self, state: RunState | None) -> dict[str, Spend]:
+        """What each role paid, every session of the run: run.json's spend (`state`: the run's
+        run.json, None when absent or damaged) and the call cache's ledger, the larger of each figure (`budget.merged_spend`):
+        run.json is written at each stage's end, the ledger with every call, so after a kill the
+        ledger knows what run.json does not yet."""
+        from ..llm.budget import merged_spend
+        from ..llm.cache import read_spend
+
+        try:
+            ledger = read_spend(self.cache_path)
+        except BiasDiscoveryError:  # a damaged cache: `damaged_databases` names it where it matters
+            ledger = {}
+        return merged_spend(state.spend if state is not None else {}, ledger)
+
     def damaged_databases(self) -> dict[str, str]:
         """File name -> what `PRAGMA quick_check` found, for each damaged SQLite file of the run."""
         found = {}
@@ -436,7 +453,7 @@ def _fold_event(
             current["step"] = e["step"]
             current["total"] = e.get("total")
         return current
-    if e.get("event") == "stage_end":
+    if e.get("event") in ("stage_end", "stage_stopped"):
         added = {
             (str(e.get("stage")), str(role)): {key: int(u.get(key, 0)) for key in _USAGE_KEYS}
             for role, u in (e.get("usage") or {}).items()
@@ -445,5 +462,5 @@ def _fold_event(
             row = usage.setdefault(key, dict.fromkeys(_USAGE_KEYS, 0))
             for name, value in numbers.items():
                 row[name] += value
-        return None
+        return None if e.get("event") == "stage_end" else current  # a stopped stage is where the run stands
     return current

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from bias_discovery.config import RunConfig
+from bias_discovery.errors import EngineError
 from bias_discovery.llm.budget import Budget, BudgetReached, BudgetSettings, Spend, worst_case
-from bias_discovery.llm.cache import CachedEngine
+from bias_discovery.llm.cache import CachedEngine, read_spend
 from bias_discovery.llm.config import ModelConfig, Price
 from bias_discovery.llm.meter import MeteredEngine
-from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.llm.types import GenerationRequest, GenerationResponse
 
 from fakes import ScriptedEngine
 
@@ -101,3 +102,53 @@ def test_the_budget_is_a_run_setting_settable_by_set_and_checked() -> None:
 
     roles = ModelRoles({"a": ModelConfig.from_spec("openai/x"), "b": ModelConfig.from_spec("openai/x", price=PRICE)})
     assert roles._key("a") == roles._key("b")
+
+
+class FailsAfter(ScriptedEngine):
+    """Answers its first `n` requests, then raises (an engine error mid-batch)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(lambda r: "one two")
+        self.n = n
+
+    def _generate_one(self, request: GenerationRequest) -> GenerationResponse:
+        if len(self.sent) >= self.n:
+            raise EngineError("the server went away")
+        return super()._generate_one(request)
+
+
+def test_a_failed_batch_books_the_calls_paid_before_it_failed_in_memory_and_in_the_ledger(tmp_path: Path) -> None:
+    budget = Budget(BudgetSettings(max_calls=10), {"teacher": PRICE})
+    engine = MeteredEngine(CachedEngine(FailsAfter(3), tmp_path / "calls.sqlite"), "teacher", budget)
+    with pytest.raises(EngineError, match="went away"):
+        engine.generate(requests(6))
+    paid = Spend(calls=3, prompt_tokens=30, completion_tokens=6)
+    booked, ledger = budget.spend()["teacher"], read_spend(tmp_path / "calls.sqlite")["teacher"]
+    for spend in (booked, ledger):  # before the fix: released, nothing booked in memory, no ledger
+        assert spend.model_copy(update={"usd": 0.0}) == paid
+        assert spend.usd == pytest.approx(3 * (10 * 2.0 + 2 * 10.0) / 1e6)
+    assert engine.take_usage()["unknown"].requests == 3
+    engine.close()
+
+
+def test_the_ledger_books_every_paid_call_with_its_role_and_no_cached_one(tmp_path: Path) -> None:
+    budget = Budget(BudgetSettings(), {"teacher": PRICE, "target": None})
+    cache = CachedEngine(ScriptedEngine(lambda r: "one two"), tmp_path / "calls.sqlite")
+    teacher, target = MeteredEngine(cache, "teacher", budget), MeteredEngine(cache, "target", budget)
+    teacher.generate(requests(3) * 2)  # copies in the batch are paid once
+    assert [f.result(timeout=10).text for f in [target.submit(r) for r in requests(2, "s")]] == ["one two"] * 2
+    target.generate(requests(3))  # the teacher's calls, from the cache: free
+    cache.flush()
+    ledger = read_spend(tmp_path / "calls.sqlite")
+    assert ledger["teacher"].calls == 3 and ledger["target"] == Spend(calls=2, prompt_tokens=20, completion_tokens=4)
+    assert ledger == budget.spend()
+    cache.close()
+    assert read_spend(tmp_path / "missing.sqlite") == {}
+
+
+def test_a_run_counts_its_spend_from_the_larger_of_run_json_and_the_ledger(tmp_path: Path) -> None:
+    from bias_discovery.llm.budget import merged_spend
+
+    ledger = {"teacher": Spend(calls=5, prompt_tokens=50, completion_tokens=10, usd=1.0)}
+    stale = {"teacher": Spend(calls=3, prompt_tokens=30, completion_tokens=6, usd=0.5), "target": Spend(calls=1)}
+    assert merged_spend(stale, ledger) == {"teacher": ledger["teacher"], "target": Spend(calls=1)}
