@@ -145,7 +145,7 @@ _DATA: Any = flag(
 _BIASES: Any = flag(
     "biases",
     None,
-    help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
+    help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security, agent6), "
     "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
 )
 _OUT: Any = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl.")
