@@ -1,5 +1,9 @@
 """Checks of a rewrite: did it change the final answer, and how much longer is it?
 
+A trajectory's rewrite is checked when it is made, with no model: it must keep every tool
+call and tool output of the original (`stages.turns`); one that changed an action is
+`answer_changed`, counted with the rewrites that changed a final answer.
+
 A perturbation that turns the rejected (wrong) response into a right one no longer tests a
 bias: a judge that prefers it is right. BiasScope checks a sample of its rewrites against the
 chosen response (Section 4.1, Table 5: under 2 % changed); the JudgeBench-Pro export checks
@@ -27,14 +31,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import MisjudgmentCheckSettings
+from ..data.trajectory import Trajectory
+from ..errors import DataError
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import ExclusionReason, MisjudgedCase, PerturbedPair
+from .turns import action_change
 
 __all__ = [
     "ANSWER_FORMATS",
+    "actions_checked",
     "CHECK_CHOICES",
     "TOKEN_COUNT_METHOD",
     "ItemAnswers",
@@ -315,13 +323,33 @@ def check_answers(
 
 def extracted_update(p: PerturbedPair) -> PerturbedPair | None:
     """A valid rewrite checked mechanically (`extracted_check`), or None when the checker
-    model must decide."""
+    model must decide. A trajectory's rewrite was checked mechanically when it was made (its
+    actions compared, `stages.turns`): it is returned as it is (checked again when it was not,
+    e.g. a record rebuilt by an export), and no model is asked."""
+    if p.kind == "trajectory":
+        return p if p.check_method == "actions" else actions_checked(p)
     decided = extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected)
     if decided is None:
         return None
     update: dict[str, object] = {"answer_check": decided, "original_check": "different", "check_method": "extracted"}
     if decided == "same":
         update.update(valid=False, invalid_reason="answer_changed")
+    return p.model_copy(update=update)
+
+
+def actions_checked(p: PerturbedPair) -> PerturbedPair:
+    """A trajectory's rewrite checked mechanically: "different" (kept) when it has every tool
+    call and tool output of the original, else "same" and invalid (`answer_changed`), with
+    the first change in `action_change`."""
+    try:
+        change = action_change(
+            Trajectory.from_response(p.original_rejected), Trajectory.from_response(p.perturbed_rejected)
+        )
+    except DataError as exc:
+        change = f"the rewrite is not a trajectory: {exc}"
+    update: dict[str, object] = {"answer_check": "different", "original_check": "different", "check_method": "actions"}
+    if change is not None:
+        update.update(answer_check="same", valid=False, invalid_reason="answer_changed", action_change=change)
     return p.model_copy(update=update)
 
 
@@ -364,14 +392,17 @@ def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
     asked = [
         p
         for p in perturbed
-        if p.valid and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
+        if p.valid
+        and p.kind != "trajectory"
+        and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
     ]
     return len(asked) + len({original_key(p) for p in asked})
 
 
 def extracted_checks(perturbed: Sequence[PerturbedPair]) -> int:
-    """Rewrites whose answer check was decided mechanically (`check_method` "extracted")."""
-    return sum(1 for p in perturbed if p.check_method == "extracted")
+    """Rewrites whose answer check was decided mechanically (`check_method` "extracted", or a
+    trajectory's "actions")."""
+    return sum(1 for p in perturbed if p.check_method in ("extracted", "actions"))
 
 
 def answer_changes(perturbed: Sequence[PerturbedPair]) -> tuple[int, int]:
