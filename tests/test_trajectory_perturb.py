@@ -163,3 +163,31 @@ def test_a_page_shows_a_trajectory_as_its_transcript():
     shown = as_read(pair.rejected)
     assert shown.startswith("[user]\nPlease cancel") and "[tool call: log_ticket]" in shown
     assert as_read("plain answer") == "plain answer"
+
+
+def test_the_misjudgment_check_measures_a_trajectorys_length_on_its_rewritten_turn():
+    from bias_discovery.config import MisjudgmentCheckSettings
+    from bias_discovery.stages.records import MisjudgedCase
+    from bias_discovery.stages.rewrite_checks import misjudgment_checked
+
+    pair = trajectory_pair(1)
+    turn = Trajectory.from_response(pair.rejected).messages[4]
+    long_turn = turn_text(turn).replace("Done:", "Done: " + "very " * 40)
+    [record] = perturb(ScriptedEngine(lambda r: long_turn), [(pair, AUTHORITY)], PerturbSettings(), seed=0)
+    case = MisjudgedCase(
+        pair_id=pair.id,
+        bias_id=AUTHORITY.id,
+        domain=pair.domain,
+        question=pair.question,
+        chosen=pair.chosen,
+        original_rejected=pair.rejected,
+        perturbed_rejected=record.perturbed_rejected,
+        order="chosen_first",
+        verdict="B",
+        judge_output="Verdict: B",
+        explanation="",
+        kind="trajectory",
+        turn=record.turn,
+    )
+    checked = misjudgment_checked(case, record, 1.5, MisjudgmentCheckSettings())
+    assert checked.excluded == "length_changed" and checked.length_ratio == 5.0  # 10 words, 40 added

@@ -38,7 +38,7 @@ from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import ExclusionReason, MisjudgedCase, PerturbedPair
-from .turns import action_change
+from .turns import action_change, turn_text
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -49,6 +49,7 @@ __all__ = [
     "answer_changes",
     "check_answers",
     "check_calls",
+    "compared_texts",
     "extracted_check",
     "extracted_checks",
     "extracted_update",
@@ -475,15 +476,30 @@ def outside_length_allowance(original: str, rewrite: str, allowance: float | Non
     return after > allowance * before + slack or after < before / allowance - slack
 
 
+def compared_texts(case: MisjudgedCase) -> tuple[str, str]:
+    """What a rewrite's length is measured on: the whole responses, or a trajectory's
+    rewritten turn (its text and tool-call lines) before and after."""
+    if case.kind != "trajectory" or case.turn is None:
+        return case.original_rejected, case.perturbed_rejected
+    try:
+        before = Trajectory.from_response(case.original_rejected).messages[case.turn]
+        after = Trajectory.from_response(case.perturbed_rejected).messages[case.turn]
+    except (DataError, IndexError):
+        return case.original_rejected, case.perturbed_rejected
+    return turn_text(before), turn_text(after)
+
+
 def misjudgment_checked(
     case: MisjudgedCase, checked: PerturbedPair | None, allowance: float | None, settings: MisjudgmentCheckSettings
 ) -> MisjudgedCase:
     """`case` with its answer check (`checked`: its rewrite after `check_answers`, or after
     `extracted_update` / `model_checked` streamed; None: no checker, length only), its length
     ratio and, when it does not count, why (`MisjudgedCase.excluded`): a changed answer or an
-    unusable check first, then a length beyond `allowance`."""
-    tokens = count_tokens(case.original_rejected)
-    update: dict[str, object] = {"length_ratio": count_tokens(case.perturbed_rejected) / tokens if tokens else None}
+    unusable check first, then a length beyond `allowance`. A trajectory's length is its
+    rewritten turn's (`compared_texts`): the rest of the run is the same by construction."""
+    original, rewrite = compared_texts(case)
+    tokens = count_tokens(original)
+    update: dict[str, object] = {"length_ratio": count_tokens(rewrite) / tokens if tokens else None}
     excluded: ExclusionReason | None = None
     if checked is not None:
         update.update(
@@ -491,9 +507,7 @@ def misjudgment_checked(
         )
         if checked.invalid_reason in ("answer_changed", "check_invalid"):
             excluded = "answer_changed" if checked.invalid_reason == "answer_changed" else "check_invalid"
-    if excluded is None and outside_length_allowance(
-        case.original_rejected, case.perturbed_rejected, allowance, settings.length_slack
-    ):
+    if excluded is None and outside_length_allowance(original, rewrite, allowance, settings.length_slack):
         excluded = "length_changed"
     update["excluded"] = excluded
     return case.model_copy(update=update)
