@@ -132,3 +132,19 @@ def test_a_trajectory_run_killed_in_identify_resumes_to_the_same_library(tmp_pat
     assert (rd.iteration(1).directory / "perturbed.jsonl").read_text() == (
         reference.iteration(1).directory / "perturbed.jsonl"
     ).read_text()
+
+
+def test_a_trajectory_run_stopped_at_its_budget_resumes_to_the_same_library(tmp_path, monkeypatch):
+    from bias_discovery.llm.budget import BudgetReached
+
+    config = _trajectory_config(tmp_path, monkeypatch, max_iterations=1)
+    reference, _, _ = run_fake(tmp_path, config, name="reference", engine=ScriptedEngine(trajectory_world))
+    tight = config.model_copy(update={"budget": config.budget.model_copy(update={"max_calls": 40})})
+    with pytest.raises(BudgetReached):
+        run_fake(tmp_path, tight, name="budget", engine=ScriptedEngine(trajectory_world))
+    rd = RunDir(tmp_path / "budget")
+    rd.config_path.write_text(config.to_yaml())
+    execute(
+        rd, config, resume=True, engines={"target": ScriptedEngine(trajectory_world)}, embedder=BagOfWordsEmbedder()
+    )
+    assert RunDir(reference.root).library.load_latest().same_content(rd.library.load_latest())
