@@ -106,7 +106,7 @@ class Trajectory(BaseModel):
                     )
                 pending[call_id] -= 1
         if not any(message.role == "assistant" for message in self.messages):
-            raise ValueError("field 'messages': the trajectory has no assistant message (nothing to judge)")
+            raise ValueError("the trajectory has no assistant message (nothing to judge)")
         return self
 
     def to_response(self) -> str:
