@@ -139,7 +139,7 @@ _MODEL: Any = flag(
 _DATA: Any = flag(
     "data",
     None,
-    help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
+    help="demo, judgebench[:gpt|:claude], rewardbench, taubench, or a .jsonl/.json/.parquet/.eval path; with --from-log: the pairs a "
     "judgments.jsonl judged (lengths, response models).",
 )
 _BIASES: Any = flag(
