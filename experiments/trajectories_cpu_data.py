@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     fitting = [(n, p) for n, p in sized if n + HEADROOM <= CONTEXT]
     wanted = args.target + args.test
     if len(fitting) < wanted:
-        print(f"only {len(fitting)} of {len(pairs)} τ-bench pairs fit {CONTEXT} tokens; {wanted} asked", file=sys.stderr)
+        print(
+            f"only {len(fitting)} of {len(pairs)} τ-bench pairs fit {CONTEXT} tokens; {wanted} asked", file=sys.stderr
+        )
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     for name, chosen in (("target", fitting[: args.target]), ("test", fitting[args.target : wanted])):

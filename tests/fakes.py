@@ -339,6 +339,14 @@ def trajectory_world(request: GenerationRequest) -> str:
     placebo, and changing a tool argument for the items `TAMPERED` names. No answer checker is
     ever asked (a trajectory's check is mechanical): such a prompt fails the test."""
     user = request.messages[-1].content
+    if "[Transcript A]" in user and len(request.messages) <= 2:  # the trajectory judge prompt
+        a = re.search(r"\[Transcript A\]\n(.*?)\n\[End of Transcript A\]", user, re.S).group(1)
+        b = re.search(r"\[Transcript B\]\n(.*?)\n\[End of Transcript B\]", user, re.S).group(1)
+        if (MARKER in a) != (MARKER in b):
+            pick = "A" if MARKER in a else "B"
+        else:
+            pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: Agent {pick} did better.\nVerdict: {pick}"
     if "Original turn:" in user:
         turn = re.search(r"Original turn:\n(.*?)\n\n(?:Trait:|Write the rewritten turn now)", user, re.S).group(1)
         text, _, calls = turn.partition("\n[tool call:")

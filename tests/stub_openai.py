@@ -215,6 +215,8 @@ class Planted:
         text = str(messages[-1].get("content") or "") if messages else ""
         if "[Response A]" in text and "[End of Response B]" in text:
             return self._judge(body, text)
+        if "[Transcript A]" in text and "[End of Transcript B]" in text:  # trajectories
+            return self._judge(body, text, "Transcript", "Task")
         if "[Response]\n" in text and "[End of Response]" in text and len(messages) <= 2:
             return self._score(body, text)
         if "Answer with one word: same or different" in text:
@@ -238,10 +240,10 @@ class Planted:
             return f"{turn}\n{NEUTRAL_MARK}"
         return None
 
-    def _judge(self, body: dict[str, Any], text: str) -> str | None:
-        question = _between(text, "Question:\n", "\n\n[Response A]")
-        a = _between(text, "[Response A]\n", "\n[End of Response A]")
-        b = _between(text, "[Response B]\n", "\n[End of Response B]")
+    def _judge(self, body: dict[str, Any], text: str, label: str = "Response", asked: str = "Question") -> str | None:
+        question = _between(text, f"{asked}:\n", f"\n\n[{label} A]")
+        a = _between(text, f"[{label} A]\n", f"\n[End of {label} A]")
+        b = _between(text, f"[{label} B]\n", f"\n[End of {label} B]")
         if (CHOSEN_WORDS in a) == (CHOSEN_WORDS in b):
             return None  # not one of our pairs
         chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)
