@@ -47,6 +47,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .data.pairs import Order, PreferencePair, Shown
+from .data.trajectory import Trajectory, render_transcript
 from .errors import ConfigError
 from .llm.base import Engine, ProgressCallback
 from .llm.types import (
@@ -61,7 +62,14 @@ from .metrics import Preference, spearman_rho
 from .mitigation import CALLS_PER_VERDICT, Mitigation, combine_votes, plan
 from .pointwise import Scale, expected_score, parse_score
 from .prompts import load_prompt
-from .settings.judge import NO_POSITION, JudgeMode, JudgeSettings, PositionMode, VerdictMode
+from .settings.judge import (
+    NO_POSITION,
+    TRAJECTORY_PROMPTS,
+    JudgeMode,
+    JudgeSettings,
+    PositionMode,
+    VerdictMode,
+)
 from .stats import Calibration, Measure, calibration, mean_and_sd, mean_t_interval, wilson_interval
 
 Verdict = Literal["A", "B", "tie"]
@@ -361,11 +369,44 @@ def judge_messages(pair: PreferencePair, order: Shown, settings: JudgeSettings) 
     if settings.mode == "pointwise" or order in ("chosen", "rejected"):
         return pointwise_messages(pair, order, settings)
     a, b = (pair.chosen, pair.rejected) if order == "chosen_first" else (pair.rejected, pair.chosen)
-    template = load_prompt(settings.prompt)
-    values = {"question": pair.question, "response_a": a, "response_b": b}
+    template = load_prompt(prompt_for(pair, settings))
+    values = {"question": pair.question, "response_a": shown_text(pair, a), "response_b": shown_text(pair, b)}
     if "format_instruction" in template.placeholders:
         values["format_instruction"] = format_instruction(settings)
+    if "policy" in template.placeholders:
+        values["policy"] = policy_of(pair)
     return template.render(**values)
+
+
+def prompt_for(pair: PreferencePair, settings: JudgeSettings) -> str:
+    """The prompt that judges `pair`: `settings.prompt`, or for a trajectory pair the trajectory
+    twin of a shipped answer prompt (`TRAJECTORY_PROMPTS`)."""
+    if pair.kind == "trajectory":
+        return TRAJECTORY_PROMPTS.get(settings.prompt, settings.prompt)
+    return settings.prompt
+
+
+def shown_text(pair: PreferencePair, response: str) -> str:
+    """What the judge reads of one response: the text of an answer, the transcript of a
+    trajectory (`render_transcript`: roles, tool calls with arguments, tool outputs; the
+    policy is given once, by ${policy}). Nothing is cut: a prompt over the model's context is
+    refused by the engine and the judgment is invalid (`engine_error`) with the reason in its
+    `raw_output`."""
+    if pair.kind != "trajectory":
+        return response
+    return render_transcript(Trajectory.from_response(response, where=f"pair {pair.id!r}"))
+
+
+def policy_of(pair: PreferencePair) -> str:
+    """The policy a trajectory pair's agents worked under: the chosen run's system message
+    (a data set's runs share it); `meta["policy"]` when it has none; "" for answers."""
+    policy = ""
+    if pair.kind == "trajectory":
+        policy = Trajectory.from_response(pair.chosen, where=f"pair {pair.id!r}").policy
+    if not policy:
+        meta_policy = pair.meta.get("policy")
+        policy = meta_policy if isinstance(meta_policy, str) else ""
+    return policy
 
 
 def pointwise_messages(pair: PreferencePair, shown: Shown, settings: JudgeSettings) -> tuple[ChatMessage, ...]:
@@ -373,10 +414,15 @@ def pointwise_messages(pair: PreferencePair, shown: Shown, settings: JudgeSettin
     ${reference} is the pair's `meta["reference"]`; a pair without one is an error naming it."""
     if shown not in ("chosen", "rejected"):
         raise ValueError(f"a pointwise judge scores one response (chosen or rejected), not {shown!r}: {NO_POSITION}")
-    template = load_prompt(settings.prompt)
-    values = {"question": pair.question, "response": pair.chosen if shown == "chosen" else pair.rejected}
+    template = load_prompt(prompt_for(pair, settings))
+    values = {
+        "question": pair.question,
+        "response": shown_text(pair, pair.chosen if shown == "chosen" else pair.rejected),
+    }
     if "format_instruction" in template.placeholders:
         values["format_instruction"] = format_instruction(settings)
+    if "policy" in template.placeholders:
+        values["policy"] = policy_of(pair)
     if "rubric" in template.placeholders:
         values["rubric"] = settings.rubric or ""
     if "reference" in template.placeholders:
@@ -580,7 +626,7 @@ def to_score_judgment(
         cached=response.cached,
         score=score,
         score_from=source,
-        response_words=len((pair.chosen if shown == "chosen" else pair.rejected).split()),
+        response_words=len(shown_text(pair, pair.chosen if shown == "chosen" else pair.rejected).split()),
     )
 
 

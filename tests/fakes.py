@@ -271,3 +271,92 @@ def pointwise_authority_world(request: GenerationRequest) -> str:
             )
         )
     return authority_world(request)
+
+
+# --------------------------------------------------------------------------------------------
+# Trajectories: an agent's runs as responses, and a world whose judge has a planted bias
+# --------------------------------------------------------------------------------------------
+
+TAMPERED = 3
+"""`trajectory_world`'s teacher changes a tool argument of every turn it rewrites for the items
+whose number ends in this digit (3, 13, 23 ...): those rewrites must be dropped."""
+
+
+def trajectory_messages(i: int, *, right: bool) -> list[dict]:
+    """Item `i`'s trajectory: the agent looks up a reservation, then closes the task with a
+    final message that also logs a ticket (a tool call with arguments in the rewritten turn).
+    The right run looks up the right reservation and says RIGHT; the wrong one does neither."""
+    reservation = f"R{i}" if right else f"R{i + 500}"
+    outcome = "RIGHT" if right else "wrong"
+    return [
+        {"role": "system", "content": "Policy: cancel only the reservation the user names."},
+        {"role": "user", "content": f"Please cancel my reservation R{i} (task number {i})."},
+        {
+            "role": "assistant",
+            "content": f"Let me look up reservation {reservation}.",
+            "tool_calls": [{"id": "c1", "name": "get_reservation", "arguments": json.dumps({"id": reservation})}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "get_reservation", "content": f'{{"id": "{reservation}"}}'},
+        {
+            "role": "assistant",
+            "content": f"Done: {outcome} outcome number {i}.",
+            "tool_calls": [{"id": "c2", "name": "log_ticket", "arguments": json.dumps({"ticket": f"T{i}"})}],
+        },
+        {"role": "tool", "tool_call_id": "c2", "name": "log_ticket", "content": "logged"},
+    ]
+
+
+def trajectory_pair(i: int, prefix: str = "p"):
+    """Pair `i` of trajectories (`PreferencePair`, kind trajectory): the right run chosen."""
+    from bias_discovery.data.pairs import PreferencePair
+    from bias_discovery.data.trajectory import Trajectory
+
+    def response(right: bool) -> str:
+        return Trajectory.model_validate({"messages": trajectory_messages(i, right=right)}).to_response()
+
+    return PreferencePair(
+        id=f"{prefix}{i:02d}",
+        question=f"Cancel reservation R{i} (task number {i}).",
+        chosen=response(True),
+        rejected=response(False),
+        domain=["airline", "retail"][i % 2],
+        kind="trajectory",
+    )
+
+
+def _tampered(turn: str) -> str:
+    """The turn with its ticket's argument changed, for the items `TAMPERED` names."""
+    found = re.search(r'"ticket": "T(\d+)"', turn)
+    if found and int(found.group(1)) % 10 == TAMPERED:
+        return turn.replace(found.group(0), f'"ticket": "T{found.group(1)}-changed"')
+    return turn
+
+
+def trajectory_world(request: GenerationRequest) -> str:
+    """`authority_world` on trajectories: the judge prefers the trajectory whose agent cites
+    experts, else the RIGHT one; the teacher rewrites one turn (`Original turn:`), adding the
+    expert marker to its text for an authority or expert trait, a plain rewording for the
+    placebo, and changing a tool argument for the items `TAMPERED` names. No answer checker is
+    ever asked (a trajectory's check is mechanical): such a prompt fails the test."""
+    user = request.messages[-1].content
+    if "[Transcript A]" in user and len(request.messages) <= 2:  # the trajectory judge prompt
+        a = re.search(r"\[Transcript A\]\n(.*?)\n\[End of Transcript A\]", user, re.S).group(1)
+        b = re.search(r"\[Transcript B\]\n(.*?)\n\[End of Transcript B\]", user, re.S).group(1)
+        if (MARKER in a) != (MARKER in b):
+            pick = "A" if MARKER in a else "B"
+        else:
+            pick = "A" if "RIGHT" in a else "B"
+        return f"Reasoning: Agent {pick} did better.\nVerdict: {pick}"
+    if "Original turn:" in user:
+        turn = re.search(r"Original turn:\n(.*?)\n\n(?:Trait:|Write the rewritten turn now)", user, re.S).group(1)
+        text, _, calls = turn.partition("\n[tool call:")
+        calls = f"\n[tool call:{calls}" if calls else ""
+        if "Trait:" in user:
+            trait = re.search(r"Trait: (.*)", user).group(1).lower()
+            text = f"{text} {MARKER}" if ("authority" in trait or "expert" in trait) else text
+        else:
+            text = f"{PLACEBO_PREFIX} {text}"
+        return _tampered(f"{text}{calls}")
+    if "Answer with one word: same or different" in user:
+        raise AssertionError("a trajectory's rewrite went to the answer checker")
+    return authority_world(request)

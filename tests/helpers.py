@@ -39,15 +39,16 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BIAS_DISCOVERY_TEST_DATA_DIR") or REPO.parent / "shared" / "data")
 
 
-def shared_data() -> Path:
-    """SHARED_DATA with both sets in it; else the test skips, or fails when
-    $BIAS_DISCOVERY_TEST_DATA_DIR names it (as .ci/run does): where the data is promised, a
-    test that skips for want of it would hide a failure."""
-    if (SHARED_DATA / "judgebench").is_dir() and (SHARED_DATA / "rewardbench").is_dir():
+def shared_data(*sets: str) -> Path:
+    """SHARED_DATA with `sets` in it (default: judgebench/ and rewardbench/); else the test
+    skips, or fails when $BIAS_DISCOVERY_TEST_DATA_DIR names it (as .ci/run does): where the
+    data is promised, a test that skips for want of it would hide a failure."""
+    wanted = sets or ("judgebench", "rewardbench")
+    if all((SHARED_DATA / name).is_dir() for name in wanted):
         return SHARED_DATA
     import pytest
 
-    message = f"shared data not found at {SHARED_DATA} (judgebench/ and rewardbench/)"
+    message = f"shared data not found at {SHARED_DATA} ({' and '.join(name + '/' for name in wanted)})"
     if os.environ.get("BIAS_DISCOVERY_TEST_DATA_DIR"):
         pytest.fail(message + ": $BIAS_DISCOVERY_TEST_DATA_DIR names it")
     pytest.skip(message)

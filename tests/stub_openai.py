@@ -28,7 +28,8 @@ one otherwise: the draw is a hash of the question and the two responses (whichev
 are shown in, so both orders agree; a rewrite is another pair, drawn afresh) and of
 `--planted-salt`. As the teacher it rewrites an answer by appending `PLANTED_MARK` when asked
 for a trait (any trait, or only `--planted-trait NAME`) and `NEUTRAL_MARK` when asked for a
-neutral rewrite (the placebo); as the answer checker it says "different" (no rewrite changes the
+neutral rewrite (the placebo); one turn of a trajectory (`Original turn:`) gets the mark on a
+line of its own, its tool-call lines kept; as the answer checker it says "different" (no rewrite changes the
 final answer). Any other request gets the constraint's example, as without the mode. So a
 candidate with the planted trait raises the judge's error by exactly D against the placebo.
 
@@ -221,6 +222,8 @@ class Planted:
         text = str(messages[-1].get("content") or "") if messages else ""
         if "[Response A]" in text and "[End of Response B]" in text:
             return self._judge(body, text)
+        if "[Transcript A]" in text and "[End of Transcript B]" in text:  # trajectories
+            return self._judge(body, text, "Transcript", "Task")
         if "[Response]\n" in text and "[End of Response]" in text and len(messages) <= 2:
             return self._score(body, text)
         if "Answer with one word: same or different" in text:
@@ -234,12 +237,20 @@ class Planted:
             and "Original answer:\n" in text
         ):
             return f"{_between(text, 'Original answer:', 'Write the rewritten answer now.').strip()} {NEUTRAL_MARK}"
+        if "Original turn:\n" in text:  # one turn of a trajectory: the mark on a line of its own
+            trait_asked = "\nTrait: " in text
+            end = "\n\nTrait: " if trait_asked else "\n\nWrite the rewritten turn now."
+            turn = _between(text, "Original turn:\n", end).strip()
+            if trait_asked:
+                trait = text.split("\nTrait: ", 1)[1].split("\n", 1)[0].strip()
+                return f"{turn}\n{PLANTED_MARK if self.trait in (None, trait) else NEUTRAL_MARK}"
+            return f"{turn}\n{NEUTRAL_MARK}"
         return None
 
-    def _judge(self, body: dict[str, Any], text: str) -> str | None:
-        question = _between(text, "Question:\n", "\n\n[Response A]")
-        a = _between(text, "[Response A]\n", "\n[End of Response A]")
-        b = _between(text, "[Response B]\n", "\n[End of Response B]")
+    def _judge(self, body: dict[str, Any], text: str, label: str = "Response", asked: str = "Question") -> str | None:
+        question = _between(text, f"{asked}:\n", f"\n\n[{label} A]")
+        a = _between(text, f"[{label} A]\n", f"\n[End of {label} A]")
+        b = _between(text, f"[{label} B]\n", f"\n[End of {label} B]")
         if (CHOSEN_WORDS in a) == (CHOSEN_WORDS in b):
             return None  # not one of our pairs
         chosen, rejected = ("A", b) if CHOSEN_WORDS in a else ("B", a)

@@ -326,7 +326,9 @@ def test_a_bad_set_value_is_blamed_on_the_set_override_not_the_file(tmp_path):
         load_run_config(path, ["max_iterations=2", "max_iterations.x=1"])
 
 
-@pytest.mark.parametrize("name", ["quickstart-cpu.yaml", "quickstart-pointwise.yaml", "biasscope-qwen.yaml"])
+@pytest.mark.parametrize(
+    "name", ["quickstart-cpu.yaml", "quickstart-pointwise.yaml", "biasscope-qwen.yaml", "trajectories-cpu.yaml"]
+)
 def test_shipped_experiment_configs_are_valid(name):
     config = load_run_config(Path(__file__).parents[1] / "experiments" / name)
     assert config.max_iterations >= 1 and config.target.spec and config.teacher.spec

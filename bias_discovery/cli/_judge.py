@@ -208,7 +208,8 @@ _PROMPT: Any = flag(
     None,
     help="Default: judge_pairwise; pointwise: judge_pointwise (judge_pointwise_rubric with --rubric). Judge prompt: "
     "judge_pairwise (a neutral question, as in the paper), judge_pairwise_mitigated (tells the judge to ignore style, "
-    "length and position), or a path to your own template file.",
+    "length and position), or a path to your own template file. Agent trajectories are judged with the shipped "
+    "prompts' judge_trajectory_* twins (the policy once, each run as a transcript).",
 )
 _MITIGATION: Any = option(
     JudgeSettings,
@@ -233,7 +234,11 @@ def judge(
         ...,
         help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID.",
     ),
-    data: str = flag("data", ..., help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    data: str = flag(
+        "data",
+        ...,
+        help="demo, judgebench[:gpt|:claude], rewardbench, taubench, or a .jsonl/.json/.parquet/.eval path.",
+    ),
     out: Path | None = flag(
         "out", None, help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."
     ),

@@ -14,9 +14,16 @@
   - ``rewardbench``: RewardBench's ``filtered`` split; ``rewardbench:<section>`` for one of its
     sections (``chat``, ``chat-hard``, ``safety``, ``reasoning``; case, ``-``, ``_`` and spaces
     are ignored);
+  - ``taubench``: τ-bench's GPT-4o airline trajectories (`data.trajectories`): a completed
+    against a failed trial of each of the 26 tasks that have both, as trajectory pairs
+    (`PreferencePair.kind == "trajectory"`); read from a data directory only (MIT, not shipped);
 - ``hf:<owner>/<name>[:<split>]``: any hub data set, mapped like a generic file;
 - a path to a ``.jsonl`` file, a ``.json`` file holding a list of objects, or a ``.parquet``
-  file, mapped with a `FieldMap`.
+  file, mapped with a `FieldMap`. A response that is a list of OpenAI-style chat messages (or
+  an object with `messages`) is an agent's trajectory: the pair is a trajectory pair, and
+  without a question its task is the first user message;
+- a path to an inspect_ai ``.eval`` log: per sample id, its best-scored epoch against its
+  worst (`data.trajectories.read_inspect_log` reads every sample).
 
 Named sets (other than ``demo``) are read from a local data directory when one is configured:
 the ``data_dir`` argument, else the ``BIAS_DISCOVERY_DATA_DIR`` environment variable. The
@@ -25,6 +32,7 @@ directory has the layout of the project's shared data copy::
     judgebench/dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl
     judgebench/dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl
     rewardbench/rewardbench_filtered.jsonl
+    taubench/gpt-4o-airline.json
 
 Without a data directory they come from the hub (``ScalerLab/JudgeBench`` splits ``gpt`` and
 ``claude``; ``allenai/reward-bench`` split ``filtered``), through ``datasets`` imported only then.
@@ -76,7 +84,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import DataError, json_problem
 from ..formatting import plural
 from ..io import read_utf8, scan_jsonl
-from .pairs import Order, PreferencePair
+from .pairs import Order, PreferencePair, ResponseKind
+from .trajectories import TAUBENCH_FILE, load_inspect_pairs, load_taubench, openai_trajectory
 
 DATA_DIR_ENV = "BIAS_DISCOVERY_DATA_DIR"
 """Environment variable naming the local data directory for named sets."""
@@ -139,10 +148,11 @@ KNOWN_DATASETS: dict[str, str] = {
     "judgebench:cross": "JudgeBench's questions answered by both models, crossed: one model's correct answer against the other's incorrect one",
     "rewardbench": "RewardBench, filtered split (domain = section)",
     "rewardbench:<section>": "one RewardBench section: " + ", ".join(REWARDBENCH_SECTIONS),
+    "taubench": "τ-bench's GPT-4o airline trajectories: a completed against a failed trial of each of 26 tasks (local copy only)",
 }
 """Named sets `load_pairs` accepts, with a one-line description each (for help texts)."""
 
-FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".parquet", ".eval")
 
 _KNOWN_HINT = (
     "known data sets: "
@@ -594,21 +604,18 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
         and record.get("prompt") is not None
     ):
         question_field = "prompt"
-    question = _require(row, question_field)
     used.add(question_field)
 
     data_order: Order | None = None
     if style == "chosen_rejected":
-        chosen = _require(row, fields.chosen)
-        rejected = _require(row, fields.rejected)
+        chosen, rejected, kind = _responses(row, fields.chosen, fields.rejected)
         _distinct(row, (fields.chosen, chosen), (fields.rejected, rejected))
         used.update({fields.chosen, fields.rejected})
     else:
         label = record.get(fields.label)
         if label is None:
             raise DataError(f"{row.where}: missing field {fields.label!r}")
-        response_a = _require(row, fields.response_a)
-        response_b = _require(row, fields.response_b)
+        response_a, response_b, kind = _responses(row, fields.response_a, fields.response_b)
         if not isinstance(label, str) or label not in fields.label_values:
             raise DataError(
                 f"{row.where}: field {fields.label!r} has value {label!r}; expected one of "
@@ -621,6 +628,7 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
             chosen, rejected, data_order = response_b, response_a, "rejected_first"
         used.update({fields.response_a, fields.response_b})  # the label itself stays in meta
 
+    question = _question(row, question_field, chosen if kind == "trajectory" else None)
     pair_id = _id_value(row, fields.id) or row.fallback_id
     source = _optional_str(row, fields.source)
     domain = _optional_str(row, fields.domain)
@@ -641,7 +649,44 @@ def _generic_pair(row: _Row, fields: FieldMap, default_source: str) -> Preferenc
         source=source if source is not None else default_source,
         data_order=data_order,
         meta=meta,
+        kind=kind,
     )
+
+
+def _responses(row: _Row, first: str, second: str) -> tuple[str, str, ResponseKind]:
+    """A row's two responses: two texts, or two agent trajectories (OpenAI-style message lists,
+    or objects with `messages`), each turned into its canonical JSON; one of each is an error."""
+    (a, kind_a), (b, kind_b) = _response(row, first), _response(row, second)
+    if kind_a != kind_b:
+        raise DataError(
+            f"{row.where}: field {first!r} is {'a trajectory' if kind_a == 'trajectory' else 'a text'} but "
+            f"field {second!r} is not: both responses of a pair are texts or both are trajectories"
+        )
+    return a, b, kind_a
+
+
+def _response(row: _Row, field: str) -> tuple[str, ResponseKind]:
+    value = _require(row, field, text=False)
+    if isinstance(value, str):
+        return value, "answer"
+    if isinstance(value, Mapping) and "messages" in value:
+        value = value["messages"]
+    if isinstance(value, list) and value and all(isinstance(message, Mapping) for message in value):
+        return openai_trajectory(value, where=f"{row.where}: field {field!r}").to_response(), "trajectory"
+    raise DataError(
+        f"{row.where}: field {field!r} must be a string or a list of chat messages, got {type(value).__name__}"
+    )
+
+
+def _question(row: _Row, field: str, trajectory: str | None) -> str:
+    """The row's question; a trajectory pair without one takes its first user message."""
+    if trajectory is not None and row.record.get(field) is None:
+        from .trajectory import Trajectory
+
+        first_user = next((m.content for m in Trajectory.from_response(trajectory).messages if m.role == "user"), "")
+        if first_user.strip():
+            return first_user
+    return str(_require(row, field))
 
 
 def _load_file(path: Path, fields: FieldMap, bad_rows: list[str] | None) -> list[PreferencePair]:
@@ -652,6 +697,8 @@ def _load_file(path: Path, fields: FieldMap, bad_rows: list[str] | None) -> list
         rows = _json_rows(path)
     elif suffix == ".parquet":
         rows = _parquet_rows(path)
+    elif suffix == ".eval":
+        return load_inspect_pairs(path)
     else:
         raise DataError(
             f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected one of " + ", ".join(FILE_SUFFIXES)
@@ -665,7 +712,7 @@ def _load_file(path: Path, fields: FieldMap, bad_rows: list[str] | None) -> list
 
 @dataclass(frozen=True)
 class _Resolved:
-    kind: Literal["demo", "judgebench", "rewardbench", "hf", "file"]
+    kind: Literal["demo", "judgebench", "rewardbench", "taubench", "hf", "file"]
     name: str
     """Canonical name: `judgebench:gpt`, `rewardbench:reasoning`, the hub id, or the path."""
     splits: tuple[str, ...] = ()
@@ -695,6 +742,8 @@ def _resolve(source: str | Path) -> _Resolved:
     if lowered.startswith("rewardbench:"):
         section = _rewardbench_section_filter(text.split(":", 1)[1])
         return _Resolved("rewardbench", f"rewardbench:{section.lower().replace(' ', '-')}", section=section)
+    if lowered in ("taubench", "taubench:airline"):
+        return _Resolved("taubench", "taubench")
     if lowered.startswith("hf:"):
         spec = text[3:].strip()
         repo, _, split = spec.partition(":")
@@ -788,6 +837,8 @@ def load_pairs(
             pairs = cross_model_pairs(pairs)
     elif resolved.kind == "rewardbench":
         pairs = _load_rewardbench(resolved.section, resolve_data_dir(data_dir), bad_rows)
+    elif resolved.kind == "taubench":
+        pairs = load_taubench(resolve_data_dir(data_dir), on_bad=functools.partial(_bad_row, bad_rows=bad_rows))
     elif resolved.kind == "hf":
         split = resolved.splits[0]
         pairs = _generic_pairs(_hub_rows(resolved.name, split), fields, default_source=resolved.name, bad_rows=bad_rows)
@@ -806,7 +857,7 @@ def _take(pairs: list[PreferencePair], limit: int | None, seed: int | None) -> l
     return [pairs[i] for i in keep]
 
 
-PUBLISHED_KINDS: tuple[str, ...] = ("judgebench", "rewardbench")
+PUBLISHED_KINDS: tuple[str, ...] = ("judgebench", "rewardbench", "taubench")
 """Named sets that are published benchmarks: loaded as published, never fixed by hand."""
 
 
@@ -865,6 +916,9 @@ def describe_source(source: str | Path, data_dir: Path | str | None = None, *, p
     if resolved.kind == "hf":
         return f"hf:{resolved.name}:{resolved.splits[0]} (hub: {resolved.name}, split {resolved.splits[0]})"
     local = resolve_data_dir(data_dir)
+    if resolved.kind == "taubench":
+        copy = where(local / TAUBENCH_FILE) if local is not None else "no data directory"
+        return f"{resolved.name} (local: {copy}; tau-bench, MIT, sierra-research/tau-bench)"
     if resolved.kind == "judgebench":
         if local is not None:
             files = [local / JUDGEBENCH_FILES[s] for s in resolved.splits]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Domain = str
 """Free-form domain label. JudgeBench uses knowledge / reasoning / math / code; RewardBench
@@ -13,6 +13,10 @@ uses its sections (Chat, Chat Hard, Safety, Reasoning)."""
 
 Order = Literal["chosen_first", "rejected_first"]
 """Which response the judge sees as A: chosen_first means A = chosen, B = rejected."""
+
+ResponseKind = Literal["answer", "trajectory"]
+"""What a pair's responses are: an answer (text), or an agent's trajectory (the canonical JSON
+of a `data.trajectory.Trajectory`, which a judge reads as a transcript)."""
 
 Shown = Literal["chosen_first", "rejected_first", "chosen", "rejected"]
 """What one judge call showed: the pair in one order (pairwise), or one of its responses alone
@@ -40,3 +44,15 @@ class PreferencePair(BaseModel):
     chosen one (JudgeBench's label "A>B"), `rejected_first` when it is B; None for data with
     no order (chosen/rejected fields). Rewrites of the pair keep it (`positions: fixed`)."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    kind: ResponseKind = "answer"
+    """`answer`: `chosen`/`rejected` are answers. `trajectory`: each is the canonical JSON of an
+    agent's trajectory (`Trajectory.to_response`) and `question` is the task; both must parse."""
+
+    @model_validator(mode="after")
+    def _trajectories_parse(self) -> PreferencePair:
+        if self.kind == "trajectory":
+            from .trajectory import Trajectory
+
+            for side in ("chosen", "rejected"):
+                Trajectory.from_response(getattr(self, side), where=f"pair {self.id!r}: field {side!r}")
+        return self

@@ -14,6 +14,13 @@ Written in TRL's preference format (what `trl.DPOTrainer` reads), with an explic
 
 Extra columns: ``injected_bias`` (bias id; empty for an original pair added with
 ``include_original``), ``pair_id``, ``domain``, ``source``.
+
+Trajectories (`PreferencePair.kind == "trajectory"`) are rewritten one turn at a time, as in
+the loop, and written as conversations: ``conversational`` puts the trajectory's opening
+system and user messages in ``prompt`` and the rest of the run in ``chosen`` / ``rejected``
+(a tool call as a ``[tool call: NAME] ARGUMENTS`` line of its assistant message, a tool's
+reply as a ``tool`` message); ``standard`` puts the task in ``prompt`` and each run's
+transcript (`render_transcript`, what a judge reads) in ``chosen`` / ``rejected``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings
 from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.pairs import PreferencePair
+from ..data.trajectory import Trajectory, render_transcript
 from ..errors import ExportError
 from ..formatting import number, percent, plural
 from ..io import atomic_write_json, atomic_write_text, check_output_dir, staged_output
@@ -83,11 +91,40 @@ def _messages(role: str, text: str) -> list[dict[str, str]]:
     return [{"role": role, "content": text}]
 
 
-def dpo_row(pair: PreferencePair, rejected: str, bias_id: str, fmt: DpoFormat) -> dict[str, Any]:
+def _conversation(response: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """A trajectory as (its opening system and user messages, the rest), each message as a
+    role and a content (tool calls as lines of their assistant message's content)."""
+    messages = []
+    for m in Trajectory.from_response(response).messages:
+        lines = [m.content] if m.content else []
+        lines.extend(f"[tool call: {call.name}] {call.arguments}" for call in m.tool_calls)
+        messages.append({"role": m.role, "content": "\n".join(lines)})
+    opening = next((k for k, m in enumerate(messages) if m["role"] not in ("system", "user")), len(messages))
+    return messages[:opening], messages[opening:]
+
+
+def _trajectory_row(pair: PreferencePair, rejected: str, fmt: DpoFormat) -> tuple[Any, Any, Any]:
+    """A trajectory pair's prompt, chosen and rejected (module docstring)."""
     if fmt == "conversational":
-        prompt: Any = _messages("user", pair.question)
-        chosen: Any = _messages("assistant", pair.chosen)
-        rejected_value: Any = _messages("assistant", rejected)
+        prompt, chosen = _conversation(pair.chosen)
+        return prompt, chosen, _conversation(rejected)[1]
+    return (
+        pair.question,
+        render_transcript(Trajectory.from_response(pair.chosen)),
+        render_transcript(Trajectory.from_response(rejected)),
+    )
+
+
+def dpo_row(pair: PreferencePair, rejected: str, bias_id: str, fmt: DpoFormat) -> dict[str, Any]:
+    prompt: Any
+    chosen: Any
+    rejected_value: Any
+    if pair.kind == "trajectory":
+        prompt, chosen, rejected_value = _trajectory_row(pair, rejected, fmt)
+    elif fmt == "conversational":
+        prompt = _messages("user", pair.question)
+        chosen = _messages("assistant", pair.chosen)
+        rejected_value = _messages("assistant", rejected)
     else:
         prompt, chosen, rejected_value = pair.question, pair.chosen, rejected
     return {

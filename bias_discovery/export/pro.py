@@ -64,7 +64,7 @@ from pydantic import BaseModel, Field
 from ..config import PerturbSettings, RunConfig
 from ..data.loaders import bad_rows_for, describe_source, load_pairs
 from ..data.overlap import DataOverlap
-from ..data.pairs import PreferencePair
+from ..data.pairs import PreferencePair, ResponseKind
 from ..errors import ExportError
 from ..formatting import plural
 from ..io import atomic_write_json, atomic_write_jsonl, atomic_write_text, check_output_dir, staged_output
@@ -168,8 +168,12 @@ class VariantRecord(BaseModel):
     invalid_reason: str | None = None
     duplicate_of: str | None = None
     check_answer: str | None = None
-    check_method: Literal["extracted", "model"] | None = None
-    """How `check_answer` was decided: the final answers read and compared, or the checker model."""
+    check_method: Literal["extracted", "model", "actions"] | None = None
+    """How `check_answer` was decided: the final answers read and compared, the checker model,
+    or (trajectories) the agent's actions compared."""
+    kind: ResponseKind = "answer"
+    """The pair's kind of response: `trajectory` when `chosen`, `original_rejected` and
+    `new_rejected` are agents' trajectories (canonical JSON, one turn rewritten)."""
     filter_picked: dict[str, str | None] = Field(default_factory=dict)
     """Order -> the response the filter picked ("chosen" / "rejected"; None when invalid)."""
     filter_explanations: dict[str, str] = Field(default_factory=dict)
@@ -324,6 +328,7 @@ def _generate(
                 new_rejected=text,
                 status="invalid_perturbation" if reason else "kept",
                 invalid_reason=reason,
+                kind=pair.kind,
             )
         )
     reasons = Counter(r.invalid_reason for r in records if r.status == "invalid_perturbation")
@@ -364,6 +369,7 @@ def _check_equivalence(
             original_rejected=r.original_rejected,
             perturbed_rejected=r.new_rejected,
             valid=True,
+            kind=r.kind,
         )
         for r in alive
     ]
@@ -376,7 +382,7 @@ def _check_equivalence(
         # Pro drops every "same", whatever the checker said of the original: a kept sample's
         # label must be right, so a doubtful variant goes.
         r.check_answer, r.check_method = c.answer_check, c.check_method
-        counts.equivalence_extracted += c.check_method == "extracted"
+        counts.equivalence_extracted += c.check_method in ("extracted", "actions")
         if c.answer_check == "unusable":
             r.status = "check_invalid"
             counts.dropped_check_invalid += 1
@@ -474,7 +480,13 @@ def _settle(r: VariantRecord, preference: str | None, counts: ProCounts) -> None
 def _variant_pair(r: VariantRecord) -> PreferencePair:
     """A variant as the pair the filter judges: the chosen response against the new rejected one."""
     return PreferencePair(
-        id=r.sample_id, question=r.question, chosen=r.chosen, rejected=r.new_rejected, domain=r.domain, source=r.source
+        id=r.sample_id,
+        question=r.question,
+        chosen=r.chosen,
+        rejected=r.new_rejected,
+        domain=r.domain,
+        source=r.source,
+        kind=r.kind,
     )
 
 

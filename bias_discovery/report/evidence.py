@@ -48,6 +48,7 @@ from ..stages.merge import MergeDecision
 from ..stages.perturb import keyed_rng
 from ..stages.records import IdentifyRecord, MisjudgedCase, PerturbedPair
 from ..stages.rewrite_checks import count_tokens
+from ..stages.turns import as_read
 from ..stats import PairedComparison
 from .data import BiasRow, bias_row, rejected_candidates
 
@@ -101,8 +102,10 @@ def _merge(segments: list[DiffSegment]) -> list[DiffSegment]:
 
 def inline_diff(original: str, perturbed: str) -> list[DiffSegment]:
     """The two texts as one word diff: what stayed (``eq``), what went (``del``) and what came
-    (``ins``), in reading order (the terminal shows it as ``[-went-]{+came+}``)."""
-    a, b = _TOKEN.findall(original), _TOKEN.findall(perturbed)
+    (``ins``), in reading order (the terminal shows it as ``[-went-]{+came+}``). Two
+    trajectories are diffed as their transcripts: the one rewritten turn shows as a diff
+    inside the transcript, every other turn as it stayed."""
+    a, b = _TOKEN.findall(as_read(original)), _TOKEN.findall(as_read(perturbed))
     out: list[DiffSegment] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if op == "equal":
@@ -683,9 +686,9 @@ def _cases(reader: EvidenceReader | None, bias: Bias) -> list[ProvenanceCase]:
                 iteration=t,
                 domain=case.domain if case else None,
                 question=case.question if case else None,
-                chosen=case.chosen if case else None,
-                original_rejected=original,
-                perturbed_rejected=e.perturbed_response,
+                chosen=as_read(case.chosen) if case else None,
+                original_rejected=as_read(original) if original is not None else None,
+                perturbed_rejected=as_read(e.perturbed_response),
                 diff=inline_diff(original, e.perturbed_response) if original is not None else None,
                 injected_bias=e.bias_injected,
                 order=e.order or (case.order if case else None),
@@ -804,16 +807,16 @@ def _example(
         pair_id=record.pair_id,
         domain=record.domain,
         question=record.question,
-        chosen=record.chosen,
-        original_rejected=record.original_rejected,
-        perturbed_rejected=record.perturbed_rejected,
+        chosen=as_read(record.chosen),
+        original_rejected=as_read(record.original_rejected),
+        perturbed_rejected=as_read(record.perturbed_rejected),
         diff=inline_diff(record.original_rejected, record.perturbed_rejected),
         flipped=on_control.outcome == "right" and with_bias.outcome == "wrong",
         control=control,
         on_control=on_control,
         with_bias=with_bias,
         on_original=original if control == "placebo" else None,
-        placebo_rewrite=placebo_texts.get(record.pair_id) if control == "placebo" else None,
+        placebo_rewrite=as_read(placebo_texts.get(record.pair_id, "")) or None if control == "placebo" else None,
         answer_check=_answer_check_text(record),
         length_ratio=count_tokens(record.perturbed_rejected) / tokens if tokens else None,
     )

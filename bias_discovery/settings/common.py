@@ -4,14 +4,20 @@ and how many examples a bias's page shows."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_SEED", "PerturbSettings"]
+__all__ = ["DEFAULT_EXAMPLES", "DEFAULT_SEED", "PerturbSettings", "TurnRule"]
 
 DEFAULT_SEED = 42
 """The seed of a run, a judge, an audit and a matrix when none is given."""
 DEFAULT_EXAMPLES = 3
 """Flipped examples shown per bias unless asked otherwise (`--examples K`; `report.evidence`)."""
+
+
+TurnRule = Literal["final", "reasoning", "any"]
+"""Which turn of a trajectory a rewrite changes (`PerturbSettings.turn`)."""
 
 
 class PerturbSettings(BaseModel):
@@ -24,3 +30,10 @@ class PerturbSettings(BaseModel):
     """Completion budget for one rewritten response."""
     temperature: float = Field(default=0.0, ge=0.0)
     """0 = greedy, as in the paper."""
+    turn: TurnRule = "final"
+    """Trajectories only: the one turn of the rejected trajectory a rewrite changes (every other
+    message stays byte for byte): `final`, the last assistant message with text; `reasoning`,
+    an assistant message with text that also calls a tool; `any`, any assistant message with
+    text (the last two drawn per pair, keyed on the seed and the pair's id). The placebo
+    paraphrases the same turn. A trajectory with no such turn gives an invalid rewrite
+    (`no_turn`)."""

@@ -29,6 +29,7 @@ from ..prompts import PromptTemplate, is_prompt_path, load_prompt
 __all__ = [
     "JUDGE_OPTIONAL_PLACEHOLDERS",
     "JUDGE_PLACEHOLDERS",
+    "TRAJECTORY_PROMPTS",
     "MAX_REASONING_CHARS",
     "MITIGATIONS",
     "NO_POSITION",
@@ -52,9 +53,9 @@ PointwiseMeasure = Literal["score_shift", "pair_error"]
 """Which pointwise measure decides validation (`JudgeSettings.pointwise_measure`)."""
 POINTWISE_PLACEHOLDERS = frozenset({"question", "response"})
 """Placeholders every pointwise judge template must have."""
-POINTWISE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction", "rubric", "reference"})
-"""Placeholders a pointwise template may have: the score format, `judge.rubric`, and the pair's
-reference answer (`meta["reference"]`)."""
+POINTWISE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction", "rubric", "reference", "policy"})
+"""Placeholders a pointwise template may have: the score format, `judge.rubric`, the pair's
+reference answer (`meta["reference"]`), and an agent's policy (a trajectory's system message)."""
 NO_POSITION = "pointwise judges have no position"
 """Said wherever a position setting or measure would apply to a pointwise judge."""
 _NOT_POINTWISE = {
@@ -64,8 +65,17 @@ _NOT_POINTWISE = {
 }
 JUDGE_PLACEHOLDERS = frozenset({"question", "response_a", "response_b"})
 """Placeholders every judge template must have."""
-JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction"})
-"""Placeholders a judge template may have: the verdict format, worded to match the settings."""
+JUDGE_OPTIONAL_PLACEHOLDERS = frozenset({"format_instruction", "policy"})
+"""Placeholders a judge template may have: the verdict format, worded to match the settings,
+and the policy an agent worked under (trajectory pairs: the system message; "" for answers)."""
+TRAJECTORY_PROMPTS: dict[str, str] = {
+    "judge_pairwise": "judge_trajectory_pairwise",
+    "judge_pointwise": "judge_trajectory_pointwise",
+    "judge_pointwise_rubric": "judge_trajectory_pointwise_rubric",
+}
+"""The shipped answer prompts and their twins for agent trajectories: a trajectory pair is
+judged with the twin (the policy, the task and transcripts); any other prompt, a user's file
+included, is used as it is, with transcripts in its response placeholders."""
 MAX_REASONING_CHARS = 4000
 VerdictMode = Literal["choice", "score"]
 
@@ -114,8 +124,12 @@ class JudgeSettings(BaseModel):
     in the paper; `judge_pairwise_mitigated`, which tells the judge to ignore style, length and
     position) or the path of the user's own template file. A template needs the placeholders
     ${question}, ${response_a} and ${response_b}; ${format_instruction} (the verdict format,
-    which the output constraint enforces anyway) is optional; any other placeholder is an
-    error. A relative path is stored as an absolute one, so a resumed run finds it."""
+    which the output constraint enforces anyway) and ${policy} (an agent's policy) are
+    optional; any other placeholder is an error. A relative path is stored as an absolute one,
+    so a resumed run finds it. Trajectory pairs (agents' runs) are judged with the shipped
+    prompts' trajectory twins (`judge_trajectory_pairwise`, `judge_trajectory_pointwise`,
+    `judge_trajectory_pointwise_rubric`), which show the policy once and each run as a
+    transcript; any other prompt is used as it is."""
     allow_tie: bool = False
     """Offer a third verdict, "tie" (in the output constraint and the instruction). A tie is
     never a correct verdict."""

@@ -78,6 +78,8 @@ def _case(perturbed: PerturbedPair, j: Judgment) -> MisjudgedCase:
         verdict="A" if j.verdict == "A" else "B" if j.verdict == "B" else None,
         judge_output=j.raw_output,
         explanation=j.explanation,
+        kind=perturbed.kind,
+        turn=perturbed.turn,
     )
 
 

@@ -24,7 +24,9 @@ from .records import MisjudgedCase
 def build_explain_request(
     case: MisjudgedCase, judge_settings: JudgeSettings, settings: ExplainSettings, *, seed: int
 ) -> GenerationRequest:
-    pair = PreferencePair(id=case.pair_id, question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected)
+    pair = PreferencePair(
+        id=case.pair_id, question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, kind=case.kind
+    )
     if case.score is not None:  # a pointwise judge: the rationale of the inflated score
         follow_up = load_prompt("deeper_explain_pointwise").render(score=format_score(case.score))
     else:

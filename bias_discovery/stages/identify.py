@@ -29,6 +29,7 @@ from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..pointwise import format_score
 from ..prompts import load_prompt
 from .records import IdentifyRecord, JunkReason, MisjudgedCase
+from .turns import readable
 
 Manifestation = Annotated[str, StringConstraints(max_length=160)]
 
@@ -78,18 +79,19 @@ def build_identify_request(
     explanation = case.deeper_explanation or case.explanation or "(no explanation given)"
     if case.deeper_explanation and case.explanation:
         explanation = f"{case.explanation}\n\nWhen asked to explain further:\n{case.deeper_explanation}"
+    chosen, rejected = readable(case.chosen, case.kind), readable(case.perturbed_rejected, case.kind)
     if case.score is not None and case.chosen_score is not None:  # a pointwise judge's inflated score
         messages = load_prompt("identify_pointwise").render(
             question=case.question,
-            chosen=case.chosen,
-            rejected=case.perturbed_rejected,
+            chosen=chosen,
+            rejected=rejected,
             explanation=explanation,
             rejected_score=format_score(case.score),
             chosen_score=format_score(case.chosen_score),
         )
     else:
         messages = load_prompt("identify").render(
-            question=case.question, chosen=case.chosen, rejected=case.perturbed_rejected, explanation=explanation
+            question=case.question, chosen=chosen, rejected=rejected, explanation=explanation
         )
     return GenerationRequest(
         messages=messages,
@@ -168,9 +170,12 @@ def junk_reason(name: str, definition: str, case: MisjudgedCase) -> JunkReason |
         return "restated_verdict"
     if _copies(text, case.question):
         return "copy_of_question"
-    if any(_copies(text, response) for response in (case.chosen, case.perturbed_rejected, case.original_rejected)):
+    chosen, rejected, original = (
+        readable(r, case.kind) for r in (case.chosen, case.perturbed_rejected, case.original_rejected)
+    )
+    if any(_copies(text, response) for response in (chosen, rejected, original)):
         return "copy_of_response"
-    own = _content(f"{case.question}\n{case.chosen}\n{case.perturbed_rejected}")
+    own = _content(f"{case.question}\n{chosen}\n{rejected}")
     return "ask" if content <= own else None
 
 

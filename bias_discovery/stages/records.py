@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..data.pairs import Order, PreferencePair, Shown
+from ..data.pairs import Order, PreferencePair, ResponseKind, Shown
+from ..settings.common import TurnRule
 
 ExclusionReason = Literal["answer_changed", "check_invalid", "length_changed"]
 """Why a misjudged pair was excluded by the misjudgment check (`MisjudgedCase.excluded`)."""
@@ -42,8 +43,10 @@ class PerturbedPair(BaseModel):
     """False when the teacher's rewrite was truncated, failed or empty: the item is left out
     of judging (and counted), never judged on a half-written response."""
     invalid_reason: str | None = None
-    """truncated, empty, engine_error, unchanged (identical to the original); after the answer
-    check (validation): answer_changed (it now reaches the chosen answer) or check_invalid."""
+    """truncated, empty, engine_error, unchanged (identical to the original), no_turn (a
+    trajectory without a turn to rewrite); after the answer check (validation): answer_changed
+    (it now reaches the chosen answer; a trajectory's: it changed an action, checked as soon as
+    it is made) or check_invalid."""
     completion_tokens: int = 0
     """Tokens the teacher generated for the rewrite."""
     data_order: Order | None = None
@@ -54,9 +57,20 @@ class PerturbedPair(BaseModel):
     original_check: Literal["same", "different", "unusable"] | None = None
     """The same question about the original rejected response (the checker's control: only
     where it says "different" can a "same" on the rewrite mean a changed answer)."""
-    check_method: Literal["extracted", "model"] | None = None
+    check_method: Literal["extracted", "model", "actions"] | None = None
     """How `answer_check` was decided: the final answers read mechanically and compared
-    (`rewrite_checks.extracted_check`), or the checker model; None when not checked."""
+    (`rewrite_checks.extracted_check`), the checker model, or (a trajectory) the agent's
+    actions compared (`stages.turns`: "same" means an action changed); None when not checked."""
+    kind: ResponseKind = "answer"
+    """The pair's kind of response: for `trajectory`, `original_rejected` and
+    `perturbed_rejected` are trajectories' canonical JSON, which differ in one turn."""
+    turn: int | None = None
+    """A trajectory: the index of the message the rewrite changed (None: an answer, or no turn
+    of the rule's kind, `invalid_reason` no_turn)."""
+    turn_rule: TurnRule | None = None
+    """A trajectory: how that turn was chosen (`PerturbSettings.turn`)."""
+    action_change: str | None = None
+    """A trajectory whose rewrite changed an action (`answer_changed`): the first change, in words."""
 
     def to_pair(self) -> PreferencePair:
         """The pair as the judge sees it; the id (which keys the `swap` draw) and the data's
@@ -71,6 +85,7 @@ class PerturbedPair(BaseModel):
             source="perturbed",
             data_order=self.data_order,
             meta={"bias_id": self.bias_id},
+            kind=self.kind,
         )
 
 
@@ -114,8 +129,13 @@ class MisjudgedCase(BaseModel):
     final answer? As validation's check (`PerturbedPair.answer_check`); None when not checked."""
     original_check: Literal["same", "different", "unusable"] | None = None
     """The same question about the original rejected response (the checker's control)."""
-    check_method: Literal["extracted", "model"] | None = None
-    """Read mechanically or asked of the checker model; None when not checked."""
+    check_method: Literal["extracted", "model", "actions"] | None = None
+    """Read mechanically, asked of the checker model, or a trajectory's actions compared; None
+    when not checked."""
+    kind: ResponseKind = "answer"
+    """The pair's kind of response (`PerturbedPair.kind`)."""
+    turn: int | None = None
+    """A trajectory: the message the rewrite changed (`PerturbedPair.turn`)."""
     length_ratio: float | None = None
     """Whitespace tokens of the rewrite over those of the original (None: not checked)."""
     excluded: ExclusionReason | None = None

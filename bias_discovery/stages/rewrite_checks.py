@@ -1,5 +1,9 @@
 """Checks of a rewrite: did it change the final answer, and how much longer is it?
 
+A trajectory's rewrite is checked when it is made, with no model: it must keep every tool
+call and tool output of the original (`stages.turns`); one that changed an action is
+`answer_changed`, counted with the rewrites that changed a final answer.
+
 A perturbation that turns the rejected (wrong) response into a right one no longer tests a
 bias: a judge that prefers it is right. BiasScope checks a sample of its rewrites against the
 chosen response (Section 4.1, Table 5: under 2 % changed); the JudgeBench-Pro export checks
@@ -27,20 +31,25 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import MisjudgmentCheckSettings
+from ..data.trajectory import Trajectory
+from ..errors import DataError
 from ..library import Bias
 from ..llm.base import Engine, ProgressCallback
 from ..llm.types import Constraint, GenerationRequest, GenerationResponse
 from ..prompts import load_prompt
 from .records import ExclusionReason, MisjudgedCase, PerturbedPair
+from .turns import action_change, turn_text
 
 __all__ = [
     "ANSWER_FORMATS",
+    "actions_checked",
     "CHECK_CHOICES",
     "TOKEN_COUNT_METHOD",
     "ItemAnswers",
     "answer_changes",
     "check_answers",
     "check_calls",
+    "compared_texts",
     "extracted_check",
     "extracted_checks",
     "extracted_update",
@@ -315,13 +324,33 @@ def check_answers(
 
 def extracted_update(p: PerturbedPair) -> PerturbedPair | None:
     """A valid rewrite checked mechanically (`extracted_check`), or None when the checker
-    model must decide."""
+    model must decide. A trajectory's rewrite was checked mechanically when it was made (its
+    actions compared, `stages.turns`): it is returned as it is (checked again when it was not,
+    e.g. a record rebuilt by an export), and no model is asked."""
+    if p.kind == "trajectory":
+        return p if p.check_method == "actions" else actions_checked(p)
     decided = extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected)
     if decided is None:
         return None
     update: dict[str, object] = {"answer_check": decided, "original_check": "different", "check_method": "extracted"}
     if decided == "same":
         update.update(valid=False, invalid_reason="answer_changed")
+    return p.model_copy(update=update)
+
+
+def actions_checked(p: PerturbedPair) -> PerturbedPair:
+    """A trajectory's rewrite checked mechanically: "different" (kept) when it has every tool
+    call and tool output of the original, else "same" and invalid (`answer_changed`), with
+    the first change in `action_change`."""
+    try:
+        change = action_change(
+            Trajectory.from_response(p.original_rejected), Trajectory.from_response(p.perturbed_rejected)
+        )
+    except DataError as exc:
+        change = f"the rewrite is not a trajectory: {exc}"
+    update: dict[str, object] = {"answer_check": "different", "original_check": "different", "check_method": "actions"}
+    if change is not None:
+        update.update(answer_check="same", valid=False, invalid_reason="answer_changed", action_change=change)
     return p.model_copy(update=update)
 
 
@@ -364,14 +393,17 @@ def check_calls(perturbed: Sequence[PerturbedPair]) -> int:
     asked = [
         p
         for p in perturbed
-        if p.valid and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
+        if p.valid
+        and p.kind != "trajectory"
+        and extracted_check(p.question, p.chosen, p.original_rejected, p.perturbed_rejected) is None
     ]
     return len(asked) + len({original_key(p) for p in asked})
 
 
 def extracted_checks(perturbed: Sequence[PerturbedPair]) -> int:
-    """Rewrites whose answer check was decided mechanically (`check_method` "extracted")."""
-    return sum(1 for p in perturbed if p.check_method == "extracted")
+    """Rewrites whose answer check was decided mechanically (`check_method` "extracted", or a
+    trajectory's "actions")."""
+    return sum(1 for p in perturbed if p.check_method in ("extracted", "actions"))
 
 
 def answer_changes(perturbed: Sequence[PerturbedPair]) -> tuple[int, int]:
@@ -444,15 +476,30 @@ def outside_length_allowance(original: str, rewrite: str, allowance: float | Non
     return after > allowance * before + slack or after < before / allowance - slack
 
 
+def compared_texts(case: MisjudgedCase) -> tuple[str, str]:
+    """What a rewrite's length is measured on: the whole responses, or a trajectory's
+    rewritten turn (its text and tool-call lines) before and after."""
+    if case.kind != "trajectory" or case.turn is None:
+        return case.original_rejected, case.perturbed_rejected
+    try:
+        before = Trajectory.from_response(case.original_rejected).messages[case.turn]
+        after = Trajectory.from_response(case.perturbed_rejected).messages[case.turn]
+    except (DataError, IndexError):
+        return case.original_rejected, case.perturbed_rejected
+    return turn_text(before), turn_text(after)
+
+
 def misjudgment_checked(
     case: MisjudgedCase, checked: PerturbedPair | None, allowance: float | None, settings: MisjudgmentCheckSettings
 ) -> MisjudgedCase:
     """`case` with its answer check (`checked`: its rewrite after `check_answers`, or after
     `extracted_update` / `model_checked` streamed; None: no checker, length only), its length
     ratio and, when it does not count, why (`MisjudgedCase.excluded`): a changed answer or an
-    unusable check first, then a length beyond `allowance`."""
-    tokens = count_tokens(case.original_rejected)
-    update: dict[str, object] = {"length_ratio": count_tokens(case.perturbed_rejected) / tokens if tokens else None}
+    unusable check first, then a length beyond `allowance`. A trajectory's length is its
+    rewritten turn's (`compared_texts`): the rest of the run is the same by construction."""
+    original, rewrite = compared_texts(case)
+    tokens = count_tokens(original)
+    update: dict[str, object] = {"length_ratio": count_tokens(rewrite) / tokens if tokens else None}
     excluded: ExclusionReason | None = None
     if checked is not None:
         update.update(
@@ -460,9 +507,7 @@ def misjudgment_checked(
         )
         if checked.invalid_reason in ("answer_changed", "check_invalid"):
             excluded = "answer_changed" if checked.invalid_reason == "answer_changed" else "check_invalid"
-    if excluded is None and outside_length_allowance(
-        case.original_rejected, case.perturbed_rejected, allowance, settings.length_slack
-    ):
+    if excluded is None and outside_length_allowance(original, rewrite, allowance, settings.length_slack):
         excluded = "length_changed"
     update["excluded"] = excluded
     return case.model_copy(update=update)

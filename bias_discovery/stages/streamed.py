@@ -345,7 +345,7 @@ async def _front_half(
         async def flow(i: int) -> None:
             pair, bias = items[i]
             rewritten = await rewrite(build_perturb_request(pair, bias, settings.perturb, seed))
-            record = perturbed[i] = perturbed_record(pair, bias, rewritten)
+            record = perturbed[i] = perturbed_record(pair, bias, rewritten, settings.perturb, seed)
             passes.through(PERTURB)
             case = None
             if record.valid:
@@ -538,9 +538,10 @@ async def _rewrites(
     async def flow(i: int) -> None:
         pair, bias = items[i]
         if bias is None:
-            record = neutral_record(pair, await rewriting(build_neutral_request(pair, perturb, seed)))
+            record = neutral_record(pair, await rewriting(build_neutral_request(pair, perturb, seed)), perturb, seed)
         else:
-            record = perturbed_record(pair, bias, await rewriting(build_perturb_request(pair, bias, perturb, seed)))
+            rewritten = await rewriting(build_perturb_request(pair, bias, perturb, seed))
+            record = perturbed_record(pair, bias, rewritten, perturb, seed)
         records[i] = record
         passes.through(rewrite)
         if check is not None:
