@@ -24,7 +24,7 @@ from bias_discovery.loop.graph import execute
 from bias_discovery.run import RunDir
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world
-from helpers import cli
+from helpers import cli_in_process
 
 
 def one_line_error(result) -> str:  # type: ignore[no-untyped-def]
@@ -83,7 +83,7 @@ def test_judge_refuses_an_unwritable_out_before_any_model_call(
     read_only_dir: Path, tmp_path: Path, counting_server: CountingServer
 ):
     out = read_only_dir / "judged"
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         "openai/stub",
@@ -102,7 +102,7 @@ def test_judge_refuses_an_unwritable_out_before_any_model_call(
     assert f"--out {out} is not writable: cannot create a file in {read_only_dir}" in message
     assert counting_server.requests == 0, "a model call was made before --out was checked"
     (tmp_path / "a-file").write_text("x")
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         "openai/stub",
@@ -124,7 +124,7 @@ def test_judge_refuses_an_unwritable_out_before_any_model_call(
 def test_report_export_and_audit_refuse_an_unwritable_out(read_only_dir: Path, tmp_path: Path):
     hostile = build_hostile_run(tmp_path / "hostile")
     out = read_only_dir / "report.html"
-    message = one_line_error(cli("report", str(hostile), "--out", str(out), check=False))
+    message = one_line_error(cli_in_process("report", str(hostile), "--out", str(out), check=False))
     assert f"--out {out}: its folder {read_only_dir} is not writable" in message
     assert not (hostile / "report.html").exists()
 
@@ -135,7 +135,7 @@ def test_report_export_and_audit_refuse_an_unwritable_out(read_only_dir: Path, t
         ["audit", "--model", "hf/smollm2", "--data", "demo", "--biases", "position"],
     ):
         target = read_only_dir / "out"
-        message = one_line_error(cli(*command, "--out", str(target), check=False))
+        message = one_line_error(cli_in_process(*command, "--out", str(target), check=False))
         assert f"--out {target}: its folder {read_only_dir} is not writable" in message, command
 
 
@@ -153,7 +153,7 @@ def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Pat
         + "\n"
     )
     message = one_line_error(
-        cli("judge", "--model", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False)
+        cli_in_process("judge", "--model", "hf/smollm2", "--data", str(data), "--out", str(tmp_path / "j"), check=False)
     )
     assert f"{data}:2: fields 'chosen' and 'rejected' hold the same text" in message and "--skip-bad-rows" in message
     labelled = tmp_path / "labelled.jsonl"
@@ -161,7 +161,7 @@ def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Pat
         json.dumps({"question": "q", "response_A": "same", "response_B": "same", "label": "A>B"}) + "\n"
     )
     message = one_line_error(
-        cli("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False)
+        cli_in_process("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False)
     )
     assert f"{labelled}:1: fields 'response_A' and 'response_B' hold the same text" in message
     assert not (tmp_path / "j").exists()
@@ -173,13 +173,13 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
         b'{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "caf\xe9", "chosen": "a", "rejected": "b"}\n'
     )
     message = one_line_error(
-        cli("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False)
+        cli_in_process("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False)
     )
     assert f"{jsonl}:2: not UTF-8 text (byte 0xe9 at column 18)" in message
     listed = tmp_path / "pairs.json"
     listed.write_bytes(b'[\n {"question": "q", "chosen": "a", "rejected": "b"},\n {"question": "\xff"}\n]\n')
     message = one_line_error(
-        cli(
+        cli_in_process(
             "audit",
             "--model",
             "hf/smollm2",
@@ -200,17 +200,17 @@ def test_a_binary_config_and_a_directory_as_config(tmp_path: Path):
     binary.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(range(256)))
     for command in ("run", "check"):
         message = one_line_error(
-            cli(command, str(binary), "--run-dir", str(tmp_path / "r"), check=False)
+            cli_in_process(command, str(binary), "--run-dir", str(tmp_path / "r"), check=False)
             if command == "run"
-            else cli(command, str(binary), check=False)
+            else cli_in_process(command, str(binary), check=False)
         )
         assert str(binary) in message and "YAML" in message, message
     nul = tmp_path / "nul.yaml"
     nul.write_bytes(b"name: x\n\x00\x00\n")
     assert f"{nul}: a binary file (it holds NUL bytes), not a YAML run config" in one_line_error(
-        cli("check", str(nul), check=False)
+        cli_in_process("check", str(nul), check=False)
     )
-    assert f"{tmp_path}: cannot read the config file" in one_line_error(cli("check", str(tmp_path), check=False))
+    assert f"{tmp_path}: cannot read the config file" in one_line_error(cli_in_process("check", str(tmp_path), check=False))
     assert not (tmp_path / "r").exists()
 
 
@@ -220,10 +220,10 @@ def test_a_run_dir_that_is_a_file(tmp_path: Path):
     config_path.write_text(config.to_yaml())
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("precious")
-    message = one_line_error(cli("run", str(config_path), "--run-dir", str(a_file), check=False))
+    message = one_line_error(cli_in_process("run", str(config_path), "--run-dir", str(a_file), check=False))
     assert f"--run-dir {a_file}: {a_file} is not a directory" in message
     for command in ("resume", "status"):
-        assert f"{a_file}: a file, not a run directory" in one_line_error(cli(command, str(a_file), check=False))
+        assert f"{a_file}: a file, not a run directory" in one_line_error(cli_in_process(command, str(a_file), check=False))
     assert a_file.read_text() == "precious"
 
 
@@ -251,7 +251,7 @@ def test_a_run_skips_and_counts_bad_rows_when_asked(tmp_path: Path):
         and f"{target}:26: fields 'chosen'" in skipped[0]["rows"][1]
     )
     assert len(rd.baseline.result.read().outcomes) == 24
-    text = " ".join(cli("status", str(rd.root)).stdout.split())
+    text = " ".join(cli_in_process("status", str(rd.root)).stdout.split())
     assert "skipped bad data rows: target 2, test 2" in text
     # without the setting the same data is refused at the first bad row, naming it
     strict = make_config(tmp_path, max_iterations=1, data={"target": str(target), "test": str(data)})
@@ -296,7 +296,7 @@ def test_a_damaged_run_json_is_named_by_status_and_rewritten_by_resume(tmp_path:
     config = make_config(tmp_path, max_iterations=1)
     rd, _, _ = run_fake(tmp_path, config)
     rd.state_path.write_bytes(b'{"name": "fake-run", "stat')
-    result = cli("status", str(rd.root))
+    result = cli_in_process("status", str(rd.root))
     assert f"{rd.state_path}: not valid JSON" in " ".join(result.stderr.split())
     assert "stopped at the start" in " ".join(result.stdout.split())  # no state: nothing claims it runs
     execute(rd, config, resume=True, engines={"target": ScriptedEngine(authority_world)}, embedder=BagOfWordsEmbedder())
@@ -312,7 +312,7 @@ def test_report_counts_and_names_corrupt_lines(tmp_path: Path):
     explanations = rd.iteration(1).explanations.path
     with explanations.open("ab") as f:
         f.write(b"\xff\xfe garbage\n")
-    result = cli("report", str(run))
+    result = cli_in_process("report", str(run))
     warning = " ".join(result.stderr.split())
     assert "3 unreadable entries left out of the report" in warning, warning
     lines = len(rd.events_path.read_bytes().splitlines())

@@ -24,7 +24,7 @@ from bias_discovery.report.summary import run_summary
 from bias_discovery.run import RunDir
 
 from fakes import MARKER, BagOfWordsEmbedder, ScriptedEngine, authority_world
-from helpers import cli
+from helpers import cli_in_process
 
 BIAS = "d1-expert-citation-bias"
 
@@ -152,7 +152,7 @@ def test_examples_are_left_out_and_said_so_when_the_files_do_not_line_up(authori
 
 
 def test_library_show_bias_in_80_columns(authority_run: RunDir):
-    result = cli("library", "show", str(authority_run.root), BIAS, "--examples", "2", env={"COLUMNS": "80"})
+    result = cli_in_process("library", "show", str(authority_run.root), BIAS, "--examples", "2", env={"COLUMNS": "80"})
     out = result.stdout
     assert all(len(line) <= 80 for line in out.splitlines()), max(out.splitlines(), key=len)
     for heading in ("Numbers", "Provenance", "Examples"):
@@ -170,15 +170,15 @@ def test_library_show_bias_in_80_columns(authority_run: RunDir):
 
 
 def test_library_show_bias_json_and_errors(authority_run: RunDir, tmp_path: Path):
-    data = json.loads(cli("library", "show", str(authority_run.root), "Expert Citation Bias", "--json").stdout)
+    data = json.loads(cli_in_process("library", "show", str(authority_run.root), "Expert Citation Bias", "--json").stdout)
     assert data["row"]["id"] == BIAS and data["provenance"]["cases"] and len(data["examples"]["flipped"]) == 3
     assert data["examples"]["flipped"][0]["diff"][-1] == ["ins", f" {MARKER}"]
-    bad = cli("library", "show", str(authority_run.root), "no-such-bias", check=False)
+    bad = cli_in_process("library", "show", str(authority_run.root), "no-such-bias", check=False)
     assert bad.returncode == 2 and "no bias 'no-such-bias'" in bad.stderr and BIAS in bad.stderr
     # a library file has its numbers and evidence but no run records
     copy = tmp_path / "lib.json"
     shutil.copy(authority_run.library.latest_path, copy)
-    data = json.loads(cli("library", "show", str(copy), BIAS, "--json").stdout)
+    data = json.loads(cli_in_process("library", "show", str(copy), BIAS, "--json").stdout)
     assert data["examples"] is None and len(data["provenance"]["cases"]) == 4
     assert "run's records" in data["notes"][0]
 
@@ -194,7 +194,7 @@ def test_the_terminal_view_strips_control_characters(authority_run: RunDir):
     )
     path.write_text(text)
     authority_run.library.repair_latest()
-    out = cli("library", "show", str(authority_run.root), BIAS, env={"COLUMNS": "80"}).stdout
+    out = cli_in_process("library", "show", str(authority_run.root), BIAS, env={"COLUMNS": "80"}).stdout
     assert "\x1b" not in out and "\r" not in out and "\x07" not in out and "\u202e" not in out
     assert "Response B is better evil ok" in " ".join(out.split())
 
@@ -227,7 +227,7 @@ def test_a_review_is_stored_shown_newest_first_and_changes_no_record(authority_r
     root = str(authority_run.root)
     before = _validation_bytes(authority_run)
     library_files = {p.name: p.read_bytes() for p in authority_run.library.directory.iterdir()}
-    first = cli(
+    first = cli_in_process(
         "review",
         root,
         BIAS,
@@ -239,7 +239,7 @@ def test_a_review_is_stored_shown_newest_first_and_changes_no_record(authority_r
         "alice",
     )
     assert "d1-expert-citation-bias confirmed by alice" in " ".join(first.stdout.split())
-    cli(
+    cli_in_process(
         "review",
         root,
         "Expert Citation Bias",
@@ -258,16 +258,16 @@ def test_a_review_is_stored_shown_newest_first_and_changes_no_record(authority_r
     # shown: newest first, the newest is the decision
     detail = bias_evidence(authority_run.root, BIAS)
     assert [r.reviewer for r in detail.reviews] == ["bob", "alice"] and detail.decision.decision == "unsure"
-    text = " ".join(cli("library", "show", root, BIAS, env={"COLUMNS": "80"}).stdout.split())
+    text = " ".join(cli_in_process("library", "show", root, BIAS, env={"COLUMNS": "80"}).stdout.split())
     assert "review: unsure by bob" in text and "Reviews, newest first unsure by bob" in text
     assert text.index("unsure by bob") < text.index("confirmed by alice")
     assert [r.reviewer for r in load_run(root).reviews] == ["bob", "alice"]
 
 
 def test_a_review_of_a_bias_the_library_does_not_hold_is_an_error(authority_run: RunDir):
-    bad = cli("review", str(authority_run.root), "d9-imaginary-bias", "--decision", "confirmed", check=False)
+    bad = cli_in_process("review", str(authority_run.root), "d9-imaginary-bias", "--decision", "confirmed", check=False)
     assert bad.returncode == 2 and "bias 'd9-imaginary-bias' is not in the library" in bad.stderr and BIAS in bad.stderr
-    bad = cli("review", str(authority_run.root), BIAS, "--decision", "maybe", check=False)
+    bad = cli_in_process("review", str(authority_run.root), BIAS, "--decision", "maybe", check=False)
     assert bad.returncode == 2 and "--decision must be one of confirmed, rejected, unsure" in bad.stderr
     assert not authority_run.reviews.path.exists()
     with pytest.raises(ConfigError, match="d9-imaginary-bias"):
@@ -337,7 +337,7 @@ def test_reviewed_only_exports_only_confirmed_biases(tmp_path: Path):
     run.review(polite.id, "confirmed", reviewer="alice")
     run.review(polite.id, "rejected", note="placebo-like", reviewer="bob")  # the newest decides
     out = tmp_path / "dpo"
-    result = cli(
+    result = cli_in_process(
         "export", "dpo", str(root), "--data", str(data), "--out", str(out), "--reviewed-only", "--quiet", check=False
     )
     assert result.returncode == 2  # the CLI has no scripted models: it stops at the teacher, before writing
@@ -411,11 +411,11 @@ def test_the_report_has_a_panel_per_bias_linked_from_the_library_table(authority
     with pytest.raises(ConfigError, match="no bias 'nope'"):
         write_bias_page(authority_run.root, "nope", tmp_path / "nope.html")
     assert not (tmp_path / "nope.html").exists()
-    result = cli("report", str(authority_run.root), "--bias", BIAS, "--out", str(tmp_path / "cli.html"))
+    result = cli_in_process("report", str(authority_run.root), "--bias", BIAS, "--out", str(tmp_path / "cli.html"))
     assert "wrote" in result.stdout and f'id="bias-{BIAS}"' in (tmp_path / "cli.html").read_text()
     # by default next to report.html, named by the bias's id; not one of the run's computed files
     outputs = authority_run.outputs()
-    cli("report", str(authority_run.root), "--bias", "Expert Citation Bias")
+    cli_in_process("report", str(authority_run.root), "--bias", "Expert Citation Bias")
     assert authority_run.bias_page_path(BIAS).is_file() and authority_run.outputs() == outputs
 
 
@@ -478,7 +478,7 @@ def test_library_show_a_real_bias_with_its_provenance_and_examples(small_real_ru
     validated = [b for b in run.accepted + run.rejected if b.validation is not None]
     assert validated, "the small real run validated no candidate"
     bias = validated[0]
-    data = json.loads(cli("library", "show", str(small_real_run), bias.id, "--json").stdout)
+    data = json.loads(cli_in_process("library", "show", str(small_real_run), bias.id, "--json").stdout)
     cases = data["provenance"]["cases"]
     assert [c["pair_id"] for c in cases] == [e.pair_id for e in bias.evidence] and cases
     assert all(c["verdict"] in ("A", "B") and c["identification"]["status"] == "bias" for c in cases)
@@ -492,7 +492,7 @@ def test_library_show_a_real_bias_with_its_provenance_and_examples(small_real_ru
     for x in shown:
         assert x["flipped"] == (x["on_control"]["outcome"] == "right" and x["with_bias"]["outcome"] == "wrong")
         assert x["with_bias"]["verdicts"] and x["on_control"]["verdicts"]
-    text = cli("library", "show", str(small_real_run), bias.id, env={"COLUMNS": "80"}).stdout
+    text = cli_in_process("library", "show", str(small_real_run), bias.id, env={"COLUMNS": "80"}).stdout
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "\nProvenance\n" in text and "case 1: pair " in text and "\nExamples\n" in text
     assert ("flipped 1: pair" in text) or ("not flipped 1: pair" in text)

@@ -17,7 +17,7 @@ from test_report import build_hostile_run
 from bias_discovery.library import Bias, BiasOrigin, BiasValidation
 from bias_discovery.run import RunDir
 
-from helpers import cli
+from helpers import cli_in_process
 
 WIDE = {"COLUMNS": "220"}
 
@@ -28,11 +28,11 @@ def hostile_run(tmp_path: Path) -> Path:
 
 
 def show_json(*args: str) -> dict:
-    return json.loads(cli("library", "show", *args, "--json").stdout)
+    return json.loads(cli_in_process("library", "show", *args, "--json").stdout)
 
 
 def test_show_table_lists_library_and_rejected(hostile_run: Path):
-    out = cli("library", "show", str(hostile_run), env=WIDE).stdout
+    out = cli_in_process("library", "show", str(hostile_run), env=WIDE).stdout
     assert "hostile-run, iteration 2: 4 biases" in out
     for bias_id in ("length-bias", "authority-bias", "d1-expert-citation-bias", "d2-format-bias", "d1-politeness-bias"):
         assert bias_id in out
@@ -46,7 +46,7 @@ def test_show_table_lists_library_and_rejected(hostile_run: Path):
 def test_show_fits_80_columns_and_wraps_names_at_words(hostile_run: Path):
     """At 80 columns every column is whole (decisions, numbers, top domain), and names and ids
     wrap in their column at spaces and hyphens, not mid-word ("position-bia" / "s")."""
-    out = cli("library", "show", str(hostile_run), env={"COLUMNS": "80"}).stdout
+    out = cli_in_process("library", "show", str(hostile_run), env={"COLUMNS": "80"}).stdout
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80
     for word in ("accepted", "rejected", "knowledge", "+20.0", "[+10.0,", "+30.0]", "(0.012)", "→ 50.0%"):
@@ -98,7 +98,7 @@ def test_show_iteration_forms(hostile_run: Path):
     assert [r["status"] for r in seeds["biases"]] == ["seed", "seed"]  # no rejected candidates before iteration 1
     by_file = show_json(str(hostile_run / "library" / "iter_002.json"))
     assert by_file["run_dir"] is None and len(by_file["biases"]) == 4  # a file: its biases only
-    seed_file = cli("library", "show", "bias_library/biasscope7.json").stdout
+    seed_file = cli_in_process("library", "show", "bias_library/biasscope7.json").stdout
     assert "length-bias" in seed_file
 
 
@@ -117,7 +117,7 @@ def test_show_iteration_forms(hostile_run: Path):
 def test_show_errors(hostile_run: Path, tmp_path: Path, args: list[str], message: str | None):
     (tmp_path / "empty").mkdir()
     args = [a.format(run=hostile_run, tmp=tmp_path) for a in args]
-    result = cli("library", "show", *args, check=False)
+    result = cli_in_process("library", "show", *args, check=False)
     if message is None:
         assert result.returncode == 0
         return
@@ -129,15 +129,15 @@ def test_show_errors(hostile_run: Path, tmp_path: Path, args: list[str], message
 def test_corrupted_library_and_validation_files(hostile_run: Path):
     lib = hostile_run / "library" / "iter_001.json"
     lib.write_text(lib.read_text()[:120])
-    result = cli("library", "show", f"{hostile_run}@1", check=False)
+    result = cli_in_process("library", "show", f"{hostile_run}@1", check=False)
     assert result.returncode == 2
     assert "iter_001.json" in result.stderr and "not valid JSON" in result.stderr
-    assert cli("library", "diff", f"{hostile_run}@0", f"{hostile_run}@1", check=False).returncode == 2
-    assert cli("report", str(hostile_run), check=False).returncode == 2
+    assert cli_in_process("library", "diff", f"{hostile_run}@0", f"{hostile_run}@1", check=False).returncode == 2
+    assert cli_in_process("report", str(hostile_run), check=False).returncode == 2
 
     validation = hostile_run / "iter_002" / "validation.json"
     validation.write_text("{")
-    result = cli("library", "show", str(hostile_run), check=False)
+    result = cli_in_process("library", "show", str(hostile_run), check=False)
     assert result.returncode == 2 and "iter_002/validation.json" in result.stderr
 
 
@@ -158,19 +158,19 @@ def test_run_end_summary_formats_numbers_like_library_show(hostile_run: Path, ca
 
 
 def test_diff_iterations(hostile_run: Path):
-    out = cli("library", "diff", f"{hostile_run}@0", str(hostile_run)).stdout
+    out = cli_in_process("library", "diff", f"{hostile_run}@0", str(hostile_run)).stdout
     assert f"A: {hostile_run}@0" in out and f"B: {hostile_run}@2" in out
     assert "added (1):" in out and "+ d2-format-bias" in out and "Δ vs baseline +15.0 pp [+5.0, +25.0]" in out
     assert "merged (1):" in out and "d1-expert-citation-bias" in out and "<- authority-bias" in out
     assert "rejected by validation in between" in out and "x d1-politeness-bias" in out
     assert "unchanged: 2 biases" in out
 
-    data = json.loads(cli("library", "diff", f"{hostile_run}@1", f"{hostile_run}@2", "--json").stdout)
+    data = json.loads(cli_in_process("library", "diff", f"{hostile_run}@1", f"{hostile_run}@2", "--json").stdout)
     assert [r["id"] for r in data["added"]] == ["d2-format-bias"]
     assert data["rejected"] == []  # d1-politeness-bias was rejected at iteration 1, not in (1, 2]
     assert data["a"]["iteration"] == 1 and data["b"]["iteration"] == 2 and not data["is_empty"]
 
-    same = cli("library", "diff", f"{hostile_run}@2", str(hostile_run / "library" / "latest.json")).stdout
+    same = cli_in_process("library", "diff", f"{hostile_run}@2", str(hostile_run / "library" / "latest.json")).stdout
     assert "no change" in same
 
 
@@ -205,7 +205,7 @@ def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
     )
     store.save_iteration(latest.with_biases(biases, iteration=3))
 
-    out = cli("library", "diff", str(hostile_run), str(other)).stdout
+    out = cli_in_process("library", "diff", str(hostile_run), str(other)).stdout
     assert "added (1):" in out and "+ d3-new-bias" in out
     assert "removed (1):" in out and "- d2-format-bias" in out
     assert "changed (1):" in out and "* d1-expert-citation-bias" in out
@@ -221,7 +221,7 @@ def test_diff_two_runs_changed_and_removed(hostile_run: Path, tmp_path: Path):
 
 @pytest.mark.model
 def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
-    out = cli("library", "show", str(small_real_run), env=WIDE).stdout
+    out = cli_in_process("library", "show", str(small_real_run), env=WIDE).stdout
     assert "small-real, iteration 1" in out and "length-bias" in out  # a biasscope7 seed
     data = show_json(str(small_real_run))
     assert data["library"]["iteration"] == 1
@@ -239,12 +239,12 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
         json.loads((small_real_run / "library" / "iter_001.json").read_text())["biases"]
     )
 
-    diff = json.loads(cli("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1", "--json").stdout)
+    diff = json.loads(cli_in_process("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1", "--json").stdout)
     assert sorted(r["id"] for r in diff["added"]) == sorted(validation["accepted"])
     assert sorted(r["id"] for r in diff["rejected"]) == sorted(
         b["id"] for b in validation["validated"] if not b["validation"]["accepted"]
     )
-    text = cli("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1").stdout
+    text = cli_in_process("library", "diff", f"{small_real_run}@0", f"{small_real_run}@1").stdout
     assert f"B: {small_real_run}@1" in text and "unchanged: 7 biases" in text
 
     # two runs: the real one and a copy whose latest library lost a seed bias
@@ -253,7 +253,7 @@ def test_show_and_diff_on_a_real_run(small_real_run: Path, tmp_path: Path):
     store = RunDir(copy).library
     latest = store.load_iteration(1)
     store.save_iteration(latest.with_biases([b for b in latest.biases if b.id != "length-bias"], iteration=2))
-    two = cli("library", "diff", str(small_real_run), str(copy)).stdout
+    two = cli_in_process("library", "diff", str(small_real_run), str(copy)).stdout
     assert "removed (1):" in two and "- length-bias" in two
 
 
@@ -265,7 +265,7 @@ def test_corrupted_real_library_file(small_real_run: Path, tmp_path: Path):
     text = path.read_text()
     path.write_text(text[: len(text) // 2])
     for args in (["library", "show", str(copy)], ["library", "diff", f"{copy}@0", str(copy)], ["report", str(copy)]):
-        result = cli(*args, check=False)
+        result = cli_in_process(*args, check=False)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert "iter_001.json" in result.stderr and "not valid JSON" in result.stderr
         assert "Traceback" not in result.stderr
@@ -274,7 +274,7 @@ def test_corrupted_real_library_file(small_real_run: Path, tmp_path: Path):
 def test_damaged_latest_copy_is_reported_not_ignored(hostile_run: Path):
     latest = hostile_run / "library" / "latest.json"
     latest.write_text(latest.read_text()[:80])
-    result = cli("library", "show", str(hostile_run), "--json")
+    result = cli_in_process("library", "show", str(hostile_run), "--json")
     assert "latest.json is damaged" in result.stderr and "resume" in result.stderr
     shown = json.loads(result.stdout)  # from the iteration files, the record
     assert shown["library"]["iteration"] == 2 and "d2-format-bias" in [b["id"] for b in shown["biases"]]
