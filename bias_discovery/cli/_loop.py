@@ -277,11 +277,15 @@ def status(
         fail(str(exc))
     if problems and not as_json:
         warn(f"{plural(len(problems), 'unreadable line')} of events.jsonl left out: " + "; ".join(problems[:3]))
+    damaged = rd.damaged_databases()  # named as `resume` names them, with what to do
+    if damaged and not as_json:
+        warn(rd.damage_advice(damaged))
     live = rd.liveness()
     last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
     if as_json:
-        console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
+        record = _status_record(state, effective, problems, live, last_seen, report)
+        console.print_json(_json.dumps({**record, "damaged": damaged}))
         return
     console.print(_status_headline(run_dir, state, live, effective, last_seen), highlight=False, soft_wrap=True)
     if state and state.error:
