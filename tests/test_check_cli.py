@@ -3,6 +3,7 @@ enforce constraints, on a wrong served name and on an unreachable server."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -147,5 +148,8 @@ def test_the_measured_prompts_are_built_for_either_judge_mode(name: str) -> None
     follow_up = explain[0].request.messages[-1].content
     if config.judge.mode == "pointwise":
         assert f"{config.judge.scale_spec.high:g}" in follow_up and "Response A" not in follow_up
-    else:
-        assert "A" in follow_up and "B" in follow_up
+    else:  # the pairwise follow-up names the response the judge picked and the other one
+        picked = re.match(r"You preferred Response ([AB])\. ", follow_up)
+        assert picked is not None, follow_up
+        other = "B" if picked.group(1) == "A" else "A"
+        assert f"what in Response {other} made it worse" in follow_up and "score" not in follow_up
