@@ -168,7 +168,7 @@ def test_check_failed_exits_1(tmp_path: Path) -> None:
     result = cli("check", str(path), "--set", "data.target_limit=2", "--set", "data.test_limit=2")
     assert result.returncode == ExitCode.CHECK_FAILED == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
-    assert "expected | at most" in out and "assumed (not measured): 30% of perturbed target pairs misjudged" in out
+    assert "expected over at most" in out and "assumed (not measured): 30% of perturbed target pairs misjudged" in out
 
 
 def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:

@@ -132,7 +132,9 @@ def test_a_position_profile_asked_of_a_pointwise_judge_is_refused_by_name(tmp_pa
         ConfigError, match=r"run\.yaml: invalid config: .*validate\.position_profile: not a pointwise setting"
     ):
         load_run_config(config)
-    with pytest.raises(ConfigError, match=r"validate\.position_profile: not a pointwise setting \(pointwise judges have no"):
+    with pytest.raises(
+        ConfigError, match=r"validate\.position_profile: not a pointwise setting \(pointwise judges have no"
+    ):
         load_run_config(_write(tmp_path / "plain.yaml", head), ["validate.position_profile=true"])
     config.write_text(head + "validate:\n  position_profile: false\n")
     assert load_run_config(config).judge.mode == "pointwise"

@@ -33,7 +33,9 @@ def test_no_candidate_says_identify_dropped_them_as_junk_as_merge_stats_knows():
     both = where_candidates_went([_merge(raw=1, merged=1), _merge(dropped={"copy_of_question": 1})], counted)
     assert "identify named 2 biases" in both and "1 was dropped as junk" in both
     assert "1 merged into a library bias as a duplicate" in both
-    nothing = where_candidates_went([_merge()], MisjudgmentStats(checked=True, misjudged=3, answer_changed=3, counted=0))
+    nothing = where_candidates_went(
+        [_merge()], MisjudgmentStats(checked=True, misjudged=3, answer_changed=3, counted=0)
+    )
     assert "no misjudged target pair counted" in nothing
 
 

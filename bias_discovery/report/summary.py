@@ -189,7 +189,9 @@ def where_candidates_went(stats: Sequence[MergeStats], misjudgments: Misjudgment
     parts = []
     if dropped:
         reasons = ", ".join(f"{n} {reason}: {_JUNK.get(reason, reason)}" for reason, n in sorted(dropped.items()))
-        parts.append(f"{sum(dropped.values())} {'was' if sum(dropped.values()) == 1 else 'were'} dropped as junk before Merge ({reasons})")
+        parts.append(
+            f"{sum(dropped.values())} {'was' if sum(dropped.values()) == 1 else 'were'} dropped as junk before Merge ({reasons})"
+        )
     if merged:
         parts.append(f"{merged} merged into a library bias as {'a duplicate' if merged == 1 else 'duplicates'}")
     return (
@@ -219,7 +221,9 @@ def pointwise_sentence(pw: PointwiseSummary) -> str:
         length += ", every score equal)" if same else ")"
     else:
         ci = f", 95 % CI {pw.length_rho_ci[0]:+.2f} to {pw.length_rho_ci[1]:+.2f}" if pw.length_rho_ci else ""
-        length = f"its score's Spearman ρ with length in words {pw.length_rho:+.2f}{ci} (n = {pw.length_n} scored responses)"
+        length = (
+            f"its score's Spearman ρ with length in words {pw.length_rho:+.2f}{ci} (n = {pw.length_n} scored responses)"
+        )
     return (
         f"{head}the judge scored the chosen response {mean(pw.mean_chosen, pw.chosen_ci)} and the rejected one "
         f"{mean(pw.mean_rejected, pw.rejected_ci)} on {pw.scale} over n = {pw.n} test pairs; it tied "
