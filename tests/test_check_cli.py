@@ -153,3 +153,28 @@ def test_the_measured_prompts_are_built_for_either_judge_mode(name: str) -> None
         assert picked is not None, follow_up
         other = "B" if picked.group(1) == "A" else "A"
         assert f"what in Response {other} made it worse" in follow_up and "score" not in follow_up
+
+
+def test_check_and_a_run_refuse_an_empty_seed_library_by_name(tmp_path: Path) -> None:
+    """An empty seed library is a clear error naming it, in `check` (before: max() of an empty
+    sequence while building the teacher's longest prompt) and in a run (before: a ValueError
+    from perturb)."""
+    from test_loop import make_config, run_fake
+    from typer.testing import CliRunner
+
+    from bias_discovery.cli import app
+    from bias_discovery.errors import LibraryError
+
+    empty = tmp_path / "empty.json"
+    empty.write_text(
+        '{"version": 1, "name": "empty", "iteration": 0, "created_at": "2026-11-29T00:00:00+00:00", "biases": []}'
+    )
+    path = tmp_path / "config.yaml"
+    raw = yaml.safe_load(Path("experiments/quickstart-cpu.yaml").read_text())
+    path.write_text(yaml.safe_dump({**raw, "seed_library": str(empty)}))
+    result = CliRunner().invoke(app, ["check", str(path)], env={"COLUMNS": "200"})
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"seed library {empty}: holds no bias" in said, said
+    assert isinstance(result.exception, SystemExit)  # typer's exit, not a traceback
+    with pytest.raises(LibraryError, match=r"empty\.json: holds no bias"):
+        run_fake(tmp_path, make_config(tmp_path, seed_library=str(empty)))
