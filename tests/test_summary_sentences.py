@@ -70,3 +70,30 @@ def test_the_pointwise_runs_closing_sentence_reports_its_scores(tmp_path):
     assert f"Measured about the judge: the judge scored the chosen response {pw.mean_chosen:.2f}" in summary.found
     assert f"over n = {pw.n} test pairs; it tied {pw.ties} of {pw.n}" in summary.found
     assert f"(n = {pw.length_n} scored responses)" in summary.found
+
+
+def _identifies_nothing(request):  # type: ignore[no-untyped-def]
+    """null_world, whose identifier finds no bias behind any mistake: no candidate at all."""
+    import json
+
+    from fakes import null_world
+
+    if "preferred the WRONG one" in request.messages[-1].content:
+        return json.dumps({"bias_found": False, "name": "", "definition": "", "manifestations": []})
+    return null_world(request)
+
+
+def test_a_run_that_validated_nothing_says_so_in_its_report_and_sentences(tmp_path):
+    """No "no placebo in this run" (the placebo is the control, never needed) and no "Holm
+    within the run's one validation" (no decision was made) when nothing was validated."""
+    from bias_discovery.report import render_report
+
+    config = make_config(tmp_path, max_iterations=1)
+    assert config.validate_.control == "placebo"
+    rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(_identifies_nothing))
+    assert not any(r.candidates for t in rd.iterations() if (r := rd.iteration(t).validation.read_if_exists()))
+    html = " ".join(render_report(rd.root).split())
+    assert "No placebo in this run" not in html and "one validation" not in html
+    assert 'id="placebo-not-run"' in html and "no candidate reached validation" in html
+    assert "No candidate reached validation, so no acceptance was decided and no error was controlled" in html
+    assert "identify named no bias behind the misjudged pairs" in run_summary(rd.root).found
