@@ -26,15 +26,15 @@ def _merge(raw: int = 0, dropped: dict[str, int] | None = None, merged: int = 0)
 
 def test_no_candidate_says_identify_dropped_them_as_junk_as_merge_stats_knows():
     counted = MisjudgmentStats(checked=True, misjudged=2, counted=2)
-    text = where_candidates_went([_merge(dropped={"schema_key": 2})], counted)
+    text = where_candidates_went({1: _merge(dropped={"schema_key": 2})}, counted)
     assert "came through Merge" not in text
     assert "identify named 2 biases, and 2 were dropped as junk before Merge" in text
-    assert "2 schema_key: a key of the reply's schema" in text and "merge_stats.json" in text
-    both = where_candidates_went([_merge(raw=1, merged=1), _merge(dropped={"copy_of_question": 1})], counted)
+    assert "2 schema_key: a key of the reply's schema) (iter_001/merge_stats.json)" in text
+    both = where_candidates_went({1: _merge(raw=1, merged=1), 2: _merge(dropped={"copy_of_question": 1})}, counted)
     assert "identify named 2 biases" in both and "1 was dropped as junk" in both
     assert "1 merged into a library bias as a duplicate" in both
     nothing = where_candidates_went(
-        [_merge()], MisjudgmentStats(checked=True, misjudged=3, answer_changed=3, counted=0)
+        {1: _merge()}, MisjudgmentStats(checked=True, misjudged=3, answer_changed=3, counted=0)
     )
     assert "no misjudged target pair counted" in nothing
 

@@ -5,7 +5,7 @@ report opens with it, so a newcomer reads the result before the tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -170,10 +170,13 @@ _JUNK = {
 """What each junk reason of identify (`IdentifyRecord.dropped`) means, in a sentence."""
 
 
-def where_candidates_went(stats: Sequence[MergeStats], misjudgments: MisjudgmentStats | None) -> str:
+def where_candidates_went(by_iteration: Mapping[int, MergeStats], misjudgments: MisjudgmentStats | None) -> str:
     """Why no candidate reached validation, from the iterations' merge_stats.json (and the
     misjudgment counts): nothing misjudged counted, identify's names dropped as junk (by
-    reason), or every candidate merged into the library."""
+    reason), or every candidate merged into the library. `by_iteration`: iteration -> its
+    merge_stats.json."""
+    stats = list(by_iteration.values())
+    files = ", ".join(f"iter_{t:03d}/merge_stats.json" for t in sorted(by_iteration))
     if misjudgments is not None and misjudgments.counted == 0:
         return "no candidate: no misjudged target pair counted, so there was nothing to explain and identify"
     if not stats:
@@ -185,7 +188,11 @@ def where_candidates_went(stats: Sequence[MergeStats], misjudgments: Misjudgment
     merged = sum(len(s.merged_into_library) for s in stats)
     named = sum(s.raw_candidates for s in stats) + sum(dropped.values())
     if named == 0:
-        return "no candidate: identify named no bias behind the misjudged pairs (iter_NNN/identified.jsonl)"
+        return (
+            "no candidate: identify named no bias behind the misjudged pairs ("
+            + files.replace("merge_stats.json", "identified.jsonl")
+            + ")"
+        )
     parts = []
     if dropped:
         reasons = ", ".join(f"{n} {reason}: {_JUNK.get(reason, reason)}" for reason, n in sorted(dropped.items()))
@@ -197,7 +204,7 @@ def where_candidates_went(stats: Sequence[MergeStats], misjudgments: Misjudgment
     return (
         f"no candidate reached validation: identify named {plural(named, 'bias', 'biases')}, and "
         + "; ".join(parts)
-        + " (iter_NNN/merge_stats.json)"
+        + f" ({files})"
     )
 
 
@@ -339,7 +346,7 @@ def run_summary(root: Path | str) -> RunSummary:
         if record.exists():
             rewrites += record.read()
     misjudgments = misjudgment_totals(run)
-    merge_stats = [s for t in run.iterations() if t > 0 and (s := run.iteration(t).merge_stats.read_if_exists())]
+    merge_stats = {t: s for t in run.iterations() if t > 0 and (s := run.iteration(t).merge_stats.read_if_exists())}
     baseline = run.baseline.summary.read_if_exists()
     pointwise = baseline.pointwise if baseline is not None else None
     return RunSummary(
