@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from helpers import REPO
-
 from bias_discovery.auditing.records import CSV_COLUMNS
+
+from helpers import REPO
 
 
 def test_the_audit_guide_lists_exactly_audit_csvs_columns() -> None:
