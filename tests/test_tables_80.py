@@ -117,3 +117,44 @@ def test_status_usage_table_keeps_every_figure_whole_at_80_columns() -> None:
     ]
     totals = {k: sum(u[k] for u in usage) for k in ("requests", "cached", "prompt_tokens", "completion_tokens")}
     _assert_whole(_usage_table({"usage": usage, "totals": totals}))
+
+
+@pytest.mark.parametrize("scored", [False, True], ids=["choice", "score verdicts"])
+def test_the_judge_table_keeps_every_figure_whole_at_80_columns(scored: bool) -> None:
+    from bias_discovery.cli._judge import judge_table
+    from bias_discovery.judging import DomainSummary, JudgeSummary, ScoreSummary
+
+    score = ScoreSummary(n=613, mean_p_rejected=0.4756, ci_low=0.4432, ci_high=0.5081) if scored else None
+    domains = {
+        name: DomainSummary(
+            n=n, n_valid=n - 3, error_rate=0.4751, ci_low=0.4123, ci_high=0.5384, judgebench_score=0.5123, score=score
+        )
+        for name, n in (("knowledge", 154), ("reasoning", 98), ("mathematics", 56), ("coding", 42))
+    }
+    summary = JudgeSummary(
+        model="openai/Qwen2.5-7B-Instruct",
+        data="judgebench (local: /data/judgebench)",
+        positions="both",
+        seed=42,
+        n_pairs=620,
+        n_valid_pairs=613,
+        n_judgments=1240,
+        n_invalid_judgments=7,
+        invalid_reasons={"no_verdict": 7},
+        error_rate=0.4751,
+        error_ci_low=0.4358,
+        error_ci_high=0.5147,
+        invalid_rate=0.0113,
+        error_rate_invalid_as_error=0.48,
+        position_a_rate=0.61,
+        position_consistency=0.71,
+        judgebench_score=0.5123,
+        per_domain=domains,
+        prompt_tokens=1_234_567,
+        completion_tokens=234_567,
+        cached_calls=0,
+        score=score,
+    )
+    table = judge_table(summary)
+    _assert_whole(table)
+    assert "(43.6%-51.5%)" in _render(table)
