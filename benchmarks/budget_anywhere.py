@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from kill_anywhere import budget_summary_line, budget_trial, reference_run, run_spend, stub_config  # noqa: E402
-from provenance import cpu_model, git_commit  # noqa: E402
+from provenance import Provenance  # noqa: E402
 
 from stub_openai import launch  # noqa: E402
 
@@ -42,6 +42,7 @@ ENV = {
 
 
 def main() -> None:
+    started_at = Provenance.start()  # first thing: the command, start time, commit and CPU of the record
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--max-stops", type=int, default=3)
@@ -49,12 +50,7 @@ def main() -> None:
     parser.add_argument("--n-test", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    record: dict[str, object] = {
-        "command": " ".join(sys.argv),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": git_commit(),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
-    }
+    record: dict[str, object] = {}
     work = Path(tempfile.mkdtemp(prefix="budget-anywhere-"))
     started = time.monotonic()
     trials = []
@@ -103,9 +99,8 @@ def main() -> None:
             "per_trial": trials,
         }
     )
-    text = json.dumps(record, indent=2)
     if args.json:
-        args.json.write_text(text + "\n")
+        started_at.write_json(args.json, record)
     print(json.dumps({k: v for k, v in record.items() if k != "per_trial"}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
 

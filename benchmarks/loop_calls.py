@@ -532,15 +532,13 @@ def simulate_discovery(
     }
 
 
-def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: float, runs: int, out: Path | None) -> None:
+def discovery_mode(
+    n_target: int, n_items: int, iterations: int, fix_share: float, runs: int, out: Path | None, started: Provenance
+) -> None:
     """Calls per accepted bias of the loop before and after the misjudgment check, the junk
     screen and not re-validating a rejected definition, each next to the paper's reference on
-    the same simulated run; written to `out` through benchmarks/provenance.py."""
-    import time
-
-    from provenance import cpu_model, git_commit
-
-    started, commit = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), git_commit()
+    the same simulated run; written to `out` through benchmarks/provenance.py (`started`: the
+    run's provenance, taken before any work)."""
     print(
         f"simulated loop: {n_target} target items, {n_items} test items, {iterations} iterations, answer-fixing share "
         f"{fix_share:.2f} of target rewrites, {runs} runs; planted effects {LATENT_EFFECTS}"
@@ -567,10 +565,6 @@ def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: floa
     print(f"mean calls / reference: before {before_ratio:.3f}, after {ratio:.3f}")
     if out is not None:
         record = {
-            "command": " ".join(sys.argv),
-            "started": started,
-            "commit": commit,
-            "cpu": cpu_model(),
             "what": (
                 "calls of the simulated loop (stages' own code, scripted world) next to the paper's reference procedure "
                 "priced on the same front half and candidates; reference = the 'before' run's candidates on every test item"
@@ -587,7 +581,7 @@ def discovery_mode(n_target: int, n_items: int, iterations: int, fix_share: floa
             "rows": rows,
         }
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=2) + "\n")
+        started.write_json(out, record)
         print(f"wrote {out}")
 
 
@@ -613,9 +607,10 @@ def main() -> None:
         "--out", type=Path, default=None, help="write the --loop record here (benchmarks/results/loop_calls.json)"
     )
     args = parser.parse_args()
-    Provenance.start(print_at_exit=True)
+    # a record written to --out carries the provenance block; a run that only prints prints it last
+    started = Provenance.start(print_at_exit=not (args.loop and args.out is not None))
     if args.loop:
-        discovery_mode(args.target_items, args.items, args.iterations, args.fix_share, args.runs, args.out)
+        discovery_mode(args.target_items, args.items, args.iterations, args.fix_share, args.runs, args.out, started)
     elif args.simulate:
         if args.candidates < 2:
             parser.error("--candidates must be at least 2")

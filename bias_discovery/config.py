@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .errors import ConfigError
 from .io import read_utf8
@@ -19,7 +29,7 @@ from .llm.budget import ROLES, BudgetSettings
 from .llm.config import ModelConfig, same_model
 from .settings.common import DEFAULT_SEED as DEFAULT_SEED
 from .settings.common import PerturbSettings as PerturbSettings
-from .settings.judge import JudgeSettings
+from .settings.judge import NO_POSITION, JudgeSettings
 from .settings.validate import DEFAULT_BOOTSTRAP_RESAMPLES, check_look_fractions
 
 
@@ -229,7 +239,8 @@ class ValidateSettings(_Strict):
     order of each test pair once more (one call per pair, through the call cache). A judge whose
     verdicts follow position cannot be moved by a rewrite of the rejected response, and the
     report says so. Not measured with a mitigation (its calls already mix the orders), nor for
-    a pointwise judge (pointwise judges have no position)."""
+    a pointwise judge (pointwise judges have no position: `true` with `judge.mode: pointwise` is
+    refused, naming this field)."""
     n_boot: int = Field(default=DEFAULT_BOOTSTRAP_RESAMPLES, ge=100)
     """Bootstrap resamples for the Δerror confidence interval of a one-look validation (and
     of the comparisons reported next to the decision)."""
@@ -325,6 +336,38 @@ class RunConfig(_Strict):
                 )
             raw = {**raw, "judge": judge}
         return raw
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_position_profile_for_pointwise(cls, raw: Any) -> Any:
+        """`validate.position_profile: true` with a pointwise judge is refused by name, as
+        `judge.positions` is: the profile it asks for cannot be measured (`false` says nothing
+        and passes)."""
+        if not isinstance(raw, dict):
+            return raw
+        judge, validate = raw.get("judge"), raw.get("validate", raw.get("validate_"))
+        if (
+            isinstance(judge, dict)
+            and judge.get("mode") == "pointwise"
+            and isinstance(validate, dict)
+            and validate.get("position_profile") is True
+        ):
+            raise ValueError(
+                f"validate.position_profile: not a pointwise setting ({NO_POSITION}: each response is scored "
+                "alone, so there is no position preference to measure); leave it out or set it to false"
+            )
+        return raw
+
+    @model_serializer(mode="wrap")
+    def _without_position_profile(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A pointwise run's config is written without `validate.position_profile` (refused
+        with it), so the run directory's config reads back."""
+        data: dict[str, Any] = handler(self)
+        if self.judge.mode == "pointwise":
+            for key in ("validate", "validate_"):
+                if isinstance(data.get(key), dict):
+                    data[key] = {k: v for k, v in data[key].items() if k != "position_profile"}
+        return data
 
     def answer_checker(self) -> ModelConfig:
         """The model that checks answers in validation: `validate.checker`; else a configured

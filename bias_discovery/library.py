@@ -694,6 +694,19 @@ def load_seed_library(name_or_path: str | Path) -> BiasLibrary:
     )
 
 
+def seed_library_for_run(name_or_path: str | Path) -> BiasLibrary:
+    """`load_seed_library`, refusing a library without a bias: a discovery run perturbs each
+    target pair with one of its biases, and `check` builds the teacher's longest prompt from
+    them, so an empty one could only fail later with less to say (LibraryError naming it)."""
+    library = load_seed_library(name_or_path)
+    if not library.biases:
+        raise LibraryError(
+            f"seed library {name_or_path}: holds no bias; a run perturbs each target pair with one of the seed "
+            "library's biases: give it at least one, or a shipped library (seed_library: biasscope7)"
+        )
+    return library
+
+
 # --------------------------------------------------------------------------------------------
 # Diff
 # --------------------------------------------------------------------------------------------

@@ -52,9 +52,15 @@ def test_audit_of_the_embedded_model_as_a_pointwise_judge(tmp_path: Path, smollm
     length, probe = record["biases"]
     assert (length["id"], probe["id"]) == ("length", "prompt-injection") and length["n_items"] == probe["n_items"] == 3
     assert [lv["factor"] for lv in length["padding"]] == [1.5, 2.0, 3.0]
+    judgments = [json.loads(line) for line in (out / "judgments.jsonl").read_text().splitlines()]
+    invalid = [j["condition"] for j in judgments if j["invalid_reason"] is not None]
+    # n_invalid counts the unreadable scores among the bias's own judgments: the chosen response,
+    # the original twice, and its perturbed arms (every padding of length; the probe)
+    assert length["n_invalid"] == sum(c == "original" or c.startswith("length@") for c in invalid), invalid
+    assert probe["n_invalid"] == sum(c in ("original", "prompt-injection") for c in invalid), invalid
     for entry in (length, probe):
         shift = entry["score_shift"]
-        assert shift["n"] + shift["n_excluded"] == 3 and entry["n_invalid"] >= 0
+        assert shift["n"] + shift["n_excluded"] == 3
         if shift["n"] >= 2:
             assert -9 <= shift["ci_low"] <= shift["value"] <= shift["ci_high"] <= 9
         assert entry["score_unchanged"]["n"] == shift["n"] and entry["delta_error"]["measure"] == "error"

@@ -19,12 +19,7 @@ from provenance import PROVENANCE_KEYS  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
-WRITTEN_BEFORE_PROVENANCE = {
-    "budget_anywhere.json": "written by issue 38's branch while the provenance block was being built on "
-    "another: its own keys name the command, start time, start commit and machine; no provenance block",
-    "loop_calls.json": "written by issue 37's branch while the provenance block was being built on another: "
-    "its own keys name the command, start time, start commit and CPU; no provenance block",
-}
+WRITTEN_BEFORE_PROVENANCE: dict[str, str] = {}
 """Records from before issue 35 that could not be rerun in its time: what each lacks."""
 
 

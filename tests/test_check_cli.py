@@ -3,6 +3,7 @@ enforce constraints, on a wrong served name and on an unreachable server."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -153,5 +154,33 @@ def test_the_measured_prompts_are_built_for_either_judge_mode(name: str) -> None
     follow_up = explain[0].request.messages[-1].content
     if config.judge.mode == "pointwise":
         assert f"{config.judge.scale_spec.high:g}" in follow_up and "Response A" not in follow_up
-    else:
-        assert "A" in follow_up and "B" in follow_up
+    else:  # the pairwise follow-up names the response the judge picked and the other one
+        picked = re.match(r"You preferred Response ([AB])\. ", follow_up)
+        assert picked is not None, follow_up
+        other = "B" if picked.group(1) == "A" else "A"
+        assert f"what in Response {other} made it worse" in follow_up and "score" not in follow_up
+
+
+def test_check_and_a_run_refuse_an_empty_seed_library_by_name(tmp_path: Path) -> None:
+    """An empty seed library is a clear error naming it, in `check` (before: max() of an empty
+    sequence while building the teacher's longest prompt) and in a run (before: a ValueError
+    from perturb)."""
+    from test_loop import make_config, run_fake
+    from typer.testing import CliRunner
+
+    from bias_discovery.cli import app
+    from bias_discovery.errors import LibraryError
+
+    empty = tmp_path / "empty.json"
+    empty.write_text(
+        '{"version": 1, "name": "empty", "iteration": 0, "created_at": "2026-11-29T00:00:00+00:00", "biases": []}'
+    )
+    path = tmp_path / "config.yaml"
+    raw = yaml.safe_load(Path("experiments/quickstart-cpu.yaml").read_text())
+    path.write_text(yaml.safe_dump({**raw, "seed_library": str(empty)}))
+    result = CliRunner().invoke(app, ["check", str(path)], env={"COLUMNS": "200"})
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"seed library {empty}: holds no bias" in said, said
+    assert isinstance(result.exception, SystemExit)  # typer's exit, not a traceback
+    with pytest.raises(LibraryError, match=r"empty\.json: holds no bias"):
+        run_fake(tmp_path, make_config(tmp_path, seed_library=str(empty)))

@@ -304,6 +304,20 @@ def test_a_damaged_run_json_is_named_by_status_and_rewritten_by_resume(tmp_path:
     assert any(e["event"] == "repaired" and "run.json" in e["what"] for e in rd.read_events())
 
 
+def test_status_names_damaged_run_files_as_resume_does(tmp_path: Path):
+    """A truncated checkpoints.sqlite is named by `status` (text and --json) with resume's advice."""
+    config = make_config(tmp_path, max_iterations=1)
+    rd, _, _ = run_fake(tmp_path, config)
+    data = rd.checkpoint_path.read_bytes()
+    rd.checkpoint_path.write_bytes(data[: len(data) // 3])
+    result = cli("status", str(rd.root))
+    message = " ".join(result.stderr.split())
+    assert f"{rd.checkpoint_path} (the loop's checkpoints) is damaged" in message, message
+    assert f"`bias-discovery resume {rd.root}`" in message
+    record = json.loads(cli("status", str(rd.root), "--json").stdout)
+    assert set(record["damaged"]) == {"checkpoints.sqlite"}
+
+
 def test_report_counts_and_names_corrupt_lines(tmp_path: Path):
     run = build_hostile_run(tmp_path / "hostile")
     rd = RunDir(run)

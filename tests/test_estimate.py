@@ -79,7 +79,7 @@ def test_check_prints_expected_figures_dollars_and_wall_time_from_a_throughput_p
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "throughput: " in out and "completion tokens/s (8 requests of up to 32 tokens at once" in out
-    assert "│ perturb │ teacher │ 8 | ≤ 8 │" in out  # exact: one rewrite per target pair
-    assert "all (teacher) │ teacher │" in out and "$" in out  # dollars per role at kill_anywhere.PRICE
+    assert "│ perturb (teacher) │ 8 │" in out and "│ ≤ 8 │" in out  # exact: one rewrite per target pair
+    assert "│ all (teacher) │" in out and "$" in out  # dollars per role at kill_anywhere.PRICE
     assert "wall time, target: about" in out and "wall time, teacher: about" in out
     assert "assumed (not measured)" in out

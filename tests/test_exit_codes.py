@@ -168,7 +168,7 @@ def test_check_failed_exits_1(tmp_path: Path) -> None:
     result = cli("check", str(path), "--set", "data.target_limit=2", "--set", "data.test_limit=2")
     assert result.returncode == ExitCode.CHECK_FAILED == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
-    assert "expected | at most" in out and "assumed (not measured): 30% of perturbed target pairs misjudged" in out
+    assert "expected over at most" in out and "assumed (not measured): 30% of perturbed target pairs misjudged" in out
 
 
 def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
@@ -199,14 +199,39 @@ def test_ctrl_c_exits_130_and_the_run_stays_resumable(tmp_path: Path) -> None:
     assert f"bias-discovery resume {run_dir}" in " ".join(err.split()) and "Traceback" not in err
 
 
-@pytest.mark.parametrize("condition", ["accepted", "flagged", "rr<0.5"])
-def test_fail_on_conditions_parse_per_command(condition: str) -> None:
-    from bias_discovery.cli._findings import parse_fail_on
+FAIL_ON_CONDITIONS = {"accepted": "accepted", "flagged": "flagged", "replication-failed": "replication-failed"}
+FAIL_ON_CONDITIONS["threshold"] = "rr<0.5"
+"""One --fail-on value of each kind."""
 
-    conditions = parse_fail_on([condition], ["accepted", "flagged", "threshold"])
-    assert conditions[0].text == condition
-    if condition == "rr<0.5":
-        assert (conditions[0].field, conditions[0].op, conditions[0].value) == ("rr", "<", 0.5)
+
+@pytest.mark.parametrize(
+    ("command", "takes"),
+    [
+        (["run", "{tmp}/missing.yaml"], ["accepted"]),
+        (["resume", "{tmp}/missing-run"], ["accepted"]),
+        (["matrix", "{tmp}/missing.yaml", "--out", "{tmp}/m"], ["accepted"]),
+        (["replicate", "{tmp}/missing-run"], ["replication-failed"]),
+        (["audit", "--from-log", "{tmp}/missing.jsonl", "--out", "{tmp}/a"], ["flagged", "threshold"]),
+    ],
+    ids=["run", "resume", "matrix", "replicate", "audit"],
+)
+def test_fail_on_conditions_parse_per_command(command: list[str], takes: list[str], tmp_path: Path) -> None:
+    """Each command takes its own --fail-on conditions: one of another command's is a usage
+    error naming what this one takes, before anything runs; its own pass the parse."""
+    from typer.testing import CliRunner
+
+    from bias_discovery.cli import app
+
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    for kind, value in FAIL_ON_CONDITIONS.items():
+        result = CliRunner().invoke(app, [*args, "--fail-on", value], env={"COLUMNS": "200"})
+        said = " ".join(result.output.split())
+        if kind in takes:
+            assert "not a condition of this command" not in said, (kind, said)
+        else:
+            assert result.exit_code == ExitCode.ERROR, (kind, said)
+            assert f"not a condition of this command (it takes: {', '.join(takes)}" in said, (kind, said)
+        assert not (tmp_path / "m").exists() and not (tmp_path / "a").exists()
 
 
 def test_audit_thresholds_exit_3_when_met_and_0_when_not(tmp_path: Path) -> None:

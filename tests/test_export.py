@@ -869,6 +869,23 @@ def test_dpo_export_formats_load(tmp_path: Path, fmt: str):
     assert stats.run_dir == "run" and stats.data == "file: prefs.jsonl"
 
 
+def test_the_dpo_card_says_whether_its_biases_were_found_and_validated_or_never_validated(tmp_path: Path):
+    """Discovered, validated biases: "a bias the discovery run found and validated". Seeds
+    never validated (chosen by id, as when a run accepted none): said so, counted, per bias."""
+    run = make_fake_run(tmp_path / "run", discovered=[make_bias("Expert Citation Bias", discovered=True)])
+    data = write_pairs(tmp_path / "prefs.jsonl", 4)
+    export_dpo(run, tmp_path / "found", data=str(data), engines=fake_engines())
+    card = " ".join((tmp_path / "found" / "README.md").read_text().split())
+    assert "to carry one bias the discovery run found and validated (accepted against its control)" in card
+    assert "| discovered (iteration 1), validated |" in card
+    seed_ids = [b.id for b in load_seed_library("biasscope7").biases[:2]]
+    export_dpo(run, tmp_path / "seeds", data=str(data), biases=",".join(seed_ids), engines=fake_engines())
+    card = " ".join((tmp_path / "seeds" / "README.md").read_text().split())
+    assert "a bias the discovery run found" not in card
+    assert "to carry one of 2 biases: 2 never validated (seeds of the library" in card
+    assert card.count("| seed, never validated |") == 2
+
+
 # --------------------------------------------------------------------------------------------
 # Real model: the shared small SmolLM2 run
 # --------------------------------------------------------------------------------------------

@@ -339,3 +339,14 @@ def test_bootstrap_estimate_of_a_mean():
     # undefined on the full sample: no value, no CI
     undefined = bootstrap_estimate(5, lambda idx: None)
     assert undefined.value is None and undefined.ci_low is None
+
+
+def test_the_audits_z_legend_prints_the_formula_of_the_value_it_shows():
+    """The legend printed under the audit's z is the continuity-corrected formula that
+    `position_z` computes: with F = 5, S = 1 the uncorrected (F − S)/√(F + S) would be 4/√6."""
+    from bias_discovery.auditing.display import ROWS
+
+    [legend] = [row for row in ROWS["position"] if row.field == "z"]
+    assert "sign(F − S)·max(0, |F − S| − 1)/√(F + S)" in legend.meaning and "continuity-corrected" in legend.meaning
+    y_cr, y_rc = [C] * 5 + [R], [R] * 5 + [C]
+    assert position_z(y_cr, y_rc).value == pytest.approx((abs(5 - 1) - 1) / math.sqrt(5 + 1))

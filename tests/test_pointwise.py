@@ -122,6 +122,32 @@ def test_a_run_config_names_the_field_of_a_pointwise_setting(tmp_path):
     )  # the default says nothing
 
 
+def test_a_position_profile_asked_of_a_pointwise_judge_is_refused_by_name(tmp_path):
+    """`validate.position_profile: true` is refused with a pointwise judge, as `judge.positions`
+    is; `false` passes; the resolved config leaves the field out, so it reads back."""
+    config = tmp_path / "run.yaml"
+    head = "target: llamacpp/smollm2\nteacher: llamacpp/smollm2\njudge:\n  mode: pointwise\n"
+    config.write_text(head + "validate:\n  position_profile: true\n")
+    with pytest.raises(
+        ConfigError, match=r"run\.yaml: invalid config: .*validate\.position_profile: not a pointwise setting"
+    ):
+        load_run_config(config)
+    with pytest.raises(
+        ConfigError, match=r"validate\.position_profile: not a pointwise setting \(pointwise judges have no"
+    ):
+        load_run_config(_write(tmp_path / "plain.yaml", head), ["validate.position_profile=true"])
+    config.write_text(head + "validate:\n  position_profile: false\n")
+    assert load_run_config(config).judge.mode == "pointwise"
+    written = load_run_config(_write(tmp_path / "plain.yaml", head)).to_yaml()
+    assert "position_profile" not in written
+    assert load_run_config(_write(tmp_path / "resolved.yaml", written)).judge.mode == "pointwise"
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
 def _final(token: str, top: list[tuple[str, float]]) -> FinalTokenLogprobs:
     out = FinalTokenLogprobs.from_candidates(token, math.log(dict(top)[token]), [(t, math.log(p)) for t, p in top], k=5)
     assert out is not None

@@ -63,7 +63,7 @@ ROWS: dict[str, list[MetricRow]] = {
         MetricRow(
             "z",
             "z",
-            "monitor, items as the unit: (F − S)/√(F + S), F (S) = items whose two orders both picked the first (second) position; |z| > 2 flags a position bias",
+            "monitor, items as the unit: sign(F − S)·max(0, |F − S| − 1)/√(F + S) (continuity-corrected), F (S) = items whose two orders both picked the first (second) position; |z| > 2 flags a position bias",
             "z",
         ),
         MetricRow(

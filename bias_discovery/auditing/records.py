@@ -125,7 +125,7 @@ class AuditMetrics(_Record):
     """Length bias de-noised with the solved q."""
     # Bias monitor (mitigation notes)
     z: Estimate | None = None
-    """(F - S) / √(F + S), the item as the unit: F (S) = items whose two repeat-1 verdicts both
+    """sign(F - S) · max(0, |F - S| - 1) / √(F + S) (continuity-corrected), the item as the unit: F (S) = items whose two repeat-1 verdicts both
     picked the response shown first (second); n = items where both picked a response
     (`metrics.position_z`). Files of version 1: (first_wins - N/2) / √(N/4) over verdicts."""
     first_win_rate: Estimate | None = None

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from ..api.checks import Assumptions, PilotRecord, PreflightReport, StageEstimate
     from ..config import RunConfig
-from ._common import app, console, err_console, fail, flag_of
+from ._common import app, console, err_console, fail, figure_column, flag_of, stacked
 from ._exit_codes import ExitCode
 from ._options import OVERRIDES, TIMEOUT, flag
 
@@ -82,19 +82,7 @@ def check(
             console.print(
                 f"  {_MARK[finding.status]} {finding.what}: {finding.detail}", highlight=False, soft_wrap=True
             )
-    table = Table(
-        title=(
-            f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
-            + (f"{plural(report.skipped_rows, 'bad data row')} skipped, " if report.skipped_rows else "")
-            + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
-        )
-    )
-    for column in ("stage", "role", "per iteration", "whole run", "why"):
-        table.add_column(column, justify="right" if column in ("per iteration", "whole run") else "left")
-    for row in report.calls:
-        mark = "" if row.exact else "≤ "
-        table.add_row(row.stage, row.role, f"{mark}{row.per_iteration:,}", f"{mark}{row.total:,}", row.note)
-    console.print(table)
+    console.print(planned_calls_table(report))
     _print_estimates(report)
     if report.problems:
         err_console.print(
@@ -103,6 +91,26 @@ def check(
         )
         raise typer.Exit(code=ExitCode.CHECK_FAILED)
     console.print("check passed", highlight=False)
+
+
+def planned_calls_table(report: PreflightReport) -> Table:
+    """The planned calls per stage and role, per iteration and for the whole run."""
+    table = Table(
+        title=(
+            f"planned calls ({plural(report.n_target, 'target pair')}, {plural(report.n_test, 'test pair')}, "
+            + (f"{plural(report.skipped_rows, 'bad data row')} skipped, " if report.skipped_rows else "")
+            + f"max_iterations={report.max_iterations}; ≤ = upper bound)"
+        )
+    )
+    table.add_column("stage", overflow="fold")
+    table.add_column("role", overflow="fold")
+    figure_column(table, "per\niteration")
+    figure_column(table, "whole\nrun")
+    table.add_column("why", overflow="fold")
+    for row in report.calls:
+        mark = "" if row.exact else "≤ "
+        table.add_row(row.stage, row.role, f"{mark}{row.per_iteration:,}", f"{mark}{row.total:,}", row.note)
+    return table
 
 
 def _pilot(pairs: int, run_dir: Path | None) -> Callable[[RunConfig], PilotRecord] | None:
@@ -141,52 +149,14 @@ def _print_estimates(report: PreflightReport) -> None:
     """Expected figures beside their bounds per stage and role, dollars per role, the assumptions."""
     if not report.estimates or report.assumptions is None:
         return
-    from ..formatting import count
-
-    def pair(expected: float, bound: float) -> str:
-        return f"{count(round(expected))} | ≤ {count(round(bound))}"
-
     if report.pilot is not None:
         _print_pilot(report.pilot)
-    table = Table(
-        title="expected | at most, whole run (expected: from the figures below, measured or assumed; at most: "
-        "none assumed)"
-    )
-    for column in ("stage", "role", "calls", "prompt tokens", "completion tokens", "dollars", "measured by the pilot"):
-        table.add_column(column, justify="left" if column in ("stage", "role", "measured by the pilot") else "right")
-    for e in report.estimates:
-        usd = "-" if e.usd is None or e.usd_bound is None else f"${e.usd:,.2f} | ≤ ${e.usd_bound:,.2f}"
-        table.add_row(
-            e.stage,
-            e.role,
-            pair(e.calls, e.calls_bound),
-            pair(e.prompt_tokens, e.prompt_tokens_bound),
-            pair(e.completion_tokens, e.completion_tokens_bound),
-            usd,
-            _measured_note(e),
-        )
-    roles = list(dict.fromkeys(e.role for e in report.estimates))
-    for role in roles:
-        rows = [e for e in report.estimates if e.role == role]
-        priced = all(e.usd is not None for e in rows)
-        usd = (
-            f"${sum(e.usd or 0 for e in rows):,.2f} | ≤ ${sum(e.usd_bound or 0 for e in rows):,.2f}"
-            if priced
-            else "no price"
-        )
-        table.add_row(
-            f"all ({role})",
-            role,
-            pair(sum(e.calls for e in rows), sum(e.calls_bound for e in rows)),
-            pair(sum(e.prompt_tokens for e in rows), sum(e.prompt_tokens_bound for e in rows)),
-            pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)),
-            usd,
-            style="bold",
-        )
-    console.print(table)
+    console.print(estimates_table(report))
+    for line in pilot_notes(report):
+        console.print(line, highlight=False, soft_wrap=True)
     from ..formatting import duration
 
-    for role in roles:
+    for role in dict.fromkeys(e.role for e in report.estimates):
         rates = [e.tokens_per_s for e in report.endpoints if e.role == role and e.tokens_per_s]
         if not rates:  # the checker is not probed on its own
             continue
@@ -200,6 +170,54 @@ def _print_estimates(report: PreflightReport) -> None:
             soft_wrap=True,
         )
     _print_figures(report.assumptions)
+
+
+def estimates_table(report: PreflightReport) -> Table:
+    """Expected figures over their bounds (stacked, one figure a line, so that at 80 columns no
+    figure is cut), per stage and role and per role; what the pilot measured is said under the
+    table (`pilot_notes`), not in a column."""
+    from ..formatting import count
+
+    def pair(expected: float, bound: float) -> str:
+        return stacked(count(round(expected)), f"≤ {count(round(bound))}")
+
+    def usd(expected: float, bound: float) -> str:
+        return stacked(f"${expected:,.2f}", f"≤ ${bound:,.2f}")
+
+    table = Table(
+        title="expected over at most, whole run (expected: from the figures below, measured or assumed; at most: "
+        "none assumed)"
+    )
+    table.add_column("stage (role)", overflow="fold")
+    for column in ("calls", "prompt\ntokens", "completion\ntokens", "dollars"):
+        figure_column(table, column)
+    for e in report.estimates:
+        cost = "-" if e.usd is None or e.usd_bound is None else usd(e.usd, e.usd_bound)
+        table.add_row(
+            f"{e.stage} ({e.role})",
+            pair(e.calls, e.calls_bound),
+            pair(e.prompt_tokens, e.prompt_tokens_bound),
+            pair(e.completion_tokens, e.completion_tokens_bound),
+            cost,
+        )
+    for role in dict.fromkeys(e.role for e in report.estimates):
+        rows = [e for e in report.estimates if e.role == role]
+        priced = all(e.usd is not None for e in rows)
+        table.add_row(
+            f"all ({role})",
+            pair(sum(e.calls for e in rows), sum(e.calls_bound for e in rows)),
+            pair(sum(e.prompt_tokens for e in rows), sum(e.prompt_tokens_bound for e in rows)),
+            pair(sum(e.completion_tokens for e in rows), sum(e.completion_tokens_bound for e in rows)),
+            usd(sum(e.usd or 0 for e in rows), sum(e.usd_bound or 0 for e in rows)) if priced else "no price",
+            style="bold",
+        )
+    return table
+
+
+def pilot_notes(report: PreflightReport) -> list[str]:
+    """Which rows' figures the pilot measured, one line each (none without a pilot)."""
+    notes = [(e, _measured_note(e)) for e in report.estimates]
+    return [f"measured by the pilot, {e.stage} ({e.role}): {note}" for e, note in notes if note != "-"]
 
 
 def _print_figures(a: Assumptions) -> None:

@@ -34,6 +34,21 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def figure_column(table: Any, header: str) -> None:
+    """Add a column of figures to a rich `table`: right-aligned and never wrapped, so that rich
+    narrows the prose columns (which wrap at their spaces) before it would touch a figure. A
+    table must then fit its figures at 80 columns (piped, or a CI log): few columns of figures,
+    one figure a line (`stacked`); tests/test_tables_80.py renders the tables there and fails
+    on a figure cut with "…"."""
+    table.add_column(header, justify="right", no_wrap=True)
+
+
+def stacked(*figures: str) -> str:
+    """Several figures in one cell, one a line (expected over its bound ...), so that the
+    cell is as wide as its widest figure, not as their sum."""
+    return "\n".join(figures)
+
+
 @app.callback()
 def _group(
     verbose: bool = typer.Option(

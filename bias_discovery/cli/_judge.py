@@ -14,7 +14,7 @@ from ..errors import BiasDiscoveryError
 from ..formatting import percent, percent_range, plural
 from ..options import DataOptions
 from ..settings.judge import JudgeSettings
-from ._common import app, console, fail, format_validation_error, options_error, warn
+from ._common import app, console, fail, figure_column, format_validation_error, options_error, stacked, warn
 from ._options import (
     CACHE,
     DATA_DIR,
@@ -65,33 +65,35 @@ def _print_score_notes(summary: JudgeSummary) -> None:
         print_calibration(summary.calibration)
 
 
-def print_judge_summary(summary: JudgeSummary) -> None:
+def judge_table(summary: JudgeSummary) -> Table:
+    """Error (over its 95 % CI, stacked), JudgeBench's score and P(rejected) per domain and
+    overall: one figure a line, so that the table keeps every figure whole at 80 columns."""
     mitigation = f", mitigation: {summary.mitigation}" if summary.mitigation != "none" else ""
     prompt = f", prompt: {summary.prompt}" if summary.prompt else ""
     verdict = ", verdict: score" if summary.score is not None else ""
     shown = f"pointwise, scale {summary.pointwise.scale}" if summary.pointwise else f"positions: {summary.positions}"
     table = Table(title=f"{summary.model} on {summary.data} ({shown}{mitigation}{verdict}{prompt})")
     pointwise = summary.pointwise is not None  # JudgeBench's score counts verdicts on pairs: none here
-    columns = ["domain", "pairs", "valid", "error", "95% CI", *([] if pointwise else ["JudgeBench score"])]
+    table.add_column("domain", overflow="fold")
+    for column in ("pairs", "valid", "error\n(95% CI)", *([] if pointwise else ["JudgeBench\nscore"])):
+        figure_column(table, column)
     if summary.score is not None:
-        columns += ["P(rejected)", "95% CI"]
-    for column in columns:
-        table.add_column(column, justify="right" if column != "domain" else "left")
+        figure_column(table, "P(rejected)\n(95% CI)")
+
+    def with_ci(value: float | None, low: float | None, high: float | None) -> str:
+        return stacked(percent(value), f"({percent_range(low, high)})")
 
     def score_cells(score: ScoreSummary | None) -> list[str]:
         if summary.score is None:
             return []
-        if score is None:
-            return ["-", "-"]
-        return [percent(score.mean_p_rejected), percent_range(score.ci_low, score.ci_high)]
+        return ["-"] if score is None else [with_ci(score.mean_p_rejected, score.ci_low, score.ci_high)]
 
     for domain, d in summary.per_domain.items():
         table.add_row(
             domain,
             str(d.n),
             str(d.n_valid),
-            percent(d.error_rate),
-            percent_range(d.ci_low, d.ci_high),
+            with_ci(d.error_rate, d.ci_low, d.ci_high),
             *([] if pointwise else [percent(d.judgebench_score)]),
             *score_cells(d.score),
         )
@@ -99,12 +101,16 @@ def print_judge_summary(summary: JudgeSummary) -> None:
         "all",
         str(summary.n_pairs),
         str(summary.n_valid_pairs),
-        percent(summary.error_rate),
-        percent_range(summary.error_ci_low, summary.error_ci_high),
+        with_ci(summary.error_rate, summary.error_ci_low, summary.error_ci_high),
         *([] if pointwise else [percent(summary.judgebench_score)]),
         *score_cells(summary.score),
         style="bold",
     )
+    return table
+
+
+def print_judge_summary(summary: JudgeSummary) -> None:
+    table = judge_table(summary)
     console.print(table)
     _print_score_notes(summary)
     if summary.pointwise is not None:

@@ -250,6 +250,15 @@ def _last_seen(state: Any, live: Any, events: list[dict[str, Any]]) -> float | N
     return max([t for t in signs if isinstance(t, (int, float))], default=None)
 
 
+def _damaged_files(rd: Any, *, quiet: bool) -> dict[str, str]:
+    """The run's damaged SQLite files, named as `resume` names them, with what to do (warned
+    unless `quiet`: `status --json` carries them)."""
+    damaged: dict[str, str] = rd.damaged_databases()
+    if damaged and not quiet:
+        warn(rd.damage_advice(damaged))
+    return damaged
+
+
 @app.command()
 def status(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
@@ -277,12 +286,14 @@ def status(
         fail(str(exc))
     if problems and not as_json:
         warn(f"{plural(len(problems), 'unreadable line')} of events.jsonl left out: " + "; ".join(problems[:3]))
+    damaged = _damaged_files(rd, quiet=as_json)
     live = rd.liveness()
     last_seen = _last_seen(state, live, events)
     effective = effective_status(state.status if state else None, live)
     state = _with_ledger_spend(rd, state)
     if as_json:
-        console.print_json(_json.dumps(_status_record(state, effective, problems, live, last_seen, report)))
+        record = _status_record(state, effective, problems, live, last_seen, report)
+        console.print_json(_json.dumps({**record, "damaged": damaged}))
         return
     console.print(_status_headline(run_dir, state, live, effective, last_seen), highlight=False, soft_wrap=True)
     if state and state.error:

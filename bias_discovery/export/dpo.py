@@ -50,6 +50,7 @@ from ..settings.export import DpoExportOptions, DpoFormat
 from ..stages.perturb import keyed_rng, perturb
 from .common import (
     CARD_MISSING,
+    BiasSummary,
     ExportStats,
     LengthStats,
     bias_summary,
@@ -227,6 +228,8 @@ def render_dpo_card(stats: DpoStats, directory: Path) -> str:
     return card_template("dpo_card.md.j2").render(
         stats=stats,
         c=c,
+        carried=carried_biases_sentence(stats.biases),
+        standing=bias_standing,
         front=front,
         reasons=", ".join(f"{k} {v}" for k, v in c.invalid_perturbation_reasons.items()) or "none",
         settings_text=settings_text,
@@ -234,6 +237,44 @@ def render_dpo_card(stats: DpoStats, directory: Path) -> str:
         percent=partial(percent, unit=" %", missing=CARD_MISSING),
         review=review_paragraph(stats.biases, reviewed_only=stats.reviewed_only),
     )
+
+
+def bias_standing(bias: BiasSummary) -> str:
+    """Where a bias of the card comes from and whether the run validated it (a `bias_summary`):
+    "discovered (iteration t), validated", "seed, validated", "seed, never validated", or
+    "..., rejected by validation"."""
+    origin = "seed" if bias.origin == "seed" else f"discovered (iteration {bias.iteration})"
+    if bias.validated:
+        return f"{origin}, validated"
+    if bias.effect is None:
+        return f"{origin}, never validated"
+    return f"{origin}, rejected by validation"
+
+
+def carried_biases_sentence(biases: Sequence[BiasSummary]) -> str:
+    """What the rewrites carry, said as it is: biases the discovery run found and validated, or
+    seeds of the library that were never validated (a trait written into the response, not a
+    bias the judge was shown to have), counted."""
+    standings = [bias_standing(b) for b in biases]
+    found = sum(s.startswith("discovered") and s.endswith(", validated") for s in standings)
+    if standings and found == len(standings):
+        return "one bias the discovery run found and validated (accepted against its control)"
+    parts = []
+    if found:
+        parts.append(f"{found} found by the discovery run and validated")
+    seeds_validated = standings.count("seed, validated")
+    if seeds_validated:
+        parts.append(f"{seeds_validated} of the seed library that the run validated")
+    never = sum(s.endswith("never validated") for s in standings)
+    if never:
+        parts.append(
+            f"{never} never validated (seeds of the library: a trait written into the response, not a bias this "
+            "run showed the judge to have)"
+        )
+    rejected = sum(s.endswith("rejected by validation") for s in standings)
+    if rejected:
+        parts.append(f"{rejected} that validation rejected")
+    return f"one of {len(standings)} biases: " + "; ".join(parts) + " (see Biases below)"
 
 
 def export_dpo(

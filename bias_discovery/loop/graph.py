@@ -29,7 +29,7 @@ from ..embeddings import Embedder
 from ..errors import ConfigError
 from ..interrupts import redeliver_lost_interrupts
 from ..io import remove_orphaned_temporaries
-from ..library import load_seed_library
+from ..library import seed_library_for_run
 from ..llm.base import Engine
 from ..llm.budget import BudgetReached
 from ..llm.roles import ModelRoles
@@ -131,7 +131,7 @@ class Discovery:
     def node_start(self, state: LoopState) -> LoopState:
         library = self.run.library
         if not library.iterations():
-            seed = load_seed_library(self.config.seed_library)
+            seed = seed_library_for_run(self.config.seed_library)
             library.save_iteration(
                 seed.model_copy(update={"name": self.config.name, "target_model": self.config.target.spec})
             )

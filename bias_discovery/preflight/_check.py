@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import RunConfig
-from ..library import load_seed_library
+from ..library import seed_library_for_run
 from ..llm.base import Engine
 from ..llm.config import ModelConfig
 from ..loop.pilot import PilotRecord
@@ -72,7 +72,7 @@ def run_preflight(
         d.target, data_dir=d.data_dir, limit=d.target_limit, seed=config.seed, bad_rows=target_bad
     )
     test_pairs = load_pairs(d.test, data_dir=d.data_dir, limit=d.test_limit, seed=config.seed, bad_rows=test_bad)
-    library = load_seed_library(config.seed_library)
+    library = seed_library_for_run(config.seed_library)
     prompts = run_prompts(config, target_pairs, test_pairs, library)
     engines = _Engines(make_engine or default_build)
     if smoke is None and make_engine is None:

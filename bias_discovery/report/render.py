@@ -264,7 +264,17 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
         rule = last.candidates[0].decisive_comparison.rule
     else:
         rule = f"{_get(config, 'validate.acceptance') or 'paired'} vs {control} (no candidate validated yet)"
-    error_text = last.error_statement if last is not None else _configured_error_statement(config)
+    validated_any = any(r.candidates for r in reports)
+    if validated_any and last is not None:
+        error_text = last.error_statement
+    elif reports:  # validations ran on no candidate: nothing was decided, no error to control
+        error_text = (
+            "No candidate reached validation, so no acceptance was decided and no error was controlled "
+            f"(configured: {_get(config, 'validate.correction') or 'holm'} at α = {_get(config, 'validate.alpha')}, "
+            f"error_control: {_get(config, 'validate.error_control') or 'run'})."
+        )
+    else:
+        error_text = _configured_error_statement(config)
     plan = last.sequential if last is not None else None
     if plan is not None and len(plan.looks) > 1:
         looks = (
@@ -297,6 +307,7 @@ def _validation_summary(run: RunData) -> dict[str, Any]:
         "error_control_text": error_text,
         "answer_check_text": _answer_check_text(reports, run.rewrite_effect, config),
         "looks_text": looks,
+        "validated_any": validated_any,
         "power_rows": [row for row in power_rows if row["mde_n"] is not None],
         "power_pct": percent(power, digits=0, unit=" %"),
     }

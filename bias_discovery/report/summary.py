@@ -5,17 +5,18 @@ report opens with it, so a newcomer reads the result before the tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from ..config import RunConfig, load_run_config
 from ..formatting import effect_clause, plural
+from ..judging import PointwiseSummary
 from ..library import Bias
 from ..llm.providers import EMBEDDED_DEFAULT
 from ..metrics import Estimate, PositionProfile, proportion
-from ..run import MisjudgmentStats, RunDir, ValidationReport
+from ..run import MergeStats, MisjudgmentStats, RunDir, ValidationReport
 from ..stages.records import PerturbedPair
 from ..stats import MEASURE_LABELS
 
@@ -25,6 +26,7 @@ __all__ = [
     "RunSummary",
     "misjudged_sentence",
     "misjudgment_totals",
+    "pointwise_sentence",
     "rewrite_quality",
     "rewrite_sentence",
     "run_summary",
@@ -61,6 +63,9 @@ class RunSummary(BaseModel):
     final answer or the length (`misjudged_sentence`); None before the first iteration's."""
     misjudgments: MisjudgmentStats | None = None
     """The run's misjudgment counts, over its iterations (`misjudgment_totals`)."""
+    pointwise: PointwiseSummary | None = None
+    """A pointwise judge's baseline scores (chosen, rejected, ties, length): what the run
+    measured about it, as `position` is for a pairwise judge."""
 
     def sentences(self) -> list[str]:
         return [s for s in (self.found, self.misjudged, self.undetected, self.next_step) if s]
@@ -155,7 +160,91 @@ def _raised(reports: Sequence[ValidationReport]) -> str:
     return _RAISED[measures.pop() if measures else "error"]
 
 
-def _found(reports: Sequence[ValidationReport], position: PositionProfile | None) -> str:
+_JUNK = {
+    "schema_key": "a key of the reply's schema",
+    "restated_verdict": "the verdict restated",
+    "copy_of_question": "a copy of the question",
+    "copy_of_response": "a copy of a response",
+    "teacher_declined": "no property, the teacher confirmed",
+}
+"""What each junk reason of identify (`IdentifyRecord.dropped`) means, in a sentence."""
+
+
+def where_candidates_went(by_iteration: Mapping[int, MergeStats], misjudgments: MisjudgmentStats | None) -> str:
+    """Why no candidate reached validation, from the iterations' merge_stats.json (and the
+    misjudgment counts): nothing misjudged counted, identify's names dropped as junk (by
+    reason), or every candidate merged into the library. `by_iteration`: iteration -> its
+    merge_stats.json."""
+    stats = list(by_iteration.values())
+    files = ", ".join(f"iter_{t:03d}/merge_stats.json" for t in sorted(by_iteration))
+    if misjudgments is not None and misjudgments.counted == 0:
+        return "no candidate: no misjudged target pair counted, so there was nothing to explain and identify"
+    if not stats:
+        return "no candidate came through Merge to be validated"
+    dropped: dict[str, int] = {}
+    for s in stats:
+        for reason, n in s.dropped_identifications.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    merged = sum(len(s.merged_into_library) for s in stats)
+    named = sum(s.raw_candidates for s in stats) + sum(dropped.values())
+    if named == 0:
+        return (
+            "no candidate: identify named no bias behind the misjudged pairs ("
+            + files.replace("merge_stats.json", "identified.jsonl")
+            + ")"
+        )
+    parts = []
+    if dropped:
+        reasons = ", ".join(f"{n} {reason}: {_JUNK.get(reason, reason)}" for reason, n in sorted(dropped.items()))
+        parts.append(
+            f"{sum(dropped.values())} {'was' if sum(dropped.values()) == 1 else 'were'} dropped as junk before Merge ({reasons})"
+        )
+    if merged:
+        parts.append(f"{merged} merged into a library bias as {'a duplicate' if merged == 1 else 'duplicates'}")
+    return (
+        f"no candidate reached validation: identify named {plural(named, 'bias', 'biases')}, and "
+        + "; ".join(parts)
+        + f" ({files})"
+    )
+
+
+def pointwise_sentence(pw: PointwiseSummary) -> str:
+    """What the baseline measured about a pointwise judge, with n and CIs: its mean score for
+    the chosen and the rejected responses, its tie rate, its score's correlation with length;
+    and, when every score was the same, that it was."""
+
+    def mean(value: float | None, ci: tuple[float, float] | None) -> str:
+        if value is None:
+            return "n/a"
+        return f"{value:.2f}" + (f" (95 % CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+
+    if pw.n == 0:
+        return "the judge gave no test pair two valid scores"
+    same = pw.sd_scores == 0 and pw.mean_chosen is not None
+    head = f"every one of its {2 * pw.n} scores was {pw.mean_chosen:g}: " if same else ""
+    tie_ci = f", 95 % CI {100 * pw.tie_ci[0]:.0f}-{100 * pw.tie_ci[1]:.0f} %" if pw.tie_ci else ""
+    if pw.length_rho is None:
+        length = f"its score's correlation with length is undefined (n = {pw.length_n} scored responses"
+        length += ", every score equal)" if same else ")"
+    else:
+        ci = f", 95 % CI {pw.length_rho_ci[0]:+.2f} to {pw.length_rho_ci[1]:+.2f}" if pw.length_rho_ci else ""
+        length = (
+            f"its score's Spearman ρ with length in words {pw.length_rho:+.2f}{ci} (n = {pw.length_n} scored responses)"
+        )
+    return (
+        f"{head}the judge scored the chosen response {mean(pw.mean_chosen, pw.chosen_ci)} and the rejected one "
+        f"{mean(pw.mean_rejected, pw.rejected_ci)} on {pw.scale} over n = {pw.n} test pairs; it tied "
+        f"{pw.ties} of {pw.n} ({100 * (pw.tie_rate or 0):.0f} %{tie_ci}); {length}"
+    )
+
+
+def _found(
+    reports: Sequence[ValidationReport],
+    position: PositionProfile | None,
+    *,
+    no_candidate: str = "no candidate came through Merge to be validated",
+    pointwise: PointwiseSummary | None = None,
+) -> str:
     accepted = _accepted(reports)
     seeds = [b for r in reports if r.iteration == 0 for b in r.validated if b.validation and b.validation.accepted]
     parts = []
@@ -187,9 +276,11 @@ def _found(reports: Sequence[ValidationReport], position: PositionProfile | None
     elif candidates:
         text = f"Found: no bias; none of the {candidates} candidates validated raised {raised} beyond chance."
     else:
-        text = "Found: no new bias; no candidate came through Merge to be validated."
+        text = f"Found: no new bias; {no_candidate}."
     if position is not None and position.n_pairs:
         text += f" Measured about the judge: {position.sentence()}."
+    elif pointwise is not None:
+        text += f" Measured about the judge: {pointwise_sentence(pointwise)}."
     return text
 
 
@@ -255,14 +346,20 @@ def run_summary(root: Path | str) -> RunSummary:
         if record.exists():
             rewrites += record.read()
     misjudgments = misjudgment_totals(run)
+    merge_stats = {t: s for t in run.iterations() if t > 0 and (s := run.iteration(t).merge_stats.read_if_exists())}
+    baseline = run.baseline.summary.read_if_exists()
+    pointwise = baseline.pointwise if baseline is not None else None
     return RunSummary(
         misjudged=misjudged_sentence(misjudgments) if misjudgments is not None else None,
         misjudgments=misjudgments,
-        found=_found(reports, position),
+        found=_found(
+            reports, position, no_candidate=where_candidates_went(merge_stats, misjudgments), pointwise=pointwise
+        ),
         undetected=_undetected(reports, position),
         next_step=_next_step(config, reports),
         position=position,
         rewrites=rewrite_quality(rewrites),
+        pointwise=pointwise,
     )
 
 
