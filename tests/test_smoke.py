@@ -165,6 +165,10 @@ def test_a_build_with_features_the_flags_did_not_ask_for_is_caught() -> None:
 def test_the_smoke_check_passes_on_the_installed_engine_and_embedder() -> None:
     result = cli("check")
     assert "ok   transformers (hf/smollm2): a batch of 3 constrained replies on cpu in" in result.stdout
+    from bias_discovery.llm.base import cpu_dtype, cpu_dtype_reason
+
+    # the dtype this CPU gets, and why (its flags), as the unit test plants them for each CPU kind
+    assert f"on cpu in {cpu_dtype()} ({cpu_dtype_reason()})" in result.stdout
     if importlib.util.find_spec("llama_cpp") is not None:  # the optional engine, where installed
         assert "ok   llama.cpp (llamacpp/smollm2): a constrained reply of" in result.stdout
     assert "ok   embedder (all-MiniLM-L6-v2): a 384-dimensional embedding" in result.stdout

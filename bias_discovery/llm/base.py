@@ -112,6 +112,15 @@ def cpu_dtype() -> str:
     return "bfloat16" if cpu_flags() & set(BF16_CPU_FLAGS) else "float32"
 
 
+def cpu_dtype_reason() -> str:
+    """Why `cpu_dtype` chose what it did on this CPU, in words a user can check against their
+    machine (the flags found, or the ones missing)."""
+    native = sorted(cpu_flags() & set(BF16_CPU_FLAGS))
+    if native:
+        return f"this CPU computes bf16 ({', '.join(native)})"
+    return "this CPU has neither AVX512_BF16 nor AMX: bf16 would be emulated, slower than fp32"
+
+
 def default_threads() -> int:
     """CPU threads an embedded engine computes with by default: all usable cores but one.
     llama.cpp's threads and torch's OpenMP threads wait for each other at every step's barriers:

@@ -48,6 +48,7 @@ from .base import (
     Submission,
     SubmitQueue,
     cpu_dtype,
+    cpu_dtype_reason,
     default_threads,
     fail_unanswered,
     final_token_index,
@@ -62,6 +63,7 @@ __all__ = [
     "MAX_BATCH_TOKENS",
     "TransformersEngine",
     "choose_device_dtype",
+    "dtype_reason",
     "plan_batches",
 ]
 
@@ -124,6 +126,17 @@ def choose_device_dtype(torch: Any, requested: str = "auto") -> tuple[str, str]:
     return device, dtype
 
 
+def dtype_reason(device: str, dtype: str, requested: str = "auto") -> str:
+    """Why the engine computes in `dtype`, for the smoke check and `check` to say beside it: the
+    same model gives other tokens in bf16 and in fp32, so a user comparing two machines needs to
+    know which one each ran, and why."""
+    if requested != "auto":
+        return "the dtype the config asks for"
+    if device != "cpu":
+        return f"the {device} device's native dtype"
+    return cpu_dtype_reason()
+
+
 def plan_batches(lengths: Sequence[int], max_padding_share: float = MAX_PADDING_SHARE) -> list[list[int]]:
     """Request indices grouped into sub-batches: sorted by prompt length (longest first, so a
     memory problem shows in the first), cut where rows, padded tokens or padding share would
@@ -179,6 +192,7 @@ class TransformersEngine(BaseEngine):
             ) from exc
         self._torch = torch
         self.device, self.dtype = choose_device_dtype(torch, config.dtype)
+        self.dtype_reason = dtype_reason(self.device, self.dtype, config.dtype)
         model_path, identity = _resolve_model(config.model)
         super().__init__(f"hf/{identity}:{self.dtype}")
         if self.device == "cpu":  # torch's threads are per process: the embedder's too

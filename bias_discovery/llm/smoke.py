@@ -293,7 +293,8 @@ def check_transformers(model: str = "smollm2", *, timeout_s: float = CHILD_TIMEO
         ok=True,
         seconds=data["seconds"],
         detail=(
-            f"a batch of {data['batch']} constrained replies on {data['device']} in {data['dtype']}, the JSON one "
+            f"a batch of {data['batch']} constrained replies on {data['device']} in {data['dtype']} "
+            f"({data.get('dtype_reason', 'no reason given')}), the JSON one "
             f"{data['completion_tokens']} tokens: {data['text'][:60]!r}"
         ),
     )
@@ -422,6 +423,7 @@ def _child_transformers(model: str) -> dict[str, Any]:
         "batch": len(batch),
         "device": engine.device,
         "dtype": engine.dtype,
+        "dtype_reason": engine.dtype_reason,
     }
 
 

@@ -59,6 +59,27 @@ def test_a_cpu_gets_bf16_only_where_it_computes_it(
     assert choose_device_dtype(_FakeTorch()) == ("cpu", expected)
 
 
+@pytest.mark.parametrize(
+    ("flags", "dtype", "reason"),
+    [
+        ({"avx2", "fma"}, "float32", "this CPU has neither AVX512_BF16 nor AMX: bf16 would be emulated"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16", "this CPU computes bf16 (avx512_bf16)"),
+        ({"avx2", "avx512_bf16", "amx_bf16", "amx_tile"}, "bfloat16", "this CPU computes bf16 (amx_bf16, avx512_bf16)"),
+    ],
+    ids=["avx2-only", "avx512-bf16", "amx"],
+)
+def test_the_dtype_is_said_with_why_for_each_cpu_kind(
+    monkeypatch: pytest.MonkeyPatch, flags: set[str], dtype: str, reason: str
+) -> None:
+    """The three CPU kinds we run on: the choice and the reason the smoke check and `check`
+    print beside it; a dtype the config names is said to come from the config."""
+    monkeypatch.setattr(base, "cpu_flags", lambda: flags)
+    device, chosen = choose_device_dtype(_FakeTorch())
+    assert (device, chosen) == ("cpu", dtype)
+    assert hf.dtype_reason(device, chosen).startswith(reason)
+    assert hf.dtype_reason(device, "float32", requested="float32") == "the dtype the config asks for"
+
+
 def test_a_gpu_is_used_when_there_is_one() -> None:
     assert choose_device_dtype(_FakeTorch(cuda=True, bf16=True)) == ("cuda", "bfloat16")
     assert choose_device_dtype(_FakeTorch(cuda=True, bf16=False)) == ("cuda", "float16")

@@ -275,8 +275,9 @@ def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> No
 def test_a_discovery_run_through_the_vllm_server_finishes_the_quickstart(vllm_server: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["run", str(server_config(tmp_path, vllm_server)), "--run-dir", str(run_dir), "--quiet"]
-    # Half the shared small run: the server path is the slowest way to run it on a CPU (every
-    # request decodes under its own grammar), and the offline vLLM test covers the full size.
+    # Half the shared small run, as the offline vLLM test: the server path is the slowest way to
+    # run it on a CPU (every request decodes under its own grammar); the full size is the
+    # embedded engine's small_real_run.
     for item in [*SMALL_RUN_OVERRIDES, "data.target_limit=4", "data.test_limit=4", "validate.max_candidates=1"]:
         args += ["--set", item]
     result = cli(*args, timeout=1500)
