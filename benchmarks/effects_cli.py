@@ -70,7 +70,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer 
 from kill_anywhere import write_pairs  # noqa: E402
 from provenance import Provenance  # noqa: E402
 
-from stub_openai import launch, planted_score_truth, stats  # noqa: E402
+from stub_openai import Planted, launch, planted_score_truth, stats  # noqa: E402
 
 N_TEST, N_TARGET, ERROR = 300, 4, 0.3
 TRAIT = {
@@ -214,6 +214,53 @@ def one_run(
         if held_out is None:  # the paired run with held_out 0, if any, ran before on the same data
             shutil.rmtree(work / f"data-{index}", ignore_errors=True)
     return result
+
+
+@dataclass
+class InProcessRun:
+    """`in_process_run`'s answer: what the CLI's run `index` decides and reports for its candidate."""
+
+    accepted: bool
+    stop: str
+    looks: list[Any]
+    effect: Any
+
+
+def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InProcessRun:
+    """The planted candidate's validation in run `index` (`one_run`, default pairwise judge,
+    default `held_out`), in this process and at a fraction of a run's cost: the stub's own
+    draws (`Planted.rewrite`, `Planted.errs`) on the run's test pairs (`write_pairs`), the
+    placebo's and the trait's rewrites of every pair, through the family steps the validation
+    stage takes, with the run's settings (the default `validate`, the planned validations of
+    `run_config`'s run, its seed and slice order). The CLI's records are reproduced draw for
+    draw (tests/test_effects_cli.py checks a run), so a cell's figures, e.g. why the rejected
+    bound's coverage reads as it does on these runs, can be studied without the CLI."""
+    from bias_discovery.config import RunConfig
+    from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+    from bias_discovery.stages.validate import slice_order
+
+    planted = Planted(delta, ERROR, None, salt)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_pairs(Path(scratch) / "test.jsonl", N_TEST, f"p{index}-")
+        pairs = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    control, arm = (
+        [planted.errs(p["question"], p["chosen"], planted.rewrite(p["rejected"], trait)) for p in pairs]
+        for trait in (None, TRAIT["name"])
+    )
+    config = RunConfig.model_validate(
+        {"target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "seed": index, "validate": {"seeds": True}}
+    )
+    settings = FamilySettings.planned(config.validate_, config.planned_validations, seed=index)
+
+    def fetch(look: int, active: Any, items: Any) -> list[list[bool | float | None]]:
+        return [[arm[i] for i in items] for _ in active]
+
+    family = run_looks(control, 1, fetch, settings, slice_order(N_TEST, index))
+    compared = compare_arms(family, {"placebo": control}, settings)
+    decided = decide(family, [c["placebo"] for c in compared], settings, "placebo")
+    held_out_round(family, decided, fetch, settings)
+    [effect] = effects(family, decided, settings)
+    return InProcessRun(bool(decided[0].accepted), family.stop[0], family.looks[0], effect)
 
 
 @contextmanager
