@@ -2,7 +2,7 @@
 planted bias, many runs per true Δ.
 
     python benchmarks/effects_cli.py --json OUT [--runs 200] [--deltas 0,0.04,0.08,0.15]
-        [--more 0.08=1000,0.15=400] [--before-runs 200] [--workers 2]
+        [--more 0.08=1000,0.15=400] [--before-runs 200] [--workers 2] [--in-process]
 
 Each run is `bias-discovery run CONFIG --run-dir D --quiet`, a process of its own, as a user
 runs it. Every model (target, teacher, checker) is one OpenAI-compatible stub server, a process
@@ -30,6 +30,12 @@ one-sided upper bound's coverage and median; at Δ 0 the share of runs that acce
 `--before-runs N` the first N runs at 8 pp run again with `validate.held_out: 0` (every item in
 the decisions, as before issue 31) on the same data and the same stub, so the same draws: the
 power at 8 pp before and after, side by side, and the effect as reported then.
+
+**In process** (`--in-process`): each run's validation replayed in this process from the
+stub's draws (`in_process_run`, the CLI's records draw for draw, which
+tests/test_effects_cli.py checks on a real run) instead of a CLI process: the same cells,
+design `after, in process`, at a fraction of the cost (no stub server, no run's other stages,
+so no CPU figures of the runs). For cells of many runs where the CLI's own runs would take hours.
 
 **Pointwise cells** (`--pointwise --shifts 0,0.5,1`): the same runs with a pointwise judge
 (`judge.mode: pointwise`, scale 1-10, the score shift deciding), the stub scoring each response
@@ -263,6 +269,24 @@ def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InPro
     return InProcessRun(bool(decided[0].accepted), family.stop[0], family.looks[0], effect)
 
 
+def in_process_result(index: int, delta: float) -> RunResult:
+    """`in_process_run` as `one_run`'s `RunResult` (iteration 1 of the CLI's run validates
+    nothing, so what the candidate's validation accepts is all the run accepts)."""
+    run = in_process_run(index, delta)
+    last = run.looks[-1]
+    return RunResult(
+        delta=delta,
+        index=index,
+        held_out=None,
+        returncode=0,
+        accepted=run.accepted,
+        any_accepted=run.accepted,
+        stop=run.stop,
+        stopped_at=last.items,
+        effect=run.effect.model_dump(mode="json"),
+    )
+
+
 @contextmanager
 def planted_stub(delta: float, salt: str, score_shift: float = 0.0) -> Iterator[tuple[str, Any]]:
     with launch(
@@ -450,6 +474,11 @@ def main() -> None:
     parser.add_argument("--more", default="", help="Δ=N,...: N runs at that Δ instead of --runs")
     parser.add_argument("--before-runs", type=int, default=0, help="runs at 8 pp repeated with validate.held_out: 0")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="replay each run's validation in this process from the stub's draws (module docstring), no CLI",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--pointwise", action="store_true", help="the pointwise cells instead (module docstring)")
     parser.add_argument(
@@ -490,7 +519,13 @@ def main() -> None:
             cells, runs, stub_cpu = pointwise_cells(
                 [float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial
             )
-        for delta in deltas:
+        for delta in deltas if args.in_process else []:
+            t0 = time.time()
+            done = [in_process_result(index, delta) for index in range(more.get(delta, args.runs))]
+            runs += done
+            cells.append(summarize(done, "after, in process"))
+            print(f"Δ {delta:g}: {len(done)} runs in process in {time.time() - t0:.0f} s", flush=True)
+        for delta in [] if args.in_process else deltas:
             n_runs = more.get(delta, args.runs)
             t0 = time.time()
             with planted_stub(delta, salt="effects-cli") as (url, _):
