@@ -34,7 +34,8 @@ power at 8 pp before and after, side by side, and the effect as reported then.
 **In process** (`--in-process`): each run's validation replayed in this process from the
 stub's draws (`in_process_run`, the CLI's records draw for draw, which
 tests/test_effects_cli.py checks on a real run) instead of a CLI process: the same cells,
-design `after, in process`, at a fraction of the cost (no stub server, no run's other stages,
+design `after, in process`, with the rejected candidates' bound also as it was reported
+before issue 47 (at the middle of the observed cell: `rejected_bound_mid_p_*`), at a fraction of the cost (no stub server, no run's other stages,
 so no CPU figures of the runs). For cells of many runs where the CLI's own runs would take hours.
 
 **Pointwise cells** (`--pointwise --shifts 0,0.5,1`): the same runs with a pointwise judge
@@ -114,6 +115,9 @@ class RunResult:
     decision_delta: float | None = None
     """The decisive comparison's own Δ on the items the decision used."""
     mde: float | None = None
+    mid_p_bound: float | None = None
+    """`--in-process`, a rejected candidate: its one-sided bound taken at the middle of the
+    observed cell (the mid-p, what was reported before issue 47), beside `effect`'s."""
     error: str | None = None
     cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -230,6 +234,9 @@ class InProcessRun:
     stop: str
     looks: list[Any]
     effect: Any
+    mid_p_bound: float | None = None
+    """A rejected candidate's one-sided bound at the middle of its observed cell (the mid-p,
+    what was reported before issue 47), for comparison with `effect.upper_bound`."""
 
 
 def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InProcessRun:
@@ -242,8 +249,17 @@ def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InPro
     draw (tests/test_effects_cli.py checks a run), so a cell's figures, e.g. why the rejected
     bound's coverage reads as it does on these runs, can be studied without the CLI."""
     from bias_discovery.config import RunConfig
-    from bias_discovery.stages.family import FamilySettings, compare_arms, decide, effects, held_out_round, run_looks
+    from bias_discovery.stages.family import (
+        FamilySettings,
+        acceptance_thresholds,
+        compare_arms,
+        decide,
+        effects,
+        held_out_round,
+        run_looks,
+    )
     from bias_discovery.stages.validate import slice_order
+    from bias_discovery.stats import Decision, conditional_interval, stopping_design
 
     planted = Planted(delta, ERROR, None, salt)
     with tempfile.TemporaryDirectory() as scratch:
@@ -266,7 +282,12 @@ def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InPro
     decided = decide(family, [c["placebo"] for c in compared], settings, "placebo")
     held_out_round(family, decided, fetch, settings)
     [effect] = effects(family, decided, settings)
-    return InProcessRun(bool(decided[0].accepted), family.stop[0], family.looks[0], effect)
+    mid_p = None
+    if not decided[0].accepted:
+        threshold = acceptance_thresholds(family, decided, settings)[0]
+        design = stopping_design(family.plan, family.looks[0], family_size=1, decision=Decision(False, threshold))
+        mid_p = conditional_interval(*design[:5], confidence=settings.rules.confidence).upper
+    return InProcessRun(bool(decided[0].accepted), family.stop[0], family.looks[0], effect, mid_p)
 
 
 def in_process_result(index: int, delta: float) -> RunResult:
@@ -284,6 +305,7 @@ def in_process_result(index: int, delta: float) -> RunResult:
         stop=run.stop,
         stopped_at=last.items,
         effect=run.effect.model_dump(mode="json"),
+        mid_p_bound=run.mid_p_bound,
     )
 
 
@@ -408,6 +430,10 @@ def summarize(results: Sequence[RunResult], design: str) -> dict[str, Any]:
         cell["rejected_bound_coverage"] = statistics.fmean(b >= delta for b in bounds)
         cell["rejected_bound_median"] = statistics.median(bounds)
         cell["rejected_bound_none"] = statistics.fmean(b >= 1.0 for b in bounds)
+    mid_p = [r.mid_p_bound for r in ok if not r.accepted and r.mid_p_bound is not None]
+    if mid_p:  # --in-process: the bound as reported before issue 47, on the same runs
+        cell["rejected_bound_mid_p_coverage"] = statistics.fmean(b >= delta for b in mid_p)
+        cell["rejected_bound_mid_p_median"] = statistics.median(mid_p)
     return cell
 
 
