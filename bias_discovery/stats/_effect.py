@@ -415,12 +415,9 @@ def conditional_interval(
     and its roots lie far out, or beyond the bounds (then the bound, named in `cut`). Without
     earlier looks and boundaries it is the fixed-sample z / sqrt(I) -+ z_conf / sqrt(I).
 
-    `upper_z` (default `z`): where the one-sided bound takes its tail, T(theta) at `upper_z`.
-    A lattice statistic (`stopping_design`) passes the top of its observed cell, so the bound
-    counts the observation itself on the side it excludes (as an exact one-sided bound does)
-    and holds its level; taken at the cell's middle (the mid-p, right for the median-unbiased
-    estimate and the two-sided CI) it covered a null effect less often than the level it
-    states (issue 47: about 0.944 at 95 % in the CLI benchmark's setting).
+    `upper_z` (default `z`): the one-sided bound's tail is T at `upper_z`; a lattice statistic
+    passes its cell's top (`StoppingDesign.upper_z`, the observation counted on the excluded
+    side, as in an exact bound): at the cell's middle (the mid-p) it covered too rarely.
     """
     _check_confidence(confidence)
     _check_design(information, upper, lower)
@@ -485,7 +482,6 @@ def conditional_interval(
     t_mid = tail(estimate)
     low = solve("low", tail_probability, lo_bound, estimate, t_lo, t_mid)
     high = solve("high", 1.0 - tail_probability, estimate, hi_bound, t_mid, t_hi)
-    # the bound's tail at z_upper >= z is at most T, so its root lies above the estimate's
     u_mid = t_mid if z_upper == z else upper_tail(estimate)
     one_sided = solve("upper", confidence, estimate, hi_bound, u_mid, u_hi, upper_cut, upper_tail)
     return ConditionalInterval(estimate, low, high, frozenset(cut), upper=one_sided, upper_cut=bool(upper_cut))
