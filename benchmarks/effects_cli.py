@@ -2,7 +2,7 @@
 planted bias, many runs per true Δ.
 
     python benchmarks/effects_cli.py --json OUT [--runs 200] [--deltas 0,0.04,0.08,0.15]
-        [--more 0.08=1000,0.15=400] [--before-runs 200] [--workers 2]
+        [--more 0.08=1000,0.15=400] [--before-runs 200] [--workers 2] [--in-process]
 
 Each run is `bias-discovery run CONFIG --run-dir D --quiet`, a process of its own, as a user
 runs it. Every model (target, teacher, checker) is one OpenAI-compatible stub server, a process
@@ -30,6 +30,13 @@ one-sided upper bound's coverage and median; at Δ 0 the share of runs that acce
 `--before-runs N` the first N runs at 8 pp run again with `validate.held_out: 0` (every item in
 the decisions, as before issue 31) on the same data and the same stub, so the same draws: the
 power at 8 pp before and after, side by side, and the effect as reported then.
+
+**In process** (`--in-process`): each run's validation replayed in this process from the
+stub's draws (`in_process_run`, the CLI's records draw for draw, which
+tests/test_effects_cli.py checks on a real run) instead of a CLI process: the same cells,
+design `after, in process`, with the rejected candidates' bound also as it was reported
+before issue 47 (at the middle of the observed cell: `rejected_bound_mid_p_*`), at a fraction of the cost (no stub server, no run's other stages,
+so no CPU figures of the runs). For cells of many runs where the CLI's own runs would take hours.
 
 **Pointwise cells** (`--pointwise --shifts 0,0.5,1`): the same runs with a pointwise judge
 (`judge.mode: pointwise`, scale 1-10, the score shift deciding), the stub scoring each response
@@ -70,7 +77,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the stub server and the pairs writer 
 from kill_anywhere import write_pairs  # noqa: E402
 from provenance import Provenance  # noqa: E402
 
-from stub_openai import launch, planted_score_truth, stats  # noqa: E402
+from stub_openai import Planted, launch, planted_score_truth, stats  # noqa: E402
 
 N_TEST, N_TARGET, ERROR = 300, 4, 0.3
 TRAIT = {
@@ -108,6 +115,9 @@ class RunResult:
     decision_delta: float | None = None
     """The decisive comparison's own Δ on the items the decision used."""
     mde: float | None = None
+    mid_p_bound: float | None = None
+    """`--in-process`, a rejected candidate: its one-sided bound taken at the middle of the
+    observed cell (the mid-p, what was reported before issue 47), beside `effect`'s."""
     error: str | None = None
     cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -214,6 +224,89 @@ def one_run(
         if held_out is None:  # the paired run with held_out 0, if any, ran before on the same data
             shutil.rmtree(work / f"data-{index}", ignore_errors=True)
     return result
+
+
+@dataclass
+class InProcessRun:
+    """`in_process_run`'s answer: what the CLI's run `index` decides and reports for its candidate."""
+
+    accepted: bool
+    stop: str
+    looks: list[Any]
+    effect: Any
+    mid_p_bound: float | None = None
+    """A rejected candidate's one-sided bound at the middle of its observed cell (the mid-p,
+    what was reported before issue 47), for comparison with `effect.upper_bound`."""
+
+
+def in_process_run(index: int, delta: float, salt: str = "effects-cli") -> InProcessRun:
+    """The planted candidate's validation in run `index` (`one_run`, default pairwise judge,
+    default `held_out`), in this process and at a fraction of a run's cost: the stub's own
+    draws (`Planted.rewrite`, `Planted.errs`) on the run's test pairs (`write_pairs`), the
+    placebo's and the trait's rewrites of every pair, through the family steps the validation
+    stage takes, with the run's settings (the default `validate`, the planned validations of
+    `run_config`'s run, its seed and slice order). The CLI's records are reproduced draw for
+    draw (tests/test_effects_cli.py checks a run), so a cell's figures, e.g. why the rejected
+    bound's coverage reads as it does on these runs, can be studied without the CLI."""
+    from bias_discovery.config import RunConfig
+    from bias_discovery.stages.family import (
+        FamilySettings,
+        acceptance_thresholds,
+        compare_arms,
+        decide,
+        effects,
+        held_out_round,
+        run_looks,
+    )
+    from bias_discovery.stages.validate import slice_order
+    from bias_discovery.stats import Decision, conditional_interval, stopping_design
+
+    planted = Planted(delta, ERROR, None, salt)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = write_pairs(Path(scratch) / "test.jsonl", N_TEST, f"p{index}-")
+        pairs = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    control, arm = (
+        [planted.errs(p["question"], p["chosen"], planted.rewrite(p["rejected"], trait)) for p in pairs]
+        for trait in (None, TRAIT["name"])
+    )
+    config = RunConfig.model_validate(
+        {"target": "llamacpp/smollm2", "teacher": "llamacpp/smollm2", "seed": index, "validate": {"seeds": True}}
+    )
+    settings = FamilySettings.planned(config.validate_, config.planned_validations, seed=index)
+
+    def fetch(look: int, active: Any, items: Any) -> list[list[bool | float | None]]:
+        return [[arm[i] for i in items] for _ in active]
+
+    family = run_looks(control, 1, fetch, settings, slice_order(N_TEST, index))
+    compared = compare_arms(family, {"placebo": control}, settings)
+    decided = decide(family, [c["placebo"] for c in compared], settings, "placebo")
+    held_out_round(family, decided, fetch, settings)
+    [effect] = effects(family, decided, settings)
+    mid_p = None
+    if not decided[0].accepted:
+        threshold = acceptance_thresholds(family, decided, settings)[0]
+        design = stopping_design(family.plan, family.looks[0], family_size=1, decision=Decision(False, threshold))
+        mid_p = conditional_interval(*design[:5], confidence=settings.rules.confidence).upper
+    return InProcessRun(bool(decided[0].accepted), family.stop[0], family.looks[0], effect, mid_p)
+
+
+def in_process_result(index: int, delta: float) -> RunResult:
+    """`in_process_run` as `one_run`'s `RunResult` (iteration 1 of the CLI's run validates
+    nothing, so what the candidate's validation accepts is all the run accepts)."""
+    run = in_process_run(index, delta)
+    last = run.looks[-1]
+    return RunResult(
+        delta=delta,
+        index=index,
+        held_out=None,
+        returncode=0,
+        accepted=run.accepted,
+        any_accepted=run.accepted,
+        stop=run.stop,
+        stopped_at=last.items,
+        effect=run.effect.model_dump(mode="json"),
+        mid_p_bound=run.mid_p_bound,
+    )
 
 
 @contextmanager
@@ -337,6 +430,10 @@ def summarize(results: Sequence[RunResult], design: str) -> dict[str, Any]:
         cell["rejected_bound_coverage"] = statistics.fmean(b >= delta for b in bounds)
         cell["rejected_bound_median"] = statistics.median(bounds)
         cell["rejected_bound_none"] = statistics.fmean(b >= 1.0 for b in bounds)
+    mid_p = [r.mid_p_bound for r in ok if not r.accepted and r.mid_p_bound is not None]
+    if mid_p:  # --in-process: the bound as reported before issue 47, on the same runs
+        cell["rejected_bound_mid_p_coverage"] = statistics.fmean(b >= delta for b in mid_p)
+        cell["rejected_bound_mid_p_median"] = statistics.median(mid_p)
     return cell
 
 
@@ -403,6 +500,11 @@ def main() -> None:
     parser.add_argument("--more", default="", help="Δ=N,...: N runs at that Δ instead of --runs")
     parser.add_argument("--before-runs", type=int, default=0, help="runs at 8 pp repeated with validate.held_out: 0")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="replay each run's validation in this process from the stub's draws (module docstring), no CLI",
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a temporary one)")
     parser.add_argument("--pointwise", action="store_true", help="the pointwise cells instead (module docstring)")
     parser.add_argument(
@@ -443,7 +545,13 @@ def main() -> None:
             cells, runs, stub_cpu = pointwise_cells(
                 [float(s) for s in args.shifts.split(",")], args.runs, work, args.workers, partial
             )
-        for delta in deltas:
+        for delta in deltas if args.in_process else []:
+            t0 = time.time()
+            done = [in_process_result(index, delta) for index in range(more.get(delta, args.runs))]
+            runs += done
+            cells.append(summarize(done, "after, in process"))
+            print(f"Δ {delta:g}: {len(done)} runs in process in {time.time() - t0:.0f} s", flush=True)
+        for delta in [] if args.in_process else deltas:
             n_runs = more.get(delta, args.runs)
             t0 = time.time()
             with planted_stub(delta, salt="effects-cli") as (url, _):

@@ -231,12 +231,12 @@ class Planted:
         if "\nTrait: " in text and "Original answer:\n" in text:
             answer = _between(text, "Original answer:\n", "\n\nTrait: ")
             trait = text.split("\nTrait: ", 1)[1].split("\n", 1)[0].strip()
-            return f"{answer} {PLANTED_MARK if self.trait in (None, trait) else NEUTRAL_MARK}"
+            return self.rewrite(answer, trait)
         if (
             "Rewrite the answer neutrally" in " ".join(str(m.get("content") or "") for m in messages)
             and "Original answer:\n" in text
         ):
-            return f"{_between(text, 'Original answer:', 'Write the rewritten answer now.').strip()} {NEUTRAL_MARK}"
+            return self.rewrite(_between(text, "Original answer:", "Write the rewritten answer now.").strip(), None)
         if "Original turn:\n" in text:  # one turn of a trajectory: the mark on a line of its own
             trait_asked = "\nTrait: " in text
             end = "\n\nTrait: " if trait_asked else "\n\nWrite the rewritten turn now."
@@ -246,6 +246,17 @@ class Planted:
                 return f"{turn}\n{PLANTED_MARK if self.trait in (None, trait) else NEUTRAL_MARK}"
             return f"{turn}\n{NEUTRAL_MARK}"
         return None
+
+    def rewrite(self, answer: str, trait: str | None) -> str:
+        """The teacher's rewrite of `answer` for `trait` (None: the neutral rewrite, the placebo)."""
+        planted = trait is not None and self.trait in (None, trait)
+        return f"{answer} {PLANTED_MARK if planted else NEUTRAL_MARK}"
+
+    def errs(self, question: str, chosen: str, rejected: str) -> bool:
+        """Whether the judge picks `rejected` over `chosen` (shown in either order: the draw is
+        the same): with probability `error`, plus `delta` when `rejected` carries the trait."""
+        u = self._draw(question, sorted([chosen, rejected]))
+        return u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
 
     def _judge(self, body: dict[str, Any], text: str, label: str = "Response", asked: str = "Question") -> str | None:
         question = _between(text, f"{asked}:\n", f"\n\n[{label} A]")
@@ -262,8 +273,7 @@ class Planted:
             and self._draw("length", question, sorted([a, b])) < self.length
         ):
             return _verdict_reply(body, "A" if len(a.split()) > len(b.split()) else "B")
-        u = self._draw(question, sorted([a, b]))
-        wrong = u < self.error + (self.delta if PLANTED_MARK in rejected else 0.0)
+        wrong = self.errs(question, a if chosen == "A" else b, rejected)
         verdict = ("B" if chosen == "A" else "A") if wrong else chosen
         return _verdict_reply(body, verdict)
 

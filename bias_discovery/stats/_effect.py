@@ -393,8 +393,10 @@ def conditional_interval(
     lower: Sequence[float],
     z: float,
     region: tuple[float, float] = (-math.inf, math.inf),
+    *,
     confidence: float = 0.95,
     bounds: tuple[float, float] = (-1.0, 1.0),
+    upper_z: float | None = None,
 ) -> ConditionalInterval:
     """Estimate and CI of theta (within `bounds`, the parameter space) given that the design
     went on at looks 1..k-1 (k = len(information)) and stopped at look k because Z_k fell in
@@ -412,44 +414,67 @@ def conditional_interval(
     precision where the stop is very unlikely: a z close to a boundary makes T rise slowly,
     and its roots lie far out, or beyond the bounds (then the bound, named in `cut`). Without
     earlier looks and boundaries it is the fixed-sample z / sqrt(I) -+ z_conf / sqrt(I).
+
+    `upper_z` (default `z`): the one-sided bound's tail is T at `upper_z`; a lattice statistic
+    passes its cell's top (`StoppingDesign.upper_z`, the observation counted on the excluded
+    side, as in an exact bound): at the cell's middle (the mid-p) it covered too rarely.
     """
     _check_confidence(confidence)
     _check_design(information, upper, lower)
     a, b = region
     if not (a <= z <= b and a < b):
         raise ValueError(f"the observed z = {z} is not in the stopping region [{a}, {b})")
+    z_upper = z if upper_z is None else upper_z
+    if not (z <= z_upper <= b):
+        raise ValueError(f"upper_z = {z_upper} is not between the observed z = {z} and the region's end {b}")
     lo_bound, hi_bound = bounds
     if not lo_bound < hi_bound:
         raise ValueError(f"bounds must be increasing; got {bounds}")
     density = _continuation_log_density(information, upper, lower, max(abs(lo_bound), abs(hi_bound)))
-    intervals = np.array([[z, b], [a, b]], dtype=np.float64)
 
-    def tail(theta: float) -> float:
-        above, stop = _log_stop_probabilities(theta, information, density, intervals)
-        if stop == -math.inf:  # pragma: no cover - log space keeps every stop in the model possible
-            raise ArithmeticError(f"the stop has no probability at theta = {theta}")
-        return float(math.exp(min(0.0, above - stop)))
+    def tail_at(at: float) -> Callable[[float], float]:
+        intervals = np.array([[at, b], [a, b]], dtype=np.float64)
 
+        def tail(theta: float) -> float:
+            above, stop = _log_stop_probabilities(theta, information, density, intervals)
+            if stop == -math.inf:  # pragma: no cover - log space keeps every stop in the model possible
+                raise ArithmeticError(f"the stop has no probability at theta = {theta}")
+            return float(math.exp(min(0.0, above - stop)))
+
+        return tail
+
+    tail = tail_at(z)
     t_lo, t_hi = tail(lo_bound), tail(hi_bound)
     tolerance = 1e-7 * (hi_bound - lo_bound)
     cut: set[str] = set()
 
-    def solve(name: str, target: float, lo: float, hi: float, f_lo: float, f_hi: float, into: set[str] = cut) -> float:
-        """The root in [lo, hi]; an end when T does not cross `target` inside (a bound: cut,
-        named in `into`)."""
+    def solve(
+        name: str,
+        target: float,
+        lo: float,
+        hi: float,
+        f_lo: float,
+        f_hi: float,
+        into: set[str] = cut,
+        f: Callable[[float], float] = tail,
+    ) -> float:
+        """The root of f (T by default) in [lo, hi]; an end when f does not cross `target`
+        inside (a bound: cut, named in `into`)."""
         if f_lo < target < f_hi:
-            return _increasing_root(tail, target, lo, hi, f_lo, f_hi, tolerance)
+            return _increasing_root(f, target, lo, hi, f_lo, f_hi, tolerance)
         end = lo if f_lo >= target else hi
         if end in bounds and (f_lo > target or f_hi < target):
             into.add(name)
         return end
 
     upper_cut: set[str] = set()
+    upper_tail = tail if z_upper == z else tail_at(z_upper)
+    u_lo, u_hi = (t_lo, t_hi) if z_upper == z else (upper_tail(lo_bound), upper_tail(hi_bound))
 
     tail_probability = (1.0 - confidence) / 2.0
     if t_hi < tail_probability or t_lo > 1.0 - tail_probability:
         estimate = solve("estimate", 0.5, lo_bound, hi_bound, t_lo, t_hi)
-        one_sided = solve("upper", confidence, lo_bound, hi_bound, t_lo, t_hi, upper_cut)
+        one_sided = solve("upper", confidence, lo_bound, hi_bound, u_lo, u_hi, upper_cut, upper_tail)
         return ConditionalInterval(
             estimate, lo_bound, hi_bound, frozenset(cut | {"low", "high"}), True, one_sided, bool(upper_cut)
         )
@@ -457,7 +482,8 @@ def conditional_interval(
     t_mid = tail(estimate)
     low = solve("low", tail_probability, lo_bound, estimate, t_lo, t_mid)
     high = solve("high", 1.0 - tail_probability, estimate, hi_bound, t_mid, t_hi)
-    one_sided = solve("upper", confidence, estimate, hi_bound, t_mid, t_hi, upper_cut)
+    u_mid = t_mid if z_upper == z else upper_tail(estimate)
+    one_sided = solve("upper", confidence, estimate, hi_bound, u_mid, u_hi, upper_cut, upper_tail)
     return ConditionalInterval(estimate, low, high, frozenset(cut), upper=one_sided, upper_cut=bool(upper_cut))
 
 
@@ -544,7 +570,16 @@ def sequential_effect(
             measure=measure,
         )
     design = stopping_design(plan, looks, family_size=family_size, margin=margin, decision=decision)
-    found = conditional_interval(*design, confidence=confidence, bounds=(-1.0, 1.0))
+    found = conditional_interval(
+        design.information,
+        design.upper,
+        design.lower,
+        design.z,
+        design.region,
+        confidence=confidence,
+        bounds=(-1.0, 1.0),
+        upper_z=design.upper_z,
+    )
     rejected = decision is not None and not decision.accepted
     return Effect(
         delta=found.estimate,
@@ -569,6 +604,15 @@ class StoppingDesign(NamedTuple):
     lower: list[float]
     z: float
     region: tuple[float, float]
+    half: float = 0.0
+    """Half the width of the lattice cell `z` stands for (0: a continuous statistic): the
+    one-sided bound takes its tail at the cell's top, `upper_z`."""
+
+    @property
+    def upper_z(self) -> float:
+        """Where the one-sided upper bound takes its tail (`conditional_interval`'s `upper_z`):
+        the top of the observed cell, within the stopping region."""
+        return min(self.z + self.half, self.region[1])
 
 
 def stopping_design(
@@ -646,7 +690,7 @@ def stopping_design(
         u, low = upper.pop(), lower.pop()
         region = (max(region[0], low), min(region[1], u))  # it went on there, and then stopped here
     sizes.append(n)
-    return StoppingDesign([size / variance for size in sizes], upper, lower, z, region)
+    return StoppingDesign([size / variance for size in sizes], upper, lower, z, region, half)
 
 
 _SCORE_CELL = 1e-9

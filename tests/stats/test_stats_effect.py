@@ -254,7 +254,7 @@ def test_the_effect_after_a_stop_near_its_boundary_is_finite_ordered_and_says_wh
     assert effect.ci_low is not None and effect.ci_high is not None
     assert -1.0 <= effect.ci_low <= effect.delta <= effect.ci_high <= 1.0 and effect.ci_high - effect.ci_low > 0.05
     design = stats.stopping_design(plan, looks, family_size=1)
-    found = stats.conditional_interval(*design)
+    found = stats.conditional_interval(*design[:5], upper_z=design.upper_z)
     assert found[:3] == (effect.delta, effect.ci_low, effect.ci_high)
     assert (effect.clipped is None) == (not found.cut)
     if name == "score, efficacy at look 1":  # t 0.0003 above its critical value: nothing in [-1, 1] fits at 95 %
@@ -313,6 +313,34 @@ def test_the_upper_bound_is_the_one_sided_end_and_conditioning_on_a_rejection_ra
     assert truncated.upper > free.upper and truncated.estimate > free.estimate
     edge = stats.conditional_interval([100.0], [], [], 1.999, region=(-math.inf, 2.0))
     assert edge.upper == 1.0 and edge.upper_cut
+
+
+def test_the_upper_bound_counts_the_observed_cell_on_the_side_it_excludes():
+    """Issue 47: a rejected candidate's bound "excludes at 95 %" the effects under which a
+    statistic as low as the observed one, its own lattice cell included, has a chance of 5 %
+    or less: its tail is taken at the top of the observed cell (`StoppingDesign.upper_z`), not
+    at its middle (the mid-p, which the estimate and the two-sided CI keep), which is at its
+    level on average only (tests/test_effects_cli.py: 0.936 on the CLI benchmark's first 300
+    null runs)."""
+    z95 = NormalDist().inv_cdf(0.95)
+    free = stats.conditional_interval([100.0], [], [], 1.0, upper_z=1.05)
+    assert free.upper == pytest.approx((1.05 + z95) / 10, abs=1e-6)
+    assert free.estimate == pytest.approx(0.1, abs=1e-6)  # the estimate stays at the observation
+    with pytest.raises(ValueError, match="upper_z"):
+        stats.conditional_interval([100.0], [], [], 1.0, region=(-math.inf, 1.02), upper_z=1.05)
+    # a futility stop at the first look (one of the CLI benchmark's null runs), rejected at α 0.01
+    plan = stats.plan_sequential(240, [0.25, 0.5, 1.0], alpha=0.01, futility=0.1, min_items=20)
+    look = stats.sequential_look(plan, 0, [], b=6, c=14, n=60, family_size=1)
+    assert look.outcome == "futility"
+    decision = stats.Decision(False, 0.01)
+    effect = stats.sequential_effect(plan, [look], family_size=1, decision=decision)
+    design = stats.stopping_design(plan, [look], family_size=1, decision=decision)
+    step = design.information[-1] ** 0.5 / 60  # one pair on the Z scale: 1 / (sigma sqrt(n))
+    assert design.upper_z == pytest.approx(design.z + step / 2) and design.upper_z <= design.region[1]
+    mid_p = stats.conditional_interval(*design[:5]).upper
+    assert effect.upper_bound == pytest.approx(stats.conditional_interval(*design[:5], upper_z=design.upper_z).upper)
+    assert mid_p is not None and mid_p < 0.0 <= effect.upper_bound  # the mid-p bound excluded the true null
+    assert effect.delta == pytest.approx(stats.conditional_interval(*design[:5]).estimate)  # the estimate is as before
 
 
 def test_the_effect_given_the_decision_conditions_the_last_look_on_it():
