@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
@@ -219,6 +220,22 @@ def ppi_mean(
     )
 
 
+@contextmanager
+def _plain_python_ols_stats() -> Iterator[None]:
+    """ppi_py's `_ols_get_stats` is a numba function compiled on its first call in each
+    process (35 s on a shared 2-core machine, for a loop that takes milliseconds in Python on
+    thousands of items): its Python original (`py_func`, the same code) runs instead while
+    the OLS estimators are called."""
+    import ppi_py.ppi as ppi_module
+
+    jitted = ppi_module._ols_get_stats
+    ppi_module._ols_get_stats = getattr(jitted, "py_func", jitted)
+    try:
+        yield
+    finally:
+        ppi_module._ols_get_stats = jitted
+
+
 def _design(covariates: np.ndarray[Any, Any], centre: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.column_stack([np.ones(covariates.shape[0]), covariates - centre])
 
@@ -244,8 +261,9 @@ def ppi_covariate_mean(
     x_unl = np.asarray(covariates_unlabelled, dtype=float).reshape(unl.shape[0], -1)
     centre = np.vstack([x_lab, x_unl]).mean(axis=0)
     design_lab, design_unl = _design(x_lab, centre), _design(x_unl, centre)
-    point = ppi_py.ppi_ols_pointestimate(design_lab, y, yhat, design_unl, unl, lam=None, coord=0)
-    low, high = ppi_py.ppi_ols_ci(design_lab, y, yhat, design_unl, unl, alpha=1.0 - confidence, lam=None, coord=0)
+    with _plain_python_ols_stats():
+        point = ppi_py.ppi_ols_pointestimate(design_lab, y, yhat, design_unl, unl, lam=None, coord=0)
+        low, high = ppi_py.ppi_ols_ci(design_lab, y, yhat, design_unl, unl, alpha=1.0 - confidence, lam=None, coord=0)
     low0, high0 = float(np.asarray(low)[0]), float(np.asarray(high)[0])
     return CorrectedEstimate(
         method="ppi++_covariates",

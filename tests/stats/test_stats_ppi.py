@@ -58,7 +58,7 @@ def test_classical_means_match_ppi_py_to_1e_9() -> None:
     assert labels.n_labelled == 60
 
 
-def test_covariate_mean_matches_ppi_py_ols_to_1e_9() -> None:
+def _check_covariate_mean_against_ppi_py() -> None:
     y, yhat, z, m = _data(2)
     ours = ppi_covariate_mean(y[m], yhat[m], z[m], yhat[~m], z[~m])
     centre = z.mean(axis=0)
@@ -69,6 +69,20 @@ def test_covariate_mean_matches_ppi_py_ols_to_1e_9() -> None:
     assert ours.ci_low == pytest.approx(float(low[0]), abs=1e-9)
     assert ours.ci_high == pytest.approx(float(high[0]), abs=1e-9)
     assert ours.estimate == pytest.approx(float(point[0]), abs=1e-9)
+
+
+def test_covariate_mean_matches_ppi_py_ols_to_1e_9(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against ppi_py's OLS with its numba statistics run as Python (the same code; numba's
+    compile takes 35 s per process): the slow test below checks the compiled one."""
+    import ppi_py.ppi as ppi_module
+
+    monkeypatch.setattr(ppi_module, "_ols_get_stats", ppi_module._ols_get_stats.py_func)
+    _check_covariate_mean_against_ppi_py()
+
+
+@pytest.mark.slow
+def test_covariate_mean_matches_ppi_py_ols_compiled_to_1e_9() -> None:
+    _check_covariate_mean_against_ppi_py()
 
 
 def test_gap_regression_matches_ppi_py_classical_ols_to_1e_9() -> None:
