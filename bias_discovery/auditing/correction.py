@@ -261,6 +261,7 @@ def correct_input(data: CorrectionInput, *, confidence: float = 0.95, need_label
     for item in data.items:
         if item.judge is None and item.label is not None:
             raise DataError(f"{item.label_where}: item {item.item_id!r} has a label but no valid judge value")
+    _check_covariates(items, data.covariates, path)
     labelled, unlabelled = _split(items)
     if need_labels and len(labelled) < 2:
         raise DataError(
@@ -269,7 +270,6 @@ def correct_input(data: CorrectionInput, *, confidence: float = 0.95, need_label
         )
     if need_labels and not unlabelled:
         raise DataError(f"{path}: every item is labelled: the labels' mean is the answer, no judge is needed")
-    _check_covariates(items, data.covariates, path)
     report = CorrectionReport(
         log=path,
         log_format=data.log_format,

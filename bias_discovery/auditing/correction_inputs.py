@@ -240,11 +240,13 @@ def pairwise_items(
     columns: ColumnMap | None,
     *,
     label_column: str | None = None,
+    label_required: bool = True,
     covariates: Sequence[str] = (),
     flags: Sequence[str] = (),
 ) -> CorrectionInput:
     """The pairs of a verdict log as items; with a generic log, `label_column` (the human
-    label), the covariates and the flags are read from each pair's first row."""
+    label; a log without that column has no labels unless `label_required`), the covariates
+    and the flags are read from each pair's first row."""
     log = read_log(path, columns)
     values = _pair_values(log)
     items = [Item(item_id=p.pair_id, judge=v) for p, v in zip(log.pairs, values)]
@@ -252,7 +254,7 @@ def pairwise_items(
         if "length" in covariates and pair.lengths is not None:
             item.covariates["length"] = float(pair.lengths[0] - pair.lengths[1])
     extra = [c for c in covariates if c != "length"]
-    if (label_column or extra or flags) and (columns is None or log.format != "generic"):
+    if (label_required and label_column or extra or flags) and (columns is None or log.format != "generic"):
         raise DataError(
             f"{path}: a {log.format} log has no user columns; give the labels as a second file (`labels`) "
             "and covariates or flags with a generic log"
@@ -261,7 +263,7 @@ def pairwise_items(
         rows = _pair_rows(path, columns.pair_id)
         for item in items:
             where, row = rows[item.item_id]
-            if label_column is not None:
+            if label_column is not None and (label_required or label_column in row):
                 if label_column not in row:
                     raise DataError(f"{where}: label column {label_column!r} is missing")
                 if not _empty(row.get(label_column)):

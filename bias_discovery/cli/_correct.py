@@ -99,7 +99,7 @@ def correct(
     scale: str = option(_CO, "scale"),
     labels: Path | None = option(_CO, "labels"),
     label_id: str = option(_CO, "label_id"),
-    label_column: str = option(_CO, "label_column"),
+    label_column: str | None = option(_CO, "label_column"),
     covariate: list[str] = flag("covariates", [], help="A column to adjust for (repeatable; `length`: pairwise)."),
     bias_flag: list[str] = flag("flags", [], help="A 0/1 column per bias: the item carries its trait (repeatable)."),
     confidence: float = option(_CO, "confidence"),

@@ -34,9 +34,10 @@ class CorrectOptions(OperationOptions):
     """A second file (JSONL / CSV / parquet) with the human labels, keyed by item id."""
     label_id: str = "id"
     """The id column of `labels`."""
-    label_column: str = "label"
-    """The label column of `labels`, or of the log itself when no `labels` file is given
-    (pairwise: A / B / tie for response A, B, neither; pointwise: a score on the scale)."""
+    label_column: str | None = None
+    """The label column of `labels` (unset: `label`), or of the log itself when no `labels` file
+    is given (unset: `label` when the log has one); pairwise: A / B / tie for response A, B,
+    neither; pointwise: a score on the scale."""
     covariates: list[str] = Field(default_factory=list)
     """Columns of the log to adjust for (numbers; `length`: pairwise, response A's length minus
     B's, from the log's lengths)."""
