@@ -154,7 +154,11 @@ def test_plan_without_labels_needs_an_assumed_correlation(tmp_path: Path) -> Non
             r"h\.csv:3: item 'not-a-pair' of the labels .* is not in the log",
         ),
         (lambda d: None, {"label_column": "empty"}, "0 of 120 items carry a human label"),
-        (lambda d: (d / "h.csv").write_text("id,label\np0,C\n"), {"labels": "h.csv"}, r"h\.csv:2: column 'label' has value 'C'"),
+        (
+            lambda d: (d / "h.csv").write_text("id,label\np0,C\n"),
+            {"labels": "h.csv"},
+            r"h\.csv:2: column 'label' has value 'C'",
+        ),
         (lambda d: None, {"label_column": "human", "covariates": ["constant"]}, "covariate 'constant' is constant"),
     ],
 )

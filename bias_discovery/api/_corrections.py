@@ -49,8 +49,12 @@ def _read(path: Path, opts: CorrectOptions) -> CorrectionInput:
         columns = ColumnMap.parse(opts.columns) if opts.columns is not None else None
         in_log = opts.label_column if opts.labels is None and columns is not None else None
         data = pairwise_items(
-            path, columns, label_column=in_log or "label", label_required=in_log is not None,
-            covariates=opts.covariates, flags=opts.flags,
+            path,
+            columns,
+            label_column=in_log or "label",
+            label_required=in_log is not None,
+            covariates=opts.covariates,
+            flags=opts.flags,
         )
     else:
         spec = ScoreColumns.parse(opts.columns) if opts.columns is not None else ScoreColumns()
@@ -58,7 +62,11 @@ def _read(path: Path, opts: CorrectOptions) -> CorrectionInput:
             spec = spec.model_copy(update={"label": opts.label_column or "label"})
         data = pointwise_items(path, spec, opts.scale, covariates=opts.covariates, flags=opts.flags)
     if opts.labels is not None:
-        join_labels(data.items, read_labels(Path(opts.labels), opts.label_id, opts.label_column or "label", data.scale), opts.labels)
+        join_labels(
+            data.items,
+            read_labels(Path(opts.labels), opts.label_id, opts.label_column or "label", data.scale),
+            opts.labels,
+        )
     return data
 
 

@@ -197,7 +197,9 @@ def _covariate_estimate(items: Sequence[Item], names: Sequence[str], confidence:
 
     labelled, unlabelled = _split(items)
     if len(labelled) <= len(names) + 1:
-        raise DataError(f"{len(names)} covariate(s) need more than {len(names) + 1} labelled items, got {len(labelled)}")
+        raise DataError(
+            f"{len(names)} covariate(s) need more than {len(names) + 1} labelled items, got {len(labelled)}"
+        )
     return ppi_covariate_mean(
         [float(i.label) for i in labelled if i.label is not None],
         [float(i.judge) for i in labelled if i.judge is not None],
@@ -221,7 +223,7 @@ def _groups(items: Sequence[Item], confidence: float) -> tuple[list[GroupResult]
         for b in range(a + 1, len(groups)):
             x = {e.method: e for e in groups[a].estimates}
             y = {e.method: e for e in groups[b].estimates}
-            common = [m for m in ("judge_only", "labels_only", "ppi++") if m in x and m in y]
+            common: list[str] = [m for m in ("judge_only", "labels_only", "ppi++") if m in x and m in y]
             differences.append(
                 GroupDifference(
                     x=groups[a].group,
@@ -258,9 +260,6 @@ def correct_input(data: CorrectionInput, *, confidence: float = 0.95, need_label
     path = str(data.path)
     items = [i for i in data.items if i.judge is not None]
     dropped = len(data.items) - len(items)
-    for item in data.items:
-        if item.judge is None and item.label is not None:
-            raise DataError(f"{item.label_where}: item {item.item_id!r} has a label but no valid judge value")
     _check_covariates(items, data.covariates, path)
     labelled, unlabelled = _split(items)
     if need_labels and len(labelled) < 2:
@@ -314,13 +313,16 @@ def plan_labels(
             f"{data.path}: a plan needs a pilot of at least 10 labelled items ({len(pairs)} here) "
             "or an assumed judge-human correlation (`assumed_correlation`)"
         )
+    source: Literal["pilot", "assumed"]
     if assumed_correlation is not None:
         correlation, source = assumed_correlation, "assumed"
         sd = statistics.stdev([float(i.judge) for i in items if i.judge is not None])
     else:
         judge, human = zip(*pairs)
         if len(set(judge)) < 2 or len(set(human)) < 2:
-            raise DataError(f"{data.path}: the pilot's judge values or labels are constant: no correlation to plan with")
+            raise DataError(
+                f"{data.path}: the pilot's judge values or labels are constant: no correlation to plan with"
+            )
         correlation, source = statistics.correlation(judge, human), "pilot"
         sd = statistics.stdev(human)
     correlation = max(-0.999, min(0.999, correlation))

@@ -127,27 +127,29 @@ def correct(
     from ..progress import progress_bar
 
     try:
-        options = _CO(
-            mode=mode,
-            columns=columns,
-            scale=scale,
-            labels=labels,
-            label_id=label_id,
-            label_column=label_column,
-            covariates=covariate,
-            flags=bias_flag,
-            confidence=confidence,
-            plan=plan,
-            target_width=target_width,
-            assumed_correlation=assumed_correlation,
-            bias_library=bias_library,
-            seed=seed,
-            model=model,
-            rubric=rubric,
-            instruction=instruction,
-            out=out,
-            overwrite=overwrite,
-            cache=False if no_cache else (cache or True),
+        options = _CO.model_validate(
+            dict(
+                mode=mode,
+                columns=columns,
+                scale=scale,
+                labels=labels,
+                label_id=label_id,
+                label_column=label_column,
+                covariates=covariate,
+                flags=bias_flag,
+                confidence=confidence,
+                plan=plan,
+                target_width=target_width,
+                assumed_correlation=assumed_correlation,
+                bias_library=bias_library,
+                seed=seed,
+                model=model,
+                rubric=rubric,
+                instruction=instruction,
+                out=out,
+                overwrite=overwrite,
+                cache=False if no_cache else (cache or True),
+            )
         )
     except ValidationError as exc:
         fail(options_error(exc))

@@ -33,7 +33,7 @@ def estimates_plot(rows: Sequence[tuple[str, CorrectedEstimate]], xlabel: str) -
         figure = Figure(figsize=(6.4, 0.9 + 0.42 * len(rows)))
         axes = figure.subplots()
         ys = list(range(len(rows)))[::-1]
-        for y, (label, est) in zip(ys, rows):
+        for y, (_label, est) in zip(ys, rows):
             colour = _COLOURS.get(est.method, "#24292f")
             axes.errorbar(
                 [est.estimate],
