@@ -121,7 +121,6 @@ SETTINGS_WITH_FLAGS = frozenset(
         "judges",
         "label_column",
         "labels",
-        "model",
         "out",
         "overrides",
         "overwrite",
