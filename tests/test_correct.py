@@ -200,3 +200,19 @@ def test_cli_prints_the_three_estimates_and_fails_with_exit_2(tmp_path: Path, mo
     bad = CliRunner().invoke(app, ["correct", str(log), "--columns", PAIR_COLUMNS, "--label-column", "nope"])
     assert bad.exit_code == 2
     assert "label column 'nope' is missing" in " ".join(bad.output.split())
+
+
+def test_bias_bound_is_effect_times_share_with_both_intervals() -> None:
+    from bias_discovery.auditing.correction import bias_bound
+    from bias_discovery.auditing.correction_inputs import Item
+    from bias_discovery.stats import wilson_interval
+
+    items = [Item(item_id=str(k), judge=0.5, flags={"verbosity": float(k < 30)}) for k in range(100)]
+    (row,) = bias_bound(items, {"verbosity": (0.2, (0.1, 0.3))})
+    low, high = wilson_interval(30, 100)
+    assert (row.n, row.n_flagged, row.share) == (100, 30, 0.3)
+    assert row.bound == pytest.approx(0.06)
+    assert row.share_ci == pytest.approx((low, high))
+    assert row.bound_ci == pytest.approx((0.1 * low, 0.3 * high))
+    with pytest.raises(DataError, match="no item carries its flag column"):
+        bias_bound(items, {"authority": (0.1, None)})
