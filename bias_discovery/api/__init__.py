@@ -63,7 +63,7 @@ from ..smollm2_hf import build_hf_smollm2
 from ._audit_logs import LogAuditOptions, audit_log
 from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, SchemeAudit, audit
 from ._common import WarningHandler, load_data
-from ._corrections import CorrectionReport, CorrectOptions, CorrectOutput, correct
+from ._corrections import CorrectedEstimate, CorrectionReport, CorrectOptions, CorrectOutput, correct
 from ._judges import JudgeOptions, JudgeOutput, JudgeSummary, ScoreSummary, judge
 from ._matrices import MatrixOptions, matrix
 from ._replications import ValidationOutput, replicate, validate_family
@@ -112,6 +112,7 @@ __all__ = [
     "BudgetReached",
     "CorrectOptions",
     "CorrectOutput",
+    "CorrectedEstimate",
     "CorrectionReport",
     "DiscoverOptions",
     "DpoExportOptions",

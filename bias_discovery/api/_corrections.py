@@ -28,9 +28,10 @@ from ..io import atomic_write_json, staged_output
 from ..progress import ProgressFactory
 from ..settings.correct import CorrectOptions
 from ..settings.judge import JudgeSettings
+from ..stats import CorrectedEstimate
 from ._common import WarningHandler, cache_path_of, model_config_of, python_warning
 
-__all__ = ["CorrectOptions", "CorrectOutput", "CorrectionReport", "correct"]
+__all__ = ["CorrectOptions", "CorrectOutput", "CorrectedEstimate", "CorrectionReport", "correct"]
 
 CORRECT_FILE = "correct.json"
 TO_LABEL_FILE = "to_label.csv"

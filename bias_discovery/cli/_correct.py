@@ -17,8 +17,7 @@ from ._common import app, console, fail, options_error, warn
 from ._options import CACHE, NO_CACHE, OVERWRITE, QUIET, flag, option
 
 if TYPE_CHECKING:
-    from ..api import CorrectionReport
-    from ..stats import CorrectedEstimate
+    from ..api import CorrectedEstimate, CorrectionReport
 
 _NAMES = {
     "judge_only": "judge only",
