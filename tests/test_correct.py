@@ -216,3 +216,15 @@ def test_bias_bound_is_effect_times_share_with_both_intervals() -> None:
     assert row.bound_ci == pytest.approx((0.1 * low, 0.3 * high))
     with pytest.raises(DataError, match="no item carries its flag column"):
         bias_bound(items, {"authority": (0.1, None)})
+
+
+def test_report_redraws_the_page_of_a_correct_directory(tmp_path: Path) -> None:
+    from bias_discovery.api import report
+
+    log = tmp_path / "log.csv"
+    _pair_log(log)
+    correct(log, columns=PAIR_COLUMNS, label_column="human", out=tmp_path / "out")
+    (tmp_path / "out" / "correct.html").unlink()
+    page = report(tmp_path / "out")
+    assert page == tmp_path / "out" / "correct.html"
+    assert "data:image/svg+xml;base64," in page.read_text()

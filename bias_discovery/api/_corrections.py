@@ -24,7 +24,7 @@ from ..auditing.correction_inputs import (
 )
 from ..auditing.logs import ColumnMap
 from ..errors import DataError, OutputError
-from ..io import atomic_write_json, staged_output
+from ..io import atomic_write_json, atomic_write_text, staged_output
 from ..progress import ProgressFactory
 from ..settings.correct import CorrectOptions
 from ..settings.judge import JudgeSettings
@@ -168,6 +168,6 @@ def _write(out: Path, report: CorrectionReport, *, overwrite: bool) -> None:
 
     with staged_output(out, overwrite=overwrite, error=OutputError) as tmp:
         atomic_write_json(tmp / CORRECT_FILE, report)
-        (tmp / PAGE_FILE).write_text(render_correction(report), encoding="utf-8")
+        atomic_write_text(tmp / PAGE_FILE, render_correction(report))
         if report.plan is not None:
             write_ids(tmp / TO_LABEL_FILE, report.plan.to_label)

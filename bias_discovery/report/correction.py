@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from pathlib import Path
 
 from ..auditing.correction import CorrectionReport
+from ..io import atomic_write_text
 from ..stats import CorrectedEstimate
 from .plots import _RC, _to_uri
 
-__all__ = ["estimates_plot", "render_correction"]
+__all__ = ["estimates_plot", "is_correction_dir", "render_correction", "write_correction_report"]
 
 _NAMES = {
     "judge_only": "judge only",
@@ -120,3 +122,23 @@ def render_correction(report: CorrectionReport) -> str:
         f"<h2>Estimates</h2>{plot}{_estimate_table(report.estimates, report.confidence)}"
         f"<p><em>{escape(report.assumption)}</em></p>{''.join(_sections(report))}</body></html>"
     )
+
+
+CORRECT_FILE = "correct.json"
+PAGE_FILE = "correct.html"
+
+
+def is_correction_dir(path: Path) -> bool:
+    """Whether `path` is a `correct --out` directory (it holds correct.json)."""
+    return (Path(path) / CORRECT_FILE).is_file()
+
+
+def write_correction_report(root: Path | str, out: Path | str | None = None) -> Path:
+    """correct.html of a `correct --out` directory, drawn again from its correct.json (errors
+    name the file and the field)."""
+    from ..run import JsonArtifact
+
+    record = JsonArtifact(Path(root) / CORRECT_FILE, CorrectionReport).read()
+    target = Path(out) if out is not None else Path(root) / PAGE_FILE
+    atomic_write_text(target, render_correction(record))
+    return target
