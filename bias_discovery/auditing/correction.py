@@ -221,8 +221,8 @@ def _groups(items: Sequence[Item], confidence: float) -> tuple[list[GroupResult]
     differences = []
     for a in range(len(groups)):
         for b in range(a + 1, len(groups)):
-            x = {e.method: e for e in groups[a].estimates}
-            y = {e.method: e for e in groups[b].estimates}
+            x: dict[str, CorrectedEstimate] = {e.method: e for e in groups[a].estimates}
+            y: dict[str, CorrectedEstimate] = {e.method: e for e in groups[b].estimates}
             common: list[str] = [m for m in ("judge_only", "labels_only", "ppi++") if m in x and m in y]
             differences.append(
                 GroupDifference(

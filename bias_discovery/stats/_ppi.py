@@ -197,7 +197,7 @@ def ppi_mean(
     """PPI++ (power-tuned) mean: ppi_py's `ppi_mean_pointestimate` and `ppi_mean_ci` with
     ``lam=None``. `labels` and `judge_labelled` are the same items, in the same order;
     `judge_unlabelled` the items without a label. Valid when the labelled items are a random
-    sample of all items."""
+    sample of all items. A judge with one value for every item gets weight 0 (labels only)."""
     import ppi_py
 
     y = _array(labels, "labels")
@@ -206,8 +206,11 @@ def ppi_mean(
     if y.shape != yhat.shape:
         raise ValueError(f"labels ({y.shape[0]}) and the judge's values on them ({yhat.shape[0]}) differ in length")
     alpha = 1.0 - confidence
-    estimate = float(np.asarray(ppi_py.ppi_mean_pointestimate(y, yhat, unl, lam=None)).reshape(-1)[0])
-    low, high = _interval(ppi_py.ppi_mean_ci(y, yhat, unl, alpha=alpha, lam=None))
+    # A judge that gives every item the same value carries no information, and ppi_py's tuning
+    # divides 0 by 0 (NaN): its weight is 0, the labels-only estimate, as tuning would choose.
+    lam: float | None = 0.0 if np.ptp(np.concatenate([yhat, unl])) == 0.0 else None
+    estimate = float(np.asarray(ppi_py.ppi_mean_pointestimate(y, yhat, unl, lam=lam)).reshape(-1)[0])
+    low, high = _interval(ppi_py.ppi_mean_ci(y, yhat, unl, alpha=alpha, lam=lam))
     return CorrectedEstimate(
         method="ppi++",
         estimate=estimate,
@@ -216,7 +219,7 @@ def ppi_mean(
         confidence=confidence,
         n_labelled=int(y.shape[0]),
         n_unlabelled=int(unl.shape[0]),
-        lam=_ppi_lambda(y, yhat, unl),
+        lam=_ppi_lambda(y, yhat, unl) if lam is None else lam,
     )
 
 

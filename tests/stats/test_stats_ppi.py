@@ -144,3 +144,12 @@ def test_bad_arrays_raise() -> None:
         ppi_mean([1.0, 2.0], [1.0, 2.0, 3.0], [1.0])
     with pytest.raises(ValueError, match="strictly between"):
         labels_for_width(0.1, sd=1.0, correlation=1.0, pool=10)
+
+
+def test_a_judge_with_one_value_for_every_item_gets_weight_0() -> None:
+    """ppi_py's tuning is 0/0 then (NaN); the estimate is the labels' own, as with lam=0."""
+    y = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
+    est = ppi_mean(y, np.ones(5), np.ones(20))
+    low, high = ppi_py.ppi_mean_ci(y, np.ones(5), np.ones(20), alpha=0.05, lam=0.0)
+    assert est.lam == 0.0 and est.estimate == pytest.approx(0.6)
+    assert (est.ci_low, est.ci_high) == pytest.approx((float(low[0]), float(high[0])), abs=1e-9)
