@@ -228,3 +228,10 @@ def test_report_redraws_the_page_of_a_correct_directory(tmp_path: Path) -> None:
     page = report(tmp_path / "out")
     assert page == tmp_path / "out" / "correct.html"
     assert "data:image/svg+xml;base64," in page.read_text()
+
+
+def test_plan_with_an_assumed_correlation_and_a_one_valued_judge_uses_half_the_span(tmp_path: Path) -> None:
+    table = tmp_path / "scores.csv"
+    table.write_text("id,score\n" + "".join(f"e{i},1\n" for i in range(40)))
+    plan = correct(table, mode="pointwise", scale="1-6", plan=True, assumed_correlation=0.5, target_width=1.2)
+    assert plan.report.plan is not None and plan.report.plan.plan.sd == 2.5

@@ -304,7 +304,8 @@ def plan_labels(
 ) -> PlanRecord:
     """The labels a CI of full width `target_width` needs, from the pilot labels at hand (at
     least 10: their correlation with the judge and their SD) or an assumed correlation (the SD
-    then from the judge's values), and a seeded sample of unlabelled items to label next."""
+    then from the judge's values; half the scale's span, the largest SD it allows, when the
+    judge gave every item one value), and a seeded sample of unlabelled items to label next."""
     items = [i for i in data.items if i.judge is not None]
     labelled, unlabelled = _split(items)
     pairs = [(float(i.judge), float(i.label)) for i in labelled if i.judge is not None and i.label is not None]
@@ -317,6 +318,8 @@ def plan_labels(
     if assumed_correlation is not None:
         correlation, source = assumed_correlation, "assumed"
         sd = statistics.stdev([float(i.judge) for i in items if i.judge is not None])
+        if sd == 0.0:  # a judge with one value says nothing of the spread: the largest the scale allows
+            sd = data.scale.span / 2.0 if data.scale is not None else 0.5
     else:
         judge, human = zip(*pairs)
         if len(set(judge)) < 2 or len(set(human)) < 2:
