@@ -12,6 +12,8 @@
 - `judge(model, data, ...) -> JudgeOutput`: a judge's error, per domain, with its CI.
 - `audit(model, data, biases, ...) -> AuditOutput`: known biases with the published measures.
 - `audit_log(path, ...) -> AuditOutput`: the same from verdicts a judge already gave (no model call).
+- `correct(path, ...) -> CorrectOutput`: a judge's aggregate corrected with a few human labels
+  (PPI++), with the judge-only and labels-only estimates beside it, each with its CI and n.
 - `matrix(config, out=DIR, judges=...) -> MatrixResult`: every bias against every judge on
   the same items, with a jury row and the judges compared.
 - `replicate(run, seed=...) -> Replication`: a run's biases validated again on fresh rewrites.
@@ -61,6 +63,7 @@ from ..smollm2_hf import build_hf_smollm2
 from ._audit_logs import LogAuditOptions, audit_log
 from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, SchemeAudit, audit
 from ._common import WarningHandler, load_data
+from ._corrections import CorrectedEstimate, CorrectionReport, CorrectOptions, CorrectOutput, correct
 from ._judges import JudgeOptions, JudgeOutput, JudgeSummary, ScoreSummary, judge
 from ._matrices import MatrixOptions, matrix
 from ._replications import ValidationOutput, replicate, validate_family
@@ -107,6 +110,10 @@ __all__ = [
     "BiasLibrary",
     "BiasOrigin",
     "BudgetReached",
+    "CorrectOptions",
+    "CorrectOutput",
+    "CorrectedEstimate",
+    "CorrectionReport",
     "DiscoverOptions",
     "DpoExportOptions",
     "DpoStats",
@@ -143,6 +150,7 @@ __all__ = [
     "audit_log",
     "bias_evidence",
     "build_hf_smollm2",
+    "correct",
     "discover",
     "effective_status",
     "export_dpo",

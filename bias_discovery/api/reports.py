@@ -14,6 +14,7 @@ from pathlib import Path
 from ..auditing.output import is_audit_dir
 from ..errors import ConfigError
 from ..report.audit import write_audit_report
+from ..report.correction import is_correction_dir, write_correction_report
 from ..report.data import BiasRow, LibraryView, bias_row, diff_refs, diff_to_json, library_view, rejected_candidates
 from ..report.render import write_bias_page, write_report
 from ..report.viewer import ReportServer
@@ -48,13 +49,18 @@ def report(
     examples: int = DEFAULT_EXAMPLES,
     problems: list[str] | None = None,
 ) -> Path:
-    """Write the self-contained HTML page of `directory` and return its path: an audit
+    """Write the self-contained HTML page of `directory` and return its path: a `correct`
+    directory's estimates (`write_correction_report`), an audit
     directory's measures (`write_audit_report`), one bias of a run (`bias`: an id or a name,
     `write_bias_page`) or a whole run (`write_report`). `out` defaults to a file in
     `directory`; `examples` validation examples per bias; what could not be read and was left
     out (the page lists it) is added to `problems`. An audit directory has no bias page
     (`ConfigError`), and a bias page needs a run directory."""
     directory = Path(directory)
+    if is_correction_dir(directory):
+        if bias is not None:
+            raise ConfigError(f"`bias`: {directory} is a correction directory; a bias page is drawn from a run")
+        return write_correction_report(directory, out)
     if is_audit_dir(directory):
         if bias is not None:
             raise ConfigError(f"`bias`: {directory} is an audit directory; a bias page is drawn from a run")

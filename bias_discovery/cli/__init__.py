@@ -27,6 +27,7 @@ from . import _replicate  # noqa: F401,E402  replicate
 from . import _matrix  # noqa: F401,E402  matrix
 from . import _export  # noqa: F401,E402  export judgebench-pro/apply-annotations/dpo
 from . import _check  # noqa: F401,E402  check
+from . import _correct  # noqa: F401,E402  correct
 # isort: on
 
 __all__ = ["app", "leave", "main"]

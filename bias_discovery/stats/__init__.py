@@ -36,7 +36,8 @@ bootstrap), `_tests` (McNemar, Tango, the paired t and sign-flip tests), `_multi
 BH), `_comparison` (`PairedComparison`, the acceptance decision, the error statement, two
 judges' Δ compared), `_sequential` (plans, looks, alpha spending), `_effect` (the effect after a
 stop), `_power`, `_agreement` (Cohen's kappa), `_calibration` (ECE, Brier and the reliability
-bins of verdict probabilities). Every public name is re-exported here: import it from
+bins of verdict probabilities), `_ppi` (prediction-powered inference for a judge's aggregate:
+PPI++ through ppi_py, the labels a CI width needs). Every public name is re-exported here: import it from
 ``bias_discovery.stats``, never from a module.
 """
 
@@ -109,6 +110,18 @@ from ._power import (
     null_discordance,
     paired_power,
 )
+from ._ppi import (
+    CorrectedEstimate,
+    GapCoefficient,
+    LabelPlan,
+    difference_of_estimates,
+    gap_regression,
+    judge_only_mean,
+    labels_for_width,
+    labels_only_mean,
+    ppi_covariate_mean,
+    ppi_mean,
+)
 from ._sequential import (
     LookOutcome,
     LookRecord,
@@ -135,6 +148,16 @@ from ._tests import (
 )
 
 __all__ = [
+    "CorrectedEstimate",
+    "GapCoefficient",
+    "LabelPlan",
+    "difference_of_estimates",
+    "gap_regression",
+    "judge_only_mean",
+    "labels_for_width",
+    "labels_only_mean",
+    "ppi_covariate_mean",
+    "ppi_mean",
     "AcceptanceRule",
     "CONDITIONAL",
     "CONDITIONAL_ON_DECISION",
