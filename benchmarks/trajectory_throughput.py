@@ -10,7 +10,7 @@ cut at the end and marked, so every request fits SmolLM2's 8k context and the vL
 `--max-model-len`), then the question. Each request asks for one token (max_tokens=1, greedy):
 the time is the prompt's evaluation. Prompt tok/s = the requests' prompt tokens / the wall time.
 
-- hf: one loaded engine; rounds alternate `prefix_reuse` on and off (`PREFIX_REUSE`, the shared
+- hf: one loaded engine; rounds alternate `prefix_reuse` on and off (`hf.PREFIX_REUSE_DTYPES`, the shared
   prefix prefilled once per sub-batch and its KV cache repeated for every row) on the same
   requests, `--rounds` of each after a warm-up of each.
 - vllm: one offline `vllm.LLM` with our engine's keyword arguments (`llm_kwargs`: automatic

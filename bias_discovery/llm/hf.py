@@ -60,6 +60,7 @@ __all__ = [
     "EMBEDDED_HF_MODELS",
     "MAX_BATCH_ROWS",
     "MAX_BATCH_TOKENS",
+    "PREFIX_REUSE_DTYPES",
     "TransformersEngine",
     "choose_device_dtype",
     "plan_batches",
@@ -102,12 +103,15 @@ every step, copying the whole past, a cost that grows with the prompt and the ge
 False: transformers' own cache (benchmarks/embedded_engine.py measures both; on the quick
 start's short prompts they take the same time)."""
 
-PREFIX_REUSE = True
-"""Prefill the token prefix that every row of a sub-batch shares (a judge's instructions, a
-policy, a task) once, and reuse its KV cache for every row, prefilling only the rows' own
-suffixes. Same tokens as without (tests/llm/test_llm_hf_smollm2.py checks both dtypes); on a
-τ-bench policy prefix, benchmarks/trajectory_throughput.py measures the prompt tok/s of both.
-Off for one engine: `engine_args: {prefix_reuse: false}` (`--set judge.engine_args.prefix_reuse=false`)."""
+PREFIX_REUSE_DTYPES = ("float32",)
+"""Dtypes in which the engine reuses, by default, the KV cache of the token prefix that every
+row of a sub-batch shares (a judge's instructions, a policy, a task): prefilled once, repeated
+for every row, only the rows' own suffixes prefilled. In fp32 it gives the tokens of a full
+prefill (greedy, seeded and constrained rows; tests/llm/test_llm_hf_smollm2.py); in bf16 the
+prefix computed in one row rounds differently from the prefix computed in a padded batch, and a
+greedy row at a near-tie (end of text or a newline) can part, so there it is off unless asked
+for: `engine_args: {prefix_reuse: true}` (or `false` to turn it off in fp32).
+benchmarks/trajectory_throughput.py measures the prompt tok/s of both."""
 
 MIN_SHARED_PREFIX = 128
 """Shared prefixes shorter than this many tokens are prefilled with the rows: an extra
@@ -211,8 +215,10 @@ class TransformersEngine(BaseEngine):
         if self.device == "cpu":  # torch's threads are per process: the embedder's too
             torch.set_num_threads(config.n_threads or default_threads())
         engine_args = dict(config.engine_args)
-        self.prefix_reuse = bool(engine_args.pop("prefix_reuse", PREFIX_REUSE))
-        """Reuse the KV cache of a sub-batch's shared prefix (`PREFIX_REUSE`)."""
+        self.prefix_reuse = engine_args.pop("prefix_reuse", self.dtype in PREFIX_REUSE_DTYPES)
+        if not isinstance(self.prefix_reuse, bool):
+            raise ConfigError(f"engine_args.prefix_reuse must be true or false, not {self.prefix_reuse!r}")
+        """Reuse the KV cache of a sub-batch's shared prefix (`PREFIX_REUSE_DTYPES`)."""
         try:
             with no_library_bars():
                 self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(model_path)

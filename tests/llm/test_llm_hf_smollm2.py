@@ -172,10 +172,11 @@ POLICY = (
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A sub-batch whose rows share a long system prompt, prefilled once and reused
-    (`PREFIX_REUSE`), against the same requests prefilled row by row in full: same tokens, same
-    stop reasons, in each dtype the engine can be forced to (greedy rows of different lengths,
-    a grammar-constrained verdict and a seeded sample)."""
+    """A sub-batch whose rows share a long system prompt, prefilled once and reused, against
+    the same requests prefilled row by row in full. fp32 (reuse on by default): same tokens,
+    same stop reasons for greedy rows of different lengths, constrained verdicts and a seeded
+    sample. bf16 (off by default, `PREFIX_REUSE_DTYPES`): the verdicts agree, free text may
+    part at a near-tie, which is why it is off there."""
     pytest.importorskip("xgrammar")
     from bias_discovery.llm.hf import TransformersEngine
 
@@ -203,7 +204,8 @@ def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> 
 
     eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2", dtype=dtype))
     try:
-        assert eng.dtype == dtype and eng.prefix_reuse
+        assert eng.dtype == dtype and eng.prefix_reuse == (dtype == "float32")
+        eng.prefix_reuse = True
         prefixes: list[int] = []
         prefill = eng._prefill_prefix
         monkeypatch.setattr(eng, "_prefill_prefix", lambda ids, *a: prefixes.append(len(ids)) or prefill(ids, *a))
@@ -214,11 +216,11 @@ def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> 
         assert len(prefixes) == 2
     finally:
         eng.close()
-    # bf16: a seeded sample (row 2) may part after a rounding difference, as it may with any
-    # other batch composition; greedy rows and verdicts hold in both dtypes, everything in fp32
-    checked = range(len(full)) if dtype == "float32" else [0, 1, 3, 4]
-    assert [reused[i].text for i in checked] == [full[i].text for i in checked]
-    assert [r.finish_reason for r in reused] == [r.finish_reason for r in full]
-    assert [reused[i].completion_tokens for i in checked] == [full[i].completion_tokens for i in checked]
+    verdicts = [3, 4]
+    assert [reused[i].text for i in verdicts] == [full[i].text for i in verdicts]
     assert [r.prompt_tokens for r in reused] == [r.prompt_tokens for r in full]
+    if dtype == "float32":
+        assert [r.text for r in reused] == [r.text for r in full]
+        assert [r.finish_reason for r in reused] == [r.finish_reason for r in full]
+        assert [r.completion_tokens for r in reused] == [r.completion_tokens for r in full]
     assert reused[3].text in ("pass", "fail")
