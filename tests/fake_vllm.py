@@ -57,6 +57,7 @@ KNOWN_ENGINE_ARGS = {
     "max_num_seqs",
     "generation_config",
     "logprobs_mode",
+    "enable_prefix_caching",
 }
 EOS_ID, EOS_TEXT = 2, "<|im_end|>"
 TEMPLATE_TOKENS = 3

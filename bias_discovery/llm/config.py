@@ -108,7 +108,10 @@ class ModelConfig(BaseModel):
     key replaces the engine's default for it as a whole (vLLM's defaults here:
     `structured_outputs_config` {backend: xgrammar, disable_any_whitespace: true}; on a CPU
     also `enforce_eager: true`, `kv_cache_memory_bytes: 1073741824` and, for dtype "auto",
-    the CPU's dtype)."""
+    the CPU's dtype; everywhere `enable_prefix_caching: true`). On the embedded `hf/` engine
+    they go to transformers' `from_pretrained`, except `prefix_reuse` (true/false), which turns
+    on or off the reuse of a shared prefix's KV cache (default: on in fp32 only,
+    `hf.PREFIX_REUSE_DTYPES`)."""
 
     @field_validator("base_url")
     @classmethod

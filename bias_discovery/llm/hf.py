@@ -61,10 +61,12 @@ __all__ = [
     "EMBEDDED_HF_MODELS",
     "MAX_BATCH_ROWS",
     "MAX_BATCH_TOKENS",
+    "PREFIX_REUSE_DTYPES",
     "TransformersEngine",
     "choose_device_dtype",
     "dtype_reason",
     "plan_batches",
+    "shared_prefix_length",
 ]
 
 EMBEDDED_HF_MODELS = ("smollm2",)
@@ -103,6 +105,21 @@ every step, copying the whole past, a cost that grows with the prompt and the ge
 False: transformers' own cache (benchmarks/embedded_engine.py measures both; on the quick
 start's short prompts they take the same time)."""
 
+PREFIX_REUSE_DTYPES = ("float32",)
+"""Dtypes in which the engine reuses, by default, the KV cache of the token prefix that every
+row of a sub-batch shares (a judge's instructions, a policy, a task): prefilled once, repeated
+for every row, only the rows' own suffixes prefilled. In fp32 it gives the tokens of a full
+prefill (greedy, seeded and constrained rows; tests/llm/test_llm_hf_smollm2.py); in bf16 the
+prefix computed in one row rounds differently from the prefix computed in a padded batch, and a
+greedy row at a near-tie (end of text or a newline) can part, so there it is off unless asked
+for: `engine_args: {prefix_reuse: true}` (or `false` to turn it off in fp32).
+benchmarks/trajectory_throughput.py measures the prompt tok/s of both."""
+
+MIN_SHARED_PREFIX = 128
+"""Shared prefixes shorter than this many tokens are prefilled with the rows: an extra
+forward pass costs more than it saves on a chat template's default system prompt or a short
+instruction, and short prompts keep exactly the batches they had before prefix reuse."""
+
 XGRAMMAR_WHITESPACE_FREE = True
 """As our vLLM engine configures xgrammar (`disable_any_whitespace`): a JSON reply without
 free whitespace between tokens, so a small model cannot spend its budget on newlines."""
@@ -135,6 +152,20 @@ def dtype_reason(device: str, dtype: str, requested: str = "auto") -> str:
     if device != "cpu":
         return f"the {device} device's native dtype"
     return cpu_dtype_reason()
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]], minimum: int = MIN_SHARED_PREFIX) -> int:
+    """Tokens at the start of every prompt that all of them share, leaving each at least one
+    token of its own (the forward pass that follows needs a token per row to read its next
+    token's logits from); 0 for a single prompt or a prefix shorter than `minimum`."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    length = 0
+    while length < limit and all(p[length] == first[length] for p in prompts[1:]):
+        length += 1
+    return length if length >= max(1, minimum) else 0
 
 
 def plan_batches(lengths: Sequence[int], max_padding_share: float = MAX_PADDING_SHARE) -> list[list[int]]:
@@ -197,11 +228,16 @@ class TransformersEngine(BaseEngine):
         super().__init__(f"hf/{identity}:{self.dtype}")
         if self.device == "cpu":  # torch's threads are per process: the embedder's too
             torch.set_num_threads(config.n_threads or default_threads())
+        engine_args = dict(config.engine_args)
+        self.prefix_reuse = engine_args.pop("prefix_reuse", self.dtype in PREFIX_REUSE_DTYPES)
+        if not isinstance(self.prefix_reuse, bool):
+            raise ConfigError(f"engine_args.prefix_reuse must be true or false, not {self.prefix_reuse!r}")
+        """Reuse the KV cache of a sub-batch's shared prefix (`PREFIX_REUSE_DTYPES`)."""
         try:
             with no_library_bars():
                 self.tokenizer: Any = transformers.AutoTokenizer.from_pretrained(model_path)
                 load_args: dict[str, Any] = {"dtype": getattr(torch, self.dtype), "attn_implementation": "sdpa"}
-                load_args.update(config.engine_args)
+                load_args.update(engine_args)
                 self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(model_path, **load_args)
         except (OSError, ValueError) as exc:
             raise EngineError(f"transformers could not load {model_path}: {exc}") from exc
@@ -299,16 +335,21 @@ class TransformersEngine(BaseEngine):
         """Prefill `rows` left-padded in one pass, then decode until every row has finished;
         yields each row as it finishes (its response can be reported at once)."""
         torch = self._torch
-        longest = max(len(p) for p in prompts)
+        prefix = shared_prefix_length(prompts) if self.prefix_reuse else 0
+        cache: Any = _growing_cache(self.model_config) if GROWING_KV_CACHE else None
+        if prefix:  # the shared prefix once, its cache repeated for every row
+            cache = self._prefill_prefix(prompts[0][:prefix], len(rows), cache)
+        suffixes = [ids[prefix:] for ids in prompts]
+        longest = max(len(s) for s in suffixes)
         input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), longest), dtype=torch.long)
-        for r, ids in enumerate(prompts):
+        mask = torch.zeros((len(rows), prefix + longest), dtype=torch.long)
+        mask[:, :prefix] = 1  # [prefix | left padding | suffix]: the mask hides the padding
+        for r, ids in enumerate(suffixes):
             input_ids[r, longest - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[r, longest - len(ids) :] = 1
+            mask[r, prefix + longest - len(ids) :] = 1
         budgets = [self._budget(row) for row in rows]
         live = list(range(len(rows)))  # positions of unfinished rows in the batch tensors
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache: Any = _growing_cache(self.model_config) if GROWING_KV_CACHE else None
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix:]
         step_ids, step_positions = input_ids, positions
         with torch.inference_mode():
             while live:
@@ -348,6 +389,29 @@ class TransformersEngine(BaseEngine):
                 step_ids = torch.tensor(next_tokens, dtype=torch.long).unsqueeze(-1)
                 mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
                 step_positions = step_positions[:, -1:] + 1
+
+    def _prefill_prefix(self, prefix: list[int], rows: int, cache: Any) -> Any:
+        """The KV cache of `prefix` computed in one row, then repeated for `rows` rows."""
+        torch = self._torch
+        ids = torch.tensor([prefix], dtype=torch.long)
+        with torch.inference_mode():
+            try:
+                out = self.model(
+                    input_ids=ids.to(self.device),
+                    attention_mask=torch.ones_like(ids).to(self.device),
+                    position_ids=torch.arange(len(prefix)).unsqueeze(0).to(self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+            except RuntimeError as exc:
+                raise EngineError(
+                    f"the transformers engine ({self.engine_id}) failed prefilling a shared prefix: {exc}"
+                ) from exc
+        cache = out.past_key_values
+        if rows > 1:
+            cache.batch_repeat_interleave(rows)
+        return cache
 
     def _budget(self, row: _Row) -> int:
         """New tokens this row may generate: its max_tokens, within the context window."""
@@ -516,15 +580,26 @@ def _growing_layer_class() -> Any:
                 values[:, :, : self.filled] = self.stored_values[:, :, : self.filled]
             self.stored_keys, self.stored_values = keys, values
 
-        def batch_select_indices(self, indices: Any) -> None:
-            if self.is_initialized and self.filled:
-                self.stored_keys = self.stored_keys[indices]
-                self.stored_values = self.stored_values[indices]
-                self.keys = self.stored_keys[:, :, : self.filled]
-                self.values = self.stored_values[:, :, : self.filled]
+        def batch_repeat_interleave(self, repeats: int) -> None:  # a shared prefix, for every row
+            _rebatch(self, repeats=repeats)
+
+        def batch_select_indices(self, indices: Any) -> None:  # finished rows dropped
+            _rebatch(self, indices=indices)
 
     _GROWING_LAYER = GrowingLayer
     return GrowingLayer
+
+
+def _rebatch(layer: Any, *, repeats: int = 1, indices: Any = None) -> None:
+    """A growing layer's rows repeated `repeats` times each, or only the rows at `indices`."""
+    if layer.is_initialized and layer.filled:
+        if indices is not None:
+            layer.stored_keys, layer.stored_values = layer.stored_keys[indices], layer.stored_values[indices]
+        else:
+            layer.stored_keys = layer.stored_keys.repeat_interleave(repeats, dim=0)
+            layer.stored_values = layer.stored_values.repeat_interleave(repeats, dim=0)
+        layer.keys = layer.stored_keys[:, :, : layer.filled]
+        layer.values = layer.stored_values[:, :, : layer.filled]
 
 
 def _growing_cache(model_config: Any) -> Any:

@@ -90,6 +90,14 @@ CPU_KV_CACHE_BYTES = 1 << 30
 vLLM's own `VLLM_CPU_KVCACHE_SPACE` (GiB) or `engine_args: {kv_cache_memory_bytes: N}`
 override it."""
 
+PREFIX_CACHING = True
+"""vLLM's automatic prefix caching, asked for explicitly: a judge's requests share their
+instructions (a policy, a task), whose KV blocks are then computed once and reused by every
+request that starts with them. vLLM 0.32 has it on its GPU and x86/ARM CPU backends (its
+default there too); where it has not (RISC-V CPUs, MLA models on a CPU without AMX) vLLM turns
+it off itself and logs so, and the requests run as without it. `engine_args:
+{enable_prefix_caching: false}` turns it off (benchmarks/trajectory_throughput.py measures both)."""
+
 NEUTRAL_SAMPLING: dict[str, Any] = {
     "top_k": 0,
     "min_p": 0.0,
@@ -118,6 +126,7 @@ def llm_kwargs(config: ModelConfig, *, on_cpu: bool = False) -> dict[str, Any]:
         "dtype": config.dtype,
         "structured_outputs_config": dict(STRUCTURED_OUTPUTS_CONFIG),
         "logprobs_mode": LOGPROBS_MODE,
+        "enable_prefix_caching": PREFIX_CACHING,
     }
     if config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len

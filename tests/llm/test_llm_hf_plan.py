@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from bias_discovery.errors import ConfigError
 from bias_discovery.llm import base, hf
-from bias_discovery.llm.hf import MAX_BATCH_ROWS, MAX_BATCH_TOKENS, MAX_PADDING_SHARE, choose_device_dtype, plan_batches
+from bias_discovery.llm.hf import (
+    MAX_BATCH_ROWS,
+    MAX_BATCH_TOKENS,
+    MAX_PADDING_SHARE,
+    MIN_SHARED_PREFIX,
+    choose_device_dtype,
+    plan_batches,
+    shared_prefix_length,
+)
 
 
 @given(st.lists(st.integers(min_value=1, max_value=4000), max_size=200))
@@ -29,6 +37,26 @@ def test_every_request_runs_once_within_the_batch_bounds(lengths: list[int]) -> 
 
 def test_similar_lengths_share_a_batch() -> None:
     assert plan_batches([300, 310, 305, 320]) == [[3, 1, 2, 0]]
+
+
+def test_the_shared_prefix_is_common_to_every_prompt_and_leaves_each_a_token() -> None:
+    policy = list(range(1000, 1300))
+    assert shared_prefix_length([policy + [1, 2, 3], policy + [1, 2, 4], policy + [9]]) == 300
+    assert shared_prefix_length([policy + [1, 2, 3], policy + [1, 2, 3]]) == 302  # identical: all but the last
+    assert shared_prefix_length([policy, policy + [5]]) == 299  # a prompt that is the prefix keeps one token
+    assert shared_prefix_length([policy + [1]]) == 0  # one row: nothing to share
+    assert shared_prefix_length([policy[:100] + [1], policy[:100] + [2]]) == 0  # below the minimum (128)
+    assert shared_prefix_length([policy[:100] + [1], policy[:100] + [2]], minimum=50) == 100
+    assert shared_prefix_length([[7] + policy, policy]) == 0  # differ at the first token
+    assert MIN_SHARED_PREFIX > 32  # the chat template's default system prompt is not worth a pass
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=2, max_size=6))
+def test_a_shared_prefix_is_a_prefix_of_every_prompt(prompts: list[list[int]]) -> None:
+    length = shared_prefix_length(prompts, minimum=1)
+    assert all(p[:length] == prompts[0][:length] and len(p) > length for p in prompts)
+    if length and length < min(len(p) for p in prompts) - 1:  # not cut by the one-token rule: maximal
+        assert len({p[length] for p in prompts}) > 1
 
 
 class _FakeTorch:

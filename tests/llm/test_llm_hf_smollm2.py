@@ -190,3 +190,67 @@ def test_score_verdicts_come_with_the_verdict_tokens_probabilities(engine) -> No
         assert judgment.invalid_reason is None, judgment
         assert judgment.p_rejected is not None and 0.0 < judgment.p_rejected < 1.0
         assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
+
+
+POLICY = (
+    "You are grading an airline customer-service agent. The policy: the agent must verify the "
+    "user's identity before any change, must never refund a basic economy ticket, must offer a "
+    "travel certificate only to silver and gold members whose flight was delayed, and must "
+    "explain every fee before the user confirms. "
+) * 6
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A sub-batch whose rows share a long system prompt, prefilled once and reused, against
+    the same requests prefilled row by row in full. fp32 (reuse on by default): same tokens,
+    same stop reasons for greedy rows of different lengths, constrained verdicts and a seeded
+    sample. bf16 (off by default, `PREFIX_REUSE_DTYPES`): the verdicts agree, free text may
+    part at a near-tie, which is why it is off there."""
+    pytest.importorskip("xgrammar")
+    from bias_discovery.llm.hf import TransformersEngine
+
+    def requests() -> list[GenerationRequest]:
+        tasks = ["The agent refunded a basic economy ticket.", "The agent verified the user's identity first."]
+        made = [
+            GenerationRequest.chat(task + " Did the agent follow the policy? Explain.", system=POLICY, max_tokens=n)
+            for task, n in zip(tasks, (24, 40))
+        ]
+        made.append(
+            GenerationRequest.chat(
+                "The agent offered a certificate to a regular member. Write one sentence about it.",
+                system=POLICY,
+                max_tokens=30,
+                temperature=0.8,
+                seed=11,
+            )
+        )
+        verdict = Constraint(choices=("pass", "fail"))
+        made += [
+            GenerationRequest.chat(t + " Verdict, pass or fail:", system=POLICY, max_tokens=4, constraint=verdict)
+            for t in tasks
+        ]
+        return made
+
+    eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2", dtype=dtype))
+    try:
+        assert eng.dtype == dtype and eng.prefix_reuse == (dtype == "float32")
+        eng.prefix_reuse = True
+        prefixes: list[int] = []
+        prefill = eng._prefill_prefix
+        monkeypatch.setattr(eng, "_prefill_prefix", lambda ids, *a: prefixes.append(len(ids)) or prefill(ids, *a))
+        reused = eng.generate(requests())
+        assert len(prefixes) == 2 and min(prefixes) > 300  # both sub-batches (long, short) reused the policy
+        eng.prefix_reuse = False
+        full = eng.generate(requests())
+        assert len(prefixes) == 2
+    finally:
+        eng.close()
+    verdicts = [3, 4]
+    assert [reused[i].text for i in verdicts] == [full[i].text for i in verdicts]
+    assert [r.prompt_tokens for r in reused] == [r.prompt_tokens for r in full]
+    if dtype == "float32":
+        assert [r.text for r in reused] == [r.text for r in full]
+        assert [r.finish_reason for r in reused] == [r.finish_reason for r in full]
+        assert [r.completion_tokens for r in reused] == [r.completion_tokens for r in full]
+    assert reused[3].text in ("pass", "fail")

@@ -62,8 +62,17 @@ def test_llm_kwargs_from_config() -> None:
         "enforce_eager": True,
         "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
         "logprobs_mode": "raw_logprobs",
+        "enable_prefix_caching": True,
     }
     assert "max_model_len" not in llm_kwargs(ModelConfig.from_spec("vllm/m"))
+
+
+def test_prefix_caching_is_asked_for_and_can_be_turned_off() -> None:
+    """Automatic prefix caching on GPU and CPU alike; `engine_args` turn it off."""
+    assert llm_kwargs(ModelConfig.from_spec("vllm/m"))["enable_prefix_caching"] is True
+    assert llm_kwargs(ModelConfig.from_spec("vllm/m"), on_cpu=True)["enable_prefix_caching"] is True
+    off = ModelConfig.from_spec("vllm/m", engine_args={"enable_prefix_caching": False})
+    assert llm_kwargs(off, on_cpu=True)["enable_prefix_caching"] is False
 
 
 def test_cpu_defaults_only_on_a_cpu_and_overridable() -> None:
