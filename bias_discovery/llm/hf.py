@@ -105,15 +105,15 @@ every step, copying the whole past, a cost that grows with the prompt and the ge
 False: transformers' own cache (benchmarks/embedded_engine.py measures both; on the quick
 start's short prompts they take the same time)."""
 
-PREFIX_REUSE_DTYPES = ("float32",)
+PREFIX_REUSE_DTYPES: tuple[str, ...] = ()
 """Dtypes in which the engine reuses, by default, the KV cache of the token prefix that every
 row of a sub-batch shares (a judge's instructions, a policy, a task): prefilled once, repeated
-for every row, only the rows' own suffixes prefilled. In fp32 it gives the tokens of a full
-prefill (greedy, seeded and constrained rows; tests/llm/test_llm_hf_smollm2.py); in bf16 the
-prefix computed in one row rounds differently from the prefix computed in a padded batch, and a
-greedy row at a near-tie (end of text or a newline) can part, so there it is off unless asked
-for: `engine_args: {prefix_reuse: true}` (or `false` to turn it off in fp32).
-benchmarks/trajectory_throughput.py measures the prompt tok/s of both."""
+for every row, only the rows' own suffixes prefilled. None yet: in fp32 it gives the tokens of
+a full prefill (greedy, seeded and constrained rows; tests/llm/test_llm_hf_smollm2.py), but
+what it saves has not been measured (benchmarks/trajectory_throughput.py measures it); in bf16
+the prefix computed in one row rounds differently from the prefix computed in a padded batch,
+and a greedy row at a near-tie (end of text or a newline) can part. Ask for it with
+`engine_args: {prefix_reuse: true}`."""
 
 MIN_SHARED_PREFIX = 128
 """Shared prefixes shorter than this many tokens are prefilled with the rows: an extra

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from bias_discovery.errors import ConfigError
+from bias_discovery.llm import hf
 from bias_discovery.llm.config import ModelConfig
 from bias_discovery.llm.conformance import PROBE_CONSTRAINTS, probe_failure, probe_request, violation
 from bias_discovery.llm.types import Constraint, GenerationRequest
@@ -200,15 +201,15 @@ POLICY = (
 ) * 6
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(engine_in_each_dtype, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A sub-batch whose rows share a long system prompt, prefilled once and reused, against
-    the same requests prefilled row by row in full. fp32 (reuse on by default): same tokens,
-    same stop reasons for greedy rows of different lengths, constrained verdicts and a seeded
-    sample. bf16 (off by default, `PREFIX_REUSE_DTYPES`): the verdicts agree, free text may
-    part at a near-tie, which is why it is off there."""
-    pytest.importorskip("xgrammar")
-    from bias_discovery.llm.hf import TransformersEngine
+    the same requests prefilled in full, in each dtype: the reuse happens, the prompts count
+    the same tokens and the verdicts keep their constraint. fp32: the same tokens and stop
+    reasons for greedy rows of different lengths, constrained verdicts and a seeded sample. bf16
+    promises no more than the above: the prefix computed in one row rounds differently from the
+    prefix computed in a padded batch, and a greedy row at a near-tie can part."""
+    eng = engine_in_each_dtype
+    dtype = eng.dtype
 
     def requests() -> list[GenerationRequest]:
         tasks = ["The agent refunded a basic economy ticket.", "The agent verified the user's identity first."]
@@ -232,25 +233,19 @@ def test_prefix_reuse_gives_the_tokens_of_a_full_prefill(dtype, monkeypatch) -> 
         ]
         return made
 
-    eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2", dtype=dtype))
-    try:
-        assert eng.dtype == dtype and eng.prefix_reuse == (dtype == "float32")
-        eng.prefix_reuse = True
-        prefixes: list[int] = []
-        prefill = eng._prefill_prefix
-        monkeypatch.setattr(eng, "_prefill_prefix", lambda ids, *a: prefixes.append(len(ids)) or prefill(ids, *a))
-        reused = eng.generate(requests())
-        assert len(prefixes) == 2 and min(prefixes) > 300  # both sub-batches (long, short) reused the policy
-        eng.prefix_reuse = False
-        full = eng.generate(requests())
-        assert len(prefixes) == 2
-    finally:
-        eng.close()
-    verdicts = [3, 4]
-    assert [reused[i].text for i in verdicts] == [full[i].text for i in verdicts]
+    assert eng.prefix_reuse is (dtype in hf.PREFIX_REUSE_DTYPES)
+    prefixes: list[int] = []
+    prefill = eng._prefill_prefix
+    monkeypatch.setattr(eng, "_prefill_prefix", lambda ids, *a: prefixes.append(len(ids)) or prefill(ids, *a))
+    monkeypatch.setattr(eng, "prefix_reuse", True)
+    reused = eng.generate(requests())
+    assert len(prefixes) == 2 and min(prefixes) > 300  # both sub-batches (long, short) reused the policy
+    monkeypatch.setattr(eng, "prefix_reuse", False)
+    full = eng.generate(requests())
+    assert len(prefixes) == 2
     assert [r.prompt_tokens for r in reused] == [r.prompt_tokens for r in full]
+    assert all(reused[i].text in ("pass", "fail") and full[i].text in ("pass", "fail") for i in (3, 4))
     if dtype == "float32":
         assert [r.text for r in reused] == [r.text for r in full]
         assert [r.finish_reason for r in reused] == [r.finish_reason for r in full]
         assert [r.completion_tokens for r in reused] == [r.completion_tokens for r in full]
-    assert reused[3].text in ("pass", "fail")
