@@ -482,7 +482,10 @@ def test_an_inspect_log_with_two_bias_variants_of_a_pair_audits_each_variant(tmp
 
 
 def test_a_malformed_eval_header_is_named(tmp_path: Path):
-    for header, message in (("{not json", "header.json: malformed JSON"), ('["x"]', "header.json: expected a JSON object")):
+    for header, message in (
+        ("{not json", "header.json: malformed JSON"),
+        ('["x"]', "header.json: expected a JSON object"),
+    ):
         with zipfile.ZipFile(tmp_path / "log.eval", "w") as archive:
             archive.writestr("header.json", header)
             archive.writestr("samples/s1_epoch_1.json", json.dumps(_inspect_sample("s1", "original", "A", "A", 1)))

@@ -243,14 +243,14 @@ def test_prompt_sensitivity_with_three_templates_compares_like_with_like(tmp_pat
     in exactly one arm: template j or repeat r when i % 3 == j (or r), so template changes and
     seed changes are alike: both rates 2/3 (before: 2/3 against one repeat's 1/3, a judge that
     looked template-sensitive for having had more chances), one comparison's 1/3."""
-    from fakes import ScriptedEngine, _responses
-
     from bias_discovery.auditing.records import PromptSensitivity
     from bias_discovery.auditing.runner import repeat_seed
     from bias_discovery.auditing.sensitivity import prompt_sensitivity
     from bias_discovery.data.pairs import PreferencePair
     from bias_discovery.judging import JudgeSettings
     from bias_discovery.prompts import prompts_dir
+
+    from fakes import ScriptedEngine, _responses
 
     marked = tmp_path / "judge_marked.txt"
     marked.write_text((prompts_dir() / "judge_pairwise.txt").read_text().replace("Question:", "MARKED Question:"))
@@ -265,7 +265,9 @@ def test_prompt_sensitivity_with_three_templates_compares_like_with_like(tmp_pat
         right = "A" if "RIGHT" in a else "B"
         return f"Verdict: {right if (arm == 0 or i % 3 != arm) else 'AB'.replace(right, '')}"
 
-    pairs = [PreferencePair(id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}") for i in range(30)]
+    pairs = [
+        PreferencePair(id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}") for i in range(30)
+    ]
     engine = ScriptedEngine(judge)
     ps = prompt_sensitivity(
         engine,

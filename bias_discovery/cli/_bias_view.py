@@ -164,12 +164,15 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
     if v.vs_placebo is not None:
         lines.append(_labelled("vs placebo", _comparison(v.vs_placebo, "neutral rewrite")))
     if v.score_shift is not None:
-        lines.append(_labelled("score shift", _shift_text(v.score_shift) + f" (pointwise judge; on {v.score_shift.method})"))
+        lines.append(
+            _labelled("score shift", _shift_text(v.score_shift) + f" (pointwise judge; on {v.score_shift.method})")
+        )
     if v.score_shift_decision is not None:
         lines.append(
             _labelled(
                 "as decided",
-                _shift_text(v.score_shift_decision) + " on the items the decision saw (biased upward by the acceptance)",
+                _shift_text(v.score_shift_decision)
+                + " on the items the decision saw (biased upward by the acceptance)",
             )
         )
     if v.secondary is not None:
