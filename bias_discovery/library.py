@@ -226,6 +226,10 @@ _FLAT_COMPARISON_FIELDS = (
 spelled it: flat on the validation record."""
 
 
+DECISION_ITEMS = "the items the decision saw"
+"""`ScoreShift.method` of a shift measured where the candidate was decided."""
+
+
 class ScoreShift(BaseModel):
     """A pointwise judge's score shift of the rejected response, arm minus control on the same
     items, in the scale's points and in standard deviations of the control's scores of the
@@ -252,6 +256,10 @@ class ScoreShift(BaseModel):
     sd_ci_low: float | None = None
     sd_ci_high: float | None = None
     """The CI of `points` in SD units (the SD taken as known)."""
+    method: str = DECISION_ITEMS
+    """Which items it is measured on: those the decision saw (`DECISION_ITEMS`; for an
+    accepted candidate it carries the winner's curse, as Δerror there does), or the held-out
+    items no decision saw (`stats.held_out_method`'s text, as the held-out `Effect`'s)."""
 
 
 class BiasValidation(_Model):
@@ -323,7 +331,12 @@ class BiasValidation(_Model):
     the same control on the same items the decision saw; reported, never decisive."""
     score_shift: ScoreShift | None = None
     """Pointwise judges: the rejected response's score shift against the decisive control, in
-    scale points and in SDs (whichever measure decided)."""
+    scale points and in SDs (whichever measure decided), as reported: for an accepted
+    candidate with held-out items, on those (as `effect`), else on the decision's items
+    (`ScoreShift.method`)."""
+    score_shift_decision: ScoreShift | None = None
+    """When `score_shift` is the held-out one: the shift on the items the decision saw
+    (secondary; biased upward by the acceptance, as `vs_baseline`'s Δ)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -378,3 +378,155 @@ def test_a_live_audit_with_score_verdicts_reports_calibration_and_a_reliability_
     # the same verdicts from the log: the same calibration
     again = audit_log(tmp_path / "audit" / "judgments.jsonl", n_boot=200).report.calibration
     assert again is not None and again.ece == pytest.approx(0.4) and again.brier == pytest.approx(0.41)
+
+
+# -- logs read as written (issue 47) --------------------------------------------------------
+
+_MAP = "pair_id=pair_id,verdict=verdict,label=label"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "columns", "message"),
+    [
+        # a row with no verdict field: not an invalid verdict, a malformed row
+        (
+            "log.jsonl",
+            '{"pair_id": "p1", "verdict": "A", "label": "A"}\n{"pair_id": "p1", "label": "B"}\n',
+            _MAP,
+            r"log.jsonl:2: no column 'verdict' \(the column map's verdict\)",
+        ),
+        ("log.csv", "pair_id,verdict,label\np1,A,A\np1,B\n", _MAP, r"log.csv:3: field 'label' is missing"),
+        ("log.csv", "pair_id,verdict,label\np1,A,A,x\n", _MAP, r"log.csv:2: more cells than the header's 3"),
+        # a column map naming a column the file lacks
+        (
+            "log.csv",
+            "pair_id,verdict,label\np1,A,A\n",
+            _MAP + ",length_a=len_a,length_b=len_b",
+            r"log.csv:1: no column 'len_a' \(the column map's length_a\); the header has: pair_id, verdict, label",
+        ),
+        (
+            "log.jsonl",
+            '{"pair_id": "p1", "choice": "A", "label": "A"}\n',
+            _MAP,
+            r"log.jsonl:1: no column 'verdict' \(the column map's verdict\); the row has: pair_id, choice, label",
+        ),
+        # broken first line, as a broken later line; an empty file
+        ("log.jsonl", '{"pair_id": "p1", "verdict": \n', _MAP, r"log.jsonl:1: malformed JSON"),
+        ("log.jsonl", "\n \n", _MAP, r"log.jsonl: the log file is empty"),
+        ("log.csv", "", _MAP, r"log.csv: the log file is empty"),
+        ("judgments.jsonl", "{not json\n", None, r"judgments.jsonl:1: malformed JSON"),
+        ("judgments.jsonl", "", None, r"judgments.jsonl: the log file is empty"),
+        ("log.json", '{"eval": {}, "samples": [', None, r"log.json: malformed JSON"),
+        # our judgments.jsonl: a row with no 'picked' is not an invalid verdict
+        (
+            "judgments.jsonl",
+            '{"pair_id": "p1", "order": "chosen_first", "picked": "chosen"}\n{"pair_id": "p1", "order": "rejected_first"}\n',
+            None,
+            r"judgments.jsonl:2: field 'picked' is missing",
+        ),
+    ],
+)
+def test_a_log_is_read_as_written(tmp_path: Path, name: str, content: str, columns: str | None, message: str):
+    """Issue 47: each of these audited before (exit 0, the row counted as an invalid verdict,
+    or a "not a judgments.jsonl" guess); each is now an error naming the file, line and field."""
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DataError, match=message):
+        audit_log(tmp_path / name, columns=columns)
+
+
+def test_a_csv_cell_keeps_its_newlines_and_later_rows_their_line(tmp_path: Path):
+    from bias_discovery.auditing.logs import read_log
+
+    rows = [
+        ["pair_id", "verdict", "label", "a", "b"],
+        ["p1", "A", "A", "first line\nsecond line", "short"],
+        ["p1", "B", "B", "short", "first line\nsecond line"],
+        ["p2", "A", "A", "x y", "z"],
+    ]
+    with (tmp_path / "log.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    log = read_log(tmp_path / "log.csv", ColumnMap.parse(_MAP + ",response_a=a,response_b=b"))
+    assert log.pairs[0].texts == ("first line\nsecond line", "short") and len(log.verdicts) == 3
+    # the physical line of a row after a multi-line cell: p2 starts on line 6
+    assert [v.where.rsplit(":", 1)[1] for v in log.verdicts] == ["2", "4", "6"]
+    rows.append(["p3", "maybe", "A", "u", "v"])
+    with (tmp_path / "log.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    with pytest.raises(DataError, match=r"log.csv:7: column 'verdict' has value 'maybe'"):
+        read_log(tmp_path / "log.csv", ColumnMap.parse(_MAP + ",response_a=a,response_b=b"))
+
+
+def test_an_inspect_log_with_two_bias_variants_of_a_pair_audits_each_variant(tmp_path: Path):
+    """`export inspect` gives the variants of a source pair (one per injected bias) the same
+    pair_id and their own sample_id: each variant is a pair of the audit."""
+    samples = []
+    for i in range(6):
+        for bias in ("b1", "b2"):
+            sid = f"p{i}::{bias}"
+            right, wrong = f"right {i} words", f"wrong {i} {bias}"
+            for order, target, choices in (("original", "A", [right, wrong]), ("swapped", "B", [wrong, right])):
+                samples.append(
+                    {
+                        "id": f"{sid}::{order}",
+                        "epoch": 1,
+                        "target": target,
+                        "choices": choices,
+                        "metadata": {"sample_id": sid, "order": order, "pair_id": f"p{i}", "injected_bias": bias},
+                        "scores": {"pairwise_verdict": {"value": {"right": 1}, "answer": "A"}},
+                    }
+                )
+    (tmp_path / "log.json").write_text(json.dumps({"eval": {"model": "m"}, "samples": samples}))
+    report = audit_log(tmp_path / "log.json", n_boot=100).report
+    position = _entry(report, "position")
+    assert position.z.n == 12 and position.first_win_rate.value == 1.0
+
+
+def test_a_malformed_eval_header_is_named(tmp_path: Path):
+    for header, message in (
+        ("{not json", "header.json: malformed JSON"),
+        ('["x"]', "header.json: expected a JSON object"),
+    ):
+        with zipfile.ZipFile(tmp_path / "log.eval", "w") as archive:
+            archive.writestr("header.json", header)
+            archive.writestr("samples/s1_epoch_1.json", json.dumps(_inspect_sample("s1", "original", "A", "A", 1)))
+        with pytest.raises(DataError, match=message):
+            audit_log(tmp_path / "log.eval")
+
+
+def _cli_in_process(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from bias_discovery.cli import app
+
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--limit", "5"], "--limit"),
+        (["--mode", "pairwise"], "--mode"),
+        (["--repeats", "3"], "--repeats"),
+        (["--mitigation", "swap"], "--mitigation"),
+        (["--verdict", "score"], "--verdict"),
+        (["--repeats", "3", "--temperature", "0.5"], "--repeats, --temperature"),
+    ],
+)
+def test_from_log_refuses_a_flag_it_would_ignore(tmp_path: Path, extra: list[str], named: str):
+    (tmp_path / "log.csv").write_text("pair_id,verdict,label\np1,A,A\np1,B,B\n")
+    code, output = _cli_in_process("audit", "--from-log", str(tmp_path / "log.csv"), "--columns", _MAP, *extra)
+    assert code == 2 and f"{named} would be ignored" in output
+
+
+def test_from_log_checks_fail_on_as_the_live_audit_does(tmp_path: Path):
+    """A threshold on a pointwise measure cannot be met by a log's pairwise verdicts: a usage
+    error before reading, as the live pairwise audit gives; a pairwise one gates as live."""
+    log = tmp_path / "log.csv"
+    log.write_text("pair_id,verdict,label\n" + "".join(f"p{i},A,A\np{i},A,B\n" for i in range(10)))
+    code, output = _cli_in_process("audit", "--from-log", str(log), "--columns", _MAP, "--fail-on", "score-shift>0.1")
+    assert code == 2 and "score_shift is a pointwise measure" in output
+    code, output = _cli_in_process(
+        "audit", "--from-log", str(log), "--columns", _MAP, "--fail-on", "position-consistency<0.8"
+    )
+    assert code == 3 and "position-consistency<0.8: position has rr = 0" in output

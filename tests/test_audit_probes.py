@@ -235,3 +235,49 @@ def test_an_unknown_prompt_template_fails_before_any_call(tmp_path: Path):
 
     with pytest.raises(ValidationError, match="no-such-template"):
         audit("openai/judge", str(_pairs_file(tmp_path)), "position", prompts=["no-such-template"], cache=False)
+
+
+def test_prompt_sensitivity_with_three_templates_compares_like_with_like(tmp_path: Path):
+    """Issue 47: with k = 3 templates the verdict has two chances to change with the template,
+    so the noise rate it is read against has two chances too. The scripted judge flips pair i
+    in exactly one arm: template j or repeat r when i % 3 == j (or r), so template changes and
+    seed changes are alike: both rates 2/3 (before: 2/3 against one repeat's 1/3, a judge that
+    looked template-sensitive for having had more chances), one comparison's 1/3."""
+    from bias_discovery.auditing.records import PromptSensitivity
+    from bias_discovery.auditing.runner import repeat_seed
+    from bias_discovery.auditing.sensitivity import prompt_sensitivity
+    from bias_discovery.data.pairs import PreferencePair
+    from bias_discovery.judging import JudgeSettings
+    from bias_discovery.prompts import prompts_dir
+
+    from fakes import ScriptedEngine, _responses
+
+    marked = tmp_path / "judge_marked.txt"
+    marked.write_text((prompts_dir() / "judge_pairwise.txt").read_text().replace("Question:", "MARKED Question:"))
+    seed = 7
+    repeat_arm = {repeat_seed(seed, 1): 1, repeat_seed(seed, 2): 2}
+
+    def judge(request) -> str:
+        text = " ".join(m.content for m in request.messages)
+        a, _ = _responses(request.messages[-1].content)
+        arm = 1 if "impartial judge" in text else 2 if "MARKED" in text else repeat_arm.get(request.seed, 0)
+        i = int(a.split()[-1])
+        right = "A" if "RIGHT" in a else "B"
+        return f"Verdict: {right if (arm == 0 or i % 3 != arm) else 'AB'.replace(right, '')}"
+
+    pairs = [
+        PreferencePair(id=f"p{i}", question=f"Q{i}?", chosen=f"RIGHT {i}", rejected=f"wrong {i}") for i in range(30)
+    ]
+    engine = ScriptedEngine(judge)
+    ps = prompt_sensitivity(
+        engine,
+        pairs,
+        JudgeSettings(reasoning=False, max_tokens=4),
+        ["judge_pairwise", "judge_pairwise_mitigated", str(marked)],
+        seed=seed,
+    )
+    assert isinstance(ps, PromptSensitivity) and ps.n_items == 30 and ps.n_comparisons == 2
+    assert len(engine.sent) == 30 * 5  # three templates, two repeats
+    assert ps.change_rate.value == pytest.approx(2 / 3) and ps.noise_rate.value == pytest.approx(2 / 3)
+    assert ps.noise_rate_single is not None and ps.noise_rate_single.value == pytest.approx(1 / 3)
+    assert [round(x.change_rate.value, 3) for x in ps.pairwise] == [0.333, 0.333, 0.667]

@@ -404,6 +404,42 @@ def test_inspect_task_runs_end_to_end_on_the_mock_model(pro_set: Path, tmp_path:
 
 
 @needs_inspect
+def test_an_exported_inspect_log_audits_back_with_every_bias_variant(pro_set: Path, tmp_path: Path):
+    """Issue 47: the .eval log of our own `export inspect` task audits back through `audit
+    --from-log`, each bias variant of a source pair a pair of its own (the variants share the
+    source's pair_id). The mock judge always answers A: every verdict goes to the first shown."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import ModelOutput, ModelUsage
+
+    from bias_discovery.api import audit_log
+
+    out = tmp_path / "inspect"
+    info = export_harness("inspect", pro_set, out)
+    rows = _rows(out)
+    for row in rows[1:3]:  # two variants of the first row's source pair, as a run with many biases gives
+        row["pair_id"] = rows[0]["pair_id"]
+    (out / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    outputs = []
+    for _ in range(2 * len(rows)):
+        output = ModelOutput.from_content(model="mockllm/model", content="ANSWER: A")
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        outputs.append(output)
+    (log,) = inspect_eval(
+        f"{out / 'task.py'}@{info.task}",
+        model="mockllm/model",
+        model_args={"custom_outputs": outputs},
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+    )
+    assert log.status == "success"
+    (eval_file,) = (tmp_path / "logs").glob("*.eval")
+    report = audit_log(eval_file, n_boot=100).report
+    position = next(b for b in report.biases if b.id == "position")
+    assert report.from_log.format == "inspect" and report.from_log.rows == 2 * len(rows)
+    assert position.z.n == len(rows) and position.first_win_rate.value == 1.0
+
+
+@needs_inspect
 def test_inspect_judgebench_score_counts_a_missing_verdict_as_no_vote(pro_set: Path, tmp_path: Path):
     """The exported metrics on hand-made scores: right + missing is a correct sample, right +
     wrong is not (JudgeBench's net vote)."""

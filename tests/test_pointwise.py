@@ -238,11 +238,17 @@ def test_the_loop_finds_and_validates_a_pointwise_judges_bias(tmp_path):
     # the pair error is the secondary measure, on the same items against the same control
     assert v.secondary is not None and v.secondary.measure == "error" and v.secondary.control == "placebo"
     assert v.secondary.n == v.vs_placebo.n and v.secondary.arm_error > v.secondary.control_error
-    shift = v.score_shift
-    assert shift is not None and shift.control == "placebo" and shift.n == v.vs_placebo.n
-    assert shift.points == pytest.approx(v.vs_placebo.delta * 9) and shift.ci_low < shift.points < shift.ci_high
+    # the score shift as reported is the held-out one, as the effect (issue 47: on the items
+    # the decision saw it carries the winner's curse); the decision's is kept as secondary
+    shift, decided = v.score_shift, v.score_shift_decision
+    assert v.effect.method.startswith("held-out items") and shift is not None and decided is not None
+    assert shift.method == v.effect.method and shift.n == v.effect.n == 4 and shift.control == "placebo"
+    assert shift.points == pytest.approx(v.effect.delta * 9) and shift.ci_low < shift.points < shift.ci_high
+    assert decided.method == "the items the decision saw" and decided.n == v.vs_placebo.n
+    assert decided.points == pytest.approx(v.vs_placebo.delta * 9) and decided.ci_low < decided.points < decided.ci_high
     # the placebo's rejected scores are 3-5 (sd about 0.8): a shift of 3.5 points is about 4 SDs
-    assert shift.sd_control is not None and 0.5 < shift.sd_control < 1.0 and shift.sd_units > 3
+    assert decided.sd_control is not None and 0.5 < decided.sd_control < 1.0 and decided.sd_units > 3
+    assert shift.sd_units is not None and shift.sd_units > 2
     record = json.loads((rd.iteration(1).directory / "validation.json").read_text())
     assert any(c.get("secondary") and c.get("score_shift") for c in record["candidates"])
 
@@ -256,7 +262,9 @@ def test_the_pair_error_can_decide_with_the_score_shift_reported_as_secondary(tm
     # misjudged (ties included) on the items whose number is not a multiple of 6
     assert v.vs_placebo.control_error == 0.0 and v.vs_placebo.arm_error == pytest.approx(17 / 20)
     assert v.secondary is not None and v.secondary.measure == "score" and v.secondary.p_adjusted is None
-    assert v.score_shift is not None and v.score_shift.points == pytest.approx(v.secondary.delta * 9)
+    decided = v.score_shift_decision
+    assert decided is not None and decided.points == pytest.approx(v.secondary.delta * 9)
+    assert v.score_shift is not None and v.score_shift.method.startswith("held-out items") and v.score_shift.n == 4
 
 
 def test_the_summary_measures_the_scores_correlation_with_length():

@@ -85,6 +85,14 @@ def test_a_pointwise_biass_page_shows_scores_and_both_measures(pointwise_run):
         f"score shift of the rejected response vs placebo (pointwise judge, scale 1-10; decides) n {shift.n} {shift.points:+.2f} points"
         in text
     )
+    # issue 47: the shift shown first is where the effect was measured (held-out items no
+    # decision saw), the decision's items' one after it, marked as biased by the acceptance
+    decided = v.score_shift_decision
+    assert shift.method == v.effect.method and f"on {shift.method}" in text and decided is not None
+    assert (
+        "score shift on the items the decision saw (secondary: biased upward by the acceptance, as Δ as measured) "
+        f"n {decided.n} {decided.points:+.2f} points"
+    ) in text
     # the secondary measure, marked as such
     assert "secondary measure vs placebo (pair error derived from the scores; reported, not decisive)" in text
     # the misjudged cases it was identified from: the two scores, not a preference
@@ -98,6 +106,8 @@ def test_library_show_prints_a_pointwise_cases_scores(pointwise_run):
     shown = " ".join(cli("library", "show", str(pointwise_run), BIAS, env={"COLUMNS": "200"}).stdout.split())
     assert "scored alone, the rewrite" in shown and "and the chosen response 7.0" in shown
     assert "the chosen response alone: score 7.0" in shown
+    assert "score shift" in shown and "(pointwise judge; on held-out items" in shown
+    assert "as decided" in shown and "on the items the decision saw (biased upward by the acceptance)" in shown
 
 
 def test_the_reports_outcome_says_what_a_pointwise_bias_raises(pointwise_run):

@@ -56,7 +56,7 @@ from ..auditing import AuditOutput, AuditSettings
 from ..config import RunConfig
 from ..data.pairs import PreferencePair
 from ..judge_matrix import MatrixConfig, MatrixResult
-from ..library import Bias, BiasLibrary, BiasOrigin, slugify
+from ..library import Bias, BiasLibrary, BiasOrigin, ScoreShift, slugify
 from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
 from ..smollm2_hf import build_hf_smollm2
@@ -141,6 +141,7 @@ __all__ = [
     "RunDir",
     "RunState",
     "SchemeAudit",
+    "ScoreShift",
     "ScoreSummary",
     "Spend",
     "ValidationOutput",

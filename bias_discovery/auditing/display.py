@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..formatting import MISSING, number, p_value, percent, pp
+from ..formatting import MISSING, number, p_value, percent, plural, pp
 from ..metrics import Estimate
 from ..stats import Calibration, PairedComparison
 from .records import AuditMetrics, AuditReport
@@ -353,12 +353,17 @@ def judge_measure_lines(report: AuditReport, *, missing: str = MISSING) -> list[
     if ps is not None:
         lines.append(
             f"prompt sensitivity ({', '.join(ps.prompts)}): the verdict changes with the template on "
-            f"{_estimate_text(ps.change_rate, 'rate', missing)} pairs; with a new seed alone (same template) on "
-            f"{_estimate_text(ps.noise_rate, 'rate', missing)}"
+            f"{_estimate_text(ps.change_rate, 'rate', missing)} pairs; with new seeds alone (same template, "
+            f"{plural(ps.n_comparisons, 'repeat')}, as many comparisons) on {_estimate_text(ps.noise_rate, 'rate', missing)}"
             + "".join(
                 f"; {a} vs {b}: {_estimate_text(c, 'rate', missing)}"
                 for a, b, c in ((x.prompt_a, x.prompt_b, x.change_rate) for x in ps.pairwise)
                 if len(ps.prompts) > 2
+            )
+            + (
+                f"; each pair of templates against one repeat's {_estimate_text(ps.noise_rate_single, 'rate', missing)}"
+                if len(ps.prompts) > 2 and ps.noise_rate_single is not None
+                else ""
             )
             + f" ({ps.method})"
         )

@@ -17,6 +17,7 @@ one bad row.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -28,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..data.loaders import load_pairs
-from ..errors import DataError
+from ..errors import DataError, json_problem
 from ..io import read_utf8, scan_jsonl
 from ..metrics import Preference
 from ..stages.rewrite_checks import count_tokens
@@ -94,6 +95,14 @@ class ColumnMap(BaseModel):
     """The pair's domain, for the per-domain figures."""
     verdict_values: dict[str, Literal["A", "B", "tie"]] = Field(default_factory=dict)
     """Extra verdict values, e.g. {"1": "A", "2": "B"}."""
+
+    def columns(self) -> dict[str, str]:
+        """The columns the map names, by key (the keys left unmapped are not listed)."""
+        return {
+            key: value
+            for key in type(self).model_fields
+            if key != "verdict_values" and isinstance(value := getattr(self, key), str)
+        }
 
     @classmethod
     def parse(cls, text: str) -> ColumnMap:
@@ -231,6 +240,8 @@ def _side_record(path: Path) -> dict[str, Any]:
 def _judgment_fields(where: str, obj: dict[str, Any]) -> tuple[str, str, Any]:
     """A judgments.jsonl row's pair id, order and pick, each checked (the row named if not)."""
     pair_id, order, picked = obj.get("pair_id"), obj.get("order"), obj.get("picked")
+    if "picked" not in obj:
+        raise DataError(f"{where}: field 'picked' is missing (the verdict: chosen, rejected, tie or null)")
     if not isinstance(pair_id, str) or not pair_id:
         raise DataError(f"{where}: field 'pair_id' is missing or not a string")
     if order in ("chosen", "rejected"):
@@ -305,6 +316,20 @@ def _join_data(pairs: list[LogPair], data: str, data_dir: Path | None, path: Pat
 # -- inspect_ai eval logs -------------------------------------------------------------------
 
 
+def _archive_json(path: Path, archive: zipfile.ZipFile, name: str) -> dict[str, Any]:
+    """One JSON object member of an .eval archive (its header); malformed: a DataError naming it."""
+    try:
+        value = json.loads(archive.read(name))
+    except (ValueError, zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"{path}: {name}: malformed JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: {name}: expected a JSON object, got {type(value).__name__}")
+    eval_spec = value.get("eval")
+    if eval_spec is not None and not isinstance(eval_spec, dict):
+        raise DataError(f"{path}: {name}: field 'eval' is not an object")
+    return value
+
+
 def _inspect_samples(path: Path) -> tuple[dict[str, Any], Iterator[tuple[str, dict[str, Any]]]]:
     """(the log's `eval` header, its samples) from a .eval file (a zip: header.json and
     samples/*.json) or a .json log (one object with `eval` and `samples`)."""
@@ -314,15 +339,18 @@ def _inspect_samples(path: Path) -> tuple[dict[str, Any], Iterator[tuple[str, di
         except (OSError, zipfile.BadZipFile) as exc:
             raise DataError(f"{path}: not an inspect_ai .eval file ({exc})") from None
         names = archive.namelist()
-        header = json.loads(archive.read("header.json")) if "header.json" in names else {}
-        start = json.loads(archive.read("_journal/start.json")) if "_journal/start.json" in names else {}
+        header = _archive_json(path, archive, "header.json") if "header.json" in names else {}
+        start = _archive_json(path, archive, "_journal/start.json") if "_journal/start.json" in names else {}
 
         def samples() -> Iterator[tuple[str, dict[str, Any]]]:
             for name in sorted(n for n in names if n.startswith("samples/") and n.endswith(".json")):
                 try:
-                    yield f"{path}: {name}", json.loads(archive.read(name))
+                    sample = json.loads(archive.read(name))
                 except ValueError:
                     raise DataError(f"{path}: {name}: malformed JSON") from None
+                if not isinstance(sample, dict):
+                    raise DataError(f"{path}: {name}: expected a JSON object, got {type(sample).__name__}")
+                yield f"{path}: {name}", sample
 
         return (header.get("eval") or start.get("eval") or {}), samples()
     try:
@@ -345,13 +373,34 @@ def _inspect_answer(where: str, sample: Mapping[str, Any]) -> str | None:
     return None
 
 
+_INSPECT_ORDERS = ("::original", "::swapped")
+
+
+def _inspect_pair_key(sample: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """The key of a sample's pair: `export inspect`'s ``sample_id`` (one per exported row, so
+    one per bias variant: the variants of a source pair share its ``pair_id`` but not their
+    responses), else ``pair_id``, else the sample's id without its order suffix."""
+    for key in ("sample_id", "pair_id"):
+        if meta.get(key):
+            return str(meta[key])
+    sample_id = str(sample.get("id") or "")
+    for suffix in _INSPECT_ORDERS:
+        if sample_id.endswith(suffix):
+            return sample_id[: -len(suffix)]
+    return sample_id
+
+
 def _read_inspect(path: Path) -> LoadedLog:
     header, samples = _inspect_samples(path)
     b, rows = _Builder(), 0
     for where, sample in samples:
         rows += 1
+        if not isinstance(sample, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(sample).__name__}")
         meta = sample.get("metadata") or {}
-        pair_id = meta.get("pair_id") or meta.get("sample_id") or str(sample.get("id", "")).split("::")[0]
+        if not isinstance(meta, dict):
+            raise DataError(f"{where}: field 'metadata' is not an object")
+        pair_id = _inspect_pair_key(sample, meta)
         target, choices = sample.get("target"), sample.get("choices")
         if not pair_id:
             raise DataError(f"{where}: no pair id (metadata.pair_id, metadata.sample_id or id)")
@@ -385,18 +434,50 @@ def _set_texts(pair: LogPair, where: str, texts: tuple[str, str]) -> None:
 # -- generic JSONL / CSV / parquet ----------------------------------------------------------
 
 
-def _generic_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def _check_columns(where: str, what: str, present: list[str], cols: ColumnMap) -> None:
+    """Every column the map names is in the file (CSV: its header; parquet: its schema; JSONL:
+    each row, whose value may be null): a map naming a column the file lacks would audit rows
+    that measure nothing."""
+    have = set(present)
+    for key, column in cols.columns().items():
+        if column not in have:
+            raise DataError(
+                f"{where}: no column {column!r} (the column map's {key}); {what} has: {', '.join(present) or 'nothing'}"
+            )
+
+
+def _check_csv_row(where: str, row: Mapping[Any, Any], n_columns: int) -> None:
+    """A CSV row has a cell for every column of the header (an empty one is a value; a
+    missing one is not), and no more."""
+    if None in row:
+        raise DataError(f"{where}: more cells than the header's {n_columns} columns")
+    missing = [str(column) for column, value in row.items() if value is None]
+    if missing:
+        raise DataError(f"{where}: field {missing[0]!r} is missing (the row has fewer cells than the header)")
+
+
+def _generic_rows(path: Path, cols: ColumnMap) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, row) of each row of a generic log, every row holding every mapped column."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         for line, obj, problem in scan_jsonl(path):
             if problem is not None or obj is None:
                 raise DataError(problem or f"{path}:{line}: not a JSON object")
-            yield f"{path}:{line}", obj
+            where = f"{path}:{line}"
+            _check_columns(where, "the row", list(obj), cols)
+            yield where, obj
     elif suffix == ".csv":
-        text = read_utf8(path, what="log")
-        reader = csv.DictReader(text.splitlines())
-        for row in reader:
-            yield f"{path}:{reader.line_num}", row
+        # the reader gets the text itself, not its lines: a quoted cell keeps its newlines
+        reader = csv.DictReader(io.StringIO(read_utf8(path, what="log"), newline=""))
+        try:
+            _check_columns(f"{path}:1", "the header", list(reader.fieldnames or []), cols)
+            start = reader.line_num + 1
+            for row in reader:
+                _check_csv_row(f"{path}:{start}", row, len(reader.fieldnames or []))
+                yield f"{path}:{start}", row
+                start = reader.line_num + 1
+        except csv.Error as exc:
+            raise DataError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
     elif suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -404,6 +485,7 @@ def _generic_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
             raise DataError(f"{path}: cannot read parquet ({type(exc).__name__}: {exc})") from None
+        _check_columns(str(path), "its schema", table.column_names, cols)
         for index, obj in enumerate(table.to_pylist()):
             yield f"{path} row {index}", obj
     else:
@@ -513,7 +595,7 @@ def _generic_row(b: _Builder, where: str, row: Mapping[str, Any], cols: ColumnMa
 
 def _read_generic(path: Path, cols: ColumnMap) -> LoadedLog:
     b, rows, judges = _Builder(), 0, set()
-    for where, row in _generic_rows(path):
+    for where, row in _generic_rows(path, cols):
         rows += 1
         judge = _generic_row(b, where, row, cols)
         if judge is not None:
@@ -533,7 +615,9 @@ def _read_generic(path: Path, cols: ColumnMap) -> LoadedLog:
 def _is_judgments(path: Path) -> bool:
     if path.suffix != ".jsonl":
         return False
-    for _, obj, _problem in scan_jsonl(path):
+    for _, obj, problem in scan_jsonl(path):
+        if problem is not None:  # a broken first line is named as a broken third line is
+            raise DataError(problem)
         return obj is not None and {"pair_id", "order", "picked"} <= set(obj)
     return False
 
@@ -545,9 +629,15 @@ def _is_inspect(path: Path) -> bool:
         return False
     try:
         head = json.loads(read_utf8(path, what="log"))
-    except ValueError:
-        return False
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: malformed JSON ({json_problem(exc)})") from None
     return isinstance(head, dict) and "eval" in head and "samples" in head
+
+
+def _is_empty(path: Path) -> bool:
+    """No content but whitespace (a CSV's header alone is content)."""
+    with path.open("rb") as handle:
+        return not handle.read(1 << 16).strip() and not handle.read(1)
 
 
 def read_log(
@@ -559,6 +649,8 @@ def read_log(
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: log file not found")
+    if path.suffix != ".parquet" and _is_empty(path):
+        raise DataError(f"{path}: the log file is empty")
     if columns is not None:
         log = _read_generic(path, columns)
     elif _is_inspect(path):

@@ -343,20 +343,29 @@ class PromptSensitivity(_Record):
     prompts: list[str]
     """The templates, the first being the audit's own (`judge.prompt`)."""
     n_items: int
-    """Pairs valid under every template and under the repeat."""
+    """Pairs valid under every template and under every repeat."""
     n_excluded: int
     """Pairs left out: a verdict invalid under one of them."""
+    n_comparisons: int = 1
+    """k − 1 for k templates: the comparisons with the first template's verdict that
+    `change_rate` (the other templates) and `noise_rate` (as many repeats) are each over."""
     change_rate: Estimate
     """Share of the pairs whose verdict under some template differs from the first template's."""
     noise_rate: Estimate
-    """Share of the pairs whose verdict under the first template changes with the next repeat's
-    seed alone: what `change_rate` is compared against."""
+    """Share of the pairs whose verdict under the first template changes in some one of
+    `n_comparisons` repeats with new seeds alone: what `change_rate` is compared against (as
+    many chances to change)."""
+    noise_rate_single: Estimate | None = None
+    """Share of the pairs whose verdict under the first template changes with one repeat's
+    seed: what each `pairwise` change rate (one comparison) is compared against."""
     pairwise: list[PromptChange]
     accuracy: dict[str, Estimate]
     """Per template: share of the pairs judged right (a tie is not)."""
     method: str = (
-        "each pair judged once per template in the audit's drawn order with the audit's seed; "
-        "Wilson CIs over pairs valid under every template and the repeat"
+        "each pair judged once per template in the audit's drawn order with the audit's seed, and k − 1 times "
+        "more under the first template with new seeds (k templates): the change and noise rates are each over "
+        "k − 1 comparisons with the first template's verdict; Wilson CIs over pairs valid under every template "
+        "and repeat"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
@@ -210,6 +211,7 @@ _N_BOOT: Any = option(AuditSettings, "n_boot", help="Bootstrap resamples for the
 
 @app.command()
 def audit(
+    ctx: typer.Context,
     model: str | None = _MODEL,
     data: str | None = _DATA,
     biases: str | None = _BIASES,
@@ -262,6 +264,8 @@ def audit(
     conditions = parse_fail_on(fail_on, ["flagged", "threshold"])
     if from_log is not None:
         _refuse_model_flags(model=model, biases=biases, teacher=teacher, prompts=prompts)
+        _refuse_ignored_flags(ctx)
+        check_fail_on_mode(conditions, "pairwise")  # a log's verdicts are pairwise (logs.py)
         logged = _audit_from_log(
             from_log, columns, data, data_dir, judge_model, judge_family, seed, n_boot, out, overwrite
         )
@@ -379,6 +383,47 @@ def _refuse_model_flags(**given_flags: str | None) -> None:
     if given:
         fail(
             f"--from-log reads verdicts already given: {', '.join(given)} would call a model; leave {'it' if len(given) == 1 else 'them'} out"
+        )
+
+
+_FROM_LOG_FLAGS = frozenset(
+    {
+        "from_log",
+        "columns",
+        "data",
+        "data_dir",
+        "judge_model",
+        "judge_family",
+        "seed",
+        "n_boot",
+        "out",
+        "overwrite",
+        "quiet",
+        "fail_on",
+        "model",
+        "biases",
+        "teacher",
+        "prompts",
+    }
+)
+"""The flags `audit --from-log` reads (the model-calling ones are refused by `_refuse_model_flags`)."""
+
+
+def _refuse_ignored_flags(ctx: typer.Context) -> None:
+    """--from-log audits the verdicts as logged: a flag it would ignore (--limit, --mode,
+    --repeats, --mitigation, --verdict, the judge's sampling ...) given on the command line or
+    through its environment variable is an error, named, rather than silently not applied."""
+    given = [
+        param
+        for param in ctx.command.params
+        if param.name not in _FROM_LOG_FLAGS
+        and getattr(ctx.get_parameter_source(param.name or ""), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        names = ", ".join(param.opts[0] for param in given)
+        fail(
+            f"--from-log audits the verdicts as the log holds them: {names} would be ignored; leave "
+            f"{'it' if len(given) == 1 else 'them'} out (a log's repeats, orders and verdicts are read from the log)"
         )
 
 

@@ -22,7 +22,7 @@ from rich.text import Text
 from ..formatting import MEASURE_LABELS, ci_pp, delta_clause, excluded_clause, number, p_value, percent, plural, pp
 
 if TYPE_CHECKING:  # annotations only: the CLI must start fast
-    from ..api import Review
+    from ..api import Review, ScoreShift
     from ..api.views import (
         BiasDetail,
         DiffSegment,
@@ -109,6 +109,13 @@ def _indent(renderable: RenderableType | str, level: int = 1) -> Padding:
     return Padding(body, (0, 0, 0, 2 * level), expand=False)
 
 
+def _shift_text(s: ScoreShift) -> str:
+    """A score shift in points and SDs with its CIs and n."""
+    sd = "" if s.sd_units is None else f", {s.sd_units:+.2f} SD (CI {s.sd_ci_low:+.2f} to {s.sd_ci_high:+.2f})"
+    interval = "" if s.ci_low is None else f" (CI {s.ci_low:+.2f} to {s.ci_high:+.2f})"
+    return f"{s.points:+.2f} points of {s.scale}{interval}{sd} vs {s.control}, n = {s.n}"
+
+
 def _labelled(label: str, text: str | Text, level: int = 1) -> Padding:
     line = Text(f"{label}: ", style="bold")
     line.append(text if isinstance(text, Text) else Text(text))
@@ -157,13 +164,15 @@ def _numbers(detail: BiasDetail) -> list[RenderableType]:
     if v.vs_placebo is not None:
         lines.append(_labelled("vs placebo", _comparison(v.vs_placebo, "neutral rewrite")))
     if v.score_shift is not None:
-        s = v.score_shift
-        sd = "" if s.sd_units is None else f", {s.sd_units:+.2f} SD (CI {s.sd_ci_low:+.2f} to {s.sd_ci_high:+.2f})"
-        interval = "" if s.ci_low is None else f" (CI {s.ci_low:+.2f} to {s.ci_high:+.2f})"
+        lines.append(
+            _labelled("score shift", _shift_text(v.score_shift) + f" (pointwise judge; on {v.score_shift.method})")
+        )
+    if v.score_shift_decision is not None:
         lines.append(
             _labelled(
-                "score shift",
-                f"{s.points:+.2f} points of {s.scale}{interval}{sd} vs {s.control}, n = {s.n} (pointwise judge)",
+                "as decided",
+                _shift_text(v.score_shift_decision)
+                + " on the items the decision saw (biased upward by the acceptance)",
             )
         )
     if v.secondary is not None:

@@ -50,12 +50,13 @@ from ..judging import (
     measure_of,
     secondary_measure_of,
 )
-from ..library import Bias, BiasValidation, RewriteEffect, ScoreShift
+from ..library import DECISION_ITEMS, Bias, BiasValidation, RewriteEffect, ScoreShift
 from ..llm.base import Engine
 from ..progress import ProgressFactory, progress_or_quiet
 from ..settings.judge import JudgeSettings
 from ..stats import (
     DOMAIN_BOOTSTRAP_RESAMPLES,
+    HELD_OUT,
     Effect,
     LookRecord,
     Measure,
@@ -131,7 +132,10 @@ class CandidateValidation(BaseModel):
     """Pointwise judges: the measure that did not decide, against the decisive control on the
     items the decision saw (reported, never decisive)."""
     score_shift: ScoreShift | None = None
-    """Pointwise judges: the rejected response's score shift in scale points and SDs."""
+    """Pointwise judges: the rejected response's score shift in scale points and SDs, as
+    reported (on the held-out items when `effect` is: `ScoreShift.method`)."""
+    score_shift_decision: ScoreShift | None = None
+    """When `score_shift` is the held-out one: the shift on the items the decision saw."""
 
     @model_validator(mode="before")
     @classmethod
@@ -520,14 +524,18 @@ def pointwise_measures(
     control: Sequence[PairOutcome | None],
     name: str,
     setup: ValidationSetup,
-) -> tuple[PairedComparison | None, ScoreShift | None]:
+    effect: Effect | None = None,
+) -> PointwiseMeasures:
     """A pointwise judge's secondary measure (the one `judge.pointwise_measure` did not pick)
     and its score shift in points and SDs, for arm `k` against the decisive control `name`
-    (its outcomes aligned with the test items), on the items the decision saw. (None, None)
-    for a pairwise judge."""
+    (its outcomes aligned with the test items), on the items the decision saw; all None for a
+    pairwise judge. When arm `k`'s `effect` was measured on held-out items (an accepted
+    candidate: `family.held_out`), the shift is measured there too and reported as the
+    headline, the decision's as secondary: on the decision's items it carries the winner's
+    curse that the held-out effect removes."""
     secondary = secondary_measure_of(setup.judge)
     if secondary is None:
-        return None, None
+        return PointwiseMeasures()
     used = family.used(k)
     arm = [fetch.outcomes[k].get(i) for i in used]
     mine = [control[i] for i in used]
@@ -539,14 +547,47 @@ def pointwise_measures(
         ),
         name,
     )
-    shares = (
-        other
-        if secondary == "score"
-        else compare([value_of(o, "score") for o in mine], [value_of(o, "score") for o in arm], setup.family, name)
-    )
-    return other, score_shift(
-        shares, [o for o, a in zip(mine, arm) if a is not None and a.score_rejected is not None], setup.judge, name
-    )
+    shares = other if secondary == "score" else None
+    decision_shift = _items_shift(k, used, fetch, control, name, setup, DECISION_ITEMS, shares)
+    held_out = family.held_out.get(k)
+    if effect is None or not held_out or not effect.method.startswith(HELD_OUT):
+        return PointwiseMeasures(other, decision_shift)
+    held_out_shift = _items_shift(k, held_out, fetch, control, name, setup, effect.method)
+    return PointwiseMeasures(other, held_out_shift, decision_shift)
+
+
+@dataclass(frozen=True)
+class PointwiseMeasures:
+    """A pointwise judge's numbers beside the decision (`pointwise_measures`)."""
+
+    secondary: PairedComparison | None = None
+    score_shift: ScoreShift | None = None
+    """As reported: on the held-out items when the effect was, else the decision's."""
+    score_shift_decision: ScoreShift | None = None
+    """On the decision's items, when `score_shift` is the held-out one."""
+
+
+def _items_shift(
+    k: int,
+    items: Sequence[int],
+    fetch: _Rewrites,
+    control: Sequence[PairOutcome | None],
+    name: str,
+    setup: ValidationSetup,
+    method: str,
+    shares: PairedComparison | None = None,
+) -> ScoreShift:
+    """Arm `k`'s score shift against `control` on the test items `items` (`shares`: the
+    comparison of the score shares there, when already made)."""
+    arm = [fetch.outcomes[k].get(i) for i in items]
+    mine = [control[i] for i in items]
+    if shares is None:
+        scores = setup.family.model_copy(
+            update={"measure": "score", "rules": setup.rules.model_copy(update={"min_delta": 0.0})}
+        )
+        shares = compare([value_of(o, "score") for o in mine], [value_of(o, "score") for o in arm], scores, name)
+    valid = [o for o, a in zip(mine, arm) if a is not None and a.score_rejected is not None]
+    return score_shift(shares, valid, setup.judge, name).model_copy(update={"method": method})
 
 
 def score_shift(
@@ -589,11 +630,12 @@ def _validation_record(
     placebo: PlaceboArm | None,
     checked_answers: bool,
     statement: str,
-    pointwise: tuple[PairedComparison | None, ScoreShift | None] = (None, None),
+    pointwise: PointwiseMeasures | None = None,
 ) -> tuple[BiasValidation, CandidateValidation]:
     """The library's and validation.json's records of one candidate."""
     decisive = setup.rules.decision_control
     decision = comparisons[decisive]
+    pointwise = pointwise or PointwiseMeasures()
     checked, changed = answer_changes(rewrites)
     reasons: dict[str, int] = {}
     for p in rewrites:
@@ -622,8 +664,9 @@ def _validation_record(
         mde_power=setup.rules.power,
         stopped_at=family.stopped_at[k],
         stop=family.stop[k],
-        secondary=pointwise[0],
-        score_shift=pointwise[1],
+        secondary=pointwise.secondary,
+        score_shift=pointwise.score_shift,
+        score_shift_decision=pointwise.score_shift_decision,
     )
     record = CandidateValidation(
         bias_id=bias.id,
@@ -648,8 +691,9 @@ def _validation_record(
         stop=family.stop[k],
         p_sequential=family.p_sequential(k) if family.multi_look else None,
         looks=family.looks[k],
-        secondary=pointwise[0],
-        score_shift=pointwise[1],
+        secondary=pointwise.secondary,
+        score_shift=pointwise.score_shift,
+        score_shift_decision=pointwise.score_shift_decision,
     )
     return validation, record
 
@@ -708,7 +752,7 @@ def validate_biases(
             if mde[0] is not None:
                 mdes.append(mde[0])
         domains = {name: _domains(family, k, test_pairs, errors, name, setup) for name, errors in controls.items()}
-        pointwise = pointwise_measures(k, family, fetch, control_outcomes, decisive, setup)
+        pointwise = pointwise_measures(k, family, fetch, control_outcomes, decisive, setup, arm_effects[k])
         validation, record = _validation_record(
             bias,
             k,

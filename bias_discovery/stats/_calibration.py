@@ -74,10 +74,22 @@ def _confidence_and_correct(p_better: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return confidence, correct
 
 
+_EDGE_DECIMALS = 12
+"""Confidences and bin edges are compared rounded to this many decimals: 0.7 is the edge
+0.5 + 0.5 · 4/10 though (0.7 − 0.5) / 0.5 · 10 is 3.9999999999999996 in floating point."""
+
+
+def _bin_edges(n_bins: int) -> np.ndarray:
+    """The n_bins + 1 edges of equal-width bins on [0.5, 1] (rounded, see `_EDGE_DECIMALS`)."""
+    return np.round(0.5 + 0.5 * np.arange(n_bins + 1) / n_bins, _EDGE_DECIMALS)
+
+
 def _bin_index(confidence: np.ndarray, n_bins: int) -> np.ndarray:
-    """Equal-width bins on [0.5, 1]; 1.0 falls in the last bin."""
-    scaled = (confidence - 0.5) / 0.5 * n_bins
-    return np.clip(np.floor(scaled).astype(int), 0, n_bins - 1)
+    """The bin of each confidence: bin b holds [edge b, edge b+1), so a confidence exactly on
+    an edge falls in the bin that edge opens (the bin's `low`); 1.0 falls in the last bin."""
+    edges = _bin_edges(n_bins)
+    index = np.searchsorted(edges, np.round(confidence, _EDGE_DECIMALS), side="right") - 1
+    return np.clip(index, 0, n_bins - 1)
 
 
 def expected_calibration_error(p_better: Sequence[float] | np.ndarray, n_bins: int = DEFAULT_BINS) -> float | None:
@@ -115,14 +127,14 @@ def calibration(
     flat = np.concatenate(items) if items else np.zeros(0)
     conf, correct = _confidence_and_correct(flat)
     index = _bin_index(conf, n_bins) if flat.size else np.zeros(0, dtype=int)
-    bins = []
+    bins, edges = [], _bin_edges(n_bins)
     for b in range(n_bins):
         mask = index == b
         k = int(mask.sum())
         bins.append(
             ReliabilityBin(
-                low=0.5 + 0.5 * b / n_bins,
-                high=0.5 + 0.5 * (b + 1) / n_bins,
+                low=float(edges[b]),
+                high=float(edges[b + 1]),
                 n=k,
                 confidence=float(conf[mask].mean()) if k else None,
                 accuracy=float(correct[mask].mean()) if k else None,

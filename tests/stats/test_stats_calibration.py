@@ -36,3 +36,19 @@ def test_bins_ties_and_the_items_as_the_bootstrap_unit():
 def test_no_verdicts():
     cal = calibration([], n_boot=100)
     assert cal.ece is None and cal.brier is None and cal.n_verdicts == 0
+
+
+@pytest.mark.parametrize("n_bins", [4, 5, 10, 20])
+def test_a_confidence_on_a_bin_edge_falls_in_the_bin_it_opens(n_bins: int):
+    """Issue 47: bins hold [low, high), so a confidence exactly on an edge is in the bin whose
+    `low` it is, whichever side of 0.5 the probability is on (0.7 and 0.3 both have confidence
+    0.7). Before, 0.7 fell in the bin below: (0.7 − 0.5) / 0.5 · 10 is 3.9999999999999996."""
+    for b in range(n_bins):
+        edge = round(0.5 + 0.5 * b / n_bins, 10)
+        for p in (edge, round(1.0 - edge, 10)):
+            bins = calibration([[p]], n_bins=n_bins, n_boot=10).bins
+            (holding,) = [x for x in bins if x.n]
+            assert holding.low == pytest.approx(edge, abs=1e-12), (n_bins, b, p)
+            assert holding.low <= holding.confidence < holding.high
+    top = calibration([[1.0]], n_bins=n_bins, n_boot=10).bins
+    assert top[-1].n == 1 and top[-1].high == 1.0
