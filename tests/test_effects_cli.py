@@ -43,3 +43,14 @@ def test_a_planted_bias_is_measured_on_items_no_decision_saw_and_a_null_one_gets
     assert null.effect["method"] == CONDITIONAL_ON_DECISION and null.effect["upper_bound"] > null.effect["delta"]
     assert summarize([strong], "after")["accepted_share"] == 1.0 and summarize([null], "after")["rejected_n"] == 1
     assert not any(tmp_path.glob("run-*"))  # every run directory is removed once read
+
+
+@pytest.mark.slow
+def test_a_planted_trajectory_bias_is_found_by_the_cli_on_trajectory_pairs(tmp_path):
+    """The trajectory cells' run: the CLI on trajectory pairs (OpenAI-style JSONL), the stub's
+    teacher rewriting the final turn with its tool call kept, its judge reading the trajectory
+    prompt. At Δ 0.5 the planted trait is accepted with an effect near 0.5."""
+    with planted_stub(0.5, salt="test-trajectory") as (url, _):
+        run = one_run(url, tmp_path, 0.5, 1, trajectory=True)
+    assert run.returncode == 0 and run.accepted, run.error
+    assert abs(run.effect["delta"] - 0.5) < 0.15 and summarize([run], "trajectory")["accepted_share"] == 1.0
