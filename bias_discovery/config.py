@@ -276,7 +276,7 @@ class RunConfig(_Strict):
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     seed_library: str = "biasscope7"
-    """Initial library: a shipped name (biasscope7, calm12, chen4, social5), several joined
+    """Initial library: a shipped name (biasscope7, calm12, chen4, social5, security, agent6), several joined
     with '+', or a path to a library JSON file."""
     max_iterations: int = Field(default=4, ge=1)
     """The most iterations the loop makes; it stops earlier when no candidate is left or none

@@ -26,7 +26,7 @@ from bias_discovery.resources import bias_library_dir
 from bias_discovery.run import LibraryStore, RunDir, iteration_filename
 from bias_discovery.stats import Effect, PairedComparison
 
-SEED_COUNTS = {"biasscope7": 7, "calm12": 12, "chen4": 4, "security": 1, "social5": 5}
+SEED_COUNTS = {"agent6": 6, "biasscope7": 7, "calm12": 12, "chen4": 4, "security": 1, "social5": 5}
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -199,6 +199,16 @@ def test_seed_libraries_expected_concepts():
         "cultural-bias",
         "name-bias",
     }
+    agent6 = load_seed_library("agent6")
+    assert agent6.ids() == [
+        "false-success-claim",
+        "omitted-tool-error",
+        "confident-or-apologetic-tone",
+        "verbose-reasoning",
+        "planted-grading-instruction",
+        "reordered-independent-steps",
+    ]
+    assert [b.id for b in agent6.biases if b.append] == ["planted-grading-instruction"]
 
 
 def test_combined_seed_libraries_deduplicate_by_id_keeping_the_first():
@@ -216,7 +226,7 @@ def test_combined_seed_libraries_deduplicate_by_id_keeping_the_first():
 
 
 def test_all_the_seed_libraries_combine():
-    combined = load_seed_library("biasscope7+calm12+chen4+security+social5")
+    combined = load_seed_library("biasscope7+calm12+chen4+security+social5+agent6")
     assert len(set(combined.ids())) == len(combined.biases)
     assert {b.origin.seed_library for b in combined.biases} == set(SEED_COUNTS)
 

@@ -140,3 +140,67 @@ def test_a_prompt_over_the_context_is_an_invalid_judgment_saying_why() -> None:
     judgment = to_judgment(pair, "chosen_first", refused)
     assert judgment.invalid_reason == "engine_error" and judgment.correct is None
     assert "does not fit the context window of 8192 tokens" in judgment.raw_output
+
+
+def _taubench_dir(tmp_path: Path) -> Path:
+    import json
+
+    from bias_discovery.data.trajectories import TAUBENCH_FILE
+
+    def run_record(task: int, trial: int, reward: float) -> dict:
+        final = "Booked." if reward else "Sorry, it failed."
+        messages = [
+            {"role": "system", "content": POLICY},
+            {"role": "user", "content": f"Book flight {task}."},
+            {"role": "assistant", "content": final},
+        ]
+        return {
+            "task_id": task,
+            "trial": trial,
+            "reward": reward,
+            "traj": messages,
+            "info": {"task": {"instruction": f"Task {task}"}},
+        }
+
+    path = tmp_path / "data" / TAUBENCH_FILE
+    path.parent.mkdir(parents=True)
+    runs = [run_record(t, k, float(k)) for t in range(3) for k in (0, 1)]
+    path.write_text(json.dumps(runs), encoding="utf-8")
+    return tmp_path / "data"
+
+
+def test_the_judge_api_on_taubench_writes_its_summary(tmp_path: Path) -> None:
+    from bias_discovery.api import judge
+
+    def booked_wins(request) -> str:
+        a, b = request.messages[-1].content.split("[Transcript B]")
+        return "Verdict: A" if "Booked." in a else "Verdict: B"
+
+    out = tmp_path / "judged"
+    output = judge(
+        "hf/smollm2",
+        "taubench",
+        data_dir=_taubench_dir(tmp_path),
+        out=out,
+        settings={"positions": "both", "reasoning": False, "max_tokens": 4},
+        engine=ScriptedEngine(booked_wins),
+    )
+    assert output.summary.n_pairs == 3 and output.summary.error_rate == 0.0
+    assert (out / "judgments.jsonl").is_file()
+
+
+def test_bad_trajectory_data_exits_non_zero_and_writes_nothing(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from bias_discovery.cli import app
+
+    bad = tmp_path / "runs.jsonl"
+    messages = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "x", "tool_call_id": "nope"}]
+    bad.write_text(json.dumps({"id": "r1", "chosen": messages, "rejected": messages}) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["judge", "--model", "hf/smollm2", "--data", str(bad), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "runs.jsonl:1: field 'chosen': message 1: field 'tool_call_id' is 'nope'" in " ".join(result.output.split())
+    assert not out.exists()

@@ -139,13 +139,13 @@ _MODEL: Any = flag(
 _DATA: Any = flag(
     "data",
     None,
-    help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path; with --from-log: the pairs a "
+    help="demo, judgebench[:gpt|:claude], rewardbench, taubench, or a .jsonl/.json/.parquet/.eval path; with --from-log: the pairs a "
     "judgments.jsonl judged (lengths, response models).",
 )
 _BIASES: Any = flag(
     "biases",
     None,
-    help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security), "
+    help="Comma-separated: position and length (built-in, no teacher), seed libraries (calm12, chen4, biasscope7, social5, security, agent6), "
     "bias ids or names from them, a run directory (its validated biases) or a library .json file.",
 )
 _OUT: Any = flag("out", None, help="Output directory: audit.json, audit.csv, judgments.jsonl, perturbed.jsonl.")

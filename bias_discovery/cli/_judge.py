@@ -234,7 +234,11 @@ def judge(
         ...,
         help="Judge model spec, provider/model: hf/smollm2 (the embedded default), llamacpp/smollm2, openai/NAME, vllm/HF_ID.",
     ),
-    data: str = flag("data", ..., help="demo, judgebench[:gpt|:claude], rewardbench, or a .jsonl/.json/.parquet path."),
+    data: str = flag(
+        "data",
+        ...,
+        help="demo, judgebench[:gpt|:claude], rewardbench, taubench, or a .jsonl/.json/.parquet/.eval path.",
+    ),
     out: Path | None = flag(
         "out", None, help="Output directory for judgments.jsonl and summary.json (none: the summary is only printed)."
     ),

@@ -212,7 +212,9 @@ def test_missing_field_names_field_and_line(tmp_path: Path, field: str) -> None:
 
 def test_non_string_text_field_names_the_field(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [row(1, chosen=["a", "b"])])
-    with pytest.raises(DataError, match=rf"{path}:1: field 'chosen' must be a string or a list of chat messages, got list"):
+    with pytest.raises(
+        DataError, match=rf"{path}:1: field 'chosen' must be a string or a list of chat messages, got list"
+    ):
         load_pairs(path)
 
 
