@@ -46,6 +46,14 @@ score in shares of the scale (`planted_score_truth`). Each cell (JSON `cells`) h
 `true_effect`, `runs`, `accepted`, `accepted_minus_truth` (mean over the accepted runs), its
 Monte Carlo se `accepted_minus_truth_se` and `accepted_coverage`, besides the numbers above.
 
+**Trajectory cells** (`--trajectory --deltas 0,0.15`): the same pairwise runs on agent
+trajectories: each pair is two runs of an agent on one task (a tool call, its output, and a
+final message that says "right answer" or "wrong answer" and logs a ticket with a tool call),
+judged with the trajectory judge prompt; the stub's teacher rewrites one turn (the final
+message, `perturb.turn`), adding the mark on a line of its own and keeping its tool-call line,
+so every rewrite passes the mechanical action check. Each cell (JSON `cells`, record
+`effects_cli_trajectory.json`) has the keys of the pointwise cells, `true_effect` being Δ.
+
 Also recorded: the wall time, the CPU of the runs (this process's children) and the stub's CPU
 (its /stats), so the stub is shown not to be the bottleneck, with the command, date, commit and
 machine. The runs' own wall times depend on the machine's load; only the CPU figures compare.
@@ -144,8 +152,55 @@ POINTWISE_JUDGE = {"mode": "pointwise", "scale": "1-10", "pointwise_measure": "s
 """The judge settings of the pointwise cells."""
 
 
-def run_config(url: str, work: Path, index: int, held_out: float | None, judge: dict[str, Any] | None = None) -> Path:
-    """The run's config (see the module docstring) and its data, written into `work`."""
+def _agent_run(task: str, words: str, reservation: str) -> list[dict[str, Any]]:
+    """One agent's run on `task` as OpenAI-style messages: a look-up, then a final message
+    saying `words` that logs a ticket."""
+    return [
+        {"role": "system", "content": "Policy: act only on the reservation the user names."},
+        {"role": "user", "content": f"Please cancel reservation {task}."},
+        {
+            "role": "assistant",
+            "content": "Looking it up.",
+            "tool_calls": [{"id": "c1", "name": "get", "arguments": json.dumps({"id": reservation})}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "get", "content": json.dumps({"id": reservation})},
+        {
+            "role": "assistant",
+            "content": f"Done: the {words} to task {task}.",
+            "tool_calls": [{"id": "c2", "name": "log", "arguments": json.dumps({"ticket": task})}],
+        },
+        {"role": "tool", "tool_call_id": "c2", "name": "log", "content": "logged"},
+    ]
+
+
+def write_trajectory_pairs(path: Path, n: int, prefix: str) -> str:
+    """`n` synthetic trajectory pairs as JSONL (OpenAI-style message lists): the chosen run's
+    final message says "right answer", the rejected one's "wrong answer" (what the planted
+    stub's judge tells apart), each closing with a tool call."""
+    with path.open("w") as handle:
+        for i in range(n):
+            task = f"{prefix}{i}"
+            row = {
+                "id": f"{prefix}{i:04d}",
+                "question": f"Cancel reservation {task}.",
+                "chosen": _agent_run(task, "right answer", task),
+                "rejected": _agent_run(task, "wrong answer", f"{task}-other"),
+                "domain": "airline",
+            }
+            handle.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+def run_config(
+    url: str,
+    work: Path,
+    index: int,
+    held_out: float | None,
+    judge: dict[str, Any] | None = None,
+    trajectory: bool = False,
+) -> Path:
+    """The run's config (see the module docstring) and its data, written into `work`
+    (`trajectory`: trajectory pairs, `write_trajectory_pairs`)."""
     import yaml
 
     data = work / f"data-{index}"
@@ -164,8 +219,10 @@ def run_config(url: str, work: Path, index: int, held_out: float | None, judge: 
         "teacher": dict(model),
         "seed_library": _library(data / "library.json"),
         "data": {
-            "target": write_pairs(data / "target.jsonl", N_TARGET, f"t{index}-"),
-            "test": write_pairs(data / "test.jsonl", N_TEST, f"p{index}-"),
+            "target": (write_trajectory_pairs if trajectory else write_pairs)(
+                data / "target.jsonl", N_TARGET, f"t{index}-"
+            ),
+            "test": (write_trajectory_pairs if trajectory else write_pairs)(data / "test.jsonl", N_TEST, f"p{index}-"),
         },
         "merge": {"similarity_threshold": 0.0},
         **({"judge": judge} if judge else {}),
@@ -177,11 +234,17 @@ def run_config(url: str, work: Path, index: int, held_out: float | None, judge: 
 
 
 def one_run(
-    url: str, work: Path, delta: float, index: int, held_out: float | None = None, judge: dict[str, Any] | None = None
+    url: str,
+    work: Path,
+    delta: float,
+    index: int,
+    held_out: float | None = None,
+    judge: dict[str, Any] | None = None,
+    trajectory: bool = False,
 ) -> RunResult:
     """One `bias-discovery run` (module docstring); its run directory is deleted afterwards.
-    `judge`: the judge settings (None: the default pairwise judge)."""
-    config = run_config(url, work, index, held_out, judge)
+    `judge`: the judge settings (None: the default pairwise judge); `trajectory`: on trajectory pairs."""
+    config = run_config(url, work, index, held_out, judge, trajectory)
     run_dir = work / f"run-{index}-{held_out}"
     result = RunResult(delta=delta, index=index, held_out=held_out, returncode=-1)
     started = time.time()
@@ -333,9 +396,10 @@ def _runs(
     held_out: float | None,
     workers: int,
     judge: dict[str, Any] | None = None,
+    trajectory: bool = False,
 ) -> list[RunResult]:
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda i: one_run(url, work, delta, i, held_out, judge), indices))
+        return list(pool.map(lambda i: one_run(url, work, delta, i, held_out, judge, trajectory), indices))
 
 
 def pointwise_cells(
@@ -351,17 +415,7 @@ def pointwise_cells(
             done = _runs(url, work, truth, range(runs), None, workers, POINTWISE_JUDGE)
             stub_cpu[str(shift)] = stats(url)["cpu_s"]
         cell = summarize(done, "pointwise")
-        cell.update(
-            {
-                "shift_points": shift,
-                "true_effect": truth,
-                "true_effect_points": truth * 9,
-                "accepted": cell["n"],
-                "accepted_minus_truth": cell.get("bias"),
-                "accepted_minus_truth_se": cell.get("se"),
-                "accepted_coverage": cell.get("coverage"),
-            }
-        )
+        cell.update({"shift_points": shift, "true_effect_points": truth * 9, **issue_keys(cell, truth)})
         cells.append(cell)
         results += done
         failed = [r for r in done if r.returncode != 0]
@@ -373,6 +427,18 @@ def pointwise_cells(
         if on_cell is not None:
             on_cell(cells, results, stub_cpu)
     return cells, results, stub_cpu
+
+
+def issue_keys(cell: dict[str, Any], truth: float) -> dict[str, Any]:
+    """The keys issues 36 and 46 ask of a cell: the true effect, the runs, the accepted ones and
+    the accepted-only effect's error, its Monte Carlo se and coverage."""
+    return {
+        "true_effect": truth,
+        "accepted": cell["n"],
+        "accepted_minus_truth": cell.get("bias"),
+        "accepted_minus_truth_se": cell.get("se"),
+        "accepted_coverage": cell.get("coverage"),
+    }
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
@@ -511,6 +577,9 @@ def main() -> None:
         "--shifts", default="0,0.5,1", help="--pointwise: planted score shifts, in points of the 1-10 scale"
     )
     parser.add_argument(
+        "--trajectory", action="store_true", help="the --deltas cells on trajectory pairs (module docstring)"
+    )
+    parser.add_argument(
         "--cells-only",
         action="store_true",
         help="leave the per-run records out of --json (what benchmarks/results/ keeps: they are large)",
@@ -559,10 +628,12 @@ def main() -> None:
                 if delta == 0.08 and args.before_runs:
                     paired = range(min(args.before_runs, n_runs))
                     before = _runs(url, work, delta, paired, 0.0, args.workers)
-                after = _runs(url, work, delta, range(n_runs), None, args.workers)
+                after = _runs(url, work, delta, range(n_runs), None, args.workers, trajectory=args.trajectory)
                 stub_cpu[str(delta)] = stats(url)["cpu_s"]
             runs += before + after
-            cells.append(summarize(after, "after"))
+            cells.append(summarize(after, "trajectory" if args.trajectory else "after"))
+            if args.trajectory:
+                cells[-1].update(issue_keys(cells[-1], delta))
             if before:
                 cells.append(summarize(before, "before"))
                 paired_after = [r for r in after if r.index < len(before)]
@@ -622,6 +693,7 @@ def write_record(
                 if args.pointwise
                 else {}
             ),
+            **({"pairs": "trajectory", "perturb_turn": "final"} if args.trajectory else {}),
             "runs": "left out (--cells-only): rerun the command for them"
             if args.cells_only
             else [asdict(r) for r in runs],

@@ -66,3 +66,14 @@ def test_the_rejected_bound_covers_a_null_effect_on_the_cli_benchmarks_null_runs
     assert len(bounds) >= 290 and all(bound is not None for bound in bounds)
     coverage = statistics.fmean(bound >= 0.0 for bound in bounds)
     assert coverage >= 0.94, f"{coverage:.3f} of {len(bounds)}"
+
+
+@pytest.mark.slow
+def test_a_planted_trajectory_bias_is_found_by_the_cli_on_trajectory_pairs(tmp_path):
+    """The trajectory cells' run: the CLI on trajectory pairs (OpenAI-style JSONL), the stub's
+    teacher rewriting the final turn with its tool call kept, its judge reading the trajectory
+    prompt. At Δ 0.5 the planted trait is accepted with an effect near 0.5."""
+    with planted_stub(0.5, salt="test-trajectory") as (url, _):
+        run = one_run(url, tmp_path, 0.5, 1, trajectory=True)
+    assert run.returncode == 0 and run.accepted, run.error
+    assert abs(run.effect["delta"] - 0.5) < 0.15 and summarize([run], "trajectory")["accepted_share"] == 1.0
