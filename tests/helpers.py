@@ -142,7 +142,9 @@ def cli_in_process(*args: str, env: dict | None = None, check: bool = True) -> s
         stderr += "".join(traceback.format_exception(result.exception))
     completed = subprocess.CompletedProcess(["bias-discovery", *args], result.exit_code, result.stdout, stderr)
     if check and completed.returncode != 0:
-        raise AssertionError(f"bias-discovery {' '.join(args)} exited {completed.returncode}:\n{completed.stdout}\n{stderr}")
+        raise AssertionError(
+            f"bias-discovery {' '.join(args)} exited {completed.returncode}:\n{completed.stdout}\n{stderr}"
+        )
     return completed
 
 

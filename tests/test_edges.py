@@ -161,7 +161,9 @@ def test_identical_responses_are_refused_with_file_line_and_fields(tmp_path: Pat
         json.dumps({"question": "q", "response_A": "same", "response_B": "same", "label": "A>B"}) + "\n"
     )
     message = one_line_error(
-        cli_in_process("judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False)
+        cli_in_process(
+            "judge", "--model", "hf/smollm2", "--data", str(labelled), "--out", str(tmp_path / "j"), check=False
+        )
     )
     assert f"{labelled}:1: fields 'response_A' and 'response_B' hold the same text" in message
     assert not (tmp_path / "j").exists()
@@ -173,7 +175,9 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path):
         b'{"question": "q", "chosen": "a", "rejected": "b"}\n{"question": "caf\xe9", "chosen": "a", "rejected": "b"}\n'
     )
     message = one_line_error(
-        cli_in_process("judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False)
+        cli_in_process(
+            "judge", "--model", "hf/smollm2", "--data", str(jsonl), "--out", str(tmp_path / "j"), check=False
+        )
     )
     assert f"{jsonl}:2: not UTF-8 text (byte 0xe9 at column 18)" in message
     listed = tmp_path / "pairs.json"
@@ -210,7 +214,9 @@ def test_a_binary_config_and_a_directory_as_config(tmp_path: Path):
     assert f"{nul}: a binary file (it holds NUL bytes), not a YAML run config" in one_line_error(
         cli_in_process("check", str(nul), check=False)
     )
-    assert f"{tmp_path}: cannot read the config file" in one_line_error(cli_in_process("check", str(tmp_path), check=False))
+    assert f"{tmp_path}: cannot read the config file" in one_line_error(
+        cli_in_process("check", str(tmp_path), check=False)
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -223,7 +229,9 @@ def test_a_run_dir_that_is_a_file(tmp_path: Path):
     message = one_line_error(cli_in_process("run", str(config_path), "--run-dir", str(a_file), check=False))
     assert f"--run-dir {a_file}: {a_file} is not a directory" in message
     for command in ("resume", "status"):
-        assert f"{a_file}: a file, not a run directory" in one_line_error(cli_in_process(command, str(a_file), check=False))
+        assert f"{a_file}: a file, not a run directory" in one_line_error(
+            cli_in_process(command, str(a_file), check=False)
+        )
     assert a_file.read_text() == "precious"
 
 

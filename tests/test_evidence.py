@@ -170,7 +170,9 @@ def test_library_show_bias_in_80_columns(authority_run: RunDir):
 
 
 def test_library_show_bias_json_and_errors(authority_run: RunDir, tmp_path: Path):
-    data = json.loads(cli_in_process("library", "show", str(authority_run.root), "Expert Citation Bias", "--json").stdout)
+    data = json.loads(
+        cli_in_process("library", "show", str(authority_run.root), "Expert Citation Bias", "--json").stdout
+    )
     assert data["row"]["id"] == BIAS and data["provenance"]["cases"] and len(data["examples"]["flipped"]) == 3
     assert data["examples"]["flipped"][0]["diff"][-1] == ["ins", f" {MARKER}"]
     bad = cli_in_process("library", "show", str(authority_run.root), "no-such-bias", check=False)

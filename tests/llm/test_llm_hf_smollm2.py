@@ -126,7 +126,9 @@ def test_the_growing_kv_cache_decodes_as_transformers_own_cache(engine_in_each_d
 
     def words(n: int) -> GenerationRequest:
         return GenerationRequest.chat(
-            f"Write {n} short words about rivers.", max_tokens=5 * n + 5, constraint=Constraint(regex=f"([a-z]{{2,4}} ){{{n}}}")
+            f"Write {n} short words about rivers.",
+            max_tokens=5 * n + 5,
+            constraint=Constraint(regex=f"([a-z]{{2,4}} ){{{n}}}"),
         )
 
     requests = [words(8), words(60), words(130)]
