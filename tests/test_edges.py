@@ -318,11 +318,11 @@ def test_status_names_damaged_run_files_as_resume_does(tmp_path: Path):
     rd, _, _ = run_fake(tmp_path, config)
     data = rd.checkpoint_path.read_bytes()
     rd.checkpoint_path.write_bytes(data[: len(data) // 3])
-    result = cli("status", str(rd.root))
+    result = cli_in_process("status", str(rd.root))
     message = " ".join(result.stderr.split())
     assert f"{rd.checkpoint_path} (the loop's checkpoints) is damaged" in message, message
     assert f"`bias-discovery resume {rd.root}`" in message
-    record = json.loads(cli("status", str(rd.root), "--json").stdout)
+    record = json.loads(cli_in_process("status", str(rd.root), "--json").stdout)
     assert set(record["damaged"]) == {"checkpoints.sqlite"}
 
 
