@@ -434,10 +434,12 @@ def _set_texts(pair: LogPair, where: str, texts: tuple[str, str]) -> None:
 # -- generic JSONL / CSV / parquet ----------------------------------------------------------
 
 
-def _check_columns(where: str, what: str, present: list[str], cols: ColumnMap) -> None:
+def _check_columns(where: str, what: str, present: list[str], cols: ColumnMap | None) -> None:
     """Every column the map names is in the file (CSV: its header; parquet: its schema; JSONL:
     each row, whose value may be null): a map naming a column the file lacks would audit rows
-    that measure nothing."""
+    that measure nothing. None: a reader that checks its own columns (`correct`'s)."""
+    if cols is None:
+        return
     have = set(present)
     for key, column in cols.columns().items():
         if column not in have:
@@ -456,8 +458,9 @@ def _check_csv_row(where: str, row: Mapping[Any, Any], n_columns: int) -> None:
         raise DataError(f"{where}: field {missing[0]!r} is missing (the row has fewer cells than the header)")
 
 
-def _generic_rows(path: Path, cols: ColumnMap) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(where, row) of each row of a generic log, every row holding every mapped column."""
+def _generic_rows(path: Path, cols: ColumnMap | None = None) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, row) of each row of a generic log, every row holding every mapped column (none
+    checked without a map)."""
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         for line, obj, problem in scan_jsonl(path):
