@@ -280,7 +280,8 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     """Validation on score verdicts with SmolLM2: a copy of the run switched to
     judge.verdict: score replicates the seed Authority Bias on 3 test pairs: the verdict tokens'
     probabilities arrive, every comparison is on P(rejected) (the paired t-test), and the
-    effect and smallest detectable Δ are in probability points."""
+    effect and smallest detectable Δ are in probability points, whichever of the teacher's
+    rewrites are valid in this CPU's dtype."""
     import yaml
 
     copy = tmp_path / "run"
@@ -312,9 +313,19 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     assert placebo["n"] + placebo["n_excluded_invalid"] == 3 and placebo["p_value"] is not None
     assert "paired t-test of ΔP(rejected)" in placebo["rule"]
     assert record["effect"]["measure"] == "p_rejected"
-    judged = [json.loads(line) for line in (tmp_path / "rep" / "validation_judgments.jsonl").read_text().splitlines()]
-    assert judged and all(j["p_rejected"] is not None for j in judged if j["invalid_reason"] is None)
-    assert any(j["invalid_reason"] is None for j in judged)
+    # The verdict tokens' probabilities arrive: on the baseline's judgments, which need no
+    # rewrite, and on every valid judgment of the arm. The arm's rewrites are the teacher's, and
+    # SmolLM2 may make none valid on 3 items (in bf16 here: one empty, two cut at max_tokens),
+    # so the arm holds exactly the valid rewrites' judgments, however many.
+    rep = tmp_path / "rep"
+    baseline = json.loads((rep / "baseline_result.json").read_text())["judgments"]
+    assert len(baseline) == 3 and any(j["invalid_reason"] is None for j in baseline)
+    assert all(j["p_rejected"] is not None for j in baseline if j["invalid_reason"] is None)
+    judged = [json.loads(line) for line in (rep / "validation_judgments.jsonl").read_text().splitlines()]
+    rewrites = [json.loads(line) for line in (rep / "validation_perturbed.jsonl").read_text().splitlines()]
+    assert len(rewrites) == 3
+    assert {j["pair_id"] for j in judged} == {r["pair_id"] for r in rewrites if r["valid"]}
+    assert all(j["p_rejected"] is not None for j in judged if j["invalid_reason"] is None)
     assert "probability of preferring the rejected response" in data["error_statement"]
     assert "effect: the reported ΔP(rejected) against the control" in " ".join(result.stdout.split())
 
