@@ -129,14 +129,22 @@ def cli_in_process(*args: str, env: dict | None = None, check: bool = True) -> s
 
     from typer.testing import CliRunner
 
-    from bias_discovery.cli import app
+    from bias_discovery.cli import _common, app
 
+    # A console takes COLUMNS when it is made, once per process: give it this call's width (a
+    # process started with this env would have it; 80 when piped and COLUMNS is unset).
+    columns = (env or {}).get("COLUMNS") or os.environ.get("COLUMNS") or "80"
+    consoles = [(c, c._width) for c in (_common.console, _common.err_console)]
     before = Path.cwd()
     os.chdir(REPO)
     try:
+        for console, _ in consoles:
+            console._width = int(columns)
         result = CliRunner().invoke(app, list(args), env=env)
     finally:
         os.chdir(before)
+        for console, width in consoles:
+            console._width = width
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))

@@ -138,8 +138,13 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     assert other is not None and other.measure == "error" and other.control == "placebo" and other.n == decided.n
     assert other.p_adjusted is None and other.arm_error > other.control_error and bias.secondary_delta == other.delta
     assert bias.secondary_measure == "error" and bias.original_secondary_delta == pytest.approx(other.delta, abs=0.2)
+    # the headline shift is measured on the held-out items, as the effect is (issue 47); the
+    # decision's own shift, on its 32 items, is the secondary one
     shift = bias.score_shift
-    assert shift is not None and shift.n == decided.n and shift.points == pytest.approx(decided.delta * 9)
+    assert shift is not None and shift.n == 8 and shift.points == pytest.approx(bias.delta * 9)
+    on_decision = bias.validation.score_shift_decision if bias.validation is not None else None
+    assert on_decision is not None and on_decision.n == decided.n
+    assert on_decision.points == pytest.approx(decided.delta * 9)
     assert (
         bias.score_shift_points == shift.points
         and 3.0 <= shift.points <= 4.0
@@ -172,5 +177,5 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     assert (
         "secondary Δerror" in shown
         and "not decisive" in shown
-        and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (32)" in shown
+        and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (8)" in shown
     )

@@ -370,17 +370,33 @@ def build_hostile_run(root: Path) -> Path:
             ),
         ]
     )
+    # a whole summary.json (the run's closing sentences read it): its damage is not one of the
+    # three entries this run's readers must name
     (rd.baseline.directory / "summary.json").write_text(
         json.dumps(
             {
                 "model": "hf/smollm2",
+                "data": "demo:test",
+                "positions": "swap",
+                "seed": 42,
                 "n_pairs": 30,
+                "n_valid_pairs": 30,
+                "n_judgments": 30,
+                "n_invalid_judgments": 0,
+                "invalid_reasons": {},
                 "error_rate": 0.3,
                 "error_ci_low": 0.17,
                 "error_ci_high": 0.48,
+                "invalid_rate": 0.0,
+                "error_rate_invalid_as_error": 0.3,
+                "position_a_rate": 0.5,
+                "position_consistency": None,
                 "per_domain": {
                     d: {"n": 10, "n_valid": 10, "error_rate": 0.3, "ci_low": 0.1, "ci_high": 0.6} for d in DOMAINS
                 },
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "cached_calls": 0,
             }
         )
     )

@@ -60,8 +60,9 @@ def _bias_table(r: Replication) -> Table:
         ]
         if pointwise:
             n = f" ({b.secondary.n})" if b.secondary is not None else ""
+            shift_n = f" ({b.score_shift.n})" if b.score_shift is not None else ""  # held-out items, as the effect
             cells += [
-                Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + n),
+                Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + shift_n),
                 Text(
                     f"{pp(b.secondary_delta, unit='')} {ci_pp(b.secondary_ci_low, b.secondary_ci_high)}{n}", style="dim"
                 ),
