@@ -192,7 +192,8 @@ def test_score_verdicts_come_with_the_verdict_tokens_probabilities(engine) -> No
     for judgment in result.judgments:
         assert judgment.invalid_reason is None, judgment
         assert judgment.p_rejected is not None and 0.0 < judgment.p_rejected < 1.0
-        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
+        if judgment.p_rejected != 0.5:  # at an exact tie of the labels (bf16) either is the greedy one
+            assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
 
 
 POLICY = (

@@ -354,7 +354,10 @@ def test_score_verdicts_read_the_verdict_tokens_logprobs(vllm_engine: VLLMEngine
     for judgment in scored:
         assert judgment.invalid_reason is None and judgment.p_rejected is not None, judgment
         assert judgment.labels_in_top == 2
-        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
+        # the greedy pick is the likelier label; at an exact tie (bf16's coarse logits give
+        # two labels the same log-probability on this AMX Xeon) either label is the greedy one
+        if judgment.p_rejected != 0.5:
+            assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
     [response] = vllm_engine.generate([build_tasks(pairs[:1], settings, seed=0)[0].request])
     assert response.final_logprobs is not None
     assert {t.token.strip() for t in response.final_logprobs.top} <= {"A", "B", ""}, response.final_logprobs

@@ -307,4 +307,5 @@ def test_score_verdicts_through_the_vllm_server(vllm_server: str) -> None:
     for judgment in scored:
         assert judgment.invalid_reason is None and judgment.p_rejected is not None, judgment
         assert judgment.labels_in_top == 2  # the server's raw logprobs are masked by the grammar, as offline
-        assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
+        if judgment.p_rejected != 0.5:  # at an exact tie of the labels (bf16) either is the greedy one
+            assert (judgment.picked == "rejected") == (judgment.p_rejected > 0.5), judgment
