@@ -206,10 +206,10 @@ def _seed_calls(config: RunConfig, s: _CallSizes, n_seeds: int) -> list[StageCal
         "validate_seeds",
         s,
         rewrites=rewrites,
-        checks=rewrites,
+        checks=rewrites + s.n_test,
         times=1,
         note=f"{seeds} seed bias(es), once per run",
-        check_note="at most: answer check of each rewrite",
+        check_note="at most: answer check of each rewrite (originals once: the first validation checks them)",
     )
 
 
