@@ -141,39 +141,36 @@ def _interval(values: Any) -> tuple[float, float]:
     return float(np.asarray(low).reshape(-1)[0]), float(np.asarray(high).reshape(-1)[0])
 
 
-def judge_only_mean(judge_values: Sequence[float], confidence: float = 0.95) -> CorrectedEstimate:
-    """The judge's own mean over every item with the classical interval: what a user reports
-    today. Its interval covers the judge's mean, not the human one, when the judge is biased."""
+def _classical_mean(
+    values: Sequence[float], what: str, method: Literal["judge_only", "labels_only"], confidence: float
+) -> CorrectedEstimate:
+    """The mean of `values` with ppi_py's classical interval: the two estimates PPI is compared
+    with, which differ only in whose values they average."""
     import ppi_py
 
-    yhat = _array(judge_values, "judge values")
-    low, high = _interval(ppi_py.classical_mean_ci(yhat, alpha=1.0 - confidence))
+    array = _array(values, what)
+    low, high = _interval(ppi_py.classical_mean_ci(array, alpha=1.0 - confidence))
+    n = int(array.shape[0])
     return CorrectedEstimate(
-        method="judge_only",
-        estimate=float(yhat.mean()),
+        method=method,
+        estimate=float(array.mean()),
         ci_low=low,
         ci_high=high,
         confidence=confidence,
-        n_labelled=0,
-        n_unlabelled=int(yhat.shape[0]),
+        n_labelled=n if method == "labels_only" else 0,
+        n_unlabelled=n if method == "judge_only" else 0,
     )
+
+
+def judge_only_mean(judge_values: Sequence[float], confidence: float = 0.95) -> CorrectedEstimate:
+    """The judge's own mean over every item with the classical interval: what a user reports
+    today. Its interval covers the judge's mean, not the human one, when the judge is biased."""
+    return _classical_mean(judge_values, "judge values", "judge_only", confidence)
 
 
 def labels_only_mean(labels: Sequence[float], confidence: float = 0.95) -> CorrectedEstimate:
     """The human labels' mean with the classical interval (the judge is not used)."""
-    import ppi_py
-
-    y = _array(labels, "labels")
-    low, high = _interval(ppi_py.classical_mean_ci(y, alpha=1.0 - confidence))
-    return CorrectedEstimate(
-        method="labels_only",
-        estimate=float(y.mean()),
-        ci_low=low,
-        ci_high=high,
-        confidence=confidence,
-        n_labelled=int(y.shape[0]),
-        n_unlabelled=0,
-    )
+    return _classical_mean(labels, "labels", "labels_only", confidence)
 
 
 def _ppi_lambda(y: np.ndarray[Any, Any], yhat: np.ndarray[Any, Any], yhat_unlabelled: np.ndarray[Any, Any]) -> float:
