@@ -181,7 +181,11 @@ def test_replicate_on_the_command_line_against_a_pointwise_stub_judge(tmp_path):
     )
     assert bias["ci_low"] <= truth <= bias["ci_high"], (bias["delta"], truth)
     assert bias["secondary"]["measure"] == "error" and bias["secondary"]["p_adjusted"] is None
-    assert bias["score_shift"]["n"] == bias["secondary"]["n"] and bias["score_shift_points"] > 0
+    # the shift is measured where the effect is (held-out items, issue 47), the secondary
+    # measure on the items the decision saw
+    shift = bias["score_shift"]
+    assert shift["n"] == bias["n"] and shift["method"] == bias["validation"]["effect"]["method"]
+    assert bias["score_shift_points"] > 0
     orders = {json.loads(line)["order"] for line in (where / "validation_judgments.jsonl").read_text().splitlines()}
     assert orders == {"chosen", "rejected"}
     text = " ".join(shown.stdout.split())
