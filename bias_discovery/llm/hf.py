@@ -241,7 +241,7 @@ class TransformersEngine(BaseEngine):
                 self.model: Any = transformers.AutoModelForCausalLM.from_pretrained(model_path, **load_args)
         except (OSError, ValueError) as exc:
             raise EngineError(f"transformers could not load {model_path}: {exc}") from exc
-        self.model.to(self.device).eval()  # type: ignore[arg-type]  # transformers' typing of .to
+        self.model.to(self.device).eval()
         self.model_config: Any = self.model.config  # read once: the decode loop sizes its cache from it
         self.max_positions = int(getattr(self.model_config, "max_position_embeddings", 0) or 0)
         self.vocab_size = int(self.model_config.vocab_size)
