@@ -540,6 +540,9 @@ def choices_ebnf(choices: Sequence[str]) -> str:
 
 
 _GROWING_LAYER: Any = None
+GROWING_KV_FIRST_STORAGE = 64
+"""The growing cache's first storage, in tokens (at least the prompt's): most judge replies
+fit in one doubling of it."""
 
 
 def _growing_layer_class() -> Any:
@@ -572,7 +575,8 @@ def _growing_layer_class() -> Any:
             return self.keys, self.values
 
         def _grow(self, key_states: Any, value_states: Any, needed: int) -> None:
-            capacity = max(needed, 64, 2 * (self.stored_keys.shape[-2] if self.stored_keys is not None else 0))
+            doubled = 2 * (self.stored_keys.shape[-2] if self.stored_keys is not None else 0)
+            capacity = max(needed, GROWING_KV_FIRST_STORAGE, doubled)
             keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
             values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
             if self.filled:
