@@ -419,6 +419,7 @@ def test_an_audit_from_a_log_prints_at_80_columns_with_nothing_cut(tmp_path) -> 
     )
     assert "…" not in out.stdout, out.stdout
     assert "first wins" in out.stdout and "Acc_both" in out.stdout, out.stdout
+    assert "Position (built-in) [position, log]: 300 pairs\n" in out.stdout  # not wrapped to the narrow table
     # the tables' lines, from a header to its caption (the sentences around them are
     # soft-wrapped by the terminal, not cut)
     lines = out.stdout.splitlines()

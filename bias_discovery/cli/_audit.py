@@ -103,6 +103,7 @@ def audit_table(entry: BiasAudit, report: AuditReport) -> Table:
     columns never wrap, so that at 80 columns every figure is whole, also beside a mitigated
     judge's; the measure's name wraps. What each scheme cost is the caption."""
     from rich import box
+    from rich.cells import cell_len
 
     from ..api.views import metric_rows, rows_kind
 
@@ -114,6 +115,7 @@ def audit_table(entry: BiasAudit, report: AuditReport) -> Table:
         title=escape(title),
         title_justify="left",
         caption_justify="left",
+        min_width=cell_len(title),  # a title as wide as it is, not wrapped to the narrow table
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
