@@ -177,5 +177,6 @@ def test_a_pointwise_run_replicates_with_its_pointwise_judge_and_deciding_measur
     assert (
         "secondary Δerror" in shown
         and "not decisive" in shown
-        and f"{shift.points:+.2f} [{shift.ci_low:+.2f}, {shift.ci_high:+.2f}] (8)" in shown
+        and f"{shift.points:+.2f}" in shown
+        and f"[{shift.ci_low:+.2f}, {shift.ci_high:+.2f}]" in shown  # under the shift, over its n (8)
     )

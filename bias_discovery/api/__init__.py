@@ -36,7 +36,7 @@ The command line reaches the logic only through this package's public names: the
 of `bias_discovery.api.views` it prints with, and the types of what it prints, handed out here
 too: a run's record (`RunDir`, `RunState`, `effective_status`, `summarize_events`, `Liveness`,
 `Spend`), a reviewer's decision (`Review`, `ReviewDecision`), an audit's report
-(`AuditReport`, `SchemeAudit`, `AuditMetrics`, `POINTWISE_FIELDS`) and a judge's summary
+(`AuditReport`, `BiasAudit`, `SchemeAudit`, `AuditMetrics`, `POINTWISE_FIELDS`) and a judge's summary
 (`JudgeSummary`, `ScoreSummary`).
 
 Public: the names of this package and its submodules `reports`, `exports`, `checks` and `views`.
@@ -61,7 +61,7 @@ from ..replication import Replication, ReplicationOptions
 from ..settings.judge import JudgeSettings
 from ..smollm2_hf import build_hf_smollm2
 from ._audit_logs import LogAuditOptions, audit_log
-from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, SchemeAudit, audit
+from ._audits import POINTWISE_FIELDS, AuditMetrics, AuditOptions, AuditReport, BiasAudit, SchemeAudit, audit
 from ._common import WarningHandler, load_data
 from ._corrections import CorrectedEstimate, CorrectionReport, CorrectOptions, CorrectOutput, correct
 from ._judges import JudgeOptions, JudgeOutput, JudgeSummary, ScoreSummary, judge
@@ -107,6 +107,7 @@ __all__ = [
     "AuditReport",
     "AuditSettings",
     "Bias",
+    "BiasAudit",
     "BiasLibrary",
     "BiasOrigin",
     "BudgetReached",

@@ -23,7 +23,7 @@ from ..auditing import (
 )
 from ..auditing.fromlog import live_pointwise_self_preference, live_self_preference, model_family
 from ..auditing.output import write_audit_dir
-from ..auditing.records import POINTWISE_FIELDS, AuditMetrics, AuditReport, SchemeAudit, Unsupported
+from ..auditing.records import POINTWISE_FIELDS, AuditMetrics, AuditReport, BiasAudit, SchemeAudit, Unsupported
 from ..auditing.sensitivity import prompt_sensitivity
 from ..config import load_run_config
 from ..data.loaders import describe_source
@@ -42,7 +42,7 @@ from ..run import RunDir
 from ..run.overlap import check_run_overlap
 from ._common import WarningHandler, cache_path_of, load_data, model_config_of, python_warning, spec_list
 
-__all__ = ["POINTWISE_FIELDS", "AuditMetrics", "AuditOptions", "AuditReport", "SchemeAudit", "audit"]
+__all__ = ["POINTWISE_FIELDS", "AuditMetrics", "AuditOptions", "AuditReport", "BiasAudit", "SchemeAudit", "audit"]
 
 
 class AuditOptions(DataOptions, OutputOptions, OverlapOptions, CallOptions):

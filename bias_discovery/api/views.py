@@ -1,7 +1,7 @@
 """What the results look like as text, shared by the command line and the pages: an audit's
 measure rows (`ROWS`, `metric_rows`, `rows_kind`, `EXCLUDED_MEANING`), its judge-level lines
 (`judge_measure_lines`: agreement, calibration, self-preference), a calibration in one line
-(`calibration_line`), a Pro comparison as a table (`print_compare`), a run's summary
+(`calibration_line`), a Pro comparison as a table (`compare_table`, `print_compare`), a run's summary
 (`run_summary`, `rewrite_sentence`), one bias's evidence (`BiasDetail` and its parts) and the
 statistics those carry (`PairedComparison`, `Calibration`).
 
@@ -11,7 +11,7 @@ notebook prints a result as the command line does."""
 from __future__ import annotations
 
 from ..auditing.display import EXCLUDED_MEANING, ROWS, calibration_line, judge_measure_lines, metric_rows, rows_kind
-from ..export.compare import print_compare
+from ..export.compare import compare_table, print_compare
 from ..report.evidence import (
     BiasDetail,
     DiffSegment,
@@ -37,6 +37,7 @@ __all__ = [
     "RunSummary",
     "ValidationExample",
     "calibration_line",
+    "compare_table",
     "judge_measure_lines",
     "metric_rows",
     "print_compare",

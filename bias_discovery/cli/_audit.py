@@ -17,7 +17,7 @@ from ..options import DataOptions
 from ..settings.audit import AuditSettings
 from ..settings.common import PerturbSettings
 from ..settings.judge import JudgeSettings
-from ._common import app, console, fail, flag_of, format_validation_error, options_error, warn
+from ._common import app, console, fail, figure_column, flag_of, format_validation_error, options_error, stacked, warn
 from ._findings import audit_findings, check_fail_on_mode, exit_on_findings, parse_fail_on
 from ._judge import _judge_fields
 from ._options import (
@@ -42,15 +42,14 @@ from ._options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI must start fast
-    from ..api import AuditOptions, AuditReport, SchemeAudit
+    from ..api import AuditOptions, AuditReport, BiasAudit, SchemeAudit
 
 
 def print_audit(report: AuditReport) -> None:
     """One table per audited bias: each measure unmitigated (and mitigated) with its 95 % CI,
     n and p; then what each measure is and what it is compared against."""
-    from ..api.views import EXCLUDED_MEANING, ROWS, metric_rows, rows_kind
+    from ..api.views import EXCLUDED_MEANING, ROWS, rows_kind
 
-    mitigation = report.settings.mitigation
     temperature = report.settings.temperature
     console.print(
         f"audit of {report.model} on {report.data}: {plural(report.n_pairs, 'pair')}, K = {plural(report.settings.repeats, 'repeat')}, "
@@ -74,32 +73,7 @@ def print_audit(report: AuditReport) -> None:
             soft_wrap=True,
         )
     for entry in report.biases:
-        title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
-        if entry.n_perturb_invalid:
-            title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
-        table = Table(title=escape(title), title_justify="left", caption_justify="left")
-        table.add_column("score measure" if mode == "pointwise" else "measure", no_wrap=True)
-        columns: list[tuple[str, SchemeAudit]] = [("none", entry)]
-        if entry.mitigated is not None:
-            columns.append((mitigation, entry.mitigated))
-        for scheme, _ in columns:
-            table.add_column(escape(f"{scheme}\n[95% CI]"), justify="right", no_wrap=True)
-            table.add_column("n", justify="right", no_wrap=True)
-        rows = [metric_rows(metrics, rows_kind(entry.kind, mode)) for _, metrics in columns]
-        for i, first in enumerate(rows[0]):
-            cells = [escape(first["label"])]
-            for scheme_rows in rows:
-                r = scheme_rows[i]
-                text = r["value"] + (f" ({r['flag']})" if r["flag"] else "") + f"\n{r['ci']}"
-                if r["p"] != "-":
-                    text += f"\np = {r['p']}"
-                cells += [escape(text), r["n"] + (f"\n{r['excluded']}" if r["excluded"] else "")]
-            table.add_row(*cells)
-        table.caption = "cost: " + "; ".join(
-            f"{scheme} {plural(m.calls_per_verdict, 'call')} per {'score' if mode == 'pointwise' else 'verdict'}, {plural(m.calls, 'call')}"
-            for scheme, m in columns
-        )
-        console.print(table)
+        console.print(audit_table(entry, report))
     console.print("measures (each against what it is compared with):", highlight=False)
     shown = []
     for kind in dict.fromkeys(rows_kind(e.kind, mode) for e in report.biases):
@@ -121,6 +95,55 @@ def print_audit(report: AuditReport) -> None:
     )
     for note in report.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+def audit_table(entry: BiasAudit, report: AuditReport) -> Table:
+    """One audited bias's measures: per scheme, the value over its 95 % CI and p (one figure a
+    line) and its n over the items it left out, in a table without side borders whose figure
+    columns never wrap, so that at 80 columns every figure is whole, also beside a mitigated
+    judge's; the measure's name wraps. What each scheme cost is the caption."""
+    from rich import box
+    from rich.cells import cell_len
+
+    from ..api.views import metric_rows, rows_kind
+
+    mode = report.settings.mode
+    title = f"{entry.name} [{entry.id}, {entry.source}]: {plural(entry.n_items, 'pair')}"
+    if entry.n_perturb_invalid:
+        title += f" ({entry.n_perturb_invalid} left out: invalid rewrite)"
+    table = Table(
+        title=escape(title),
+        title_justify="left",
+        caption_justify="left",
+        min_width=cell_len(title),  # a title as wide as it is, not wrapped to the narrow table
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    table.add_column("score measure" if mode == "pointwise" else "measure", overflow="fold")
+    columns: list[tuple[str, SchemeAudit]] = [("none", entry)]
+    if entry.mitigated is not None:
+        columns.append((report.settings.mitigation, entry.mitigated))
+    for scheme, _ in columns:
+        figure_column(table, escape(f"{scheme}\n[95% CI]"))
+        figure_column(table, "n")
+    rows = [metric_rows(metrics, rows_kind(entry.kind, mode)) for _, metrics in columns]
+    for i, first in enumerate(rows[0]):
+        cells = [escape(first["label"])]
+        for scheme_rows in rows:
+            r = scheme_rows[i]
+            lines = [r["value"], *([f"({r['flag']})"] if r["flag"] else []), r["ci"]]
+            if r["p"] != "-":
+                lines.append(f"p = {r['p']}")
+            # "12 left out" as "12" over "left out": the n column stays as narrow as its n
+            cells += [escape(stacked(*lines)), stacked(r["n"], *r["excluded"].split(" ", 1))]
+        table.add_row(*cells)
+    table.caption = "cost: " + "; ".join(
+        f"{scheme} {plural(m.calls_per_verdict, 'call')} per {'score' if mode == 'pointwise' else 'verdict'}, "
+        f"{plural(m.calls, 'call')}"
+        for scheme, m in columns
+    )
+    return table
 
 
 def print_judge_measures(report: AuditReport) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import number, percent, plural
 from ..settings.export import DpoExportOptions, ExportSelection, HarnessExportOptions, ProExportOptions
-from ._common import PLAIN_HELP, app, console, fail, format_validation_error, options_error
+from ._common import PLAIN_HELP, app, console, fail, format_validation_error, options_error, stacked
 from ._options import (
     ALLOW_OVERLAP,
     DATA_DIR,
@@ -37,15 +37,22 @@ export_app = typer.Typer(
 app.add_typer(export_app, name="export")
 
 
-def _print_counts(title: str, counts: dict) -> None:
+def counts_table(title: str, counts: dict) -> Table:
+    """An export's counts, one step a row; a step counted by kind (dropped by filter, per
+    bias ...) lists one kind and its count a line, so that a count never wraps away from its
+    kind, nor is cut, at 80 columns."""
     table = Table(title=title)
-    table.add_column("step")
-    table.add_column("count", justify="right")
+    table.add_column("step", overflow="fold")
+    table.add_column("count", justify="right", overflow="fold")
     for key, value in counts.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+            value = stacked(*(f"{k} {v}" for k, v in value.items())) or "-"
         table.add_row(key.replace("_", " "), "-" if value is None else str(value))
-    console.print(table)
+    return table
+
+
+def _print_counts(title: str, counts: dict) -> None:
+    console.print(counts_table(title, counts))
 
 
 def _print_skipped(stats: ExportStats) -> None:

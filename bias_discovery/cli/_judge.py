@@ -42,13 +42,18 @@ def print_calibration(cal: Calibration) -> None:
     from ..api.views import calibration_line
 
     console.print(calibration_line(cal), highlight=False, soft_wrap=True)
+    console.print(reliability_table(cal))
+
+
+def reliability_table(cal: Calibration) -> Table:
+    """The reliability bins that hold verdicts: each bin's verdicts, mean confidence and accuracy."""
     table = Table(title="reliability (confidence = probability of the verdict's label)", title_justify="left")
-    for column in ("confidence bin", "verdicts", "mean confidence", "accuracy"):
-        table.add_column(column, justify="right")
+    for column in ("confidence\nbin", "verdicts", "mean\nconfidence", "accuracy"):
+        figure_column(table, column)
     for b in cal.bins:
         if b.n:
             table.add_row(f"{b.low:.2f}-{b.high:.2f}", str(b.n), percent(b.confidence), percent(b.accuracy))
-    console.print(table)
+    return table
 
 
 def _print_score_notes(summary: JudgeSummary) -> None:

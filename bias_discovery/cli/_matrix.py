@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import BiasDiscoveryError
 from ..formatting import ci_pp, count, p_value, plural, pp
 from ..options import DataOptions
-from ._common import app, console, fail, options_error
+from ._common import app, console, fail, figure_column, options_error
 from ._findings import exit_on_findings, matrix_findings, parse_fail_on
 from ._options import ALLOW_OVERLAP, DATA_DIR, OVERRIDES, QUIET, SKIP_BAD_ROWS, fail_on_option, flag, option
 
@@ -32,26 +32,7 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    control = result.settings.control
-    table = Table(title_justify="left")
-    table.add_column("judge\nbias", overflow="fold")
-    table.add_column(f"Δ pp vs {control}\n[CI]", justify="right", no_wrap=True)
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("p adj", justify="right", no_wrap=True)
-    table.add_column("MDE pp", justify="right", no_wrap=True)
-    table.add_column("accepted", no_wrap=True)
-    for cell in [*result.cells, *result.jury]:
-        table.add_row(
-            escape(f"{cell.judge}\n{cell.bias}"),
-            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}"
-            if cell.n
-            else "-\n(no valid item)",
-            str(cell.n),
-            p_value(cell.p_adjusted),
-            pp(cell.mde, unit=""),
-            "yes" if cell.accepted else "no",
-        )
-    console.print(table)
+    console.print(matrix_table(result))
     if result.reviews:
         console.print(
             f"reviews in the run ({result.library}): "
@@ -83,6 +64,29 @@ def print_matrix(result: MatrixResult, out: Path) -> None:
         soft_wrap=True,
     )
     console.print(f"wrote {out / 'matrix.json'}, matrix.csv and matrix.html", highlight=False, soft_wrap=True)
+
+
+def matrix_table(result: MatrixResult) -> Table:
+    """One row per judge x bias (then the jury's): Δ over its CI, n, the matrix-adjusted p, the
+    MDE and the decision, figures in columns that never wrap (whole at 80 columns)."""
+    control = result.settings.control
+    table = Table(title_justify="left")
+    table.add_column("judge\nbias", overflow="fold")
+    for header in (f"Δ pp vs {control}\n[CI]", "n", "p adj", "MDE pp"):
+        figure_column(table, header)
+    table.add_column("accepted", no_wrap=True)
+    for cell in [*result.cells, *result.jury]:
+        table.add_row(
+            escape(f"{cell.judge}\n{cell.bias}"),
+            f"{pp(cell.delta, unit='')}\n{ci_pp(cell.ci_low, cell.ci_high, missing='-')}"
+            if cell.n
+            else "-\n(no valid item)",
+            str(cell.n),
+            p_value(cell.p_adjusted),
+            pp(cell.mde, unit=""),
+            "yes" if cell.accepted else "no",
+        )
+    return table
 
 
 @app.command()

@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import BiasDiscoveryError
-from ..formatting import ci_pp, delta_clause, p_value, percent, percent_range, plural, pp
+from ..formatting import delta_clause, p_value, percent, percent_range, plural, pp
 from ..options import DataOptions
-from ._common import app, console, fail, options_error
+from ._common import app, console, fail, figure_column, options_error, stacked
 from ._findings import exit_on_findings, parse_fail_on, replication_findings
 from ._options import ALLOW_OVERLAP, DATA_DIR, OVERWRITE, QUIET, SKIP_BAD_ROWS, TIMEOUT, fail_on_option, flag, option
 
@@ -21,51 +21,76 @@ if TYPE_CHECKING:
     from ..api import Replication
 
 
-def _points(points: float | None, low: float | None, high: float | None) -> str:
-    """A score shift in scale points with its CI ("-" when there is none)."""
+def _figures(value: str, bounds: tuple[str, str] | None, n: int | None, *, split: bool) -> str:
+    """A figure over its CI and its n, one a line; `split`: the CI's bounds on two lines
+    (its comma ends the first), so that the column is as narrow as one bound."""
+    lines = [value]
+    if bounds is not None:
+        low, high = bounds
+        lines += [f"[{low},", f"{high}]"] if split else [f"[{low}, {high}]"]
+    if n is not None:
+        lines.append(f"({n})")
+    return stacked(*lines)
+
+
+def _effect(delta: float | None, low: float | None, high: float | None, n: int | None, *, split: bool) -> str:
+    """An effect in pp over its CI and n ("-" when there is none)."""
+    if delta is None:
+        return "-"
+    bounds = None if low is None or high is None else (pp(low, unit=""), pp(high, unit=""))
+    return _figures(pp(delta, unit=""), bounds, n, split=split)
+
+
+def _points(points: float | None, low: float | None, high: float | None, n: int | None, *, split: bool) -> str:
+    """A score shift in scale points over its CI and n ("-" when there is none)."""
     if points is None:
         return "-"
-    return f"{points:+.2f}" + ("" if low is None or high is None else f" [{low:+.2f}, {high:+.2f}]")
+    bounds = None if low is None or high is None else (f"{low:+.2f}", f"{high:+.2f}")
+    return _figures(f"{points:+.2f}", bounds, n, split=split)
 
 
-def _bias_table(r: Replication) -> Table:
+_ONE_LINE_CIS = 110
+"""From this many columns a pointwise judge's replication table gives each CI one line: its
+four columns of figures then fit beside a bias name of about 24 characters."""
+
+
+def _bias_table(r: Replication, width: int | None = None) -> Table:
     """One row per replicated bias: the run's effect beside the replication's (a pointwise
-    judge's: its score shift in points and its secondary measure too)."""
+    judge's: its score shift in points and its secondary measure too). Each figure sits over
+    its CI, n and p in a column that never wraps, in a table without side borders, so that at
+    80 columns every figure is whole; below `_ONE_LINE_CIS` columns (`width`: the console's),
+    a pointwise judge's four such columns fit beside a readable bias name only with each CI on
+    two lines."""
+    from rich import box
+
     from ..formatting import MEASURE_LABELS
 
     pointwise = r.judge_mode == "pointwise"
-    table = Table(title_justify="left")
-    columns = ["bias", "run: effect pp vs control [CI] (n)", "run p adj", "replication: effect pp [CI] (n)", "p (adj)"]
+    split = pointwise and (console.width if width is None else width) < _ONE_LINE_CIS
+    table = Table(title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, show_lines=True)
+    table.add_column("bias", overflow="fold")
+    figure_column(table, f"run:\neffect\npp vs\n{r.control}\n[CI]\n(n)\np adj")
+    figure_column(table, "replica-\ntion:\neffect\npp\n[CI]\n(n)\np\n(p adj)")
     if pointwise:
-        columns += [
-            "score shift, points [CI] (n)",
-            f"secondary {MEASURE_LABELS[r.secondary_measure or 'error']} pp [CI] (n)",
-        ]
-    for column in (*columns, "reproduced"):
-        table.add_column(column, justify="left" if column in ("bias", "reproduced") else "right")
+        figure_column(table, "score\nshift,\npoints\n[CI]\n(n)")
+        figure_column(table, f"secondary\n{MEASURE_LABELS[r.secondary_measure or 'error']}\npp\n[CI]\n(n)")
+    table.add_column("repro-\nduced", no_wrap=True)
     for b in r.biases:
         name = Text(b.name)
         name.append("\n" + b.id, style="dim")
-        original = (
-            "-"
-            if b.original_delta is None
-            else (f"{pp(b.original_delta, unit='')} {ci_pp(b.original_ci_low, b.original_ci_high)} ({b.original_n})")
-        )
+        original = _effect(b.original_delta, b.original_ci_low, b.original_ci_high, b.original_n, split=split)
+        replicated = _effect(b.delta, b.ci_low, b.ci_high, b.n, split=split)
         cells = [
             name,
-            Text(original),
-            Text(p_value(b.original_p_adjusted)),
-            Text(f"{pp(b.delta, unit='')} {ci_pp(b.ci_low, b.ci_high)} ({b.n})"),
-            Text(f"{p_value(b.p_value)} ({p_value(b.p_adjusted)})"),
+            Text(stacked(original, p_value(b.original_p_adjusted))),
+            Text(stacked(replicated, p_value(b.p_value), f"({p_value(b.p_adjusted)})")),
         ]
         if pointwise:
-            n = f" ({b.secondary.n})" if b.secondary is not None else ""
-            shift_n = f" ({b.score_shift.n})" if b.score_shift is not None else ""  # held-out items, as the effect
+            n = b.secondary.n if b.secondary is not None else None
+            shift_n = b.score_shift.n if b.score_shift is not None else None  # held-out items, as the effect
             cells += [
-                Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high) + shift_n),
-                Text(
-                    f"{pp(b.secondary_delta, unit='')} {ci_pp(b.secondary_ci_low, b.secondary_ci_high)}{n}", style="dim"
-                ),
+                Text(_points(b.score_shift_points, b.score_shift_ci_low, b.score_shift_ci_high, shift_n, split=split)),
+                Text(_effect(b.secondary_delta, b.secondary_ci_low, b.secondary_ci_high, n, split=split), style="dim"),
             ]
         table.add_row(*cells, Text("yes" if b.reproduced else "no", style="green" if b.reproduced else "yellow"))
     return table

@@ -31,8 +31,14 @@ class CompareRow(BaseModel):
     domain: str
     original_n: int
     original_error: float | None
+    original_ci_low: float | None = None
+    original_ci_high: float | None = None
+    """The original error's 95 % CI (Wilson, over its n valid pairs); None in files written before it was kept."""
     pro_n: int
     pro_error: float | None
+    pro_ci_low: float | None = None
+    pro_ci_high: float | None = None
+    """The Pro error's 95 % CI, as the original's."""
     delta: float | None
     """pro_error - original_error."""
     original_judgebench: float | None = None
@@ -104,8 +110,12 @@ def compare_rows(original: JudgeSummary, pro: JudgeSummary) -> list[CompareRow]:
                 domain=domain,
                 original_n=o.n_valid if o else 0,
                 original_error=oe,
+                original_ci_low=o.ci_low if o else None,
+                original_ci_high=o.ci_high if o else None,
                 pro_n=p.n_valid if p else 0,
                 pro_error=pe,
+                pro_ci_low=p.ci_low if p else None,
+                pro_ci_high=p.ci_high if p else None,
                 delta=None if oe is None or pe is None else pe - oe,
                 original_judgebench=o.judgebench_score if o else None,
                 pro_judgebench=p.judgebench_score if p else None,
@@ -119,8 +129,12 @@ def compare_rows(original: JudgeSummary, pro: JudgeSummary) -> list[CompareRow]:
             domain="all",
             original_n=original.n_valid_pairs,
             original_error=oe,
+            original_ci_low=original.error_ci_low,
+            original_ci_high=original.error_ci_high,
             pro_n=pro.n_valid_pairs,
             pro_error=pe,
+            pro_ci_low=pro.error_ci_low,
+            pro_ci_high=pro.error_ci_high,
             delta=None if oe is None or pe is None else pe - oe,
             original_judgebench=original.judgebench_score,
             pro_judgebench=pro.judgebench_score,
@@ -178,42 +192,48 @@ def compare_with_pro(
     return report
 
 
-def print_compare(report: CompareReport, console: Any) -> None:
+def compare_table(report: CompareReport) -> Any:
+    """Per domain and overall: each set's error over its 95 % CI and n, their difference and
+    each set's JudgeBench score, one figure a line in columns that never wrap, so that at 80
+    columns every figure is whole (a rich `Table`)."""
     from rich.table import Table
 
+    def error(value: float | None, low: float | None, high: float | None, n: int) -> str:
+        ci = [] if low is None or high is None else [f"({percent(low, unit='')}-{percent(high, unit='')})"]
+        return "\n".join([percent(value, unit=""), *ci, f"({n})"])
+
     table = Table(title=f"{report.model}: error (%) on the original set and on the Pro set")
-    columns = (
-        "domain",
-        "original n",
-        "original err",
-        "Pro n",
-        "Pro err",
+    table.add_column("domain", overflow="fold")
+    for header in (
+        "original\nerr\n(95% CI)\n(n)",
+        "Pro\nerr\n(95% CI)\n(n)",
         "Δ (pp)",
-        "original JB score",
-        "Pro JB score",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column == "domain" else "right")
+        "original\nJB score",
+        "Pro\nJB score",
+    ):
+        table.add_column(header, justify="right", no_wrap=True)  # as cli's figure_column
     for row in report.rows:
         table.add_row(
             row.domain,
-            str(row.original_n),
-            percent(row.original_error, unit=""),
-            str(row.pro_n),
-            percent(row.pro_error, unit=""),
+            error(row.original_error, row.original_ci_low, row.original_ci_high, row.original_n),
+            error(row.pro_error, row.pro_ci_low, row.pro_ci_high, row.pro_n),
             pp(row.delta, unit=""),
             percent(row.original_judgebench, unit=""),
             percent(row.pro_judgebench, unit=""),
             style="bold" if row.domain == "all" else None,
         )
-    console.print(table)
+    return table
+
+
+def print_compare(report: CompareReport, console: Any) -> None:
+    console.print(compare_table(report))
     wrong = (
         "whose rejected response scored at least as high as the chosen one (each scored alone)"
         if report.pro.mode == "pointwise"
         else "judged wrong in at least one order"
     )
     console.print(
-        f"err: share of the valid pairs (n) {wrong}. JB score: JudgeBench's own "
+        f"err: share of the valid pairs (n) {wrong}, with its 95% CI (Wilson). Δ (pp): Pro err minus original err. JB score: JudgeBench's own "
         "score (%), the share of all pairs whose net vote over the judged orders is positive (+1 right, "
         f"-1 wrong, 0 invalid); n = {report.original.n_pairs} original and {report.pro.n_pairs} Pro pairs.",
         highlight=False,
