@@ -211,6 +211,8 @@ def test_the_checker_stops_at_its_budget_and_nothing_is_written(
     assert "flag d1-authority" in done.output and "20 requests, 14 from the call cache" in " ".join(done.output.split())
     record = json.loads((tmp_path / "out" / "correct.json").read_text())
     assert record["checker_calls"]["paid"]["calls"] == 6 and len(record["trait_flags"]) == 2
+    page = (tmp_path / "out" / "correct.html").read_text()
+    assert "Trait flags from the checker model" in page and "14 answered by the call cache" in page
 
 
 def test_bad_checker_input_is_named(tmp_path: Path) -> None:

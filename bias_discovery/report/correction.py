@@ -66,8 +66,30 @@ def _estimate_table(estimates: Sequence[CorrectedEstimate], confidence: float) -
     return f"<table>{head}{body}</table>"
 
 
+def _trait_flags(report: CorrectionReport) -> list[str]:
+    """Which responses the checker model said carry each bias's trait, and what that cost."""
+    if not report.trait_flags:
+        return []
+    parts = ["<h2>Trait flags from the checker model</h2><table><tr><th>bias</th><th>model</th>"]
+    parts.append("<th>carry the trait</th><th>invalid</th><th>adjusted for</th></tr>")
+    for f in report.trait_flags:
+        used = "yes" if f.used else f"no: {f.note}"
+        parts.append(
+            f"<tr><td>{escape(f.bias)}</td><td>{escape(f.model)}</td><td>{f.n_carrying}/{f.n_responses}</td>"
+            f"<td>{f.n_invalid}</td><td>{escape(used)}</td></tr>"
+        )
+    parts.append("</table>")
+    calls = report.checker_calls
+    if calls is not None:
+        parts.append(
+            f"<p>{calls.requests} yes/no requests, {calls.cached} answered by the call cache; paid "
+            f"{escape(calls.paid.text())}.</p>"
+        )
+    return parts
+
+
 def _sections(report: CorrectionReport) -> list[str]:
-    parts = []
+    parts = _trait_flags(report)
     for group in report.groups:
         parts.append(f"<h3>{escape(group.group)} ({group.n_items} items)</h3>")
         parts.append(_estimate_table(group.estimates, report.confidence))
