@@ -239,3 +239,35 @@ def test_bad_checker_input_is_named(tmp_path: Path) -> None:
 )
 def test_parse_trait(text: str, finish: str, expected: bool | None) -> None:
     assert parse_trait(text, finish) is expected
+
+
+def test_the_runs_report_shows_its_corrections_as_a_section(tmp_path: Path) -> None:
+    from bias_discovery.api import report
+    from bias_discovery.library import save_library as save
+
+    run = tmp_path / "run"
+    (run / "library").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: r\n")
+    save(BiasLibrary.model_validate_json(_library(tmp_path / "lib.json").read_text()), run / "library" / "latest.json")
+    table = tmp_path / "essays.csv"
+    _essays(table)
+    _, cached = _engine(tmp_path)
+    correct(
+        table,
+        mode="pointwise",
+        scale="1-6",
+        columns="id=id,score=score,label=label,text=text",
+        bias_library=run,  # the run directory: its newest library
+        checker_model="hf/smollm2",
+        engines={"checker": cached},
+        on_warning=lambda message: None,
+        out=run / "corrections" / "essays",
+    )
+    (run / "corrections" / "broken").mkdir()
+    (run / "corrections" / "broken" / "correct.json").write_text("{")
+    page = report(run).read_text()
+    section = page[page.index('<section id="corrections">') :]
+    assert "Corrected scores (1)" in section and "essays: mean score" in section
+    assert "data:image/svg+xml;base64," in section and "PPI++ with covariates" in section
+    assert "d1-authority" in section and "20/60" in section
+    assert "broken/correct.json" in page  # named among what could not be read
