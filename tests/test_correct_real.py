@@ -35,15 +35,33 @@ def _persuade_sample(tmp_path: Path, n: int = 5, labelled: int = 3) -> tuple[Pat
     return table, labels, root
 
 
+def _one_bias_library(path: Path) -> Path:
+    """A library with one validated bias, for the checker to flag."""
+    from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library
+
+    validation = BiasValidation(n=40, baseline_error=0.2, perturbed_error=0.5, delta=0.3, accepted=True, rule="paired")
+    bias = Bias(
+        id="d1-personal-anecdote",
+        name="Personal Anecdote",
+        definition="The judge favours essays that argue from the writer's own experience.",
+        manifestations=["tells a story from the writer's own life"],
+        origin=BiasOrigin(kind="discovered", iteration=1),
+        validation=validation,
+    )
+    return save_library(BiasLibrary(name="one", biases=[bias]), path)
+
+
 @pytest.mark.model
 @pytest.mark.slow
 def test_correct_scores_persuade_essays_with_the_embedded_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """5 essays scored 1-6 by SmolLM2 on the rubric (5 calls), 3 human scores: the three
-    estimates with n and CI, correct.json and the page with its plot."""
+    estimates with n and CI, correct.json and the page with its plot; the same model (one
+    engine, loaded once) as the checker flags one validated bias on each essay (5 yes/no calls)."""
     from bias_discovery.cli import _common as common
 
     monkeypatch.setattr(common.console, "_width", 80)
     table, labels, root = _persuade_sample(tmp_path)
+    library = _one_bias_library(tmp_path / "library.json")
     out = tmp_path / "out"
     result = CliRunner().invoke(
         app,
@@ -53,13 +71,20 @@ def test_correct_scores_persuade_essays_with_the_embedded_judge(tmp_path: Path, 
             "--model", "hf/smollm2", "--rubric", str(root / "persuade_rubric.txt"),
             "--instruction", (root / "persuade_instruction.txt").read_text().strip(),
             "--cache", str(tmp_path / "calls.sqlite"), "--out", str(out), "--quiet",
+            "--bias-library", str(library), "--checker-model", "hf/smollm2", "--checker-max-calls", "5",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    for name in ("judge only", "labels only", "PPI++", "95% CI"):
+    for name in ("judge only", "labels only", "PPI++", "95% CI", "flag d1-personal-anecdote"):
         assert name in result.output
     record = json.loads((out / "correct.json").read_text())
     assert record["n_items"] + record["n_without_judge"] == 5 and record["n_labelled"] == 3
+    (flags,) = record["trait_flags"]
+    # the constraint leaves the model yes or no: every reply is valid
+    assert flags["n_responses"] == record["n_items"] and flags["n_invalid"] == 0
+    assert record["checker_calls"]["requests"] == record["n_items"] <= 5
+    (bound,) = record["bias_bound"]
+    assert bound["n"] == record["n_items"] and bound["n_flagged"] == flags["n_carrying"]
     judge_only = record["estimates"][0]
     assert judge_only["method"] == "judge_only" and 1.0 <= judge_only["estimate"] <= 6.0
     assert "data:image/svg+xml;base64," in (out / "correct.html").read_text()

@@ -3,16 +3,19 @@
 CIs and n, per model and X minus Y, covariate-adjusted, the gap per bias flag; `plan` for the
 labels a CI width needs; `bias_library` for a bound on what the validated biases can move
 when there are no labels. A pointwise table without the judge's scores is scored by `model`
-first (through the call cache)."""
+first, and the validated biases of `bias_library` no flag column gives are flagged by
+`checker_model` (both through the call cache, the checker within `checker_max_calls`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from ..auditing.correction import CorrectionReport, bias_bound, correct_input, plan_labels
+from ..auditing.correction_flags import CheckerCalls, TraitFlags, ask_checker, usable_flags
 from ..auditing.correction_inputs import (
     CorrectionInput,
     ScoreColumns,
@@ -25,6 +28,10 @@ from ..auditing.correction_inputs import (
 from ..auditing.logs import ColumnMap
 from ..errors import DataError, OutputError
 from ..io import atomic_write_json, atomic_write_text, staged_output
+from ..library import Bias
+from ..llm.base import Engine
+from ..llm.budget import Budget, BudgetLimits, BudgetSettings, Spend
+from ..llm.roles import ModelRoles
 from ..progress import ProgressFactory
 from ..settings.correct import CorrectOptions
 from ..settings.judge import JudgeSettings
@@ -36,6 +43,8 @@ __all__ = ["CorrectOptions", "CorrectOutput", "CorrectedEstimate", "CorrectionRe
 CORRECT_FILE = "correct.json"
 TO_LABEL_FILE = "to_label.csv"
 PAGE_FILE = "correct.html"
+FLAG_STAGE = "trait flags"
+"""The stage the checker's calls are booked to (its meter's usage)."""
 
 
 class CorrectOutput(BaseModel):
@@ -78,11 +87,26 @@ def _settings(opts: CorrectOptions) -> JudgeSettings:
     return JudgeSettings(mode="pointwise", scale=opts.scale, rubric=rubric, reasoning=False, max_tokens=8)
 
 
-def _score_with_model(data: CorrectionInput, opts: CorrectOptions, progress: ProgressFactory | None) -> int:
+def _roles(opts: CorrectOptions, engines: Mapping[str, Engine] | None) -> ModelRoles:
+    """The judge model (`target`, scoring a pointwise table) and the checker (flagging traits),
+    through the call cache; the checker under its budget of paid calls. Roles with one model
+    share one engine (one load)."""
+    configs = {}
+    if opts.model is not None:
+        configs["target"] = model_config_of(opts.model, None, None)
+    if opts.checker_model is not None:
+        configs["checker"] = model_config_of(opts.checker_model, None, None)
+    limits = BudgetSettings(roles={"checker": BudgetLimits(max_calls=opts.checker_max_calls)})
+    budget = Budget(limits, {role: config.price for role, config in configs.items()})
+    return ModelRoles(configs, cache_path=cache_path_of(opts.cache), engines=engines, budget=budget)
+
+
+def _score_with_model(
+    data: CorrectionInput, opts: CorrectOptions, roles: ModelRoles, progress: ProgressFactory | None
+) -> int:
     """Score the items without a judge value with `model` (pointwise); returns the calls made."""
     from ..data.pairs import PreferencePair
     from ..judging import judge_request, to_score_judgment
-    from ..llm import registry
     from ..progress import progress_or_quiet
 
     todo = [i for i in data.items if i.judge is None]
@@ -99,31 +123,79 @@ def _score_with_model(data: CorrectionInput, opts: CorrectOptions, progress: Pro
         for i in todo
     ]
     requests = [judge_request(p, "chosen", settings, opts.seed) for p in pairs]
-    engine = registry.make_engine(model_config_of(opts.model, None, None), cache_path=cache_path_of(opts.cache))
-    try:
-        with progress_or_quiet(progress)(f"scoring {len(todo)} items", len(todo)) as advance:
-            responses = engine.generate(requests, progress=advance)
-    finally:
-        engine.close()
+    roles.set_stage("scores")
+    with progress_or_quiet(progress)(f"scoring {len(todo)} items", len(todo)) as advance:
+        responses = roles["target"].generate(requests, progress=advance)
     for item, pair, response in zip(todo, pairs, responses):
         item.judge = to_score_judgment(pair, "chosen", response, settings).score
     return len(todo)
 
 
-def _library_effects(path: Path) -> dict[str, tuple[float, tuple[float, float] | None]]:
-    from ..library import load_library
+def _validated_biases(spec: Path) -> list[Bias]:
+    """The accepted biases of a library reference (`RUN_DIR`, `RUN_DIR@N`, a library file)."""
+    from ..run.library_ref import resolve_library
 
-    library = load_library(path)
+    library = resolve_library(str(spec)).library
+    accepted = [b for b in library.biases if b.validation is not None and b.validation.accepted]
+    if not accepted:
+        raise DataError(f"{spec}: the library holds no validated (accepted) bias to bound with")
+    return accepted
+
+
+def _library_effects(biases: list[Bias]) -> dict[str, tuple[float, tuple[float, float] | None]]:
     effects: dict[str, tuple[float, tuple[float, float] | None]] = {}
-    for bias in library.biases:
+    for bias in biases:
         v = bias.validation
-        if v is None or not v.accepted:
-            continue
+        assert v is not None
         ci = None if v.effect.ci_low is None or v.effect.ci_high is None else (v.effect.ci_low, v.effect.ci_high)
         effects[bias.id] = (v.effect.delta, ci)
-    if not effects:
-        raise DataError(f"{path}: the library holds no validated (accepted) bias to bound with")
     return effects
+
+
+def _checker_flags(
+    data: CorrectionInput,
+    opts: CorrectOptions,
+    biases: list[Bias],
+    roles: ModelRoles,
+    progress: ProgressFactory | None,
+    warn: WarningHandler,
+) -> tuple[list[TraitFlags], CheckerCalls | None]:
+    """Flag the validated biases no `flags` column gives with the checker model; the usable
+    flags join `data.flags` (covariates and gap), every flag stays on its items (the bound)."""
+    from ..progress import progress_or_quiet
+
+    todo = [b for b in biases if b.id not in data.flags]
+    if opts.checker_model is None or not todo:
+        return [], None
+    sides = 1 if data.mode == "pointwise" else 2
+    total = sides * len(todo) * sum(1 for i in data.items if i.judge is not None)
+    roles.set_stage(FLAG_STAGE)
+    with progress_or_quiet(progress)(f"flagging traits of {len(todo)} biases", total) as advance:
+        records = ask_checker(
+            roles["checker"],
+            data.items,
+            todo,
+            mode=data.mode,
+            path=str(data.path),
+            model=opts.checker_model,
+            instruction=opts.instruction,
+            seed=opts.seed,
+            progress=advance,
+        )
+    data.flags.extend(usable_flags(data.items, records, taken=[*data.covariates, *data.flags]))
+    for record in records:
+        if not record.used:
+            warn(f"bias {record.bias}: the checker's flags are not adjusted for: {record.note}")
+    usage = roles.take_usage(FLAG_STAGE).get("checker")
+    spent = roles.budget.spend().get("checker", Spend()) if roles.budget is not None else Spend()
+    calls = CheckerCalls(
+        model=opts.checker_model,
+        requests=usage.requests if usage is not None else 0,
+        cached=usage.cached if usage is not None else 0,
+        paid=spent,
+        max_calls=opts.checker_max_calls,
+    )
+    return records, calls
 
 
 def correct(
@@ -132,20 +204,29 @@ def correct(
     *,
     progress: ProgressFactory | None = None,
     on_warning: WarningHandler | None = None,
+    engines: Mapping[str, Engine] | None = None,
     **overrides: Any,
 ) -> CorrectOutput:
     """Correct the judge's aggregate in `path` with the human labels it carries or `labels`
     (``correct("log.csv", columns="pair_id=id,verdict=v,order=o", labels="human.csv")``).
-    Raises BiasDiscoveryError subclasses naming the file, line and field; writes nothing then."""
+    `engines`: ready engines by role, ``target`` (the scoring `model`) and ``checker`` (tests;
+    not closed here). Raises BiasDiscoveryError subclasses naming the file, line and field
+    (`BudgetReached` past `checker_max_calls`); writes nothing then."""
     opts = CorrectOptions.with_overrides(options, overrides)
     warn = on_warning or python_warning
     out_dir = Path(opts.out) if opts.out is not None else None
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise OutputError(f"`out` {out_dir} exists and is not a directory")
+    if opts.checker_model is not None and opts.bias_library is None:
+        raise DataError("`checker_model` flags the validated biases of `bias_library`: give the library (or run)")
     data = _read(Path(path), opts)
-    _score_with_model(data, opts, progress)
+    biases = _validated_biases(Path(opts.bias_library)) if opts.bias_library is not None else []
+    with _roles(opts, engines) as roles:
+        _score_with_model(data, opts, roles, progress)
+        trait_flags, checker_calls = _checker_flags(data, opts, biases, roles, progress, warn)
     need_labels = not opts.plan and opts.bias_library is None
     report = correct_input(data, confidence=opts.confidence, need_labels=need_labels)
+    report.trait_flags, report.checker_calls = trait_flags, checker_calls
     if opts.plan:
         report.plan = plan_labels(
             data,
@@ -155,7 +236,7 @@ def correct(
             seed=opts.seed,
         )
     if opts.bias_library is not None:
-        report.bias_bound = bias_bound(data.items, _library_effects(Path(opts.bias_library)), opts.confidence)
+        report.bias_bound = bias_bound(data.items, _library_effects(biases), opts.confidence)
     if report.n_without_judge:
         warn(f"{report.n_without_judge} item(s) have no valid judge value and are left out of every estimate")
     if out_dir is not None:

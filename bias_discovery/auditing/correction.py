@@ -11,6 +11,7 @@ it fails.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -28,10 +29,12 @@ from ..stats import (
     judge_only_mean,
     labels_for_width,
     labels_only_mean,
+    mean_t_interval,
     ppi_covariate_mean,
     ppi_mean,
     wilson_interval,
 )
+from .correction_flags import CheckerCalls, TraitFlags
 from .correction_inputs import CorrectionInput, Item
 
 __all__ = [
@@ -103,13 +106,14 @@ class BiasBoundRow(BaseModel):
     effect_ci: tuple[float, float] | None
     """The effect's interval as validated (None: the library has none)."""
     share: float
-    """Share of the items flagged as carrying the trait."""
+    """Share of the items flagged as carrying the trait (pairwise flags of the checker, A's
+    trait minus B's: their mean, the share where only A carries it minus where only B does)."""
     share_ci: tuple[float, float]
-    """Wilson interval of the share."""
+    """Wilson interval of the share (of a mean of -1/0/1 flags: Student-t)."""
     n: int
     """Items flagged or not."""
     n_flagged: int
-    """Items flagged."""
+    """Items flagged (pairwise checker flags: items where one response carries the trait and the other not)."""
     bound: float
     """effect x share: the aggregate's expected shift from this bias."""
     bound_ci: tuple[float, float] | None
@@ -141,13 +145,18 @@ class CorrectionReport(BaseModel):
     estimates: list[CorrectedEstimate] = Field(default_factory=list)
     """judge_only, labels_only, ppi++ and, with covariates, ppi++_covariates."""
     covariates: list[str] = Field(default_factory=list)
-    """The covariates of ppi++_covariates."""
+    """The covariates of ppi++_covariates: the covariate columns, then the bias flags."""
     groups: list[GroupResult] = Field(default_factory=list)
     """One per model, when the input names them."""
     differences: list[GroupDifference] = Field(default_factory=list)
     """X minus Y for every two models."""
     flags: list[str] = Field(default_factory=list)
-    """The per-bias flag columns of the gap regression."""
+    """The per-bias flags of the gap regression and the covariates: the user's flag columns,
+    then the checker's usable flags."""
+    trait_flags: list[TraitFlags] = Field(default_factory=list)
+    """The biases the checker model flagged, each with its counts and whether it was used."""
+    checker_calls: CheckerCalls | None = None
+    """What the checker's flags cost."""
     gap: list[GapCoefficient] = Field(default_factory=list)
     """The judge-minus-human gap on the labelled items regressed on the flags."""
     plan: PlanRecord | None = None
@@ -193,21 +202,31 @@ def _check_covariates(items: Sequence[Item], names: Sequence[str], path: str) ->
 
 
 def _covariate_estimate(items: Sequence[Item], names: Sequence[str], confidence: float) -> CorrectedEstimate:
+    """ppi++_covariates on `names`: covariate columns or bias flags."""
     import numpy as np
+
+    def row(item: Item) -> list[float]:
+        return [item.covariates[n] if n in item.covariates else item.flags[n] for n in names]
 
     labelled, unlabelled = _split(items)
     if len(labelled) <= len(names) + 1:
         raise DataError(
             f"{len(names)} covariate(s) need more than {len(names) + 1} labelled items, got {len(labelled)}"
         )
-    return ppi_covariate_mean(
-        [float(i.label) for i in labelled if i.label is not None],
-        [float(i.judge) for i in labelled if i.judge is not None],
-        np.array([[i.covariates[n] for n in names] for i in labelled]),
-        [float(i.judge) for i in unlabelled if i.judge is not None],
-        np.array([[i.covariates[n] for n in names] for i in unlabelled]),
-        confidence,
-    )
+    try:
+        return ppi_covariate_mean(
+            [float(i.label) for i in labelled if i.label is not None],
+            [float(i.judge) for i in labelled if i.judge is not None],
+            np.array([row(i) for i in labelled]),
+            [float(i.judge) for i in unlabelled if i.judge is not None],
+            np.array([row(i) for i in unlabelled]),
+            confidence,
+        )
+    except np.linalg.LinAlgError:
+        raise DataError(
+            f"the covariates {', '.join(names)} are collinear on the {len(labelled)} labelled items "
+            "(one is a combination of the others): drop one"
+        ) from None
 
 
 def _groups(items: Sequence[Item], confidence: float) -> tuple[list[GroupResult], list[GroupDifference]]:
@@ -279,16 +298,16 @@ def correct_input(data: CorrectionInput, *, confidence: float = 0.95, need_label
         n_items=len(items),
         n_labelled=len(labelled),
         n_without_judge=dropped,
-        covariates=list(data.covariates),
+        covariates=[*data.covariates, *data.flags],
         flags=list(data.flags),
     )
     if len(labelled) >= 2 and unlabelled:
         report.estimates = _estimates(items, confidence)
-        if data.covariates:
-            report.estimates.append(_covariate_estimate(items, data.covariates, confidence))
-        report.groups, report.differences = _groups(items, confidence)
-        if data.flags:
+        if data.flags:  # first: it names a flag constant on the labelled items
             report.gap = _gap(items, data.flags, confidence, path)
+        if report.covariates:
+            report.estimates.append(_covariate_estimate(items, report.covariates, confidence))
+        report.groups, report.differences = _groups(items, confidence)
     else:
         report.estimates = _estimates(items, confidence)
     return report
@@ -347,9 +366,16 @@ def bias_bound(
     for bias, (effect, effect_ci) in effects.items():
         flagged = [i.flags[bias] for i in items if bias in i.flags]
         if not flagged:
-            raise DataError(f"bias {bias!r}: no item carries its flag column")
-        k, n = int(sum(flagged)), len(flagged)
-        low, high = wilson_interval(k, n, confidence)
+            raise DataError(f"bias {bias!r}: no item carries its flag column (or a checker model's flag)")
+        n = len(flagged)
+        if min(flagged) < 0:  # pairwise checker flags, A's trait minus B's: the share is their mean
+            k = sum(1 for f in flagged if f != 0)
+            share = math.fsum(flagged) / n
+            low, high = mean_t_interval(flagged, confidence, bounds=(-1.0, 1.0))
+        else:
+            k = int(sum(flagged))
+            share = k / n
+            low, high = wilson_interval(k, n, confidence)
         bound_ci = None
         if effect_ci is not None:
             corners = [e * s for e in effect_ci for s in (low, high)]
@@ -359,11 +385,11 @@ def bias_bound(
                 bias=bias,
                 effect=effect,
                 effect_ci=effect_ci,
-                share=k / n,
+                share=share,
                 share_ci=(low, high),
                 n=n,
                 n_flagged=k,
-                bound=effect * k / n,
+                bound=effect * share,
                 bound_ci=bound_ci,
             )
         )

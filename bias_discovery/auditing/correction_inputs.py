@@ -50,8 +50,12 @@ class Item:
     group: str | None = None
     text: str | None = None
     question: str | None = None
+    texts: tuple[str, str] | None = None
+    """Pairwise: responses A and B as the log holds them (what the checker model flags)."""
     covariates: dict[str, float] = field(default_factory=dict)
     flags: dict[str, float] = field(default_factory=dict)
+    """Per bias: 0/1, the item carries its trait; from the checker model on a pairwise item,
+    A's trait minus B's (-1, 0 or 1)."""
 
 
 @dataclass
@@ -249,7 +253,7 @@ def pairwise_items(
     and the flags are read from each pair's first row."""
     log = read_log(path, columns)
     values = _pair_values(log)
-    items = [Item(item_id=p.pair_id, judge=v) for p, v in zip(log.pairs, values)]
+    items = [Item(item_id=p.pair_id, judge=v, texts=p.texts) for p, v in zip(log.pairs, values)]
     for item, pair in zip(items, log.pairs):
         if "length" in covariates and pair.lengths is not None:
             item.covariates["length"] = float(pair.lengths[0] - pair.lengths[1])

@@ -13,7 +13,8 @@ from rich.table import Table
 
 from ..errors import BiasDiscoveryError
 from ..settings.correct import CorrectOptions
-from ._common import app, console, fail, options_error, warn
+from ._common import app, console, err_console, fail, options_error, warn
+from ._exit_codes import ExitCode
 from ._options import CACHE, NO_CACHE, OVERWRITE, QUIET, flag, option
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def _print(report: CorrectionReport) -> None:
     for diff in report.differences:
         rows = [(_NAMES[m], e) for m, e in zip(diff.of, diff.estimates)]
         console.print(_table(f"{diff.x} minus {diff.y}", rows, report.confidence))
+    _print_trait_flags(report)
     for g in report.gap:
         console.print(
             f"gap ~ {escape(g.name)}: {g.estimate:+.3f} ({report.confidence:.0%} CI {g.ci_low:+.3f} to "
@@ -90,6 +92,25 @@ def _print(report: CorrectionReport) -> None:
         console.print(escape(report.assumption), highlight=False)
 
 
+def _print_trait_flags(report: CorrectionReport) -> None:
+    for f in report.trait_flags:
+        used = "adjusted for" if f.used else f"not adjusted for: {f.note}"
+        invalid = f", {f.n_invalid} invalid" if f.n_invalid else ""
+        console.print(
+            f"flag {escape(f.bias)} ({escape(f.model)}): {f.n_carrying} of {f.n_responses} responses carry "
+            f"the trait{invalid}; {escape(used)}",
+            highlight=False,
+        )
+    calls = report.checker_calls
+    if calls is not None:
+        bound = "" if calls.max_calls is None else f" (budget {calls.max_calls} paid calls)"
+        console.print(
+            f"checker {escape(calls.model)}: {calls.requests} requests, {calls.cached} from the call cache, "
+            f"paid {calls.paid.text()}{bound}",
+            highlight=False,
+        )
+
+
 @app.command()
 def correct(
     log: Path = _LOG,
@@ -106,6 +127,8 @@ def correct(
     target_width: float = option(_CO, "target_width"),
     assumed_correlation: float | None = option(_CO, "assumed_correlation"),
     bias_library: Path | None = option(_CO, "bias_library"),
+    checker_model: str | None = option(_CO, "checker_model"),
+    checker_max_calls: int | None = option(_CO, "checker_max_calls"),
     seed: int = option(_CO, "seed"),
     model: str | None = option(_CO, "model"),
     rubric: Path | None = option(_CO, "rubric"),
@@ -120,8 +143,10 @@ def correct(
 
     Prints the judge-only, labels-only and PPI++ estimates with their CIs and n (per model and
     X minus Y with a group column; covariate-adjusted with --covariates; the gap per bias with
-    --flags). --plan: the labels a CI width needs and which items to label. Writes correct.json
-    and correct.html to --out."""
+    --flags, or with --checker-model flagging the validated biases of --bias-library). --plan:
+    the labels a CI width needs and which items to label. Writes correct.json and correct.html
+    to --out."""
+    from ..api import BudgetReached
     from ..api import correct as run_correct
     from ..progress import progress_bar
 
@@ -141,6 +166,8 @@ def correct(
                 target_width=target_width,
                 assumed_correlation=assumed_correlation,
                 bias_library=bias_library,
+                checker_model=checker_model,
+                checker_max_calls=checker_max_calls,
                 seed=seed,
                 model=model,
                 rubric=rubric,
@@ -154,6 +181,9 @@ def correct(
         fail(options_error(exc))
     try:
         output = run_correct(log, options, progress=None if quiet else progress_bar, on_warning=warn)
+    except BudgetReached as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}; nothing written", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.BUDGET) from None
     except BiasDiscoveryError as exc:
         fail(str(exc))
     _print(output.report)

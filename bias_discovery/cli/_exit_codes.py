@@ -62,10 +62,12 @@ EXIT_CODES: tuple[ExitCodeDoc, ...] = (
     ExitCodeDoc(
         ExitCode.BUDGET,
         "budget reached",
-        "`run`, `resume`",
+        "`run`, `resume`, `correct`",
         "The run stopped before a request that would have passed a limit of `budget` (calls, tokens or "
         'dollars). Nothing is half-written; `status` says "stopped: budget reached" with the spend, and '
-        "`resume` with a larger budget (`--set budget.max_usd=...`) continues it, paying no call twice.",
+        "`resume` with a larger budget (`--set budget.max_usd=...`) continues it, paying no call twice. "
+        "`correct` stops before a checker call past `--checker-max-calls` and writes nothing; the calls "
+        "made stay in the call cache.",
     ),
     ExitCodeDoc(
         ExitCode.INTERRUPTED,

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from ..auditing.correction import CorrectionReport
 from ..io import atomic_write_text
 from ..stats import CorrectedEstimate
 from .plots import _RC, _to_uri
 
-__all__ = ["estimates_plot", "is_correction_dir", "render_correction", "write_correction_report"]
+__all__ = ["correction_view", "estimates_plot", "is_correction_dir", "render_correction", "write_correction_report"]
 
 _NAMES = {
     "judge_only": "judge only",
@@ -66,8 +67,30 @@ def _estimate_table(estimates: Sequence[CorrectedEstimate], confidence: float) -
     return f"<table>{head}{body}</table>"
 
 
+def _trait_flags(report: CorrectionReport) -> list[str]:
+    """Which responses the checker model said carry each bias's trait, and what that cost."""
+    if not report.trait_flags:
+        return []
+    parts = ["<h2>Trait flags from the checker model</h2><table><tr><th>bias</th><th>model</th>"]
+    parts.append("<th>carry the trait</th><th>invalid</th><th>adjusted for</th></tr>")
+    for f in report.trait_flags:
+        used = "yes" if f.used else f"no: {f.note}"
+        parts.append(
+            f"<tr><td>{escape(f.bias)}</td><td>{escape(f.model)}</td><td>{f.n_carrying}/{f.n_responses}</td>"
+            f"<td>{f.n_invalid}</td><td>{escape(used)}</td></tr>"
+        )
+    parts.append("</table>")
+    calls = report.checker_calls
+    if calls is not None:
+        parts.append(
+            f"<p>{calls.requests} yes/no requests, {calls.cached} answered by the call cache; paid "
+            f"{escape(calls.paid.text())}.</p>"
+        )
+    return parts
+
+
 def _sections(report: CorrectionReport) -> list[str]:
-    parts = []
+    parts = _trait_flags(report)
     for group in report.groups:
         parts.append(f"<h3>{escape(group.group)} ({group.n_items} items)</h3>")
         parts.append(_estimate_table(group.estimates, report.confidence))
@@ -104,6 +127,44 @@ def _sections(report: CorrectionReport) -> list[str]:
             )
         parts.append("</table>")
     return parts
+
+
+def correction_view(name: str, report: CorrectionReport) -> dict[str, Any]:
+    """One correction as a section of the run's report (the template escapes every value):
+    its estimates plotted and tabled, the checker's trait flags and the gap."""
+    rows = [(_NAMES[e.method], e) for e in report.estimates]
+    return {
+        "name": name,
+        "quantity": report.quantity,
+        "log": report.log,
+        "n_items": report.n_items,
+        "n_labelled": report.n_labelled,
+        "confidence": f"{report.confidence:.0%}",
+        "plot_uri": estimates_plot(rows, report.quantity) if rows else None,
+        "estimates": [
+            {
+                "name": label,
+                "value": f"{e.estimate:.4f}",
+                "ci": f"{e.ci_low:.4f} to {e.ci_high:.4f}",
+                "n": _n(e),
+                "lam": "" if e.lam is None else f"{e.lam:.2f}",
+            }
+            for label, e in rows
+        ],
+        "trait_flags": [
+            {
+                "bias": f.bias,
+                "carrying": f"{f.n_carrying}/{f.n_responses}",
+                "used": "yes" if f.used else f"no: {f.note}",
+            }
+            for f in report.trait_flags
+        ],
+        "gap": [
+            {"name": g.name, "value": f"{g.estimate:+.4f}", "ci": f"{g.ci_low:+.4f} to {g.ci_high:+.4f}", "n": g.n}
+            for g in report.gap
+        ],
+        "assumption": report.assumption,
+    }
 
 
 def render_correction(report: CorrectionReport) -> str:

@@ -20,7 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel
 
-from ..errors import ConfigError
+from ..auditing.correction import CorrectionReport
+from ..errors import BiasDiscoveryError, ConfigError
 from ..library import (
     Bias,
     BiasLibrary,
@@ -29,7 +30,7 @@ from ..library import (
     RewriteEffect,
     diff_libraries,
 )
-from ..run import RunDir, RunState, ValidationReport, effective_status, summarize_events
+from ..run import JsonArtifact, RunDir, RunState, ValidationReport, effective_status, summarize_events
 from ..run.library_ref import LibraryRef, require_run_like
 from ..run.reviews import Review
 from ..stats import Measure
@@ -477,6 +478,8 @@ class RunData:
     problems: list[str] = field(default_factory=list)
     """What could not be read and was left out (a garbled line, with its file and line number):
     the report says so instead of quietly showing less."""
+    corrections: list[tuple[str, CorrectionReport]] = field(default_factory=list)
+    """The run's corrected scores (``corrections/NAME/correct.json``, `correct --out`), by NAME."""
 
     @property
     def name(self) -> str:
@@ -590,4 +593,16 @@ def collect_run(root: Path | str) -> RunData:
         last_event_time=events[-1].get("time") if events else None,
         status=effective_status(state.status if state else None, rd.liveness()),
         problems=problems,
+        corrections=_corrections(rd, problems),
     )
+
+
+def _corrections(rd: RunDir, problems: list[str]) -> list[tuple[str, CorrectionReport]]:
+    """The `correct --out RUN_DIR/corrections/NAME` records; one that does not read is a problem."""
+    found = []
+    for path in sorted(rd.corrections_path.glob("*/correct.json")):
+        try:
+            found.append((path.parent.name, JsonArtifact(path, CorrectionReport).read()))
+        except BiasDiscoveryError as exc:
+            problems.append(f"{exc}; this correction is not shown")
+    return found

@@ -25,6 +25,7 @@ from ..io import atomic_write_text
 from ..library import Bias, RewriteEffect
 from ..pages import MISSING, page_template
 from ..run import RunDir, ValidationReport
+from .correction import correction_view
 from .data import RunData, bias_row, collect_run
 from .evidence import DEFAULT_EXAMPLES, BiasDetail, EvidenceReader, bias_detail, word_diff
 from .plots import ForestRow, biases_per_iteration_plot, delta_forest_plot
@@ -458,7 +459,8 @@ def render_run(
     """The HTML page for collected run data (`live`: add the viewer's reload poller, and its
     `review_form`)."""
     return _template().render(
-        **build_context(run, live=live, version=version, examples=examples, review_form=review_form)
+        **build_context(run, live=live, version=version, examples=examples, review_form=review_form),
+        corrections=[correction_view(name, record) for name, record in run.corrections],
     )
 
 

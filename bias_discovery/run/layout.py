@@ -155,4 +155,10 @@ def run_files() -> list[RunFile]:
             None,
             "The report (`bias-discovery report`, `load_run(...).report_path`): one self-contained page that fetches nothing.",
         ),
+        RunFile(
+            "corrections/NAME/correct.json",
+            "JSON",
+            None,
+            "Present when you put them there: a judge's scores corrected with human labels and this run's biases (`bias-discovery correct --bias-library RUN_DIR --out RUN_DIR/corrections/NAME`, its `CorrectionReport`, with correct.html beside it); the report shows each as a section.",
+        ),
     ]

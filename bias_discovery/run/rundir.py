@@ -195,6 +195,8 @@ class RunDir:
     report_path = property(lambda self: self.root / "report.html")
     lock_path = property(lambda self: self.root / "lock.json")
     pilot_path = property(lambda self: self.root / "pilot.json")
+    corrections_path = property(lambda self: self.root / "corrections")
+    """``corrections/NAME/``: `correct --out` folders the report shows (their correct.json)."""
 
     def bias_page_path(self, bias_id: str) -> Path:
         """``bias-ID.html``: the page of one bias (`bias-discovery report --bias ID`)."""

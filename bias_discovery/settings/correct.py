@@ -54,8 +54,17 @@ class CorrectOptions(OperationOptions):
     assumed_correlation: float | None = Field(default=None, gt=-1.0, lt=1.0)
     """`plan`: the judge-human correlation to plan with when there is no pilot of 10 labels."""
     bias_library: Path | None = None
-    """A library (library.json of a run) whose validated biases bound the aggregate's shift
-    without labels; each bias needs a `flags` column named as its id."""
+    """A library (a run directory, `RUN_DIR@N`, or a library file) whose validated biases bound
+    the aggregate's shift without labels; each bias needs a `flags` column named as its id, or
+    `checker_model` to flag it."""
+    checker_model: str | None = None
+    """The model that flags, for each validated bias of `bias_library` without a `flags` column,
+    whether a response carries its trait: one constrained yes/no call per response and bias,
+    through the call cache (a second run asks nothing). Its flags feed the covariates, the gap
+    regression and the bound."""
+    checker_max_calls: int | None = Field(default=None, ge=0)
+    """The checker's budget: calls the call cache cannot answer. Past it `correct` stops before
+    the next call and writes nothing (the calls made stay cached, a rerun pays only the rest)."""
     seed: int = DEFAULT_SEED
     """The seed of the plan's sample and of the judge model's sampling."""
     model: str | None = None
