@@ -150,8 +150,11 @@ fi
 # The smoke check: grammar-constrained, multi-token completions in one batch on the embedded
 # engine (and llama.cpp, when installed) and one embedding, each in a child process, so an
 # engine that crashes on this CPU is named here (engine, signal, remedy) and not at the first
-# judge call of a run.
-if [ "$extras" != "gpu" ]; then
+# judge call of a run. With --test the suite runs this same check
+# (tests/test_smoke.py, both engines' crash reports included), so set-up does not pay it twice.
+if [ "$with_test" = 1 ]; then
+  echo "setup.sh: the smoke check of the engine and the embedder is left to the tests (tests/test_smoke.py)" >&2
+elif [ "$extras" != "gpu" ]; then
   echo "setup.sh: checking the embedded engine and the embedder on this CPU ..." >&2
   smoke_engines=(--engine hf)
   if [ "$with_llamacpp" = 1 ]; then smoke_engines+=(--engine llamacpp); fi
