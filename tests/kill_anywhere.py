@@ -10,6 +10,11 @@ it wrote its config.yaml started nothing: it is run again, as its error message 
 computes (`RunDir.outputs()`: every file but the logs, the lock and the SQLite files, with the
 `cached` flags of calls and the run's timings dropped) must equal the reference's, byte for byte,
 and no command may print a traceback.
+
+Given a `cli_forks.ForkServer`, the commands are forked from an interpreter that has done the
+CLI's imports once (most of a fresh process's CPU on these small runs); the reference run and
+the first-second kills (which land in the imports) still start fresh interpreters, so the
+forked sessions are compared with a process of another hash seed.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cli_forks import ForkServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,7 +174,24 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
 
-def _kill_after(process: subprocess.Popen[str], delay: float) -> tuple[bool, str]:
+def _start(args: list[str], env: dict[str, str], forks: ForkServer | None) -> Any:
+    """`bias-discovery ARGS`, forked by `forks` when given, else in a fresh interpreter (a
+    `Popen` either way, as far as the trials use one)."""
+    return forks.spawn(args) if forks is not None else _spawn(_command(*args), env)
+
+
+def _finish(args: list[str], env: dict[str, str], forks: ForkServer | None) -> tuple[int, str, str]:
+    """`bias-discovery ARGS` to its end: (exit code, stdout, stderr)."""
+    process = _start(args, env, forks)
+    try:
+        out, err = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return int(process.returncode), out, err
+
+
+def _kill_after(process: Any, delay: float) -> tuple[bool, str]:
     """SIGKILL `process` after `delay` seconds unless it ends first; (killed, output)."""
     try:
         out, err = process.communicate(timeout=delay)
@@ -188,17 +213,18 @@ def run_trial(
     max_resume_kills: int = 2,
     max_resumes: int = 8,
     env: dict[str, str] | None = None,
+    forks: ForkServer | None = None,
 ) -> Trial:
-    """One trial: run, killed at a random moment, resumed until finished, compared."""
+    """One trial: run, killed at a random moment, resumed until finished, compared. With
+    `forks`, `wall` is a forked run's, and every command but a first-second kill's is forked."""
     rng = random.Random(seed)
     full_env = {**os.environ, **(env or {})}
     # one trial in four kills in the first second (start-up: imports, config, lock, first
     # checkpoint), the rest anywhere in the run
     first_second = seed % 4 == 0
     trial = Trial(seed=seed, kill_at=round(rng.uniform(0.0, min(1.0, wall) if first_second else wall), 3))
-    killed, output = _kill_after(
-        _spawn(_command("run", str(config), "--run-dir", str(run_dir), "--quiet"), full_env), trial.kill_at
-    )
+    run_args = ["run", str(config), "--run-dir", str(run_dir), "--quiet"]
+    killed, output = _kill_after(_start(run_args, full_env, None if first_second else forks), trial.kill_at)
     trial.kills += killed
     if "Traceback" in output:
         trial.tracebacks.append(output[-3000:])
@@ -210,7 +236,7 @@ def run_trial(
         # killed before it wrote its config (in its imports): nothing was started, so the user runs it again
         started = (run_dir / "config.yaml").is_file()
         again = ("resume", str(run_dir)) if started else ("run", str(config), "--run-dir", str(run_dir))
-        process = _spawn(_command(*again, "--quiet"), full_env)
+        process = _start([*again, "--quiet"], full_env, forks)
         if resume_kills < max_resume_kills and rng.random() < resume_kill_share:
             killed, output = _kill_after(process, rng.uniform(0.0, wall))
             resume_kills += killed
@@ -232,20 +258,17 @@ def run_trial(
     return trial
 
 
-def reference_run(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
-    """An uninterrupted run: its artifacts and its wall time."""
+def reference_run(
+    config: Path, run_dir: Path, env: dict[str, str] | None = None, forks: ForkServer | None = None
+) -> tuple[dict[str, Any], float]:
+    """An uninterrupted run (forked by `forks` when given): its artifacts and its wall time."""
     started = time.monotonic()
-    result = subprocess.run(
-        _command("run", str(config), "--run-dir", str(run_dir), "--quiet"),
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=REPO,
-        timeout=900,
+    code, out, err = _finish(
+        ["run", str(config), "--run-dir", str(run_dir), "--quiet"], {**os.environ, **(env or {})}, forks
     )
     wall = time.monotonic() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"the reference run exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    if code != 0:
+        raise RuntimeError(f"the reference run exited {code}:\n{out}\n{err}")
     return artifacts(run_dir), wall
 
 
@@ -324,6 +347,7 @@ def budget_trial(
     seed: int,
     max_stops: int = 3,
     env: dict[str, str] | None = None,
+    forks: ForkServer | None = None,
 ) -> BudgetTrial:
     """A run with a budget drawn uniformly below what the whole run pays (`totals`: the reference
     run's spend), stopped by it (exit 4), resumed with a larger budget drawn above the last, up to
@@ -338,28 +362,19 @@ def budget_trial(
         last = session == max_stops
         value = "null" if last else (str(int(budget)) if kind != "max_usd" else f"{budget:.9f}")
         trial.budgets.append(budget if not last else float("inf"))
-        result = subprocess.run(
-            _command(*args, "--quiet", "--set", f"budget.{kind}={value}"),
-            capture_output=True,
-            text=True,
-            env=full_env,
-            cwd=REPO,
-            timeout=900,
-        )
-        output = result.stdout + result.stderr
+        code, out, err = _finish([*args, "--quiet", "--set", f"budget.{kind}={value}"], full_env, forks)
+        output = out + err
         if "Traceback" in output:
             trial.tracebacks.append(output[-3000:])
-        if result.returncode == 0:
+        if code == 0:
             trial.finished = True
             break
-        if result.returncode != 4:
-            trial.failures.append(f"rc {result.returncode}: {output.strip().splitlines()[-1:]}")
+        if code != 4:
+            trial.failures.append(f"rc {code}: {output.strip().splitlines()[-1:]}")
             break
         trial.stops += 1
-        status = subprocess.run(
-            _command("status", str(run_dir)), capture_output=True, text=True, env=full_env, cwd=REPO
-        )
-        trial.status_lines.append(" ".join(status.stdout.split())[:400])
+        _, status, _ = _finish(["status", str(run_dir)], full_env, forks)
+        trial.status_lines.append(" ".join(status.split())[:400])
         args = ["resume", str(run_dir)]
         budget = budget + rng.uniform(0.0, totals[kind] - budget) if budget < totals[kind] else budget * 1.5
     if trial.finished:
@@ -445,7 +460,7 @@ def _same(a: dict[str, float], b: dict[str, float]) -> bool:
     )
 
 
-def _wait_for(condition: Any, timeout: float, process: subprocess.Popen[str] | None = None) -> bool:
+def _wait_for(condition: Any, timeout: float, process: Any = None) -> bool:
     """Poll `condition` until it holds (True), `process` ends, or `timeout` passes (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -466,6 +481,7 @@ def spend_kill_trial(
     seed: int,
     max_kills: int = 2,
     env: dict[str, str] | None = None,
+    forks: ForkServer | None = None,
 ) -> SpendKillTrial:
     """A run with a budget of a random kind drawn below what the whole run pays (`totals`),
     SIGKILLed after the stub's k-th answered call (k drawn at random; the stub withholds every
@@ -495,7 +511,7 @@ def spend_kill_trial(
         most = int(totals["max_calls"] * budget / totals[kind] * 0.6) if kind == "max_calls" else 3
         k = rng.randint(1, max(1, most))
         control(base_url, k if kill else None)
-        process = _spawn(_command(*args, "--quiet", "--set", f"budget.{kind}={value}"), full_env)
+        process = _start([*args, "--quiet", "--set", f"budget.{kind}={value}"], full_env, forks)
         target = before + k
         reached = kill and _wait_for(lambda: stats(base_url)["requests"] >= target, 120.0, process)  # noqa: B023
         if reached and process.poll() is None:

@@ -7,7 +7,9 @@ budget), checks that `status` says "stopped: budget reached", resumes with a lar
 above the last (up to 2 stops), then without one. Every artifact must equal the unstopped run's,
 no call may be paid twice (the cache's `paid` column, and the run's spend equals the unstopped
 run's), and no command may print a traceback. A few trials per order here;
-`benchmarks/budget_anywhere.py` runs 20 or more.
+`benchmarks/budget_anywhere.py` runs 20 or more. The sessions and `status` are forked from an
+interpreter that has done the CLI's imports once (`cli_forks`: processes of their own, most of
+whose CPU was the imports); the unstopped reference run is a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_forks import ForkServer
 from kill_anywhere import REPO, budget_summary_line, budget_trial, reference_run, run_spend, stub_config
 
 from stub_openai import launch
@@ -32,10 +35,16 @@ def stub_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def forks() -> Iterator[ForkServer]:
+    with ForkServer(FAKE_EMBEDDINGS) as server:
+        yield server
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pipeline", ["streamed", "staged"])
 def test_runs_stopped_at_random_budgets_resume_to_the_unstopped_runs_artifacts(
-    pipeline: str, stub_url: str, tmp_path: Path
+    pipeline: str, stub_url: str, forks: ForkServer, tmp_path: Path
 ) -> None:
     config = stub_config(tmp_path / "config.yaml", stub_url, pipeline=pipeline, n_target=8, n_test=20, priced=True)
     reference, _ = reference_run(config, tmp_path / "reference", env=FAKE_EMBEDDINGS)
@@ -45,7 +54,7 @@ def test_runs_stopped_at_random_budgets_resume_to_the_unstopped_runs_artifacts(
     for i in range(TRIALS_PER_ORDER):
         seed = 1000 * (pipeline == "staged") + i
         trial = budget_trial(
-            config, tmp_path / f"trial{i}", reference, totals, seed=seed, max_stops=2, env=FAKE_EMBEDDINGS
+            config, tmp_path / f"trial{i}", reference, totals, seed=seed, max_stops=2, env=FAKE_EMBEDDINGS, forks=forks
         )
         trials.append(trial)
         shutil.rmtree(tmp_path / f"trial{i}", ignore_errors=True)

@@ -6,7 +6,10 @@ tokens and dollars the stub answered, and those must fit the budget (no request 
 flight here: a withheld request was never answered, so the cap holds exactly). The constraint
 probes are off: a probe is paid outside the run's meters and budget (a few one-token calls per
 session), so it is no call of the run's.
-`tests/kill_anywhere.py` has the machinery (`spend_kill_trial`)."""
+`tests/kill_anywhere.py` has the machinery (`spend_kill_trial`). Every session is a real process
+killed by a real SIGKILL, forked from an interpreter that has done the CLI's imports once
+(`cli_forks`): the kills land at events of the run, never in its imports, which were most of
+each session's CPU."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_forks import ForkServer
 from kill_anywhere import REPO, reference_run, run_spend, spend_kill_summary_line, spend_kill_trial, stub_config
 
 from stub_openai import launch
@@ -26,7 +30,7 @@ TRIALS = int(os.environ.get("BIAS_DISCOVERY_SPEND_KILL_TRIALS", "20"))
 
 @pytest.mark.slow
 def test_spend_booked_after_every_kill_and_resume_equals_the_calls_the_server_answered(tmp_path: Path) -> None:
-    with launch(0.0) as (url, _):
+    with launch(0.0) as (url, _), ForkServer(FAKE_EMBEDDINGS) as forks:
         configs = {
             pipeline: stub_config(
                 tmp_path / pipeline / "config.yaml",
@@ -42,14 +46,16 @@ def test_spend_booked_after_every_kill_and_resume_equals_the_calls_the_server_an
         }
         totals = {}
         for pipeline, config in configs.items():
-            reference_run(config, tmp_path / pipeline / "reference", env=FAKE_EMBEDDINGS)
+            reference_run(config, tmp_path / pipeline / "reference", env=FAKE_EMBEDDINGS, forks=forks)
             totals[pipeline] = run_spend(tmp_path / pipeline / "reference")
         trials = []
         bad = 0
         for i in range(TRIALS):
             pipeline = ("streamed", "staged")[i % 2]
             run_dir = tmp_path / f"trial{i}"
-            trial = spend_kill_trial(configs[pipeline], run_dir, url, totals[pipeline], seed=i, env=FAKE_EMBEDDINGS)
+            trial = spend_kill_trial(
+                configs[pipeline], run_dir, url, totals[pipeline], seed=i, env=FAKE_EMBEDDINGS, forks=forks
+            )
             trials.append(trial)
             shutil.rmtree(run_dir, ignore_errors=True)
             bad += not trial.ok

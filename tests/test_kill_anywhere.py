@@ -11,7 +11,9 @@ left: killed before the first checkpoint; killed after a node finished and befor
 checkpointed (LangGraph's `next` was empty, and resume exited 0 without running anything); a
 write cut between its temporary file and the rename. The child processes use a bag-of-words
 sentence-transformers (tests/fake_sentence_transformers): loading torch would be most of each
-process's time.
+process's time. The commands are forked from an interpreter that has done the CLI's imports once
+(`cli_forks`), each a process of its own killed by a real SIGKILL; the reference runs and the
+first-second kills, which land in the imports, start fresh interpreters.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import ForkServer
 from kill_anywhere import REPO, artifacts, reference_run, run_trial, stub_config, summary_line
 
 from stub_openai import launch
@@ -44,6 +46,12 @@ def stub_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def forks() -> Iterator[ForkServer]:
+    with ForkServer(FAKE_EMBEDDINGS) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def references(
     stub_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Path, dict[str, Any], float]]:
@@ -57,15 +65,31 @@ def references(
     return out
 
 
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "bias_discovery.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **FAKE_EMBEDDINGS},
-        cwd=REPO,
-        timeout=600,
-    )
+@pytest.fixture(scope="module")
+def forked_walls(
+    references: dict[str, tuple[Path, dict[str, Any], float]],
+    forks: ForkServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, float]:
+    """Per order: the wall time of a forked run (the kills are drawn over it), which must leave
+    the fresh interpreter's artifacts."""
+    walls = {}
+    for pipeline, (config, reference, _) in references.items():
+        forked, walls[pipeline] = reference_run(
+            config, tmp_path_factory.mktemp(f"forked-{pipeline}") / "run", env=FAKE_EMBEDDINGS, forks=forks
+        )
+        assert forked == reference, f"a forked {pipeline} run differs from a fresh interpreter's"
+    return walls
+
+
+def _cli(forks: ForkServer, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`bias-discovery ARGS` in a forked process: its exit code, stdout, stderr."""
+    process = forks.spawn(list(args))
+    try:
+        out, err = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    result = subprocess.CompletedProcess(process.args, int(process.returncode), out, err)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -74,9 +98,14 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("pipeline", ["streamed", "staged"])
 def test_random_kills_always_resume_to_the_uninterrupted_runs_artifacts(
-    pipeline: str, references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
+    pipeline: str,
+    references: dict[str, tuple[Path, dict[str, Any], float]],
+    forked_walls: dict[str, float],
+    forks: ForkServer,
+    tmp_path: Path,
 ) -> None:
-    config, reference, wall = references[pipeline]
+    config, reference, _ = references[pipeline]
+    wall = forked_walls[pipeline]
     trials, kills = [], 0
     for seed in range(MAX_TRIALS):
         if kills >= MIN_KILLS_PER_ORDER:
@@ -88,6 +117,7 @@ def test_random_kills_always_resume_to_the_uninterrupted_runs_artifacts(
             seed=1000 * (pipeline == "staged") + seed,
             wall=wall,
             env=FAKE_EMBEDDINGS,
+            forks=forks,
         )
         trials.append(trial)
         kills += trial.kills
@@ -107,7 +137,7 @@ def _finished_copy(
 
 @pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
-    references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
+    references: dict[str, tuple[Path, dict[str, Any], float]], forks: ForkServer, tmp_path: Path
 ) -> None:
     """Killed after config.yaml (and an empty checkpoint database) but before anything else:
     every resume used to fail with "no bias library saved in this run yet"."""
@@ -118,14 +148,14 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
         shutil.copy(reference_dir / "config.yaml", run_dir / "config.yaml")
         if "checkpoints.sqlite" in keep:
             sqlite3.connect(run_dir / "checkpoints.sqlite").close()
-        status = _cli("status", str(run_dir))
+        status = _cli(forks, "status", str(run_dir))
         assert f"stopped at the start, resume with: bias-discovery resume {run_dir}" in status.stdout
-        shown = _cli("library", "show", str(run_dir), check=False)  # no library yet: the remedy, not a traceback
+        shown = _cli(forks, "library", "show", str(run_dir), check=False)  # no library yet: the remedy, not a traceback
         assert shown.returncode == 2 and "Traceback" not in shown.stdout + shown.stderr
         assert f"bias-discovery resume {run_dir}` starts it from the beginning" in " ".join(shown.stderr.split())
-        report = _cli("report", str(run_dir), "--out", str(tmp_path / f"{name}.html"), check=False)
+        report = _cli(forks, "report", str(run_dir), "--out", str(tmp_path / f"{name}.html"), check=False)
         assert "Traceback" not in report.stdout + report.stderr
-        resumed = _cli("resume", str(run_dir), "--quiet")
+        resumed = _cli(forks, "resume", str(run_dir), "--quiet")
         assert "finished; stop reason: no candidates" in resumed.stdout
         assert artifacts(run_dir) == reference
         events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -133,7 +163,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_beginning(
 
 
 def test_a_node_done_but_its_step_not_checkpointed_resumes_at_the_next_node(
-    references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
+    references: dict[str, tuple[Path, dict[str, Any], float]], forks: ForkServer, tmp_path: Path
 ) -> None:
     """The state the review found after a kill in iteration 1's merge: the last checkpoint holds
     a finished node's writes and nothing after. LangGraph's `next` is then empty, and resume
@@ -170,7 +200,7 @@ def test_a_node_done_but_its_step_not_checkpointed_resumes_at_the_next_node(
     snapshot = _snapshot(run_dir)
     assert snapshot.next == () and snapshot.tasks, "not the state the review found"
     assert resume_point(snapshot) == "step"
-    resumed = _cli("resume", str(run_dir), "--quiet")
+    resumed = _cli(forks, "resume", str(run_dir), "--quiet")
     assert "finished; stop reason: no candidates" in resumed.stdout
     assert artifacts(run_dir) == reference
     assert THREAD["configurable"]["thread_id"] == "discovery"
@@ -194,7 +224,7 @@ def _snapshot(run_dir: Path) -> Any:
 
 
 def test_a_write_cut_before_its_rename_leaves_nothing_behind_after_resume(
-    references: dict[str, tuple[Path, dict[str, Any], float]], tmp_path: Path
+    references: dict[str, tuple[Path, dict[str, Any], float]], forks: ForkServer, tmp_path: Path
 ) -> None:
     """SIGKILL between an atomic write's temporary file and its rename left `.NAME.XXXX.tmp`
     files in the run; resume removes them (and says so in events.jsonl)."""
@@ -203,7 +233,7 @@ def test_a_write_cut_before_its_rename_leaves_nothing_behind_after_resume(
     shutil.copytree(reference_dir, run_dir)
     (run_dir / "iter_001" / ".merges.jsonl.u00gw2mw.tmp").write_text('{"half": ')
     (run_dir / "library" / ".latest.json.ozvs5y9f.tmp").write_text("")
-    _cli("resume", str(run_dir), "--quiet")
+    _cli(forks, "resume", str(run_dir), "--quiet")
     assert artifacts(run_dir) == reference
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     removed = next(e for e in events if e["event"] == "removed_partial_files")
