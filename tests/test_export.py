@@ -972,12 +972,16 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
 @pytest.mark.model
 @pytest.mark.slow
 def test_real_dpo_export_loads(small_real_run: Path, tmp_path: Path):
+    """`export dpo` on a copy of the shared real run: what it writes loads (in this process: the
+    model's imports are paid once per test process, not once per command)."""
     import datasets
 
     run = tmp_path / "run"
     shutil.copytree(small_real_run, run)
     out = tmp_path / "dpo"
-    cli("export", "dpo", str(run), "--data", "demo", "--limit", "5", "--out", str(out), "--quiet", *_biases_args(run))
+    cli_in_process(
+        "export", "dpo", str(run), "--data", "demo", "--limit", "5", "--out", str(out), "--quiet", *_biases_args(run)
+    )
     stats = json.loads((out / "stats.json").read_text())
     c = stats["counts"]
     print("real DPO counts:", json.dumps(c))
