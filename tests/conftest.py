@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli, free_port, llama_cpp_server, unwritable_dir  # noqa: F401 (re-exported for tests)
+from helpers import (  # noqa: F401 (re-exported for tests)
+    REPO,
+    SMALL_RUN_OVERRIDES,
+    cli,
+    free_port,
+    link_built_models,
+    llama_cpp_server,
+    unwritable_dir,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -19,10 +27,14 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # One-off commands (`judge`) cache calls under $BIAS_DISCOVERY_CACHE_DIR: keep the tests'
-# calls out of the user's ~/.cache, and start every session with an empty cache.
+# calls out of the user's ~/.cache, and start every session with an empty cache. The hf/
+# engine builds the Hugging Face-format SmolLM2 there too: the machine's build is linked in
+# (helpers.link_built_models), not rebuilt by every session (and every xdist worker).
 import tempfile  # noqa: E402
 
-os.environ["BIAS_DISCOVERY_CACHE_DIR"] = tempfile.mkdtemp(prefix="bias-discovery-test-cache-")
+os.environ["BIAS_DISCOVERY_CACHE_DIR"] = str(
+    link_built_models(Path(tempfile.mkdtemp(prefix="bias-discovery-test-cache-")))
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -26,6 +26,23 @@ def model_cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "bias-discovery"
 
 
+def link_built_models(cache_dir: Path) -> Path:
+    """Make `cache_dir` (a fresh $BIAS_DISCOVERY_CACHE_DIR) see the Hugging Face-format SmolLM2
+    builds of `model_cache_dir()` through symlinks, and return it. The hf/ engine builds the
+    model under $BIAS_DISCOVERY_CACHE_DIR when it is not there (30-50 s of CPU, 260 MB): a fresh
+    call cache per session or per test would pay that every time. Only complete builds are
+    linked (`smollm2_hf.is_complete`); where there is none yet, the engine builds its own."""
+    from bias_discovery.smollm2_hf import is_complete
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    built = model_cache_dir()
+    for model_dir in sorted(built.glob("smollm2-*-hf-*")) if built.resolve() != cache_dir.resolve() else []:
+        link = cache_dir / model_dir.name
+        if is_complete(model_dir) and not link.exists():
+            link.symlink_to(model_dir, target_is_directory=True)
+    return cache_dir
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -40,7 +40,7 @@ from bias_discovery.stages.rewrite_checks import count_tokens
 from bias_discovery.stats import CONDITIONAL, Effect, PairedComparison, wilson_interval
 
 from fakes import MARKER, ScriptedEngine
-from helpers import cli
+from helpers import cli, cli_in_process, link_built_models
 
 # --------------------------------------------------------------------------------------------
 # A scripted world
@@ -961,9 +961,10 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
         empty = datasets.Dataset(pq.read_table(out / "data.parquet"))
         assert len(empty) == 0 and "response_A" in empty.column_names
 
-    # A re-run is answered from the run's call cache: no new calls, the same result.
+    # A re-run is answered from the run's call cache: no new calls, the same result (in this
+    # process: what is asserted is the cache and the files, not the command's process).
     entries = _cache_entries(run)
-    cli(*args, "--overwrite")
+    cli_in_process(*args, "--overwrite")
     assert _cache_entries(run) == entries
     assert json.loads((out / "stats.json").read_text())["counts"] == c
 
@@ -971,12 +972,16 @@ def test_real_pro_set_builds_counts_and_loads(small_real_run: Path, tmp_path: Pa
 @pytest.mark.model
 @pytest.mark.slow
 def test_real_dpo_export_loads(small_real_run: Path, tmp_path: Path):
+    """`export dpo` on a copy of the shared real run: what it writes loads (in this process: the
+    model's imports are paid once per test process, not once per command)."""
     import datasets
 
     run = tmp_path / "run"
     shutil.copytree(small_real_run, run)
     out = tmp_path / "dpo"
-    cli("export", "dpo", str(run), "--data", "demo", "--limit", "5", "--out", str(out), "--quiet", *_biases_args(run))
+    cli_in_process(
+        "export", "dpo", str(run), "--data", "demo", "--limit", "5", "--out", str(out), "--quiet", *_biases_args(run)
+    )
     stats = json.loads((out / "stats.json").read_text())
     c = stats["counts"]
     print("real DPO counts:", json.dumps(c))
@@ -990,8 +995,10 @@ def test_real_dpo_export_loads(small_real_run: Path, tmp_path: Path):
 
 @pytest.mark.model
 def test_judge_compare_prints_both_sets(fake_pro: Path, tmp_path: Path, smollm2_gguf_path: Path):
+    """`judge --compare` on the embedded model: what it writes and prints (in this process: the
+    model's imports are paid once per test process, not once per command)."""
     out = tmp_path / "judge"
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         "hf/smollm2",
@@ -1004,7 +1011,7 @@ def test_judge_compare_prints_both_sets(fake_pro: Path, tmp_path: Path, smollm2_
         str(out),
         "--compare",
         str(fake_pro),
-        env={"BIAS_DISCOVERY_CACHE_DIR": str(tmp_path / "cache")},
+        env={"BIAS_DISCOVERY_CACHE_DIR": str(link_built_models(tmp_path / "cache"))},  # a call cache of its own
     )
     report = json.loads((out / "compare.json").read_text())
     assert report["model"] == "hf/smollm2"

@@ -17,7 +17,7 @@ import pytest
 
 from bias_discovery.run import RunDir
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli, sigkill_when
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli, cli_in_process, sigkill_when
 
 pytestmark = pytest.mark.model
 
@@ -140,17 +140,18 @@ def test_real_run_has_a_placebo_answer_checks_and_power(small_real_run: Path):
 def test_replicate_on_the_real_run(small_real_run: Path, tmp_path: Path):
     """`replicate RUN --seed 7 --out DIR` on the embedded model, on a copy of the run (its call
     cache takes the new calls): the accepted biases (often none with SmolLM2), then a seed
-    bias named explicitly, on 3 test pairs, with fresh sampled rewrites."""
+    bias named explicitly, on 3 test pairs, with fresh sampled rewrites. In this process: the
+    assertions read what the command wrote and printed, and the model's imports are paid once."""
     copy = tmp_path / "run"
     shutil.copytree(small_real_run, copy)
-    result = cli("replicate", str(copy), "--seed", "7", "--out", str(tmp_path / "rep"), "--quiet")
+    result = cli_in_process("replicate", str(copy), "--seed", "7", "--out", str(tmp_path / "rep"), "--quiet")
     data = json.loads((tmp_path / "rep" / "replication.json").read_text())
     assert data["seed"] == 7 and data["run_seed"] == 42 and "reproduction_rate" in data
     accepted = [b for b in RunDir(copy).library.load_latest().biases if b.origin.kind == "discovered"]
     assert data["n_replicated"] == len(accepted) == len(data["biases"])
     assert ("nothing to replicate" in result.stdout) == (not accepted)
 
-    result = cli(
+    result = cli_in_process(
         "replicate",
         str(copy),
         "--seed",
@@ -281,7 +282,7 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     judge.verdict: score replicates the seed Authority Bias on 3 test pairs: the verdict tokens'
     probabilities arrive, every comparison is on P(rejected) (the paired t-test), and the
     effect and smallest detectable Δ are in probability points, whichever of the teacher's
-    rewrites are valid in this CPU's dtype."""
+    rewrites are valid in this CPU's dtype. In this process, as `test_replicate_on_the_real_run`."""
     import yaml
 
     copy = tmp_path / "run"
@@ -289,7 +290,7 @@ def test_score_verdicts_validate_on_the_real_model(small_real_run: Path, tmp_pat
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["judge"]["verdict"] = "score"
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    result = cli(
+    result = cli_in_process(
         "replicate",
         str(copy),
         "--seed",
@@ -342,6 +343,7 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
     from bias_discovery.data.loaders import load_pairs
     from bias_discovery.judging import JudgeSettings, judge_pairs
     from bias_discovery.library import Bias, BiasOrigin
+    from bias_discovery.llm.cache import CachedEngine
     from bias_discovery.llm.registry import make_engine
     from bias_discovery.stages.family import FamilySettings
     from bias_discovery.stages.validate import ValidationModels, ValidationSetup, validate_biases
@@ -382,10 +384,15 @@ def test_the_held_out_round_rewrites_and_checks_with_the_real_model(tmp_path: Pa
         manifestations=["As leading experts confirm, ..."],
         origin=BiasOrigin(kind="discovered", iteration=1),
     )
+    cache = tmp_path / "calls.sqlite"
+    loaded = make_engine("hf/smollm2", cache_path=cache)
+    assert isinstance(loaded, CachedEngine)
     records = []
-    for _ in range(2):
-        teacher = make_engine("hf/smollm2", cache_path=tmp_path / "calls.sqlite")
+    for rerun in (False, True):
+        # the rerun opens the call cache anew on the same file, around the model already loaded
+        teacher = CachedEngine(loaded.engine, cache) if rerun else loaded
         out = validate_biases(ValidationModels(teacher, target, checker=teacher), [bias], pairs, baseline, setup)
+        teacher.flush()
         records.append((out.records[0], teacher))
     (record, first), (again, second) = records
     assert record.stop == "efficacy" and record.stopped_at == 8 and out.candidates[0].validation.accepted

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import cli
+from helpers import cli_in_process
 
 
 @pytest.mark.model
@@ -17,7 +17,9 @@ def test_a_matrix_with_a_pairwise_and_a_pointwise_judge_runs_on_the_embedded_mod
     smollm2_gguf_path: Path, tmp_path: Path
 ):
     """3 demo pairs, one bias; SmolLM2 writes the rewrites (bias and placebo) and judges twice:
-    picking one of two (one order per pair) and scoring each response alone on 1-10."""
+    picking one of two (one order per pair) and scoring each response alone on 1-10. In this
+    process: the assertions read what the command wrote and printed, and the model's imports
+    are paid once per test process."""
     config = tmp_path / "mixed.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -40,7 +42,7 @@ def test_a_matrix_with_a_pairwise_and_a_pointwise_judge_runs_on_the_embedded_mod
         )
     )
     out = tmp_path / "m"
-    result = cli("matrix", str(config), "--out", str(out), "--quiet")
+    result = cli_in_process("matrix", str(config), "--out", str(out), "--quiet")
     data = json.loads((out / "matrix.json").read_text())
     cells = {c["judge"]: c for c in data["cells"]}
     assert set(cells) == {"picker", "scorer"} and data["n_test"] == 3

@@ -24,7 +24,7 @@ from bias_discovery.run import RunDir, summarize_events
 from bias_discovery.run.rundir import PILOT_FILES
 
 from fakes import BagOfWordsEmbedder, ScriptedEngine, authority_world, null_world
-from helpers import REPO, cli
+from helpers import REPO, cli, cli_in_process
 
 PILOT = 6
 
@@ -141,11 +141,14 @@ def requests_by_stage(run_dir: Path) -> dict[str, tuple[int, int]]:
 @pytest.mark.model
 def test_check_pilot_on_the_quick_start_and_the_run_reuses_its_calls(tmp_path: Path) -> None:
     """The pilot takes 3 of the run's 4 target pairs: the run answers their calls from the cache
-    and pays for the fourth pair's."""
+    and pays for the fourth pair's. Both commands in this process (what is asserted is what they
+    print and the calls they pay): the model's imports are paid once, not once per command."""
     run_dir = tmp_path / "run"
     small = ["--set", "data.target_limit=4", "--set", "data.test_limit=6"]
     env = {"COLUMNS": "220"}
-    result = cli("check", "experiments/quickstart-cpu.yaml", *small, "--pilot", "3", "--run-dir", str(run_dir), env=env)
+    result = cli_in_process(
+        "check", "experiments/quickstart-cpu.yaml", *small, "--pilot", "3", "--run-dir", str(run_dir), env=env
+    )
     out = " ".join(result.stdout.split())
     assert "pilot (3 target pairs, 6 test pairs):" in out and "figures, measured by the pilot or assumed:" in out
     assert "perturbed target pairs misjudged (measured: " in out and "of 3 perturbed target pairs, Wilson 95% CI" in out
@@ -153,7 +156,9 @@ def test_check_pilot_on_the_quick_start_and_the_run_reuses_its_calls(tmp_path: P
     pilot = PilotRecord.model_validate_json((run_dir / "pilot.json").read_text())
     assert pilot.misjudged.n == 3 and len(pilot.pairs) == 3 and sum(s.calls for s in pilot.spend.values()) > 0
     assert RunDir(run_dir).holds_only_pilot()
-    run = cli("run", "experiments/quickstart-cpu.yaml", *small, "--run-dir", str(run_dir), "--quiet", env=env)
+    run = cli_in_process(
+        "run", "experiments/quickstart-cpu.yaml", *small, "--run-dir", str(run_dir), "--quiet", env=env
+    )
     assert "Traceback" not in run.stderr
     assert paid_twice(run_dir) == 0
     by_stage = requests_by_stage(run_dir)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import cli
+from helpers import cli, cli_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,9 @@ def _model_spec() -> str:
 
 @pytest.mark.model
 def test_the_embedded_model_scores_with_constrained_scores(tmp_path: Path, smollm2_gguf_path):
-    result = cli(
+    """What `judge --mode pointwise` writes and prints on the embedded model (in this process:
+    the model's imports are paid once per test process, not once per command)."""
+    result = cli_in_process(
         "judge",
         "--model",
         _model_spec(),
