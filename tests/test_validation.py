@@ -543,7 +543,7 @@ def test_the_stop_reason_says_what_the_test_could_have_detected(tmp_path):
 def test_report_and_library_show_give_both_comparisons_the_placebo_and_the_power(tmp_path):
     from bias_discovery.report import render_report
 
-    from helpers import cli
+    from helpers import cli_in_process as cli  # `library show`'s output: in this process
 
     config = make_config(
         tmp_path,
@@ -592,7 +592,7 @@ def test_report_and_library_show_give_a_rejected_candidate_the_effect_its_looks_
     bound, beside the smallest detectable Δ, instead of the interval."""
     from bias_discovery.formatting import excluded_above, excluded_clause, pp
 
-    from helpers import cli
+    from helpers import cli_in_process as cli  # `library show`'s output: in this process
 
     config = make_config(tmp_path, max_iterations=1, data=_data(tmp_path, 12, 60))
     rd, _, _ = run_fake(tmp_path, config, engine=ScriptedEngine(rewrite_world))
@@ -632,7 +632,7 @@ def test_score_verdicts_find_a_bias_the_choice_verdicts_cannot_see(tmp_path):
     confirmed (no verdict ever changes), with score verdicts Authority Bias is, against the
     placebo, with its ΔP(rejected), honest effect and MDE in probability points."""
     from fakes import quiet_authority_p_a, quiet_authority_world
-    from helpers import cli
+    from helpers import cli_in_process as cli  # `library show`'s output: in this process
 
     results = {}
     for verdict in ("choice", "score"):
