@@ -33,10 +33,14 @@ def engine():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module", params=["bfloat16", "float32"])
-def engine_in_each_dtype(request):  # type: ignore[no-untyped-def]
+def engine_in_each_dtype(request, engine):  # type: ignore[no-untyped-def]
     """The engine forced to each dtype the CPUs we run on pick, so both paths run on every CPU:
-    an AVX2-only CPU emulates bf16 (slowly, but correctly) and a bf16 CPU still computes fp32."""
-    pytest.importorskip("xgrammar")
+    an AVX2-only CPU emulates bf16 (slowly, but correctly) and a bf16 CPU still computes fp32.
+    The dtype this CPU picks by itself is the module's `engine`, already loaded: the same
+    weights in the same dtype, not loaded a second time."""
+    if engine.dtype == request.param:
+        yield engine
+        return
     from bias_discovery.llm.hf import TransformersEngine
 
     eng = TransformersEngine(ModelConfig.from_spec("hf/smollm2", dtype=request.param))
