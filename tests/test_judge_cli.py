@@ -240,13 +240,15 @@ def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: s
 def test_prompt_and_reasoning_cap_options_with_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     cache = ["--cache", str(tmp_path / "calls.sqlite")]
     common = ["judge", "--model", "hf/smollm2", "--data", "demo:test", "--limit", "2", *cache]
-    cli_in_process(*common, "--no-reasoning-cap", "--max-tokens", "128", "--out", str(tmp_path / "free"))
+    free = ["--no-reasoning-cap", "--max-tokens", "128"]
+    cli_in_process(*common, *free, "--out", str(tmp_path / "free"))
     judgments, summary = read_outputs(tmp_path / "free")
     assert summary["n_judgments"] == 4
     for j in judgments:  # finished outputs follow the format; only a cut one is invalid
         assert (j["verdict"] in ("A", "B")) if j["invalid_reason"] is None else j["invalid_reason"] == "truncated"
     assert all(j["raw_output"].startswith("Reasoning: ") for j in judgments)
-    cli_in_process(*common, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
+    # the same call but for the prompt: only the template tells the two apart in the cache
+    cli_in_process(*common, *free, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
     _, mitigated = read_outputs(tmp_path / "mitigated")
     assert mitigated["prompt"] == "judge_pairwise_mitigated" and mitigated["n_judgments"] == 4
     assert mitigated["cached_calls"] == 0  # another prompt is another request, never a cached answer
