@@ -25,7 +25,7 @@ from bias_discovery.report.audit import render_audit, write_audit_report
 from bias_discovery.run import RunDir
 
 from fakes import MARKER, ScriptedEngine, _responses, authority_world
-from helpers import cli
+from helpers import cli, cli_in_process
 
 DOMAINS = ["math", "code"]
 
@@ -462,7 +462,7 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     """SmolLM2 as judge and teacher: position and length built-ins and one seed bias, with the
     swap mitigation, then the HTML report (in Chromium where it is installed)."""
     out = tmp_path / "audit"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--model",
         "hf/smollm2",
@@ -503,7 +503,7 @@ def test_real_audit_of_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     seed_bias = next(b for b in data["biases"] if b["id"] == "authority-bias")
     assert seed_bias["n_items"] + seed_bias["n_perturb_invalid"] == 4
     assert data["teacher"] == "hf/smollm2" and data["calls"]["teacher"] == 4
-    cli("report", str(out))
+    cli_in_process("report", str(out))
     html = (out / "report.html").read_text()
     assert 'id="bias-authority-bias"' in html and "hf/smollm2" in html
     if CHROMIUM.exists():

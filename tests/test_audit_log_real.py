@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import REPO, cli
+from helpers import REPO, cli_in_process
 
 
 def quickstart_judge() -> str:
@@ -29,7 +29,7 @@ def test_from_log_agrees_with_the_live_audit_and_score_verdicts_are_calibrated(t
     judgments.jsonl, with no model, gives the same position figures (value, n and CI) and the
     same calibration."""
     live = tmp_path / "live"
-    cli(
+    cli_in_process(
         "audit",
         "--model",
         quickstart_judge(),
@@ -53,7 +53,7 @@ def test_from_log_agrees_with_the_live_audit_and_score_verdicts_are_calibrated(t
         str(live),
     )
     from_log = tmp_path / "from_log"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--from-log",
         str(live / "judgments.jsonl"),
@@ -82,7 +82,7 @@ def test_from_log_agrees_with_the_live_audit_and_score_verdicts_are_calibrated(t
         log_record["calibration"]["ece"] == pytest.approx(cal["ece"])
         and log_record["from_log"]["format"] == "judgments"
     )
-    cli("report", str(live))
+    cli_in_process("report", str(live))
     html = (live / "report.html").read_text()
     assert "calibration: ECE" in html and 'alt="reliability diagram' in html
 
@@ -91,7 +91,7 @@ def test_from_log_agrees_with_the_live_audit_and_score_verdicts_are_calibrated(t
 def test_judge_with_score_verdicts_reports_calibration(tmp_path: Path, smollm2_gguf_path):
     """`judge --verdict score` on 4 demo pairs in both orders: ECE and Brier with their CIs."""
     out = tmp_path / "judge"
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         quickstart_judge(),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_pointwise_real import _model_spec
 
-from helpers import cli
+from helpers import cli_in_process
 
 
 @pytest.mark.model
@@ -19,7 +19,7 @@ def test_audit_of_the_embedded_model_as_a_pointwise_judge(tmp_path: Path, smollm
     (no teacher), 1-10 scale, score only: 3 x (chosen + original twice + 3 paddings + 1 probe)
     = 21 calls. What SmolLM2's scores do is measured, not assumed: the test checks the record."""
     out = tmp_path / "audit"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--model",
         _model_spec(),

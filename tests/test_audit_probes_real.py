@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_audit_log_real import quickstart_judge
 
-from helpers import SHARED_DATA, cli
+from helpers import SHARED_DATA, cli_in_process
 
 
 def shortest_cross_pairs(path: Path, questions: int = 2) -> Path:
@@ -54,7 +54,7 @@ def test_injection_probe_and_self_preference_on_judgebench_cross_pairs(tmp_path:
         pytest.skip(f"no JudgeBench copy in {SHARED_DATA} (set BIAS_DISCOVERY_TEST_DATA_DIR)")
     data = shortest_cross_pairs(tmp_path / "cross.jsonl")
     out = tmp_path / "audit"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--model",
         quickstart_judge(),
@@ -100,7 +100,7 @@ def test_prompt_sensitivity_of_the_embedded_judge(tmp_path: Path, smollm2_gguf_p
     """The quick start's judge on 4 demo pairs under its default template and the mitigated
     one (28 calls): how often the verdict changes with the template, against its repeat noise."""
     out = tmp_path / "audit"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--model",
         quickstart_judge(),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SHARED_DATA, cli, free_port, shared_data
+from helpers import SHARED_DATA, cli, cli_in_process, free_port, shared_data
 
 
 def read_outputs(out: Path) -> tuple[list[dict], dict]:
@@ -33,7 +33,7 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
         "--cache",
         str(cache),
     ]
-    first = cli(*args, "--out", str(tmp_path / "a"))
+    first = cli_in_process(*args, "--out", str(tmp_path / "a"))
     judgments, summary = read_outputs(tmp_path / "a")
     assert len(judgments) == 8 and summary["n_pairs"] == 4 and summary["n_judgments"] == 8
     assert {j["order"] for j in judgments} == {"chosen_first", "rejected_first"}
@@ -52,7 +52,7 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
     assert summary["judgebench_ties"] == sum(v == 0 for v in votes.values())
     assert "JudgeBench score" in first.stdout and "net vote over both orders" in " ".join(first.stdout.split())
 
-    cli(*args, "--out", str(tmp_path / "b"))
+    cli_in_process(*args, "--out", str(tmp_path / "b"))
     judgments_b, summary_b = read_outputs(tmp_path / "b")
     assert summary_b["cached_calls"] == 8  # the second identical run sent no request
     assert [j["raw_output"] for j in judgments_b] == [j["raw_output"] for j in judgments]
@@ -60,7 +60,7 @@ def test_embedded_model_judges_demo_pairs_and_cache_makes_rerun_free(tmp_path: P
 
 @pytest.mark.model
 def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path):
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         "hf/smollm2",
@@ -86,7 +86,7 @@ def test_score_verdicts_from_the_command_line(tmp_path: Path, smollm2_gguf_path)
 
 @pytest.mark.model
 def test_embedded_model_with_ties_and_the_swap_mitigation(tmp_path: Path, smollm2_gguf_path):
-    cli(
+    cli_in_process(
         "judge",
         "--model",
         "hf/smollm2",
@@ -174,7 +174,7 @@ def test_judgebench_from_the_data_dir(tmp_path: Path, smollm2_gguf_path):
         "--out",
         str(tmp_path / "jb"),
     ]
-    result = cli(*args)
+    result = cli_in_process(*args)
     assert "skipped 1 row of judgebench (the rows of a published benchmark" in " ".join(result.stderr.split())
     judgments, summary = read_outputs(tmp_path / "jb")
     assert summary["n_pairs"] == 3 and len(judgments) == 3 and "judgebench" in summary["data"]
@@ -189,7 +189,7 @@ def test_a_field_too_long_for_the_context_says_so_on_screen(tmp_path: Path, smol
     data = tmp_path / "big.jsonl"
     big = ("The quick brown fox jumps over the lazy dog. " * 70000)[:3_000_000]
     data.write_text(json.dumps({"question": "Which is right?", "chosen": "4", "rejected": big}) + "\n")
-    result = cli(
+    result = cli_in_process(
         "judge",
         "--model",
         "hf/smollm2",
@@ -240,13 +240,15 @@ def test_judging_through_a_real_llama_cpp_server(tmp_path: Path, llama_server: s
 def test_prompt_and_reasoning_cap_options_with_the_embedded_model(tmp_path: Path, smollm2_gguf_path):
     cache = ["--cache", str(tmp_path / "calls.sqlite")]
     common = ["judge", "--model", "hf/smollm2", "--data", "demo:test", "--limit", "2", *cache]
-    cli(*common, "--no-reasoning-cap", "--max-tokens", "128", "--out", str(tmp_path / "free"))
+    free = ["--no-reasoning-cap", "--max-tokens", "128"]
+    cli_in_process(*common, *free, "--out", str(tmp_path / "free"))
     judgments, summary = read_outputs(tmp_path / "free")
     assert summary["n_judgments"] == 4
     for j in judgments:  # finished outputs follow the format; only a cut one is invalid
         assert (j["verdict"] in ("A", "B")) if j["invalid_reason"] is None else j["invalid_reason"] == "truncated"
     assert all(j["raw_output"].startswith("Reasoning: ") for j in judgments)
-    cli(*common, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
+    # the same call but for the prompt: only the template tells the two apart in the cache
+    cli_in_process(*common, *free, "--prompt", "judge_pairwise_mitigated", "--out", str(tmp_path / "mitigated"))
     _, mitigated = read_outputs(tmp_path / "mitigated")
     assert mitigated["prompt"] == "judge_pairwise_mitigated" and mitigated["n_judgments"] == 4
     assert mitigated["cached_calls"] == 0  # another prompt is another request, never a cached answer

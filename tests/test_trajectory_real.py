@@ -13,7 +13,7 @@ from bias_discovery.data import load_pairs
 from bias_discovery.data.pairs import PreferencePair
 from bias_discovery.judging import JudgeSettings, judge_pairs
 
-from helpers import cli, shared_data
+from helpers import cli_in_process, shared_data
 
 SHORTEST = ("taubench-airline-43", "taubench-airline-44")
 """The two τ-bench pairs whose pairwise judge prompt is shortest (about 3,500 SmolLM2 tokens)."""
@@ -66,7 +66,7 @@ def test_audit_of_taubench_with_agent6_on_the_embedded_model(tmp_path: Path) -> 
     appended. What SmolLM2 writes is measured, not assumed: the record's structure is checked
     (a rewrite it cuts at the token budget is invalid and counted)."""
     out = tmp_path / "audit"
-    result = cli(
+    result = cli_in_process(
         "audit",
         "--model",
         "hf/smollm2",
