@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,8 +51,11 @@ def prompt_of(engine: VLLMEngine, n_tokens: int) -> GenerationRequest:
     return GenerationRequest.chat(" ".join(["a"] * k), max_tokens=8)
 
 
-def test_engine_defaults_reach_the_real_engine(vllm_engine: VLLMEngine) -> None:
-    """Compact JSON everywhere; on a CPU, eager mode and a fixed KV cache (no RAM-fraction check)."""
+def test_engine_defaults_reach_the_real_engine(vllm_engine: VLLMEngine, hf_smollm2_dir: Path) -> None:
+    """Compact JSON everywhere; on a CPU, eager mode and a fixed KV cache (no RAM-fraction check).
+    The engine id is the one the killed worker of test_vllm_runs_real.py wrote in its call
+    cache, so that test's scripted rerun keys its calls as a rerun on this engine would."""
+    assert vllm_engine.engine_id == f"vllm/{hf_smollm2_dir}"
     config = vllm_engine._llm.llm_engine.vllm_config
     assert config.structured_outputs_config.backend == "xgrammar"
     assert config.structured_outputs_config.disable_any_whitespace is True

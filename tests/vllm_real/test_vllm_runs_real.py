@@ -1,8 +1,9 @@
-"""Whole processes on the real vLLM: a kill mid-batch keeps the finished responses the call cache
-had committed (all but the last 0.2 s of them) and a rerun pays no call twice; a discovery run with
-`vllm/<HF SmolLM2>` as target and teacher finishes the quick-start config. Both start vLLM in a
-process of their own, so they run before the session engine exists (`vllm_subprocess`,
-tests/vllm_real/conftest.py)."""
+"""Whole runs on the real vLLM: a process SIGKILLed mid-batch keeps the finished responses the
+call cache had committed (all but the last 0.2 s of them) and a rerun pays no call twice; a
+discovery run with `vllm/<HF SmolLM2>` as target and teacher finishes the quick-start config.
+The kill needs a vLLM in a process of its own, so it runs before the session engine exists
+(`vllm_subprocess`, tests/vllm_real/conftest.py); the discovery run is the CLI's, in this
+process, on the session engine (the one engine it asks for is that engine's configuration)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ from typing import Any
 
 import pytest
 
+from bias_discovery.llm import registry
+from bias_discovery.llm.base import Engine
 from bias_discovery.llm.cache import CachedEngine
-from bias_discovery.llm.types import GenerationRequest
+from bias_discovery.llm.config import ModelConfig
+from bias_discovery.llm.types import GenerationRequest, GenerationResponse
+from bias_discovery.llm.vllm_engine import VLLMEngine, llm_kwargs
 from bias_discovery.run import RunDir
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, cli
-
-pytestmark = pytest.mark.vllm_subprocess
+from fakes import ScriptedEngine
+from helpers import REPO, SMALL_RUN_OVERRIDES, cli_in_process
 
 N_REQUESTS = 16
 LONGEST_MAX_TOKENS = 768
@@ -73,9 +77,8 @@ def _kill_group(process: subprocess.Popen[Any]) -> None:
     process.wait(timeout=60)
 
 
-def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
-    hf_smollm2_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+@pytest.mark.vllm_subprocess
+def test_a_kill_mid_batch_loses_only_the_requests_in_flight(hf_smollm2_dir: Path, tmp_path: Path) -> None:
     """One batch whose outputs finish over several seconds (max_tokens 8, 16, ... 120, and
     LONGEST_MAX_TOKENS for the last): the process is SIGKILLed once the first response is in
     calls.sqlite. The last request keeps the batch going for hundreds of steps after the first
@@ -114,17 +117,49 @@ def test_a_kill_mid_batch_loses_only_the_requests_in_flight(
     kept = len(_paid(cache))
     assert 1 <= kept < len(requests), kept  # killed mid-batch, the finished responses kept
 
-    # The rerun (in this process, on the session engine: same model, same engine id).
-    engine = request.getfixturevalue("vllm_engine")
-    rerun = CachedEngine(engine, cache)
+    # The rerun: what it pays is the call cache's bookkeeping, keyed by the engine id and the
+    # request, not by the model's words. So it runs on a scripted engine with the id the worker's
+    # real vLLM engine wrote (the session engine's id is the same, test_vllm_engine_real.py
+    # checks it), instead of regenerating the missing requests (up to LONGEST_MAX_TOKENS tokens)
+    # on a second real vLLM.
+    with sqlite3.connect(cache) as conn:
+        [(engine_id,)] = conn.execute("SELECT DISTINCT engine_id FROM calls").fetchall()
+        committed = dict(conn.execute("SELECT key, response FROM calls").fetchall())
+    assert engine_id == f"vllm/{hf_smollm2_dir}"
+    scripted = ScriptedEngine(lambda r: f"rerun of {r.messages[-1].content}", engine_id=engine_id)
+    rerun = CachedEngine(scripted, cache)
     out = rerun.generate(requests)
+    rerun.close()
     assert (rerun.hits, rerun.misses) == (kept, len(requests) - kept)
+    missing = [r for r in requests if r.content_hash(engine_id) not in committed]
+    assert scripted.sent == missing  # only the requests the kill lost are paid again, each once
+    for request, response in zip(requests, out):
+        stored = committed.get(request.content_hash(engine_id))
+        if stored is not None:  # the real vLLM's committed response, as it was written
+            assert response == GenerationResponse.model_validate_json(stored).model_copy(update={"cached": True})
+        else:
+            assert not response.cached and response.text.startswith("rerun of ")
     assert all(r.finish_reason != "error" and r.text for r in out)
     paid = _paid(cache)
     assert len(paid) == len(requests) and max(paid) == 1, "a call was paid twice"
 
 
-def test_a_discovery_run_on_vllm_finishes_the_quickstart_config(hf_smollm2_dir: Path, tmp_path: Path) -> None:
+def test_a_discovery_run_on_vllm_finishes_the_quickstart_config(
+    vllm_engine: VLLMEngine, hf_smollm2_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bias-discovery run` with vLLM as target and teacher. In this process, on the session
+    engine instead of a second vLLM start: the registry hands the run that engine, after checking
+    that the run asked for the very `vllm.LLM(...)` it was started with, and once for both roles."""
+    asked: list[ModelConfig] = []
+    real_engine_class = registry.engine_class
+
+    def session_engine(config: ModelConfig) -> Engine:
+        assert llm_kwargs(config, on_cpu=True) == llm_kwargs(vllm_engine.config, on_cpu=True), config
+        asked.append(config)
+        return vllm_engine
+
+    monkeypatch.setattr(registry, "engine_class", lambda p: session_engine if p == "vllm" else real_engine_class(p))
+    monkeypatch.setattr(vllm_engine, "close", lambda: None)  # the session's engine outlives the run
     run_dir = tmp_path / "run"
     model = f"vllm/{hf_smollm2_dir}"
     args = [
@@ -146,9 +181,9 @@ def test_a_discovery_run_on_vllm_finishes_the_quickstart_config(hf_smollm2_dir: 
     # on vLLM; the full size is the embedded engine's small_real_run (tests/conftest.py).
     for item in [*SMALL_RUN_OVERRIDES, "data.target_limit=4", "data.test_limit=4", "validate.max_candidates=1"]:
         args += ["--set", item]
-    # a hang guard, not a speed claim: 535 s under load 7-22 here, 900 s was hit under load 5-6
-    result = cli(*args, timeout=1800)
+    result = cli_in_process(*args)
     assert "finished" in result.stdout
+    assert len(asked) == 1  # one engine for both roles
     rd = RunDir(run_dir)
     state = rd.read_state()
     assert state.status == "finished" and state.stop_reason

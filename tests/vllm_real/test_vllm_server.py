@@ -35,7 +35,7 @@ from bias_discovery.llm.types import Constraint, GenerationRequest
 from bias_discovery.stages.identify import IDENTIFY_SCHEMA, identify_biases
 from bias_discovery.stages.records import MisjudgedCase
 
-from helpers import REPO, SMALL_RUN_OVERRIDES, VLLM_MAX_MODEL_LEN, cli, free_port
+from helpers import REPO, SMALL_RUN_OVERRIDES, VLLM_MAX_MODEL_LEN, cli_in_process, free_port
 
 pytestmark = pytest.mark.vllm_subprocess  # conftest.py marks the tier `vllm` and skips it without vLLM
 
@@ -252,8 +252,9 @@ def server_config(tmp_path: Path, url: str) -> Path:
 
 
 def test_check_passes_on_the_vllm_server(vllm_server: str, tmp_path: Path) -> None:
-    # judge.reasoning=true makes the verdict format a regex, so all three constraint kinds are probed
-    result = cli(
+    # judge.reasoning=true makes the verdict format a regex, so all three constraint kinds are probed.
+    # In this process: the test reads what `check` prints (the server is the real process here).
+    result = cli_in_process(
         "check",
         str(server_config(tmp_path, vllm_server)),
         "--set",
@@ -280,7 +281,7 @@ def test_a_discovery_run_through_the_vllm_server_finishes_the_quickstart(vllm_se
     # embedded engine's small_real_run.
     for item in [*SMALL_RUN_OVERRIDES, "data.target_limit=4", "data.test_limit=4", "validate.max_candidates=1"]:
         args += ["--set", item]
-    result = cli(*args, timeout=1500)
+    result = cli_in_process(*args)  # the run's own process would add a start-up, not a behaviour
     assert "finished" in result.stdout
     from bias_discovery.run import RunDir
 
