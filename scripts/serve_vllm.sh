@@ -77,6 +77,11 @@ else
   VLLM_CMD=("$PYTHON" -m vllm.entrypoints.openai.api_server)
 fi
 
+# vLLM gives up compiling a request's regex after VLLM_REGEX_COMPILATION_TIMEOUT_S (5 s by
+# default, a guard against a client's adversarial patterns); the loop's bounded verdict regexes
+# took longer than that on a busy CPU and came back as errors. Ours, unless you set it.
+export VLLM_REGEX_COMPILATION_TIMEOUT_S="${VLLM_REGEX_COMPILATION_TIMEOUT_S:-60}"
+
 roles=()
 for role in $SERVE; do
   case "$role" in teacher|target) roles+=("$role") ;; *) echo "SERVE: unknown role '$role' (teacher, target)" >&2; exit 2 ;; esac

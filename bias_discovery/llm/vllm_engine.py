@@ -43,6 +43,7 @@ The request mapping is kept in pure functions that build plain dicts (`llm_kwarg
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -235,7 +236,15 @@ class VLLMAPI(NamedTuple):
     version: str
 
 
+REGEX_COMPILATION_TIMEOUT_S = "60"
+"""vLLM's default for `VLLM_REGEX_COMPILATION_TIMEOUT_S` (5 s, a guard against adversarial
+patterns from a server's clients) fails our own bounded verdict regexes when the CPU is busy:
+compiling `Reasoning: [^\\n]{1,120}...` took longer than 5 s on 2 loaded cores, and the request
+came back as an error. Ours are set here unless the environment sets it."""
+
+
 def _import_vllm() -> VLLMAPI:
+    os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", REGEX_COMPILATION_TIMEOUT_S)
     try:
         import vllm  # type: ignore[import-not-found, unused-ignore]
         from vllm import SamplingParams  # type: ignore[import-not-found, unused-ignore]

@@ -5,6 +5,7 @@ on. The same points run against the real vLLM in tests/vllm_real (`-m vllm`)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
@@ -464,3 +465,18 @@ def test_closing_aborts_submitted_requests_still_running(fake_vllm: None) -> Non
     with pytest.raises(EngineError, match="closed"):
         long.result(timeout=10)
     assert fake.aborted and not fake.has_unfinished_requests()
+
+
+def test_our_regex_compilation_timeout_is_set_unless_the_user_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM gives up compiling a request's regex after VLLM_REGEX_COMPILATION_TIMEOUT_S (5 s by
+    default): the engine sets ours before vLLM is imported (its EngineCore inherits it), and a
+    value in the environment wins."""
+    monkeypatch.setitem(sys.modules, "vllm", None)  # stop at the import: the env is set before it
+    monkeypatch.delenv("VLLM_REGEX_COMPILATION_TIMEOUT_S", raising=False)
+    with pytest.raises(EngineError):
+        VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
+    assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == vllm_engine.REGEX_COMPILATION_TIMEOUT_S == "60"
+    monkeypatch.setenv("VLLM_REGEX_COMPILATION_TIMEOUT_S", "7")
+    with pytest.raises(EngineError):
+        VLLMEngine(ModelConfig.from_spec("vllm/some/model"))
+    assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "7"
