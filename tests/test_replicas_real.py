@@ -39,7 +39,15 @@ def test_a_run_finishes_when_a_replica_dies_mid_run_and_pays_no_call_twice(
         llama_cpp_server(smollm2_gguf_path, log_b) as (url_b, _),
     ):
         raw = yaml.safe_load((REPO / "experiments/quickstart-cpu.yaml").read_text())
-        role = {"provider": "openai", "model": "smollm2", "base_url": [url_a, url_b], "max_retries": 3}
+        # timeout_s: a hang guard, not the subject: at load 14 on 2 cores one rewrite took over
+        # the default 300 s and the run gave up before a replica could be killed
+        role = {
+            "provider": "openai",
+            "model": "smollm2",
+            "base_url": [url_a, url_b],
+            "max_retries": 3,
+            "timeout_s": 900,
+        }
         raw["target"], raw["teacher"] = dict(role), dict(role)
         config = tmp_path / "replicas.yaml"
         config.write_text(yaml.safe_dump(raw))
