@@ -286,11 +286,12 @@ def test_retries_stop_at_one_total_deadline_not_per_attempt(scripted) -> None:  
         EngineError, match=r"within the 2 s deadline .*; \d+ of 11 attempts\): (HTTP 503: overloaded|timed out)"
     ) as info:
         engine.generate([GenerationRequest.chat("x")])
-    # 11 attempts of at least 0.8 s each would need 8.8 s: the one 2 s deadline left room for 3
-    # at most, however slow the machine; the error counts the attempts started, the server saw
-    # each one that reached it
+    # 11 attempts that reach the server take at least 0.8 s each (8.8 s): the one 2 s deadline
+    # left room for 3 of them at most, however slow the machine. The error counts the attempts
+    # started, which may include one that never reached the server (started with a moment of the
+    # deadline left: CI saw 4 started, 3 arrived), so it is bounded by the deadline, not by 3.
     tried = int(str(info.value).split(" of 11 attempts")[0].rsplit(" ", 1)[1])
-    assert 1 <= len(server.posts()) <= tried <= 3, (tried, len(server.posts()))
+    assert 1 <= len(server.posts()) <= 3 and len(server.posts()) <= tried < 11, (tried, len(server.posts()))
     engine.close()
 
 
