@@ -39,7 +39,12 @@ def test_requests_spread_over_replicas_least_loaded_first(scripted) -> None:  # 
     out = engine.generate([GenerationRequest.chat(f"q{i}") for i in range(20)])
     assert [r.text for r in out] == [f"re:q{i}" for i in range(20)]
     assert len(a.posts()) + len(b.posts()) == 20
-    assert min(len(a.posts()), len(b.posts())) >= 5  # both carried a share
+    # Least loaded first, the least recently used on a tie: the first four requests, taken
+    # before any reply, alternate (a "first free" choice would give A q0 and q1). Who carries
+    # the rest depends on which server answers first, so no share is asserted: CI saw B's two
+    # requests outlast A's other 16 on a busy machine.
+    sent_to = {p["messages"][-1]["content"]: name for name, s in (("a", a), ("b", b)) for p in s.posts()}
+    assert [sent_to[f"q{i}"] for i in range(4)] == ["a", "b", "a", "b"], sent_to
     assert engine.engine_id == f"openai/served@{a.base_url},{b.base_url}"
 
 
