@@ -18,7 +18,7 @@ from bias_discovery.api import BudgetReached, correct
 from bias_discovery.auditing.correction_flags import parse_trait
 from bias_discovery.cli import app
 from bias_discovery.errors import DataError
-from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library
+from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, ScoreShift, save_library
 from bias_discovery.llm.cache import CachedEngine
 from bias_discovery.llm.types import GenerationRequest
 
@@ -31,6 +31,8 @@ def _bias(bias_id: str, accepted: bool, definition: str, shows: str) -> Bias:
     validation = BiasValidation(
         n=40, baseline_error=0.2, perturbed_error=0.5, delta=0.3, accepted=accepted, rule="paired"
     )
+    # validated on a pointwise judge of the essays' scale: the shift a mean score's bound takes
+    validation.score_shift = ScoreShift(control="placebo", scale="1-6", n=40, points=0.8, ci_low=0.5, ci_high=1.1)
     return Bias(
         id=bias_id,
         name=bias_id.removeprefix("d1-").title(),
@@ -106,9 +108,10 @@ def test_checker_flags_feed_the_covariates_the_gap_and_the_bound_and_are_cached(
     assert [e.method for e in report.estimates][-1] == "ppi++_covariates"
     gap = {g.name: g for g in report.gap}
     assert gap["d1-authority"].ci_low > 0.3 and gap["d1-authority"].n == 30
-    # the bound: each validated bias's effect times the share the checker flagged
+    # the bound: each validated bias's score shift (points on this scale) times the share flagged
     bound = {b.bias: b for b in report.bias_bound}
     assert bound["d1-authority"].share == pytest.approx(20 / 60) and bound["d1-emoji"].n_flagged == 0
+    assert bound["d1-authority"].bound == pytest.approx(0.8 * 20 / 60)
     assert report.checker_calls is not None
     assert (report.checker_calls.requests, report.checker_calls.cached, report.checker_calls.paid.calls) == (
         120,
@@ -271,3 +274,37 @@ def test_the_runs_report_shows_its_corrections_as_a_section(tmp_path: Path) -> N
     assert "data:image/svg+xml;base64," in section and "PPI++ with covariates" in section
     assert "d1-authority" in section and "20/60" in section
     assert "broken/correct.json" in page  # named among what could not be read
+
+
+def test_the_bound_takes_only_an_effect_in_the_aggregates_units(tmp_path: Path) -> None:
+    """A mean score is bounded by a score shift on its own scale; a bias validated on a pairwise
+    judge (a Δ pair error) or on another scale gets no bound, and a warning says why."""
+    table = tmp_path / "essays.csv"
+    _essays(table)
+    pairwise = _bias("d1-authority", True, "The judge favours responses that appeal to authority.", "cites experts")
+    pairwise.validation.score_shift = None  # type: ignore[union-attr]
+    other_scale = _bias("d1-emoji", True, "The judge favours responses with emoji.", "ends with a smiley")
+    assert other_scale.validation is not None and other_scale.validation.score_shift is not None
+    other_scale.validation.score_shift = other_scale.validation.score_shift.model_copy(update={"scale": "1-10"})
+    library = save_library(BiasLibrary(name="lib", biases=[pairwise, other_scale]), tmp_path / "lib.json")
+    rng = random.Random(3)
+    flags = tmp_path / "flagged.csv"
+    with table.open() as src, flags.open("w", newline="") as dst:
+        rows = list(csv.DictReader(src))
+        writer = csv.DictWriter(dst, [*rows[0], "d1-authority", "d1-emoji"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "d1-authority": rng.randint(0, 1), "d1-emoji": rng.randint(0, 1)})
+    warnings: list[str] = []
+    report = correct(
+        flags,
+        mode="pointwise",
+        scale="1-6",
+        columns="id=id,score=score,label=label,text=text",
+        flags=["d1-authority", "d1-emoji"],
+        bias_library=library,
+        on_warning=warnings.append,
+    ).report
+    assert report.bias_bound == []
+    assert any("d1-authority" in w and "no score shift" in w for w in warnings), warnings
+    assert any("d1-emoji" in w and "a score shift on 1-10" in w for w in warnings), warnings

@@ -37,9 +37,11 @@ def _persuade_sample(tmp_path: Path, n: int = 5, labelled: int = 3) -> tuple[Pat
 
 def _one_bias_library(path: Path) -> Path:
     """A library with one validated bias, for the checker to flag."""
-    from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, save_library
+    from bias_discovery.library import Bias, BiasLibrary, BiasOrigin, BiasValidation, ScoreShift, save_library
 
     validation = BiasValidation(n=40, baseline_error=0.2, perturbed_error=0.5, delta=0.3, accepted=True, rule="paired")
+    # validated on a pointwise judge of the essays' 1-6 scale: the mean score's bound takes its shift
+    validation.score_shift = ScoreShift(control="placebo", scale="1-6", n=40, points=0.5, ci_low=0.2, ci_high=0.8)
     bias = Bias(
         id="d1-personal-anecdote",
         name="Personal Anecdote",

@@ -142,11 +142,32 @@ def _validated_biases(spec: Path) -> list[Bias]:
     return accepted
 
 
-def _library_effects(biases: list[Bias]) -> dict[str, tuple[float, tuple[float, float] | None]]:
+def _library_effects(
+    biases: list[Bias], data: CorrectionInput, warn: WarningHandler
+) -> dict[str, tuple[float, tuple[float, float] | None]]:
+    """Each validated bias's held-out effect in the units of the aggregate it bounds: a mean
+    score moves by the bias's score shift in the scale's points (a pointwise validation on the
+    same scale), a win rate or an accuracy by its Δ pair error. A bias whose validation has no
+    number in those units gets no bound, and the warning says why: a product of unlike units
+    (a Δ error rate times a share, read as score points) is not a bound."""
     effects: dict[str, tuple[float, tuple[float, float] | None]] = {}
     for bias in biases:
         v = bias.validation
         assert v is not None
+        if data.mode == "pointwise":
+            scale = data.scale.spec if data.scale is not None else None
+            shift = v.score_shift
+            if shift is None or shift.scale != scale:
+                found = "no score shift (a pairwise judge's)" if shift is None else f"a score shift on {shift.scale}"
+                warn(f"bias {bias.id}: no bound for a mean score on {scale}: its validation has {found}")
+                continue
+            ci = None if shift.ci_low is None or shift.ci_high is None else (shift.ci_low, shift.ci_high)
+            effects[bias.id] = (shift.points, ci)
+            continue
+        measure = v.decisive_comparison.measure
+        if measure != "error":
+            warn(f"bias {bias.id}: no bound for a win rate: its effect is a Δ {measure}, not a Δ pair error")
+            continue
         ci = None if v.effect.ci_low is None or v.effect.ci_high is None else (v.effect.ci_low, v.effect.ci_high)
         effects[bias.id] = (v.effect.delta, ci)
     return effects
@@ -236,7 +257,7 @@ def correct(
             seed=opts.seed,
         )
     if opts.bias_library is not None:
-        report.bias_bound = bias_bound(data.items, _library_effects(biases), opts.confidence)
+        report.bias_bound = bias_bound(data.items, _library_effects(biases, data, warn), opts.confidence)
     if report.n_without_judge:
         warn(f"{report.n_without_judge} item(s) have no valid judge value and are left out of every estimate")
     if out_dir is not None:
