@@ -25,6 +25,8 @@ from bias_discovery.llm.types import GenerationRequest
 from fakes import ScriptedEngine
 
 MARK = "As experts agree,"
+ESSAYS = dict(mode="pointwise", scale="1-6", columns="id=id,score=score,label=label,text=text")
+"""How `correct` reads the essays `_essays` writes."""
 
 
 def _bias(bias_id: str, accepted: bool, definition: str, shows: str) -> Bias:
@@ -84,9 +86,7 @@ def test_checker_flags_feed_the_covariates_the_gap_and_the_bound_and_are_cached(
     _essays(table)
     fake, cached = _engine(tmp_path)
     options = dict(
-        mode="pointwise",
-        scale="1-6",
-        columns="id=id,score=score,label=label,text=text",
+        **ESSAYS,
         bias_library=library,
         checker_model="hf/smollm2",
     )
@@ -135,9 +135,7 @@ def test_a_flag_column_wins_over_the_checker(tmp_path: Path) -> None:
     fake, cached = _engine(tmp_path)
     report = correct(
         table,
-        mode="pointwise",
-        scale="1-6",
-        columns="id=id,score=score,label=label,text=text",
+        **ESSAYS,
         flags=["d1-emoji"],
         bias_library=library,
         checker_model="hf/smollm2",
@@ -189,9 +187,7 @@ def test_the_checker_stops_at_its_budget_and_nothing_is_written(
     _essays(table, n=10)
     fake, cached = _engine(tmp_path)
     options = dict(
-        mode="pointwise",
-        scale="1-6",
-        columns="id=id,score=score,label=label,text=text",
+        **ESSAYS,
         bias_library=library,
         checker_model="hf/smollm2",
         out=tmp_path / "out",
@@ -257,9 +253,7 @@ def test_the_runs_report_shows_its_corrections_as_a_section(tmp_path: Path) -> N
     _, cached = _engine(tmp_path)
     correct(
         table,
-        mode="pointwise",
-        scale="1-6",
-        columns="id=id,score=score,label=label,text=text",
+        **ESSAYS,
         bias_library=run,  # the run directory: its newest library
         checker_model="hf/smollm2",
         engines={"checker": cached},
@@ -298,9 +292,7 @@ def test_the_bound_takes_only_an_effect_in_the_aggregates_units(tmp_path: Path) 
     warnings: list[str] = []
     report = correct(
         flags,
-        mode="pointwise",
-        scale="1-6",
-        columns="id=id,score=score,label=label,text=text",
+        **ESSAYS,
         flags=["d1-authority", "d1-emoji"],
         bias_library=library,
         on_warning=warnings.append,
