@@ -119,11 +119,13 @@ class ForkServer:
     """The test's end: starts the server (with `env`, in the repository) and forks commands."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = {**os.environ, **(env or {})}
+        """The environment every forked command has (a fork cannot be given another)."""
         self._process = subprocess.Popen(
             [sys.executable, __file__],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, **(env or {})},
+            env=self.env,
             cwd=REPO,
         )
         self._pending = b""

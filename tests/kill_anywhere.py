@@ -176,8 +176,14 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 def _start(args: list[str], env: dict[str, str], forks: ForkServer | None) -> Any:
     """`bias-discovery ARGS`, forked by `forks` when given, else in a fresh interpreter (a
-    `Popen` either way, as far as the trials use one)."""
-    return forks.spawn(args) if forks is not None else _spawn(_command(*args), env)
+    `Popen` either way, as far as the trials use one). A forked command has the server's
+    environment: an `env` that sets a variable otherwise is refused, not ignored."""
+    if forks is None:
+        return _spawn(_command(*args), env)
+    unlike = sorted(k for k, v in env.items() if v != os.environ.get(k) and forks.env.get(k) != v)
+    if unlike:
+        raise ValueError(f"the fork server was started without this command's environment: {unlike}")
+    return forks.spawn(args)
 
 
 def _finish(args: list[str], env: dict[str, str], forks: ForkServer | None) -> tuple[int, str, str]:
